@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Format check, clippy, and the full test suite (unit, thread-communicator and
+# end-to-end mpirun tests). Extra arguments go to `cargo test`, e.g.
+#   scripts/test.sh --test cli
+#   scripts/test.sh -- --nocapture
+# Budget: well under 30 minutes on 2 cores, including the release build.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+bash scripts/install_deps.sh
+if ! command -v cargo >/dev/null 2>&1 && [[ -f "${CARGO_HOME:-$HOME/.cargo}/env" ]]; then
+    # shellcheck disable=SC1091
+    . "${CARGO_HOME:-$HOME/.cargo}/env"
+fi
+
+# Same MPI environment as scripts/run.sh (the integration tests launch mpirun themselves).
+if [[ $(id -u) -eq 0 ]]; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+export OPENBLAS_NUM_THREADS=1
+export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
+
+# rustfmt and clippy are rustup components; add them if missing (needs rustup's network).
+if { ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; } \
+    && command -v rustup >/dev/null 2>&1; then
+    rustup component add rustfmt clippy \
+        || echo "test.sh: WARNING: could not add rustfmt/clippy components" >&2
+fi
+
+if cargo fmt --version >/dev/null 2>&1; then
+    echo "== cargo fmt --check"
+    cargo fmt --check
+else
+    echo "test.sh: WARNING: rustfmt not installed; skipping format check" >&2
+fi
+
+if cargo clippy --version >/dev/null 2>&1; then
+    echo "== cargo clippy"
+    cargo clippy --all-targets --features testing -- -D warnings
+else
+    echo "test.sh: WARNING: clippy not installed; skipping lints" >&2
+fi
+
+# Backstop so a hang fails well inside CI's limit (each mpirun test has its own timeout).
+echo "== cargo test --release --features testing $*"
+timeout --kill-after=30 "${TORUSREC_TEST_TIMEOUT:-1500}" \
+    cargo test --release --features testing "$@"

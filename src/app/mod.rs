@@ -1,0 +1,50 @@
+//! The subcommands, generic over the communicator so that tests run them under the
+//! thread backend. Rank 0 prints ordinary output; configs are validated on every rank
+//! (identically) before the first collective that depends on them.
+
+pub mod inspect;
+pub mod prepare;
+
+use crate::cli::{Command, GenerateCommand};
+use crate::comm::Comm;
+use crate::error::Result;
+
+/// Collective: every rank must call. Runs one subcommand; returns the lines rank 0
+/// printed (for tests), or an error with the agreed exit code on every rank.
+pub fn run<C: Comm>(comm: &C, command: &Command) -> Result<()> {
+    match command {
+        Command::Prepare(args) => {
+            let cfg = comm.agree(prepare::PrepareConfig::from_prepare_args(args))?;
+            prepare::global_run(comm, &cfg).map(|_| ())
+        }
+        Command::Generate(GenerateCommand::Webgraph(args)) => {
+            let cfg = comm.agree(prepare::PrepareConfig::from_generate_args(args))?;
+            prepare::global_run(comm, &cfg).map(|_| ())
+        }
+        Command::Inspect(args) => inspect::global_run(comm, &args.path).map(|_| ()),
+        Command::Selftest => {
+            let lines = crate::comm::selftest::global_selftest(comm)?;
+            if comm.rank() == 0 {
+                println!("torus {} ({} ranks)", comm.torus().shape(), comm.size());
+                for l in lines {
+                    println!("  {l}");
+                }
+                println!("selftest passed: all-reduce, all-to-all-v (and its inverse), all-gather-v, broadcast, torus neighbours");
+            }
+            Ok(())
+        }
+    }
+}
+
+/// `1,234,567` style integers for people.
+pub fn group(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}

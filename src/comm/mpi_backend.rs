@@ -1,0 +1,290 @@
+//! The MPI backend: a periodic Cartesian communicator over `MPI_COMM_WORLD`.
+//! This file and `main` are the only places that touch the `mpi` crate.
+
+use super::{Comm, CommStats, Elem, ElemKind, Summable, Torus};
+use crate::error::{Error, Result};
+use mpi::collective::{CommunicatorCollectives, Root, SystemOperation};
+use mpi::datatype::{Partition, PartitionMut};
+use mpi::topology::{CartesianCommunicator, Communicator};
+use mpi::traits::Equivalence;
+use mpi::Count;
+
+/// One rank of an MPI job on a periodic torus.
+pub struct MpiComm {
+    // Dropped before `universe`, which finalizes MPI.
+    cart: CartesianCommunicator,
+    torus: Torus,
+    stats: CommStats,
+    _universe: mpi::environment::Universe,
+}
+
+/// The world size, known right after initialization (needed to check `--torus`).
+pub struct MpiWorld {
+    universe: mpi::environment::Universe,
+}
+
+impl MpiWorld {
+    /// Initialize MPI (once per process). Rayon threads never call MPI, so the
+    /// funneled level is enough.
+    pub fn init() -> Result<Self> {
+        let (universe, _level) = mpi::initialize_with_threading(mpi::Threading::Funneled)
+            .ok_or_else(|| Error::Comm("MPI was already initialized in this process".into()))?;
+        Ok(Self { universe })
+    }
+
+    pub fn size(&self) -> usize {
+        self.universe.world().size() as usize
+    }
+
+    pub fn rank(&self) -> usize {
+        self.universe.world().rank() as usize
+    }
+
+    /// `MPI_Dims_create` for `ndims` dimensions.
+    pub fn dims_create(&self, ndims: usize) -> Vec<usize> {
+        let mut dims: Vec<Count> = vec![0; ndims];
+        // SAFETY: `dims` has `ndims` writable entries, as MPI_Dims_create requires.
+        unsafe {
+            mpi::ffi::MPI_Dims_create(self.size() as Count, ndims as Count, dims.as_mut_ptr());
+        }
+        dims.into_iter().map(|d| d as usize).collect()
+    }
+
+    /// Build the periodic Cartesian communicator of `dims` (which must multiply to the
+    /// world size; the caller validated it on every rank).
+    pub fn into_torus(self, dims: &[usize]) -> Result<MpiComm> {
+        let world = self.universe.world();
+        let cdims: Vec<Count> = dims.iter().map(|&d| d as Count).collect();
+        let periods = vec![true; dims.len()];
+        let cart = world
+            .create_cartesian_communicator(&cdims, &periods, false)
+            .ok_or_else(|| Error::Comm(format!("MPI_Cart_create refused dims {dims:?}")))?;
+        let rank = cart.rank() as usize;
+        let torus = Torus::new(dims, rank);
+        // Our geometry must agree with MPI's own.
+        let layout = cart.get_layout();
+        let mpi_coords: Vec<usize> = layout.coords.iter().map(|&c| c as usize).collect();
+        if mpi_coords != torus.coords {
+            return Err(Error::Comm(format!(
+                "rank {rank}: MPI coordinates {mpi_coords:?} differ from {:?}",
+                torus.coords
+            )));
+        }
+        for (d, &(down, up)) in torus.neighbours.iter().enumerate() {
+            let (src, dst) = cart.shift(d as Count, 1);
+            if src.map(|r| r as usize) != Some(down) || dst.map(|r| r as usize) != Some(up) {
+                return Err(Error::Comm(format!(
+                    "rank {rank}: MPI neighbours in dimension {d} are {src:?}/{dst:?}, expected {down}/{up}"
+                )));
+            }
+        }
+        Ok(MpiComm {
+            cart,
+            torus,
+            stats: CommStats::default(),
+            _universe: self.universe,
+        })
+    }
+
+    /// Abort every rank of the job with `code` (for unrecoverable errors).
+    pub fn abort_world(code: i32) -> ! {
+        mpi::topology::SimpleCommunicator::world().abort(code)
+    }
+}
+
+impl MpiComm {
+    /// Abort every rank of the job with `code`.
+    pub fn abort(&self, code: i32) -> ! {
+        self.cart.abort(code)
+    }
+}
+
+fn count(n: usize, what: &str) -> Result<Count> {
+    Count::try_from(n).map_err(|_| {
+        Error::Comm(format!(
+            "{what}: {n} elements exceed MPI's count limit; split the collective"
+        ))
+    })
+}
+
+fn displs(counts: &[Count]) -> Result<Vec<Count>> {
+    let mut acc: i64 = 0;
+    let mut out = Vec::with_capacity(counts.len());
+    for &c in counts {
+        out.push(count(acc as usize, "displacement")?);
+        acc += c as i64;
+    }
+    Ok(out)
+}
+
+/// Reinterpret a slice of a sealed [`Elem`] as the concrete type named by its kind.
+macro_rules! with_concrete {
+    ($t:ty, $kind:expr, |$u:ident| $body:expr) => {
+        match $kind {
+            ElemKind::U8 => {
+                type $u = u8;
+                $body
+            }
+            ElemKind::U32 => {
+                type $u = u32;
+                $body
+            }
+            ElemKind::U64 => {
+                type $u = u64;
+                $body
+            }
+            ElemKind::F32 => {
+                type $u = f32;
+                $body
+            }
+            ElemKind::F64 => {
+                type $u = f64;
+                $body
+            }
+        }
+    };
+}
+
+/// # Safety
+/// `U` must be the type `T` is (guaranteed by the sealed `Elem::KIND`).
+unsafe fn cast<T, U>(s: &[T]) -> &[U] {
+    debug_assert_eq!(std::mem::size_of::<T>(), std::mem::size_of::<U>());
+    std::slice::from_raw_parts(s.as_ptr() as *const U, s.len())
+}
+
+/// # Safety
+/// As [`cast`].
+unsafe fn cast_mut<T, U>(s: &mut [T]) -> &mut [U] {
+    debug_assert_eq!(std::mem::size_of::<T>(), std::mem::size_of::<U>());
+    std::slice::from_raw_parts_mut(s.as_mut_ptr() as *mut U, s.len())
+}
+
+fn all_reduce_sum_typed<U: Equivalence + Copy>(cart: &CartesianCommunicator, buf: &mut [U]) {
+    let send = buf.to_vec();
+    cart.all_reduce_into(&send[..], buf, SystemOperation::sum());
+}
+
+fn all_to_all_v_typed<U: Equivalence + Copy + Default>(
+    cart: &CartesianCommunicator,
+    send: &[U],
+    send_counts: &[usize],
+    recv_counts: &[usize],
+) -> Result<Vec<U>> {
+    let sc: Vec<Count> = send_counts
+        .iter()
+        .map(|&c| count(c, "all_to_all_v send"))
+        .collect::<Result<_>>()?;
+    let rc: Vec<Count> = recv_counts
+        .iter()
+        .map(|&c| count(c, "all_to_all_v recv"))
+        .collect::<Result<_>>()?;
+    let sd = displs(&sc)?;
+    let rd = displs(&rc)?;
+    let mut recv = vec![U::default(); recv_counts.iter().sum()];
+    {
+        let sp = Partition::new(send, &sc[..], &sd[..]);
+        let mut rp = PartitionMut::new(&mut recv[..], &rc[..], &rd[..]);
+        cart.all_to_all_varcount_into(&sp, &mut rp);
+    }
+    Ok(recv)
+}
+
+fn all_gather_v_typed<U: Equivalence + Copy + Default>(
+    cart: &CartesianCommunicator,
+    send: &[U],
+    counts: &[usize],
+) -> Result<Vec<U>> {
+    let c: Vec<Count> = counts
+        .iter()
+        .map(|&n| count(n, "all_gather_v"))
+        .collect::<Result<_>>()?;
+    let d = displs(&c)?;
+    let mut recv = vec![U::default(); counts.iter().sum()];
+    {
+        let mut rp = PartitionMut::new(&mut recv[..], &c[..], &d[..]);
+        cart.all_gather_varcount_into(send, &mut rp);
+    }
+    Ok(recv)
+}
+
+impl Comm for MpiComm {
+    fn rank(&self) -> usize {
+        self.cart.rank() as usize
+    }
+    fn size(&self) -> usize {
+        self.cart.size() as usize
+    }
+    fn torus(&self) -> &Torus {
+        &self.torus
+    }
+    fn stats(&self) -> &CommStats {
+        &self.stats
+    }
+    fn raw_barrier(&self) {
+        self.cart.barrier();
+    }
+    fn raw_all_reduce_sum<T: Summable>(&self, buf: &mut [T]) {
+        // SAFETY: U is T (sealed kinds).
+        with_concrete!(T, T::KIND, |U| all_reduce_sum_typed::<U>(
+            &self.cart,
+            unsafe { cast_mut::<T, U>(buf) }
+        ))
+    }
+    fn raw_all_reduce_max_u64(&self, value: u64) -> u64 {
+        let mut out = 0u64;
+        self.cart
+            .all_reduce_into(&value, &mut out, SystemOperation::max());
+        out
+    }
+    fn raw_all_to_all_counts(&self, send: &[usize]) -> Result<Vec<usize>> {
+        let s: Vec<u64> = send.iter().map(|&c| c as u64).collect();
+        let mut r = vec![0u64; s.len()];
+        self.cart.all_to_all_into(&s[..], &mut r[..]);
+        Ok(r.into_iter().map(|c| c as usize).collect())
+    }
+    fn raw_all_to_all_v<T: Elem>(
+        &self,
+        send: &[T],
+        send_counts: &[usize],
+        recv_counts: &[usize],
+    ) -> Result<Vec<T>> {
+        with_concrete!(T, T::KIND, |U| {
+            // SAFETY: U is T (sealed kinds); the Vec<U> is reinterpreted as Vec<T>.
+            let v = all_to_all_v_typed::<U>(
+                &self.cart,
+                unsafe { cast::<T, U>(send) },
+                send_counts,
+                recv_counts,
+            )?;
+            Ok(unsafe { retype::<U, T>(v) })
+        })
+    }
+    fn raw_all_gather_u64(&self, value: u64) -> Vec<u64> {
+        let mut out = vec![0u64; self.size()];
+        self.cart.all_gather_into(&value, &mut out[..]);
+        out
+    }
+    fn raw_all_gather_v<T: Elem>(&self, send: &[T], counts: &[usize]) -> Result<Vec<T>> {
+        with_concrete!(T, T::KIND, |U| {
+            // SAFETY: U is T (sealed kinds).
+            let v = all_gather_v_typed::<U>(&self.cart, unsafe { cast::<T, U>(send) }, counts)?;
+            Ok(unsafe { retype::<U, T>(v) })
+        })
+    }
+    fn raw_broadcast<T: Elem>(&self, root: usize, buf: &mut [T]) -> Result<()> {
+        count(buf.len(), "broadcast")?;
+        let root = self.cart.process_at_rank(root as Count);
+        with_concrete!(T, T::KIND, |U| {
+            // SAFETY: U is T (sealed kinds).
+            root.broadcast_into(unsafe { cast_mut::<T, U>(buf) });
+            Ok(())
+        })
+    }
+}
+
+/// # Safety
+/// `U` and `T` must be the same type.
+unsafe fn retype<U, T>(v: Vec<U>) -> Vec<T> {
+    let mut v = std::mem::ManuallyDrop::new(v);
+    Vec::from_raw_parts(v.as_mut_ptr() as *mut T, v.len(), v.capacity())
+}

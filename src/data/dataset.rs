@@ -1,0 +1,568 @@
+//! The prepared-dataset HDF5 file, version 1 (DESIGN.md): writing it from every
+//! rank's part, reading it back, and validating a file against the layout.
+
+use super::graph::LocalRows;
+use super::prepare::{LocalSplit, SplitMeta};
+use crate::comm::{prefix_offsets, Comm};
+use crate::error::{Error, Result};
+use hdf5::types::VarLenUnicode;
+use hdf5::H5Type;
+use std::path::{Path, PathBuf};
+
+pub const FORMAT: &str = "torusrec-dataset";
+pub const VERSION: u64 = 1;
+
+/// Every dataset of the layout with its element type, in writing order.
+pub const U64_DATASETS: [&str; 5] = [
+    "train/indptr",
+    "train_t/indptr",
+    "test/fold/indptr",
+    "test/holdout/indptr",
+    "node_ids",
+];
+pub const U32_DATASETS: [&str; 5] = [
+    "train/indices",
+    "train_t/indices",
+    "test/rows",
+    "test/fold/indices",
+    "test/holdout/indices",
+];
+
+fn h5<T>(path: &Path, what: impl Into<String>, r: hdf5::Result<T>) -> Result<T> {
+    r.map_err(|e| Error::hdf5(path, what, e))
+}
+
+/// Open an HDF5 file, with a clear error when it is missing or not HDF5.
+pub fn open_h5(path: &Path) -> Result<hdf5::File> {
+    if !path.is_file() {
+        return Err(Error::input(path, "no such file"));
+    }
+    let mut magic = [0u8; 8];
+    let is_h5 = std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+        .is_ok()
+        && magic == *b"\x89HDF\r\n\x1a\n";
+    if !is_h5 {
+        return Err(Error::input(path, "not an HDF5 file"));
+    }
+    hdf5::File::open(path).map_err(|e| Error::input(path, format!("cannot open as HDF5: {e}")))
+}
+
+/// The temporary name a file is written under before it is renamed into place.
+pub fn temp_path(out: &Path) -> PathBuf {
+    let mut s = out.as_os_str().to_owned();
+    s.push(".partial");
+    PathBuf::from(s)
+}
+
+/// Refuse an existing output unless `force` (call on every rank before any work).
+pub fn check_output(out: &Path, force: bool) -> Result<()> {
+    if out.exists() && !force {
+        return Err(Error::OutputExists(out.to_path_buf()));
+    }
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if !dir.is_dir() {
+            return Err(Error::input(dir, "output directory does not exist"));
+        }
+    }
+    Ok(())
+}
+
+/// Sizes of one rank's part: rows, train nnz, cols, train_t nnz, tests, fold nnz, holdout nnz.
+const PART_FIELDS: usize = 7;
+
+fn part_sizes(s: &LocalSplit) -> [u64; PART_FIELDS] {
+    [
+        s.train.num_rows() as u64,
+        s.train.num_arcs(),
+        s.train_t.num_rows() as u64,
+        s.train_t.num_arcs(),
+        s.test_rows.len() as u64,
+        s.fold.num_arcs(),
+        s.holdout.num_arcs(),
+    ]
+}
+
+/// Collective: every rank must call. Writes the dataset to `out` through a temporary
+/// file: rank 0 creates it with the global shapes, then every rank writes its part
+/// in rank order, then rank 0 renames it into place. On any failure every rank
+/// returns an error and the temporary is removed; an existing `out` is untouched.
+pub fn global_write_dataset<C: Comm>(
+    comm: &C,
+    out: &Path,
+    meta: &SplitMeta,
+    part: &LocalSplit,
+) -> Result<()> {
+    let _phase = comm.stats().phase("write");
+    let tmp = temp_path(out);
+    let sizes = comm.all_gather_v(&part_sizes(part))?.data;
+    let p = comm.size();
+    let field = |f: usize| -> Vec<usize> {
+        (0..p)
+            .map(|r| sizes[r * PART_FIELDS + f] as usize)
+            .collect()
+    };
+    let offs: Vec<Vec<usize>> = (0..PART_FIELDS)
+        .map(|f| prefix_offsets(&field(f)))
+        .collect();
+    let total = |f: usize| offs[f][p];
+    let me = comm.rank();
+
+    let created = if me == 0 {
+        create_layout(&tmp, meta, |f| total(f))
+    } else {
+        Ok(())
+    };
+    let mut result = comm.agree(created);
+    if result.is_ok() {
+        // Serial HDF5: ranks take turns, each opening, writing and closing the file.
+        let mut mine = Ok(());
+        for turn in 0..p {
+            comm.barrier();
+            if turn == me {
+                mine = write_part(&tmp, part, &|f| offs[f][me], meta.num_rows);
+            }
+        }
+        result = comm.agree(mine);
+    }
+    if result.is_ok() && me == 0 {
+        result = std::fs::rename(&tmp, out).map_err(|e| Error::io(out, e));
+    }
+    let result = comm.agree(result);
+    if result.is_err() && me == 0 {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+fn create_layout(tmp: &Path, meta: &SplitMeta, total: impl Fn(usize) -> usize) -> Result<()> {
+    let f = h5(tmp, "create", hdf5::File::create(tmp))?;
+    for g in ["train", "train_t", "test", "test/fold", "test/holdout"] {
+        h5(tmp, format!("group {g}"), f.create_group(g))?;
+    }
+    let rows = meta.num_rows as usize;
+    let cols = meta.num_cols as usize;
+    let t = total(4);
+    let shapes_u64 = [rows + 1, cols + 1, t + 1, t + 1, rows];
+    let shapes_u32 = [total(1), total(3), t, total(5), total(6)];
+    for (name, n) in U64_DATASETS.iter().zip(shapes_u64) {
+        h5(tmp, *name, f.new_dataset::<u64>().shape(n).create(*name))?;
+    }
+    for (name, n) in U32_DATASETS.iter().zip(shapes_u32) {
+        h5(tmp, *name, f.new_dataset::<u32>().shape(n).create(*name))?;
+    }
+    let str_attr = |k: &str, v: &str| -> Result<()> {
+        let v: VarLenUnicode = v
+            .parse()
+            .map_err(|e| Error::Config(format!("attribute {k}: {e}")))?;
+        h5(
+            tmp,
+            format!("attribute {k}"),
+            f.new_attr::<VarLenUnicode>()
+                .create(k)
+                .and_then(|a| a.write_scalar(&v)),
+        )
+    };
+    let u64_attr = |k: &str, v: u64| -> Result<()> {
+        h5(
+            tmp,
+            format!("attribute {k}"),
+            f.new_attr::<u64>()
+                .create(k)
+                .and_then(|a| a.write_scalar(&v)),
+        )
+    };
+    str_attr("format", FORMAT)?;
+    u64_attr("version", VERSION)?;
+    u64_attr("num_rows", meta.num_rows)?;
+    u64_attr("num_cols", meta.num_cols)?;
+    u64_attr("min_links", meta.min_links)?;
+    u64_attr("seed", meta.seed)?;
+    str_attr("source", &meta.source)?;
+    u64_attr("source_nodes", meta.source_nodes)?;
+    u64_attr("source_arcs", meta.source_arcs)?;
+    h5(tmp, "close", f.close())
+}
+
+fn write_slice<T: H5Type>(
+    f: &hdf5::File,
+    path: &Path,
+    name: &str,
+    at: usize,
+    data: &[T],
+) -> Result<()> {
+    if data.is_empty() {
+        return Ok(());
+    }
+    let ds = h5(path, name, f.dataset(name))?;
+    h5(path, name, ds.write_slice(data, at..at + data.len()))
+}
+
+/// `indptr` shifted to the global offset of this rank's first element.
+fn shifted(indptr: &[u64], by: usize) -> Vec<u64> {
+    indptr.iter().map(|&x| x + by as u64).collect()
+}
+
+fn write_part(
+    tmp: &Path,
+    s: &LocalSplit,
+    off: &dyn Fn(usize) -> usize,
+    num_rows: u64,
+) -> Result<()> {
+    let f = h5(tmp, "open for writing", hdf5::File::open_rw(tmp))?;
+    // Each rank writes its indptr including its closing entry; neighbours agree on
+    // the shared boundary value, so the overlap is harmless.
+    write_slice(
+        &f,
+        tmp,
+        "train/indptr",
+        s.train.lo as usize,
+        &shifted(&s.train.indptr, off(1)),
+    )?;
+    write_slice(&f, tmp, "train/indices", off(1), &s.train.targets)?;
+    write_slice(
+        &f,
+        tmp,
+        "train_t/indptr",
+        s.train_t.lo as usize,
+        &shifted(&s.train_t.indptr, off(3)),
+    )?;
+    write_slice(&f, tmp, "train_t/indices", off(3), &s.train_t.targets)?;
+    write_slice(&f, tmp, "test/rows", off(4), &s.test_rows)?;
+    write_slice(
+        &f,
+        tmp,
+        "test/fold/indptr",
+        off(4),
+        &shifted(&s.fold.indptr, off(5)),
+    )?;
+    write_slice(&f, tmp, "test/fold/indices", off(5), &s.fold.targets)?;
+    write_slice(
+        &f,
+        tmp,
+        "test/holdout/indptr",
+        off(4),
+        &shifted(&s.holdout.indptr, off(6)),
+    )?;
+    write_slice(&f, tmp, "test/holdout/indices", off(6), &s.holdout.targets)?;
+    write_slice(&f, tmp, "node_ids", s.train.lo as usize, &s.node_ids)?;
+    debug_assert!(s.train.lo + s.train.num_rows() as u64 <= num_rows);
+    h5(tmp, "close", f.close())
+}
+
+/// A prepared dataset read whole into memory (for `inspect` and tests).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dataset {
+    pub meta: SplitMeta,
+    pub train: LocalRows,
+    pub train_t: LocalRows,
+    pub test_rows: Vec<u32>,
+    pub fold: LocalRows,
+    pub holdout: LocalRows,
+    pub node_ids: Vec<u64>,
+}
+
+fn read_vec<T: H5Type>(f: &hdf5::File, path: &Path, name: &str) -> Result<Vec<T>> {
+    let ds = f
+        .dataset(name)
+        .map_err(|_| Error::layout(path, name, "missing"))?;
+    if ds.ndim() != 1 {
+        return Err(Error::layout(
+            path,
+            name,
+            format!("expected 1 dimension, found {}", ds.ndim()),
+        ));
+    }
+    let want = T::type_descriptor();
+    let have = ds
+        .dtype()
+        .and_then(|t| t.to_descriptor())
+        .map_err(|e| Error::layout(path, name, format!("unreadable type: {e}")))?;
+    if have != want {
+        return Err(Error::layout(
+            path,
+            name,
+            format!("element type {have}, expected {want}"),
+        ));
+    }
+    ds.read_raw::<T>()
+        .map_err(|e| Error::layout(path, name, format!("unreadable: {e}")))
+}
+
+fn read_u64_attr(f: &hdf5::File, path: &Path, name: &str) -> Result<u64> {
+    f.attr(name)
+        .and_then(|a| a.read_scalar::<u64>())
+        .map_err(|_| {
+            Error::layout(
+                path,
+                format!("/ attribute {name}"),
+                "missing or not a u64 scalar",
+            )
+        })
+}
+
+fn read_str_attr(f: &hdf5::File, path: &Path, name: &str) -> Result<String> {
+    f.attr(name)
+        .and_then(|a| a.read_scalar::<VarLenUnicode>())
+        .map(|s| s.as_str().to_string())
+        .map_err(|_| {
+            Error::layout(
+                path,
+                format!("/ attribute {name}"),
+                "missing or not a string",
+            )
+        })
+}
+
+/// Read and check the root attributes: the file must be a torusrec dataset, version 1.
+pub fn read_meta(f: &hdf5::File, path: &Path) -> Result<SplitMeta> {
+    let format = read_str_attr(f, path, "format")?;
+    if format != FORMAT {
+        return Err(Error::layout(
+            path,
+            "/ attribute format",
+            format!("{format:?}, expected {FORMAT:?}"),
+        ));
+    }
+    let version = read_u64_attr(f, path, "version")?;
+    if version != VERSION {
+        return Err(Error::layout(
+            path,
+            "/ attribute version",
+            format!("{version}, this build reads version {VERSION}"),
+        ));
+    }
+    Ok(SplitMeta {
+        num_rows: read_u64_attr(f, path, "num_rows")?,
+        num_cols: read_u64_attr(f, path, "num_cols")?,
+        min_links: read_u64_attr(f, path, "min_links")?,
+        seed: read_u64_attr(f, path, "seed")?,
+        source: read_str_attr(f, path, "source")?,
+        source_nodes: read_u64_attr(f, path, "source_nodes")?,
+        source_arcs: read_u64_attr(f, path, "source_arcs")?,
+    })
+}
+
+/// Check a CSR pair (`indptr` of `rows + 1`, `indices` < `cols`, sorted and distinct
+/// within a row).
+fn check_csr(
+    path: &Path,
+    name: &str,
+    indptr: &[u64],
+    indices: &[u32],
+    rows: usize,
+    cols: u64,
+) -> Result<()> {
+    let ip = format!("{name}/indptr");
+    if indptr.len() != rows + 1 {
+        return Err(Error::layout(
+            path,
+            &ip,
+            format!("{} entries, expected {}", indptr.len(), rows + 1),
+        ));
+    }
+    if indptr[0] != 0 {
+        return Err(Error::layout(path, &ip, "does not start at 0"));
+    }
+    if let Some(i) = (0..rows).find(|&i| indptr[i] > indptr[i + 1]) {
+        return Err(Error::layout(path, &ip, format!("decreases at entry {i}")));
+    }
+    if indptr[rows] != indices.len() as u64 {
+        return Err(Error::layout(
+            path,
+            &ip,
+            format!(
+                "ends at {}, but {name}/indices has {} entries",
+                indptr[rows],
+                indices.len()
+            ),
+        ));
+    }
+    for i in 0..rows {
+        let r = &indices[indptr[i] as usize..indptr[i + 1] as usize];
+        if let Some(&c) = r.iter().find(|&&c| c as u64 >= cols) {
+            return Err(Error::layout(
+                path,
+                format!("{name}/indices"),
+                format!("row {i} has column {c} >= {cols}"),
+            ));
+        }
+        if r.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(Error::layout(
+                path,
+                format!("{name}/indices"),
+                format!("row {i} is not sorted and distinct"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl Dataset {
+    /// Read the whole file and validate it against the layout.
+    pub fn read(path: &Path) -> Result<Self> {
+        let f = open_h5(path)?;
+        let meta = read_meta(&f, path)?;
+        let rows = usize::try_from(meta.num_rows)
+            .map_err(|_| Error::layout(path, "/ attribute num_rows", "too large"))?;
+        let cols = usize::try_from(meta.num_cols)
+            .map_err(|_| Error::layout(path, "/ attribute num_cols", "too large"))?;
+        let csr = |name: &str, lo: u64| -> Result<LocalRows> {
+            Ok(LocalRows {
+                lo,
+                indptr: read_vec::<u64>(&f, path, &format!("{name}/indptr"))?,
+                targets: read_vec::<u32>(&f, path, &format!("{name}/indices"))?,
+            })
+        };
+        let train = csr("train", 0)?;
+        check_csr(
+            path,
+            "train",
+            &train.indptr,
+            &train.targets,
+            rows,
+            meta.num_cols,
+        )?;
+        let train_t = csr("train_t", 0)?;
+        check_csr(
+            path,
+            "train_t",
+            &train_t.indptr,
+            &train_t.targets,
+            cols,
+            meta.num_rows,
+        )?;
+        let test_rows = read_vec::<u32>(&f, path, "test/rows")?;
+        let t = test_rows.len();
+        let fold = csr("test/fold", 0)?;
+        check_csr(
+            path,
+            "test/fold",
+            &fold.indptr,
+            &fold.targets,
+            t,
+            meta.num_cols,
+        )?;
+        let holdout = csr("test/holdout", 0)?;
+        check_csr(
+            path,
+            "test/holdout",
+            &holdout.indptr,
+            &holdout.targets,
+            t,
+            meta.num_cols,
+        )?;
+        let node_ids = read_vec::<u64>(&f, path, "node_ids")?;
+        let ds = Dataset {
+            meta,
+            train,
+            train_t,
+            test_rows,
+            fold,
+            holdout,
+            node_ids,
+        };
+        ds.check_consistency(path)?;
+        Ok(ds)
+    }
+
+    /// Cross-dataset rules: the transpose mirrors `/train`, test rows are increasing
+    /// with empty training rows and a non-empty holdout disjoint from the fold, and
+    /// node ids increase.
+    fn check_consistency(&self, path: &Path) -> Result<()> {
+        let rows = self.meta.num_rows as usize;
+        if self.node_ids.len() != rows {
+            return Err(Error::layout(
+                path,
+                "node_ids",
+                format!("{} entries, expected {rows}", self.node_ids.len()),
+            ));
+        }
+        if self.node_ids.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(Error::layout(path, "node_ids", "not increasing"));
+        }
+        if let Some(&m) = self.node_ids.last() {
+            if m >= self.meta.source_nodes {
+                return Err(Error::layout(
+                    path,
+                    "node_ids",
+                    format!("id {m} >= source_nodes {}", self.meta.source_nodes),
+                ));
+            }
+        }
+        // Transpose: the column counts of /train equal /train_t's row lengths and
+        // every arc appears in both.
+        let mut col_count = vec![0u64; self.meta.num_cols as usize];
+        for &c in &self.train.targets {
+            col_count[c as usize] += 1;
+        }
+        for (c, &n) in col_count.iter().enumerate() {
+            if self.train_t.indptr[c + 1] - self.train_t.indptr[c] != n {
+                return Err(Error::layout(
+                    path,
+                    "train_t/indptr",
+                    format!(
+                        "column {c} has {} rows, /train has {n} arcs into it",
+                        self.train_t.indptr[c + 1] - self.train_t.indptr[c]
+                    ),
+                ));
+            }
+        }
+        for c in 0..self.train_t.num_rows() {
+            for &r in self.train_t.row(c) {
+                if self
+                    .train
+                    .row(r as usize)
+                    .binary_search(&(c as u32))
+                    .is_err()
+                {
+                    return Err(Error::layout(
+                        path,
+                        "train_t/indices",
+                        format!("arc {r} -> {c} is not in /train"),
+                    ));
+                }
+            }
+        }
+        if self.test_rows.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(Error::layout(path, "test/rows", "not increasing"));
+        }
+        for (i, &r) in self.test_rows.iter().enumerate() {
+            if r as usize >= rows {
+                return Err(Error::layout(
+                    path,
+                    "test/rows",
+                    format!("row {r} >= num_rows {rows}"),
+                ));
+            }
+            if !self.train.row(r as usize).is_empty() {
+                return Err(Error::layout(
+                    path,
+                    "train/indices",
+                    format!("test row {r} has training arcs"),
+                ));
+            }
+            let h = self.holdout.row(i);
+            if h.is_empty() {
+                return Err(Error::layout(
+                    path,
+                    "test/holdout/indices",
+                    format!("test row {r} has no held-out arc"),
+                ));
+            }
+            if h.iter().any(|c| self.fold.row(i).binary_search(c).is_ok()) {
+                return Err(Error::layout(
+                    path,
+                    "test/fold/indices",
+                    format!("test row {r}: an arc is both visible and held out"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// All arcs of the kept graph: training, fold-in and held out.
+    pub fn num_arcs(&self) -> u64 {
+        self.train.num_arcs() + self.fold.num_arcs() + self.holdout.num_arcs()
+    }
+}

@@ -1,0 +1,8 @@
+//! Input graphs, the variant filter and split, and the prepared-dataset file.
+
+pub mod dataset;
+pub mod graph;
+pub mod prepare;
+pub mod readers;
+#[path = "gen_stub.rs"]
+pub mod webgraph_gen;

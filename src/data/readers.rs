@@ -1,0 +1,432 @@
+//! Input graph readers. Each returns the whole graph's size and the out-arcs of the
+//! contiguous block of source nodes that this rank owns.
+//!
+//! - `bv`: a WebGraph BV graph (`BASE.graph` + `BASE.properties`; `.offsets` is not
+//!   needed for a sequential scan). Every rank decodes the stream and keeps its block.
+//! - `tsv`: SNAP-style edge lists, `src dst` per line separated by tabs or spaces,
+//!   `#` or `%` comment lines, gzip-compressed when the name ends in `.gz`. Ids are
+//!   non-negative integers below 2^32, used as they are (no remapping); the graph has
+//!   `max id + 1` nodes.
+//! - `mtx`: Matrix Market `coordinate` files (pattern, integer or real; values are
+//!   ignored; `symmetric` adds both directions). Ids are 1-based; the graph has
+//!   `max(rows, cols)` nodes.
+
+use super::graph::{block_range, LocalRows};
+use crate::error::{Error, Result};
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+/// What every rank learns about the input graph.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceInfo {
+    /// Human-readable origin, stored as the `source` attribute.
+    pub name: String,
+    pub nodes: u64,
+    /// Arcs as given in the input (before removing self-loops and duplicates).
+    pub arcs: u64,
+}
+
+fn check_nodes(path: &Path, nodes: u64) -> Result<()> {
+    if nodes >= u32::MAX as u64 {
+        return Err(Error::input(
+            path,
+            format!("{nodes} nodes: torusrec stores node ids as u32 and supports fewer than 2^32 - 1 nodes"),
+        ));
+    }
+    Ok(())
+}
+
+/// Read a BV graph by basename, keeping the rows of block `rank` of `size`.
+pub fn read_bv(basename: &Path, rank: usize, size: usize) -> Result<(SourceInfo, LocalRows)> {
+    use webgraph::prelude::*;
+
+    let with_ext = |ext: &str| -> PathBuf {
+        let mut s = basename.as_os_str().to_owned();
+        s.push(ext);
+        PathBuf::from(s)
+    };
+    for ext in [".graph", ".properties"] {
+        let p = with_ext(ext);
+        if !p.is_file() {
+            return Err(Error::input(
+                &p,
+                "missing: a BV graph needs BASENAME.graph and BASENAME.properties",
+            ));
+        }
+    }
+    let props = std::fs::read_to_string(with_ext(".properties"))
+        .map_err(|e| Error::io(with_ext(".properties"), e))?;
+    let prop = |key: &str| -> Result<u64> {
+        props
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .find(|(k, _)| k.trim() == key)
+            .and_then(|(_, v)| v.trim().parse::<u64>().ok())
+            .ok_or_else(|| {
+                Error::input(
+                    with_ext(".properties"),
+                    format!("missing or invalid property '{key}'"),
+                )
+            })
+    };
+    let nodes = prop("nodes")?;
+    let arcs = prop("arcs")?;
+    check_nodes(basename, nodes)?;
+
+    let graph = BvGraphSeq::with_basename(basename)
+        .load()
+        .map_err(|e| Error::input(with_ext(".graph"), format!("cannot open BV graph: {e:#}")))?;
+    let (lo, hi) = block_range(nodes, size, rank);
+    let graph_path = with_ext(".graph");
+    // A truncated or corrupt bit stream can make the decoder panic; turn that into an
+    // input error instead of killing the rank.
+    let decoded = crate::panic_guard::catch(|| -> Result<LocalRows> {
+        let mut it = graph.iter();
+        let mut indptr = Vec::with_capacity((hi - lo) as usize + 1);
+        indptr.push(0u64);
+        let mut targets = Vec::new();
+        let mut seen: u64 = 0;
+        for node in 0..nodes {
+            let succ = it.next_successors().map_err(|e| {
+                Error::input(
+                    &graph_path,
+                    format!("corrupt bit stream at node {node}: {e:#}"),
+                )
+            })?;
+            seen += succ.len() as u64;
+            if node >= lo && node < hi {
+                for &t in succ {
+                    if t as u64 >= nodes {
+                        return Err(Error::input(
+                            &graph_path,
+                            format!("node {node} has successor {t} >= {nodes} nodes: the file is corrupt or truncated"),
+                        ));
+                    }
+                    targets.push(t as u32);
+                }
+                indptr.push(targets.len() as u64);
+            }
+        }
+        if seen != arcs {
+            return Err(Error::input(
+                &graph_path,
+                format!("decoded {seen} arcs but the properties say {arcs}: the file is truncated or corrupt"),
+            ));
+        }
+        Ok(LocalRows {
+            lo,
+            indptr,
+            targets,
+        })
+    });
+    let rows = match decoded {
+        Ok(r) => r?,
+        Err(_) => {
+            return Err(Error::input(
+                &graph_path,
+                "the BV decoder failed: the file is truncated or corrupt",
+            ))
+        }
+    };
+    Ok((
+        SourceInfo {
+            name: format!("bv:{}", basename.display()),
+            nodes,
+            arcs,
+        },
+        rows,
+    ))
+}
+
+fn open_text(path: &Path) -> Result<Box<dyn BufRead>> {
+    let f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let gz = path.extension().is_some_and(|e| e == "gz");
+    let r: Box<dyn Read> = if gz {
+        Box::new(flate2::read::MultiGzDecoder::new(f))
+    } else {
+        Box::new(f)
+    };
+    Ok(Box::new(BufReader::with_capacity(1 << 20, r)))
+}
+
+/// Iterate over the lines of a text file with 1-based numbers, as byte strings.
+fn for_each_line(path: &Path, mut f: impl FnMut(u64, &str) -> Result<()>) -> Result<()> {
+    let mut r = open_text(path)?;
+    let mut buf = Vec::new();
+    let mut line_no = 0u64;
+    loop {
+        buf.clear();
+        let n = r
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| Error::io(path, e))?;
+        if n == 0 {
+            return Ok(());
+        }
+        line_no += 1;
+        let line = std::str::from_utf8(&buf).map_err(|_| Error::Parse {
+            path: path.into(),
+            line: line_no,
+            msg: "not valid UTF-8 text".into(),
+        })?;
+        f(line_no, line.trim_end_matches(['\n', '\r']))?;
+    }
+}
+
+fn parse_id(path: &Path, line: u64, tok: Option<&str>, what: &str) -> Result<u64> {
+    let tok = tok.ok_or_else(|| Error::Parse {
+        path: path.into(),
+        line,
+        msg: format!("expected two node ids, missing the {what}"),
+    })?;
+    tok.parse::<u64>().map_err(|_| Error::Parse {
+        path: path.into(),
+        line,
+        msg: format!("{what} {tok:?} is not a non-negative integer"),
+    })
+}
+
+/// Read a SNAP-style edge list, keeping the rows of block `rank` of `size`.
+pub fn read_tsv(path: &Path, rank: usize, size: usize) -> Result<(SourceInfo, LocalRows)> {
+    let mut pairs: Vec<(u32, u32)> = Vec::new();
+    let mut max_id: Option<u64> = None;
+    for_each_line(path, |line_no, line| {
+        let t = line.trim();
+        if t.is_empty() || t.starts_with('#') || t.starts_with('%') {
+            return Ok(());
+        }
+        let mut it = t.split_ascii_whitespace();
+        let s = parse_id(path, line_no, it.next(), "source")?;
+        let d = parse_id(path, line_no, it.next(), "target")?;
+        if let Some(extra) = it.next() {
+            return Err(Error::Parse {
+                path: path.into(),
+                line: line_no,
+                msg: format!("expected two node ids, found a third field {extra:?}"),
+            });
+        }
+        for id in [s, d] {
+            if id >= u32::MAX as u64 {
+                return Err(Error::Parse {
+                    path: path.into(),
+                    line: line_no,
+                    msg: format!("node id {id} does not fit: ids must be below {}", u32::MAX),
+                });
+            }
+        }
+        max_id = Some(max_id.map_or(s.max(d), |m| m.max(s).max(d)));
+        pairs.push((s as u32, d as u32));
+        Ok(())
+    })?;
+    let nodes = max_id.map_or(0, |m| m + 1);
+    if pairs.is_empty() {
+        return Err(Error::input(path, "the graph has no arcs"));
+    }
+    check_nodes(path, nodes)?;
+    let arcs = pairs.len() as u64;
+    let (lo, hi) = block_range(nodes, size, rank);
+    pairs.retain(|&(s, _)| (s as u64) >= lo && (s as u64) < hi);
+    Ok((
+        SourceInfo {
+            name: format!("tsv:{}", path.display()),
+            nodes,
+            arcs,
+        },
+        LocalRows::from_pairs(lo, hi, &pairs),
+    ))
+}
+
+/// Read a Matrix Market coordinate file, keeping the rows of block `rank` of `size`.
+pub fn read_mtx(path: &Path, rank: usize, size: usize) -> Result<(SourceInfo, LocalRows)> {
+    let perr = |line: u64, msg: String| Error::Parse {
+        path: path.into(),
+        line,
+        msg,
+    };
+    let mut symmetric = false;
+    let mut header: Option<(u64, u64, u64)> = None;
+    let mut pairs: Vec<(u32, u32)> = Vec::new();
+    let mut entries = 0u64;
+    let mut last_line = 0u64;
+    for_each_line(path, |line_no, line| {
+        last_line = line_no;
+        if line_no == 1 {
+            let l = line.to_ascii_lowercase();
+            let f: Vec<&str> = l.split_ascii_whitespace().collect();
+            if f.len() < 5 || f[0] != "%%matrixmarket" || f[1] != "matrix" {
+                return Err(perr(line_no, "not a Matrix Market file: the first line must be '%%MatrixMarket matrix coordinate ...'".into()));
+            }
+            if f[2] != "coordinate" {
+                return Err(perr(
+                    line_no,
+                    format!(
+                        "'{}' format: only 'coordinate' (sparse) matrices are graphs",
+                        f[2]
+                    ),
+                ));
+            }
+            if !matches!(f[3], "pattern" | "integer" | "real") {
+                return Err(perr(
+                    line_no,
+                    format!("field '{}': expected pattern, integer or real", f[3]),
+                ));
+            }
+            symmetric = match f[4] {
+                "general" => false,
+                "symmetric" => true,
+                other => {
+                    return Err(perr(
+                        line_no,
+                        format!("symmetry '{other}': expected general or symmetric"),
+                    ))
+                }
+            };
+            return Ok(());
+        }
+        let t = line.trim();
+        if t.is_empty() || t.starts_with('%') {
+            return Ok(());
+        }
+        let mut it = t.split_ascii_whitespace();
+        match header {
+            None => {
+                let mut num = |what: &str| parse_id(path, line_no, it.next(), what);
+                let (r, c, nnz) = (num("row count")?, num("column count")?, num("entry count")?);
+                header = Some((r, c, nnz));
+            }
+            Some((rows, cols, nnz)) => {
+                if entries == nnz {
+                    return Err(perr(
+                        line_no,
+                        format!("more entries than the {nnz} the size line declares"),
+                    ));
+                }
+                let i = parse_id(path, line_no, it.next(), "row index")?;
+                let j = parse_id(path, line_no, it.next(), "column index")?;
+                if i == 0 || i > rows || j == 0 || j > cols {
+                    return Err(perr(line_no, format!("entry ({i}, {j}) outside the declared {rows} x {cols} matrix (indices are 1-based)")));
+                }
+                entries += 1;
+                let (s, d) = ((i - 1) as u32, (j - 1) as u32);
+                pairs.push((s, d));
+                if symmetric && s != d {
+                    pairs.push((d, s));
+                }
+            }
+        }
+        Ok(())
+    })?;
+    let (rows, cols, nnz) =
+        header.ok_or_else(|| Error::input(path, "no size line: the file is empty or truncated"))?;
+    if entries != nnz {
+        return Err(perr(
+            last_line,
+            format!("the size line declares {nnz} entries but the file has {entries}: truncated"),
+        ));
+    }
+    let nodes = rows.max(cols);
+    if pairs.is_empty() {
+        return Err(Error::input(path, "the graph has no arcs"));
+    }
+    check_nodes(path, nodes)?;
+    let arcs = pairs.len() as u64;
+    let (lo, hi) = block_range(nodes, size, rank);
+    pairs.retain(|&(s, _)| (s as u64) >= lo && (s as u64) < hi);
+    Ok((
+        SourceInfo {
+            name: format!("mtx:{}", path.display()),
+            nodes,
+            arcs,
+        },
+        LocalRows::from_pairs(lo, hi, &pairs),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::File::create(&p)
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+        p
+    }
+
+    #[test]
+    fn tsv_reads_comments_tabs_and_blocks() {
+        let d = tempfile::tempdir().unwrap();
+        let p = write(d.path(), "g.txt", "# c\n0\t1\n1 2\n\n% x\n3  0\n");
+        let (info, all) = read_tsv(&p, 0, 1).unwrap();
+        assert_eq!((info.nodes, info.arcs), (4, 3));
+        assert_eq!(all.row(0), &[1]);
+        assert_eq!(all.row(3), &[0]);
+        let (_, second) = read_tsv(&p, 1, 2).unwrap();
+        assert_eq!(second.lo, 2);
+        assert_eq!(second.num_arcs(), 1);
+    }
+
+    #[test]
+    fn tsv_errors_name_the_line() {
+        let d = tempfile::tempdir().unwrap();
+        let p = write(d.path(), "g.txt", "0 1\n1 x\n");
+        let e = read_tsv(&p, 0, 1).unwrap_err().to_string();
+        assert!(
+            e.ends_with("g.txt:2: target \"x\" is not a non-negative integer"),
+            "{e}"
+        );
+        let p = write(d.path(), "h.txt", "0 1\n5000000000 1\n");
+        let e = read_tsv(&p, 0, 1).unwrap_err().to_string();
+        assert!(e.contains("h.txt:2:") && e.contains("does not fit"), "{e}");
+        let p = write(d.path(), "e.txt", "# nothing\n");
+        assert!(read_tsv(&p, 0, 1)
+            .unwrap_err()
+            .to_string()
+            .contains("no arcs"));
+    }
+
+    #[test]
+    fn tsv_gzip() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("g.txt.gz");
+        let mut w = flate2::write::GzEncoder::new(
+            std::fs::File::create(&p).unwrap(),
+            flate2::Compression::default(),
+        );
+        w.write_all(b"0 1\n1 0\n").unwrap();
+        w.finish().unwrap();
+        let (info, rows) = read_tsv(&p, 0, 1).unwrap();
+        assert_eq!((info.nodes, rows.num_arcs()), (2, 2));
+    }
+
+    #[test]
+    fn mtx_pattern_symmetric_and_truncated() {
+        let d = tempfile::tempdir().unwrap();
+        let p = write(
+            d.path(),
+            "g.mtx",
+            "%%MatrixMarket matrix coordinate pattern symmetric\n% c\n3 3 2\n2 1\n3 3\n",
+        );
+        let (info, rows) = read_mtx(&p, 0, 1).unwrap();
+        assert_eq!(info.nodes, 3);
+        assert_eq!(rows.row(0), &[1]);
+        assert_eq!(rows.row(1), &[0]);
+        assert_eq!(rows.row(2), &[2]);
+        let p = write(
+            d.path(),
+            "t.mtx",
+            "%%MatrixMarket matrix coordinate real general\n3 3 3\n1 2 0.5\n2 3 1.0\n",
+        );
+        let e = read_mtx(&p, 0, 1).unwrap_err().to_string();
+        assert!(e.contains("t.mtx:4:") && e.contains("truncated"), "{e}");
+        let p = write(
+            d.path(),
+            "o.mtx",
+            "%%MatrixMarket matrix coordinate pattern general\n2 2 1\n3 1\n",
+        );
+        let e = read_mtx(&p, 0, 1).unwrap_err().to_string();
+        assert!(e.contains("o.mtx:3:") && e.contains("outside"), "{e}");
+    }
+}

@@ -1,0 +1,119 @@
+//! Typed errors with context, and their mapping to the exit codes of DESIGN.md.
+
+use std::path::PathBuf;
+
+/// The exit codes that are the contract with Slurm and with users.
+pub mod exit {
+    pub const OK: i32 = 0;
+    pub const OTHER: i32 = 1;
+    pub const USAGE: i32 = 2;
+    pub const PREEMPTED: i32 = 75;
+    pub const HOLD: i32 = 76;
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Bad command line or configuration (exit 2).
+    #[error("{0}")]
+    Config(String),
+
+    /// Malformed input at a known line of a text file (exit 2).
+    #[error("{path}:{line}: {msg}")]
+    Parse {
+        path: PathBuf,
+        line: u64,
+        msg: String,
+    },
+
+    /// Bad or unusable input file or dataset (exit 2).
+    #[error("{path}: {msg}")]
+    Input { path: PathBuf, msg: String },
+
+    /// An HDF5 dataset that does not match the layout (exit 2).
+    #[error("{path}: dataset {dataset}: {msg}")]
+    Layout {
+        path: PathBuf,
+        dataset: String,
+        msg: String,
+    },
+
+    /// The output exists and `--force` was not given (exit 2).
+    #[error("{0}: output exists (pass --force to overwrite)")]
+    OutputExists(PathBuf),
+
+    /// Operating-system I/O with the path it concerned (exit 1).
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// HDF5 library failure with the file and object it concerned (exit 1).
+    #[error("{path}: {what}: {source}")]
+    Hdf5 {
+        path: PathBuf,
+        what: String,
+        #[source]
+        source: hdf5::Error,
+    },
+
+    /// Communication failure or a collective used wrongly (exit 1).
+    #[error("communicator: {0}")]
+    Comm(String),
+
+    /// Another rank failed; it printed the reason. Carries the agreed exit code.
+    #[error("stopping because rank {rank} failed (exit code {code})")]
+    Remote { rank: usize, code: i32 },
+}
+
+impl Error {
+    /// The process exit code for this error (DESIGN.md).
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Config(_)
+            | Error::Parse { .. }
+            | Error::Input { .. }
+            | Error::Layout { .. }
+            | Error::OutputExists(_) => exit::USAGE,
+            Error::Io { .. } | Error::Hdf5 { .. } | Error::Comm(_) => exit::OTHER,
+            Error::Remote { code, .. } => *code,
+        }
+    }
+
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub fn input(path: impl Into<PathBuf>, msg: impl Into<String>) -> Self {
+        Error::Input {
+            path: path.into(),
+            msg: msg.into(),
+        }
+    }
+
+    pub fn hdf5(path: impl Into<PathBuf>, what: impl Into<String>, source: hdf5::Error) -> Self {
+        Error::Hdf5 {
+            path: path.into(),
+            what: what.into(),
+            source,
+        }
+    }
+
+    pub fn layout(
+        path: impl Into<PathBuf>,
+        dataset: impl Into<String>,
+        msg: impl Into<String>,
+    ) -> Self {
+        Error::Layout {
+            path: path.into(),
+            dataset: dataset.into(),
+            msg: msg.into(),
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! The `torusrec` binary: initializes MPI, builds the torus, runs one subcommand and
+//! maps its result to the exit codes of DESIGN.md. Everything else is library code.
+
+use clap::Parser;
+use std::io::Write;
+use torusrec::cli::Cli;
+use torusrec::comm::mpi_backend::{MpiComm, MpiWorld};
+use torusrec::comm::{global_stats_summary, parse_torus, Comm};
+use torusrec::error::{exit, Error};
+use torusrec::metrics::human_bytes;
+
+fn main() {
+    std::process::exit(real_main());
+}
+
+/// The launcher's rank before MPI is up, to print command-line errors once.
+fn launcher_rank() -> usize {
+    [
+        "OMPI_COMM_WORLD_RANK",
+        "PMI_RANK",
+        "PMIX_RANK",
+        "SLURM_PROCID",
+    ]
+    .iter()
+    .find_map(|v| std::env::var(v).ok()?.parse().ok())
+    .unwrap_or(0)
+}
+
+fn init_logging(rank: usize, size: usize) {
+    let default = if rank == 0 { "info" } else { "warn" };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default))
+        .format(move |buf, rec| writeln!(buf, "[{rank}/{size}] {:<5} {}", rec.level(), rec.args()))
+        .init();
+}
+
+fn real_main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() {
+                exit::USAGE
+            } else {
+                exit::OK
+            };
+            if launcher_rank() == 0 {
+                let _ = e.print();
+            }
+            return code;
+        }
+    };
+    let world = match MpiWorld::init() {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("torusrec: {e}");
+            return exit::OTHER;
+        }
+    };
+    let (rank, size) = (world.rank(), world.size());
+    init_logging(rank, size);
+    let dims = match &cli.torus {
+        Some(spec) => match parse_torus(spec, size) {
+            Ok(d) => d,
+            Err(e) => {
+                // Identical on every rank: say it once.
+                if rank == 0 {
+                    eprintln!("torusrec: {e}");
+                }
+                return e.exit_code();
+            }
+        },
+        None => world.dims_create(2),
+    };
+    let comm = match world.into_torus(&dims) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("[{rank}/{size}] torusrec: {e}");
+            return exit::OTHER;
+        }
+    };
+    install_panic_abort(size);
+    log::debug!(
+        "torus {} coords {:?} neighbours {:?}",
+        comm.torus().shape(),
+        comm.torus().coords,
+        comm.torus().neighbours
+    );
+
+    let result = torusrec::app::run(&comm, &cli.command);
+    print_comm_summary(&comm);
+    match result {
+        Ok(()) => exit::OK,
+        Err(Error::Remote { code, .. }) => code,
+        Err(e) => {
+            eprintln!("[{rank}/{size}] torusrec: {}", error_chain(&e));
+            e.exit_code()
+        }
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        src = c.source();
+    }
+    s
+}
+
+/// A panic on one rank (a bug) must stop every rank, not leave them waiting in a
+/// collective: print it and abort the MPI job.
+fn install_panic_abort(size: usize) {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if torusrec::panic_guard::is_expected() {
+            return;
+        }
+        default(info);
+        if size > 1 {
+            MpiWorld::abort_world(exit::OTHER);
+        }
+    }));
+}
+
+/// Rank 0 prints the bytes, calls and time of every communication phase.
+fn print_comm_summary(comm: &MpiComm) {
+    if comm.size() == 1 {
+        return;
+    }
+    match global_stats_summary(comm) {
+        Ok(phases) if comm.rank() == 0 => {
+            for (name, s) in phases {
+                log::info!(
+                    "comm {name}: {} calls, {} sent, {} received (all ranks), {:.3} s (slowest rank)",
+                    s.calls,
+                    human_bytes(s.bytes_sent),
+                    human_bytes(s.bytes_recv),
+                    s.seconds
+                );
+            }
+        }
+        Ok(_) => {}
+        Err(e) => log::warn!("comm summary: {e}"),
+    }
+}
