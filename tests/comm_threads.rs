@@ -1,0 +1,246 @@
+//! Collective logic under the thread communicator at 1-4 ranks: closed-form answers,
+//! empty contributions, all-to-all-v and its inverse, the agreement protocol, and the
+//! distributed prepare pipeline giving the same dataset at every rank count.
+
+use torusrec::comm::threads::{run, run_on};
+use torusrec::comm::{selftest::global_selftest, Comm};
+use torusrec::data::graph::{block_range, LocalRows};
+use torusrec::data::prepare::global_prepare;
+use torusrec::data::readers::SourceInfo;
+use torusrec::error::Error;
+use torusrec::rng::SplitMix64;
+
+#[test]
+fn selftest_passes_at_1_to_4_ranks_and_on_3d_tori() {
+    for p in 1..=4 {
+        let lines = run(p, |c| global_selftest(&c).unwrap());
+        assert_eq!(lines[0].len(), p, "rank 0 reports every rank");
+        assert!(lines[1..].iter().all(|l| l.is_empty()));
+    }
+    let lines = run_on(&[2, 2, 2], |c| global_selftest(&c).unwrap());
+    assert_eq!(
+        lines[0][7],
+        "rank 7: coords [1, 1, 1], neighbours d0: -3 +3, d1: -5 +5, d2: -6 +6"
+    );
+}
+
+#[test]
+fn all_reduce_sums_in_closed_form() {
+    for p in 1..=4usize {
+        let out = run(p, |c| {
+            let r = c.rank() as u64;
+            let mut u = vec![r + 1, r * r, 7];
+            c.all_reduce_sum(&mut u);
+            let mut f = vec![0.5f32; 1000];
+            c.all_reduce_sum(&mut f);
+            (u, f[999], c.all_reduce_max(r * 3))
+        });
+        let p64 = p as u64;
+        for (u, f, m) in out {
+            assert_eq!(
+                u,
+                vec![
+                    p64 * (p64 + 1) / 2,
+                    (p64 - 1) * p64 * (2 * p64 - 1) / 6,
+                    7 * p64
+                ]
+            );
+            assert_eq!(f, 0.5 * p as f32);
+            assert_eq!(m, 3 * (p64 - 1));
+        }
+    }
+}
+
+#[test]
+fn all_to_all_v_random_counts_round_trip() {
+    for p in 1..=4usize {
+        run(p, |c| {
+            let mut rng = SplitMix64::new(100 + c.rank() as u64);
+            // Random sizes including zeros; rank 0 sends nothing at all.
+            let counts: Vec<usize> = (0..p)
+                .map(|_| {
+                    if c.rank() == 0 {
+                        0
+                    } else {
+                        rng.below(4) as usize * 17
+                    }
+                })
+                .collect();
+            let send: Vec<u64> = (0..counts.iter().sum::<usize>())
+                .map(|_| rng.next_u64())
+                .collect();
+            let got = c.all_to_all_v(&send, &counts).unwrap();
+            assert_eq!(got.counts.len(), p);
+            assert_eq!(got.counts[0], 0, "rank 0 sent nothing");
+            let back = c.all_to_all_v(&got.data, &got.counts).unwrap();
+            assert_eq!(back.data, send);
+            assert_eq!(back.counts, counts);
+        });
+    }
+}
+
+#[test]
+fn all_gather_v_with_empty_parts_and_byte_counters() {
+    for p in 1..=4usize {
+        let out = run(p, |c| {
+            let mine: Vec<f64> = (0..c.rank() % 2)
+                .map(|i| (c.rank() * 10 + i) as f64)
+                .collect();
+            let all = c.all_gather_v(&mine).unwrap();
+            (all, c.stats().total())
+        });
+        let want: Vec<f64> = (0..p)
+            .filter(|r| r % 2 == 1)
+            .map(|r| (r * 10) as f64)
+            .collect();
+        for (all, stats) in out {
+            assert_eq!(all.data, want);
+            assert_eq!(stats.calls, 1);
+            if p == 1 {
+                assert_eq!(stats.bytes_sent, 0);
+            }
+        }
+    }
+}
+
+#[test]
+fn agree_names_the_failing_rank_everywhere() {
+    let out = run(3, |c| {
+        let local = if c.rank() == 1 {
+            Err(Error::Config("bad on 1".into()))
+        } else {
+            Ok(())
+        };
+        c.agree(local)
+    });
+    assert!(matches!(&out[1], Err(Error::Config(m)) if m == "bad on 1"));
+    for r in [0, 2] {
+        assert!(
+            matches!(out[r], Err(Error::Remote { rank: 1, code: 2 })),
+            "{:?}",
+            out[r]
+        );
+    }
+    // Several failing ranks: only the lowest keeps its error.
+    let out = run(3, |c| {
+        c.agree::<()>(Err(Error::Config(format!("bad on {}", c.rank()))))
+    });
+    assert!(matches!(&out[0], Err(Error::Config(m)) if m == "bad on 0"));
+    assert!(matches!(out[2], Err(Error::Remote { rank: 0, code: 2 })));
+}
+
+#[test]
+#[should_panic]
+fn a_panicking_rank_does_not_hang_the_others() {
+    run(3, |c| {
+        if c.rank() == 2 {
+            panic!("boom");
+        }
+        c.barrier();
+    });
+}
+
+/// A random graph with hubs, self-loops and duplicates.
+fn random_graph(n: u64, seed: u64) -> Vec<(u32, u32)> {
+    let mut rng = SplitMix64::new(seed);
+    let mut arcs = Vec::new();
+    for u in 0..n {
+        let d = if u % 17 == 0 { 60 } else { rng.below(12) };
+        for _ in 0..d {
+            let v = if rng.below(3) == 0 {
+                rng.below(10)
+            } else {
+                rng.below(n)
+            };
+            arcs.push((u as u32, v as u32));
+        }
+    }
+    arcs
+}
+
+#[test]
+fn prepare_is_the_same_at_every_rank_count() {
+    let n = 600;
+    let arcs = random_graph(n, 4);
+    let info = SourceInfo {
+        name: "test".into(),
+        nodes: n,
+        arcs: arcs.len() as u64,
+    };
+    for k in [0, 1, 3] {
+        let reference = run(1, |c| {
+            let rows = LocalRows::from_pairs(0, n, &arcs);
+            global_prepare(&c, &info, rows, k, 9).unwrap()
+        })
+        .remove(0);
+        for p in 2..=4 {
+            let parts = run(p, |c| {
+                let (lo, hi) = block_range(n, p, c.rank());
+                let mine: Vec<(u32, u32)> = arcs
+                    .iter()
+                    .copied()
+                    .filter(|&(s, _)| (s as u64) >= lo && (s as u64) < hi)
+                    .collect();
+                global_prepare(&c, &info, LocalRows::from_pairs(lo, hi, &mine), k, 9).unwrap()
+            });
+            // Concatenating the ranks' parts gives the single-rank answer.
+            let (meta, one) = &reference;
+            assert!(parts.iter().all(|(m, _)| m == meta));
+            let cat = |f: &dyn Fn(&torusrec::data::prepare::LocalSplit) -> Vec<Vec<u32>>| -> Vec<Vec<u32>> {
+                parts.iter().flat_map(|(_, s)| f(s)).collect()
+            };
+            let rows_of = |r: &LocalRows| {
+                (0..r.num_rows())
+                    .map(|i| r.row(i).to_vec())
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(
+                cat(&|s| rows_of(&s.train)),
+                rows_of(&one.train),
+                "train, K={k}, P={p}"
+            );
+            assert_eq!(
+                cat(&|s| rows_of(&s.train_t)),
+                rows_of(&one.train_t),
+                "train_t, K={k}, P={p}"
+            );
+            assert_eq!(cat(&|s| vec![s.test_rows.clone()]).concat(), one.test_rows);
+            assert_eq!(cat(&|s| rows_of(&s.holdout)), rows_of(&one.holdout));
+            assert_eq!(cat(&|s| rows_of(&s.fold)), rows_of(&one.fold));
+            let ids: Vec<u64> = parts.iter().flat_map(|(_, s)| s.node_ids.clone()).collect();
+            assert_eq!(ids, one.node_ids);
+        }
+    }
+}
+
+#[test]
+fn filter_that_empties_the_graph_fails_on_every_rank() {
+    let n = 50;
+    let arcs = random_graph(n, 1);
+    let info = SourceInfo {
+        name: "tiny".into(),
+        nodes: n,
+        arcs: arcs.len() as u64,
+    };
+    let out = run(2, |c| {
+        let (lo, hi) = block_range(n, 2, c.rank());
+        let mine: Vec<(u32, u32)> = arcs
+            .iter()
+            .copied()
+            .filter(|&(s, _)| (s as u64) >= lo && (s as u64) < hi)
+            .collect();
+        global_prepare(
+            &c,
+            &info,
+            LocalRows::from_pairs(lo, hi, &mine),
+            1_000_000,
+            1,
+        )
+        .map(|_| ())
+    });
+    for r in out {
+        let e = r.unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.to_string().contains("empty graph"), "{e}");
+    }
+}
