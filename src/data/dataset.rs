@@ -250,6 +250,45 @@ fn write_part(
     h5(tmp, "close", f.close())
 }
 
+/// Read elements `lo..hi` of a 1-D dataset, checking its element type.
+pub fn read_range<T: H5Type>(
+    f: &hdf5::File,
+    path: &Path,
+    name: &str,
+    lo: u64,
+    hi: u64,
+) -> Result<Vec<T>> {
+    let ds = f
+        .dataset(name)
+        .map_err(|_| Error::layout(path, name, "missing"))?;
+    let len = ds.size() as u64;
+    if lo > hi || hi > len {
+        return Err(Error::layout(
+            path,
+            name,
+            format!("range {lo}..{hi} outside its {len} entries"),
+        ));
+    }
+    if lo == hi {
+        return Ok(Vec::new());
+    }
+    let want = T::type_descriptor();
+    let have = ds
+        .dtype()
+        .and_then(|t| t.to_descriptor())
+        .map_err(|e| Error::layout(path, name, format!("unreadable type: {e}")))?;
+    if have != want {
+        return Err(Error::layout(
+            path,
+            name,
+            format!("element type {have}, expected {want}"),
+        ));
+    }
+    ds.read_slice_1d::<T, _>(lo as usize..hi as usize)
+        .map(|a| a.into_raw_vec_and_offset().0)
+        .map_err(|e| Error::layout(path, name, format!("unreadable: {e}")))
+}
+
 /// A prepared dataset read whole into memory (for `inspect` and tests).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Dataset {

@@ -4,5 +4,4 @@ pub mod dataset;
 pub mod graph;
 pub mod prepare;
 pub mod readers;
-#[path = "gen_stub.rs"]
 pub mod webgraph_gen;

@@ -1,0 +1,338 @@
+//! Running the `torusrec` binary from integration tests, directly or under
+//! `mpirun`, always under a timeout (after ripgrep's `tests/util.rs`).
+
+#![allow(dead_code)]
+
+use std::ffi::{OsStr, OsString};
+use std::io::Read;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// No single run may take longer than this; a hang fails the test instead of the CI job.
+pub const TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The binary under test, built by cargo for this integration test.
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_torusrec"))
+}
+
+/// The bundled cnr-2000 graph (a BV basename).
+pub fn cnr2000() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/cnr-2000/cnr-2000")
+}
+
+/// A scratch directory, removed when dropped.
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("torusrec-cli-")
+        .tempdir()
+        .expect("create a temporary directory")
+}
+
+/// `1,234,567` style grouping, as the binary prints counts.
+pub fn group(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+/// How the binary is started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Launcher {
+    /// `torusrec ...` (an MPI singleton).
+    Direct,
+    /// `mpirun --oversubscribe --bind-to none -np N torusrec ...`.
+    Mpirun(usize),
+}
+
+/// One invocation of the binary under test.
+#[derive(Debug, Clone)]
+pub struct TestCommand {
+    launcher: Launcher,
+    args: Vec<OsString>,
+    cwd: Option<PathBuf>,
+    timeout: Duration,
+    rank_codes: Option<PathBuf>,
+}
+
+/// What a finished run produced.
+#[derive(Debug, Clone)]
+pub struct Output {
+    /// The exit code (128 + signal if the process was killed by a signal).
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+    /// The command line, for failure messages.
+    pub command: String,
+}
+
+impl TestCommand {
+    /// Run the binary directly.
+    pub fn direct() -> Self {
+        Self::new(Launcher::Direct)
+    }
+
+    /// Run the binary under `mpirun` with `np` ranks.
+    pub fn mpirun(np: usize) -> Self {
+        Self::new(Launcher::Mpirun(np))
+    }
+
+    pub fn new(launcher: Launcher) -> Self {
+        Self {
+            launcher,
+            args: Vec::new(),
+            cwd: None,
+            timeout: TIMEOUT,
+            rank_codes: None,
+        }
+    }
+
+    pub fn arg(mut self, a: impl AsRef<OsStr>) -> Self {
+        self.args.push(a.as_ref().to_owned());
+        self
+    }
+
+    pub fn args<I, S>(mut self, it: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.args
+            .extend(it.into_iter().map(|a| a.as_ref().to_owned()));
+        self
+    }
+
+    pub fn current_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cwd = Some(dir.into());
+        self
+    }
+
+    pub fn timeout(mut self, t: Duration) -> Self {
+        self.timeout = t;
+        self
+    }
+
+    /// Under `mpirun`: wrap every rank in `sh` that writes the rank's exit code to
+    /// `dir/rank.R` and then exits 0 (so mpirun aborts nobody and every rank's own
+    /// code is seen; read them with [`rank_codes`]). A rank that hangs after another
+    /// has exited then shows up as a timeout.
+    pub fn record_rank_codes(mut self, dir: impl Into<PathBuf>) -> Self {
+        assert!(
+            matches!(self.launcher, Launcher::Mpirun(_)),
+            "rank codes are recorded only under mpirun"
+        );
+        self.rank_codes = Some(dir.into());
+        self
+    }
+
+    fn command(&self) -> Command {
+        let mut cmd = match self.launcher {
+            Launcher::Direct => {
+                let mut c = Command::new(bin());
+                c.args(&self.args);
+                c
+            }
+            Launcher::Mpirun(np) => {
+                let mut c = Command::new("mpirun");
+                c.args(["--oversubscribe", "--bind-to", "none", "-np"])
+                    .arg(np.to_string())
+                    .args(["-x", "OPENBLAS_NUM_THREADS"]);
+                if let Some(dir) = &self.rank_codes {
+                    let script = format!(
+                        "\"$@\"; echo $? > {}/rank.$OMPI_COMM_WORLD_RANK",
+                        shell_quote(dir)
+                    );
+                    c.args(["sh", "-c"]).arg(script).arg("sh");
+                }
+                c.arg(bin()).args(&self.args);
+                c
+            }
+        };
+        cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .env("OPENBLAS_NUM_THREADS", "1")
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Our own process group, so a hung run can be killed with its children.
+            .process_group(0);
+        if let Some(dir) = &self.cwd {
+            cmd.current_dir(dir);
+        }
+        cmd
+    }
+
+    /// The command line as a person would type it.
+    pub fn display(&self) -> String {
+        let c = self.command();
+        std::iter::once(c.get_program())
+            .chain(c.get_args())
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// Run to completion (or fail the test on timeout).
+    pub fn run(&self) -> Output {
+        let command = self.display();
+        let mut child = self
+            .command()
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start `{command}`: {e}"));
+        let out_rx = drain(child.stdout.take().expect("piped stdout"));
+        let err_rx = drain(child.stderr.take().expect("piped stderr"));
+        let start = Instant::now();
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(s)) => break s,
+                Ok(None) if start.elapsed() < self.timeout => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                Ok(None) => {
+                    kill_group(&mut child);
+                    let stdout = collect(&out_rx);
+                    let stderr = collect(&err_rx);
+                    panic!(
+                        "TIMEOUT: `{command}` did not finish within {:?} and was killed \
+                         (a hang, e.g. ranks waiting in a collective)\n\
+                         --- stdout ---\n{stdout}\n--- stderr ---\n{stderr}",
+                        self.timeout
+                    );
+                }
+                Err(e) => panic!("waiting for `{command}`: {e}"),
+            }
+        };
+        let code = status
+            .code()
+            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+        Output {
+            code,
+            stdout: collect(&out_rx),
+            stderr: collect(&err_rx),
+            command,
+        }
+    }
+}
+
+/// Read a pipe to its end on a thread (so a chatty child never blocks on a full pipe).
+fn drain(mut r: impl Read + Send + 'static) -> mpsc::Receiver<Vec<u8>> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = r.read_to_end(&mut buf);
+        let _ = tx.send(buf);
+    });
+    rx
+}
+
+fn collect(rx: &mpsc::Receiver<Vec<u8>>) -> String {
+    match rx.recv_timeout(Duration::from_secs(10)) {
+        Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+        Err(_) => "<output not closed: a leftover process still holds the pipe>".into(),
+    }
+}
+
+/// SIGTERM to the child's process group (mpirun then stops its ranks), SIGKILL after 5 s.
+fn kill_group(child: &mut Child) {
+    let group = format!("-{}", child.id());
+    let signal = |sig: &str| {
+        let _ = Command::new("kill")
+            .args([sig, "--", &group])
+            .stderr(Stdio::null())
+            .status();
+    };
+    signal("-TERM");
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(5) {
+        if let Ok(Some(_)) = child.try_wait() {
+            signal("-KILL");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    signal("-KILL");
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn shell_quote(p: &Path) -> String {
+    format!("'{}'", p.to_string_lossy().replace('\'', r"'\''"))
+}
+
+/// The exit codes recorded by [`TestCommand::record_rank_codes`] (None: the rank
+/// wrote nothing).
+pub fn rank_codes(dir: &Path, np: usize) -> Vec<Option<i32>> {
+    (0..np)
+        .map(|r| {
+            std::fs::read_to_string(dir.join(format!("rank.{r}")))
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+        })
+        .collect()
+}
+
+impl Output {
+    /// The whole run, for assertion messages.
+    pub fn dump(&self) -> String {
+        format!(
+            "`{}` exited {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.command, self.code, self.stdout, self.stderr
+        )
+    }
+
+    /// Assert the exit code; returns self for chaining.
+    #[track_caller]
+    pub fn expect_code(&self, want: i32) -> &Self {
+        assert_eq!(
+            self.code,
+            want,
+            "wrong exit code (want {want})\n{}",
+            self.dump()
+        );
+        self
+    }
+
+    /// Assert that stdout contains every needle.
+    #[track_caller]
+    pub fn stdout_has(&self, needles: &[&str]) -> &Self {
+        for n in needles {
+            assert!(
+                self.stdout.contains(n),
+                "stdout lacks {n:?}\n{}",
+                self.dump()
+            );
+        }
+        self
+    }
+
+    /// Assert that stderr contains every needle.
+    #[track_caller]
+    pub fn stderr_has(&self, needles: &[&str]) -> &Self {
+        for n in needles {
+            assert!(
+                self.stderr.contains(n),
+                "stderr lacks {n:?}\n{}",
+                self.dump()
+            );
+        }
+        self
+    }
+
+    /// Assert that `needle` occurs exactly `n` times in stdout + stderr.
+    #[track_caller]
+    pub fn occurs(&self, needle: &str, n: usize) -> &Self {
+        let got = self.stdout.matches(needle).count() + self.stderr.matches(needle).count();
+        assert_eq!(got, n, "{needle:?} printed {got} times\n{}", self.dump());
+        self
+    }
+}
