@@ -33,6 +33,8 @@ pub enum Command {
     /// Print a prepared dataset's sizes, degree statistics and split, and validate it
     /// against the layout (exit 2 if it does not match).
     Inspect(InspectArgs),
+    /// Train iALS (ALX objective) on a prepared dataset.
+    Als(AlsArgs),
     /// Check the communicator: collectives with answers known from rank and size,
     /// and each rank's torus coordinates and neighbours.
     Selftest,
@@ -111,4 +113,114 @@ pub struct GenerateWebgraphArgs {
 pub struct InspectArgs {
     /// A prepared dataset (.h5).
     pub path: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct AlsArgs {
+    /// Prepared dataset (.h5), from `prepare` or `generate webgraph`.
+    #[arg(long, value_name = "D.h5")]
+    pub data: PathBuf,
+    /// Embedding dimension d.
+    #[arg(long, default_value_t = 128)]
+    pub dim: usize,
+    /// Epochs (each solves rows, then columns).
+    #[arg(long, default_value_t = 16)]
+    pub epochs: usize,
+    /// lambda: regularization, scaled per row by (|I_u| + alpha0 * n).
+    #[arg(long, default_value_t = 0.01)]
+    pub reg: f32,
+    /// alpha0: the weight of every (unobserved) cell.
+    #[arg(long, value_name = "A0", default_value_t = 0.01)]
+    pub unobserved_weight: f32,
+    /// Row solver.
+    #[arg(long, value_enum, default_value_t = crate::als::SolverKind::Cg)]
+    pub solver: crate::als::SolverKind,
+    /// CG iterations per half-epoch.
+    #[arg(long, default_value_t = 3)]
+    pub cg_steps: usize,
+    /// Embedding exchange: deduplicated all-to-all, or ALX's all-gather baseline.
+    #[arg(long, value_enum, default_value_t = crate::als::ExchangeKind::Dedup)]
+    pub exchange: crate::als::ExchangeKind,
+    /// Rayon threads per rank (default: cores divided by the ranks on this node).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Evaluate Recall@20/50 every E epochs (0: only after the last).
+    #[arg(long, value_name = "E", default_value_t = 0)]
+    pub eval_every: usize,
+    /// Seed of the initial tables.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Initial values are N(0, (init_std / sqrt(d))^2).
+    #[arg(long, default_value_t = 0.1)]
+    pub init_std: f32,
+    /// Rows with more non-zeros are processed in parallel chunks of this many.
+    #[arg(long, default_value_t = 8192)]
+    pub hub_chunk: usize,
+    /// Write the trained tables /W and /H here (HDF5).
+    #[arg(long, value_name = "model.h5")]
+    pub out: Option<PathBuf>,
+    /// Append one JSON object per epoch (and a final one) to this file.
+    #[arg(long, value_name = "run.jsonl")]
+    pub metrics: Option<PathBuf>,
+    /// Overwrite an existing --out.
+    #[arg(long)]
+    pub force: bool,
+    /// A step (between preemption checks) covers about this many non-zeros.
+    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
+    pub step_nnz: u64,
+    /// Write checkpoints (and the training hold) into this directory.
+    #[arg(long, value_name = "DIR")]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Checkpoint every N half-epochs (0: only on preemption and at the end).
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub checkpoint_every: u64,
+    /// Keep the newest K checkpoints.
+    #[arg(long, value_name = "K", default_value_t = 3)]
+    pub keep: usize,
+    /// `auto`: continue from the newest checkpoint in --checkpoint-dir (fresh if none);
+    /// or a checkpoint file.
+    #[arg(long, value_name = "auto|PATH")]
+    pub resume: Option<String>,
+    /// Start even though HOLD.json is in the checkpoint directory (it is kept, renamed).
+    #[arg(long)]
+    pub release_hold: bool,
+    /// Wait up to SECS for the dataset to appear (or finish being written).
+    #[arg(long, value_name = "SECS", default_value_t = 0.0)]
+    pub wait_for_data: f64,
+}
+
+impl AlsArgs {
+    /// The training configuration (validated later, on every rank).
+    pub fn to_config(&self) -> crate::als::AlsConfig {
+        crate::als::AlsConfig {
+            data: self.data.clone(),
+            dim: self.dim,
+            epochs: self.epochs,
+            reg: self.reg,
+            unobserved_weight: self.unobserved_weight,
+            solver: self.solver,
+            cg_steps: self.cg_steps,
+            exchange: self.exchange,
+            eval_every: self.eval_every,
+            seed: self.seed,
+            init_std: self.init_std,
+            hub_chunk: self.hub_chunk,
+            out: self.out.clone(),
+            metrics: self.metrics.clone(),
+            force: self.force,
+            step_nnz: self.step_nnz,
+            checkpoint: crate::als::CheckpointConfig {
+                dir: self.checkpoint_dir.clone(),
+                every: self.checkpoint_every,
+                keep: self.keep,
+                resume: match self.resume.as_deref() {
+                    None => crate::als::Resume::No,
+                    Some("auto") => crate::als::Resume::Auto,
+                    Some(p) => crate::als::Resume::Path(PathBuf::from(p)),
+                },
+                release_hold: self.release_hold,
+                wait_for_data: self.wait_for_data,
+            },
+        }
+    }
 }

@@ -64,6 +64,15 @@ pub enum Error {
     #[error("communicator: {0}")]
     Comm(String),
 
+    /// A permanent training error: NaN/Inf, divergence, a corrupt or mismatched
+    /// checkpoint, or a hold left by an earlier run (exit 76).
+    #[error("training hold: {0}")]
+    Hold(String),
+
+    /// Stopped on a preemption signal after writing a complete checkpoint (exit 75).
+    #[error("preempted: {0}")]
+    Preempted(String),
+
     /// Another rank failed; it printed the reason. Carries the agreed exit code.
     #[error("stopping because rank {rank} failed (exit code {code})")]
     Remote { rank: usize, code: i32 },
@@ -79,6 +88,8 @@ impl Error {
             | Error::Layout { .. }
             | Error::OutputExists(_) => exit::USAGE,
             Error::Io { .. } | Error::Hdf5 { .. } | Error::Comm(_) => exit::OTHER,
+            Error::Hold(_) => exit::HOLD,
+            Error::Preempted(_) => exit::PREEMPTED,
             Error::Remote { code, .. } => *code,
         }
     }

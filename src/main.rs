@@ -34,6 +34,15 @@ fn init_logging(rank: usize, size: usize) {
 }
 
 fn real_main() -> i32 {
+    torusrec::blas_single_thread();
+    // First of all, so that a preemption signal during start-up only sets the flag.
+    let preempt = match torusrec::ckpt::signals::Preemption::install() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("torusrec: cannot install signal handlers: {e}");
+            return exit::OTHER;
+        }
+    };
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -85,11 +94,18 @@ fn real_main() -> i32 {
         comm.torus().neighbours
     );
 
-    let result = torusrec::app::run(&comm, &cli.command);
+    let result = torusrec::app::run(&comm, &cli.command, preempt);
     print_comm_summary(&comm);
     match result {
         Ok(()) => exit::OK,
         Err(Error::Remote { code, .. }) => code,
+        // The same on every rank: say it once.
+        Err(e @ (Error::Preempted(_) | Error::Hold(_))) => {
+            if rank == 0 {
+                eprintln!("[{rank}/{size}] torusrec: {e}");
+            }
+            e.exit_code()
+        }
         Err(e) => {
             eprintln!("[{rank}/{size}] torusrec: {}", error_chain(&e));
             e.exit_code()

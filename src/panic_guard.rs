@@ -8,12 +8,12 @@ thread_local! {
     static EXPECTED: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Run `f`, returning `Err(())` if it panicked. The panic hook stays quiet meanwhile.
-pub fn catch<T>(f: impl FnOnce() -> T) -> Result<T, ()> {
+/// Run `f`, returning `None` if it panicked. The panic hook stays quiet meanwhile.
+pub fn catch<T>(f: impl FnOnce() -> T) -> Option<T> {
     let before = EXPECTED.with(|e| e.replace(true));
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
     EXPECTED.with(|e| e.set(before));
-    r.map_err(|_| ())
+    r.ok()
 }
 
 /// Whether the current thread is inside [`catch`].

@@ -34,7 +34,9 @@ pub fn owner_of(bounds: &[u64], id: u64) -> usize {
 /// `P * max(nnz_i) / sum(nnz_i)` (1 is perfect balance).
 pub fn imbalance(indptr: &[u64], bounds: &[u64]) -> f64 {
     let p = bounds.len() - 1;
-    let nnz: Vec<u64> = (0..p).map(|r| indptr[bounds[r + 1] as usize] - indptr[bounds[r] as usize]).collect();
+    let nnz: Vec<u64> = (0..p)
+        .map(|r| indptr[bounds[r + 1] as usize] - indptr[bounds[r] as usize])
+        .collect();
     let total: u64 = nnz.iter().sum();
     if total == 0 {
         return 1.0;
@@ -62,7 +64,10 @@ impl CsrShard {
     }
     /// Observed count of each local row.
     pub fn counts(&self) -> Vec<u32> {
-        self.indptr.windows(2).map(|w| (w[1] - w[0]) as u32).collect()
+        self.indptr
+            .windows(2)
+            .map(|w| (w[1] - w[0]) as u32)
+            .collect()
     }
 }
 
@@ -85,14 +90,26 @@ pub struct Shards {
     pub num_test: u64,
 }
 
-fn read_csr(f: &hdf5::File, path: &Path, name: &str, indptr_all: Option<&[u64]>, lo: u64, hi: u64) -> Result<CsrShard> {
+fn read_csr(
+    f: &hdf5::File,
+    path: &Path,
+    name: &str,
+    indptr_all: Option<&[u64]>,
+    lo: u64,
+    hi: u64,
+) -> Result<CsrShard> {
     let ip = match indptr_all {
         Some(all) => all[lo as usize..=hi as usize].to_vec(),
         None => read_range::<u64>(f, path, &format!("{name}/indptr"), lo, hi + 1)?,
     };
     let (a, b) = (ip[0], ip[ip.len() - 1]);
     let indices = read_range::<u32>(f, path, &format!("{name}/indices"), a, b)?;
-    Ok(CsrShard { lo, hi, indptr: ip.iter().map(|x| x - a).collect(), indices })
+    Ok(CsrShard {
+        lo,
+        hi,
+        indptr: ip.iter().map(|x| x - a).collect(),
+        indices,
+    })
 }
 
 /// Rank-local: read this rank's shards. Every rank reads the two `indptr` arrays
@@ -104,8 +121,22 @@ pub fn local_read_shards(path: &Path, rank: usize, size: usize) -> Result<Shards
     let col_ip = read_range::<u64>(&f, path, "train_t/indptr", 0, meta.num_cols + 1)?;
     let row_bounds = balance_by_nnz(&row_ip, size);
     let col_bounds = balance_by_nnz(&col_ip, size);
-    let rows = read_csr(&f, path, "train", Some(&row_ip), row_bounds[rank], row_bounds[rank + 1])?;
-    let cols = read_csr(&f, path, "train_t", Some(&col_ip), col_bounds[rank], col_bounds[rank + 1])?;
+    let rows = read_csr(
+        &f,
+        path,
+        "train",
+        Some(&row_ip),
+        row_bounds[rank],
+        row_bounds[rank + 1],
+    )?;
+    let cols = read_csr(
+        &f,
+        path,
+        "train_t",
+        Some(&col_ip),
+        col_bounds[rank],
+        col_bounds[rank + 1],
+    )?;
     let num_test = f
         .dataset("test/rows")
         .map(|d| d.size() as u64)
@@ -114,9 +145,18 @@ pub fn local_read_shards(path: &Path, rank: usize, size: usize) -> Result<Shards
     let test_rows = read_range::<u32>(&f, path, "test/rows", tlo, thi)?;
     let fold = read_csr(&f, path, "test/fold", None, tlo, thi)?;
     let holdout = read_csr(&f, path, "test/holdout", None, tlo, thi)?;
-    for (what, csr, bound) in [("train", &rows, meta.num_cols), ("train_t", &cols, meta.num_rows), ("test/fold", &fold, meta.num_cols), ("test/holdout", &holdout, meta.num_cols)] {
+    for (what, csr, bound) in [
+        ("train", &rows, meta.num_cols),
+        ("train_t", &cols, meta.num_rows),
+        ("test/fold", &fold, meta.num_cols),
+        ("test/holdout", &holdout, meta.num_cols),
+    ] {
         if let Some(&bad) = csr.indices.iter().find(|&&c| c as u64 >= bound) {
-            return Err(crate::error::Error::layout(path, format!("{what}/indices"), format!("id {bad} >= {bound}")));
+            return Err(crate::error::Error::layout(
+                path,
+                format!("{what}/indices"),
+                format!("id {bad} >= {bound}"),
+            ));
         }
     }
     Ok(Shards {

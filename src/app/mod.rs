@@ -2,6 +2,7 @@
 //! thread backend. Rank 0 prints ordinary output; configs are validated on every rank
 //! (identically) before the first collective that depends on them.
 
+pub mod als;
 pub mod inspect;
 pub mod prepare;
 
@@ -11,7 +12,11 @@ use crate::error::Result;
 
 /// Collective: every rank must call. Runs one subcommand; returns the lines rank 0
 /// printed (for tests), or an error with the agreed exit code on every rank.
-pub fn run<C: Comm>(comm: &C, command: &Command) -> Result<()> {
+pub fn run<C: Comm>(
+    comm: &C,
+    command: &Command,
+    preempt: crate::ckpt::signals::Preemption,
+) -> Result<()> {
     match command {
         Command::Prepare(args) => {
             let cfg = comm.agree(prepare::PrepareConfig::from_prepare_args(args))?;
@@ -21,6 +26,7 @@ pub fn run<C: Comm>(comm: &C, command: &Command) -> Result<()> {
             let cfg = comm.agree(prepare::PrepareConfig::from_generate_args(args))?;
             prepare::global_run(comm, &cfg).map(|_| ())
         }
+        Command::Als(args) => als::global_run(comm, args, preempt).map(|_| ()),
         Command::Inspect(args) => inspect::global_run(comm, &args.path).map(|_| ()),
         Command::Selftest => {
             let lines = crate::comm::selftest::global_selftest(comm)?;

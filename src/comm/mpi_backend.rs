@@ -273,6 +273,11 @@ impl Comm for MpiComm {
     }
     fn raw_broadcast<T: Elem>(&self, root: usize, buf: &mut [T]) -> Result<()> {
         count(buf.len(), "broadcast")?;
+        if buf.is_empty() {
+            // Every rank has the same length, so every rank returns here; MPI rejects
+            // the dangling pointer of an empty slice.
+            return Ok(());
+        }
         let root = self.cart.process_at_rank(root as Count);
         with_concrete!(T, T::KIND, |U| {
             // SAFETY: U is T (sealed kinds).

@@ -109,7 +109,7 @@ pub fn global_write_dataset<C: Comm>(
     let me = comm.rank();
 
     let created = if me == 0 {
-        create_layout(&tmp, meta, |f| total(f))
+        create_layout(&tmp, meta, total)
     } else {
         Ok(())
     };

@@ -76,7 +76,7 @@ pub fn global_prepare<C: Comm>(
     let local_kept: Vec<u8> = (0..rows.num_rows())
         .map(|i| {
             let u = rows.lo as usize + i;
-            let out = (rows.indptr[i + 1] - rows.indptr[i]) as u64;
+            let out = rows.indptr[i + 1] - rows.indptr[i];
             u8::from(out >= min_links && in_deg[u] >= min_links)
         })
         .collect();
@@ -95,14 +95,18 @@ pub fn global_prepare<C: Comm>(
     }
     drop(kept);
     let num_kept = next;
-    if num_kept == 0 {
-        return Err(Error::Input {
+    // The same on every rank; agreeing prints it once.
+    let nonempty = if num_kept == 0 {
+        Err(Error::Input {
             path: info.name.clone().into(),
             msg: format!(
                 "no node has at least {min_links} in-links and {min_links} out-links: the filter leaves an empty graph"
             ),
-        });
-    }
+        })
+    } else {
+        Ok(())
+    };
+    comm.agree(nonempty)?;
 
     // 4. Filter and renumber the owned rows.
     let block_lo = rows.lo as usize;
@@ -134,12 +138,15 @@ pub fn global_prepare<C: Comm>(
         comm.all_reduce_sum(&mut a);
         a[0]
     };
-    if num_arcs == 0 {
-        return Err(Error::Input {
+    let has_arcs = if num_arcs == 0 {
+        Err(Error::Input {
             path: info.name.clone().into(),
             msg: format!("the filter with K = {min_links} keeps {num_kept} nodes but no arcs"),
-        });
-    }
+        })
+    } else {
+        Ok(())
+    };
+    comm.agree(has_arcs)?;
 
     // Split.
     let is_test = global_select_test_rows(comm, &filtered, seed)?;
@@ -147,9 +154,9 @@ pub fn global_prepare<C: Comm>(
     let mut test_rows = Vec::new();
     let mut fold_rows = Vec::new();
     let mut holdout_rows = Vec::new();
-    for i in 0..filtered.num_rows() {
+    for (i, &test) in is_test.iter().enumerate() {
         let row = filtered.row(i);
-        if !is_test[i] {
+        if !test {
             train_rows.push(row.to_vec());
             continue;
         }

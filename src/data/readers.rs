@@ -26,8 +26,11 @@ pub struct SourceInfo {
     pub arcs: u64,
 }
 
+/// The largest node id accepted (ids are stored as u32; `u32::MAX` marks "none").
+pub const MAX_ID: u64 = u32::MAX as u64 - 2;
+
 fn check_nodes(path: &Path, nodes: u64) -> Result<()> {
-    if nodes >= u32::MAX as u64 {
+    if nodes > MAX_ID + 1 {
         return Err(Error::input(
             path,
             format!("{nodes} nodes: torusrec stores node ids as u32 and supports fewer than 2^32 - 1 nodes"),
@@ -120,8 +123,8 @@ pub fn read_bv(basename: &Path, rank: usize, size: usize) -> Result<(SourceInfo,
         })
     });
     let rows = match decoded {
-        Ok(r) => r?,
-        Err(_) => {
+        Some(r) => r?,
+        None => {
             return Err(Error::input(
                 &graph_path,
                 "the BV decoder failed: the file is truncated or corrupt",
@@ -139,7 +142,11 @@ pub fn read_bv(basename: &Path, rank: usize, size: usize) -> Result<(SourceInfo,
 }
 
 fn open_text(path: &Path) -> Result<Box<dyn BufRead>> {
-    let f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    if !path.is_file() {
+        return Err(Error::input(path, "no such file"));
+    }
+    let f =
+        std::fs::File::open(path).map_err(|e| Error::input(path, format!("cannot open: {e}")))?;
     let gz = path.extension().is_some_and(|e| e == "gz");
     let r: Box<dyn Read> = if gz {
         Box::new(flate2::read::MultiGzDecoder::new(f))
@@ -205,11 +212,11 @@ pub fn read_tsv(path: &Path, rank: usize, size: usize) -> Result<(SourceInfo, Lo
             });
         }
         for id in [s, d] {
-            if id >= u32::MAX as u64 {
+            if id > MAX_ID {
                 return Err(Error::Parse {
                     path: path.into(),
                     line: line_no,
-                    msg: format!("node id {id} does not fit: ids must be below {}", u32::MAX),
+                    msg: format!("node id {id} does not fit: ids must be at most {MAX_ID}"),
                 });
             }
         }

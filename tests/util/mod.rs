@@ -177,7 +177,16 @@ impl TestCommand {
         let c = self.command();
         std::iter::once(c.get_program())
             .chain(c.get_args())
-            .map(|a| a.to_string_lossy().into_owned())
+            .map(|a| {
+                let a = a.to_string_lossy();
+                if a.is_empty()
+                    || a.contains(|c: char| !c.is_ascii_alphanumeric() && !"-_./=:,".contains(c))
+                {
+                    shell_quote(Path::new(&*a))
+                } else {
+                    a.into_owned()
+                }
+            })
             .collect::<Vec<_>>()
             .join(" ")
     }

@@ -1,0 +1,276 @@
+#!/usr/bin/env bash
+# End-to-end preemption test on a real one-node Slurm (scripts/slurm-local.sh):
+#   1. start Slurm, build the release binary, prepare cnr-2000 K=10;
+#   2. reference: an uninterrupted 2-rank `torusrec als` run (no Slurm) -> its checksum;
+#   3. submit jobs/als_webgraph.sbatch (2 ranks, same flags); once it runs and has written
+#      a first checkpoint, `scancel --signal=USR1 --batch` it (what `--signal=B:USR1@120`
+#      does before the time limit);
+#   4. expect: the ranks exit 75, the script requeues the job, Slurm restarts it
+#      (Restarts=1), the resumed run finishes with exit 0, and its `final:` checksum equals
+#      the reference's (bitwise-exact resume).
+# Needs root (Slurm runs as root here). Prints PASS/FAIL per check, ends with
+# "N passed, M failed", exits non-zero on any failure. Slurm is always stopped at the end.
+#
+# Environment: TORUSREC (binary; default: cargo build --release and use target/release),
+#   TEST_SLURM_EPOCHS (default 40), TEST_SLURM_DIM (128), TEST_SLURM_STEP_NNZ (100000): about
+#   30 s per run on 2 cores; TEST_SLURM_SIGNAL_AT (seconds into the job's run to signal it,
+#   default a third of the reference run's time, at least once a checkpoint exists),
+#   TEST_SLURM_BUDGET (seconds for everything after the build, default 290),
+#   TEST_SLURM_KEEP=1 keeps the work directory on success, SLURM_LOCAL_DIR (slurm-local.sh).
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
+REPO=$(pwd)
+
+EPOCHS="${TEST_SLURM_EPOCHS:-40}"
+DIM="${TEST_SLURM_DIM:-128}"
+STEP_NNZ="${TEST_SLURM_STEP_NNZ:-100000}"
+BUDGET="${TEST_SLURM_BUDGET:-290}"
+RANKS=2
+THREADS=1   # bitwise equality holds at equal rank and thread counts: pin both
+
+passed=0
+failed=0
+jobid=""
+slurm_started=0
+work=""
+
+ts() { date +%H:%M:%S; }
+say() { echo "[$(ts)] test_slurm: $*"; }
+pass() { passed=$((passed + 1)); echo "PASS: $*"; }
+fail() { failed=$((failed + 1)); echo "FAIL: $*"; }
+now() { date +%s.%N; }
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
+
+# --- cleanup: cancel the job, stop Slurm, summary line last -----------------------------
+finish() {
+    local rc=$?
+    trap - EXIT INT TERM
+    if [[ -n $jobid ]] && squeue -h -j "$jobid" 2>/dev/null | grep -q .; then
+        say "cancelling job $jobid"
+        scancel "$jobid" 2>/dev/null || true
+    fi
+    if ((slurm_started)); then
+        say "stopping Slurm"
+        scripts/slurm-local.sh stop || fail "slurm-local.sh stop"
+    fi
+    if [[ -n $work && -d $work ]]; then
+        if ((failed == 0)) && [[ -z ${TEST_SLURM_KEEP:-} ]]; then
+            rm -rf "$work"
+        else
+            say "work directory kept: $work"
+        fi
+    fi
+    ((failed == 0 && rc != 0)) && fail "aborted (exit $rc)"
+    echo "$passed passed, $failed failed"
+    ((failed == 0)) || exit 1
+    exit 0
+}
+trap finish EXIT
+trap 'say "interrupted"; exit 130' INT TERM
+
+# abort MSG: a check failed in a way that makes the later ones meaningless.
+abort() {
+    fail "$*"
+    exit 1
+}
+
+[[ $(id -u) -eq 0 ]] || abort "must run as root (the local Slurm runs as root)"
+
+# --- Slurm --------------------------------------------------------------------------------
+say "starting the local Slurm"
+if ! conf_line=$(timeout 300 scripts/slurm-local.sh start); then
+    slurm_started=1   # whatever half of it started, stop it
+    abort "Slurm did not start (scripts/slurm-local.sh start failed; its messages are above)"
+fi
+slurm_started=1
+eval "$conf_line"
+[[ -n ${SLURM_CONF:-} && -f $SLURM_CONF ]] || abort "slurm-local.sh printed no SLURM_CONF ($conf_line)"
+pass "local Slurm is up (SLURM_CONF=$SLURM_CONF)"
+
+# --- binary ---------------------------------------------------------------------------------
+if [[ -z ${TORUSREC:-} ]]; then
+    if ! command -v cargo >/dev/null 2>&1 && [[ -f "${CARGO_HOME:-$HOME/.cargo}/env" ]]; then
+        # shellcheck disable=SC1091
+        . "${CARGO_HOME:-$HOME/.cargo}/env"
+    fi
+    say "cargo build --release"
+    timeout "${TEST_SLURM_BUILD_TIMEOUT:-1200}" cargo build --release \
+        || abort "cargo build --release failed"
+    TORUSREC="$REPO/target/release/torusrec"
+fi
+"$TORUSREC" als --help >/dev/null 2>&1 || abort "$TORUSREC has no working 'als' subcommand"
+pass "binary $TORUSREC"
+
+# Everything from here on runs within BUDGET seconds.
+deadline=$((SECONDS + BUDGET))
+left() { local l=$((deadline - SECONDS)); ((l > 1)) && echo "$l" || echo 1; }
+# tmo LIMIT: the smaller of LIMIT and what is left of the budget.
+tmo() { local l; l=$(left); ((l < $1)) && echo "$l" || echo "$1"; }
+
+if [[ $(id -u) -eq 0 ]]; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+export OPENBLAS_NUM_THREADS=1
+MPIRUN=(mpirun --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS -np "$RANKS")
+
+work=$(mktemp -d /tmp/torusrec-slurm-test.XXXXXX)
+say "work directory $work"
+
+# --- dataset --------------------------------------------------------------------------------
+data="$work/cnr-2000-k10.h5"
+if timeout "$(tmo 60)" "$TORUSREC" prepare --input tests/data/cnr-2000/cnr-2000 --format bv \
+    --min-links 10 --seed 42 --out "$data" >"$work/prepare.log" 2>&1; then
+    pass "prepared $data"
+else
+    cat "$work/prepare.log"
+    abort "torusrec prepare failed"
+fi
+
+# The same training flags for the reference and the job; only the paths differ.
+common=(--dim "$DIM" --epochs "$EPOCHS" --step-nnz "$STEP_NNZ" --threads "$THREADS")
+
+# --- reference: uninterrupted, no Slurm ----------------------------------------------------
+say "reference run: ${MPIRUN[*]} torusrec als ${common[*]}"
+t=$(now)
+timeout --kill-after=5 "$(tmo 120)" "${MPIRUN[@]}" "$TORUSREC" als --data "$data" "${common[@]}" \
+    --checkpoint-dir "$work/ckpt-ref" --resume auto --out "$work/ref.h5" >"$work/ref.log" 2>&1
+ref_rc=$?
+ref_secs=$(secs "$t" "$(now)")
+ref_sum=$(grep '^final:' "$work/ref.log" | grep -o 'checksum [0-9a-f]\{16\}' | awk '{print $2}' | tail -n1)
+if ((ref_rc == 0)) && [[ -n $ref_sum ]]; then
+    pass "reference run finished in ${ref_secs}s, checksum $ref_sum"
+else
+    tail -n 30 "$work/ref.log"
+    abort "reference run failed (exit $ref_rc)"
+fi
+
+# --- submit ---------------------------------------------------------------------------------
+joblog="$work/job.log"
+ckpt="$work/ckpt-job"
+jobid=$(env DATA="$data" RANKS="$RANKS" DIM="$DIM" EPOCHS="$EPOCHS" CKPT_DIR="$ckpt" OUT="$work/job.h5" \
+    EXTRA="--step-nnz $STEP_NNZ --threads $THREADS" TORUSREC="$TORUSREC" \
+    sbatch --parsable --ntasks="$RANKS" --job-name=torusrec-slurm-test --output="$joblog" \
+    jobs/als_webgraph.sbatch 2>"$work/sbatch.err")
+jobid=${jobid%%;*}
+if [[ $jobid =~ ^[0-9]+$ ]]; then
+    pass "submitted job $jobid"
+else
+    cat "$work/sbatch.err"
+    jobid=""
+    abort "sbatch failed"
+fi
+
+job_field() { scontrol show job "$jobid" 2>/dev/null | grep -o "\b$1=[^ ]*" | head -n1 | cut -d= -f2-; }
+show_state() {
+    scontrol show job "$jobid" 2>/dev/null | grep -E 'JobState|Restarts|ExitCode' | sed 's/^/    /'
+    echo "    --- $joblog"
+    sed 's/^/    /' "$joblog" 2>/dev/null | tail -n 40
+}
+
+# --- wait for RUNNING and a first checkpoint ----------------------------------------------
+first_ckpt() { find "$ckpt" -maxdepth 1 -name 'ckpt-*.h5' 2>/dev/null | sort | head -n1; }
+t_running=""
+until [[ -n $t_running && -n $(first_ckpt) ]]; do
+    st=$(job_field JobState)
+    [[ -z $t_running && $st == RUNNING ]] && t_running=$(now)
+    if ((SECONDS >= deadline)) || [[ $st =~ ^(COMPLETED|FAILED|CANCELLED|TIMEOUT|PENDING)$ && -n $t_running ]]; then
+        show_state
+        abort "job $jobid did not reach RUNNING with a checkpoint (state $st)"
+    fi
+    sleep 0.2
+done
+pass "job $jobid is RUNNING with a first checkpoint ($(basename "$(first_ckpt)"))"
+
+# Signal in the middle of the run (mid-epoch, between checkpoints), not at its start.
+signal_at="${TEST_SLURM_SIGNAL_AT:-$(awk -v r="$ref_secs" 'BEGIN { printf "%.1f", r / 3 }')}"
+pause=$(awk -v a="$signal_at" -v e="$(secs "$t_running" "$(now)")" 'BEGIN { p = a - e; printf "%.1f", (p > 0 ? p : 0) }')
+say "signalling ${signal_at}s into the run (in ${pause}s)"
+sleep "$pause"
+
+# --- preempt: SIGUSR1 to the batch shell ---------------------------------------------------
+t_sig=$(now)
+say "scancel --signal=USR1 --batch $jobid"
+scancel --signal=USR1 --batch "$jobid" || abort "scancel --signal=USR1 --batch $jobid failed"
+
+# The job script prints "preempted; ... (exit 75)" once mpirun has returned 75.
+until grep -q '(exit 75)' "$joblog" 2>/dev/null; do
+    if ((SECONDS >= deadline)) || grep -qE 'finished \(exit 0\)|failed \(exit|TRAINING HOLD' "$joblog"; then
+        show_state
+        abort "no exit 75 after the signal"
+    fi
+    sleep 0.1
+done
+t_75=$(now)
+pass "ranks checkpointed and exited 75 $(secs "$t_sig" "$t_75")s after the signal"
+grep -E 'preempted|checkpoint .* written' "$joblog" | sed 's/^/    /'
+
+# --- the requeue: Restarts=1 and a second start --------------------------------------------
+until [[ $(job_field Restarts) == 1 ]]; do
+    if ((SECONDS >= deadline)); then
+        show_state
+        abort "job $jobid was not requeued (Restarts=$(job_field Restarts))"
+    fi
+    sleep 0.1
+done
+t_rq=$(now)
+if grep -q "requeued job $jobid" "$joblog"; then
+    pass "job script requeued job $jobid (scontrol requeue), Restarts=1"
+else
+    # Slurm may end the script (JOB REQUEUE) before it prints; Restarts=1 is what counts.
+    pass "job $jobid requeued, Restarts=1 (the script's confirmation line was cut by the requeue)"
+fi
+
+until grep -q 'restart 1 on' "$joblog" 2>/dev/null; do
+    if ((SECONDS >= deadline)); then
+        show_state
+        abort "requeued job $jobid did not start again (state $(job_field JobState), $(job_field Reason))"
+    fi
+    sleep 0.1
+done
+t_start=$(now)
+pass "job $jobid started again $(secs "$t_rq" "$t_start")s after the requeue"
+
+# --- the resumed run finishes -----------------------------------------------------------------
+while squeue -h -j "$jobid" 2>/dev/null | grep -q .; do
+    if ((SECONDS >= deadline)); then
+        show_state
+        abort "resumed job $jobid did not finish within the budget"
+    fi
+    sleep 0.5
+done
+t_end=$(now)
+state=$(job_field JobState)
+exitcode=$(job_field ExitCode)
+# The part of the log written by the second run.
+second=$(sed -n '/restart 1 on/,$p' "$joblog")
+if [[ $state == COMPLETED && $exitcode == 0:0 ]] && grep -q 'finished (exit 0)' <<<"$second"; then
+    pass "resumed run finished with exit 0 in $(secs "$t_start" "$t_end")s (JobState=$state ExitCode=$exitcode)"
+else
+    show_state
+    fail "resumed run did not finish cleanly (JobState=$state ExitCode=$exitcode)"
+fi
+
+if grep -q 'resumed from' <<<"$second"; then
+    pass "second run $(grep -o 'resumed from.*' <<<"$second" | head -n1)"
+else
+    fail "second run shows no sign of resuming from a checkpoint"
+fi
+
+first=$(sed '/restart 1 on/,$d' "$joblog")
+if grep -q '^final:' <<<"$first"; then
+    fail "the first run already finished (the signal came too late to test a resume)"
+fi
+
+job_sum=$(grep '^final:' <<<"$second" | grep -o 'checksum [0-9a-f]\{16\}' | awk '{print $2}' | tail -n1)
+if [[ -n $job_sum && $job_sum == "$ref_sum" ]]; then
+    pass "resumed checksum $job_sum equals the uninterrupted run's"
+else
+    show_state
+    fail "checksum after resume '${job_sum:-none}' != reference '$ref_sum'"
+fi
+
+say "timings: reference ${ref_secs}s; signal -> exit 75 $(secs "$t_sig" "$t_75")s;" \
+    "exit 75 -> Restarts=1 $(secs "$t_75" "$t_rq")s; requeue -> resumed start $(secs "$t_rq" "$t_start")s;" \
+    "resumed start -> done $(secs "$t_start" "$t_end")s; test body $((SECONDS - deadline + BUDGET))s"
+echo "--- job log ($joblog)"
+cat "$joblog"

@@ -1,0 +1,244 @@
+//! iALS checkpoints: both tables by global id plus a manifest with everything exact
+//! resume needs. Restores on any number of ranks; refuses (training hold) when the
+//! manifest, the data or a checksum does not match.
+
+use super::model::{global_write_tables, local_read_rows, read_str_attr, TablePart};
+use super::train::Trainer;
+use crate::ckpt::{self, SCHEMA};
+use crate::comm::Comm;
+use crate::data::dataset::open_h5;
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Where training stands: completed epochs, the half-epoch under way (0 rows, 1
+/// columns), completed steps of it and the rows of its solved side already done.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Position {
+    pub epoch: usize,
+    pub half: u8,
+    pub step: usize,
+    pub done: Vec<(u64, u64)>,
+    /// The loss after this epoch's row half, when `half == 1`.
+    pub loss_rows: Option<f64>,
+}
+
+/// What identifies the prepared data a checkpoint belongs to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DataIdentity {
+    pub num_rows: u64,
+    pub num_cols: u64,
+    pub train_nnz: u64,
+    pub split_seed: u64,
+    pub source: String,
+}
+
+/// A checksum per dataset of the file, by global id (independent of the rank count).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DatasetSum {
+    pub name: String,
+    pub rows: u64,
+    pub cols: usize,
+    pub checksum: String,
+}
+
+/// The manifest, stored as the JSON attribute `manifest` of the checkpoint file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub schema: u32,
+    pub workload: String,
+    pub config: super::AlsConfig,
+    pub config_hash: String,
+    pub data: DataIdentity,
+    pub position: Position,
+    pub global_step: u64,
+    pub steps_per_half: usize,
+    pub world_size: usize,
+    /// The seed every random value derives from (with the global id); iALS draws no
+    /// other random numbers, so this is its whole RNG state.
+    pub seed: u64,
+    pub datasets: Vec<DatasetSum>,
+    pub written_at: u64,
+}
+
+fn identity<C: Comm>(comm: &C, tr: &Trainer) -> DataIdentity {
+    let m = &tr.shards.meta;
+    let mut nnz = [tr.shards.rows.nnz()];
+    comm.all_reduce_sum(&mut nnz);
+    DataIdentity {
+        num_rows: m.num_rows,
+        num_cols: m.num_cols,
+        train_nnz: nnz[0],
+        split_seed: m.seed,
+        source: m.source.clone(),
+    }
+}
+
+fn global_sums<C: Comm>(comm: &C, w: u64, h: u64) -> [u64; 2] {
+    let mut c = [w, h];
+    comm.all_reduce_sum(&mut c);
+    c
+}
+
+/// Collective: every rank must call. Writes `ckpt-<step>.h5` atomically into the
+/// checkpoint directory, then applies the retention policy.
+pub fn global_write_checkpoint<C: Comm>(comm: &C, tr: &Trainer, step: u64) -> Result<PathBuf> {
+    let dir = tr
+        .cfg
+        .checkpoint
+        .dir
+        .clone()
+        .ok_or_else(|| Error::Config("no --checkpoint-dir".into()))?;
+    let path = dir.join(ckpt::file_name(step));
+    let (cw, ch) = tr.local_checksums();
+    let [sw, sh] = global_sums(comm, cw, ch);
+    let m = &tr.shards.meta;
+    let d = tr.cfg.dim;
+    let manifest = Manifest {
+        schema: SCHEMA,
+        workload: "als".into(),
+        config: tr.cfg.clone(),
+        config_hash: tr.cfg.result_hash(),
+        data: identity(comm, tr),
+        position: tr.pos.clone(),
+        global_step: step,
+        steps_per_half: tr.steps_per_half,
+        world_size: comm.size(),
+        seed: tr.cfg.seed,
+        datasets: vec![
+            DatasetSum {
+                name: "W".into(),
+                rows: m.num_rows,
+                cols: d,
+                checksum: format!("{sw:016x}"),
+            },
+            DatasetSum {
+                name: "H".into(),
+                rows: m.num_cols,
+                cols: d,
+                checksum: format!("{sh:016x}"),
+            },
+        ],
+        written_at: ckpt::now_secs(),
+    };
+    let json = serde_json::to_string(&manifest).map_err(|e| Error::Config(e.to_string()))?;
+    let tables = [
+        TablePart {
+            name: "W",
+            n: m.num_rows,
+            lo: tr.shards.rows.lo,
+            data: &tr.w,
+        },
+        TablePart {
+            name: "H",
+            n: m.num_cols,
+            lo: tr.shards.cols.lo,
+            data: &tr.h,
+        },
+    ];
+    global_write_tables(
+        comm,
+        &path,
+        d,
+        &tables,
+        &[("format", "torusrec-checkpoint".into()), ("manifest", json)],
+        &[],
+    )?;
+    let retained = if comm.rank() == 0 {
+        ckpt::apply_retention(&dir, tr.cfg.checkpoint.keep).map(|_| ())
+    } else {
+        Ok(())
+    };
+    comm.agree(retained)?;
+    if comm.rank() == 0 {
+        log::info!(
+            "checkpoint {} (epoch {}, half {}, step {})",
+            path.display(),
+            tr.pos.epoch,
+            tr.pos.half,
+            tr.pos.step
+        );
+    }
+    Ok(path)
+}
+
+/// Rank-local: read and check the manifest of `path` against this run.
+pub fn local_read_manifest(path: &Path) -> Result<Manifest> {
+    let f = open_h5(path).map_err(|e| Error::Hold(format!("checkpoint {e}")))?;
+    let format = read_str_attr(&f, path, "format")?;
+    if format != "torusrec-checkpoint" {
+        return Err(Error::Hold(format!(
+            "{}: not a torusrec checkpoint (format {format:?})",
+            path.display()
+        )));
+    }
+    let text = read_str_attr(&f, path, "manifest")?;
+    serde_json::from_str(&text)
+        .map_err(|e| Error::Hold(format!("{}: unreadable manifest: {e}", path.display())))
+}
+
+/// Collective: every rank must call. Read the checkpoint at `path` for this trainer's
+/// shards (any world size), verifying the manifest against the run and every
+/// dataset's checksum. Errors are `Error::Hold` (exit 76) with the file and dataset.
+pub fn global_restore<C: Comm>(
+    comm: &C,
+    tr: &Trainer,
+    path: &Path,
+) -> Result<(Manifest, Vec<f32>, Vec<f32>)> {
+    let _p = comm.stats().phase("io");
+    let d = tr.cfg.dim;
+    let want_data = identity(comm, tr);
+    let local = (|| -> Result<(Manifest, Vec<f32>, Vec<f32>)> {
+        let m = local_read_manifest(path)?;
+        let where_ = path.display();
+        if m.schema != SCHEMA || m.workload != "als" {
+            return Err(Error::Hold(format!(
+                "{where_}: schema {} workload {:?}, expected {SCHEMA} \"als\"",
+                m.schema, m.workload
+            )));
+        }
+        if m.config_hash != tr.cfg.result_hash() {
+            return Err(Error::Hold(format!(
+                "{where_}: the checkpoint's configuration (hash {}) differs from this run's ({}): dim, reg, unobserved weight, solver, CG steps, seed, init std, hub chunk and step size must match",
+                m.config_hash,
+                tr.cfg.result_hash()
+            )));
+        }
+        if m.data != want_data {
+            return Err(Error::Hold(format!(
+                "{where_}: written for data {:?}, but this run's data is {want_data:?}",
+                m.data
+            )));
+        }
+        if m.steps_per_half != tr.steps_per_half {
+            return Err(Error::Hold(format!(
+                "{where_}: {} steps per half-epoch, this run has {}",
+                m.steps_per_half, tr.steps_per_half
+            )));
+        }
+        let f = open_h5(path).map_err(|e| Error::Hold(format!("checkpoint {e}")))?;
+        let s = &tr.shards;
+        let w = local_read_rows(&f, path, "W", s.rows.lo, s.rows.hi, d)?;
+        let h = local_read_rows(&f, path, "H", s.cols.lo, s.cols.hi, d)?;
+        Ok((m, w, h))
+    })();
+    let (m, w, h) = comm.agree(local)?;
+    let cw = super::model::local_checksum(&w, tr.shards.rows.lo, d, 1);
+    let ch = super::model::local_checksum(&h, tr.shards.cols.lo, d, 2);
+    let [sw, sh] = global_sums(comm, cw, ch);
+    for (name, got) in [("W", sw), ("H", sh)] {
+        let want = m
+            .datasets
+            .iter()
+            .find(|x| x.name == name)
+            .map(|x| x.checksum.clone())
+            .unwrap_or_default();
+        if format!("{got:016x}") != want {
+            return Err(Error::Hold(format!(
+                "{}: dataset /{name}: checksum {got:016x} does not match the manifest's {want}: the file is corrupt",
+                path.display()
+            )));
+        }
+    }
+    Ok((m, w, h))
+}

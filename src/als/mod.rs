@@ -1,0 +1,166 @@
+//! ALX-style distributed iALS: rows and columns sharded by non-zeros, Gramians
+//! all-reduced once per half-epoch, the fixed table's needed rows moved by a
+//! deduplicating all-to-all (or ALX's all-gather, as the baseline), rows solved by
+//! batched CG or exact Cholesky, and exact Recall@K over the full test set.
+
+pub mod checkpoint;
+pub mod eval;
+pub mod exchange;
+pub mod model;
+pub mod shard;
+pub mod solve;
+pub mod train;
+
+pub use exchange::ExchangeKind;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+pub enum SolverKind {
+    /// Conjugate gradient warm-started from the current embedding (implicit matrix).
+    Cg,
+    /// Form A_u and solve it exactly (the reference).
+    Cholesky,
+}
+
+/// A validated training configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AlsConfig {
+    pub data: PathBuf,
+    pub dim: usize,
+    pub epochs: usize,
+    pub reg: f32,
+    pub unobserved_weight: f32,
+    pub solver: SolverKind,
+    pub cg_steps: usize,
+    pub exchange: ExchangeKind,
+    pub eval_every: usize,
+    pub seed: u64,
+    pub init_std: f32,
+    /// Rows longer than this have their observed term computed in parallel chunks.
+    pub hub_chunk: usize,
+    pub out: Option<PathBuf>,
+    pub metrics: Option<PathBuf>,
+    pub force: bool,
+    /// A step (the unit between preemption checks) covers about this many non-zeros
+    /// of a half-epoch; the count of steps depends only on the data.
+    pub step_nnz: u64,
+    pub checkpoint: CheckpointConfig,
+}
+
+/// Where to resume from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Resume {
+    /// Start fresh.
+    No,
+    /// The newest committed checkpoint in the directory, or fresh if there is none.
+    Auto,
+    /// This checkpoint file.
+    Path(PathBuf),
+}
+
+/// Checkpointing, preemption and hold settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointConfig {
+    pub dir: Option<PathBuf>,
+    /// Checkpoint every N half-epochs (0: only on preemption and at the end).
+    pub every: u64,
+    pub keep: usize,
+    pub resume: Resume,
+    pub release_hold: bool,
+    /// Wait up to this many seconds for the dataset to appear.
+    pub wait_for_data: f64,
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        Self {
+            dir: None,
+            every: 2,
+            keep: 3,
+            resume: Resume::No,
+            release_hold: false,
+            wait_for_data: 0.0,
+        }
+    }
+}
+
+impl AlsConfig {
+    /// Check values that do not depend on the data (rank-local, identical everywhere).
+    pub fn validate(&self) -> crate::Result<()> {
+        use crate::Error::Config;
+        if self.dim == 0 || self.dim > 4096 {
+            return Err(Config(format!(
+                "--dim {}: must be between 1 and 4096",
+                self.dim
+            )));
+        }
+        if self.epochs == 0 {
+            return Err(Config("--epochs 0: train at least one epoch".into()));
+        }
+        if !(self.reg.is_finite() && self.reg >= 0.0) {
+            return Err(Config(format!(
+                "--reg {}: must be a finite number >= 0",
+                self.reg
+            )));
+        }
+        if !(self.unobserved_weight.is_finite() && self.unobserved_weight >= 0.0) {
+            return Err(Config(format!(
+                "--unobserved-weight {}: must be a finite number >= 0",
+                self.unobserved_weight
+            )));
+        }
+        if self.reg == 0.0 && self.unobserved_weight == 0.0 {
+            return Err(Config(
+                "--reg 0 with --unobserved-weight 0 leaves the systems singular; make one positive"
+                    .into(),
+            ));
+        }
+        if self.solver == SolverKind::Cg && self.cg_steps == 0 {
+            return Err(Config("--cg-steps 0: CG needs at least one step".into()));
+        }
+        if !(self.init_std.is_finite() && self.init_std > 0.0) {
+            return Err(Config(format!(
+                "--init-std {}: must be positive",
+                self.init_std
+            )));
+        }
+        if self.step_nnz == 0 {
+            return Err(Config("--step-nnz 0: must be positive".into()));
+        }
+        if self.checkpoint.dir.is_none() && self.checkpoint.resume == Resume::Auto {
+            return Err(Config("--resume auto needs --checkpoint-dir".into()));
+        }
+        if let Resume::Path(p) = &self.checkpoint.resume {
+            if !p.is_file() {
+                return Err(Config(format!(
+                    "--resume {}: no such checkpoint file",
+                    p.display()
+                )));
+            }
+        }
+        if self.hub_chunk == 0 {
+            return Err(Config("--hub-chunk 0: must be positive".into()));
+        }
+        // A resumed run may overwrite the model its first attempt wrote.
+        if let Some(out) = &self.out {
+            if self.checkpoint.resume == Resume::No {
+                crate::data::dataset::check_output(out, self.force)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl AlsConfig {
+    /// A hash of the settings that change the numbers: resuming under another value
+    /// of any of them would not continue the same run.
+    pub fn result_hash(&self) -> String {
+        let key = serde_json::json!({
+            "dim": self.dim, "reg": self.reg, "unobserved_weight": self.unobserved_weight,
+            "solver": self.solver, "cg_steps": self.cg_steps, "seed": self.seed,
+            "init_std": self.init_std, "hub_chunk": self.hub_chunk, "step_nnz": self.step_nnz,
+        });
+        format!("{:016x}", crate::ckpt::hash_str(&key.to_string()))
+    }
+}

@@ -1,0 +1,810 @@
+//! The training loop: alternating half-epochs over the distributed tables, cut into
+//! steps (row batches) at whose boundaries the ranks agree on preemption and on
+//! non-finite values.
+
+use super::checkpoint::{global_restore, global_write_checkpoint, Manifest, Position};
+use super::eval::{EvalSet, Recall};
+use super::exchange::ExchangePlan;
+use super::model::{global_write_tables, local_checksum, TablePart};
+use super::shard::{balance_by_nnz, global_read_shards, CsrShard, Shards};
+use super::solve::{
+    all_pairs_term, cg_solve, cholesky_solve, gramian, local_loss_terms, RowsView, SolveParams,
+};
+use super::{AlsConfig, Resume, SolverKind};
+use crate::ckpt::{self, faults, signals::Preemption};
+use crate::comm::Comm;
+use crate::error::{Error, Result};
+use crate::rng::{stream, SplitMix64};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use std::time::Instant;
+
+/// Seconds per phase of one epoch (this rank's wall time; rank 0 reports its own).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct PhaseTimes {
+    pub gramian: f64,
+    pub exchange: f64,
+    pub solve: f64,
+    pub loss: f64,
+    pub eval: f64,
+    pub checkpoint: f64,
+}
+
+/// What one epoch did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EpochReport {
+    pub epoch: usize,
+    /// The loss after the row half-epoch and after the column half-epoch.
+    pub loss_rows: f64,
+    pub loss: f64,
+    pub recall: Option<Recall>,
+    pub seconds: f64,
+    pub edges_per_second: f64,
+    /// Bytes sent to other ranks by the embedding exchange this epoch, all ranks.
+    pub exchange_bytes: u64,
+    pub phases: PhaseTimes,
+}
+
+/// The end of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainReport {
+    pub epochs: Vec<EpochReport>,
+    pub recall: Option<Recall>,
+    pub loss: f64,
+    pub checksum: u64,
+    pub row_imbalance: f64,
+    pub col_imbalance: f64,
+    /// The epoch the run started from (0 when fresh).
+    pub resumed_from: Option<Position>,
+}
+
+/// Initial embedding of global id `id`: N(0, (init_std / sqrt(d))^2), from (seed, id).
+pub fn init_table(lo: u64, n: usize, d: usize, seed: u64, which: u64, init_std: f32) -> Vec<f32> {
+    let scale = init_std as f64 / (d as f64).sqrt();
+    let mut t = vec![0f32; n * d];
+    for (i, row) in t.chunks_exact_mut(d.max(1)).enumerate() {
+        let mut g = SplitMix64::for_id(seed, which, lo + i as u64);
+        for x in row {
+            *x = (g.next_normal() * scale) as f32;
+        }
+    }
+    t
+}
+
+/// One side of the alternation on this rank: the rows it solves, their observed ids as
+/// positions in the gathered fixed table, the plan that gathers it, and its steps.
+pub struct Side {
+    pub shard: CsrShard,
+    pub local: Vec<u32>,
+    pub plan: ExchangePlan,
+    pub counts: Vec<u32>,
+    /// `steps + 1` local row boundaries of the steps, balanced by non-zeros.
+    pub step_bounds: Vec<u64>,
+}
+
+impl Side {
+    fn global_build<C: Comm>(
+        comm: &C,
+        cfg: &AlsConfig,
+        shard: CsrShard,
+        fixed_bounds: &[u64],
+        steps: usize,
+    ) -> Result<Self> {
+        let mut local = shard.indices.clone();
+        let plan = ExchangePlan::global_build(comm, cfg.exchange, &mut local, fixed_bounds)?;
+        let counts = shard.counts();
+        let step_bounds = balance_by_nnz(&shard.indptr, steps);
+        Ok(Self {
+            shard,
+            local,
+            plan,
+            counts,
+            step_bounds,
+        })
+    }
+}
+
+/// Collective: every rank must call. The Gramian of a distributed table.
+pub fn global_gramian<C: Comm>(comm: &C, local: &[f32], d: usize) -> Vec<f64> {
+    let mut g = gramian(local, d);
+    let _p = comm.stats().phase("gramian");
+    comm.all_reduce_sum(&mut g);
+    g
+}
+
+fn reg_norms(table: &[f32], counts: &[u32], d: usize, alpha0: f32, n_other: f64) -> f64 {
+    table
+        .chunks_exact(d)
+        .zip(counts)
+        .map(|(x, &c)| {
+            (c as f64 + alpha0 as f64 * n_other)
+                * x.iter().map(|&v| v as f64 * v as f64).sum::<f64>()
+        })
+        .sum()
+}
+
+/// Intersect `[a, b)` with a sorted list of disjoint ranges; returns the parts of
+/// `[a, b)` *not* covered.
+pub fn uncovered(a: u64, b: u64, done: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut cur = a;
+    for &(x, y) in done {
+        if y <= cur || x >= b {
+            continue;
+        }
+        if x > cur {
+            out.push((cur, x.min(b)));
+        }
+        cur = cur.max(y);
+        if cur >= b {
+            break;
+        }
+    }
+    if cur < b {
+        out.push((cur, b));
+    }
+    out
+}
+
+/// Merge ranges into a sorted list of disjoint ones.
+pub fn merge_ranges(mut r: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    r.retain(|(a, b)| a < b);
+    r.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(r.len());
+    for (a, b) in r {
+        match out.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out
+}
+
+const STATUS_OK: u64 = 0;
+const STATUS_PREEMPT: u64 = 1;
+const STATUS_NONFINITE: u64 = 2;
+
+/// The distributed model state of one rank.
+pub struct Trainer {
+    pub cfg: AlsConfig,
+    pub shards: Shards,
+    rows: Side,
+    cols: Side,
+    pub w: Vec<f32>,
+    pub h: Vec<f32>,
+    gram_w: Vec<f64>,
+    gram_h: Vec<f64>,
+    eval: EvalSet,
+    pub steps_per_half: usize,
+    pub pos: Position,
+    /// Rows of the current half's solved side done on this rank (global ranges).
+    local_done: Vec<(u64, u64)>,
+    /// The gathered fixed table of the current half, once fetched.
+    fixed: Option<Vec<f32>>,
+    pub preempt: Preemption,
+}
+
+impl Trainer {
+    /// Collective: every rank must call. Reads the shards, builds the exchange plans
+    /// and initializes both tables from (seed, global id).
+    pub fn global_new<C: Comm>(comm: &C, cfg: &AlsConfig, preempt: Preemption) -> Result<Self> {
+        let shards = global_read_shards(comm, &cfg.data)?;
+        let d = cfg.dim;
+        let mut total = [shards.rows.nnz()];
+        comm.all_reduce_sum(&mut total);
+        let steps = total[0].div_ceil(cfg.step_nnz).clamp(1, 4096) as usize;
+        let rows = Side::global_build(comm, cfg, shards.rows.clone(), &shards.col_bounds, steps)?;
+        let cols = Side::global_build(comm, cfg, shards.cols.clone(), &shards.row_bounds, steps)?;
+        let eval = EvalSet::global_build(comm, &shards)?;
+        let w = init_table(
+            shards.rows.lo,
+            shards.rows.num_rows(),
+            d,
+            cfg.seed,
+            stream::INIT_ROWS,
+            cfg.init_std,
+        );
+        let h = init_table(
+            shards.cols.lo,
+            shards.cols.num_rows(),
+            d,
+            cfg.seed,
+            stream::INIT_COLS,
+            cfg.init_std,
+        );
+        let gram_h = global_gramian(comm, &h, d);
+        Ok(Self {
+            cfg: cfg.clone(),
+            shards,
+            rows,
+            cols,
+            w,
+            h,
+            gram_w: Vec::new(),
+            gram_h,
+            eval,
+            steps_per_half: steps,
+            pos: Position::default(),
+            local_done: Vec::new(),
+            fixed: None,
+            preempt,
+        })
+    }
+
+    fn params(&self, n_other: u64) -> SolveParams {
+        SolveParams {
+            reg: self.cfg.reg,
+            alpha0: self.cfg.unobserved_weight,
+            n_other: n_other as f64,
+        }
+    }
+
+    /// The global step counter (the same at every rank count).
+    pub fn global_step(&self) -> u64 {
+        ((self.pos.epoch as u64 * 2 + self.pos.half as u64) * self.steps_per_half as u64)
+            + self.pos.step as u64
+    }
+
+    /// Continue from a restored position and tables.
+    pub fn restore(
+        &mut self,
+        pos: Position,
+        w: Vec<f32>,
+        h: Vec<f32>,
+        gram_w: Vec<f64>,
+        gram_h: Vec<f64>,
+    ) {
+        let side = if pos.half == 0 {
+            &self.rows
+        } else {
+            &self.cols
+        };
+        let (lo, hi) = (side.shard.lo, side.shard.hi);
+        self.local_done = merge_ranges(
+            pos.done
+                .iter()
+                .map(|&(a, b)| (a.max(lo), b.min(hi)))
+                .collect(),
+        );
+        self.pos = pos;
+        self.w = w;
+        self.h = h;
+        self.gram_w = gram_w;
+        self.gram_h = gram_h;
+        self.fixed = None;
+    }
+
+    /// Collective: every rank must call. Runs the remaining steps of the current half;
+    /// at every step boundary the ranks agree on preemption and non-finite values.
+    /// Returns the loss after the half.
+    fn global_half<C: Comm>(&mut self, comm: &C, times: &mut PhaseTimes) -> Result<f64> {
+        let d = self.cfg.dim;
+        let half = self.pos.half;
+        let (nr, nc) = (self.shards.meta.num_rows, self.shards.meta.num_cols);
+        let (params, n_solved) = if half == 0 {
+            (self.params(nc), nr)
+        } else {
+            (self.params(nr), nc)
+        };
+        if self.fixed.is_none() {
+            let t = Instant::now();
+            let (side, fixed_local) = if half == 0 {
+                (&self.rows, &self.h)
+            } else {
+                (&self.cols, &self.w)
+            };
+            self.fixed = Some(side.plan.global_fetch(comm, fixed_local, d)?);
+            times.exchange += t.elapsed().as_secs_f64();
+        }
+        while self.pos.step < self.steps_per_half {
+            let j = self.pos.step;
+            let t = Instant::now();
+            let (side, solved, gram_fixed) = if half == 0 {
+                (&self.rows, &mut self.w, &self.gram_h)
+            } else {
+                (&self.cols, &mut self.h, &self.gram_w)
+            };
+            let fixed = self.fixed.as_deref().unwrap_or(&[]);
+            let lo = side.shard.lo;
+            // Step j solves the rows of steps 0..=j not yet done: at an unchanged rank
+            // count that is exactly step j's rows; after resuming on another count it
+            // also catches up the rows the old layout had not reached.
+            let (a, b) = (lo, lo + side.step_bounds[j + 1]);
+            let mut status = STATUS_OK;
+            let g32: Vec<f32> = if self.cfg.solver == SolverKind::Cg {
+                gram_fixed.iter().map(|&x| x as f32).collect()
+            } else {
+                Vec::new()
+            };
+            let mut solve_err = Ok(());
+            for (x, y) in uncovered(a, b, &self.local_done) {
+                let (r0, r1) = ((x - lo) as usize, (y - lo) as usize);
+                let view = RowsView {
+                    indptr: &side.shard.indptr[r0..=r1],
+                    indices: &side.local,
+                };
+                let out = &mut solved[r0 * d..r1 * d];
+                match self.cfg.solver {
+                    SolverKind::Cg => cg_solve(
+                        out,
+                        view,
+                        fixed,
+                        d,
+                        &g32,
+                        params,
+                        self.cfg.cg_steps,
+                        self.cfg.hub_chunk,
+                    ),
+                    SolverKind::Cholesky => {
+                        if let Err(e) = cholesky_solve(out, view, fixed, d, gram_fixed, params) {
+                            solve_err = Err(e);
+                        }
+                    }
+                }
+                if faults::inject_nan(self.pos.epoch + 1, comm.rank()) && j == 0 && r1 > r0 {
+                    out[0] = f32::NAN;
+                }
+                if solve_err.is_err() || out.iter().any(|v| !v.is_finite()) {
+                    status = STATUS_NONFINITE;
+                }
+            }
+            times.solve += t.elapsed().as_secs_f64();
+            self.local_done = merge_ranges([self.local_done.clone(), vec![(a, b)]].concat());
+            self.pos.step += 1;
+            if comm.rank() == 0 && faults::preempt_at() == Some(self.global_step()) {
+                self.preempt.raise();
+            }
+            if status == STATUS_OK && self.preempt.is_set() {
+                status = STATUS_PREEMPT;
+            }
+            let worst = comm.all_reduce_max(if status == 0 {
+                0
+            } else {
+                (status << 32) | (u32::MAX as u64 - comm.rank() as u64)
+            });
+            if worst >> 32 == STATUS_NONFINITE {
+                let rank = (u32::MAX as u64 - (worst & 0xffff_ffff)) as usize;
+                let what = match &solve_err {
+                    Err(e) if comm.rank() == rank => e.to_string(),
+                    _ => "a non-finite value".to_string(),
+                };
+                return Err(self.global_hold(
+                    comm,
+                    format!(
+                        "{what} in the {} table on rank {rank} in epoch {}, step {}",
+                        if half == 0 { "row (W)" } else { "column (H)" },
+                        self.pos.epoch + 1,
+                        self.pos.step
+                    ),
+                    Some(rank),
+                ));
+            }
+            if worst >> 32 == STATUS_PREEMPT {
+                return Err(self.global_preempt(comm, times));
+            }
+        }
+        // The half is complete: Gramian of the solved side and the exact loss.
+        let t = Instant::now();
+        let (side, solved, fixed_local, fixed_counts) = if half == 0 {
+            (&self.rows, &self.w, &self.h, &self.cols.counts)
+        } else {
+            (&self.cols, &self.h, &self.w, &self.rows.counts)
+        };
+        let gram_solved = global_gramian(comm, solved, d);
+        times.gramian += t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let view = RowsView {
+            indptr: &side.shard.indptr,
+            indices: &side.local,
+        };
+        let fixed = self.fixed.as_deref().unwrap_or(&[]);
+        let (obs, reg_solved) =
+            local_loss_terms(solved, view, fixed, d, params.alpha0, params.n_other);
+        let reg_fixed = reg_norms(fixed_local, fixed_counts, d, params.alpha0, n_solved as f64);
+        let mut parts = [obs, reg_solved + reg_fixed];
+        {
+            let _p = comm.stats().phase("loss");
+            comm.all_reduce_sum(&mut parts);
+        }
+        let gram_fixed = if half == 0 {
+            &self.gram_h
+        } else {
+            &self.gram_w
+        };
+        let loss = parts[0]
+            + params.alpha0 as f64 * all_pairs_term(&gram_solved, gram_fixed, d)
+            + self.cfg.reg as f64 * parts[1];
+        times.loss += t.elapsed().as_secs_f64();
+        if half == 0 {
+            self.gram_w = gram_solved;
+            self.pos.half = 1;
+            self.pos.loss_rows = Some(loss);
+        } else {
+            self.gram_h = gram_solved;
+            self.pos.half = 0;
+            self.pos.epoch += 1;
+        }
+        self.pos.step = 0;
+        self.pos.done.clear();
+        self.local_done.clear();
+        self.fixed = None;
+        if !loss.is_finite() {
+            return Err(self.global_hold(
+                comm,
+                format!("the loss is {loss} after epoch {}", self.pos.epoch),
+                None,
+            ));
+        }
+        Ok(loss)
+    }
+
+    /// Collective: every rank must call. Record a hold (rank 0 writes HOLD.json next
+    /// to the checkpoints) and return the error that stops every rank with exit 76.
+    fn global_hold<C: Comm>(&self, comm: &C, reason: String, rank: Option<usize>) -> Error {
+        if comm.rank() == 0 {
+            if let Some(dir) = &self.cfg.checkpoint.dir {
+                let hold = ckpt::Hold {
+                    reason: reason.clone(),
+                    rank,
+                    epoch: Some(self.pos.epoch + 1),
+                    time: ckpt::now_secs(),
+                };
+                match ckpt::write_hold(dir, &hold) {
+                    Ok(p) => log::error!("training hold written to {}", p.display()),
+                    Err(e) => log::error!("could not write the hold file: {e}"),
+                }
+            }
+        }
+        Error::Hold(reason)
+    }
+
+    /// Collective: every rank must call. Write a checkpoint after a preemption signal
+    /// and return the error that makes every rank exit 75.
+    fn global_preempt<C: Comm>(&mut self, comm: &C, times: &mut PhaseTimes) -> Error {
+        if self.cfg.checkpoint.dir.is_none() {
+            return Error::Preempted(
+                "signal received; no --checkpoint-dir, so nothing was saved".into(),
+            );
+        }
+        let t = Instant::now();
+        match self.global_checkpoint(comm) {
+            Ok(path) => {
+                times.checkpoint += t.elapsed().as_secs_f64();
+                let since = self
+                    .preempt
+                    .seconds_since()
+                    .map(|s| format!(" {s:.2} s after the signal"))
+                    .unwrap_or_default();
+                Error::Preempted(format!(
+                    "checkpoint {} written at epoch {}, half {}, step {}{since}",
+                    path.display(),
+                    self.pos.epoch,
+                    self.pos.half,
+                    self.pos.step
+                ))
+            }
+            Err(e) => e,
+        }
+    }
+
+    /// Collective: every rank must call. Write a checkpoint of the current position.
+    pub fn global_checkpoint<C: Comm>(&mut self, comm: &C) -> Result<std::path::PathBuf> {
+        let mine: Vec<u64> = self.local_done.iter().flat_map(|&(a, b)| [a, b]).collect();
+        let all = comm.all_gather_v(&mine)?.data;
+        self.pos.done = merge_ranges(all.chunks_exact(2).map(|c| (c[0], c[1])).collect());
+        let step = self.global_step();
+        let path = global_write_checkpoint(comm, self, step)?;
+        Ok(path)
+    }
+
+    /// Collective: every rank must call. One epoch (or what remains of it): rows
+    /// against H, then columns against W; evaluates when `evaluate`.
+    pub fn global_epoch<C: Comm>(&mut self, comm: &C, evaluate: bool) -> Result<EpochReport> {
+        let t0 = Instant::now();
+        let bytes0 = comm.stats().get("exchange").bytes_sent;
+        let mut times = PhaseTimes::default();
+        if self.pos.half == 0 {
+            self.global_half(comm, &mut times)?;
+            self.global_maybe_checkpoint(comm, &mut times)?;
+        }
+        let loss_rows = self.pos.loss_rows.unwrap_or(f64::NAN);
+        let loss = self.global_half(comm, &mut times)?;
+        self.global_maybe_checkpoint(comm, &mut times)?;
+        let recall = if evaluate {
+            Some(self.global_evaluate(comm, &mut times)?)
+        } else {
+            None
+        };
+        let seconds = t0.elapsed().as_secs_f64();
+        let mut sums = [
+            comm.stats().get("exchange").bytes_sent - bytes0,
+            self.shards.rows.nnz(),
+        ];
+        comm.all_reduce_sum(&mut sums);
+        let train_seconds = seconds - times.eval - times.checkpoint;
+        Ok(EpochReport {
+            epoch: self.pos.epoch,
+            loss_rows,
+            loss,
+            recall,
+            seconds,
+            edges_per_second: sums[1] as f64 / train_seconds.max(1e-9),
+            exchange_bytes: sums[0],
+            phases: times,
+        })
+    }
+
+    fn global_maybe_checkpoint<C: Comm>(&mut self, comm: &C, times: &mut PhaseTimes) -> Result<()> {
+        let halves = self.pos.epoch as u64 * 2 + self.pos.half as u64;
+        if self.cfg.checkpoint.dir.is_some() && ckpt::policy::due(halves, self.cfg.checkpoint.every)
+        {
+            let t = Instant::now();
+            self.global_checkpoint(comm)?;
+            times.checkpoint += t.elapsed().as_secs_f64();
+        }
+        Ok(())
+    }
+
+    /// Collective: every rank must call. Recall@20/50 of the current tables.
+    pub fn global_evaluate<C: Comm>(&self, comm: &C, times: &mut PhaseTimes) -> Result<Recall> {
+        let t = Instant::now();
+        let r = self.eval.global_evaluate(
+            comm,
+            &self.h,
+            self.shards.cols.lo,
+            self.cfg.dim,
+            &self.gram_h,
+            self.params(self.shards.meta.num_cols),
+        );
+        times.eval += t.elapsed().as_secs_f64();
+        r
+    }
+
+    /// Collective: every rank must call. A checksum of both tables by global id.
+    pub fn global_checksum<C: Comm>(&self, comm: &C) -> u64 {
+        let mut c = [self
+            .local_checksums()
+            .0
+            .wrapping_add(self.local_checksums().1)];
+        comm.all_reduce_sum(&mut c);
+        c[0]
+    }
+
+    /// This rank's contributions to the checksums of W and H.
+    pub fn local_checksums(&self) -> (u64, u64) {
+        let d = self.cfg.dim;
+        (
+            local_checksum(&self.w, self.shards.rows.lo, d, 1),
+            local_checksum(&self.h, self.shards.cols.lo, d, 2),
+        )
+    }
+
+    /// Collective: every rank must call. Write `/W` and `/H` with attributes.
+    pub fn global_write_model<C: Comm>(
+        &self,
+        comm: &C,
+        out: &Path,
+        report: &TrainReport,
+    ) -> Result<()> {
+        let cfg_json =
+            serde_json::to_string(&self.cfg).map_err(|e| Error::Config(e.to_string()))?;
+        let m = &self.shards.meta;
+        let tables = [
+            TablePart {
+                name: "W",
+                n: m.num_rows,
+                lo: self.shards.rows.lo,
+                data: &self.w,
+            },
+            TablePart {
+                name: "H",
+                n: m.num_cols,
+                lo: self.shards.cols.lo,
+                data: &self.h,
+            },
+        ];
+        let mut f64_attrs = vec![("epochs", self.pos.epoch as f64), ("loss", report.loss)];
+        if let Some(r) = report.recall {
+            f64_attrs.push(("recall_at_20", r.at20));
+            f64_attrs.push(("recall_at_50", r.at50));
+        }
+        global_write_tables(
+            comm,
+            out,
+            self.cfg.dim,
+            &tables,
+            &[
+                ("format", "torusrec-als-model".to_string()),
+                ("config", cfg_json),
+                ("checksum", format!("{:016x}", report.checksum)),
+            ],
+            &f64_attrs,
+        )
+    }
+
+    pub fn rows_side(&self) -> &Side {
+        &self.rows
+    }
+    pub fn cols_side(&self) -> &Side {
+        &self.cols
+    }
+}
+
+/// Collective: every rank must call. Wait up to `secs` for `path` to exist without a
+/// `.partial` sibling (a dataset still being written).
+fn global_wait_for_data<C: Comm>(comm: &C, path: &Path, secs: f64) -> Result<()> {
+    if secs <= 0.0 {
+        return Ok(());
+    }
+    let partial = crate::data::dataset::temp_path(path);
+    let t = Instant::now();
+    let mut waited = false;
+    loop {
+        let ready = u64::from(path.is_file() && !partial.exists());
+        // Every rank must see it (shared file systems can lag).
+        let all = comm.all_reduce_max(1 - ready) == 0;
+        if all {
+            if waited && comm.rank() == 0 {
+                log::info!(
+                    "{} appeared after {:.1} s",
+                    path.display(),
+                    t.elapsed().as_secs_f64()
+                );
+            }
+            return Ok(());
+        }
+        if t.elapsed().as_secs_f64() >= secs {
+            return Ok(()); // reading it will report what is wrong
+        }
+        if !waited && comm.rank() == 0 {
+            log::info!("waiting up to {secs} s for {}", path.display());
+        }
+        waited = true;
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// Collective: every rank must call. Refuse to start under a hold (unless released),
+/// clear leftovers, and find the checkpoint to resume from.
+fn global_prepare_checkpoints<C: Comm>(
+    comm: &C,
+    cfg: &AlsConfig,
+) -> Result<Option<std::path::PathBuf>> {
+    let Some(dir) = &cfg.checkpoint.dir else {
+        return Ok(None);
+    };
+    let local = if comm.rank() == 0 {
+        (|| -> Result<Option<std::path::PathBuf>> {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+            if let Some(h) = ckpt::read_hold(dir)? {
+                if !cfg.checkpoint.release_hold {
+                    return Err(Error::Hold(format!(
+                        "{} exists: {} (rank {}, epoch {}); fix the cause, then restart with --release-hold",
+                        dir.join(ckpt::HOLD_FILE).display(),
+                        h.reason,
+                        h.rank.map_or("?".into(), |r| r.to_string()),
+                        h.epoch.map_or("?".into(), |e| e.to_string())
+                    )));
+                }
+                if let Some(to) = ckpt::release_hold(dir)? {
+                    log::warn!("hold released (kept as {}): {}", to.display(), h.reason);
+                }
+            }
+            for p in ckpt::remove_leftovers(dir)? {
+                log::warn!(
+                    "removed an incomplete checkpoint left by a crash: {}",
+                    p.display()
+                );
+            }
+            Ok(match &cfg.checkpoint.resume {
+                Resume::No => None,
+                Resume::Auto => ckpt::list(dir)?.pop().map(|(_, p)| p),
+                Resume::Path(p) => Some(p.clone()),
+            })
+        })()
+    } else {
+        Ok(None)
+    };
+    let found = comm.agree(local)?;
+    let mut name: Vec<u8> = found
+        .as_ref()
+        .map(|p| p.to_string_lossy().into_owned().into_bytes())
+        .unwrap_or_default();
+    comm.broadcast_vec(0, &mut name)?;
+    Ok((!name.is_empty())
+        .then(|| std::path::PathBuf::from(String::from_utf8_lossy(&name).into_owned())))
+}
+
+/// Collective: every rank must call. Trains until `cfg.epochs` are complete (resuming
+/// if asked), calling `on_epoch` on every rank after each epoch, and writes the model
+/// if `cfg.out` is set.
+pub fn global_train<C: Comm>(
+    comm: &C,
+    cfg: &AlsConfig,
+    preempt: Preemption,
+    mut on_epoch: impl FnMut(&EpochReport),
+) -> Result<(Trainer, TrainReport)> {
+    comm.agree(cfg.validate())?;
+    let resume = match global_prepare_checkpoints(comm, cfg) {
+        Err(Error::Hold(r)) => return Err(Error::Hold(r)),
+        other => other?,
+    };
+    global_wait_for_data(comm, &cfg.data, cfg.checkpoint.wait_for_data)?;
+    let mut tr = Trainer::global_new(comm, cfg, preempt)?;
+    let mut resumed_from = None;
+    if let Some(path) = resume {
+        let restored = global_restore(comm, &tr, &path);
+        let (manifest, w, h): (Manifest, Vec<f32>, Vec<f32>) = match restored {
+            Ok(x) => x,
+            Err(Error::Hold(reason)) => return Err(tr.global_hold(comm, reason, None)),
+            Err(e) => return Err(e),
+        };
+        let d = cfg.dim;
+        let gram_w = global_gramian(comm, &w, d);
+        let gram_h = global_gramian(comm, &h, d);
+        if comm.rank() == 0 {
+            log::info!(
+                "resumed from {} (written by {} rank(s)): epoch {}, half {}, step {}/{}",
+                path.display(),
+                manifest.world_size,
+                manifest.position.epoch,
+                manifest.position.half,
+                manifest.position.step,
+                tr.steps_per_half
+            );
+        }
+        resumed_from = Some(manifest.position.clone());
+        tr.restore(manifest.position, w, h, gram_w, gram_h);
+    }
+    let mut epochs = Vec::with_capacity(cfg.epochs);
+    while tr.pos.epoch < cfg.epochs {
+        let e = tr.pos.epoch + 1;
+        let evaluate = e == cfg.epochs || (cfg.eval_every > 0 && e % cfg.eval_every == 0);
+        let rep = tr.global_epoch(comm, evaluate)?;
+        on_epoch(&rep);
+        epochs.push(rep);
+    }
+    let recall = match epochs.last().and_then(|e| e.recall) {
+        Some(r) => Some(r),
+        None => {
+            // Resumed after the last epoch: evaluate the restored tables.
+            let mut t = PhaseTimes::default();
+            Some(tr.global_evaluate(comm, &mut t)?)
+        }
+    };
+    let loss = epochs.last().map_or(f64::NAN, |e| e.loss);
+    let report = TrainReport {
+        recall,
+        loss,
+        checksum: tr.global_checksum(comm),
+        row_imbalance: tr.shards.row_imbalance,
+        col_imbalance: tr.shards.col_imbalance,
+        epochs,
+        resumed_from,
+    };
+    if cfg.checkpoint.dir.is_some()
+        && !ckpt::policy::due(tr.pos.epoch as u64 * 2, cfg.checkpoint.every)
+    {
+        tr.global_checkpoint(comm)?;
+    }
+    if let Some(out) = &cfg.out {
+        tr.global_write_model(comm, out, &report)?;
+    }
+    Ok((tr, report))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uncovered_and_merge() {
+        assert_eq!(uncovered(0, 10, &[]), vec![(0, 10)]);
+        assert_eq!(uncovered(0, 10, &[(2, 4), (6, 12)]), vec![(0, 2), (4, 6)]);
+        assert_eq!(uncovered(5, 8, &[(0, 100)]), vec![]);
+        assert_eq!(
+            merge_ranges(vec![(5, 7), (0, 2), (2, 3), (7, 7), (6, 9)]),
+            vec![(0, 3), (5, 9)]
+        );
+    }
+}

@@ -1,0 +1,128 @@
+//! `torusrec als`: training with people-facing progress and machine-readable metrics.
+
+use crate::als::train::{global_train, EpochReport, TrainReport};
+use crate::ckpt::signals::Preemption;
+use crate::cli::AlsArgs;
+use crate::comm::Comm;
+use crate::error::{Error, Result};
+use crate::metrics::{human_bytes, peak_rss_bytes};
+use std::io::{IsTerminal, Write};
+
+/// Rayon threads per rank: `--threads`, else the cores divided by the ranks on this node.
+pub fn resolve_threads(flag: Option<usize>) -> usize {
+    flag.unwrap_or_else(|| {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let local = [
+            "OMPI_COMM_WORLD_LOCAL_SIZE",
+            "MPI_LOCALNRANKS",
+            "SLURM_NTASKS_PER_NODE",
+        ]
+        .iter()
+        .find_map(|v| std::env::var(v).ok()?.parse::<usize>().ok())
+        .unwrap_or(1);
+        (cores / local.max(1)).max(1)
+    })
+}
+
+fn epoch_line(r: &EpochReport, epochs: usize) -> String {
+    let recall = r
+        .recall
+        .map(|x| format!("  R@20 {:.4}  R@50 {:.4}", x.at20, x.at50))
+        .unwrap_or_default();
+    format!(
+        "epoch {:>3}/{epochs}  loss {:.6e}{recall}  {:.2} s  {:.2}M edges/s  exchanged {}",
+        r.epoch,
+        r.loss,
+        r.seconds,
+        r.edges_per_second / 1e6,
+        human_bytes(r.exchange_bytes)
+    )
+}
+
+/// Collective: every rank must call.
+/// `preempt` is installed by `main` before MPI starts, so an early signal is not lost.
+pub fn global_run<C: Comm>(comm: &C, args: &AlsArgs, preempt: Preemption) -> Result<TrainReport> {
+    let cfg = args.to_config();
+    let threads = resolve_threads(args.threads);
+    if threads == 0 {
+        return comm.agree(Err(Error::Config("--threads 0: need at least one".into())));
+    }
+    // The global pool can be set once per process; tests may have set it already.
+    let _ = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build_global();
+    let root = comm.rank() == 0;
+    let opened = match (&cfg.metrics, root) {
+        (Some(p), true) => std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+            .map(Some)
+            .map_err(|e| Error::io(p, e)),
+        _ => Ok(None),
+    };
+    let mut metrics = comm.agree(opened)?;
+    if root {
+        println!(
+            "als: {} d={} epochs={} reg={} alpha0={} solver={:?} cg_steps={} exchange={:?} on {} rank(s) (torus {}) x {threads} thread(s)",
+            cfg.data.display(),
+            cfg.dim,
+            cfg.epochs,
+            cfg.reg,
+            cfg.unobserved_weight,
+            cfg.solver,
+            cfg.cg_steps,
+            cfg.exchange,
+            comm.size(),
+            comm.torus().shape()
+        );
+    }
+    let tty = root && std::io::stderr().is_terminal();
+    let epochs = cfg.epochs;
+    let (tr, report) = global_train(comm, &cfg, preempt, |r| {
+        if !root {
+            return;
+        }
+        if tty {
+            let done = r.epoch * 30 / epochs;
+            eprint!(
+                "\r[{}{}] {}/{epochs}\x1b[K",
+                "=".repeat(done),
+                " ".repeat(30 - done),
+                r.epoch
+            );
+            if r.epoch == epochs {
+                eprint!("\r\x1b[K");
+            }
+        }
+        println!("{}", epoch_line(r, epochs));
+        if let Some(m) = metrics.as_mut() {
+            if let Ok(s) = serde_json::to_string(r) {
+                let _ = writeln!(m, "{s}");
+            }
+        }
+    })?;
+    let peak = comm.all_reduce_max(peak_rss_bytes().unwrap_or(0));
+    if root {
+        let s = &tr.shards;
+        println!(
+            "shards: {} rows, {} cols; nnz imbalance rows {:.3}, cols {:.3}; peak RSS {} per rank",
+            s.meta.num_rows,
+            s.meta.num_cols,
+            report.row_imbalance,
+            report.col_imbalance,
+            human_bytes(peak)
+        );
+        let r = report.recall.expect("the last epoch evaluates");
+        println!(
+            "final: Recall@20 {:.4}  Recall@50 {:.4}  over {} test rows  loss {:.6e}  checksum {:016x}",
+            r.at20, r.at50, r.test_rows, report.loss, report.checksum
+        );
+        if let Some(m) = metrics.as_mut() {
+            let v = serde_json::json!({"final": true, "recall_at_20": r.at20, "recall_at_50": r.at50, "loss": report.loss,
+                "checksum": format!("{:016x}", report.checksum), "peak_rss_bytes": peak, "ranks": comm.size(), "threads": threads});
+            let _ = writeln!(m, "{v}");
+        }
+    }
+    Ok(report)
+}

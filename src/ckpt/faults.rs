@@ -1,0 +1,50 @@
+//! Fault injection for tests, driven by environment variables:
+//! - `TORUSREC_FAULT=POINT[@RANK][#N]` aborts the process (like `kill -9`: no
+//!   unwinding, no cleanup) the N-th time (default 1st) that rank RANK (default any)
+//!   reaches POINT: `after-shard-write`, `before-commit`, `mid-alltoall`.
+//! - `TORUSREC_INJECT_NAN=EPOCH@RANK` puts a NaN into the solved table of rank RANK
+//!   during epoch EPOCH (1-based), to exercise the training hold.
+//! - `TORUSREC_PREEMPT_AT=STEP` raises the preemption flag on rank 0 when the global
+//!   step counter reaches STEP (a signal delivered at an exact step boundary).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+static HITS: AtomicU64 = AtomicU64::new(0);
+
+/// Abort here if `TORUSREC_FAULT` names this point (and rank).
+pub fn point(name: &str, rank: usize) {
+    let Ok(spec) = std::env::var("TORUSREC_FAULT") else {
+        return;
+    };
+    let (rest, nth) = match spec.split_once('#') {
+        Some((a, n)) => (a.to_string(), n.parse::<u64>().unwrap_or(1)),
+        None => (spec.clone(), 1),
+    };
+    let (p, r) = match rest.split_once('@') {
+        Some((p, r)) => (p.to_string(), r.parse::<usize>().ok()),
+        None => (rest, None),
+    };
+    if p != name || r.is_some_and(|r| r != rank) {
+        return;
+    }
+    if HITS.fetch_add(1, Ordering::SeqCst) + 1 == nth {
+        eprintln!("[fault] rank {rank}: aborting at {name} (TORUSREC_FAULT={spec})");
+        std::process::abort();
+    }
+}
+
+/// Whether to inject a NaN on `rank` in `epoch`.
+pub fn inject_nan(epoch: usize, rank: usize) -> bool {
+    std::env::var("TORUSREC_INJECT_NAN")
+        .ok()
+        .and_then(|s| {
+            let (e, r) = s.split_once('@')?;
+            Some(e.parse::<usize>().ok()? == epoch && r.parse::<usize>().ok()? == rank)
+        })
+        .unwrap_or(false)
+}
+
+/// The global step at which to simulate a preemption signal on rank 0.
+pub fn preempt_at() -> Option<u64> {
+    std::env::var("TORUSREC_PREEMPT_AT").ok()?.parse().ok()
+}

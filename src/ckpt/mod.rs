@@ -1,0 +1,177 @@
+//! Checkpoint machinery shared by every workload: the directory of committed
+//! checkpoints, the manifest, the training hold, preemption signals, retention and
+//! fault injection.
+//!
+//! A checkpoint is one HDF5 file `ckpt-<global step>.h5` holding the tables by global
+//! id and a JSON manifest attribute. It is written as `<name>.partial` and committed by
+//! an atomic rename, so a visible checkpoint is always complete; older checkpoints are
+//! deleted (retention) only after the new one is committed.
+
+pub mod faults;
+pub mod policy;
+pub mod signals;
+
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+pub const SCHEMA: u32 = 1;
+pub const HOLD_FILE: &str = "HOLD.json";
+
+/// The file name of the checkpoint at `step`.
+pub fn file_name(step: u64) -> String {
+    format!("ckpt-{step:010}.h5")
+}
+
+/// The step of a committed checkpoint file name.
+pub fn parse_step(name: &str) -> Option<u64> {
+    name.strip_prefix("ckpt-")?
+        .strip_suffix(".h5")?
+        .parse()
+        .ok()
+}
+
+/// Committed checkpoints in `dir`, oldest first.
+pub fn list(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
+    let mut out = Vec::new();
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(Error::io(dir, e)),
+    };
+    for entry in rd {
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
+        if let Some(step) = entry.file_name().to_str().and_then(parse_step) {
+            out.push((step, entry.path()));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Remove temporaries left by a run that died while writing (rank 0, at start).
+pub fn remove_leftovers(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut removed = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for entry in rd.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with("ckpt-") && name.ends_with(".partial") {
+                std::fs::remove_file(entry.path()).map_err(|e| Error::io(entry.path(), e))?;
+                removed.push(entry.path());
+            }
+        }
+    }
+    Ok(removed)
+}
+
+/// Delete the checkpoints the retention policy drops (after a commit).
+pub fn apply_retention(dir: &Path, keep: usize) -> Result<Vec<u64>> {
+    let all = list(dir)?;
+    let steps: Vec<u64> = all.iter().map(|(s, _)| *s).collect();
+    let drop = policy::to_delete(&steps, keep);
+    for (s, p) in &all {
+        if drop.contains(s) {
+            std::fs::remove_file(p).map_err(|e| Error::io(p, e))?;
+        }
+    }
+    Ok(drop)
+}
+
+/// What `HOLD.json` says.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hold {
+    pub reason: String,
+    pub rank: Option<usize>,
+    pub epoch: Option<usize>,
+    /// Seconds since the Unix epoch.
+    pub time: u64,
+}
+
+/// Write `HOLD.json` into `dir` (atomically).
+pub fn write_hold(dir: &Path, hold: &Hold) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let path = dir.join(HOLD_FILE);
+    let tmp = dir.join(format!("{HOLD_FILE}.partial"));
+    let text = serde_json::to_string_pretty(hold).map_err(|e| Error::Config(e.to_string()))?;
+    std::fs::write(&tmp, text + "\n").map_err(|e| Error::io(&tmp, e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
+    Ok(path)
+}
+
+/// The hold in `dir`, if any.
+pub fn read_hold(dir: &Path) -> Result<Option<Hold>> {
+    let path = dir.join(HOLD_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(s) => Ok(Some(serde_json::from_str(&s).unwrap_or(Hold {
+            reason: format!("unreadable {HOLD_FILE}: {}", s.trim()),
+            rank: None,
+            epoch: None,
+            time: 0,
+        }))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io(path, e)),
+    }
+}
+
+/// Release a hold: keep it for the record as `HOLD.released-<time>.json`.
+pub fn release_hold(dir: &Path) -> Result<Option<PathBuf>> {
+    let path = dir.join(HOLD_FILE);
+    if !path.exists() {
+        return Ok(None);
+    }
+    let to = dir.join(format!("HOLD.released-{}.json", now_secs()));
+    std::fs::rename(&path, &to).map_err(|e| Error::io(&path, e))?;
+    Ok(Some(to))
+}
+
+pub fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// A stable 64-bit hash of a string (FNV-1a), for config hashes.
+pub fn hash_str(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_listing_ignores_partials() {
+        assert_eq!(parse_step(&file_name(42)), Some(42));
+        assert_eq!(parse_step("ckpt-0000000042.h5.partial"), None);
+        let d = tempfile::tempdir().unwrap();
+        for s in [3u64, 1, 20] {
+            std::fs::write(d.path().join(file_name(s)), b"x").unwrap();
+        }
+        std::fs::write(d.path().join("ckpt-0000000099.h5.partial"), b"x").unwrap();
+        let l: Vec<u64> = list(d.path()).unwrap().iter().map(|x| x.0).collect();
+        assert_eq!(l, vec![1, 3, 20]);
+        assert_eq!(remove_leftovers(d.path()).unwrap().len(), 1);
+        assert_eq!(apply_retention(d.path(), 2).unwrap(), vec![1]);
+        let l: Vec<u64> = list(d.path()).unwrap().iter().map(|x| x.0).collect();
+        assert_eq!(l, vec![3, 20]);
+    }
+
+    #[test]
+    fn hold_round_trip_and_release() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(read_hold(d.path()).unwrap(), None);
+        let h = Hold {
+            reason: "NaN in W".into(),
+            rank: Some(2),
+            epoch: Some(3),
+            time: 5,
+        };
+        write_hold(d.path(), &h).unwrap();
+        assert_eq!(read_hold(d.path()).unwrap(), Some(h));
+        assert!(release_hold(d.path()).unwrap().is_some());
+        assert_eq!(read_hold(d.path()).unwrap(), None);
+    }
+}

@@ -1,0 +1,71 @@
+//! Preemption signals only set a flag; the training loop looks at it at step
+//! boundaries. A second SIGINT exits at once.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Set when SIGTERM, SIGUSR1 or SIGINT arrives.
+#[derive(Clone, Default)]
+pub struct Preemption {
+    flag: Arc<AtomicBool>,
+    /// Milliseconds since the Unix epoch when the first signal arrived.
+    at_ms: Arc<AtomicU64>,
+}
+
+impl Preemption {
+    /// A flag no signal sets (tests set it by hand).
+    pub fn manual() -> Self {
+        Self::default()
+    }
+
+    /// Install the handlers for this process.
+    pub fn install() -> std::io::Result<Self> {
+        use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1};
+        let p = Self::default();
+        // A second SIGINT (flag already set) exits immediately with 130.
+        signal_hook::flag::register_conditional_shutdown(SIGINT, 130, Arc::clone(&p.flag))?;
+        for sig in [SIGTERM, SIGUSR1, SIGINT] {
+            signal_hook::flag::register(sig, Arc::clone(&p.flag))?;
+            // Recording the time is async-signal-safe: an atomic store.
+            let at = Arc::clone(&p.at_ms);
+            // SAFETY: the action only performs atomic operations and a clock read
+            // (clock_gettime is async-signal-safe).
+            unsafe {
+                signal_hook::low_level::register(sig, move || {
+                    let now = SystemTime::now()
+                        .duration_since(UNIX_EPOCH)
+                        .map_or(0, |d| d.as_millis() as u64);
+                    let _ = at.compare_exchange(0, now, Ordering::SeqCst, Ordering::SeqCst);
+                })?;
+            }
+        }
+        Ok(p)
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.flag.load(Ordering::SeqCst)
+    }
+
+    /// Raise the flag by hand (tests, fault injection).
+    pub fn raise(&self) {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let _ = self
+            .at_ms
+            .compare_exchange(0, now, Ordering::SeqCst, Ordering::SeqCst);
+        self.flag.store(true, Ordering::SeqCst);
+    }
+
+    /// Seconds since the first signal, if one arrived.
+    pub fn seconds_since(&self) -> Option<f64> {
+        let at = self.at_ms.load(Ordering::SeqCst);
+        (at > 0).then(|| {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            now.saturating_sub(at) as f64 / 1000.0
+        })
+    }
+}

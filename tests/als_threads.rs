@@ -1,0 +1,242 @@
+//! iALS collective logic under the thread communicator: distributed equals
+//! single-process, dedup equals all-gather with fewer bytes, monotone loss with the
+//! exact solver, learning beyond popularity, and bad configurations.
+
+use std::path::{Path, PathBuf};
+use torusrec::als::train::{global_train, TrainReport};
+use torusrec::als::{AlsConfig, ExchangeKind, SolverKind};
+use torusrec::app::prepare::{global_run as prepare, PrepareConfig, Source};
+use torusrec::ckpt::signals::Preemption;
+use torusrec::comm::single::SingleComm;
+use torusrec::comm::threads::run;
+use torusrec::comm::Comm;
+use torusrec::data::dataset::Dataset;
+use torusrec::data::webgraph_gen::WebGraphSpec;
+
+fn make_dataset(dir: &Path, nodes: u64, arcs: u64, seed: u64) -> PathBuf {
+    let out = dir.join(format!("g{nodes}_{arcs}_{seed}.h5"));
+    let spec = WebGraphSpec::new(nodes, arcs).unwrap();
+    let cfg = PrepareConfig {
+        source: Source::Synthetic {
+            preset: "test".into(),
+            scale: 1.0,
+            spec,
+        },
+        min_links: 0,
+        seed,
+        out: out.clone(),
+        force: false,
+    };
+    prepare(&SingleComm::new(), &cfg).unwrap();
+    out
+}
+
+fn config(data: &Path) -> AlsConfig {
+    AlsConfig {
+        data: data.to_path_buf(),
+        dim: 8,
+        epochs: 3,
+        reg: 0.05,
+        unobserved_weight: 0.05,
+        solver: SolverKind::Cholesky,
+        cg_steps: 3,
+        exchange: ExchangeKind::Dedup,
+        eval_every: 0,
+        seed: 3,
+        init_std: 0.1,
+        hub_chunk: 64,
+        out: None,
+        metrics: None,
+        force: false,
+        step_nnz: 2000,
+        checkpoint: Default::default(),
+    }
+}
+
+/// Train on `p` simulated ranks; returns the global W, H (by global id), the report
+/// and the exchange bytes of the run.
+fn train(p: usize, cfg: &AlsConfig) -> (Vec<f32>, Vec<f32>, TrainReport, u64) {
+    let parts = run(p, |c| {
+        let (tr, rep) = global_train(&c, cfg, Preemption::manual(), |_| {}).unwrap();
+        let bytes = c.stats().get("exchange").bytes_sent;
+        (tr.w.clone(), tr.h.clone(), rep, bytes)
+    });
+    let w = parts.iter().flat_map(|x| x.0.clone()).collect();
+    let h = parts.iter().flat_map(|x| x.1.clone()).collect();
+    let bytes = parts.iter().map(|x| x.3).sum();
+    (w, h, parts[0].2.clone(), bytes)
+}
+
+fn max_rel_diff(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let scale = a
+        .iter()
+        .map(|x| x.abs() as f64)
+        .fold(0.0, f64::max)
+        .max(1e-12);
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (*x as f64 - *y as f64).abs())
+        .fold(0.0, f64::max)
+        / scale
+}
+
+#[test]
+fn distributed_equals_single_process_with_cholesky() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = make_dataset(dir.path(), 700, 9000, 1);
+    let cfg = config(&data);
+    let (w1, h1, r1, _) = train(1, &cfg);
+    for p in 2..=4 {
+        let (w, h, r, _) = train(p, &cfg);
+        assert!(
+            max_rel_diff(&w1, &w) < 1e-5,
+            "W at P={p}: {}",
+            max_rel_diff(&w1, &w)
+        );
+        assert!(
+            max_rel_diff(&h1, &h) < 1e-5,
+            "H at P={p}: {}",
+            max_rel_diff(&h1, &h)
+        );
+        assert!(
+            (r1.loss - r.loss).abs() <= 1e-6 * r1.loss.abs(),
+            "loss {} vs {}",
+            r1.loss,
+            r.loss
+        );
+        let (a, b) = (r1.recall.unwrap(), r.recall.unwrap());
+        assert!((a.at20 - b.at20).abs() < 1e-3, "recall {a:?} vs {b:?}");
+    }
+}
+
+#[test]
+fn distributed_cg_is_bitwise_reproducible_and_close_to_single() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = make_dataset(dir.path(), 600, 8000, 2);
+    let mut cfg = config(&data);
+    cfg.solver = SolverKind::Cg;
+    let (w1, h1, _, _) = train(1, &cfg);
+    let (wa, ha, _, _) = train(3, &cfg);
+    let (wb, hb, _, _) = train(3, &cfg);
+    assert_eq!(wa, wb, "same P, same bits");
+    assert_eq!(ha, hb);
+    assert!(max_rel_diff(&w1, &wa) < 1e-3);
+    assert!(max_rel_diff(&h1, &ha) < 1e-3);
+}
+
+#[test]
+fn dedup_and_allgather_give_the_same_tables_and_dedup_moves_less() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = make_dataset(dir.path(), 800, 12000, 3);
+    let mut cfg = config(&data);
+    cfg.solver = SolverKind::Cg;
+    cfg.epochs = 2;
+    for p in [2, 4] {
+        let (wd, hd, _, bytes_dedup) = train(p, &cfg);
+        cfg.exchange = ExchangeKind::Allgather;
+        let (wa, ha, _, bytes_all) = train(p, &cfg);
+        cfg.exchange = ExchangeKind::Dedup;
+        assert_eq!(wd, wa, "P={p}: W differs between exchanges");
+        assert_eq!(hd, ha, "P={p}: H differs between exchanges");
+        assert!(
+            bytes_dedup < bytes_all,
+            "P={p}: dedup {bytes_dedup} B, allgather {bytes_all} B"
+        );
+    }
+}
+
+#[test]
+fn loss_never_increases_with_the_exact_solver() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = make_dataset(dir.path(), 500, 7000, 4);
+    let mut cfg = config(&data);
+    cfg.epochs = 6;
+    let (_, _, rep, _) = train(2, &cfg);
+    let mut seq = Vec::new();
+    for e in &rep.epochs {
+        seq.push(e.loss_rows);
+        seq.push(e.loss);
+    }
+    for w in seq.windows(2) {
+        assert!(w[1] <= w[0] * (1.0 + 1e-9), "loss went up: {seq:?}");
+    }
+    assert!(seq[seq.len() - 1] < seq[0]);
+}
+
+/// Recall@20 of ranking columns by training popularity, computed like DESIGN.md's.
+fn popularity_recall(ds: &Dataset, k: usize) -> f64 {
+    let n = ds.meta.num_cols as usize;
+    let mut pop: Vec<(u64, u32)> = (0..n)
+        .map(|c| (ds.train_t.indptr[c + 1] - ds.train_t.indptr[c], c as u32))
+        .collect();
+    pop.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let mut total = 0.0;
+    for i in 0..ds.test_rows.len() {
+        let fold = ds.fold.row(i);
+        let hold = ds.holdout.row(i);
+        let top: Vec<u32> = pop
+            .iter()
+            .map(|x| x.1)
+            .filter(|c| fold.binary_search(c).is_err())
+            .take(k)
+            .collect();
+        let hits = top.iter().filter(|c| hold.binary_search(c).is_ok()).count();
+        total += hits as f64 / k.min(hold.len()) as f64;
+    }
+    total / ds.test_rows.len() as f64
+}
+
+#[test]
+fn recall_beats_popularity_on_a_planted_web_graph() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = make_dataset(dir.path(), 3000, 60000, 5);
+    let ds = Dataset::read(&data).unwrap();
+    let baseline = popularity_recall(&ds, 20);
+    let mut cfg = config(&data);
+    cfg.dim = 32;
+    cfg.epochs = 6;
+    cfg.solver = SolverKind::Cg;
+    let (_, _, rep, _) = train(2, &cfg);
+    let r = rep.recall.unwrap();
+    assert_eq!(r.test_rows, ds.test_rows.len() as u64);
+    assert!(
+        r.at20 > 1.5 * baseline && r.at20 > baseline + 0.05,
+        "Recall@20 {} vs popularity {baseline}",
+        r.at20
+    );
+}
+
+#[test]
+fn bad_configs_fail_on_every_rank_with_exit_code_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = make_dataset(dir.path(), 300, 3000, 6);
+    let mut cfg = config(&data);
+    cfg.dim = 0;
+    for r in run(3, |c| {
+        global_train(&c, &cfg, Preemption::manual(), |_| {}).map(|_| ())
+    }) {
+        let e = r.unwrap_err();
+        assert_eq!(e.exit_code(), 2, "{e}");
+    }
+    // A file that is HDF5 but not a dataset.
+    let bogus = dir.path().join("bogus.h5");
+    hdf5::File::create(&bogus)
+        .unwrap()
+        .new_attr::<u64>()
+        .create("version")
+        .unwrap()
+        .write_scalar(&1u64)
+        .unwrap();
+    let cfg = config(&bogus);
+    let out = run(2, |c| {
+        global_train(&c, &cfg, Preemption::manual(), |_| {}).map(|_| ())
+    });
+    let first = out[0].as_ref().unwrap_err();
+    assert_eq!(first.exit_code(), 2);
+    assert!(
+        first.to_string().contains("bogus.h5") && first.to_string().contains("format"),
+        "{first}"
+    );
+    assert_eq!(out[1].as_ref().unwrap_err().exit_code(), 2);
+}
