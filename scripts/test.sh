@@ -45,3 +45,8 @@ fi
 echo "== cargo test --release --features testing $*"
 timeout --kill-after=30 "${TORUSREC_TEST_TIMEOUT:-1500}" \
     cargo test --release --features testing "$@"
+
+# The job script against a real one-node Slurm (installs slurm-wlm and munge if
+# missing): submit, preempt with USR1, requeue, resume to the uninterrupted result.
+echo "== scripts/test_slurm.sh"
+timeout --kill-after=30 600 bash scripts/test_slurm.sh

@@ -238,9 +238,11 @@ fn filter_that_empties_the_graph_fails_on_every_rank() {
         )
         .map(|_| ())
     });
-    for r in out {
-        let e = r.unwrap_err();
-        assert_eq!(e.exit_code(), 2);
-        assert!(e.to_string().contains("empty graph"), "{e}");
+    // Every rank fails with exit code 2; rank 0 carries the message (printed once).
+    for r in &out {
+        assert_eq!(r.as_ref().unwrap_err().exit_code(), 2);
     }
+    let e = out[0].as_ref().unwrap_err().to_string();
+    assert!(e.contains("empty graph"), "{e}");
+    assert!(matches!(out[1], Err(torusrec::Error::Remote { rank: 0, code: 2 })));
 }
