@@ -19,7 +19,8 @@
 #   CORES=2  TIMEOUT=3600 (seconds per run)  OUT=out/bench  PYTHON=python3
 #   REUSE=1: keep a run whose metrics file is complete instead of running it again
 #   BUILD=0: skip `cargo build --release`;  BIN=path of the torusrec binary
-#   GRID_EPOCHS=8 GRID_DIM=128 GRID_NP=1 (GRID=1 mode)
+#   GRID=1 mode: GRID_EPOCHS=8 GRID_DIM=128 GRID_NP=1, the grids GRID_REGS="0.001 0.01 0.1"
+#     GRID_WEIGHTS="0.001 0.01 0.1" (ours) and GRID_IREGS=0.01,0.1,1 GRID_IALPHAS=1,10,40 (implicit)
 #
 # Seconds per epoch are the mean over epochs 2..N (epoch 1 excluded) of the training
 # time (torusrec: the epoch's seconds less its eval phase); evaluation is reported apart.
@@ -50,10 +51,10 @@ fi
 GRID_EPOCHS="${GRID_EPOCHS:-8}"
 GRID_DIM="${GRID_DIM:-128}"
 GRID_NP="${GRID_NP:-1}"
-GRID_REGS=(0.001 0.01 0.1)
-GRID_WEIGHTS=(0.001 0.01 0.1)
-GRID_IREGS="0.01,0.1,1"
-GRID_IALPHAS="1,10,40"
+read -r -a GRID_REGS <<< "${GRID_REGS:-0.001 0.01 0.1}"
+read -r -a GRID_WEIGHTS <<< "${GRID_WEIGHTS:-0.001 0.01 0.1}"
+GRID_IREGS="${GRID_IREGS:-0.01,0.1,1}"
+GRID_IALPHAS="${GRID_IALPHAS:-1,10,40}"
 
 log() { printf '[bench_als %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -199,7 +200,7 @@ if [[ "$GRID" == 1 ]]; then
             run_ours cnr-k1 "$GRID_NP" "$GRID_DIM" dedup "$reg" "$w" "$GRID_EPOCHS" "grid-r$reg-a$w-"
         done
     done
-    ijson="$OUT/grid-implicit-cnr-k1-d$GRID_DIM-e$GRID_EPOCHS.json"
+    ijson="$OUT/grid-implicit-cnr-k1-d$GRID_DIM-e$GRID_EPOCHS-r$GRID_IREGS-a$GRID_IALPHAS.json"
     if [[ "$REUSE" == 1 && -s "$ijson" ]]; then
         log "reuse $ijson"
     else
@@ -207,7 +208,7 @@ if [[ "$GRID" == 1 ]]; then
         timeout "$((TIMEOUT * 9))" "$PYTHON" scripts/compare_implicit.py "$(data_path cnr-k1)" \
             --dim "$GRID_DIM" --epochs "$GRID_EPOCHS" --cg-steps "$CG_STEPS" --threads "$CORES" \
             --seed "$SEED" --grid "$GRID_IREGS:$GRID_IALPHAS" --json "$ijson" \
-            > "$OUT/grid-implicit.log" 2>&1 || log "implicit grid failed; see $OUT/grid-implicit.log"
+            > "${ijson%.json}.log" 2>&1 || log "implicit grid failed; see ${ijson%.json}.log"
     fi
     DESCRIBE="$(describe)" MANIFEST="$MANIFEST" IJSON="$ijson" GRID_EPOCHS="$GRID_EPOCHS" \
         GRID_DIM="$GRID_DIM" GRID_NP="$GRID_NP" CG_STEPS="$CG_STEPS" "$PYTHON" - <<'EOF'
@@ -286,7 +287,7 @@ try:
             f"Recall@20 {b['recall_at_20']:.4f}, Recall@50 {b['recall_at_50']:.4f}, "
             f"{b['seconds_per_epoch_after_first']:.3f} s/epoch at {b['threads']} threads"]
 except (OSError, ValueError, KeyError) as e:
-    out.append(f"implicit grid missing or failed ({e}); see out/bench/grid-implicit.log")
+    out.append(f"implicit grid missing or failed ({e}); see {os.environ['IJSON'][:-5]}.log")
 text = "\n".join(out) + "\n"
 open("bench/als-grid.md", "w").write(text)
 print(text)

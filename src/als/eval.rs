@@ -143,7 +143,8 @@ impl EvalSet {
         gram_h: &[f64],
         params: SolveParams,
     ) -> Result<Recall> {
-        let h_fold = self.plan.global_fetch(comm, h_local, d)?;
+        let fetched = self.plan.global_fetch(comm, h_local, d)?;
+        let h_fold = fetched.as_deref().unwrap_or(h_local);
         let _p = comm.stats().phase("eval");
         // Fold-in: the exact solve against H from zero.
         let t_local = self.fold_indptr.len() - 1;
@@ -152,7 +153,7 @@ impl EvalSet {
             indptr: &self.fold_indptr,
             indices: &self.fold_local,
         };
-        let solved = cholesky_solve(&mut x, view, &h_fold, d, gram_h, params)
+        let solved = cholesky_solve(&mut x, view, h_fold, d, gram_h, params)
             .map_err(|e| Error::Comm(format!("fold-in: {e}")));
         comm.agree(solved)?;
         let x_all = comm.all_gather_v(&x)?.data;

@@ -35,6 +35,8 @@ pub struct ExchangePlan {
     all_counts: Vec<usize>,
     /// Owner boundaries of the fixed table.
     bounds: Vec<u64>,
+    /// One rank: indices point straight into the local table and nothing moves.
+    identity: bool,
 }
 
 impl ExchangePlan {
@@ -51,6 +53,18 @@ impl ExchangePlan {
         let mut needed = indices.to_vec();
         needed.sort_unstable();
         needed.dedup();
+        if comm.size() == 1 {
+            // The local table is the whole table: keep the global ids as positions.
+            return Ok(Self {
+                kind,
+                need_counts: vec![needed.len()],
+                needed,
+                serve: Received { data: Vec::new(), counts: vec![0] },
+                all_counts: Vec::new(),
+                bounds: bounds.to_vec(),
+                identity: true,
+            });
+        }
         for x in indices.iter_mut() {
             // `needed` holds every index, so the search always succeeds.
             *x = needed.partition_point(|&v| v < *x) as u32;
@@ -84,6 +98,7 @@ impl ExchangePlan {
             serve,
             all_counts,
             bounds: bounds.to_vec(),
+            identity: false,
         })
     }
 
@@ -97,8 +112,12 @@ impl ExchangePlan {
     }
 
     /// Collective: every rank must call. The rows `needed` of the distributed table
-    /// whose local shard (rows `bounds[rank]..bounds[rank+1]`, width `d`) is `local`.
-    pub fn global_fetch<C: Comm>(&self, comm: &C, local: &[f32], d: usize) -> Result<Vec<f32>> {
+    /// whose local shard (rows `bounds[rank]..bounds[rank+1]`, width `d`) is `local`;
+    /// `None` on one rank, where the indices address `local` itself.
+    pub fn global_fetch<C: Comm>(&self, comm: &C, local: &[f32], d: usize) -> Result<Option<Vec<f32>>> {
+        if self.identity {
+            return Ok(None);
+        }
         let _p = comm.stats().phase("exchange");
         let lo = self.bounds[comm.rank()];
         let row = |id: u32| {
@@ -121,7 +140,7 @@ impl ExchangePlan {
                         got.counts
                     )));
                 }
-                Ok(got.data)
+                Ok(Some(got.data))
             }
             ExchangeKind::Allgather => {
                 // ALX: gather every rank's ids (every half-epoch, as its batches change).
@@ -136,7 +155,7 @@ impl ExchangePlan {
                 }
                 comm.all_reduce_sum(&mut dense);
                 let start: usize = self.all_counts[..comm.rank()].iter().sum();
-                Ok(dense[start * d..(start + self.needed.len()) * d].to_vec())
+                Ok(Some(dense[start * d..(start + self.needed.len()) * d].to_vec()))
             }
         }
     }

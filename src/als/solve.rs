@@ -380,6 +380,7 @@ const GRAM_WAVE: usize = 16;
 /// in parallel; the block sums are added in block order, so the result does not
 /// depend on the thread count. Panics if `table.len()` is not a multiple of `d`.
 pub fn gramian(table: &[f32], d: usize) -> Vec<f64> {
+    crate::blas_single_thread();
     if d == 0 {
         assert!(table.is_empty(), "gramian: d = 0 with a non-empty table");
         return Vec::new();
@@ -420,9 +421,43 @@ fn block_gramian(block: &[f32], d: usize, buf: &mut Vec<f64>, out: &mut [f64]) {
     let nb = block.len() / d;
     buf.clear();
     buf.extend(block.iter().map(|&v| f64::from(v)));
-    let xv = view2(buf, nb, d);
-    let mut c = view2_mut(out, d, d);
-    gemm(1.0, xv.t(), xv, 0.0, &mut c);
+    if nb == 0 {
+        out.fill(0.0);
+        return;
+    }
+    // Symmetric rank-k update: half the flops of a general product. OpenBLAS is kept
+    // single-threaded (crate::blas_single_thread), so the result is deterministic.
+    let (n, k) = (d as c_int, nb as c_int);
+    // SAFETY: `buf` holds nb x d row-major f64 (lda = d) and `out` d x d (ldc = d), as
+    // cblas_dsyrk reads and writes them.
+    unsafe {
+        cblas_dsyrk(CBLAS_ROW_MAJOR, CBLAS_UPPER, CBLAS_TRANS, n, k, 1.0, buf.as_ptr(), n, 0.0, out.as_mut_ptr(), n);
+    }
+    for i in 0..d {
+        for j in 0..i {
+            out[i * d + j] = out[j * d + i];
+        }
+    }
+}
+
+use std::os::raw::c_int;
+const CBLAS_ROW_MAJOR: c_int = 101;
+const CBLAS_UPPER: c_int = 121;
+const CBLAS_TRANS: c_int = 112;
+extern "C" {
+    fn cblas_dsyrk(
+        order: c_int,
+        uplo: c_int,
+        trans: c_int,
+        n: c_int,
+        k: c_int,
+        alpha: f64,
+        a: *const f64,
+        lda: c_int,
+        beta: f64,
+        c: *mut f64,
+        ldc: c_int,
+    );
 }
 
 /// Reference Gramian: a naive triple loop in f64.

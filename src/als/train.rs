@@ -179,8 +179,9 @@ pub struct Trainer {
     pub pos: Position,
     /// Rows of the current half's solved side done on this rank (global ranges).
     local_done: Vec<(u64, u64)>,
-    /// The gathered fixed table of the current half, once fetched.
-    fixed: Option<Vec<f32>>,
+    /// The gathered fixed table of the current half, once fetched (`Some(None)`: the
+    /// local table itself, on one rank).
+    fixed: Option<Option<Vec<f32>>>,
     pub preempt: Preemption,
 }
 
@@ -299,12 +300,15 @@ impl Trainer {
         while self.pos.step < self.steps_per_half {
             let j = self.pos.step;
             let t = Instant::now();
-            let (side, solved, gram_fixed) = if half == 0 {
-                (&self.rows, &mut self.w, &self.gram_h)
+            let (side, solved, fixed_local, gram_fixed) = if half == 0 {
+                (&self.rows, &mut self.w, &self.h, &self.gram_h)
             } else {
-                (&self.cols, &mut self.h, &self.gram_w)
+                (&self.cols, &mut self.h, &self.w, &self.gram_w)
             };
-            let fixed = self.fixed.as_deref().unwrap_or(&[]);
+            let fixed: &[f32] = match &self.fixed {
+                Some(Some(v)) => v,
+                _ => fixed_local,
+            };
             let lo = side.shard.lo;
             // Step j solves the rows of steps 0..=j not yet done: at an unchanged rank
             // count that is exactly step j's rows; after resuming on another count it
@@ -397,7 +401,10 @@ impl Trainer {
             indptr: &side.shard.indptr,
             indices: &side.local,
         };
-        let fixed = self.fixed.as_deref().unwrap_or(&[]);
+        let fixed: &[f32] = match &self.fixed {
+            Some(Some(v)) => v,
+            _ => fixed_local,
+        };
         let (obs, reg_solved) =
             local_loss_terms(solved, view, fixed, d, params.alpha0, params.n_other);
         let reg_fixed = reg_norms(fixed_local, fixed_counts, d, params.alpha0, n_solved as f64);
