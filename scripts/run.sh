@@ -4,9 +4,8 @@
 #   scripts/run.sh               # 2 ranks, outputs in ./out
 #   NP=4 OUT=/tmp/o scripts/run.sh
 #
-# TODO(iALS issue): this currently prepares the WebGraph variants (K = 1, 10, 50) and
-# inspects them. When iALS training lands, this script turns into the training run
-# (prepare once, then `torusrec train ...` on the prepared files).
+# Prepares the WebGraph variants (K = 1, 10, 50) of the bundled graph, then trains
+# iALS on K = 10 with 4 ranks and prints Recall@20/50 (TRAIN_NP changes the ranks).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -38,6 +37,15 @@ for K in 1 10 50; do
     echo "== prepare cnr-2000 K=$K on $NP ranks -> $out_file"
     "${MPIRUN[@]}" "$BIN" prepare --input "$DATA" --format bv --min-links "$K" \
         --seed 42 --out "$out_file" --force
-    echo "== inspect $out_file"
-    "$BIN" inspect "$out_file"
 done
+"$BIN" inspect "$OUT/cnr-2000-k10.h5"
+
+# The main job: ALX-style iALS on the K = 10 variant with TRAIN_NP ranks (default 4),
+# d = 128, 16 epochs of 3-step CG, Recall@20/50 every 4 epochs and at the end.
+TRAIN_NP="${TRAIN_NP:-4}"
+echo "== train iALS on cnr-2000 K=10 with $TRAIN_NP ranks"
+mpirun --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS -np "$TRAIN_NP" \
+    "$BIN" als --data "$OUT/cnr-2000-k10.h5" --dim 128 --epochs 16 --reg 0.01 \
+    --unobserved-weight 0.01 --eval-every 4 --threads 1 \
+    --checkpoint-dir "$OUT/ckpt-cnr-2000-k10" --resume auto \
+    --out "$OUT/cnr-2000-k10-model.h5" --force --metrics "$OUT/cnr-2000-k10.jsonl"
