@@ -244,5 +244,8 @@ fn filter_that_empties_the_graph_fails_on_every_rank() {
     }
     let e = out[0].as_ref().unwrap_err().to_string();
     assert!(e.contains("empty graph"), "{e}");
-    assert!(matches!(out[1], Err(torusrec::Error::Remote { rank: 0, code: 2 })));
+    assert!(matches!(
+        out[1],
+        Err(torusrec::Error::Remote { rank: 0, code: 2 })
+    ));
 }

@@ -83,6 +83,7 @@ fn global_sums<C: Comm>(comm: &C, w: u64, h: u64) -> [u64; 2] {
 /// Collective: every rank must call. Writes `ckpt-<step>.h5` atomically into the
 /// checkpoint directory, then applies the retention policy.
 pub fn global_write_checkpoint<C: Comm>(comm: &C, tr: &Trainer, step: u64) -> Result<PathBuf> {
+    let t0 = std::time::Instant::now();
     let dir = tr
         .cfg
         .checkpoint
@@ -151,12 +152,16 @@ pub fn global_write_checkpoint<C: Comm>(comm: &C, tr: &Trainer, step: u64) -> Re
     };
     comm.agree(retained)?;
     if comm.rank() == 0 {
+        let secs = t0.elapsed().as_secs_f64();
+        let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
         log::info!(
-            "checkpoint {} (epoch {}, half {}, step {})",
+            "checkpoint {} (epoch {}, half {}, step {}): {:.1} MB in {secs:.3} s, {:.0} MB/s",
             path.display(),
             tr.pos.epoch,
             tr.pos.half,
-            tr.pos.step
+            tr.pos.step,
+            bytes as f64 / 1e6,
+            bytes as f64 / 1e6 / secs.max(1e-9)
         );
     }
     Ok(path)

@@ -143,6 +143,8 @@ impl EvalSet {
         gram_h: &[f64],
         params: SolveParams,
     ) -> Result<Recall> {
+        // Scoring calls BLAS from rayon threads: keep BLAS itself single-threaded.
+        crate::blas_single_thread();
         let fetched = self.plan.global_fetch(comm, h_local, d)?;
         let h_fold = fetched.as_deref().unwrap_or(h_local);
         let _p = comm.stats().phase("eval");

@@ -59,7 +59,10 @@ impl ExchangePlan {
                 kind,
                 need_counts: vec![needed.len()],
                 needed,
-                serve: Received { data: Vec::new(), counts: vec![0] },
+                serve: Received {
+                    data: Vec::new(),
+                    counts: vec![0],
+                },
                 all_counts: Vec::new(),
                 bounds: bounds.to_vec(),
                 identity: true,
@@ -114,7 +117,12 @@ impl ExchangePlan {
     /// Collective: every rank must call. The rows `needed` of the distributed table
     /// whose local shard (rows `bounds[rank]..bounds[rank+1]`, width `d`) is `local`;
     /// `None` on one rank, where the indices address `local` itself.
-    pub fn global_fetch<C: Comm>(&self, comm: &C, local: &[f32], d: usize) -> Result<Option<Vec<f32>>> {
+    pub fn global_fetch<C: Comm>(
+        &self,
+        comm: &C,
+        local: &[f32],
+        d: usize,
+    ) -> Result<Option<Vec<f32>>> {
         if self.identity {
             return Ok(None);
         }
@@ -155,7 +163,9 @@ impl ExchangePlan {
                 }
                 comm.all_reduce_sum(&mut dense);
                 let start: usize = self.all_counts[..comm.rank()].iter().sum();
-                Ok(Some(dense[start * d..(start + self.needed.len()) * d].to_vec()))
+                Ok(Some(
+                    dense[start * d..(start + self.needed.len()) * d].to_vec(),
+                ))
             }
         }
     }

@@ -431,7 +431,19 @@ fn block_gramian(block: &[f32], d: usize, buf: &mut Vec<f64>, out: &mut [f64]) {
     // SAFETY: `buf` holds nb x d row-major f64 (lda = d) and `out` d x d (ldc = d), as
     // cblas_dsyrk reads and writes them.
     unsafe {
-        cblas_dsyrk(CBLAS_ROW_MAJOR, CBLAS_UPPER, CBLAS_TRANS, n, k, 1.0, buf.as_ptr(), n, 0.0, out.as_mut_ptr(), n);
+        cblas_dsyrk(
+            CBLAS_ROW_MAJOR,
+            CBLAS_UPPER,
+            CBLAS_TRANS,
+            n,
+            k,
+            1.0,
+            buf.as_ptr(),
+            n,
+            0.0,
+            out.as_mut_ptr(),
+            n,
+        );
     }
     for i in 0..d {
         for j in 0..i {

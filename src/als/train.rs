@@ -517,16 +517,15 @@ impl Trainer {
         let loss_rows = self.pos.loss_rows.unwrap_or(f64::NAN);
         let loss = self.global_half(comm, &mut times)?;
         self.global_maybe_checkpoint(comm, &mut times)?;
+        // Training traffic only: the evaluation's fold-in fetch is not counted here.
+        let train_bytes = comm.stats().get("exchange").bytes_sent - bytes0;
         let recall = if evaluate {
             Some(self.global_evaluate(comm, &mut times)?)
         } else {
             None
         };
         let seconds = t0.elapsed().as_secs_f64();
-        let mut sums = [
-            comm.stats().get("exchange").bytes_sent - bytes0,
-            self.shards.rows.nnz(),
-        ];
+        let mut sums = [train_bytes, self.shards.rows.nnz()];
         comm.all_reduce_sum(&mut sums);
         let train_seconds = seconds - times.eval - times.checkpoint;
         Ok(EpochReport {
@@ -740,24 +739,30 @@ pub fn global_train<C: Comm>(
     let mut tr = Trainer::global_new(comm, cfg, preempt)?;
     let mut resumed_from = None;
     if let Some(path) = resume {
+        let t_restore = Instant::now();
         let restored = global_restore(comm, &tr, &path);
         let (manifest, w, h): (Manifest, Vec<f32>, Vec<f32>) = match restored {
             Ok(x) => x,
             Err(Error::Hold(reason)) => return Err(tr.global_hold(comm, reason, None)),
             Err(e) => return Err(e),
         };
+        let restore_secs = t_restore.elapsed().as_secs_f64();
+        let restore_mb = std::fs::metadata(&path).map_or(0, |m| m.len()) as f64 / 1e6;
         let d = cfg.dim;
         let gram_w = global_gramian(comm, &w, d);
         let gram_h = global_gramian(comm, &h, d);
         if comm.rank() == 0 {
             log::info!(
-                "resumed from {} (written by {} rank(s)): epoch {}, half {}, step {}/{}",
+                "resumed from {} (written by {} rank(s)): epoch {}, half {}, step {}/{}; read and verified {:.1} MB in {:.3} s, {:.0} MB/s",
                 path.display(),
                 manifest.world_size,
                 manifest.position.epoch,
                 manifest.position.half,
                 manifest.position.step,
-                tr.steps_per_half
+                tr.steps_per_half,
+                restore_mb,
+                restore_secs,
+                restore_mb / restore_secs.max(1e-9)
             );
         }
         resumed_from = Some(manifest.position.clone());

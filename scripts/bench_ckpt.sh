@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Checkpoint benchmark (issue 3): write and restore time and MB/s of iALS checkpoints
+# (d = 128) on cnr-2000 (K = 1) and on a synthetic in-dense graph at SCALE (default
+# 0.2), and the time from a signal to exit 75 at P = 4. Writes bench/ckpt.md.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+SCALE="${SCALE:-0.2}"
+OUT="${OUT:-out/bench-ckpt}"
+mkdir -p "$OUT" bench
+if [[ $(id -u) -eq 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+export OPENBLAS_NUM_THREADS=1
+cargo build --release --quiet
+BIN=target/release/torusrec
+MPI=(mpirun --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS)
+
+[[ -f $OUT/cnr-k1.h5 ]] || "$BIN" prepare --input tests/data/cnr-2000/cnr-2000 --format bv \
+    --min-links 1 --seed 42 --out "$OUT/cnr-k1.h5"
+[[ -f $OUT/in-dense.h5 ]] || "${MPI[@]}" -np 2 "$BIN" generate webgraph --preset in-dense \
+    --scale "$SCALE" --seed 42 --out "$OUT/in-dense.h5"
+
+table=bench/ckpt.md
+{
+  echo "| dataset | P | file MB | write s | write MB/s | restore (read + verify) s | restore MB/s | signal -> checkpoint committed s | signal -> mpirun exit 75 s |"
+  echo "|---|---|---|---|---|---|---|---|---|"
+} > "$table"
+
+for ds in cnr-k1 in-dense; do
+  for np in 1 4; do
+    dir="$OUT/ck-$ds-$np"; rm -rf "$dir"; log="$OUT/$ds-$np.log"
+    # Preempted by a real SIGUSR1 to mpirun once the first checkpoint exists.
+    "${MPI[@]}" -np "$np" "$BIN" als --data "$OUT/$ds.h5" --dim 128 --epochs 50 --threads 1 \
+        --checkpoint-dir "$dir" --checkpoint-every 1 --step-nnz 200000 > "$log" 2>&1 &
+    pid=$!
+    for _ in $(seq 600); do compgen -G "$dir/ckpt-*.h5" > /dev/null && break; sleep 0.2; done
+    sleep 1
+    t_sig=$(date +%s.%N)
+    kill -USR1 "$pid"
+    code=0; wait "$pid" || code=$?
+    t_exit=$(date +%s.%N)
+    [[ $code -eq 75 ]] || { echo "expected exit 75, got $code (see $log)"; exit 1; }
+    w=$(grep -o 'checkpoint .*: [0-9.]* MB in [0-9.]* s, [0-9]* MB/s' "$log" | head -1)
+    since=$(grep -o 'written at .* [0-9.]* s after the signal' "$log" | grep -o '[0-9.]* s after' | grep -o '^[0-9.]*')
+    # Restore: resume at the same P and stop right away at the next step.
+    TORUSREC_PREEMPT_AT=999999999 timeout 600 "${MPI[@]}" -np "$np" "$BIN" als --data "$OUT/$ds.h5" \
+        --dim 128 --epochs 50 --threads 1 --checkpoint-dir "$dir" --checkpoint-every 1000 \
+        --step-nnz 200000 --resume auto > "$log.resume" 2>&1 &
+    rpid=$!
+    for _ in $(seq 600); do grep -q "resumed from" "$log.resume" && break; sleep 0.2; done
+    kill -USR1 "$rpid" 2>/dev/null || true; wait "$rpid" || true
+    r=$(grep -o 'read and verified [0-9.]* MB in [0-9.]* s, [0-9]* MB/s' "$log.resume" | head -1)
+    mb=$(echo "$w" | grep -o '[0-9.]* MB in' | grep -o '^[0-9.]*')
+    ws=$(echo "$w" | grep -o 'in [0-9.]* s' | grep -o '[0-9.]*')
+    wr=$(echo "$w" | grep -o '[0-9]* MB/s' | grep -o '^[0-9]*')
+    rs=$(echo "$r" | grep -o 'in [0-9.]* s' | grep -o '[0-9.]*')
+    rr=$(echo "$r" | grep -o '[0-9]* MB/s' | grep -o '^[0-9]*')
+    total=$(awk -v a="$t_sig" -v b="$t_exit" 'BEGIN{printf "%.2f", b-a}')
+    echo "| $ds | $np | $mb | $ws | $wr | $rs | $rr | $since | $total |" >> "$table"
+  done
+done
+cat "$table"
