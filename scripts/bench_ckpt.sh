@@ -41,7 +41,7 @@ for ds in cnr-k1 in-dense; do
     w=$(grep -o 'checkpoint .*: [0-9.]* MB in [0-9.]* s, [0-9]* MB/s' "$log" | head -1)
     since=$(grep -o 'written at .* [0-9.]* s after the signal' "$log" | grep -o '[0-9.]* s after' | grep -o '^[0-9.]*')
     # Restore: resume at the same P and stop right away at the next step.
-    TORUSREC_PREEMPT_AT=999999999 timeout 600 "${MPI[@]}" -np "$np" "$BIN" als --data "$OUT/$ds.h5" \
+    "${MPI[@]}" -np "$np" "$BIN" als --data "$OUT/$ds.h5" \
         --dim 128 --epochs 50 --threads 1 --checkpoint-dir "$dir" --checkpoint-every 1000 \
         --step-nnz 200000 --resume auto > "$log.resume" 2>&1 &
     rpid=$!
