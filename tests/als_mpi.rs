@@ -1,0 +1,171 @@
+//! iALS end to end under `mpirun`: the Cholesky solver gives the same tables at 1-4
+//! ranks, dedup and all-gather give the same tables with fewer bytes for dedup, and
+//! bad input fails with exit 2 on every rank, printed once, without hanging.
+
+mod util;
+
+use std::path::Path;
+use util::{cnr2000, rank_codes, tempdir, Launcher, TestCommand};
+
+fn prepare(dir: &Path, k: u64) -> std::path::PathBuf {
+    let out = dir.join(format!("cnr-k{k}.h5"));
+    TestCommand::direct()
+        .arg("prepare")
+        .arg("--input")
+        .arg(cnr2000())
+        .args(["--format", "bv", "--min-links", &k.to_string(), "--out"])
+        .arg(&out)
+        .run()
+        .expect_code(0);
+    out
+}
+
+fn train(np: usize, data: &Path, out: &Path, extra: &[&str]) -> util::Output {
+    let o = TestCommand::new(Launcher::Mpirun(np))
+        .arg("als")
+        .arg("--data")
+        .arg(data)
+        .args([
+            "--dim",
+            "8",
+            "--epochs",
+            "3",
+            "--threads",
+            "1",
+            "--reg",
+            "0.05",
+        ])
+        .args(["--unobserved-weight", "0.05", "--out"])
+        .arg(out)
+        .args(extra)
+        .run();
+    o.expect_code(0);
+    o
+}
+
+fn tables(path: &Path) -> (Vec<f32>, Vec<f32>) {
+    let f = hdf5::File::open(path).unwrap();
+    let w = f.dataset("W").unwrap().read_raw::<f32>().unwrap();
+    let h = f.dataset("H").unwrap().read_raw::<f32>().unwrap();
+    (w, h)
+}
+
+fn max_rel(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let s = a
+        .iter()
+        .map(|x| x.abs() as f64)
+        .fold(0.0, f64::max)
+        .max(1e-12);
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (*x as f64 - *y as f64).abs())
+        .fold(0.0, f64::max)
+        / s
+}
+
+/// The exchanged bytes the summary line of rank 0 reports for the "exchange" phase.
+fn exchange_bytes(o: &util::Output) -> f64 {
+    let line = o
+        .stderr
+        .lines()
+        .find(|l| l.contains("comm exchange:"))
+        .unwrap_or_else(|| panic!("no exchange summary:\n{}", o.dump()));
+    let after = line.split("calls, ").nth(1).unwrap();
+    let mut it = after.split_whitespace();
+    let v: f64 = it.next().unwrap().parse().unwrap();
+    let unit = it.next().unwrap();
+    v * match unit {
+        "B" => 1.0,
+        "kB" => 1e3,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        u => panic!("unit {u}"),
+    }
+}
+
+#[test]
+fn cholesky_tables_agree_at_1_to_4_ranks() {
+    let dir = tempdir();
+    let data = prepare(dir.path(), 50);
+    let reference = dir.path().join("m1.h5");
+    train(1, &data, &reference, &["--solver", "cholesky"]).stdout_has(&["final: Recall@20"]);
+    let (w1, h1) = tables(&reference);
+    for np in 2..=4 {
+        let out = dir.path().join(format!("m{np}.h5"));
+        train(np, &data, &out, &["--solver", "cholesky"]).occurs("final: Recall@20", 1);
+        let (w, h) = tables(&out);
+        assert!(max_rel(&w1, &w) < 1e-5, "W at P={np}: {}", max_rel(&w1, &w));
+        assert!(max_rel(&h1, &h) < 1e-5, "H at P={np}: {}", max_rel(&h1, &h));
+    }
+}
+
+#[test]
+fn dedup_and_allgather_agree_and_dedup_moves_fewer_bytes() {
+    let dir = tempdir();
+    let data = prepare(dir.path(), 10);
+    let a = dir.path().join("dedup.h5");
+    let b = dir.path().join("allgather.h5");
+    let oa = train(4, &data, &a, &["--exchange", "dedup"]);
+    let ob = train(4, &data, &b, &["--exchange", "allgather"]);
+    assert_eq!(
+        tables(&a),
+        tables(&b),
+        "the two exchanges must give the same tables"
+    );
+    let (da, db) = (exchange_bytes(&oa), exchange_bytes(&ob));
+    assert!(da * 4.0 <= db, "dedup {da} B vs allgather {db} B at P=4");
+}
+
+#[test]
+fn bad_als_input_exits_2_on_every_rank_once() {
+    let dir = tempdir();
+    let data = prepare(dir.path(), 50);
+    // Not a dataset: an HDF5 model file is the wrong format.
+    let not_dataset = dir.path().join("model.h5");
+    train(1, &data, &not_dataset, &[]);
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec!["--data".into(), not_dataset.display().to_string()],
+            "expected \"torusrec-dataset\"",
+        ),
+        (
+            vec![
+                "--data".into(),
+                data.display().to_string(),
+                "--dim".into(),
+                "0".into(),
+            ],
+            "--dim 0",
+        ),
+        (
+            vec![
+                "--data".into(),
+                dir.path().join("missing.h5").display().to_string(),
+            ],
+            "no such file",
+        ),
+    ];
+    for (args, needle) in cases {
+        let codes = dir
+            .path()
+            .join(format!("codes-{}", needle.replace([' ', '"'], "_")));
+        std::fs::create_dir_all(&codes).unwrap();
+        let o = TestCommand::new(Launcher::Mpirun(3))
+            .arg("als")
+            .args(&args)
+            .record_rank_codes(&codes)
+            .run();
+        o.stderr_has(&[needle]).occurs(needle, 1);
+        assert_eq!(rank_codes(&codes, 3), vec![Some(2); 3], "{}", o.dump());
+    }
+    let codes = dir.path().join("codes-torus");
+    std::fs::create_dir_all(&codes).unwrap();
+    let o = TestCommand::new(Launcher::Mpirun(3))
+        .args(["--torus", "2x2", "als", "--data"])
+        .arg(&data)
+        .record_rank_codes(&codes)
+        .run();
+    o.stderr_has(&["multiplies to 4"]);
+    assert_eq!(rank_codes(&codes, 3), vec![Some(2); 3], "{}", o.dump());
+}
