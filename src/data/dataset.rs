@@ -261,50 +261,6 @@ pub fn read_range<T: H5Type>(
     let ds = f
         .dataset(name)
         .map_err(|_| Error::layout(path, name, "missing"))?;
-    let len = ds.size() as u64;
-    if lo > hi || hi > len {
-        return Err(Error::layout(
-            path,
-            name,
-            format!("range {lo}..{hi} outside its {len} entries"),
-        ));
-    }
-    if lo == hi {
-        return Ok(Vec::new());
-    }
-    let want = T::type_descriptor();
-    let have = ds
-        .dtype()
-        .and_then(|t| t.to_descriptor())
-        .map_err(|e| Error::layout(path, name, format!("unreadable type: {e}")))?;
-    if have != want {
-        return Err(Error::layout(
-            path,
-            name,
-            format!("element type {have}, expected {want}"),
-        ));
-    }
-    ds.read_slice_1d::<T, _>(lo as usize..hi as usize)
-        .map(|a| a.into_raw_vec_and_offset().0)
-        .map_err(|e| Error::layout(path, name, format!("unreadable: {e}")))
-}
-
-/// A prepared dataset read whole into memory (for `inspect` and tests).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Dataset {
-    pub meta: SplitMeta,
-    pub train: LocalRows,
-    pub train_t: LocalRows,
-    pub test_rows: Vec<u32>,
-    pub fold: LocalRows,
-    pub holdout: LocalRows,
-    pub node_ids: Vec<u64>,
-}
-
-fn read_vec<T: H5Type>(f: &hdf5::File, path: &Path, name: &str) -> Result<Vec<T>> {
-    let ds = f
-        .dataset(name)
-        .map_err(|_| Error::layout(path, name, "missing"))?;
     if ds.ndim() != 1 {
         return Err(Error::layout(
             path,
@@ -324,8 +280,40 @@ fn read_vec<T: H5Type>(f: &hdf5::File, path: &Path, name: &str) -> Result<Vec<T>
             format!("element type {have}, expected {want}"),
         ));
     }
-    ds.read_raw::<T>()
+    let len = ds.size() as u64;
+    if lo > hi || hi > len {
+        return Err(Error::layout(
+            path,
+            name,
+            format!("range {lo}..{hi} outside its {len} entries"),
+        ));
+    }
+    if lo == hi {
+        return Ok(Vec::new());
+    }
+    ds.read_slice_1d::<T, _>(lo as usize..hi as usize)
+        .map(|a| a.into_raw_vec_and_offset().0)
         .map_err(|e| Error::layout(path, name, format!("unreadable: {e}")))
+}
+
+/// A prepared dataset read whole into memory (for `inspect` and tests).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dataset {
+    pub meta: SplitMeta,
+    pub train: LocalRows,
+    pub train_t: LocalRows,
+    pub test_rows: Vec<u32>,
+    pub fold: LocalRows,
+    pub holdout: LocalRows,
+    pub node_ids: Vec<u64>,
+}
+
+fn read_vec<T: H5Type>(f: &hdf5::File, path: &Path, name: &str) -> Result<Vec<T>> {
+    let len = f
+        .dataset(name)
+        .map_err(|_| Error::layout(path, name, "missing"))?
+        .size() as u64;
+    read_range(f, path, name, 0, len)
 }
 
 fn read_u64_attr(f: &hdf5::File, path: &Path, name: &str) -> Result<u64> {
