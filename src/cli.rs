@@ -168,6 +168,9 @@ pub struct AlsArgs {
     /// A step (between preemption checks) covers about this many non-zeros.
     #[arg(long, value_name = "N", default_value_t = 1_000_000)]
     pub step_nnz: u64,
+    /// Also compute the exact loss after each row half-epoch, not only per epoch.
+    #[arg(long)]
+    pub loss_every_half: bool,
     /// Write checkpoints (and the training hold) into this directory.
     #[arg(long, value_name = "DIR")]
     pub checkpoint_dir: Option<PathBuf>,
@@ -209,6 +212,7 @@ impl AlsArgs {
             metrics: self.metrics.clone(),
             force: self.force,
             step_nnz: self.step_nnz,
+            loss_every_half: self.loss_every_half,
             checkpoint: crate::als::CheckpointConfig {
                 dir: self.checkpoint_dir.clone(),
                 every: self.checkpoint_every,

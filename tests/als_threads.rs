@@ -49,6 +49,7 @@ fn config(data: &Path) -> AlsConfig {
         metrics: None,
         force: false,
         step_nnz: 2000,
+        loss_every_half: false,
         checkpoint: Default::default(),
     }
 }
@@ -152,10 +153,11 @@ fn loss_never_increases_with_the_exact_solver() {
     let data = make_dataset(dir.path(), 500, 7000, 4);
     let mut cfg = config(&data);
     cfg.epochs = 6;
+    cfg.loss_every_half = true;
     let (_, _, rep, _) = train(2, &cfg);
     let mut seq = Vec::new();
     for e in &rep.epochs {
-        seq.push(e.loss_rows);
+        seq.push(e.loss_rows.expect("--loss-every-half"));
         seq.push(e.loss);
     }
     for w in seq.windows(2) {

@@ -45,6 +45,9 @@ pub struct AlsConfig {
     /// A step (the unit between preemption checks) covers about this many non-zeros
     /// of a half-epoch; the count of steps depends only on the data.
     pub step_nnz: u64,
+    /// Also compute the exact loss after each row half-epoch (costs one more pass
+    /// over the observed cells).
+    pub loss_every_half: bool,
     pub checkpoint: CheckpointConfig,
 }
 

@@ -35,7 +35,8 @@ pub struct PhaseTimes {
 pub struct EpochReport {
     pub epoch: usize,
     /// The loss after the row half-epoch and after the column half-epoch.
-    pub loss_rows: f64,
+    /// `None` unless `--loss-every-half`.
+    pub loss_rows: Option<f64>,
     pub loss: f64,
     pub recall: Option<Recall>,
     pub seconds: f64,
@@ -396,36 +397,43 @@ impl Trainer {
         };
         let gram_solved = global_gramian(comm, solved, d);
         times.gramian += t.elapsed().as_secs_f64();
-        let t = Instant::now();
-        let view = RowsView {
-            indptr: &side.shard.indptr,
-            indices: &side.local,
-        };
-        let fixed: &[f32] = match &self.fixed {
-            Some(Some(v)) => v,
-            _ => fixed_local,
-        };
-        let (obs, reg_solved) =
-            local_loss_terms(solved, view, fixed, d, params.alpha0, params.n_other);
-        let reg_fixed = reg_norms(fixed_local, fixed_counts, d, params.alpha0, n_solved as f64);
-        let mut parts = [obs, reg_solved + reg_fixed];
-        {
-            let _p = comm.stats().phase("loss");
-            comm.all_reduce_sum(&mut parts);
-        }
-        let gram_fixed = if half == 0 {
-            &self.gram_h
+        // The exact loss after every epoch; after the row half too when asked (it costs
+        // a second pass over the observed cells).
+        let loss = if half == 1 || self.cfg.loss_every_half {
+            let t = Instant::now();
+            let view = RowsView {
+                indptr: &side.shard.indptr,
+                indices: &side.local,
+            };
+            let fixed: &[f32] = match &self.fixed {
+                Some(Some(v)) => v,
+                _ => fixed_local,
+            };
+            let (obs, reg_solved) =
+                local_loss_terms(solved, view, fixed, d, params.alpha0, params.n_other);
+            let reg_fixed = reg_norms(fixed_local, fixed_counts, d, params.alpha0, n_solved as f64);
+            let mut parts = [obs, reg_solved + reg_fixed];
+            {
+                let _p = comm.stats().phase("loss");
+                comm.all_reduce_sum(&mut parts);
+            }
+            let gram_fixed = if half == 0 {
+                &self.gram_h
+            } else {
+                &self.gram_w
+            };
+            let loss = parts[0]
+                + params.alpha0 as f64 * all_pairs_term(&gram_solved, gram_fixed, d)
+                + self.cfg.reg as f64 * parts[1];
+            times.loss += t.elapsed().as_secs_f64();
+            Some(loss)
         } else {
-            &self.gram_w
+            None
         };
-        let loss = parts[0]
-            + params.alpha0 as f64 * all_pairs_term(&gram_solved, gram_fixed, d)
-            + self.cfg.reg as f64 * parts[1];
-        times.loss += t.elapsed().as_secs_f64();
         if half == 0 {
             self.gram_w = gram_solved;
             self.pos.half = 1;
-            self.pos.loss_rows = Some(loss);
+            self.pos.loss_rows = loss;
         } else {
             self.gram_h = gram_solved;
             self.pos.half = 0;
@@ -435,14 +443,14 @@ impl Trainer {
         self.pos.done.clear();
         self.local_done.clear();
         self.fixed = None;
-        if !loss.is_finite() {
-            return Err(self.global_hold(
+        match loss {
+            Some(l) if !l.is_finite() => Err(self.global_hold(
                 comm,
-                format!("the loss is {loss} after epoch {}", self.pos.epoch),
+                format!("the loss is {l} after epoch {}", self.pos.epoch),
                 None,
-            ));
+            )),
+            _ => Ok(loss.unwrap_or(f64::NAN)),
         }
-        Ok(loss)
     }
 
     /// Collective: every rank must call. Record a hold (rank 0 writes HOLD.json next
@@ -514,7 +522,7 @@ impl Trainer {
             self.global_half(comm, &mut times)?;
             self.global_maybe_checkpoint(comm, &mut times)?;
         }
-        let loss_rows = self.pos.loss_rows.unwrap_or(f64::NAN);
+        let loss_rows = self.pos.loss_rows;
         let loss = self.global_half(comm, &mut times)?;
         self.global_maybe_checkpoint(comm, &mut times)?;
         // Training traffic only: the evaluation's fold-in fetch is not counted here.
