@@ -63,7 +63,7 @@ pub struct Manifest {
 
 fn identity<C: Comm>(comm: &C, tr: &Trainer) -> DataIdentity {
     let m = &tr.shards.meta;
-    let mut nnz = [tr.shards.rows.nnz()];
+    let mut nnz = [tr.rows_side().shard.nnz()];
     comm.all_reduce_sum(&mut nnz);
     DataIdentity {
         num_rows: m.num_rows,
@@ -127,13 +127,13 @@ pub fn global_write_checkpoint<C: Comm>(comm: &C, tr: &Trainer, step: u64) -> Re
         TablePart {
             name: "W",
             n: m.num_rows,
-            lo: tr.shards.rows.lo,
+            lo: tr.rows_side().shard.lo,
             data: &tr.w,
         },
         TablePart {
             name: "H",
             n: m.num_cols,
-            lo: tr.shards.cols.lo,
+            lo: tr.cols_side().shard.lo,
             data: &tr.h,
         },
     ];
@@ -222,14 +222,27 @@ pub fn global_restore<C: Comm>(
             )));
         }
         let f = open_h5(path).map_err(|e| Error::Hold(format!("checkpoint {e}")))?;
-        let s = &tr.shards;
-        let w = local_read_rows(&f, path, "W", s.rows.lo, s.rows.hi, d)?;
-        let h = local_read_rows(&f, path, "H", s.cols.lo, s.cols.hi, d)?;
+        let w = local_read_rows(
+            &f,
+            path,
+            "W",
+            tr.rows_side().shard.lo,
+            tr.rows_side().shard.hi,
+            d,
+        )?;
+        let h = local_read_rows(
+            &f,
+            path,
+            "H",
+            tr.cols_side().shard.lo,
+            tr.cols_side().shard.hi,
+            d,
+        )?;
         Ok((m, w, h))
     })();
     let (m, w, h) = comm.agree(local)?;
-    let cw = super::model::local_checksum(&w, tr.shards.rows.lo, d, 1);
-    let ch = super::model::local_checksum(&h, tr.shards.cols.lo, d, 2);
+    let cw = super::model::local_checksum(&w, tr.rows_side().shard.lo, d, 1);
+    let ch = super::model::local_checksum(&h, tr.cols_side().shard.lo, d, 2);
     let [sw, sh] = global_sums(comm, cw, ch);
     for (name, got) in [("W", sw), ("H", sh)] {
         let want = m

@@ -45,7 +45,7 @@ pub fn imbalance(indptr: &[u64], bounds: &[u64]) -> f64 {
 }
 
 /// One side's CSR shard: rows `lo..hi` (global) of `/train` or `/train_t`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct CsrShard {
     pub lo: u64,
     pub hi: u64,

@@ -168,6 +168,8 @@ const STATUS_NONFINITE: u64 = 2;
 /// The distributed model state of one rank.
 pub struct Trainer {
     pub cfg: AlsConfig,
+    /// Sizes, bounds and the test set; its `rows`/`cols` CSRs live in the sides
+    /// ([`Trainer::rows_side`], [`Trainer::cols_side`]) and are empty here.
     pub shards: Shards,
     rows: Side,
     cols: Side,
@@ -192,23 +194,29 @@ impl Trainer {
     pub fn global_new<C: Comm>(comm: &C, cfg: &AlsConfig, preempt: Preemption) -> Result<Self> {
         let shards = global_read_shards(comm, &cfg.data)?;
         let d = cfg.dim;
-        let mut total = [shards.rows.nnz()];
+        let mut shards = shards;
+        // The training CSRs move into the two sides (no second copy stays in `shards`).
+        let (row_shard, col_shard) = (
+            std::mem::take(&mut shards.rows),
+            std::mem::take(&mut shards.cols),
+        );
+        let mut total = [row_shard.nnz()];
         comm.all_reduce_sum(&mut total);
         let steps = total[0].div_ceil(cfg.step_nnz).clamp(1, 4096) as usize;
-        let rows = Side::global_build(comm, cfg, shards.rows.clone(), &shards.col_bounds, steps)?;
-        let cols = Side::global_build(comm, cfg, shards.cols.clone(), &shards.row_bounds, steps)?;
+        let rows = Side::global_build(comm, cfg, row_shard, &shards.col_bounds, steps)?;
+        let cols = Side::global_build(comm, cfg, col_shard, &shards.row_bounds, steps)?;
         let eval = EvalSet::global_build(comm, &shards)?;
         let w = init_table(
-            shards.rows.lo,
-            shards.rows.num_rows(),
+            rows.shard.lo,
+            rows.shard.num_rows(),
             d,
             cfg.seed,
             stream::INIT_ROWS,
             cfg.init_std,
         );
         let h = init_table(
-            shards.cols.lo,
-            shards.cols.num_rows(),
+            cols.shard.lo,
+            cols.shard.num_rows(),
             d,
             cfg.seed,
             stream::INIT_COLS,
@@ -533,7 +541,7 @@ impl Trainer {
             None
         };
         let seconds = t0.elapsed().as_secs_f64();
-        let mut sums = [train_bytes, self.shards.rows.nnz()];
+        let mut sums = [train_bytes, self.rows.shard.nnz()];
         comm.all_reduce_sum(&mut sums);
         let train_seconds = seconds - times.eval - times.checkpoint;
         Ok(EpochReport {
@@ -565,7 +573,7 @@ impl Trainer {
         let r = self.eval.global_evaluate(
             comm,
             &self.h,
-            self.shards.cols.lo,
+            self.cols.shard.lo,
             self.cfg.dim,
             &self.gram_h,
             self.params(self.shards.meta.num_cols),
@@ -588,8 +596,8 @@ impl Trainer {
     pub fn local_checksums(&self) -> (u64, u64) {
         let d = self.cfg.dim;
         (
-            local_checksum(&self.w, self.shards.rows.lo, d, 1),
-            local_checksum(&self.h, self.shards.cols.lo, d, 2),
+            local_checksum(&self.w, self.rows.shard.lo, d, 1),
+            local_checksum(&self.h, self.cols.shard.lo, d, 2),
         )
     }
 
@@ -607,13 +615,13 @@ impl Trainer {
             TablePart {
                 name: "W",
                 n: m.num_rows,
-                lo: self.shards.rows.lo,
+                lo: self.rows.shard.lo,
                 data: &self.w,
             },
             TablePart {
                 name: "H",
                 n: m.num_cols,
-                lo: self.shards.cols.lo,
+                lo: self.cols.shard.lo,
                 data: &self.h,
             },
         ];
