@@ -5,7 +5,7 @@
 mod util;
 
 use std::path::Path;
-use util::{cnr2000, rank_codes, tempdir, Launcher, TestCommand};
+use util::{cnr2000, max_rel_diff, rank_codes, tempdir, Launcher, TestCommand};
 
 fn prepare(dir: &Path, k: u64) -> std::path::PathBuf {
     let out = dir.join(format!("cnr-k{k}.h5"));
@@ -50,20 +50,6 @@ fn tables(path: &Path) -> (Vec<f32>, Vec<f32>) {
     (w, h)
 }
 
-fn max_rel(a: &[f32], b: &[f32]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    let s = a
-        .iter()
-        .map(|x| x.abs() as f64)
-        .fold(0.0, f64::max)
-        .max(1e-12);
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (*x as f64 - *y as f64).abs())
-        .fold(0.0, f64::max)
-        / s
-}
-
 /// The exchanged bytes the summary line of rank 0 reports for the "exchange" phase.
 fn exchange_bytes(o: &util::Output) -> f64 {
     let line = o
@@ -95,8 +81,16 @@ fn cholesky_tables_agree_at_1_to_4_ranks() {
         let out = dir.path().join(format!("m{np}.h5"));
         train(np, &data, &out, &["--solver", "cholesky"]).occurs("final: Recall@20", 1);
         let (w, h) = tables(&out);
-        assert!(max_rel(&w1, &w) < 1e-5, "W at P={np}: {}", max_rel(&w1, &w));
-        assert!(max_rel(&h1, &h) < 1e-5, "H at P={np}: {}", max_rel(&h1, &h));
+        assert!(
+            max_rel_diff(&w1, &w) < 1e-5,
+            "W at P={np}: {}",
+            max_rel_diff(&w1, &w)
+        );
+        assert!(
+            max_rel_diff(&h1, &h) < 1e-5,
+            "H at P={np}: {}",
+            max_rel_diff(&h1, &h)
+        );
     }
 }
 

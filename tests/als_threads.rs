@@ -2,6 +2,8 @@
 //! single-process, dedup equals all-gather with fewer bytes, monotone loss with the
 //! exact solver, learning beyond popularity, and bad configurations.
 
+mod util;
+
 use std::path::{Path, PathBuf};
 use torusrec::als::train::{global_train, TrainReport};
 use torusrec::als::{AlsConfig, ExchangeKind, SolverKind};
@@ -12,6 +14,7 @@ use torusrec::comm::threads::run;
 use torusrec::comm::Comm;
 use torusrec::data::dataset::Dataset;
 use torusrec::data::webgraph_gen::WebGraphSpec;
+use util::max_rel_diff;
 
 fn make_dataset(dir: &Path, nodes: u64, arcs: u64, seed: u64) -> PathBuf {
     let out = dir.join(format!("g{nodes}_{arcs}_{seed}.h5"));
@@ -66,20 +69,6 @@ fn train(p: usize, cfg: &AlsConfig) -> (Vec<f32>, Vec<f32>, TrainReport, u64) {
     let h = parts.iter().flat_map(|x| x.1.clone()).collect();
     let bytes = parts.iter().map(|x| x.3).sum();
     (w, h, parts[0].2.clone(), bytes)
-}
-
-fn max_rel_diff(a: &[f32], b: &[f32]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    let scale = a
-        .iter()
-        .map(|x| x.abs() as f64)
-        .fold(0.0, f64::max)
-        .max(1e-12);
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (*x as f64 - *y as f64).abs())
-        .fold(0.0, f64::max)
-        / scale
 }
 
 #[test]

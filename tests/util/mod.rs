@@ -345,3 +345,18 @@ impl Output {
         self
     }
 }
+
+/// The largest absolute difference of two tables relative to the largest value of `a`.
+pub fn max_rel_diff(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let scale = a
+        .iter()
+        .map(|x| x.abs() as f64)
+        .fold(0.0, f64::max)
+        .max(1e-12);
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (*x as f64 - *y as f64).abs())
+        .fold(0.0, f64::max)
+        / scale
+}
