@@ -214,27 +214,10 @@ if [[ "$GRID" == 1 ]]; then
     fi
     DESCRIBE="$(describe)" MANIFEST="$MANIFEST" IJSON="$ijson" GRID_EPOCHS="$GRID_EPOCHS" \
         GRID_DIM="$GRID_DIM" GRID_NP="$GRID_NP" CG_STEPS="$CG_STEPS" "$PYTHON" - <<'EOF'
-import json, os
+import json, os, sys
+sys.path.insert(0, "scripts")
+from bench_metrics import load_jsonl
 
-def load_jsonl(path):
-    epochs, final = [], None
-    try:
-        with open(path) as f:
-            for line in f:
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    o = json.loads(line)
-                except ValueError:
-                    continue
-                if o.get("final"):
-                    final = o
-                elif "epoch" in o:
-                    epochs.append(o)
-    except OSError:
-        pass
-    return epochs, final
 
 def train_seconds(e):
     return e["seconds"] - (e.get("phases") or {}).get("eval", 0.0)
@@ -322,29 +305,12 @@ done
 DESCRIBE="$(describe)" MANIFEST="$MANIFEST" EPOCHS="$EPOCHS" REG="$REG" ALPHA="$ALPHA" \
     IREG="$IREG" IALPHA="$IALPHA" CG_STEPS="$CG_STEPS" CORES="$CORES" SCALE="$SCALE" \
     "$PYTHON" - <<'EOF'
-import json, os
+import json, os, sys
+sys.path.insert(0, "scripts")
+from bench_metrics import load_jsonl
 
 env = os.environ
 
-def load_jsonl(path):
-    epochs, final = [], None
-    try:
-        with open(path) as f:
-            for line in f:
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    o = json.loads(line)
-                except ValueError:
-                    continue
-                if o.get("final"):
-                    final = o
-                elif "epoch" in o:
-                    epochs.append(o)
-    except OSError:
-        pass
-    return epochs, final
 
 def mean(xs):
     xs = [x for x in xs if x is not None]
