@@ -286,8 +286,8 @@ impl Trainer {
 
     /// Collective: every rank must call. Runs the remaining steps of the current half;
     /// at every step boundary the ranks agree on preemption and non-finite values.
-    /// Returns the loss after the half.
-    fn global_half<C: Comm>(&mut self, comm: &C, times: &mut PhaseTimes) -> Result<f64> {
+    /// Returns the loss after the half (`None` after a row half unless `--loss-every-half`).
+    fn global_half<C: Comm>(&mut self, comm: &C, times: &mut PhaseTimes) -> Result<Option<f64>> {
         let d = self.cfg.dim;
         let half = self.pos.half;
         let (nr, nc) = (self.shards.meta.num_rows, self.shards.meta.num_cols);
@@ -457,7 +457,7 @@ impl Trainer {
                 format!("the loss is {l} after epoch {}", self.pos.epoch),
                 None,
             )),
-            _ => Ok(loss.unwrap_or(f64::NAN)),
+            _ => Ok(loss),
         }
     }
 
@@ -531,7 +531,8 @@ impl Trainer {
             self.global_maybe_checkpoint(comm, &mut times)?;
         }
         let loss_rows = self.pos.loss_rows;
-        let loss = self.global_half(comm, &mut times)?;
+        // The column half always computes the loss.
+        let loss = self.global_half(comm, &mut times)?.unwrap_or(f64::NAN);
         self.global_maybe_checkpoint(comm, &mut times)?;
         // Training traffic only: the evaluation's fold-in fetch is not counted here.
         let train_bytes = comm.stats().get("exchange").bytes_sent - bytes0;
