@@ -11,6 +11,7 @@ pub mod ckpt;
 pub mod cli;
 pub mod comm;
 pub mod data;
+pub mod embed;
 pub mod error;
 pub mod metrics;
 pub mod panic_guard;

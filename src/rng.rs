@@ -26,6 +26,15 @@ pub mod stream {
     pub const WEBGRAPH_NODE: u64 = 4;
     pub const INIT_ROWS: u64 = 5;
     pub const INIT_COLS: u64 = 6;
+    pub const PRESET_TABLES: u64 = 7;
+    /// One stream per example of the click generator.
+    pub const CLICKS: u64 = 8;
+    /// The planted model's hidden per-id weights (id mixed with the table index).
+    pub const PLANTED: u64 = 9;
+    /// Initial embedding rows (id mixed with the table index).
+    pub const EMB_INIT: u64 = 10;
+    pub const MLP_INIT: u64 = 11;
+    pub const PLAN_RANDOM: u64 = 12;
 }
 
 /// SplitMix64: a small, fast, statistically sound sequential generator.
