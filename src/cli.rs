@@ -35,6 +35,13 @@ pub enum Command {
     Inspect(InspectArgs),
     /// Train iALS (ALX objective) on a prepared dataset.
     Als(AlsArgs),
+    /// Train the sharded embedding (click-through) model: tables placed by table, row
+    /// or column across ranks, deduplicated all-to-all lookups, data-parallel MLP
+    /// with gradient accumulation.
+    Embed(EmbedArgs),
+    /// Place a model's tables on P ranks with the cost model (greedy + local search)
+    /// and compare with the random, size-, dim- and lookup-greedy heuristics.
+    Plan(PlanArgs),
     /// Check the communicator: collectives with answers known from rank and size,
     /// and each rank's torus coordinates and neighbours.
     Selftest,
@@ -85,6 +92,175 @@ pub enum GenerateCommand {
     /// in-dense (0.5M nodes, 122M arcs), in-sparse (1.5M, 149M), de-dense (5.7M, 824M),
     /// de-sparse (19.7M, 1.19B), dense (136.5M, 22.2B), sparse (365.4M, 29.9B).
     Webgraph(GenerateWebgraphArgs),
+    /// A synthetic click log (HDF5) for `embed --data`: examples deterministic from
+    /// (seed, example index), Zipf ids per table, labels from a planted model.
+    Clicks(GenerateClicksArgs),
+}
+
+/// Which model: a preset, a TOML table file, or (for `embed`) the model of a click log.
+#[derive(Debug, Args, Clone)]
+pub struct ModelArgs {
+    /// A named model: torchrec-peer, dlrm-synthetic, google-ads, small, tiny.
+    #[arg(long, value_name = "NAME", conflicts_with = "tables")]
+    pub preset: Option<String>,
+    /// Vocabularies (and, for the big pools, table counts) times F.
+    #[arg(long, value_name = "F", default_value_t = 1.0)]
+    pub scale: f64,
+    /// A TOML model file ([[table]] name, vocab, dim, pooling, valency, valency_dist;
+    /// n_dense, hidden, zipf).
+    #[arg(long, value_name = "T.toml")]
+    pub tables: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct GenerateClicksArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Examples to write.
+    #[arg(long, value_name = "N")]
+    pub examples: u64,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Output click log (.h5).
+    #[arg(long, value_name = "F.h5")]
+    pub out: PathBuf,
+    /// Overwrite an existing output.
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TableOptKind {
+    Sgd,
+    RowwiseAdagrad,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DenseOptKind {
+    Adagrad,
+    Adam,
+}
+
+#[derive(Debug, Args)]
+pub struct EmbedArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Train on a click log from `generate clicks` (its model is used) instead of
+    /// examples generated on the fly.
+    #[arg(long, value_name = "F.h5", conflicts_with_all = ["preset", "tables"])]
+    pub data: Option<PathBuf>,
+    /// Examples per rank per micro-batch.
+    #[arg(long, default_value_t = 2048)]
+    pub batch: usize,
+    /// Examples per micro-batch over all ranks (default: --batch x ranks); cut into
+    /// contiguous blocks per rank, which may be uneven or empty.
+    #[arg(long, value_name = "M")]
+    pub global_batch: Option<usize>,
+    /// Micro-batches per optimizer step: dense gradients are summed locally and
+    /// all-reduced once per step; tables are updated once per step per id.
+    #[arg(long, value_name = "K", default_value_t = 1)]
+    pub accumulate: usize,
+    /// Optimizer steps.
+    #[arg(long, default_value_t = 100)]
+    pub steps: u64,
+    /// auto (the cost-based planner), a plan JSON file, or one placement for every
+    /// table: table, row_block, row_cyclic, column, data_parallel.
+    #[arg(long, value_name = "auto|PLAN.json|KIND", default_value = "auto")]
+    pub plan: String,
+    /// Batch statistics for `--plan auto`: reused when they match the model, seed,
+    /// batch and ranks, measured on sampled batches and written otherwise.
+    #[arg(long, value_name = "stats.json")]
+    pub stats: Option<PathBuf>,
+    /// Memory for tables and optimizer state per rank (e.g. 8G, 512M).
+    #[arg(long, value_name = "BYTES")]
+    pub mem_per_rank: Option<String>,
+    #[arg(long, value_enum, default_value_t = TableOptKind::RowwiseAdagrad)]
+    pub table_opt: TableOptKind,
+    #[arg(long, default_value_t = 0.02)]
+    pub table_lr: f32,
+    #[arg(long, value_enum, default_value_t = DenseOptKind::Adagrad)]
+    pub dense_opt: DenseOptKind,
+    #[arg(long, default_value_t = 0.002)]
+    pub dense_lr: f32,
+    /// Send every id occurrence instead of each distinct id once (for comparison).
+    #[arg(long)]
+    pub no_dedup: bool,
+    /// Overlap the next micro-batch's lookup with the dense step (the first
+    /// micro-batch of a step then sees tables one step stale).
+    #[arg(long)]
+    pub pipeline: bool,
+    /// Held-out examples for AUC and log loss.
+    #[arg(long, value_name = "N", default_value_t = 16384)]
+    pub eval_examples: u64,
+    /// Evaluate every S steps (0: only at the end).
+    #[arg(long, value_name = "S", default_value_t = 0)]
+    pub eval_every: u64,
+    /// A progress line every S steps.
+    #[arg(long, value_name = "S", default_value_t = 10)]
+    pub log_every: u64,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Rayon threads per rank (default: cores divided by the ranks on this node).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Append one JSON object per interval (and a final one) to this file.
+    #[arg(long, value_name = "run.jsonl")]
+    pub metrics: Option<PathBuf>,
+    /// Write the trained tables and MLP here (HDF5).
+    #[arg(long, value_name = "model.h5")]
+    pub out: Option<PathBuf>,
+    /// Overwrite an existing --out.
+    #[arg(long)]
+    pub force: bool,
+    /// Write checkpoints (and the training hold) into this directory.
+    #[arg(long, value_name = "DIR")]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Checkpoint every N steps (0: only on preemption and at the end).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub checkpoint_every: u64,
+    /// Keep the newest K checkpoints.
+    #[arg(long, value_name = "K", default_value_t = 3)]
+    pub keep: usize,
+    /// `auto`: continue from the newest checkpoint in --checkpoint-dir; or a file.
+    #[arg(long, value_name = "auto|PATH")]
+    pub resume: Option<String>,
+    /// Start even though HOLD.json is in the checkpoint directory.
+    #[arg(long)]
+    pub release_hold: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Ranks to plan for.
+    #[arg(long, value_name = "P")]
+    pub ranks: usize,
+    /// Examples per rank per batch.
+    #[arg(long, default_value_t = 2048)]
+    pub batch: usize,
+    /// Memory for tables and optimizer state per rank (e.g. 8G).
+    #[arg(long, value_name = "BYTES")]
+    pub mem_per_rank: Option<String>,
+    #[arg(long, value_enum, default_value_t = TableOptKind::RowwiseAdagrad)]
+    pub table_opt: TableOptKind,
+    /// Batch statistics: reused when they match, else measured and written here.
+    #[arg(long, value_name = "stats.json")]
+    pub stats: Option<PathBuf>,
+    /// Batches sampled to measure the statistics.
+    #[arg(long, default_value_t = 4)]
+    pub sample_batches: usize,
+    /// Estimate the statistics from the Zipf law instead of sampling batches.
+    #[arg(long)]
+    pub estimate: bool,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Write the plan (JSON) here.
+    #[arg(long, value_name = "PLAN.json")]
+    pub out: Option<PathBuf>,
+    /// Overwrite an existing --out.
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Debug, Args)]

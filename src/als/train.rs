@@ -689,18 +689,18 @@ fn global_wait_for_data<C: Comm>(comm: &C, path: &Path, secs: f64) -> Result<()>
 
 /// Collective: every rank must call. Refuse to start under a hold (unless released),
 /// clear leftovers, and find the checkpoint to resume from.
-fn global_prepare_checkpoints<C: Comm>(
+pub fn global_prepare_checkpoints<C: Comm>(
     comm: &C,
-    cfg: &AlsConfig,
+    ck: &super::CheckpointConfig,
 ) -> Result<Option<std::path::PathBuf>> {
-    let Some(dir) = &cfg.checkpoint.dir else {
+    let Some(dir) = &ck.dir else {
         return Ok(None);
     };
     let local = if comm.rank() == 0 {
         (|| -> Result<Option<std::path::PathBuf>> {
             std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
             if let Some(h) = ckpt::read_hold(dir)? {
-                if !cfg.checkpoint.release_hold {
+                if !ck.release_hold {
                     return Err(Error::Hold(format!(
                         "{} exists: {} (rank {}, epoch {}); fix the cause, then restart with --release-hold",
                         dir.join(ckpt::HOLD_FILE).display(),
@@ -719,7 +719,7 @@ fn global_prepare_checkpoints<C: Comm>(
                     p.display()
                 );
             }
-            Ok(match &cfg.checkpoint.resume {
+            Ok(match &ck.resume {
                 Resume::No => None,
                 Resume::Auto => ckpt::list(dir)?.pop().map(|(_, p)| p),
                 Resume::Path(p) => Some(p.clone()),
@@ -748,7 +748,7 @@ pub fn global_train<C: Comm>(
     mut on_epoch: impl FnMut(&EpochReport),
 ) -> Result<(Trainer, TrainReport)> {
     comm.agree(cfg.validate())?;
-    let resume = match global_prepare_checkpoints(comm, cfg) {
+    let resume = match global_prepare_checkpoints(comm, &cfg.checkpoint) {
         Err(Error::Hold(r)) => return Err(Error::Hold(r)),
         other => other?,
     };

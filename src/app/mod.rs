@@ -3,6 +3,7 @@
 //! (identically) before the first collective that depends on them.
 
 pub mod als;
+pub mod embed;
 pub mod inspect;
 pub mod prepare;
 
@@ -26,7 +27,12 @@ pub fn run<C: Comm>(
             let cfg = comm.agree(prepare::PrepareConfig::from_generate_args(args))?;
             prepare::global_run(comm, &cfg).map(|_| ())
         }
+        Command::Generate(GenerateCommand::Clicks(args)) => {
+            embed::global_generate_clicks(comm, args)
+        }
         Command::Als(args) => als::global_run(comm, args, preempt).map(|_| ()),
+        Command::Embed(args) => embed::global_run(comm, args, preempt).map(|_| ()),
+        Command::Plan(args) => embed::global_plan(comm, args),
         Command::Inspect(args) => inspect::global_run(comm, &args.path).map(|_| ()),
         Command::Selftest => {
             let lines = crate::comm::selftest::global_selftest(comm)?;

@@ -2,5 +2,15 @@
 //! looked up through one deduplicated all-to-all per step, and an MLP trained
 //! data-parallel with gradient accumulation.
 
+pub mod checkpoint;
+pub mod clicklog;
+pub mod clicks;
+pub mod exchange;
+pub mod metrics;
+pub mod mlp;
 pub mod placement;
+pub mod planner;
 pub mod spec;
+pub mod stats;
+pub mod tables;
+pub mod train;

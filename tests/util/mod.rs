@@ -62,6 +62,7 @@ pub struct TestCommand {
     cwd: Option<PathBuf>,
     timeout: Duration,
     rank_codes: Option<PathBuf>,
+    envs: Vec<(String, String)>,
 }
 
 /// What a finished run produced.
@@ -93,6 +94,7 @@ impl TestCommand {
             cwd: None,
             timeout: TIMEOUT,
             rank_codes: None,
+            envs: Vec::new(),
         }
     }
 
@@ -108,6 +110,12 @@ impl TestCommand {
     {
         self.args
             .extend(it.into_iter().map(|a| a.as_ref().to_owned()));
+        self
+    }
+
+    /// Set an environment variable for the binary (passed through `mpirun -x`).
+    pub fn env(mut self, k: &str, v: &str) -> Self {
+        self.envs.push((k.into(), v.into()));
         self
     }
 
@@ -146,6 +154,9 @@ impl TestCommand {
                 c.args(["--oversubscribe", "--bind-to", "none", "-np"])
                     .arg(np.to_string())
                     .args(["-x", "OPENBLAS_NUM_THREADS"]);
+                for (k, _) in &self.envs {
+                    c.args(["-x", k]);
+                }
                 if let Some(dir) = &self.rank_codes {
                     let script = format!(
                         "\"$@\"; echo $? > {}/rank.$OMPI_COMM_WORLD_RANK",
@@ -166,6 +177,9 @@ impl TestCommand {
             .stderr(Stdio::piped())
             // Our own process group, so a hung run can be killed with its children.
             .process_group(0);
+        for (k, v) in &self.envs {
+            cmd.env(k, v);
+        }
         if let Some(dir) = &self.cwd {
             cmd.current_dir(dir);
         }

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Sharded embedding benchmark (issue 5): the TorchRec peer's workload
+# (../shared/notes/embedding-workload.md; preset torchrec-peer: 26 tables, 4.37M rows,
+# width 64, pooling ~15, Zipf(1.05), MLP 1677-512-256-1, batch 2048 per rank).
+#   1. examples/s and bytes per step with and without dedup, dedup ratio (P = 2, 4);
+#   2. throughput for --accumulate K = 1, 2, 5 at P = 4;
+#   3. the pipelining gain (P = 2, 4);
+#   4. the planner against the random, size-, dim- and lookup-greedy heuristics on 10
+#      sampled table tasks (dlrm-synthetic pool);
+#   5. side by side with TorchRec (if PEER_PY points at a python with torchrec; see
+#      scripts/install_peer.sh), same machine, same run.
+# Writes bench/embed.md. STEPS (default 30) timed steps after WARM (default 10).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+STEPS="${STEPS:-30}"
+WARM="${WARM:-10}"
+OUT="${OUT:-out/bench-embed}"
+PEER_PY="${PEER_PY:-/work/peer-venv/bin/python}"
+PEER="${PEER:-../shared/peers/torchrec_peer.py}"
+SECTIONS="${SECTIONS:-dedup accumulate pipeline planner peer}"
+mkdir -p "$OUT" bench
+if [[ $(id -u) -eq 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+export OPENBLAS_NUM_THREADS=1
+cargo build --release --quiet
+BIN=target/release/torusrec
+MPI=(mpirun --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS)
+TOTAL=$((WARM + STEPS))
+
+# run NAME NP THREADS ARGS...: one training run; its metrics in $OUT/NAME.jsonl.
+run() {
+  local name=$1 np=$2 th=$3; shift 3
+  rm -f "$OUT/$name.jsonl"
+  "${MPI[@]}" -np "$np" "$BIN" embed --preset torchrec-peer --batch 2048 --steps "$TOTAL" \
+      --log-every "$WARM" --eval-examples 16384 --threads "$th" --seed 1 \
+      --metrics "$OUT/$name.jsonl" "$@" > "$OUT/$name.log" 2>&1 \
+    || { echo "run $name failed:"; tail -20 "$OUT/$name.log"; exit 1; }
+}
+
+# summary NAME: the timed intervals (all after the first) of a run, as table cells.
+summary() {
+  python3 - "$OUT/$1.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+iv = [r for r in rows if not r.get("final")][1:]
+fin = [r for r in rows if r.get("final")][0]
+ex = sum(r["examples"] for r in iv); s = sum(r["seconds"] for r in iv); st = sum(r["steps"] for r in iv)
+def per_step(k): return sum(r[k] * r["steps"] for r in iv) / st
+occ = [r["dedup_ratio"] for r in iv]
+print(f'{ex / s:,.0f} | {s / st:.3f} | {per_step("bytes_per_step")/1e6:.1f} | '
+      f'{per_step("lookup_bytes_per_step")/1e6:.1f} | {per_step("backward_bytes_per_step")/1e6:.1f} | '
+      f'{per_step("allreduce_bytes_per_step")/1e6:.1f} | {sum(occ)/len(occ):.2f} | '
+      f'{max(r["owner_imbalance"] for r in iv):.3f} | '
+      f'{sum(r["seconds_lookup"] for r in iv)/st:.3f} | {sum(r["seconds_dense"] for r in iv)/st:.3f} | '
+      f'{sum(r["seconds_backward"] for r in iv)/st:.3f} | {sum(r["seconds_allreduce"] for r in iv)/st:.3f} | '
+      f'{fin["auc"]:.4f} | {fin["peak_rss_bytes"]/2**20:,.0f} MiB')
+PY
+}
+HEAD="| examples/s | s/step | MB sent/step (all ranks) | lookup MB | backward MB | all-reduce MB | dedup ratio | owner imbalance | lookup s | dense s | backward s | all-reduce s | eval AUC | peak RSS/rank |"
+SEP="|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+
+table=bench/embed.md
+{
+  echo "# Sharded embedding benchmark"
+  echo
+  echo "Workload: preset torchrec-peer (TorchRec peer's definition, seed 1), batch 2048 per rank, row-wise Adagrad (lr 0.02) for tables, Adagrad (lr 0.002) for the MLP, $WARM warm-up + $STEPS timed steps (the first log interval is not counted). $(date -u +%Y-%m-%d), $(nproc) cores."
+  echo
+} > "$table"
+
+for sec in $SECTIONS; do
+case $sec in
+dedup)
+  {
+    echo "## Dedup on and off (plan auto)"
+    echo
+    echo "| P x threads | dedup $HEAD"
+    echo "|---|---$SEP"
+  } >> "$table"
+  for np in 2 4; do
+    for d in on off; do
+      flag=(); [[ $d == off ]] && flag=(--no-dedup)
+      run "dedup-$np-$d" "$np" 1 --plan auto --stats "$OUT/stats-$np.json" "${flag[@]}"
+      echo "| ${np}x1 | $d | $(summary "dedup-$np-$d") |" >> "$table"
+    done
+  done
+  echo >> "$table" ;;
+accumulate)
+  {
+    echo "## Gradient accumulation at P = 4 (micro-batch 2048 per rank)"
+    echo
+    echo "| K $HEAD"
+    echo "|---$SEP"
+  } >> "$table"
+  for k in 1 2 5; do
+    run "acc-$k" 4 1 --plan auto --stats "$OUT/stats-4.json" --accumulate "$k"
+    echo "| $k | $(summary "acc-$k") |" >> "$table"
+  done
+  echo >> "$table" ;;
+pipeline)
+  {
+    echo "## Pipelining (next lookup overlaps the dense step; one step stale), K = 2"
+    echo
+    echo "| P x threads | pipeline $HEAD"
+    echo "|---|---$SEP"
+  } >> "$table"
+  for np in 2 4; do
+    for p in off on; do
+      flag=(); [[ $p == on ]] && flag=(--pipeline)
+      run "pipe-$np-$p" "$np" 1 --plan auto --stats "$OUT/stats-$np.json" --accumulate 2 "${flag[@]}"
+      echo "| ${np}x1 | $p | $(summary "pipe-$np-$p") |" >> "$table"
+    done
+  done
+  echo >> "$table" ;;
+planner)
+  {
+    echo "## Planner vs heuristics: 10 table tasks sampled from dlrm-synthetic (scale 0.1), 4 ranks"
+    echo
+    echo '```'
+    "$BIN" plan --preset dlrm-synthetic --scale 0.1 --ranks 4 --batch 2048 --tasks 10 --estimate
+    echo '```'
+    echo
+  } >> "$table" ;;
+peer)
+  {
+    echo "## Side by side with TorchRec (same workload definition, same machine, one run)"
+    echo
+    echo "| P x threads | tables' optimizer | torusrec examples/s | TorchRec examples/s | ratio |"
+    echo "|---|---|---|---|---|"
+  } >> "$table"
+  for cfg in "2 1 rowwise_adagrad" "1 2 rowwise_adagrad" "2 1 sgd" "1 2 sgd"; do
+    read -r np th opt <<< "$cfg"
+    ours_opt=rowwise-adagrad; [[ $opt == sgd ]] && ours_opt=sgd
+    run "peer-ours-$np-$th-$opt" "$np" "$th" --plan auto --stats "$OUT/stats-$np.json" --table-opt "$ours_opt"
+    ours=$(python3 -c "
+import json
+rows=[json.loads(l) for l in open('$OUT/peer-ours-$np-$th-$opt.jsonl') if l.strip()]
+iv=[r for r in rows if not r.get('final')][1:]
+print(round(sum(r['examples'] for r in iv)/sum(r['seconds'] for r in iv)))")
+    theirs=n/a; ratio=n/a
+    if [[ -x $PEER_PY ]] && "$PEER_PY" -c 'import torchrec' 2>/dev/null; then
+      (cd /tmp && OMP_NUM_THREADS=$th "$PEER_PY" "$OLDPWD/$PEER" --procs "$np" --threads "$th" \
+          --emb-opt "$opt" --steps "$STEPS" --warmup "$WARM") > "$OUT/peer-$np-$th-$opt.log" 2>&1 || true
+      theirs=$(grep -o 'torchrec examples/s=[0-9]*' "$OUT/peer-$np-$th-$opt.log" | grep -o '[0-9]*$' || echo n/a)
+      [[ $theirs != n/a && -n $theirs ]] && ratio=$(awk -v a="$ours" -v b="$theirs" 'BEGIN{printf "%.2fx", a/b}')
+    fi
+    echo "| ${np}x${th} | $opt | $ours | ${theirs:-n/a} | $ratio |" >> "$table"
+  done
+  echo >> "$table" ;;
+esac
+done
+cat "$table"

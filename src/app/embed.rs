@@ -1,0 +1,613 @@
+//! `torusrec embed`, `torusrec plan` and `torusrec generate clicks`.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+
+use crate::app::als::resolve_threads;
+use crate::app::group;
+use crate::ckpt::signals::Preemption;
+use crate::cli::{DenseOptKind, EmbedArgs, GenerateClicksArgs, ModelArgs, PlanArgs, TableOptKind};
+use crate::comm::Comm;
+use crate::embed::clicklog::{write_click_log, ClickLog};
+use crate::embed::clicks::ClickGen;
+use crate::embed::mlp::DenseOpt;
+use crate::embed::placement::Plan;
+use crate::embed::planner;
+use crate::embed::planner::{Heuristic, PlanOptions};
+use crate::embed::spec::{preset, ModelSpec};
+use crate::embed::stats::{BatchStats, SampledBatch, SampledTable};
+use crate::embed::tables::TableOpt;
+use crate::embed::train::{EmbedConfig, EmbedTrainer, IntervalReport, Source, StepStatus};
+use crate::metrics::{human_bytes, peak_rss_bytes};
+use crate::{Error, Result};
+
+/// `8G`, `512M`, `64k` or plain bytes.
+pub fn parse_bytes(s: &str) -> Result<u64> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m = match c.to_ascii_uppercase() {
+                'K' => 1u64 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                'T' => 1 << 40,
+                'B' => 1,
+                _ => return Err(Error::Config(format!("bad size {s:?} (e.g. 8G, 512M)"))),
+            };
+            (&t[..i], m)
+        }
+        _ => (t, 1),
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| Error::Config(format!("bad size {s:?} (e.g. 8G, 512M)")))?;
+    if !(v.is_finite() && v >= 0.0) {
+        return Err(Error::Config(format!("bad size {s:?}")));
+    }
+    Ok((v * mult as f64) as u64)
+}
+
+/// The model named by `--preset` or `--tables`.
+pub fn resolve_model(m: &ModelArgs) -> Result<ModelSpec> {
+    match (&m.preset, &m.tables) {
+        (Some(p), None) => preset(p, m.scale),
+        (None, Some(t)) => ModelSpec::from_toml_file(t),
+        _ => Err(Error::Config(
+            "give the model with --preset NAME or --tables T.toml".into(),
+        )),
+    }
+}
+
+fn table_opt(kind: TableOptKind, lr: f32) -> TableOpt {
+    match kind {
+        TableOptKind::Sgd => TableOpt::Sgd { lr },
+        TableOptKind::RowwiseAdagrad => TableOpt::RowWiseAdagrad { lr, eps: 1e-8 },
+    }
+}
+
+/// Collective: every rank must call. `generate clicks`: rank 0 writes the log.
+pub fn global_generate_clicks<C: Comm>(comm: &C, a: &GenerateClicksArgs) -> Result<()> {
+    let res = (|| {
+        let spec = resolve_model(&a.model)?;
+        if a.examples == 0 {
+            return Err(Error::Config("--examples must be at least 1".into()));
+        }
+        if comm.rank() != 0 {
+            return Ok(());
+        }
+        let t = std::time::Instant::now();
+        let s = write_click_log(&a.out, &spec, a.seed, a.examples, a.force, 65536)?;
+        println!(
+            "clicks: {} examples, {} tables, {} ids, positive rate {:.4}, {} in {:.1} s -> {}",
+            group(s.examples),
+            spec.tables.len(),
+            group(s.ids_per_table.iter().sum()),
+            s.positive_rate,
+            human_bytes(s.bytes),
+            t.elapsed().as_secs_f64(),
+            a.out.display()
+        );
+        Ok(())
+    })();
+    comm.agree(res)
+}
+
+/// Statistics for the planner: the file's when it matches, else measured on
+/// `sample` sampled global batches (and written to the file when one is named).
+pub fn load_or_measure_stats(
+    spec: &ModelSpec,
+    source: &Source,
+    seed: u64,
+    world: usize,
+    batch_per_rank: usize,
+    sample: usize,
+    path: Option<&Path>,
+) -> Result<(BatchStats, &'static str)> {
+    let digest = spec.digest();
+    if let Some(p) = path {
+        if let Some(s) = BatchStats::load(p)? {
+            if s.matches(&digest, seed, batch_per_rank, world) {
+                return Ok((s, "reused"));
+            }
+        }
+    }
+    let g = (world * batch_per_rank) as u64;
+    let mut batches = Vec::with_capacity(sample);
+    for b in 0..sample as u64 {
+        // Sample from the training examples (wrapping around a finite log).
+        let first = match source.train_examples() {
+            Some(n) if n > 0 => (b * g) % n,
+            _ => b * g,
+        };
+        let n = match source.train_examples() {
+            Some(n) => g.min(n - first),
+            None => g,
+        };
+        batches.push(source.batch(first, n as usize)?);
+    }
+    let sampled: Vec<SampledBatch> = batches
+        .iter()
+        .map(|b| SampledBatch {
+            n: b.n,
+            tables: b
+                .bags
+                .iter()
+                .map(|bg| SampledTable {
+                    offsets: bg.offsets.iter().map(|&o| o as usize).collect(),
+                    ids: bg.ids.clone(),
+                })
+                .collect(),
+        })
+        .collect();
+    let s = crate::embed::stats::from_samples(spec, seed, world, batch_per_rank, &sampled)?;
+    if let Some(p) = path {
+        s.save(p)?;
+    }
+    Ok((s, "measured"))
+}
+
+fn plan_summary(spec: &ModelSpec, plan: &Plan, state: u64) -> String {
+    let mut kinds: Vec<(&str, usize)> = Vec::new();
+    for p in &plan.tables {
+        match kinds.iter_mut().find(|(k, _)| *k == p.kind()) {
+            Some(e) => e.1 += 1,
+            None => kinds.push((p.kind(), 1)),
+        }
+    }
+    let bytes = plan.bytes_per_rank(spec, state);
+    format!(
+        "{}; memory per rank {}",
+        kinds
+            .iter()
+            .map(|(k, n)| format!("{n} {k}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        bytes
+            .iter()
+            .map(|&b| human_bytes(b))
+            .collect::<Vec<_>>()
+            .join(" / ")
+    )
+}
+
+fn plan_options(world: usize, mem: Option<u64>, opt: TableOpt, seed: u64) -> PlanOptions {
+    let mut o = PlanOptions::new(world, mem.unwrap_or(u64::MAX));
+    o.state_per_row = opt.state_per_row() as u64;
+    o.seed = seed;
+    o
+}
+
+/// Collective: every rank must call. The plan named by `--plan`, the same on every
+/// rank (rank 0 makes or reads it and broadcasts it).
+#[allow(clippy::too_many_arguments)]
+fn global_resolve_plan<C: Comm>(
+    comm: &C,
+    choice: &str,
+    spec: &ModelSpec,
+    source: &Source,
+    seed: u64,
+    batch_per_rank: usize,
+    mem: Option<u64>,
+    opt: TableOpt,
+    stats: Option<&Path>,
+) -> Result<Plan> {
+    let world = comm.size();
+    let made = if comm.rank() == 0 {
+        (|| -> Result<Vec<u8>> {
+            let plan = match choice {
+                "auto" => {
+                    let (st, how) =
+                        load_or_measure_stats(spec, source, seed, world, batch_per_rank, 4, stats)?;
+                    let (plan, rep) =
+                        planner::plan_auto(spec, &st, &plan_options(world, mem, opt, seed))?;
+                    println!(
+                        "plan: auto (batch statistics {how}); predicted imbalance {:.3}, balance {:.3}",
+                        rep.imbalance, rep.balance
+                    );
+                    plan
+                }
+                "table" | "row_block" | "row_cyclic" | "column" | "data_parallel" => {
+                    Plan::uniform(spec, world, choice)?
+                }
+                path => {
+                    let p = PathBuf::from(path);
+                    let text = std::fs::read_to_string(&p).map_err(|e| Error::io(&p, e))?;
+                    serde_json::from_str(&text)
+                        .map_err(|e| Error::input(&p, format!("not a plan: {e}")))?
+                }
+            };
+            serde_json::to_vec(&plan).map_err(|e| Error::Config(format!("plan: {e}")))
+        })()
+    } else {
+        Ok(Vec::new())
+    };
+    let mut bytes = comm.agree(made)?;
+    comm.broadcast_vec(0, &mut bytes)?;
+    let plan: Plan =
+        serde_json::from_slice(&bytes).map_err(|e| Error::Comm(format!("plan broadcast: {e}")))?;
+    comm.agree(plan.validate(spec, world, choice).map(|_| plan))
+}
+
+fn interval_line(r: &IntervalReport, steps: u64) -> String {
+    let mut s = format!(
+        "step {:>6}/{steps}  loss {:.5}  {:>9.0} ex/s  {:.3} s/step  exchanged {}/step (lookup {}, backward {}, all-reduce {})  dedup {:.2}x  owner imbalance {:.3}",
+        r.step,
+        r.loss,
+        r.examples_per_s,
+        r.seconds / r.steps.max(1) as f64,
+        human_bytes(r.bytes_per_step as u64),
+        human_bytes(r.lookup_bytes_per_step as u64),
+        human_bytes(r.backward_bytes_per_step as u64),
+        human_bytes(r.allreduce_bytes_per_step as u64),
+        r.dedup_ratio,
+        r.owner_imbalance
+    );
+    if let (Some(a), Some(l)) = (r.eval_auc, r.eval_logloss) {
+        s.push_str(&format!("  eval AUC {a:.4} logloss {l:.5}"));
+    }
+    s
+}
+
+/// What a finished run reports (rank 0's view).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct EmbedReport {
+    pub steps: u64,
+    pub auc: Option<f64>,
+    pub logloss: Option<f64>,
+    pub checksum: String,
+    pub last: Option<IntervalReport>,
+}
+
+/// Collective: every rank must call. `torusrec embed`.
+pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Result<EmbedReport> {
+    let threads = resolve_threads(a.threads);
+    let root = comm.rank() == 0;
+    let setup = (|| -> Result<(EmbedConfig, Source)> {
+        if threads == 0 {
+            return Err(Error::Config("--threads 0: need at least one".into()));
+        }
+        let _ = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build_global();
+        let (spec, source) = match &a.data {
+            Some(p) => {
+                let log = ClickLog::open(p)?;
+                let spec = log.spec().clone();
+                let n = log.examples();
+                if a.eval_examples >= n {
+                    return Err(Error::Config(format!(
+                        "{}: {n} examples, cannot hold out --eval-examples {}",
+                        p.display(),
+                        a.eval_examples
+                    )));
+                }
+                (
+                    spec,
+                    Source::Log {
+                        log,
+                        eval: a.eval_examples,
+                    },
+                )
+            }
+            None => {
+                let spec = resolve_model(&a.model)?;
+                let g = ClickGen::new(&spec, a.seed);
+                (spec, Source::Generated(g))
+            }
+        };
+        let micro = a.global_batch.unwrap_or(a.batch * comm.size());
+        if micro == 0 {
+            return Err(Error::Config(
+                "--batch/--global-batch must be at least 1".into(),
+            ));
+        }
+        if a.accumulate == 0 {
+            return Err(Error::Config("--accumulate must be at least 1".into()));
+        }
+        if !(a.table_lr > 0.0 && a.dense_lr > 0.0) {
+            return Err(Error::Config("learning rates must be > 0".into()));
+        }
+        let mem = a.mem_per_rank.as_deref().map(parse_bytes).transpose()?;
+        let cfg = EmbedConfig {
+            spec,
+            seed: a.seed,
+            micro,
+            accumulate: a.accumulate,
+            steps: a.steps,
+            table_opt: table_opt(a.table_opt, a.table_lr),
+            dense_opt: match a.dense_opt {
+                DenseOptKind::Adagrad => DenseOpt::adagrad(a.dense_lr),
+                DenseOptKind::Adam => DenseOpt::adam(a.dense_lr),
+            },
+            dedup: !a.no_dedup,
+            pipeline: a.pipeline,
+            eval_examples: a.eval_examples,
+            eval_every: a.eval_every,
+            log_every: a.log_every.max(1),
+            mem_per_rank: mem,
+        };
+        Ok((cfg, source))
+    })();
+    let (cfg, source) = comm.agree(setup)?;
+    let opened = match (&a.metrics, root) {
+        (Some(p), true) => std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+            .map(Some)
+            .map_err(|e| Error::io(p, e)),
+        _ => Ok(None),
+    };
+    let mut metrics = comm.agree(opened)?;
+
+    let per_rank = cfg.micro.div_ceil(comm.size());
+    let plan = global_resolve_plan(
+        comm,
+        &a.plan,
+        &cfg.spec,
+        &source,
+        cfg.seed,
+        per_rank,
+        cfg.mem_per_rank,
+        cfg.table_opt,
+        a.stats.as_deref(),
+    )?;
+    if root {
+        let s = &cfg.spec;
+        println!(
+            "embed: {} tables ({} rows, {} of f32), MLP {:?}, micro-batch {} x {} per step on {} rank(s) (torus {}) x {threads} thread(s); tables {:?}, dense {:?}; dedup {}, pipeline {}",
+            s.tables.len(),
+            group(s.total_rows()),
+            human_bytes(s.total_bytes()),
+            s.mlp_layers(),
+            cfg.micro,
+            cfg.accumulate,
+            comm.size(),
+            comm.torus().shape(),
+            cfg.table_opt,
+            cfg.dense_opt,
+            cfg.dedup,
+            cfg.pipeline
+        );
+        println!(
+            "plan: {}",
+            plan_summary(s, &plan, cfg.table_opt.state_per_row() as u64)
+        );
+    }
+    let rank = comm.rank();
+    let steps = cfg.steps;
+    let (log_every, eval_every) = (cfg.log_every, cfg.eval_every);
+    let ck = crate::als::CheckpointConfig {
+        dir: a.checkpoint_dir.clone(),
+        every: a.checkpoint_every,
+        keep: a.keep.max(1),
+        resume: match a.resume.as_deref() {
+            None => crate::als::Resume::No,
+            Some("auto") => crate::als::Resume::Auto,
+            Some(p) => crate::als::Resume::Path(PathBuf::from(p)),
+        },
+        release_hold: a.release_hold,
+        wait_for_data: 0.0,
+    };
+    if ck.dir.is_none() && ck.resume != crate::als::Resume::No {
+        return comm.agree(Err(Error::Config("--resume needs --checkpoint-dir".into())));
+    }
+    let resume = crate::als::train::global_prepare_checkpoints(comm, &ck)?;
+    if let crate::als::Resume::Path(p) = &ck.resume {
+        if !p.exists() {
+            return comm.agree(Err(Error::input(p, "--resume: no such checkpoint")));
+        }
+    }
+    let mut tr = comm.agree(EmbedTrainer::new(cfg, source, &plan, rank))?;
+    let hold = |comm: &C, reason: String, rank: Option<usize>, step: u64| -> Error {
+        if comm.rank() == 0 {
+            if let Some(dir) = &ck.dir {
+                let h = crate::ckpt::Hold {
+                    reason: reason.clone(),
+                    rank,
+                    epoch: Some(step as usize),
+                    time: crate::ckpt::now_secs(),
+                };
+                match crate::ckpt::write_hold(dir, &h) {
+                    Ok(p) => log::error!("training hold written to {}", p.display()),
+                    Err(e) => log::error!("could not write the hold file: {e}"),
+                }
+            }
+        }
+        Error::Hold(reason)
+    };
+    if let Some(path) = resume {
+        let t = std::time::Instant::now();
+        match crate::embed::checkpoint::global_restore(comm, &mut tr, &path) {
+            Ok(m) => {
+                if root {
+                    println!(
+                        "resumed from {} (written by {} rank(s)) at step {} in {:.2} s",
+                        path.display(),
+                        m.world_size,
+                        m.step,
+                        t.elapsed().as_secs_f64()
+                    );
+                }
+            }
+            Err(Error::Hold(r)) => return Err(hold(comm, r, None, 0)),
+            Err(e) => return Err(e),
+        }
+    }
+    let checkpoint = |comm: &C, tr: &EmbedTrainer| -> Result<Option<PathBuf>> {
+        match &ck.dir {
+            Some(dir) => {
+                crate::embed::checkpoint::global_write_checkpoint(comm, tr, dir, ck.keep).map(Some)
+            }
+            None => Ok(None),
+        }
+    };
+    let tty = root && std::io::stderr().is_terminal();
+    let mut last = None;
+    while tr.step < steps {
+        let flag = preempt.is_set() || crate::ckpt::faults::preempt_at() == Some(tr.step + 1);
+        let status = tr.global_step(comm, flag)?;
+        if status == StepStatus::NonFinite {
+            return Err(hold(
+                comm,
+                format!("non-finite loss or gradient at step {}", tr.step + 1),
+                None,
+                tr.step + 1,
+            ));
+        }
+        let done = tr.step;
+        if tty && done % log_every != 0 {
+            let k = (done * 30 / steps.max(1)) as usize;
+            eprint!(
+                "\r[{}{}] {done}/{steps}\x1b[K",
+                "=".repeat(k),
+                " ".repeat(30 - k)
+            );
+        }
+        if done % log_every == 0 || done == steps || status == StepStatus::Preempt {
+            let mut r = tr.global_interval(comm)?;
+            if eval_every > 0 && done % eval_every == 0 && done != steps {
+                let (auc, ll) = tr.global_evaluate(comm)?;
+                r.eval_auc = auc;
+                r.eval_logloss = ll;
+            }
+            if root {
+                if tty {
+                    eprint!("\r\x1b[K");
+                }
+                println!("{}", interval_line(&r, steps));
+                if let Some(m) = metrics.as_mut() {
+                    if let Ok(s) = serde_json::to_string(&r) {
+                        let _ = writeln!(m, "{s}");
+                    }
+                }
+            }
+            last = Some(r);
+        }
+        if status == StepStatus::Preempt {
+            let since = preempt
+                .seconds_since()
+                .map(|s| format!(", {s:.2} s after the signal"))
+                .unwrap_or_default();
+            return Err(match checkpoint(comm, &tr)? {
+                Some(p) => Error::Preempted(format!(
+                    "checkpoint {} written after step {done}{since}",
+                    p.display()
+                )),
+                None => Error::Preempted(format!(
+                    "signal received after step {done}; no --checkpoint-dir, so nothing was saved"
+                )),
+            });
+        }
+        if ck.every > 0 && done % ck.every == 0 && done != steps {
+            checkpoint(comm, &tr)?;
+        }
+    }
+    if tr.step > 0 {
+        checkpoint(comm, &tr)?;
+    }
+    let (auc, ll) = tr.global_evaluate(comm)?;
+    let checksum = format!("{:016x}", tr.global_checksum(comm)?);
+    let peak = comm.all_reduce_max(peak_rss_bytes().unwrap_or(0));
+    if root {
+        println!(
+            "final: eval AUC {}  logloss {}  over {} held-out examples  after {} steps  checksum {checksum}  peak RSS {} per rank",
+            auc.map_or("n/a".into(), |v| format!("{v:.4}")),
+            ll.map_or("n/a".into(), |v| format!("{v:.5}")),
+            group(tr.cfg.eval_examples),
+            tr.step,
+            human_bytes(peak)
+        );
+        if let Some(m) = metrics.as_mut() {
+            let v = serde_json::json!({"final": true, "auc": auc, "logloss": ll, "steps": tr.step,
+                "checksum": checksum, "peak_rss_bytes": peak, "ranks": comm.size(), "threads": threads});
+            let _ = writeln!(m, "{v}");
+        }
+    }
+    Ok(EmbedReport {
+        steps: tr.step,
+        auc,
+        logloss: ll,
+        checksum,
+        last,
+    })
+}
+
+/// Collective: every rank must call (rank 0 does the work). `torusrec plan`.
+pub fn global_plan<C: Comm>(comm: &C, a: &PlanArgs) -> Result<()> {
+    let res =
+        (|| -> Result<()> {
+            let spec = resolve_model(&a.model)?;
+            if a.ranks == 0 || a.batch == 0 {
+                return Err(Error::Config(
+                    "--ranks and --batch must be at least 1".into(),
+                ));
+            }
+            let mem = a.mem_per_rank.as_deref().map(parse_bytes).transpose()?;
+            if let Some(out) = &a.out {
+                crate::data::dataset::check_output(out, a.force)?;
+            }
+            if comm.rank() != 0 {
+                return Ok(());
+            }
+            let state = table_opt(a.table_opt, 0.01).state_per_row() as u64;
+            let (stats, how) = if a.estimate {
+                (
+                    crate::embed::stats::synthetic_stats(&spec, a.ranks, a.batch),
+                    "estimated",
+                )
+            } else {
+                let src = Source::Generated(ClickGen::new(&spec, a.seed));
+                load_or_measure_stats(
+                    &spec,
+                    &src,
+                    a.seed,
+                    a.ranks,
+                    a.batch,
+                    a.sample_batches,
+                    a.stats.as_deref(),
+                )?
+            };
+            let mem = mem.unwrap_or(u64::MAX);
+            println!(
+            "plan: {} tables, {} of rows and state, {} ranks x {} per rank; batch statistics {how}",
+            spec.tables.len(),
+            human_bytes(spec.total_bytes() + spec.total_rows() * state * 4),
+            a.ranks,
+            if mem == u64::MAX { "unlimited".to_string() } else { human_bytes(mem) }
+        );
+            let opts = plan_options(a.ranks, Some(mem), table_opt(a.table_opt, 0.01), a.seed);
+            let (plan, rep) = planner::plan_auto(&spec, &stats, &opts)?;
+            println!(
+                "{:<14} {:>10} {:>9} {:>12} {:>12}",
+                "method", "imbalance", "balance", "max cost s", "max memory"
+            );
+            let row = |name: &str, r: &planner::PlanReport| {
+                println!(
+                    "{name:<14} {:>10.3} {:>9.3} {:>12.6} {:>12}",
+                    r.imbalance,
+                    r.balance,
+                    r.max_cost,
+                    human_bytes(r.bytes_per_rank.iter().copied().max().unwrap_or(0))
+                )
+            };
+            row("planner", &rep);
+            for h in Heuristic::ALL {
+                match planner::plan_heuristic(h, &spec, &stats, &opts) {
+                    Ok((_, r)) => row(h.name(), &r),
+                    Err(e) => println!("{:<14} does not fit: {e}", h.name()),
+                }
+            }
+            println!("plan: {}", plan_summary(&spec, &plan, state));
+            if let Some(out) = &a.out {
+                let tmp = crate::data::dataset::temp_path(out);
+                let text = serde_json::to_string_pretty(&plan)
+                    .map_err(|e| Error::Config(format!("plan: {e}")))?;
+                std::fs::write(&tmp, text).map_err(|e| Error::io(&tmp, e))?;
+                std::fs::rename(&tmp, out).map_err(|e| Error::io(out, e))?;
+                println!("wrote {}", out.display());
+            }
+            Ok(())
+        })();
+    comm.agree(res)
+}

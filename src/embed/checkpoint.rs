@@ -1,0 +1,348 @@
+//! Checkpoints of the embedding model: every table and its optimizer state by global
+//! row id (so a run resumes on any rank count and any plan), the MLP and its optimizer
+//! state, the step (the data cursor: examples are a function of the step), and a
+//! manifest with the configuration hash and a placement-independent checksum.
+//!
+//! Layout of `ckpt-<step>.h5`: `/tables/<t>/rows` [vocab, dim] f32,
+//! `/tables/<t>/state` [vocab, s] f32 (s = optimizer floats per row, absent for SGD),
+//! `/mlp/params` [n] f32, `/mlp/state` [m] f32; root attributes `format`
+//! ("torusrec-checkpoint") and `manifest` (JSON). Written through `*.partial`: rank 0
+//! creates it, every rank writes its shards in turn (replicas: rank 0), rank 0
+//! renames it; restore checks the manifest and the checksum (exit 76 otherwise).
+
+use std::path::{Path, PathBuf};
+
+use hdf5::types::VarLenUnicode;
+use ndarray::{s, ArrayView2};
+use serde::{Deserialize, Serialize};
+
+use super::mlp::DenseOptState;
+use super::placement::Rows;
+use super::train::EmbedTrainer;
+use crate::ckpt::{self, SCHEMA};
+use crate::comm::Comm;
+use crate::data::dataset::{open_h5, temp_path};
+use crate::{Error, Result};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EmbedManifest {
+    pub schema: u32,
+    pub workload: String,
+    /// Hash of everything the trained bits depend on besides the rank count.
+    pub config_hash: String,
+    pub spec_digest: String,
+    /// Optimizer steps done; the next step's examples follow from it.
+    pub step: u64,
+    pub dense_step: u64,
+    pub world_size: usize,
+    pub seed: u64,
+    pub checksum: String,
+    pub written_at: u64,
+}
+
+/// The configuration hash of a run: model, seed, batch schedule, optimizers.
+pub fn config_hash(tr: &EmbedTrainer) -> String {
+    let c = &tr.cfg;
+    let key = format!(
+        "{}|{}|{}|{}|{:?}|{:?}|{}",
+        c.spec.digest(),
+        c.seed,
+        c.micro,
+        c.accumulate,
+        c.table_opt,
+        c.dense_opt,
+        c.pipeline
+    );
+    format!("{:016x}", ckpt::hash_str(&key))
+}
+
+fn h5<T>(path: &Path, what: impl Into<String>, r: hdf5::Result<T>) -> Result<T> {
+    r.map_err(|e| Error::hdf5(path, what, e))
+}
+
+/// The rows of a shard as a hyperslab of the global table: `(start, step, count)`.
+fn row_slab(rows: Rows, n: u64) -> (usize, usize, usize) {
+    match rows {
+        Rows::All => (0, 1, n as usize),
+        Rows::Block { lo, .. } => (lo as usize, 1, n as usize),
+        Rows::Cyclic { modulus, residue } => (residue as usize, modulus as usize, n as usize),
+    }
+}
+
+/// Collective: every rank must call. Writes `ckpt-<step>.h5` into `dir`.
+pub fn global_write_checkpoint<C: Comm>(
+    comm: &C,
+    tr: &EmbedTrainer,
+    dir: &Path,
+    keep: usize,
+) -> Result<PathBuf> {
+    let t0 = std::time::Instant::now();
+    let _p = comm.stats().phase("io");
+    let path = dir.join(ckpt::file_name(tr.step));
+    let tmp = temp_path(&path);
+    let checksum = format!("{:016x}", tr.global_checksum(comm)?);
+    let spec = &tr.cfg.spec;
+    let sp = tr.store.opt.state_per_row();
+    let manifest = EmbedManifest {
+        schema: SCHEMA,
+        workload: "embed".into(),
+        config_hash: config_hash(tr),
+        spec_digest: spec.digest(),
+        step: tr.step,
+        dense_step: tr.dense_state.step(),
+        world_size: comm.size(),
+        seed: tr.cfg.seed,
+        checksum,
+        written_at: ckpt::now_secs(),
+    };
+    let created = if comm.rank() == 0 {
+        (|| -> Result<()> {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+            let f = h5(&tmp, "create", hdf5::File::create(&tmp))?;
+            for (t, ts) in spec.tables.iter().enumerate() {
+                let g = h5(&tmp, "group", f.create_group(&format!("tables/{t}")))?;
+                h5(
+                    &tmp,
+                    format!("/tables/{t}/rows"),
+                    g.new_dataset::<f32>()
+                        .shape((ts.vocab as usize, ts.dim))
+                        .create("rows"),
+                )?;
+                if sp > 0 {
+                    h5(
+                        &tmp,
+                        format!("/tables/{t}/state"),
+                        g.new_dataset::<f32>()
+                            .shape((ts.vocab as usize, sp))
+                            .create("state"),
+                    )?;
+                }
+            }
+            let g = h5(&tmp, "group", f.create_group("mlp"))?;
+            h5(
+                &tmp,
+                "/mlp/params",
+                g.new_dataset_builder()
+                    .with_data(tr.mlp.params())
+                    .create("params"),
+            )?;
+            h5(
+                &tmp,
+                "/mlp/state",
+                g.new_dataset_builder()
+                    .with_data(tr.dense_state.state())
+                    .create("state"),
+            )?;
+            for (k, v) in [
+                ("format", "torusrec-checkpoint".to_string()),
+                (
+                    "manifest",
+                    serde_json::to_string(&manifest).map_err(|e| Error::Config(e.to_string()))?,
+                ),
+            ] {
+                let v: VarLenUnicode = v
+                    .parse()
+                    .map_err(|e| Error::Config(format!("attribute {k}: {e}")))?;
+                h5(
+                    &tmp,
+                    k,
+                    f.new_attr::<VarLenUnicode>()
+                        .create(k)
+                        .and_then(|a| a.write_scalar(&v)),
+                )?;
+            }
+            h5(&tmp, "close", f.close())
+        })()
+    } else {
+        Ok(())
+    };
+    comm.agree(created)?;
+    let mut mine = Ok(());
+    for turn in 0..comm.size() {
+        comm.barrier();
+        if turn != comm.rank() {
+            continue;
+        }
+        mine = (|| -> Result<()> {
+            let f = h5(&tmp, "open", hdf5::File::open_rw(&tmp))?;
+            for ls in &tr.store.local {
+                if (ls.shard.replica && comm.rank() != 0) || ls.rows == 0 {
+                    continue;
+                }
+                let t = ls.shard.table;
+                let (a, step, n) = row_slab(ls.shard.rows, ls.rows);
+                let cols = ls.shard.cols.clone();
+                let name = format!("/tables/{t}/rows");
+                let ds = h5(&tmp, &name, f.dataset(&name))?;
+                let view = ArrayView2::from_shape((n, cols.len()), &ls.data)
+                    .map_err(|e| Error::Comm(format!("{name}: {e}")))?;
+                h5(
+                    &tmp,
+                    &name,
+                    ds.write_slice(view, s![a..a + (n - 1) * step + 1;step, cols.clone()]),
+                )?;
+                // Every column shard holds the same row statistic: the first writes it.
+                if sp > 0 && cols.start == 0 {
+                    let name = format!("/tables/{t}/state");
+                    let ds = h5(&tmp, &name, f.dataset(&name))?;
+                    let view = ArrayView2::from_shape((n, sp), &ls.state)
+                        .map_err(|e| Error::Comm(format!("{name}: {e}")))?;
+                    h5(
+                        &tmp,
+                        &name,
+                        ds.write_slice(view, s![a..a + (n - 1) * step + 1;step, ..]),
+                    )?;
+                }
+            }
+            h5(&tmp, "close", f.close())
+        })();
+        crate::ckpt::faults::point("after-shard-write", comm.rank());
+    }
+    let mut result = comm.agree(mine);
+    if result.is_ok() && comm.rank() == 0 {
+        crate::ckpt::faults::point("before-commit", 0);
+        result = std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e));
+    }
+    let result = comm.agree(result);
+    if result.is_err() && comm.rank() == 0 {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result?;
+    let retained = if comm.rank() == 0 {
+        ckpt::apply_retention(dir, keep).map(|_| ())
+    } else {
+        Ok(())
+    };
+    comm.agree(retained)?;
+    if comm.rank() == 0 {
+        let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
+        let secs = t0.elapsed().as_secs_f64();
+        log::info!(
+            "checkpoint {} (step {}): {:.1} MB in {secs:.3} s",
+            path.display(),
+            tr.step,
+            bytes as f64 / 1e6
+        );
+    }
+    Ok(path)
+}
+
+fn hold(path: &Path, msg: impl std::fmt::Display) -> Error {
+    Error::Hold(format!("{}: {msg}", path.display()))
+}
+
+/// Rank-local: the manifest of a checkpoint file.
+pub fn local_read_manifest(path: &Path) -> Result<EmbedManifest> {
+    let f = open_h5(path).map_err(|e| Error::Hold(format!("checkpoint {e}")))?;
+    let attr = |name: &str| {
+        f.attr(name)
+            .and_then(|a| a.read_scalar::<VarLenUnicode>())
+            .map(|s| s.as_str().to_string())
+            .map_err(|e| {
+                hold(
+                    path,
+                    format!("attribute {name} is missing or unreadable: {e}"),
+                )
+            })
+    };
+    if attr("format")? != "torusrec-checkpoint" {
+        return Err(hold(path, "not a torusrec checkpoint"));
+    }
+    serde_json::from_str(&attr("manifest")?)
+        .map_err(|e| hold(path, format!("unreadable manifest: {e}")))
+}
+
+/// Collective: every rank must call. Load the checkpoint into `tr` (whose plan and
+/// rank count may differ from the writer's) and verify it.
+pub fn global_restore<C: Comm>(
+    comm: &C,
+    tr: &mut EmbedTrainer,
+    path: &Path,
+) -> Result<EmbedManifest> {
+    let _p = comm.stats().phase("io");
+    let want_hash = config_hash(tr);
+    let sp = tr.store.opt.state_per_row();
+    let local = (|| -> Result<EmbedManifest> {
+        let m = local_read_manifest(path)?;
+        if m.schema != SCHEMA || m.workload != "embed" {
+            return Err(hold(
+                path,
+                format!(
+                    "schema {} workload {:?}, expected {SCHEMA} \"embed\"",
+                    m.schema, m.workload
+                ),
+            ));
+        }
+        if m.config_hash != want_hash {
+            return Err(hold(path, format!(
+                "the checkpoint's configuration (hash {}) differs from this run's ({want_hash}): model, seed, batch, accumulation, optimizers and pipelining must match",
+                m.config_hash
+            )));
+        }
+        let f = open_h5(path).map_err(|e| Error::Hold(format!("checkpoint {e}")))?;
+        let read2 = |name: &str,
+                     sel: (usize, usize, usize),
+                     cols: std::ops::Range<usize>,
+                     width: usize|
+         -> Result<Vec<f32>> {
+            let ds = f
+                .dataset(name)
+                .map_err(|_| hold(path, format!("dataset {name} is missing")))?;
+            let shape = ds.shape();
+            let (a, step, n) = sel;
+            if n == 0 {
+                return Ok(Vec::new());
+            }
+            if shape.len() != 2 || shape[1] != width || shape[0] < a + (n - 1) * step + 1 {
+                return Err(hold(path, format!("dataset {name} has shape {shape:?}")));
+            }
+            ds.read_slice_2d::<f32, _>(s![a..a + (n - 1) * step + 1;step, cols])
+                .map(|x| x.as_standard_layout().iter().copied().collect())
+                .map_err(|e| hold(path, format!("dataset {name} is unreadable: {e}")))
+        };
+        for ls in tr.store.local.iter_mut() {
+            let t = ls.shard.table;
+            let dim = tr.cfg.spec.tables[t].dim;
+            let sel = row_slab(ls.shard.rows, ls.rows);
+            ls.data = read2(
+                &format!("/tables/{t}/rows"),
+                sel,
+                ls.shard.cols.clone(),
+                dim,
+            )?;
+            if sp > 0 {
+                ls.state = read2(&format!("/tables/{t}/state"), sel, 0..sp, sp)?;
+            }
+        }
+        let read1 = |name: &str, n: usize| -> Result<Vec<f32>> {
+            let ds = f
+                .dataset(name)
+                .map_err(|_| hold(path, format!("dataset {name} is missing")))?;
+            let v: Vec<f32> = ds
+                .read_raw()
+                .map_err(|e| hold(path, format!("dataset {name} is unreadable: {e}")))?;
+            if v.len() != n {
+                return Err(hold(
+                    path,
+                    format!("dataset {name} has {} values, expected {n}", v.len()),
+                ));
+            }
+            Ok(v)
+        };
+        let params = read1("/mlp/params", tr.mlp.n_params())?;
+        tr.mlp.params_mut().copy_from_slice(&params);
+        let st = read1("/mlp/state", tr.dense_state.state().len())?;
+        tr.dense_state = DenseOptState::from_parts(st, m.dense_step);
+        Ok(m)
+    })();
+    let m = comm.agree(local)?;
+    tr.step = m.step;
+    let got = format!("{:016x}", tr.global_checksum(comm)?);
+    if got != m.checksum {
+        return Err(hold(path, format!(
+            "checksum {got} of the tables and MLP does not match the manifest's {}: the file is corrupt",
+            m.checksum
+        )));
+    }
+    Ok(m)
+}

@@ -1,0 +1,770 @@
+//! A click log file (HDF5), written by `torusrec generate clicks` and read back in
+//! example ranges.
+//!
+//! Layout, schema `torusrec-clicks-v1` (N examples, T tables):
+//!
+//! | object | type | shape | content |
+//! |---|---|---|---|
+//! | `/` attribute `schema` | string | scalar | `"torusrec-clicks-v1"` |
+//! | `/` attribute `spec_json` | string | scalar | the [`ModelSpec`], serde_json |
+//! | `/` attribute `seed` | u64 | scalar | the generator's seed |
+//! | `/` attribute `examples` | u64 | scalar | N |
+//! | `/dense` | f32 | [N, n_dense] | dense features, row per example |
+//! | `/labels` | f32 | [N] | 0.0 or 1.0 |
+//! | `/tables/<t>/offsets` | u64 | [N + 1] | example e's ids are `ids[offsets[e]..offsets[e+1]]`; `offsets[0] = 0`, `offsets[N] = nnz_t` |
+//! | `/tables/<t>/ids` | u32 | [nnz_t] | ids in `0..vocab_t`, chunked |
+//!
+//! `<t>` is the table's index in the spec (0, 1, ...). The file holds exactly
+//! [`ClickGen::batch`] of `(spec, seed)` over `0..N`; it is written in chunks of
+//! examples (never whole in memory) under `<path>.partial` and renamed into place
+//! once complete.
+
+use std::path::{Path, PathBuf};
+
+use hdf5::types::VarLenUnicode;
+use hdf5::H5Type;
+use ndarray::ArrayView2;
+
+use super::clicks::{Bags, Batch, ClickGen};
+use super::spec::ModelSpec;
+use crate::data::dataset::{check_output, open_h5, read_range, temp_path};
+use crate::{Error, Result};
+
+/// The value of the `schema` attribute.
+pub const SCHEMA: &str = "torusrec-clicks-v1";
+/// Elements per HDF5 chunk of an `ids` dataset (256 KiB).
+const IDS_CHUNK: usize = 1 << 16;
+
+fn h5<T>(path: &Path, what: impl Into<String>, r: hdf5::Result<T>) -> Result<T> {
+    r.map_err(|e| Error::hdf5(path, what, e))
+}
+
+fn offsets_name(t: usize) -> String {
+    format!("/tables/{t}/offsets")
+}
+
+fn ids_name(t: usize) -> String {
+    format!("/tables/{t}/ids")
+}
+
+/// What [`write_click_log`] wrote.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LogSummary {
+    pub examples: u64,
+    /// Ids of each table over the whole log.
+    pub ids_per_table: Vec<u64>,
+    /// Fraction of labels that are 1.
+    pub positive_rate: f64,
+    /// Size of the file.
+    pub bytes: u64,
+}
+
+/// Generate examples `0..examples` of `(spec, seed)` into the click log `path`,
+/// `chunk` examples at a time. Refuses an existing `path` unless `force`; on any
+/// failure the temporary file is removed and an existing `path` is untouched.
+pub fn write_click_log(
+    path: &Path,
+    spec: &ModelSpec,
+    seed: u64,
+    examples: u64,
+    force: bool,
+    chunk: usize,
+) -> Result<LogSummary> {
+    check_output(path, force)?;
+    spec.validate("click log model")?;
+    if chunk == 0 {
+        return Err(Error::Config("click log: chunk must be at least 1".into()));
+    }
+    let n = usize::try_from(examples)
+        .ok()
+        .and_then(|n| n.checked_add(1))
+        .ok_or_else(|| Error::Config(format!("click log: {examples} examples is too many")))?
+        - 1;
+    let tmp = temp_path(path);
+    let written = write_into(&tmp, spec, seed, n, chunk);
+    let done = written.and_then(|s| {
+        std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))?;
+        Ok(s)
+    });
+    match done {
+        Ok(mut s) => {
+            s.bytes = std::fs::metadata(path)
+                .map_err(|e| Error::io(path, e))?
+                .len();
+            Ok(s)
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
+    }
+}
+
+fn write_into(
+    tmp: &Path,
+    spec: &ModelSpec,
+    seed: u64,
+    n: usize,
+    chunk: usize,
+) -> Result<LogSummary> {
+    let f = h5(tmp, "create", hdf5::File::create(tmp))?;
+    let str_attr = |k: &str, v: &str| -> Result<()> {
+        let v: VarLenUnicode = v
+            .parse()
+            .map_err(|e| Error::Config(format!("attribute {k}: {e}")))?;
+        h5(
+            tmp,
+            format!("attribute {k}"),
+            f.new_attr::<VarLenUnicode>()
+                .create(k)
+                .and_then(|a| a.write_scalar(&v)),
+        )
+    };
+    let u64_attr = |k: &str, v: u64| -> Result<()> {
+        h5(
+            tmp,
+            format!("attribute {k}"),
+            f.new_attr::<u64>()
+                .create(k)
+                .and_then(|a| a.write_scalar(&v)),
+        )
+    };
+    let json = serde_json::to_string(spec)
+        .map_err(|e| Error::Config(format!("click log: spec to JSON: {e}")))?;
+    str_attr("schema", SCHEMA)?;
+    str_attr("spec_json", &json)?;
+    u64_attr("seed", seed)?;
+    u64_attr("examples", n as u64)?;
+
+    let nd = spec.n_dense;
+    let dense = h5(
+        tmp,
+        "/dense",
+        f.new_dataset::<f32>().shape((n, nd)).create("dense"),
+    )?;
+    let labels = h5(
+        tmp,
+        "/labels",
+        f.new_dataset::<f32>().shape(n).create("labels"),
+    )?;
+    h5(tmp, "/tables", f.create_group("tables"))?;
+    let mut offsets = Vec::with_capacity(spec.tables.len());
+    let mut ids = Vec::with_capacity(spec.tables.len());
+    for t in 0..spec.tables.len() {
+        h5(
+            tmp,
+            format!("/tables/{t}"),
+            f.create_group(&format!("tables/{t}")),
+        )?;
+        offsets.push(h5(
+            tmp,
+            offsets_name(t),
+            f.new_dataset::<u64>()
+                .shape(n + 1)
+                .create(offsets_name(t).as_str()),
+        )?);
+        ids.push(h5(
+            tmp,
+            ids_name(t),
+            f.new_dataset::<u32>()
+                .chunk(IDS_CHUNK)
+                .shape(0..)
+                .create(ids_name(t).as_str()),
+        )?);
+    }
+
+    let gen = ClickGen::new(spec, seed);
+    let mut nnz = vec![0u64; spec.tables.len()];
+    let mut positives = 0u64;
+    if n == 0 {
+        for (t, ds) in offsets.iter().enumerate() {
+            h5(tmp, offsets_name(t), ds.write_slice(&[0u64], 0..1))?;
+        }
+    }
+    let mut lo = 0;
+    while lo < n {
+        let m = chunk.min(n - lo);
+        let b = gen.batch(lo as u64, m);
+        if nd > 0 {
+            let view = ArrayView2::from_shape((m, nd), &b.dense)
+                .map_err(|e| Error::Config(format!("click log: dense block: {e}")))?;
+            h5(tmp, "/dense", dense.write_slice(view, (lo..lo + m, ..)))?;
+        }
+        h5(tmp, "/labels", labels.write_slice(&b.labels, lo..lo + m))?;
+        positives += b.labels.iter().filter(|&&l| l == 1.0).count() as u64;
+        for (t, bags) in b.bags.iter().enumerate() {
+            // Each chunk writes its closing offset too; the next chunk rewrites it
+            // with the same value.
+            let shifted: Vec<u64> = bags.offsets.iter().map(|&o| nnz[t] + o as u64).collect();
+            h5(
+                tmp,
+                offsets_name(t),
+                offsets[t].write_slice(&shifted, lo..lo + m + 1),
+            )?;
+            let k = bags.ids.len();
+            if k > 0 {
+                let at = nnz[t] as usize;
+                h5(tmp, ids_name(t), ids[t].resize(at + k))?;
+                h5(tmp, ids_name(t), ids[t].write_slice(&bags.ids, at..at + k))?;
+            }
+            nnz[t] += k as u64;
+        }
+        lo += m;
+    }
+    drop((dense, labels, offsets, ids));
+    h5(tmp, "close", f.close())?;
+    Ok(LogSummary {
+        examples: n as u64,
+        ids_per_table: nnz,
+        positive_rate: if n == 0 {
+            0.0
+        } else {
+            positives as f64 / n as f64
+        },
+        bytes: 0,
+    })
+}
+
+/// An open click log: its spec and seed, read in example ranges.
+#[derive(Debug)]
+pub struct ClickLog {
+    path: PathBuf,
+    file: hdf5::File,
+    spec: ModelSpec,
+    seed: u64,
+    examples: u64,
+    /// Ids of each table.
+    nnz: Vec<u64>,
+}
+
+fn read_attr<T: H5Type>(f: &hdf5::File, path: &Path, name: &str, kind: &str) -> Result<T> {
+    f.attr(name)
+        .and_then(|a| a.read_scalar::<T>())
+        .map_err(|_| {
+            Error::layout(
+                path,
+                format!("/ attribute {name}"),
+                format!("missing or not a {kind} scalar"),
+            )
+        })
+}
+
+fn read_str_attr(f: &hdf5::File, path: &Path, name: &str) -> Result<String> {
+    read_attr::<VarLenUnicode>(f, path, name, "string").map(|s| s.as_str().to_string())
+}
+
+/// The dataset `name`, checked for element type and shape.
+fn dataset<T: H5Type>(
+    f: &hdf5::File,
+    path: &Path,
+    name: &str,
+    shape: Option<&[usize]>,
+) -> Result<hdf5::Dataset> {
+    let ds = f
+        .dataset(name)
+        .map_err(|_| Error::layout(path, name, "missing"))?;
+    let want = T::type_descriptor();
+    let have = ds
+        .dtype()
+        .and_then(|t| t.to_descriptor())
+        .map_err(|e| Error::layout(path, name, format!("unreadable type: {e}")))?;
+    if have != want {
+        return Err(Error::layout(
+            path,
+            name,
+            format!("element type {have}, expected {want}"),
+        ));
+    }
+    match shape {
+        Some(s) if ds.shape() != s => Err(Error::layout(
+            path,
+            name,
+            format!("shape {:?}, expected {s:?}", ds.shape()),
+        )),
+        None if ds.ndim() != 1 => Err(Error::layout(
+            path,
+            name,
+            format!("expected 1 dimension, found {}", ds.ndim()),
+        )),
+        _ => Ok(ds),
+    }
+}
+
+impl ClickLog {
+    /// Open and check a click log: schema, spec, and the shapes of every dataset
+    /// (the values are checked by [`ClickLog::read`], range by range).
+    pub fn open(path: &Path) -> Result<ClickLog> {
+        let file = open_h5(path)?;
+        let f = &file;
+        let schema = read_str_attr(f, path, "schema")?;
+        if schema != SCHEMA {
+            return Err(Error::layout(
+                path,
+                "/ attribute schema",
+                format!("{schema:?}, expected {SCHEMA:?} (not a click log, or another version)"),
+            ));
+        }
+        let json = read_str_attr(f, path, "spec_json")?;
+        let spec: ModelSpec = serde_json::from_str(&json)
+            .map_err(|e| Error::layout(path, "/ attribute spec_json", e.to_string()))?;
+        spec.validate("model")
+            .map_err(|e| Error::layout(path, "/ attribute spec_json", e.to_string()))?;
+        let seed = read_attr::<u64>(f, path, "seed", "u64")?;
+        let examples = read_attr::<u64>(f, path, "examples", "u64")?;
+        let n = usize::try_from(examples)
+            .ok()
+            .filter(|&n| n < usize::MAX)
+            .ok_or_else(|| Error::layout(path, "/ attribute examples", "too large"))?;
+
+        dataset::<f32>(f, path, "/dense", Some(&[n, spec.n_dense]))?;
+        dataset::<f32>(f, path, "/labels", Some(&[n]))?;
+        let mut nnz = Vec::with_capacity(spec.tables.len());
+        for t in 0..spec.tables.len() {
+            let (on, idn) = (offsets_name(t), ids_name(t));
+            dataset::<u64>(f, path, &on, Some(&[n + 1]))?;
+            let len = dataset::<u32>(f, path, &idn, None)?.size() as u64;
+            let first = read_range::<u64>(f, path, &on, 0, 1)?[0];
+            if first != 0 {
+                return Err(Error::layout(
+                    path,
+                    &on,
+                    format!("starts at {first}, expected 0"),
+                ));
+            }
+            let last = read_range::<u64>(f, path, &on, n as u64, n as u64 + 1)?[0];
+            if last != len {
+                return Err(Error::layout(
+                    path,
+                    &on,
+                    format!("ends at {last}, but {idn} has {len} entries"),
+                ));
+            }
+            nnz.push(len);
+        }
+        Ok(ClickLog {
+            path: path.to_path_buf(),
+            file,
+            spec,
+            seed,
+            examples,
+            nnz,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn spec(&self) -> &ModelSpec {
+        &self.spec
+    }
+
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    pub fn examples(&self) -> u64 {
+        self.examples
+    }
+
+    /// Ids of each table over the whole log.
+    pub fn ids_per_table(&self) -> &[u64] {
+        &self.nnz
+    }
+
+    /// Examples `first..first + n`, checked: offsets non-decreasing, ids below their
+    /// table's vocabulary, labels 0 or 1, dense values finite. Errors name the
+    /// dataset and the example. Offsets of the batch start at 0.
+    pub fn read(&self, first: u64, n: usize) -> Result<Batch> {
+        let path = self.path.as_path();
+        let f = &self.file;
+        let hi = first
+            .checked_add(n as u64)
+            .filter(|&h| h <= self.examples)
+            .ok_or_else(|| {
+                Error::input(
+                    path,
+                    format!(
+                        "examples {first}..{}: outside the log's {} examples",
+                        first as u128 + n as u128,
+                        self.examples
+                    ),
+                )
+            })?;
+        let nd = self.spec.n_dense;
+        let mut b = Batch::empty(&self.spec);
+        b.n = n;
+
+        if n > 0 && nd > 0 {
+            let lo = first as usize;
+            b.dense = f
+                .dataset("/dense")
+                .and_then(|ds| ds.read_slice_2d::<f32, _>((lo..lo + n, ..)))
+                .map(|a| a.as_standard_layout().iter().copied().collect())
+                .map_err(|e| Error::layout(path, "/dense", format!("unreadable: {e}")))?;
+            if let Some(i) = b.dense.iter().position(|x| !x.is_finite()) {
+                return Err(Error::layout(
+                    path,
+                    "/dense",
+                    format!(
+                        "example {}, feature {}: {} is not finite",
+                        first + (i / nd) as u64,
+                        i % nd,
+                        b.dense[i]
+                    ),
+                ));
+            }
+        }
+
+        b.labels = read_range::<f32>(f, path, "/labels", first, hi)?;
+        if let Some(i) = b.labels.iter().position(|&l| l != 0.0 && l != 1.0) {
+            return Err(Error::layout(
+                path,
+                "/labels",
+                format!(
+                    "example {}: label {} is not 0 or 1",
+                    first + i as u64,
+                    b.labels[i]
+                ),
+            ));
+        }
+
+        for (t, table) in self.spec.tables.iter().enumerate() {
+            let (on, idn) = (offsets_name(t), ids_name(t));
+            let offs = read_range::<u64>(f, path, &on, first, hi + 1)?;
+            if let Some(i) = (0..n).find(|&i| offs[i] > offs[i + 1]) {
+                return Err(Error::layout(
+                    path,
+                    &on,
+                    format!(
+                        "decreases at example {}: {} > {}",
+                        first + i as u64,
+                        offs[i],
+                        offs[i + 1]
+                    ),
+                ));
+            }
+            if offs[n] > self.nnz[t] {
+                return Err(Error::layout(
+                    path,
+                    &on,
+                    format!(
+                        "example {} ends at {}, beyond the {} entries of {idn}",
+                        hi - 1,
+                        offs[n],
+                        self.nnz[t]
+                    ),
+                ));
+            }
+            let base = offs[0];
+            if offs[n] - base > u32::MAX as u64 {
+                return Err(Error::input(
+                    path,
+                    format!(
+                        "examples {first}..{hi} hold {} ids of table {t}, more than a batch \
+                         holds (u32 offsets); read fewer examples",
+                        offs[n] - base
+                    ),
+                ));
+            }
+            let ids = read_range::<u32>(f, path, &idn, base, offs[n])?;
+            for i in 0..n {
+                let bag = &ids[(offs[i] - base) as usize..(offs[i + 1] - base) as usize];
+                if let Some(&id) = bag.iter().find(|&&id| id as u64 >= table.vocab) {
+                    return Err(Error::layout(
+                        path,
+                        &idn,
+                        format!(
+                            "example {}: id {id} >= vocab {} of table {t} ({:?})",
+                            first + i as u64,
+                            table.vocab,
+                            table.name
+                        ),
+                    ));
+                }
+            }
+            b.bags[t] = Bags {
+                offsets: offs.iter().map(|&o| (o - base) as u32).collect(),
+                ids,
+            };
+        }
+        Ok(b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::embed::spec::preset;
+
+    fn tiny() -> ModelSpec {
+        preset("tiny", 1.0).unwrap()
+    }
+
+    fn write(path: &Path, seed: u64, examples: u64) -> LogSummary {
+        write_click_log(path, &tiny(), seed, examples, false, 128).unwrap()
+    }
+
+    #[test]
+    fn round_trip_equals_the_generator() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("clicks.h5");
+        let spec = tiny();
+        let s = write(&p, 7, 1000);
+        assert!(!temp_path(&p).exists());
+        let gen = ClickGen::new(&spec, 7);
+        let whole = gen.batch(0, 1000);
+        assert_eq!(s.examples, 1000);
+        assert_eq!(
+            s.ids_per_table,
+            whole
+                .bags
+                .iter()
+                .map(|b| b.ids.len() as u64)
+                .collect::<Vec<_>>()
+        );
+        let rate = whole.labels.iter().sum::<f32>() as f64 / 1000.0;
+        assert!((s.positive_rate - rate).abs() < 1e-12);
+        assert_eq!(s.bytes, std::fs::metadata(&p).unwrap().len());
+
+        let log = ClickLog::open(&p).unwrap();
+        assert_eq!(log.spec(), &spec);
+        assert_eq!(log.seed(), 7);
+        assert_eq!(log.examples(), 1000);
+        assert_eq!(log.ids_per_table(), &s.ids_per_table[..]);
+        assert_eq!(log.read(0, 1000).unwrap(), whole);
+        assert_eq!(log.read(123, 456).unwrap(), gen.batch(123, 456));
+        assert_eq!(log.read(999, 1).unwrap(), gen.batch(999, 1));
+        assert_eq!(log.read(1000, 0).unwrap(), Batch::empty(&spec));
+        let e = log.read(990, 11).unwrap_err().to_string();
+        assert!(e.contains("outside the log's 1000 examples"), "{e}");
+
+        // Chunks of one example, and a chunk larger than the log, write the same data.
+        for chunk in [1, 5000] {
+            let q = dir.path().join(format!("c{chunk}.h5"));
+            write_click_log(&q, &spec, 7, 1000, false, chunk).unwrap();
+            assert_eq!(ClickLog::open(&q).unwrap().read(0, 1000).unwrap(), whole);
+        }
+    }
+
+    #[test]
+    fn empty_log_and_bad_arguments() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("empty.h5");
+        let s = write(&p, 1, 0);
+        assert_eq!(s.ids_per_table, vec![0; 5]);
+        let log = ClickLog::open(&p).unwrap();
+        assert_eq!(log.examples(), 0);
+        assert_eq!(log.read(0, 0).unwrap(), Batch::empty(&tiny()));
+
+        let q = dir.path().join("zero-chunk.h5");
+        assert!(write_click_log(&q, &tiny(), 1, 10, false, 0).is_err());
+        assert!(!q.exists() && !temp_path(&q).exists());
+        let e = write_click_log(&dir.path().join("no/such/dir.h5"), &tiny(), 1, 10, false, 8)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("does not exist"), "{e}");
+    }
+
+    #[test]
+    fn refuses_to_overwrite_unless_forced() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("clicks.h5");
+        write(&p, 1, 300);
+        let before = std::fs::read(&p).unwrap();
+        let e = write_click_log(&p, &tiny(), 2, 300, false, 64).unwrap_err();
+        assert!(matches!(e, Error::OutputExists(_)), "{e}");
+        assert_eq!(std::fs::read(&p).unwrap(), before);
+        assert!(!temp_path(&p).exists());
+        assert_eq!(ClickLog::open(&p).unwrap().seed(), 1);
+
+        write_click_log(&p, &tiny(), 2, 200, true, 64).unwrap();
+        let log = ClickLog::open(&p).unwrap();
+        assert_eq!((log.seed(), log.examples()), (2, 200));
+        assert_eq!(
+            log.read(0, 200).unwrap(),
+            ClickGen::new(&tiny(), 2).batch(0, 200)
+        );
+    }
+
+    /// Where example `e`'s ids of table `t` start in the file.
+    fn ids_start(p: &Path, t: usize, e: u64) -> u64 {
+        let f = hdf5::File::open(p).unwrap();
+        read_range::<u64>(&f, p, &offsets_name(t), e, e + 1).unwrap()[0]
+    }
+
+    #[test]
+    fn a_planted_bad_id_is_reported_with_dataset_and_example() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("clicks.h5");
+        write(&p, 3, 200);
+        let at = ids_start(&p, 1, 17) as usize;
+        {
+            let f = hdf5::File::open_rw(&p).unwrap();
+            let ds = f.dataset("/tables/1/ids").unwrap();
+            ds.write_slice(&[50u32], at..at + 1).unwrap(); // vocab of table 1 is 50
+        }
+        let log = ClickLog::open(&p).unwrap();
+        let e = log.read(0, 100).unwrap_err();
+        assert!(matches!(e, Error::Layout { .. }));
+        let e = e.to_string();
+        assert!(
+            e.contains("/tables/1/ids") && e.contains("example 17") && e.contains("clicks.h5"),
+            "{e}"
+        );
+        // Ranges without that example still read.
+        assert!(log.read(18, 100).is_ok());
+        assert!(log.read(0, 17).is_ok());
+    }
+
+    #[test]
+    fn corrupt_values_are_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("clicks.h5");
+        write(&p, 4, 100);
+        let at = ids_start(&p, 0, 80);
+        {
+            let f = hdf5::File::open_rw(&p).unwrap();
+            f.dataset("/labels")
+                .unwrap()
+                .write_slice(&[0.5f32], 42..43)
+                .unwrap();
+            f.dataset("/dense")
+                .unwrap()
+                .write_slice(ndarray::arr2(&[[f32::NAN]]).view(), (60..61, 2..3))
+                .unwrap();
+            f.dataset("/tables/0/offsets")
+                .unwrap()
+                .write_slice(&[at + 1000], 80..81)
+                .unwrap();
+        }
+        let log = ClickLog::open(&p).unwrap();
+        let e = log.read(40, 5).unwrap_err().to_string();
+        assert!(e.contains("/labels") && e.contains("example 42"), "{e}");
+        let e = log.read(55, 10).unwrap_err().to_string();
+        assert!(
+            e.contains("/dense") && e.contains("example 60, feature 2"),
+            "{e}"
+        );
+        let e = log.read(75, 10).unwrap_err().to_string();
+        assert!(
+            e.contains("/tables/0/offsets") && e.contains("decreases at example 80"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn inconsistent_shapes_are_refused_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("clicks.h5");
+        write(&p, 5, 100);
+        let last = ids_start(&p, 2, 100);
+        {
+            let f = hdf5::File::open_rw(&p).unwrap();
+            f.dataset("/tables/2/offsets")
+                .unwrap()
+                .write_slice(&[last - 1], 100..101)
+                .unwrap();
+        }
+        let e = ClickLog::open(&p).unwrap_err().to_string();
+        assert!(
+            e.contains("/tables/2/offsets") && e.contains("ends at"),
+            "{e}"
+        );
+
+        write_click_log(&p, &tiny(), 5, 100, true, 64).unwrap();
+        {
+            let f = hdf5::File::open_rw(&p).unwrap();
+            f.unlink("labels").unwrap();
+            f.new_dataset::<f32>().shape(99).create("labels").unwrap();
+        }
+        let e = ClickLog::open(&p).unwrap_err().to_string();
+        assert!(e.contains("/labels") && e.contains("shape [99]"), "{e}");
+
+        write_click_log(&p, &tiny(), 5, 100, true, 64).unwrap();
+        {
+            let f = hdf5::File::open_rw(&p).unwrap();
+            f.unlink("tables/4/ids").unwrap();
+        }
+        let e = ClickLog::open(&p).unwrap_err().to_string();
+        assert!(e.contains("/tables/4/ids") && e.contains("missing"), "{e}");
+    }
+
+    #[test]
+    fn wrong_schema_and_spec_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("clicks.h5");
+        write(&p, 6, 10);
+        let set_str = |k: &str, v: &str| {
+            let f = hdf5::File::open_rw(&p).unwrap();
+            f.delete_attr(k).unwrap();
+            let v: VarLenUnicode = v.parse().unwrap();
+            f.new_attr::<VarLenUnicode>()
+                .create(k)
+                .unwrap()
+                .write_scalar(&v)
+                .unwrap();
+        };
+        set_str("schema", "torusrec-clicks-v2");
+        let e = ClickLog::open(&p).unwrap_err().to_string();
+        assert!(
+            e.contains("schema") && e.contains("torusrec-clicks-v2"),
+            "{e}"
+        );
+
+        set_str("schema", SCHEMA);
+        set_str("spec_json", "{\"tables\": 3}");
+        let e = ClickLog::open(&p).unwrap_err().to_string();
+        assert!(e.contains("spec_json"), "{e}");
+
+        let mut bad = tiny();
+        bad.tables[0].vocab = 0;
+        set_str("spec_json", &serde_json::to_string(&bad).unwrap());
+        let e = ClickLog::open(&p).unwrap_err().to_string();
+        assert!(
+            e.contains("spec_json") && e.contains("vocab must be"),
+            "{e}"
+        );
+
+        // An HDF5 file without the attribute.
+        let q = dir.path().join("other.h5");
+        hdf5::File::create(&q).unwrap();
+        let e = ClickLog::open(&q).unwrap_err().to_string();
+        assert!(e.contains("other.h5") && e.contains("schema"), "{e}");
+    }
+
+    #[test]
+    fn non_hdf5_empty_truncated_and_missing_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = dir.path().join("text.h5");
+        std::fs::write(&text, "dense,labels\n1,0\n").unwrap();
+        let e = ClickLog::open(&text).unwrap_err().to_string();
+        assert!(
+            e.contains("text.h5") && e.contains("not an HDF5 file"),
+            "{e}"
+        );
+
+        let empty = dir.path().join("empty.h5");
+        std::fs::write(&empty, "").unwrap();
+        let e = ClickLog::open(&empty).unwrap_err().to_string();
+        assert!(
+            e.contains("empty.h5") && e.contains("not an HDF5 file"),
+            "{e}"
+        );
+
+        let e = ClickLog::open(&dir.path().join("none.h5"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no such file"), "{e}");
+
+        let p = dir.path().join("cut.h5");
+        write(&p, 8, 2000);
+        let bytes = std::fs::read(&p).unwrap();
+        std::fs::write(&p, &bytes[..bytes.len() / 2]).unwrap();
+        let e = match ClickLog::open(&p) {
+            Err(e) => e,
+            Ok(log) => log.read(0, 2000).unwrap_err(),
+        };
+        assert!(e.to_string().contains("cut.h5"), "{e}");
+    }
+}

@@ -1,0 +1,687 @@
+//! The embedding exchange: per step, each rank deduplicates its batch's ids per
+//! table, sends them to the shards' owners in one all-to-all-v for all tables
+//! (a header of counts per slot, then the local rows), gets the rows back in a second
+//! one, and pools them per example. Backward: gradients summed per id at the source
+//! (over every micro-batch of the optimizer step) travel to the owners in one
+//! all-to-all-v; owners sum over sources in rank order and apply the optimizer once
+//! per row. With `dedup = false` every occurrence travels instead; the owners then
+//! sum each source's occurrences in order before adding sources, which gives the
+//! same bits as deduplicating at the source.
+//!
+//! Column-wise tables under row-wise Adagrad need the squared norm of each row's
+//! full gradient: each column shard's owner sends its partial sums to the other
+//! owners of the table in one more all-to-all-v.
+
+use std::collections::HashMap;
+
+use rayon::prelude::*;
+
+use super::clicks::Batch;
+use super::placement::Placement;
+use super::spec::Pooling;
+use super::tables::{sq_sum, Store};
+use crate::comm::Comm;
+use crate::{Error, Result};
+
+/// The rows fetched for one micro-batch.
+#[derive(Clone, Debug, Default)]
+pub struct Lookup {
+    /// Per table: the ids whose rows were fetched (ascending and unique with dedup;
+    /// every occurrence in order without).
+    pub ids: Vec<Vec<u32>>,
+    /// Per table: occurrence k of the batch -> index into `ids`.
+    pub occ: Vec<Vec<u32>>,
+    /// Per table: `ids.len() x dim` rows.
+    pub rows: Vec<Vec<f32>>,
+}
+
+/// What one exchange moved, for the per-interval report.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ExchangeCounts {
+    /// Ids in the local batches (of tables that are not replicated).
+    pub occurrences: u64,
+    /// Ids sent to owners (a column-wise table sends an id to each of its shards).
+    pub sent: u64,
+    /// Rows this rank served or updated as an owner.
+    pub owner_rows: u64,
+}
+
+impl std::ops::AddAssign for ExchangeCounts {
+    fn add_assign(&mut self, o: Self) {
+        self.occurrences += o.occurrences;
+        self.sent += o.sent;
+        self.owner_rows += o.owner_rows;
+    }
+}
+
+fn comm_err(msg: String) -> Error {
+    Error::Comm(format!("embedding exchange: {msg}"))
+}
+
+/// For every slot, the indices (into `ids[table]`) of the ids it holds.
+fn route(store: &Store, ids: &[Vec<u32>]) -> Vec<Vec<u32>> {
+    let mut members: Vec<Vec<u32>> = vec![Vec::new(); store.slots.len()];
+    for (t, ids) in ids.iter().enumerate() {
+        if store.is_replicated(t) {
+            continue;
+        }
+        if let Placement::Column { .. } = store.plan.tables[t] {
+            let all: Vec<u32> = (0..ids.len() as u32).collect();
+            for &s in &store.table_slots[t] {
+                members[s] = all.clone();
+            }
+        } else {
+            for (i, &id) in ids.iter().enumerate() {
+                let s = store.row_slot(t, id as u64).expect("row placement");
+                members[s].push(i as u32);
+            }
+        }
+    }
+    members
+}
+
+/// Split one source's message into its header (one count per slot the receiver
+/// owns) and body, checking that they agree.
+fn split_message<'a, T: Copy>(
+    msg: &'a [T],
+    slots: usize,
+    per_item: impl Fn(usize) -> usize,
+    count: impl Fn(T) -> usize,
+    from: usize,
+) -> Result<(Vec<usize>, &'a [T])> {
+    if msg.len() < slots {
+        return Err(comm_err(format!(
+            "rank {from} sent {} values, fewer than the {slots}-slot header",
+            msg.len()
+        )));
+    }
+    let (hdr, body) = msg.split_at(slots);
+    let counts: Vec<usize> = hdr.iter().map(|&c| count(c)).collect();
+    let want: usize = counts
+        .iter()
+        .enumerate()
+        .map(|(j, &c)| c * per_item(j))
+        .sum();
+    if want != body.len() {
+        return Err(comm_err(format!(
+            "rank {from}: header announces {want} values, body has {}",
+            body.len()
+        )));
+    }
+    Ok((counts, body))
+}
+
+/// Collective: every rank must call (with its own batch, possibly empty). Fetches
+/// the rows of every id of `batch`.
+pub fn global_lookup<C: Comm>(
+    comm: &C,
+    store: &Store,
+    batch: &Batch,
+    dedup: bool,
+) -> Result<(Lookup, ExchangeCounts)> {
+    let p = comm.size();
+    let me = comm.rank();
+    let spec = &store.spec;
+    let nt = spec.tables.len();
+    let per: Vec<(Vec<u32>, Vec<u32>)> = (0..nt)
+        .into_par_iter()
+        .map(|t| {
+            let ids = &batch.bags[t].ids;
+            if dedup {
+                let mut u = ids.clone();
+                u.sort_unstable();
+                u.dedup();
+                let occ = ids
+                    .iter()
+                    .map(|id| u.binary_search(id).unwrap_or(0) as u32)
+                    .collect();
+                (u, occ)
+            } else {
+                (ids.clone(), (0..ids.len() as u32).collect())
+            }
+        })
+        .collect();
+    let (ids, occ): (Vec<Vec<u32>>, Vec<Vec<u32>>) = per.into_iter().unzip();
+    let mut counts = ExchangeCounts::default();
+    for t in 0..nt {
+        if !store.is_replicated(t) {
+            counts.occurrences += batch.bags[t].ids.len() as u64;
+        }
+    }
+    let members = route(store, &ids);
+
+    // Requests: per destination, the counts of the slots it owns, then local rows.
+    let mut send: Vec<u32> = Vec::new();
+    let mut send_counts = vec![0usize; p];
+    for (d, owned) in store.owned.iter().enumerate() {
+        let start = send.len();
+        send.extend(owned.iter().map(|&s| members[s].len() as u32));
+        for &s in owned {
+            let t = store.slots[s].table;
+            let rows = store.slots[s].rows;
+            send.extend(
+                members[s]
+                    .iter()
+                    .map(|&i| rows.local(ids[t][i as usize] as u64) as u32),
+            );
+            counts.sent += members[s].len() as u64;
+        }
+        send_counts[d] = send.len() - start;
+    }
+    let req = {
+        let _p = comm.stats().phase("lookup");
+        comm.all_to_all_v(&send, &send_counts)?
+    };
+
+    // Serve: the rows asked for, slot by slot.
+    let mine = &store.owned[me];
+    let mut resp: Vec<f32> = Vec::new();
+    let mut resp_counts = vec![0usize; p];
+    for (q, rc) in resp_counts.iter_mut().enumerate() {
+        let (hdr, rows) = split_message(req.from_rank(q), mine.len(), |_| 1, |c| c as usize, q)?;
+        let start = resp.len();
+        let mut k = 0;
+        for (j, &s) in mine.iter().enumerate() {
+            let ls = &store.local[store.slot_local[s].expect("owned slot is local")];
+            for &r in &rows[k..k + hdr[j]] {
+                if r as u64 >= ls.rows {
+                    return Err(comm_err(format!(
+                        "rank {q} asked for row {r} of a {}-row shard of table {}",
+                        ls.rows, ls.shard.table
+                    )));
+                }
+                resp.extend_from_slice(ls.row(r as u64));
+            }
+            k += hdr[j];
+        }
+        counts.owner_rows += rows.len() as u64;
+        *rc = resp.len() - start;
+    }
+    let got = {
+        let _p = comm.stats().phase("lookup");
+        comm.all_to_all_v(&resp, &resp_counts)?
+    };
+
+    // Place the rows where the batch will pool them.
+    let mut rows: Vec<Vec<f32>> = (0..nt)
+        .map(|t| vec![0.0f32; ids[t].len() * spec.tables[t].dim])
+        .collect();
+    for (d, owned) in store.owned.iter().enumerate() {
+        let data = got.from_rank(d);
+        let want: usize = owned
+            .iter()
+            .map(|&s| members[s].len() * store.slots[s].width())
+            .sum();
+        if data.len() != want {
+            return Err(comm_err(format!(
+                "rank {d} returned {} values for {want} requested",
+                data.len()
+            )));
+        }
+        let mut k = 0;
+        for &s in owned {
+            let sh = &store.slots[s];
+            let (t, w, c0) = (sh.table, sh.width(), sh.cols.start);
+            let dim = spec.tables[t].dim;
+            for &i in &members[s] {
+                let o = i as usize * dim + c0;
+                rows[t][o..o + w].copy_from_slice(&data[k..k + w]);
+                k += w;
+            }
+        }
+    }
+    for t in 0..nt {
+        if let Some(li) = store.replica[t] {
+            let ls = &store.local[li];
+            let dim = spec.tables[t].dim;
+            for (i, &id) in ids[t].iter().enumerate() {
+                rows[t][i * dim..(i + 1) * dim].copy_from_slice(ls.row(id as u64));
+            }
+        }
+    }
+    Ok((Lookup { ids, occ, rows }, counts))
+}
+
+/// Column offset of each table's pooled vector in the MLP input.
+pub fn input_offsets(store: &Store) -> Vec<usize> {
+    let mut o = 0;
+    store
+        .spec
+        .tables
+        .iter()
+        .map(|t| {
+            let at = o;
+            o += t.dim;
+            at
+        })
+        .collect()
+}
+
+/// The MLP input of a batch (`n x (sum of dims + n_dense)`, row-major): each table's
+/// pooled vector (sum or mean of its bag's rows; zeros for an empty bag), then the
+/// dense features.
+pub fn pool(store: &Store, batch: &Batch, lk: &Lookup, x: &mut Vec<f32>) {
+    let spec = &store.spec;
+    let width = spec.mlp_input();
+    let offs = input_offsets(store);
+    x.clear();
+    x.resize(batch.n * width, 0.0);
+    x.par_chunks_mut(width.max(1))
+        .enumerate()
+        .for_each(|(e, xr)| {
+            for (t, ts) in spec.tables.iter().enumerate() {
+                let dim = ts.dim;
+                let out = &mut xr[offs[t]..offs[t] + dim];
+                let b = &batch.bags[t];
+                let (lo, hi) = (b.offsets[e] as usize, b.offsets[e + 1] as usize);
+                for k in lo..hi {
+                    let u = lk.occ[t][k] as usize;
+                    for (o, &v) in out.iter_mut().zip(&lk.rows[t][u * dim..(u + 1) * dim]) {
+                        *o += v;
+                    }
+                }
+                if ts.pooling == Pooling::Mean && hi > lo {
+                    let s = 1.0 / (hi - lo) as f32;
+                    out.iter_mut().for_each(|o| *o *= s);
+                }
+            }
+            let nd = batch.n_dense;
+            xr[width - nd..].copy_from_slice(&batch.dense[e * nd..(e + 1) * nd]);
+        });
+}
+
+/// One table's gradient over an optimizer step, at the source.
+#[derive(Clone, Debug, Default)]
+pub struct TableGrad {
+    /// Ids in first-seen order (unique with dedup, every occurrence without).
+    pub ids: Vec<u32>,
+    pub grads: Vec<f32>,
+    index: HashMap<u32, u32>,
+    /// A data-parallel table's dense `vocab x dim` gradient.
+    pub dense: Vec<f32>,
+}
+
+/// The embedding gradients of one optimizer step, summed per id at the source.
+#[derive(Clone, Debug, Default)]
+pub struct StepGrads {
+    pub dedup: bool,
+    pub tables: Vec<TableGrad>,
+}
+
+impl StepGrads {
+    pub fn new(store: &Store, dedup: bool) -> Self {
+        let tables = store
+            .spec
+            .tables
+            .iter()
+            .enumerate()
+            .map(|(t, ts)| TableGrad {
+                dense: if store.is_replicated(t) {
+                    vec![0.0; ts.vocab as usize * ts.dim]
+                } else {
+                    Vec::new()
+                },
+                ..Default::default()
+            })
+            .collect();
+        StepGrads { dedup, tables }
+    }
+
+    /// Add one micro-batch's gradients: `dx` is d loss / d MLP input (`n x width`).
+    /// Each occurrence's gradient is added in occurrence order.
+    pub fn accumulate(&mut self, store: &Store, batch: &Batch, lk: &Lookup, dx: &[f32]) {
+        let spec = &store.spec;
+        let width = spec.mlp_input();
+        let offs = input_offsets(store);
+        let dedup = self.dedup;
+        self.tables.par_iter_mut().enumerate().for_each(|(t, tg)| {
+            let ts = &spec.tables[t];
+            let dim = ts.dim;
+            let b = &batch.bags[t];
+            let replicated = store.is_replicated(t);
+            // Micro-batch id index -> position in the step's list.
+            let pos: Vec<u32> = if replicated || !dedup {
+                Vec::new()
+            } else {
+                lk.ids[t]
+                    .iter()
+                    .map(|&id| {
+                        let n = tg.ids.len() as u32;
+                        let p = *tg.index.entry(id).or_insert(n);
+                        if p == n {
+                            tg.ids.push(id);
+                            tg.grads.resize(tg.grads.len() + dim, 0.0);
+                        }
+                        p
+                    })
+                    .collect()
+            };
+            for e in 0..batch.n {
+                let (lo, hi) = (b.offsets[e] as usize, b.offsets[e + 1] as usize);
+                let scale = if ts.pooling == Pooling::Mean && hi > lo {
+                    1.0 / (hi - lo) as f32
+                } else {
+                    1.0
+                };
+                let g = &dx[e * width + offs[t]..e * width + offs[t] + dim];
+                for k in lo..hi {
+                    let dst = if replicated {
+                        let id = b.ids[k] as usize;
+                        &mut tg.dense[id * dim..(id + 1) * dim]
+                    } else if dedup {
+                        let p = pos[lk.occ[t][k] as usize] as usize;
+                        &mut tg.grads[p * dim..(p + 1) * dim]
+                    } else {
+                        tg.ids.push(b.ids[k]);
+                        let n = tg.grads.len();
+                        tg.grads.resize(n + dim, 0.0);
+                        &mut tg.grads[n..n + dim]
+                    };
+                    for (d, &gi) in dst.iter_mut().zip(g) {
+                        *d += scale * gi;
+                    }
+                }
+            }
+        });
+    }
+
+    /// Length of the data-parallel gradients (for the fused all-reduce buffer).
+    pub fn dense_len(&self) -> usize {
+        self.tables.iter().map(|t| t.dense.len()).sum()
+    }
+
+    pub fn copy_dense_into(&self, out: &mut [f32]) {
+        let mut o = 0;
+        for t in &self.tables {
+            out[o..o + t.dense.len()].copy_from_slice(&t.dense);
+            o += t.dense.len();
+        }
+    }
+
+    pub fn copy_dense_from(&mut self, src: &[f32]) {
+        let mut o = 0;
+        for t in &mut self.tables {
+            let n = t.dense.len();
+            t.dense.copy_from_slice(&src[o..o + n]);
+            o += n;
+        }
+    }
+}
+
+/// An owner's sum of one slot's gradients over sources, rows ascending.
+struct SlotSum {
+    rows: Vec<u32>,
+    grads: Vec<f32>,
+}
+
+fn sum_slot(pieces: &[(&[f32], &[f32])], w: usize, dedup: bool) -> SlotSum {
+    let mut index: HashMap<u32, u32> = HashMap::new();
+    let mut rows: Vec<u32> = Vec::new();
+    let mut grads: Vec<f32> = Vec::new();
+    let mut add = |row: u32, g: &[f32], index: &mut HashMap<u32, u32>| {
+        let n = rows.len() as u32;
+        let p = *index.entry(row).or_insert(n) as usize;
+        if p == n as usize {
+            rows.push(row);
+            grads.resize(grads.len() + w, 0.0);
+        }
+        for (d, &x) in grads[p * w..(p + 1) * w].iter_mut().zip(g) {
+            *d += x;
+        }
+    };
+    for &(ids, gs) in pieces {
+        if dedup {
+            for (k, id) in ids.iter().enumerate() {
+                add(id.to_bits(), &gs[k * w..(k + 1) * w], &mut index);
+            }
+        } else {
+            // Sum this source's occurrences first, in order, then add the source.
+            let mut local: HashMap<u32, u32> = HashMap::new();
+            let mut lrows: Vec<u32> = Vec::new();
+            let mut lg: Vec<f32> = Vec::new();
+            for (k, id) in ids.iter().enumerate() {
+                let row = id.to_bits();
+                let n = lrows.len() as u32;
+                let p = *local.entry(row).or_insert(n) as usize;
+                if p == n as usize {
+                    lrows.push(row);
+                    lg.resize(lg.len() + w, 0.0);
+                }
+                for (d, &x) in lg[p * w..(p + 1) * w]
+                    .iter_mut()
+                    .zip(&gs[k * w..(k + 1) * w])
+                {
+                    *d += x;
+                }
+            }
+            for (p, &row) in lrows.iter().enumerate() {
+                add(row, &lg[p * w..(p + 1) * w], &mut index);
+            }
+        }
+    }
+    // Ascending rows: the order every column shard of a table agrees on.
+    let mut order: Vec<usize> = (0..rows.len()).collect();
+    order.sort_unstable_by_key(|&p| rows[p]);
+    SlotSum {
+        rows: order.iter().map(|&p| rows[p]).collect(),
+        grads: order
+            .iter()
+            .flat_map(|&p| grads[p * w..(p + 1) * w].iter().copied())
+            .collect(),
+    }
+}
+
+/// Collective: every rank must call. Sends this step's gradients to the owners and
+/// applies the table optimizer once per updated row. Data-parallel tables are not
+/// touched here (see [`local_apply_replicated`]).
+pub fn global_backward<C: Comm>(
+    comm: &C,
+    store: &mut Store,
+    grads: &StepGrads,
+) -> Result<ExchangeCounts> {
+    let p = comm.size();
+    let me = comm.rank();
+    let ids: Vec<Vec<u32>> = grads.tables.iter().map(|t| t.ids.clone()).collect();
+    let members = route(store, &ids);
+    let mut counts = ExchangeCounts::default();
+
+    // Per destination: counts of its slots, then per slot the local rows (as bits)
+    // and their gradients' column slices.
+    let mut send: Vec<f32> = Vec::new();
+    let mut send_counts = vec![0usize; p];
+    for (d, owned) in store.owned.iter().enumerate() {
+        let start = send.len();
+        send.extend(
+            owned
+                .iter()
+                .map(|&s| f32::from_bits(members[s].len() as u32)),
+        );
+        for &s in owned {
+            let sh = &store.slots[s];
+            let t = sh.table;
+            let dim = store.spec.tables[t].dim;
+            send.extend(
+                members[s]
+                    .iter()
+                    .map(|&i| f32::from_bits(sh.rows.local(ids[t][i as usize] as u64) as u32)),
+            );
+            let g = &grads.tables[t].grads;
+            for &i in &members[s] {
+                let o = i as usize * dim;
+                send.extend_from_slice(&g[o + sh.cols.start..o + sh.cols.end]);
+            }
+            counts.sent += members[s].len() as u64;
+        }
+        send_counts[d] = send.len() - start;
+    }
+    let got = {
+        let _p = comm.stats().phase("backward");
+        comm.all_to_all_v(&send, &send_counts)?
+    };
+
+    // Sum per slot over sources in rank order.
+    let mine = store.owned[me].clone();
+    let widths: Vec<usize> = mine.iter().map(|&s| store.slots[s].width()).collect();
+    let mut pieces: Vec<Vec<(&[f32], &[f32])>> = vec![Vec::new(); mine.len()];
+    for q in 0..p {
+        let (hdr, mut body) = split_message(
+            got.from_rank(q),
+            mine.len(),
+            |j| 1 + widths[j],
+            |c: f32| c.to_bits() as usize,
+            q,
+        )?;
+        for (j, &c) in hdr.iter().enumerate() {
+            let (ids, rest) = body.split_at(c);
+            let (gs, rest) = rest.split_at(c * widths[j]);
+            pieces[j].push((ids, gs));
+            body = rest;
+        }
+    }
+    let dedup = grads.dedup;
+    let sums: Vec<SlotSum> = pieces
+        .par_iter()
+        .zip(&widths)
+        .map(|(pc, &w)| sum_slot(pc, w, dedup))
+        .collect();
+
+    // Row statistics for row-wise Adagrad: squared norms of full rows; column shards
+    // add their partial sums across the table's owners, in slot order.
+    let opt = store.opt;
+    let column_stats = opt.needs_row_stat()
+        && store
+            .plan
+            .tables
+            .iter()
+            .any(|pl| matches!(pl, Placement::Column { .. }));
+    let partial: Vec<Vec<f64>> = sums
+        .iter()
+        .zip(&widths)
+        .map(|(ss, &w)| {
+            if opt.needs_row_stat() {
+                ss.grads.chunks(w).map(sq_sum).collect()
+            } else {
+                Vec::new()
+            }
+        })
+        .collect();
+    let mut totals: Vec<Vec<f64>> = partial.clone();
+    if column_stats {
+        let is_col = |s: usize| {
+            matches!(
+                store.plan.tables[store.slots[s].table],
+                Placement::Column { .. }
+            )
+        };
+        let mut send: Vec<f64> = Vec::new();
+        let mut send_counts = vec![0usize; p];
+        for (d, theirs) in store.owned.iter().enumerate() {
+            let start = send.len();
+            for (j, &s) in mine.iter().enumerate() {
+                if !is_col(s) {
+                    continue;
+                }
+                for &s2 in theirs {
+                    if store.slots[s2].table == store.slots[s].table {
+                        send.extend_from_slice(&partial[j]);
+                    }
+                }
+            }
+            send_counts[d] = send.len() - start;
+        }
+        let got = {
+            let _p = comm.stats().phase("backward");
+            comm.all_to_all_v(&send, &send_counts)?
+        };
+        // (slot of the sender, my slot) -> partial sums.
+        let mut from: HashMap<(usize, usize), &[f64]> = HashMap::new();
+        for (q, theirs) in store.owned.iter().enumerate() {
+            let mut data = got.from_rank(q);
+            for &s in theirs {
+                if !is_col(s) {
+                    continue;
+                }
+                for (j, &s2) in mine.iter().enumerate() {
+                    if store.slots[s2].table == store.slots[s].table {
+                        let n = sums[j].rows.len();
+                        if data.len() < n {
+                            return Err(comm_err(format!(
+                                "rank {q}: short column statistics for table {}",
+                                store.slots[s].table
+                            )));
+                        }
+                        from.insert((s, s2), &data[..n]);
+                        data = &data[n..];
+                    }
+                }
+            }
+        }
+        for (j, &s2) in mine.iter().enumerate() {
+            if !is_col(s2) {
+                continue;
+            }
+            let t = store.slots[s2].table;
+            let mut tot = vec![0.0f64; sums[j].rows.len()];
+            for &s in &store.table_slots[t] {
+                let part = from
+                    .get(&(s, s2))
+                    .ok_or_else(|| comm_err(format!("no column statistics from slot {s}")))?;
+                for (a, &b) in tot.iter_mut().zip(part.iter()) {
+                    *a += b;
+                }
+            }
+            totals[j] = tot;
+        }
+    }
+
+    // Apply once per row.
+    for (j, &s) in mine.iter().enumerate() {
+        let dim = store.spec.tables[store.slots[s].table].dim as f64;
+        let li = store.slot_local[s].expect("owned slot is local");
+        let ls = &mut store.local[li];
+        let (w, sp) = (widths[j], opt.state_per_row());
+        let ss = &sums[j];
+        for (k, &row) in ss.rows.iter().enumerate() {
+            let r = row as usize;
+            if row as u64 >= ls.rows {
+                return Err(comm_err(format!(
+                    "gradient for row {row} of a {}-row shard",
+                    ls.rows
+                )));
+            }
+            let stat = if sp > 0 { totals[j][k] / dim } else { 0.0 };
+            opt.apply(
+                &mut ls.data[r * w..(r + 1) * w],
+                &mut ls.state[r * sp..(r + 1) * sp],
+                &ss.grads[k * w..(k + 1) * w],
+                stat,
+            );
+        }
+        counts.owner_rows += ss.rows.len() as u64;
+    }
+    Ok(counts)
+}
+
+/// Apply the (all-reduced) gradients of the data-parallel tables to this rank's
+/// replicas: every row with a non-zero gradient, the same on every rank.
+pub fn local_apply_replicated(store: &mut Store, grads: &StepGrads) {
+    let opt = store.opt;
+    let sp = opt.state_per_row();
+    for (t, tg) in grads.tables.iter().enumerate() {
+        let Some(li) = store.replica[t] else { continue };
+        let dim = store.spec.tables[t].dim;
+        let ls = &mut store.local[li];
+        for (r, g) in tg.dense.chunks(dim).enumerate() {
+            if g.iter().all(|&x| x == 0.0) {
+                continue;
+            }
+            let stat = if sp > 0 { sq_sum(g) / dim as f64 } else { 0.0 };
+            opt.apply(
+                &mut ls.data[r * dim..(r + 1) * dim],
+                &mut ls.state[r * sp..(r + 1) * sp],
+                g,
+                stat,
+            );
+        }
+    }
+}

@@ -1,0 +1,361 @@
+//! This rank's pieces of the embedding tables, how an id finds its shards, and the
+//! table optimizers. No communication here.
+
+use rayon::prelude::*;
+
+use super::placement::{Placement, Plan, Rows, Shard};
+use super::spec::ModelSpec;
+use crate::rng::{stream, SplitMix64};
+use crate::{Error, Result};
+
+/// The optimizer of the embedding rows.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum TableOpt {
+    /// `row -= lr * g`.
+    Sgd { lr: f32 },
+    /// FBGEMM's row-wise Adagrad: one accumulator per row,
+    /// `G += mean_j(g_j^2)` over the row's full width, `row -= lr * g / (sqrt(G) + eps)`.
+    RowWiseAdagrad { lr: f32, eps: f32 },
+}
+
+impl TableOpt {
+    /// Optimizer floats kept per row.
+    pub fn state_per_row(&self) -> usize {
+        match self {
+            TableOpt::Sgd { .. } => 0,
+            TableOpt::RowWiseAdagrad { .. } => 1,
+        }
+    }
+
+    pub fn needs_row_stat(&self) -> bool {
+        matches!(self, TableOpt::RowWiseAdagrad { .. })
+    }
+
+    /// Update one row (or one column slice of it). `row_stat` is the mean of the
+    /// squared gradient over the row's full width (ignored by SGD).
+    #[inline]
+    pub fn apply(&self, row: &mut [f32], state: &mut [f32], g: &[f32], row_stat: f64) {
+        match *self {
+            TableOpt::Sgd { lr } => {
+                for (w, &gi) in row.iter_mut().zip(g) {
+                    *w -= lr * gi;
+                }
+            }
+            TableOpt::RowWiseAdagrad { lr, eps } => {
+                let acc = state[0] + row_stat as f32;
+                state[0] = acc;
+                let mult = lr / (acc.sqrt() + eps);
+                for (w, &gi) in row.iter_mut().zip(g) {
+                    *w -= mult * gi;
+                }
+            }
+        }
+    }
+}
+
+/// Mean of the squares of a full row's gradient (f64 accumulation in column order).
+#[inline]
+pub fn row_stat(g: &[f32]) -> f64 {
+    sq_sum(g) / g.len() as f64
+}
+
+#[inline]
+pub fn sq_sum(g: &[f32]) -> f64 {
+    g.iter().map(|&x| (x as f64) * (x as f64)).sum()
+}
+
+/// One shard's rows (local row order), `width` floats each, and optimizer state.
+#[derive(Clone, Debug)]
+pub struct LocalShard {
+    pub shard: Shard,
+    pub rows: u64,
+    pub data: Vec<f32>,
+    pub state: Vec<f32>,
+}
+
+impl LocalShard {
+    #[inline]
+    pub fn row(&self, r: u64) -> &[f32] {
+        let w = self.shard.width();
+        &self.data[r as usize * w..(r as usize + 1) * w]
+    }
+}
+
+/// Where the shards of every table are, and this rank's pieces.
+#[derive(Clone, Debug)]
+pub struct Store {
+    pub spec: ModelSpec,
+    pub plan: Plan,
+    pub rank: usize,
+    pub opt: TableOpt,
+    /// Every non-replicated shard of every table, in plan order ("slots"; the same on
+    /// every rank).
+    pub slots: Vec<Shard>,
+    /// Per table: its slots (empty for a data-parallel table).
+    pub table_slots: Vec<Vec<usize>>,
+    /// Per rank: the slots it owns, ascending.
+    pub owned: Vec<Vec<usize>>,
+    /// Per slot: index into `local` when this rank owns it.
+    pub slot_local: Vec<Option<usize>>,
+    /// Per table: index into `local` of this rank's replica of a data-parallel table.
+    pub replica: Vec<Option<usize>>,
+    pub local: Vec<LocalShard>,
+}
+
+/// The initial value of row `id` of table `t`: uniform in `±sqrt(1/vocab)` (TorchRec's
+/// default), drawn from (seed, table, id), so that it does not depend on the placement.
+pub fn init_row(
+    seed: u64,
+    t: usize,
+    vocab: u64,
+    id: u64,
+    out: &mut [f32],
+    cols: std::ops::Range<usize>,
+) {
+    let a = (1.0 / vocab as f64).sqrt();
+    let mut rng = SplitMix64::for_id(seed, stream::EMB_INIT, ((t as u64) << 40) ^ id);
+    for j in 0..cols.end {
+        let v = ((rng.next_f64() * 2.0 - 1.0) * a) as f32;
+        if j >= cols.start {
+            out[j - cols.start] = v;
+        }
+    }
+}
+
+impl Store {
+    /// This rank's shards of `plan`, initialized from `seed`. Fails (before any
+    /// allocation) if they would not fit in `mem_limit` bytes.
+    pub fn new(
+        spec: &ModelSpec,
+        plan: &Plan,
+        rank: usize,
+        opt: TableOpt,
+        seed: u64,
+        mem_limit: Option<u64>,
+    ) -> Result<Store> {
+        let mut s = Store::layout(spec, plan, rank, opt, mem_limit)?;
+        for ls in &mut s.local {
+            let t = ls.shard.table;
+            let vocab = spec.tables[t].vocab;
+            let w = ls.shard.width();
+            let rows = ls.shard.rows;
+            let cols = ls.shard.cols.clone();
+            ls.data
+                .par_chunks_mut(w.max(1) * 1024)
+                .enumerate()
+                .for_each(|(c, chunk)| {
+                    for (k, row) in chunk.chunks_mut(w).enumerate() {
+                        let local = (c * 1024 + k) as u64;
+                        init_row(seed, t, vocab, rows.global(local), row, cols.clone());
+                    }
+                });
+        }
+        Ok(s)
+    }
+
+    /// The layout with zero-filled shards (for restoring a checkpoint).
+    pub fn layout(
+        spec: &ModelSpec,
+        plan: &Plan,
+        rank: usize,
+        opt: TableOpt,
+        mem_limit: Option<u64>,
+    ) -> Result<Store> {
+        let need = plan.bytes_per_rank(spec, opt.state_per_row() as u64)[rank];
+        if let Some(limit) = mem_limit {
+            if need > limit {
+                return Err(Error::Config(format!(
+                    "rank {rank}: the plan puts {need} bytes of tables and optimizer state \
+                     here, more than --mem-per-rank {limit}"
+                )));
+            }
+        }
+        let mut slots = Vec::new();
+        let mut table_slots = vec![Vec::new(); spec.tables.len()];
+        let mut owned = vec![Vec::new(); plan.world];
+        let mut slot_local = Vec::new();
+        let mut replica = vec![None; spec.tables.len()];
+        let mut local = Vec::new();
+        for shard in plan.all_shards(spec) {
+            let t = shard.table;
+            let mine = shard.rank == rank;
+            let idx = if mine {
+                let rows = shard.rows.len(spec.tables[t].vocab);
+                local.push(LocalShard {
+                    rows,
+                    data: vec![0.0; rows as usize * shard.width()],
+                    state: vec![0.0; rows as usize * opt.state_per_row()],
+                    shard: shard.clone(),
+                });
+                Some(local.len() - 1)
+            } else {
+                None
+            };
+            if shard.replica {
+                if mine {
+                    replica[t] = idx;
+                }
+                continue;
+            }
+            owned[shard.rank].push(slots.len());
+            table_slots[t].push(slots.len());
+            slot_local.push(idx);
+            slots.push(shard);
+        }
+        Ok(Store {
+            spec: spec.clone(),
+            plan: plan.clone(),
+            rank,
+            opt,
+            slots,
+            table_slots,
+            owned,
+            slot_local,
+            replica,
+            local,
+        })
+    }
+
+    pub fn is_replicated(&self, t: usize) -> bool {
+        matches!(self.plan.tables[t], Placement::DataParallel)
+    }
+
+    /// The slot of table `t` that holds row `id` (row-wise and table-wise tables), or
+    /// `None` when every slot of the table holds it (column-wise).
+    #[inline]
+    pub fn row_slot(&self, t: usize, id: u64) -> Option<usize> {
+        let slots = &self.table_slots[t];
+        match &self.plan.tables[t] {
+            Placement::Table { .. } => Some(slots[0]),
+            Placement::RowBlock { ranks } => {
+                let vocab = self.spec.tables[t].vocab;
+                let k = ranks.len() as u64;
+                let (base, extra) = (vocab / k, vocab % k);
+                let boundary = extra * (base + 1);
+                let j = if id < boundary {
+                    id / (base + 1)
+                } else {
+                    extra + (id - boundary) / base.max(1)
+                };
+                Some(slots[j as usize])
+            }
+            Placement::RowCyclic { ranks } => Some(slots[(id % ranks.len() as u64) as usize]),
+            Placement::Column { .. } | Placement::DataParallel => None,
+        }
+    }
+
+    /// The local row of global row `id` in slot `s`.
+    #[inline]
+    pub fn local_row(&self, s: usize, id: u64) -> u64 {
+        self.slots[s].rows.local(id)
+    }
+
+    /// Bytes of rows and optimizer state held here.
+    pub fn bytes(&self) -> u64 {
+        self.local
+            .iter()
+            .map(|l| (l.data.len() + l.state.len()) as u64 * 4)
+            .sum()
+    }
+
+    /// Full rows of table `t` that this rank holds, by global id (for tests and the
+    /// model file): `(global id, column range, values)`.
+    pub fn local_pieces(&self, t: usize) -> Vec<(u64, std::ops::Range<usize>, &[f32])> {
+        let mut out = Vec::new();
+        for l in self.local.iter().filter(|l| l.shard.table == t) {
+            for r in 0..l.rows {
+                out.push((l.shard.rows.global(r), l.shard.cols.clone(), l.row(r)));
+            }
+        }
+        out
+    }
+
+    pub fn rows_of(&self, shard: &Shard) -> Rows {
+        shard.rows
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::embed::spec::preset;
+
+    #[test]
+    fn row_slot_matches_the_shards_rows() {
+        let spec = preset("tiny", 1.0).unwrap();
+        for world in 1..=4 {
+            for kind in ["table", "row_block", "row_cyclic"] {
+                let plan = Plan::uniform(&spec, world, kind).unwrap();
+                let st = Store::layout(&spec, &plan, 0, TableOpt::Sgd { lr: 0.1 }, None).unwrap();
+                for (t, ts) in spec.tables.iter().enumerate() {
+                    for id in 0..ts.vocab {
+                        let s = st.row_slot(t, id).unwrap();
+                        let rows = st.slots[s].rows;
+                        assert_eq!(rows.global(rows.local(id)), id);
+                        assert!(
+                            rows.local(id) < rows.len(ts.vocab),
+                            "{kind} P={world} t={t} id={id}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn init_does_not_depend_on_the_placement() {
+        let spec = preset("tiny", 1.0).unwrap();
+        let full = |world: usize, kind: &str| {
+            let plan = Plan::uniform(&spec, world, kind).unwrap();
+            let mut tables: Vec<Vec<f32>> = spec
+                .tables
+                .iter()
+                .map(|t| vec![f32::NAN; t.vocab as usize * t.dim])
+                .collect();
+            for r in 0..world {
+                let st = Store::new(&spec, &plan, r, TableOpt::Sgd { lr: 0.1 }, 7, None).unwrap();
+                for (t, ts) in spec.tables.iter().enumerate() {
+                    for (id, cols, v) in st.local_pieces(t) {
+                        let o = id as usize * ts.dim;
+                        tables[t][o + cols.start..o + cols.end].copy_from_slice(v);
+                    }
+                }
+            }
+            tables
+        };
+        let want = full(1, "table");
+        assert!(want.iter().flatten().all(|v| v.is_finite()));
+        for kind in ["row_block", "row_cyclic", "column", "data_parallel"] {
+            assert_eq!(full(3, kind), want, "{kind}");
+        }
+    }
+
+    #[test]
+    fn memory_limit_is_enforced() {
+        let spec = preset("tiny", 1.0).unwrap();
+        let plan = Plan::uniform(&spec, 1, "table").unwrap();
+        let opt = TableOpt::RowWiseAdagrad { lr: 0.1, eps: 1e-8 };
+        let need = plan.bytes_per_rank(&spec, 1)[0];
+        assert!(Store::layout(&spec, &plan, 0, opt, Some(need)).is_ok());
+        let e = Store::layout(&spec, &plan, 0, opt, Some(need - 1)).unwrap_err();
+        assert!(e.to_string().contains("--mem-per-rank"), "{e}");
+        assert_eq!(
+            Store::layout(&spec, &plan, 0, opt, None).unwrap().bytes(),
+            need
+        );
+    }
+
+    #[test]
+    fn rowwise_adagrad_matches_hand_computation() {
+        let opt = TableOpt::RowWiseAdagrad { lr: 0.5, eps: 0.0 };
+        let mut row = [1.0f32, 2.0];
+        let mut st = [1.0f32];
+        let g = [3.0f32, 4.0];
+        opt.apply(&mut row, &mut st, &g, row_stat(&g));
+        // G = 1 + (9 + 16) / 2 = 13.5
+        assert_eq!(st[0], 13.5);
+        let m = 0.5 / 13.5f32.sqrt();
+        assert_eq!(row, [1.0 - m * 3.0, 2.0 - m * 4.0]);
+    }
+}

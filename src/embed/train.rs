@@ -1,0 +1,570 @@
+//! The training loop of the sharded embedding model.
+//!
+//! An optimizer step covers a window of global examples (see [`Schedule`]), cut into
+//! `K = --accumulate` micro-batches of `M` examples, each cut over the ranks in
+//! contiguous blocks (a rank may get none). Per micro-batch: lookup exchange, pooling,
+//! MLP forward/backward with the loss weighted by `1 / examples in the step`, dense
+//! gradients added into one local buffer, embedding gradients summed per id at the
+//! source. Per step: one backward exchange (tables updated once per id), one fused
+//! all-reduce (MLP gradients and the data-parallel tables' gradients), one small f64
+//! all-reduce of the loss and the status (non-finite values, preemption). The result
+//! equals one step on the concatenated batch.
+
+use std::time::Instant;
+
+use ndarray::ArrayView2;
+
+use super::clicklog::ClickLog;
+use super::clicks::{Batch, ClickGen};
+use super::exchange::{
+    global_backward, global_lookup, local_apply_replicated, pool, ExchangeCounts, Lookup, StepGrads,
+};
+use super::metrics::{auc, logloss};
+use super::mlp::{DenseOpt, DenseOptState, Mlp, Workspace};
+use super::placement::Plan;
+use super::spec::ModelSpec;
+use super::tables::{Store, TableOpt};
+use crate::comm::Comm;
+use crate::data::graph::block_range;
+use crate::rng::mix64;
+use crate::{Error, Result};
+
+/// Where examples come from.
+pub enum Source {
+    /// Drawn on the fly from (seed, example index): unlimited.
+    Generated(ClickGen),
+    /// A click log written by `torusrec generate clicks`: the last `eval` examples
+    /// are held out, training cycles over the rest.
+    Log { log: ClickLog, eval: u64 },
+}
+
+/// First example index of the held-out examples of a generated source (training never
+/// reaches it).
+pub const EVAL_BASE: u64 = 1 << 50;
+
+impl Source {
+    pub fn batch(&self, first: u64, n: usize) -> Result<Batch> {
+        match self {
+            Source::Generated(g) => Ok(g.batch(first, n)),
+            Source::Log { log, .. } => log.read(first, n),
+        }
+    }
+
+    /// Examples available for training (`None`: unlimited).
+    pub fn train_examples(&self) -> Option<u64> {
+        match self {
+            Source::Generated(_) => None,
+            Source::Log { log, eval } => Some(log.examples() - eval),
+        }
+    }
+
+    /// Global index of held-out example `i`.
+    pub fn eval_index(&self, i: u64) -> u64 {
+        match self {
+            Source::Generated(_) => EVAL_BASE + i,
+            Source::Log { log, eval } => log.examples() - eval + i,
+        }
+    }
+}
+
+/// Which global examples each optimizer step trains on.
+///
+/// A step takes `K * M` consecutive examples. With a finite log of `N` training
+/// examples, windows never straddle the end of a pass: the last window of a pass
+/// takes what is left (`N mod KM` examples, so fewer or shorter micro-batches), its
+/// loss is the mean over those examples, and the next step starts the next pass
+/// at example 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Schedule {
+    pub micro: u64,
+    pub accumulate: u64,
+    pub train_examples: Option<u64>,
+}
+
+impl Schedule {
+    /// `(first, count)`: the global examples of step `s`.
+    pub fn window(&self, s: u64) -> (u64, u64) {
+        let w = self.micro * self.accumulate;
+        match self.train_examples {
+            None => (s * w, w),
+            Some(n) => {
+                let per_pass = n.div_ceil(w);
+                let j = s % per_pass;
+                (j * w, w.min(n - j * w))
+            }
+        }
+    }
+
+    /// The micro-batches of a window: `(first, count)` each.
+    pub fn micro_batches(&self, s: u64) -> Vec<(u64, u64)> {
+        let (first, count) = self.window(s);
+        (0..count.div_ceil(self.micro))
+            .map(|m| {
+                let lo = m * self.micro;
+                (first + lo, self.micro.min(count - lo))
+            })
+            .collect()
+    }
+}
+
+/// Everything `embed` needs, validated.
+#[derive(Clone, Debug)]
+pub struct EmbedConfig {
+    pub spec: ModelSpec,
+    pub seed: u64,
+    /// Examples per micro-batch over all ranks.
+    pub micro: usize,
+    pub accumulate: usize,
+    pub steps: u64,
+    pub table_opt: TableOpt,
+    pub dense_opt: DenseOpt,
+    pub dedup: bool,
+    pub pipeline: bool,
+    pub eval_examples: u64,
+    pub eval_every: u64,
+    pub log_every: u64,
+    pub mem_per_rank: Option<u64>,
+}
+
+/// What one reporting interval measured (rank 0's view of global sums).
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct IntervalReport {
+    pub step: u64,
+    pub steps: u64,
+    pub examples: u64,
+    pub seconds: f64,
+    pub examples_per_s: f64,
+    /// Mean training log loss over the interval's examples.
+    pub loss: f64,
+    /// Bytes sent by all ranks in the interval (lookup, backward, all-reduce) per step.
+    pub bytes_per_step: f64,
+    pub lookup_bytes_per_step: f64,
+    pub backward_bytes_per_step: f64,
+    pub allreduce_bytes_per_step: f64,
+    /// Ids in the batches over ids sent to owners.
+    pub dedup_ratio: f64,
+    /// `P * max / sum` of the rows each owner served and updated.
+    pub owner_imbalance: f64,
+    pub seconds_lookup: f64,
+    pub seconds_dense: f64,
+    pub seconds_backward: f64,
+    pub seconds_allreduce: f64,
+    pub eval_auc: Option<f64>,
+    pub eval_logloss: Option<f64>,
+}
+
+/// A micro-batch with its rows, fetched ahead.
+struct Fetched {
+    batch: Batch,
+    lookup: Lookup,
+}
+
+/// This rank's examples of the micro-batch `(first, count)`: a contiguous block.
+fn local_range(p: usize, r: usize, first: u64, count: u64) -> (u64, usize) {
+    let (lo, hi) = block_range(count, p, r);
+    (first + lo, (hi - lo) as usize)
+}
+
+/// Collective: every rank must call. Read this rank's part of a micro-batch and
+/// fetch its rows.
+fn fetch<C: Comm>(
+    comm: &C,
+    source: &Source,
+    store: &Store,
+    dedup: bool,
+    first: u64,
+    count: u64,
+) -> Result<(Fetched, ExchangeCounts)> {
+    let (a, n) = local_range(comm.size(), comm.rank(), first, count);
+    let batch = comm.agree(source.batch(a, n))?;
+    let (lookup, c) = global_lookup(comm, store, &batch, dedup)?;
+    Ok((Fetched { batch, lookup }, c))
+}
+
+/// The state of a run on one rank.
+pub struct EmbedTrainer {
+    pub cfg: EmbedConfig,
+    pub source: Source,
+    pub schedule: Schedule,
+    pub store: Store,
+    pub mlp: Mlp,
+    pub dense_state: DenseOptState,
+    /// Optimizer steps done.
+    pub step: u64,
+    ws: Workspace,
+    /// With `--pipeline`: the next step's first micro-batch, looked up before this
+    /// step's update (one step stale).
+    prefetched: Option<Fetched>,
+    acc: Accum,
+}
+
+/// Counters summed over an interval on this rank.
+#[derive(Clone, Debug, Default)]
+struct Accum {
+    steps: u64,
+    examples: u64,
+    loss: f64,
+    counts: ExchangeCounts,
+    t_lookup: f64,
+    t_dense: f64,
+    t_backward: f64,
+    t_allreduce: f64,
+    start: Option<Instant>,
+    bytes0: [u64; 3],
+}
+
+const PHASES: [&str; 3] = ["lookup", "backward", "allreduce"];
+
+fn phase_bytes<C: Comm>(comm: &C) -> [u64; 3] {
+    PHASES.map(|p| comm.stats().get(p).bytes_sent)
+}
+
+impl EmbedTrainer {
+    /// This rank's part of a fresh model.
+    pub fn new(cfg: EmbedConfig, source: Source, plan: &Plan, rank: usize) -> Result<Self> {
+        // One BLAS thread: the MLP's bits must not depend on OpenBLAS's threading.
+        crate::blas_single_thread();
+        let store = Store::new(
+            &cfg.spec,
+            plan,
+            rank,
+            cfg.table_opt,
+            cfg.seed,
+            cfg.mem_per_rank,
+        )?;
+        let mlp = Mlp::new(&cfg.spec.mlp_layers(), cfg.seed)?;
+        let dense_state = cfg.dense_opt.new_state(mlp.n_params());
+        let schedule = Schedule {
+            micro: cfg.micro as u64,
+            accumulate: cfg.accumulate as u64,
+            train_examples: source.train_examples(),
+        };
+        Ok(EmbedTrainer {
+            cfg,
+            source,
+            schedule,
+            store,
+            mlp,
+            dense_state,
+            step: 0,
+            ws: Workspace::default(),
+            prefetched: None,
+            acc: Accum::default(),
+        })
+    }
+
+    fn fetch<C: Comm>(
+        &self,
+        comm: &C,
+        first: u64,
+        count: u64,
+    ) -> Result<(Fetched, ExchangeCounts)> {
+        fetch(
+            comm,
+            &self.source,
+            &self.store,
+            self.cfg.dedup,
+            first,
+            count,
+        )
+    }
+
+    /// Collective: every rank must call. One optimizer step.
+    pub fn global_step<C: Comm>(&mut self, comm: &C, preempt_flag: bool) -> Result<StepStatus> {
+        let t_step = Instant::now();
+        if self.acc.start.is_none() {
+            self.acc.start = Some(t_step);
+            self.acc.bytes0 = phase_bytes(comm);
+        }
+        let micro = self.schedule.micro_batches(self.step);
+        let (_, count) = self.schedule.window(self.step);
+        let weight = 1.0 / count as f32;
+        let n_params = self.mlp.n_params();
+        let mut grads = StepGrads::new(&self.store, self.cfg.dedup);
+        let mut fused = vec![0.0f32; n_params + grads.dense_len()];
+        let mut loss = 0.0f64;
+        let mut counts = ExchangeCounts::default();
+        let width = self.cfg.spec.mlp_input();
+        let mut x = Vec::new();
+        let mut dx = Vec::new();
+
+        let mut current = match self.prefetched.take() {
+            Some(f) => f,
+            None => {
+                let t = Instant::now();
+                let (f, c) = self.fetch(comm, micro[0].0, micro[0].1)?;
+                counts += c;
+                self.acc.t_lookup += t.elapsed().as_secs_f64();
+                f
+            }
+        };
+        for m in 0..micro.len() {
+            pool(&self.store, &current.batch, &current.lookup, &mut x);
+            let n = current.batch.n;
+            dx.clear();
+            dx.resize(n * width, 0.0);
+            // The next lookup: the next micro-batch of this step, or (pipelined) the
+            // first of the next step, which then sees tables one step stale.
+            let next = if m + 1 < micro.len() {
+                Some(micro[m + 1])
+            } else if self.cfg.pipeline && self.step + 1 < self.cfg.steps {
+                Some(self.schedule.micro_batches(self.step + 1)[0])
+            } else {
+                None
+            };
+            let labels = &current.batch.labels;
+            let xv = ArrayView2::from_shape((n, width), &x)
+                .map_err(|e| Error::Comm(format!("MLP input shape: {e}")))?;
+            let (grad_dense, _) = fused.split_at_mut(n_params);
+            let mlp = &self.mlp;
+            let ws = &mut self.ws;
+            let (source, store, dedup) = (&self.source, &self.store, self.cfg.dedup);
+            let t = Instant::now();
+            let (l, fetched) = if self.cfg.pipeline && next.is_some() {
+                std::thread::scope(|s| {
+                    let h = s.spawn(|| {
+                        let t = Instant::now();
+                        let l = mlp.forward_backward(xv, labels, weight, grad_dense, &mut dx, ws);
+                        (l, t.elapsed().as_secs_f64())
+                    });
+                    let (a, c) = next.expect("checked");
+                    let f = fetch(comm, source, store, dedup, a, c);
+                    let (l, td) = h.join().expect("MLP thread panicked");
+                    (l, Some((f, td)))
+                })
+            } else {
+                let l = mlp.forward_backward(xv, labels, weight, grad_dense, &mut dx, ws);
+                (l, None)
+            };
+            loss += l;
+            match fetched {
+                Some((f, td)) => {
+                    let (f, c) = f?;
+                    counts += c;
+                    self.acc.t_dense += td;
+                    self.acc.t_lookup += t.elapsed().as_secs_f64() - td;
+                    grads.accumulate(&self.store, &current.batch, &current.lookup, &dx);
+                    if m + 1 < micro.len() {
+                        current = f;
+                    } else {
+                        self.prefetched = Some(f);
+                    }
+                }
+                None => {
+                    self.acc.t_dense += t.elapsed().as_secs_f64();
+                    grads.accumulate(&self.store, &current.batch, &current.lookup, &dx);
+                    if m + 1 < micro.len() {
+                        let t = Instant::now();
+                        let (a, c) = next.expect("more micro-batches");
+                        let (f, c) = self.fetch(comm, a, c)?;
+                        counts += c;
+                        self.acc.t_lookup += t.elapsed().as_secs_f64();
+                        current = f;
+                    }
+                }
+            }
+        }
+
+        if crate::ckpt::faults::inject_nan(self.step as usize + 1, comm.rank()) {
+            loss = f64::NAN;
+        }
+        // Status first: nothing is applied when any rank saw a non-finite value.
+        let finite = loss.is_finite() && fused[..n_params].iter().all(|v| v.is_finite());
+        let mut status = [
+            loss,
+            f64::from(u8::from(!finite)),
+            f64::from(u8::from(preempt_flag)),
+        ];
+        comm.all_reduce_sum(&mut status);
+        if status[1] > 0.0 {
+            return Ok(StepStatus::NonFinite);
+        }
+
+        let t = Instant::now();
+        counts += global_backward(comm, &mut self.store, &grads)?;
+        self.acc.t_backward += t.elapsed().as_secs_f64();
+
+        let t = Instant::now();
+        grads.copy_dense_into(&mut fused[n_params..]);
+        {
+            let _p = comm.stats().phase("allreduce");
+            comm.all_reduce_sum(&mut fused);
+        }
+        self.acc.t_allreduce += t.elapsed().as_secs_f64();
+        self.cfg.dense_opt.apply(
+            self.mlp.params_mut(),
+            &fused[..n_params],
+            &mut self.dense_state,
+        );
+        grads.copy_dense_from(&fused[n_params..]);
+        local_apply_replicated(&mut self.store, &grads);
+
+        self.step += 1;
+        self.acc.steps += 1;
+        self.acc.examples += count;
+        self.acc.loss += status[0];
+        self.acc.counts += counts;
+        Ok(if status[2] > 0.0 {
+            StepStatus::Preempt
+        } else {
+            StepStatus::Done
+        })
+    }
+
+    /// Collective: every rank must call. The interval's report (global sums), and
+    /// reset the counters.
+    pub fn global_interval<C: Comm>(&mut self, comm: &C) -> Result<IntervalReport> {
+        let a = std::mem::take(&mut self.acc);
+        let seconds = a.start.map(|s| s.elapsed().as_secs_f64()).unwrap_or(0.0);
+        let b1 = phase_bytes(comm);
+        let mut sums = [
+            a.counts.occurrences,
+            a.counts.sent,
+            b1[0] - a.bytes0[0],
+            b1[1] - a.bytes0[1],
+            b1[2] - a.bytes0[2],
+        ];
+        comm.all_reduce_sum(&mut sums);
+        let owner = comm.all_gather_v(&[a.counts.owner_rows])?.data;
+        let mut times = [a.t_lookup, a.t_dense, a.t_backward, a.t_allreduce, seconds];
+        let mut tmax = times;
+        // Seconds: the slowest rank's.
+        for v in tmax.iter_mut() {
+            *v = comm.all_reduce_max(v.to_bits()) as f64;
+        }
+        for (v, m) in times.iter_mut().zip(tmax) {
+            *v = f64::from_bits(m as u64);
+        }
+        let steps = a.steps.max(1) as f64;
+        let owner_sum: u64 = owner.iter().sum();
+        let owner_max = owner.iter().copied().max().unwrap_or(0);
+        Ok(IntervalReport {
+            step: self.step,
+            steps: a.steps,
+            examples: a.examples,
+            seconds: times[4],
+            examples_per_s: a.examples as f64 / times[4].max(1e-9),
+            loss: a.loss / a.examples.max(1) as f64,
+            bytes_per_step: (sums[2] + sums[3] + sums[4]) as f64 / steps,
+            lookup_bytes_per_step: sums[2] as f64 / steps,
+            backward_bytes_per_step: sums[3] as f64 / steps,
+            allreduce_bytes_per_step: sums[4] as f64 / steps,
+            dedup_ratio: sums[0] as f64 / sums[1].max(1) as f64,
+            owner_imbalance: if owner_sum == 0 {
+                1.0
+            } else {
+                comm.size() as f64 * owner_max as f64 / owner_sum as f64
+            },
+            seconds_lookup: times[0],
+            seconds_dense: times[1],
+            seconds_backward: times[2],
+            seconds_allreduce: times[3],
+            eval_auc: None,
+            eval_logloss: None,
+        })
+    }
+
+    /// Collective: every rank must call. A checksum of every table value by (table,
+    /// global row, column) and of the MLP: independent of the placement and the rank
+    /// count, equal when the model is bitwise equal.
+    pub fn global_checksum<C: Comm>(&self, comm: &C) -> Result<u64> {
+        use rayon::prelude::*;
+        let mut sum: u64 = 0;
+        for ls in &self.store.local {
+            if ls.shard.replica && comm.rank() != 0 {
+                continue;
+            }
+            let t = ls.shard.table as u64;
+            let w = ls.shard.width();
+            let c0 = ls.shard.cols.start as u64;
+            let rows = ls.shard.rows;
+            let part: u64 = ls
+                .data
+                .par_chunks(w.max(1))
+                .enumerate()
+                .map(|(r, row)| {
+                    let g = rows.global(r as u64);
+                    row.iter().enumerate().fold(0u64, |acc, (j, v)| {
+                        let key = (t << 56) ^ (g << 16) ^ (c0 + j as u64);
+                        acc.wrapping_add(mix64(key ^ mix64(v.to_bits() as u64)) >> 24)
+                    })
+                })
+                .reduce(|| 0, u64::wrapping_add);
+            sum = sum.wrapping_add(part);
+        }
+        if comm.rank() == 0 {
+            for (i, v) in self.mlp.params().iter().enumerate() {
+                sum = sum.wrapping_add(
+                    mix64((1u64 << 63) ^ ((i as u64) << 32) ^ v.to_bits() as u64) >> 24,
+                );
+            }
+        }
+        // Sum the 40-bit parts of every rank without overflow: low and high halves.
+        let mut parts = [sum & 0xffff_ffff, sum >> 32];
+        comm.all_reduce_sum(&mut parts);
+        Ok(parts[0].wrapping_add(parts[1] << 32))
+    }
+
+    /// Collective: every rank must call. AUC and log loss of the held-out examples
+    /// (pipelining never applies here: the tables are current).
+    pub fn global_evaluate<C: Comm>(&mut self, comm: &C) -> Result<(Option<f64>, Option<f64>)> {
+        let total = self.cfg.eval_examples;
+        let mut logits = Vec::new();
+        let mut labels = Vec::new();
+        let mut x = Vec::new();
+        let width = self.cfg.spec.mlp_input();
+        let mut done = 0;
+        while done < total {
+            let count = (self.schedule.micro).min(total - done);
+            let first = self.source.eval_index(done);
+            let (a, n) = local_range(comm.size(), comm.rank(), first, count);
+            let batch = comm.agree(self.source.batch(a, n))?;
+            let (lk, _) = global_lookup(comm, &self.store, &batch, true)?;
+            pool(&self.store, &batch, &lk, &mut x);
+            let xv = ArrayView2::from_shape((batch.n, width), &x)
+                .map_err(|e| Error::Comm(format!("MLP input shape: {e}")))?;
+            logits.extend(self.mlp.predict(xv, &mut self.ws));
+            labels.extend_from_slice(&batch.labels);
+            done += count;
+        }
+        let logits = comm.all_gather_v(&logits)?.data;
+        let labels = comm.all_gather_v(&labels)?.data;
+        Ok((auc(&logits, &labels), logloss(&logits, &labels)))
+    }
+}
+
+/// How a step ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepStatus {
+    Done,
+    /// A preemption signal reached some rank; the step was applied.
+    Preempt,
+    /// Some rank saw NaN/Inf; nothing of the step was applied.
+    NonFinite,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_cover_a_pass_and_never_straddle_its_end() {
+        let s = Schedule {
+            micro: 4,
+            accumulate: 3,
+            train_examples: Some(30),
+        };
+        // 30 examples, windows of 12: 12, 12, 6, then the next pass.
+        assert_eq!(s.window(0), (0, 12));
+        assert_eq!(s.window(1), (12, 12));
+        assert_eq!(s.window(2), (24, 6));
+        assert_eq!(s.window(3), (0, 12));
+        assert_eq!(s.micro_batches(2), vec![(24, 4), (28, 2)]);
+        let g = Schedule {
+            micro: 5,
+            accumulate: 2,
+            train_examples: None,
+        };
+        assert_eq!(g.micro_batches(3), vec![(30, 5), (35, 5)]);
+    }
+}

@@ -1,0 +1,338 @@
+//! End-to-end runs of `torusrec embed`, `plan` and `generate clicks` under `mpirun`:
+//! every placement at several rank counts, dedup on and off give the same checksum,
+//! a click log trains like generated data, preemption writes a checkpoint and exits
+//! 75 and the resumed run equals the uninterrupted one (also resumed on another rank
+//! count), a NaN holds the run (76) until released, a corrupt checkpoint holds it,
+//! and bad input exits 2 on every rank with one message.
+
+mod util;
+
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+use util::{tempdir, Output, TestCommand};
+
+fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn embed(np: usize, extra: &[&str]) -> Output {
+    let base: Vec<&str> = vec![
+        "embed",
+        "--preset",
+        "tiny",
+        "--global-batch",
+        "128",
+        "--steps",
+        "12",
+        "--log-every",
+        "4",
+        "--eval-examples",
+        "2048",
+        "--table-lr",
+        "0.05",
+        "--dense-lr",
+        "0.01",
+        "--threads",
+        "1",
+    ];
+    TestCommand::mpirun(np).args(base).args(extra).run()
+}
+
+fn checksum(o: &Output) -> String {
+    o.stdout
+        .lines()
+        .find(|l| l.starts_with("final:"))
+        .and_then(|l| l.split("checksum ").nth(1))
+        .map(|s| s.split_whitespace().next().unwrap_or("").to_string())
+        .unwrap_or_else(|| panic!("no checksum\n{}", o.dump()))
+}
+
+#[test]
+fn every_placement_runs_and_dedup_does_not_change_the_bits() {
+    let _g = serial();
+    for np in [1, 2, 4] {
+        let mut sums = Vec::new();
+        for plan in [
+            "auto",
+            "table",
+            "row_block",
+            "row_cyclic",
+            "column",
+            "data_parallel",
+        ] {
+            let o = embed(np, &["--plan", plan]);
+            o.expect_code(0)
+                .stdout_has(&["plan: ", "step     12/12", "final: eval AUC"]);
+            sums.push(checksum(&o));
+        }
+        // The same placement, dedup off: the same bits.
+        let off = embed(np, &["--plan", "column", "--no-dedup"]);
+        off.expect_code(0);
+        assert_eq!(
+            checksum(&off),
+            sums[4],
+            "P={np}: --no-dedup changed the result"
+        );
+        // Different placements sum in other orders: close, not equal (checked in
+        // tests/embed_threads.rs); here they must all have trained.
+        assert!(sums.iter().all(|s| s.len() == 16));
+    }
+}
+
+#[test]
+fn a_click_log_trains_and_bad_logs_exit_2_on_every_rank() {
+    let _g = serial();
+    let dir = tempdir();
+    let log = dir.path().join("clicks.h5");
+    TestCommand::direct()
+        .args([
+            "generate",
+            "clicks",
+            "--preset",
+            "tiny",
+            "--examples",
+            "5000",
+            "--out",
+        ])
+        .arg(&log)
+        .run()
+        .expect_code(0)
+        .stdout_has(&["clicks: 5,000 examples"]);
+    // Refuses to overwrite.
+    TestCommand::direct()
+        .args([
+            "generate",
+            "clicks",
+            "--preset",
+            "tiny",
+            "--examples",
+            "10",
+            "--out",
+        ])
+        .arg(&log)
+        .run()
+        .expect_code(2)
+        .stderr_has(&["exists"]);
+    let o = TestCommand::mpirun(3)
+        .args([
+            "embed",
+            "--global-batch",
+            "100",
+            "--steps",
+            "60",
+            "--eval-examples",
+            "1000",
+            "--threads",
+            "1",
+            "--data",
+        ])
+        .arg(&log)
+        .run();
+    o.expect_code(0).stdout_has(&["final: eval AUC"]);
+    let missing = dir.path().join("nope.h5");
+    TestCommand::mpirun(2)
+        .args(["embed", "--data"])
+        .arg(&missing)
+        .run()
+        .expect_code(2)
+        .occurs("nope.h5", 1);
+    let junk = dir.path().join("junk.h5");
+    std::fs::write(&junk, b"not hdf5").unwrap();
+    TestCommand::mpirun(2)
+        .args(["embed", "--data"])
+        .arg(&junk)
+        .run()
+        .expect_code(2);
+}
+
+#[test]
+fn bad_configs_exit_2_once() {
+    let _g = serial();
+    let dir = tempdir();
+    let toml = dir.path().join("m.toml");
+    std::fs::write(&toml, "[[table]]\nname = \"a\"\nvocab = 100\ndim = 0\n").unwrap();
+    TestCommand::mpirun(2)
+        .args(["embed", "--tables"])
+        .arg(&toml)
+        .run()
+        .expect_code(2)
+        .occurs("dim must be", 1);
+    embed(2, &["--mem-per-rank", "1k", "--plan", "table"])
+        .expect_code(2)
+        .stderr_has(&["--mem-per-rank"]);
+    embed(2, &["--plan", "auto", "--mem-per-rank", "1k"]).expect_code(2);
+    embed(2, &["--accumulate", "0"])
+        .expect_code(2)
+        .occurs("--accumulate", 1);
+    let plan3 = dir.path().join("p3.json");
+    TestCommand::direct()
+        .args([
+            "plan", "--preset", "tiny", "--ranks", "3", "--batch", "64", "--out",
+        ])
+        .arg(&plan3)
+        .run()
+        .expect_code(0)
+        .stdout_has(&["planner", "lookup-greedy"]);
+    embed(2, &["--plan", plan3.to_str().unwrap()])
+        .expect_code(2)
+        .stderr_has(&["made for 3 ranks"]);
+}
+
+fn ckpt_run(np: usize, dir: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "--checkpoint-dir",
+        dir.to_str().unwrap(),
+        "--plan",
+        "row_cyclic",
+    ];
+    args.extend_from_slice(extra);
+    embed(np, &args)
+}
+
+#[test]
+fn preemption_checkpoints_and_resume_is_exact() {
+    let _g = serial();
+    let reference = embed(2, &["--plan", "row_cyclic"]);
+    reference.expect_code(0);
+    for at in ["1", "5", "11"] {
+        let dir = tempdir();
+        let o = TestCommand::mpirun(2)
+            .args([
+                "embed",
+                "--preset",
+                "tiny",
+                "--global-batch",
+                "128",
+                "--steps",
+                "12",
+                "--log-every",
+                "4",
+                "--eval-examples",
+                "2048",
+                "--table-lr",
+                "0.05",
+                "--dense-lr",
+                "0.01",
+                "--threads",
+                "1",
+                "--plan",
+                "row_cyclic",
+                "--checkpoint-dir",
+            ])
+            .arg(dir.path())
+            .env("TORUSREC_PREEMPT_AT", at)
+            .run();
+        o.expect_code(75).stderr_has(&["preempted", "checkpoint"]);
+        let r = ckpt_run(2, dir.path(), &["--resume", "auto"]);
+        r.expect_code(0).stdout_has(&["resumed from"]);
+        assert_eq!(checksum(&r), checksum(&reference), "preempted at {at}");
+    }
+    // Resume on another rank count (and another plan): it finishes and learns.
+    let dir = tempdir();
+    TestCommand::mpirun(4)
+        .args([
+            "embed",
+            "--preset",
+            "tiny",
+            "--global-batch",
+            "128",
+            "--steps",
+            "12",
+            "--log-every",
+            "4",
+            "--eval-examples",
+            "2048",
+            "--table-lr",
+            "0.05",
+            "--dense-lr",
+            "0.01",
+            "--threads",
+            "1",
+            "--plan",
+            "column",
+            "--checkpoint-dir",
+        ])
+        .arg(dir.path())
+        .env("TORUSREC_PREEMPT_AT", "6")
+        .run()
+        .expect_code(75);
+    let r = TestCommand::mpirun(3)
+        .args([
+            "embed",
+            "--preset",
+            "tiny",
+            "--global-batch",
+            "128",
+            "--steps",
+            "12",
+            "--log-every",
+            "4",
+            "--eval-examples",
+            "2048",
+            "--table-lr",
+            "0.05",
+            "--dense-lr",
+            "0.01",
+            "--threads",
+            "1",
+            "--plan",
+            "row_block",
+            "--resume",
+            "auto",
+            "--checkpoint-dir",
+        ])
+        .arg(dir.path())
+        .run();
+    r.expect_code(0)
+        .stdout_has(&["written by 4 rank(s)) at step 6"]);
+}
+
+#[test]
+fn nan_holds_the_run_and_corrupt_checkpoints_hold_it() {
+    let _g = serial();
+    let dir = tempdir();
+    let o = TestCommand::mpirun(3)
+        .args([
+            "embed",
+            "--preset",
+            "tiny",
+            "--global-batch",
+            "128",
+            "--steps",
+            "12",
+            "--threads",
+            "1",
+            "--checkpoint-every",
+            "2",
+            "--checkpoint-dir",
+        ])
+        .arg(dir.path())
+        .env("TORUSREC_INJECT_NAN", "5@1")
+        .run();
+    o.expect_code(76).stderr_has(&["non-finite"]);
+    assert!(dir.path().join("HOLD.json").exists());
+    ckpt_run(3, dir.path(), &["--resume", "auto"])
+        .expect_code(76)
+        .stderr_has(&["HOLD.json"]);
+    ckpt_run(3, dir.path(), &["--resume", "auto", "--release-hold"]).expect_code(0);
+
+    // Flip bytes in the middle of the newest checkpoint: restore refuses with 76.
+    let (_, newest) = torusrec::ckpt::list(dir.path()).unwrap().pop().unwrap();
+    let mut bytes = std::fs::read(&newest).unwrap();
+    let n = bytes.len();
+    for b in &mut bytes[n / 2..n / 2 + 64] {
+        *b ^= 0x5a;
+    }
+    std::fs::write(&newest, &bytes).unwrap();
+    ckpt_run(
+        2,
+        dir.path(),
+        &["--resume", newest.to_str().unwrap(), "--steps", "20"],
+    )
+    .expect_code(76);
+    assert!(
+        newest.exists(),
+        "a corrupt checkpoint is kept for a person to look at"
+    );
+}
