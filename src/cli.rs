@@ -261,6 +261,10 @@ pub struct PlanArgs {
     /// Overwrite an existing --out.
     #[arg(long)]
     pub force: bool,
+    /// Instead of planning the model, compare the planner with the heuristics on N
+    /// table tasks sampled from it (10 to 30 tables each, as in AutoShard/DreamShard).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub tasks: usize,
 }
 
 #[derive(Debug, Args)]

@@ -550,6 +550,9 @@ pub fn global_plan<C: Comm>(comm: &C, a: &PlanArgs) -> Result<()> {
             if comm.rank() != 0 {
                 return Ok(());
             }
+            if a.tasks > 0 {
+                return plan_tasks(&spec, a, mem);
+            }
             let state = table_opt(a.table_opt, 0.01).state_per_row() as u64;
             let (stats, how) = if a.estimate {
                 (
@@ -610,4 +613,62 @@ pub fn global_plan<C: Comm>(comm: &C, a: &PlanArgs) -> Result<()> {
             Ok(())
         })();
     comm.agree(res)
+}
+
+/// `plan --tasks N`: the planner against the four heuristics on sampled table tasks,
+/// as a Markdown table (imbalance `N max / sum` under the cost model; "-" where a
+/// heuristic cannot fit the memory).
+fn plan_tasks(pool: &ModelSpec, a: &PlanArgs, mem: Option<u64>) -> Result<()> {
+    let opt = table_opt(a.table_opt, 0.01);
+    let tasks = planner::sample_tasks(pool, a.tasks, 10..31, a.seed);
+    println!(
+        "| task | tables | planner | {} | planner <= lookup-greedy |",
+        Heuristic::ALL.map(|h| h.name()).join(" | ")
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    let mut sums = [0.0f64; 5];
+    let mut all_ok = true;
+    for (i, task) in tasks.iter().enumerate() {
+        let stats = crate::embed::stats::synthetic_stats(task, a.ranks, a.batch);
+        // Memory: twice an even share or the largest table, whichever is more (the
+        // heuristics place tables whole), unless --mem-per-rank says otherwise.
+        let state = opt.state_per_row() as u64;
+        let bytes = |t: &crate::embed::spec::TableSpec| t.vocab * (t.dim as u64 + state) * 4;
+        let total: u64 = task.tables.iter().map(bytes).sum();
+        let largest = task.tables.iter().map(bytes).max().unwrap_or(0);
+        let m = mem.unwrap_or((2 * total / a.ranks as u64).max(2 * largest));
+        let opts = plan_options(a.ranks, Some(m), opt, a.seed);
+        let (_, auto) = planner::plan_auto(task, &stats, &opts)?;
+        let mut cells = vec![format!("{:.3}", auto.imbalance)];
+        sums[0] += auto.imbalance;
+        let mut lookup = f64::INFINITY;
+        for (k, h) in Heuristic::ALL.iter().enumerate() {
+            match planner::plan_heuristic(*h, task, &stats, &opts) {
+                Ok((_, r)) => {
+                    sums[k + 1] += r.imbalance;
+                    if *h == Heuristic::Lookup {
+                        lookup = r.imbalance;
+                    }
+                    cells.push(format!("{:.3}", r.imbalance));
+                }
+                Err(_) => cells.push("-".into()),
+            }
+        }
+        let ok = auto.imbalance <= lookup + 1e-12;
+        all_ok &= ok;
+        println!(
+            "| {} | {} | {} | {} |",
+            i + 1,
+            task.tables.len(),
+            cells.join(" | "),
+            if ok { "yes" } else { "NO" }
+        );
+    }
+    let n = tasks.len() as f64;
+    println!(
+        "| mean | | {} | {} |",
+        sums.map(|v| format!("{:.3}", v / n)).join(" | "),
+        if all_ok { "yes, on every task" } else { "NO" }
+    );
+    Ok(())
 }

@@ -82,13 +82,13 @@ fn route(store: &Store, ids: &[Vec<u32>]) -> Vec<Vec<u32>> {
 
 /// Split one source's message into its header (one count per slot the receiver
 /// owns) and body, checking that they agree.
-fn split_message<'a, T: Copy>(
-    msg: &'a [T],
+fn split_message<T: Copy>(
+    msg: &[T],
     slots: usize,
     per_item: impl Fn(usize) -> usize,
     count: impl Fn(T) -> usize,
     from: usize,
-) -> Result<(Vec<usize>, &'a [T])> {
+) -> Result<(Vec<usize>, &[T])> {
     if msg.len() < slots {
         return Err(comm_err(format!(
             "rank {from} sent {} values, fewer than the {slots}-slot header",

@@ -28,7 +28,9 @@
 //! - and applies that dense gradient to every row: `V (3 a(d) + 4 s)` bytes of memory.
 //!
 //! The all-reduce and the dense update grow with `V`, which is why replication only
-//! pays for small tables. Every shard (and replica) also costs a fixed `shard_s` seconds
+//! pays for small tables. The pooling reads are charged to a replica although pooling
+//! the received rows is not charged to sharded placements (below), which makes the model
+//! conservative about replication. Every shard (and replica) also costs a fixed `shard_s` seconds
 //! (bucketing ids per destination, one more lookup kernel, one more message segment),
 //! the small overhead of cutting a table into many pieces.
 //!
@@ -36,7 +38,9 @@
 //! + shard_s)` over the shards on `i`. The work of the requesting side (sending its
 //! ids, pooling the rows it receives) is the same on every rank whatever the plan, so
 //! it is left out: the model ranks plans by the owners' load. The memory of rank `i`
-//! is `sum rows (w + s) 4` over its shards, exactly [`Plan::bytes_per_rank`].
+//! is `sum rows (w + s) 4` over its shards, exactly [`Plan::bytes_per_rank`]. Owners do
+//! not deduplicate ids across sources, so [`TableStats::unique_per_global_batch`] is
+//! not used, and the stats' `world` need not be the world planned for.
 //!
 //! # Planner
 //!
@@ -54,8 +58,8 @@
 //! 2. table-wise longest-processing-time first under the cost model;
 //! 3. [`plan_lookup_greedy`].
 //!
-//! The local search repeatedly takes the best of these changes, if it lowers the sorted
-//! (descending) vector of rank costs: move a shard of a table on the most loaded rank
+//! The local search repeatedly takes the best of these changes, if it lowers the
+//! descending vector of rank costs lexicographically (the maximum, then the next, ...): move a shard of a table on the most loaded rank
 //! to another rank, swap two table-wise tables between that rank and another, or
 //! re-place such a table with any greedy candidate. Every change respects
 //! `mem_per_rank`. Since the lookup-greedy plan is one of the starts and the search
@@ -228,6 +232,13 @@ fn pieces(vocab: u64, dim: usize, world: usize, p: &Placement) -> Vec<Piece> {
 
 /// What each rank gains from one placement: `(rank, seconds, bytes)`.
 type Contrib = Vec<(usize, f64, u64)>;
+
+/// A table's new placement and what it gives each rank.
+type Change = (usize, Placement, Contrib);
+
+/// The greedy's order of candidates: resulting maximum cost, bytes added, cost added,
+/// largest resulting cost of the ranks it touches.
+type GreedyKey = (f64, u64, f64, f64);
 
 /// The model, the stats and the world, checked against each other.
 struct Ctx<'a> {
@@ -674,7 +685,7 @@ fn greedy(ctx: &Ctx, mem: u64) -> Option<Vec<Placement>> {
     for t in order {
         reserve -= ctx.row_share(t);
         let limit = if keep_escape { mem - reserve } else { mem };
-        let mut best: Option<((f64, u64, f64, f64), Placement, Contrib)> = None;
+        let mut best: Option<(GreedyKey, Placement, Contrib)> = None;
         for p in candidates(ctx, t, &cost, &bytes) {
             let add = ctx.contrib(t, &p);
             let (c, b) = with(&cost, &bytes, &add);
@@ -756,7 +767,7 @@ fn local_search(
             .filter(|&t| contrib[t].iter().any(|&(r, _, _)| r == a))
             .collect();
 
-        let mut best: Option<(Vec<f64>, Vec<(usize, Placement, Contrib)>)> = None;
+        let mut best: Option<(Vec<f64>, Vec<Change>)> = None;
         let mut consider = |changes: Vec<(usize, Placement)>| {
             let (mut c, mut b) = (cost.clone(), bytes.clone());
             for (t, _) in &changes {
@@ -765,7 +776,7 @@ fn local_search(
                     b[r] -= y;
                 }
             }
-            let changes: Vec<(usize, Placement, Contrib)> = changes
+            let changes: Vec<Change> = changes
                 .into_iter()
                 .map(|(t, p)| {
                     let add = ctx.contrib(t, &p);
@@ -819,8 +830,8 @@ fn local_search(
             }
             // Swap with a table-wise table on another rank.
             if place[t] == (Placement::Table { rank: a }) {
-                for u in 0..n_tables {
-                    if let Placement::Table { rank: b } = place[u] {
+                for (u, pu) in place.iter().enumerate() {
+                    if let Placement::Table { rank: b } = *pu {
                         if b != a {
                             consider(vec![
                                 (t, Placement::Table { rank: b }),
@@ -1298,35 +1309,77 @@ mod tests {
             assert!(mean[0] <= 1.10, "mean imbalance {mean:?}");
         }
     }
-}
-#[cfg(test)]
-mod scratch {
-    use super::*;
-    use crate::embed::spec::preset;
-    use crate::embed::stats::synthetic_stats;
+
     #[test]
-    fn scratch_big() {
-        let pool = preset("dlrm-synthetic", 0.2).unwrap();
-        for world in [8, 64] {
-            let t0 = std::time::Instant::now();
-            let stats = synthetic_stats(&pool, world, 1024);
-            let t1 = t0.elapsed();
-            let mut opts = PlanOptions::new(world, u64::MAX / 128);
-            opts.state_per_row = 1;
-            let (plan, r) = plan_auto(&pool, &stats, &opts).unwrap();
-            let mut kinds = std::collections::BTreeMap::new();
-            for p in &plan.tables {
-                *kinds.entry(p.kind()).or_insert(0) += 1;
-            }
-            let (_, l) = plan_lookup_greedy(&pool, &stats, &opts).unwrap();
-            eprintln!(
-                "P={world} T={} stats {:?} plan {:?} imb {:.4} lg {:.4} {kinds:?}",
-                pool.tables.len(),
-                t1,
-                t0.elapsed() - t1,
-                r.imbalance,
-                l.imbalance
-            );
-        }
+    fn replication_is_chosen_only_when_the_model_favours_it_and_it_fits() {
+        // Eight hot tables of 64 rows, every row seen by every rank each step: with free
+        // memory traffic and no cost per shard, a replica (all-reduce of 28 KiB per
+        // rank) beats shipping 64 rows of 64 floats to and from each of 8 ranks.
+        let spec = spec_of(
+            (0..8)
+                .map(|i| table(&format!("h{i}"), 64, 64, 10.0))
+                .collect(),
+        );
+        let stats = synthetic_stats(&spec, 8, 4096);
+        assert!(stats.tables[0].unique_per_rank_batch > 63.9);
+        let mut opts = PlanOptions::new(8, u64::MAX / 8);
+        opts.model.mem_bw = 1e15;
+        opts.model.lookup_s = 0.0;
+        opts.model.shard_s = 0.0;
+        let (plan, _) = plan_auto(&spec, &stats, &opts).unwrap();
+        assert!(
+            plan.tables.iter().all(|p| *p == Placement::DataParallel),
+            "{plan:?}"
+        );
+        // A replica (16 KiB) and row-wise shares of the other seven tables (2 KiB each)
+        // do not fit into 24 KiB per rank: none is replicated.
+        opts.mem_per_rank = total_bytes(&spec, 0) * 3 / 16;
+        let (plan, _) = plan_auto(&spec, &stats, &opts).unwrap();
+        assert!(
+            plan.tables.iter().all(|p| *p != Placement::DataParallel),
+            "{plan:?}"
+        );
+        // With the default model the pooling reads make replicas lose.
+        opts.model = CostModel::default();
+        opts.mem_per_rank = u64::MAX / 8;
+        let (plan, _) = plan_auto(&spec, &stats, &opts).unwrap();
+        assert!(
+            plan.tables.iter().all(|p| *p != Placement::DataParallel),
+            "{plan:?}"
+        );
+    }
+
+    #[test]
+    fn the_greedy_keeps_room_for_the_tables_still_to_place() {
+        // Eight hot tables that the model would rather replicate (16 KiB a replica, 2 KiB
+        // a row share at P = 8) and a cold table of 800 KiB (100 KiB a row share) that
+        // comes last in cost order and fits on no single rank. With room for two
+        // replicas besides the row shares, greedily replicating every hot table would
+        // leave the cold one nowhere to go.
+        let mut tables: Vec<TableSpec> = (0..8)
+            .map(|i| table(&format!("h{i}"), 64, 64, 10.0))
+            .collect();
+        tables.push(table("cold", 25_600, 8, 1.0));
+        let spec = spec_of(tables);
+        let mut per_table = vec![(10.0, 64.0, 64.0); 8];
+        per_table.push((1.0, 1.0, 8.0));
+        let stats = stats_of(&spec, 8, 4096, &per_table);
+        let row_shares = 8 * 2048 + 102_400;
+        let mut opts = PlanOptions::new(8, row_shares + 2 * 16_384);
+        opts.model.mem_bw = 1e15;
+        opts.model.lookup_s = 0.0;
+        opts.model.shard_s = 0.0;
+        assert!(plan_lookup_greedy(&spec, &stats, &opts).is_err());
+        let (plan, report) = plan_auto(&spec, &stats, &opts).unwrap();
+        let replicated = plan
+            .tables
+            .iter()
+            .filter(|p| **p == Placement::DataParallel)
+            .count();
+        assert_eq!(replicated, 2, "{plan:?}");
+        assert!(report
+            .bytes_per_rank
+            .iter()
+            .all(|&b| b <= opts.mem_per_rank));
     }
 }
