@@ -165,18 +165,23 @@ fn local_range(p: usize, r: usize, first: u64, count: u64) -> (u64, usize) {
     (first + lo, (hi - lo) as usize)
 }
 
-/// Collective: every rank must call. Read this rank's part of a micro-batch and
-/// fetch its rows.
+/// Collective: every rank must call. Read this rank's examples of a step (`parts`:
+/// one contiguous range per micro-batch, possibly empty) and fetch their rows.
 fn fetch<C: Comm>(
     comm: &C,
     source: &Source,
     store: &Store,
     dedup: bool,
-    first: u64,
-    count: u64,
+    parts: &[(u64, usize)],
 ) -> Result<(Fetched, ExchangeCounts)> {
-    let (a, n) = local_range(comm.size(), comm.rank(), first, count);
-    let batch = comm.agree(source.batch(a, n))?;
+    let read = || -> Result<Batch> {
+        let mut batch = Batch::empty(&store.spec);
+        for &(a, n) in parts {
+            batch.append(&source.batch(a, n)?);
+        }
+        Ok(batch)
+    };
+    let batch = comm.agree(read())?;
     let (lookup, c) = global_lookup(comm, store, &batch, dedup)?;
     Ok((Fetched { batch, lookup }, c))
 }
@@ -253,117 +258,100 @@ impl EmbedTrainer {
         })
     }
 
-    fn fetch<C: Comm>(
-        &self,
-        comm: &C,
-        first: u64,
-        count: u64,
-    ) -> Result<(Fetched, ExchangeCounts)> {
-        fetch(
-            comm,
-            &self.source,
-            &self.store,
-            self.cfg.dedup,
-            first,
-            count,
-        )
+    /// This rank's examples of each micro-batch of step `s`.
+    fn local_parts(&self, comm_size: usize, rank: usize, s: u64) -> Vec<(u64, usize)> {
+        self.schedule
+            .micro_batches(s)
+            .into_iter()
+            .map(|(f, c)| local_range(comm_size, rank, f, c))
+            .collect()
     }
 
-    /// Collective: every rank must call. One optimizer step.
+    /// Collective: every rank must call. One optimizer step: one lookup exchange for
+    /// all of the step's micro-batches (the tables do not change within a step, and
+    /// the ids are deduplicated over the whole step), the MLP micro-batch by
+    /// micro-batch, one backward exchange, one fused all-reduce.
     pub fn global_step<C: Comm>(&mut self, comm: &C, preempt_flag: bool) -> Result<StepStatus> {
         let t_step = Instant::now();
         if self.acc.start.is_none() {
             self.acc.start = Some(t_step);
             self.acc.bytes0 = phase_bytes(comm);
         }
-        let micro = self.schedule.micro_batches(self.step);
+        let (p, rank) = (comm.size(), comm.rank());
         let (_, count) = self.schedule.window(self.step);
         let weight = 1.0 / count as f32;
         let n_params = self.mlp.n_params();
         let mut grads = StepGrads::new(&self.store, self.cfg.dedup);
         let mut fused = vec![0.0f32; n_params + grads.dense_len()];
-        let mut loss = 0.0f64;
         let mut counts = ExchangeCounts::default();
         let width = self.cfg.spec.mlp_input();
-        let mut x = Vec::new();
-        let mut dx = Vec::new();
 
-        let mut current = match self.prefetched.take() {
+        let parts = self.local_parts(p, rank, self.step);
+        let current = match self.prefetched.take() {
             Some(f) => f,
             None => {
                 let t = Instant::now();
-                let (f, c) = self.fetch(comm, micro[0].0, micro[0].1)?;
+                let (f, c) = fetch(comm, &self.source, &self.store, self.cfg.dedup, &parts)?;
                 counts += c;
                 self.acc.t_lookup += t.elapsed().as_secs_f64();
                 f
             }
         };
-        for m in 0..micro.len() {
-            pool(&self.store, &current.batch, &current.lookup, &mut x);
-            let n = current.batch.n;
-            dx.clear();
-            dx.resize(n * width, 0.0);
-            // The next lookup: the next micro-batch of this step, or (pipelined) the
-            // first of the next step, which then sees tables one step stale.
-            let next = if m + 1 < micro.len() {
-                Some(micro[m + 1])
-            } else if self.cfg.pipeline && self.step + 1 < self.cfg.steps {
-                Some(self.schedule.micro_batches(self.step + 1)[0])
-            } else {
-                None
-            };
-            let labels = &current.batch.labels;
-            let xv = ArrayView2::from_shape((n, width), &x)
-                .map_err(|e| Error::Comm(format!("MLP input shape: {e}")))?;
-            let (grad_dense, _) = fused.split_at_mut(n_params);
-            let mlp = &self.mlp;
-            let ws = &mut self.ws;
-            let (source, store, dedup) = (&self.source, &self.store, self.cfg.dedup);
+        let mut x = Vec::new();
+        pool(&self.store, &current.batch, &current.lookup, &mut x);
+        let n = current.batch.n;
+        let mut dx = vec![0.0f32; n * width];
+
+        // The dense step, micro-batch by micro-batch (dense gradients summed locally).
+        let next_parts = (self.cfg.pipeline && self.step + 1 < self.cfg.steps)
+            .then(|| self.local_parts(p, rank, self.step + 1));
+        let mlp = &self.mlp;
+        let ws = &mut self.ws;
+        let labels = &current.batch.labels;
+        let sizes: Vec<usize> = parts.iter().map(|&(_, c)| c).collect();
+        let grad_dense = &mut fused[..n_params];
+        let mut dense = || -> Result<(f64, f64)> {
             let t = Instant::now();
-            let (l, fetched) = if self.cfg.pipeline && next.is_some() {
-                std::thread::scope(|s| {
-                    let h = s.spawn(|| {
-                        let t = Instant::now();
-                        let l = mlp.forward_backward(xv, labels, weight, grad_dense, &mut dx, ws);
-                        (l, t.elapsed().as_secs_f64())
-                    });
-                    let (a, c) = next.expect("checked");
-                    let f = fetch(comm, source, store, dedup, a, c);
-                    let (l, td) = h.join().expect("MLP thread panicked");
-                    (l, Some((f, td)))
-                })
-            } else {
-                let l = mlp.forward_backward(xv, labels, weight, grad_dense, &mut dx, ws);
-                (l, None)
-            };
-            loss += l;
-            match fetched {
-                Some((f, td)) => {
-                    let (f, c) = f?;
-                    counts += c;
-                    self.acc.t_dense += td;
-                    self.acc.t_lookup += t.elapsed().as_secs_f64() - td;
-                    grads.accumulate(&self.store, &current.batch, &current.lookup, &dx);
-                    if m + 1 < micro.len() {
-                        current = f;
-                    } else {
-                        self.prefetched = Some(f);
-                    }
-                }
-                None => {
-                    self.acc.t_dense += t.elapsed().as_secs_f64();
-                    grads.accumulate(&self.store, &current.batch, &current.lookup, &dx);
-                    if m + 1 < micro.len() {
-                        let t = Instant::now();
-                        let (a, c) = next.expect("more micro-batches");
-                        let (f, c) = self.fetch(comm, a, c)?;
-                        counts += c;
-                        self.acc.t_lookup += t.elapsed().as_secs_f64();
-                        current = f;
-                    }
-                }
+            let mut loss = 0.0;
+            let mut lo = 0;
+            for &c in &sizes {
+                let xv = ArrayView2::from_shape((c, width), &x[lo * width..(lo + c) * width])
+                    .map_err(|e| Error::Comm(format!("MLP input shape: {e}")))?;
+                loss += mlp.forward_backward(
+                    xv,
+                    &labels[lo..lo + c],
+                    weight,
+                    grad_dense,
+                    &mut dx[lo * width..(lo + c) * width],
+                    ws,
+                );
+                lo += c;
             }
+            Ok((loss, t.elapsed().as_secs_f64()))
+        };
+        let t = Instant::now();
+        let (dense_res, prefetched) = match &next_parts {
+            // Pipelined: the next step's lookup (one step stale) runs meanwhile.
+            Some(np) => {
+                let (source, store, dedup) = (&self.source, &self.store, self.cfg.dedup);
+                std::thread::scope(|s| {
+                    let h = s.spawn(dense);
+                    let f = fetch(comm, source, store, dedup, np);
+                    (h.join().expect("MLP thread panicked"), Some(f))
+                })
+            }
+            None => (dense(), None),
+        };
+        let wall = t.elapsed().as_secs_f64();
+        let (mut loss, t_dense) = dense_res?;
+        self.acc.t_dense += t_dense;
+        if let Some(f) = prefetched {
+            let (f, c) = f?;
+            counts += c;
+            self.acc.t_lookup += (wall - t_dense).max(0.0);
+            self.prefetched = Some(f);
         }
+        grads.accumulate(&self.store, &current.batch, &current.lookup, &dx);
 
         if crate::ckpt::faults::inject_nan(self.step as usize + 1, comm.rank()) {
             loss = f64::NAN;
