@@ -23,7 +23,49 @@ use super::tables::{sq_sum, Store};
 use crate::comm::Comm;
 use crate::{Error, Result};
 
-/// The rows fetched for one micro-batch.
+/// Position of each id in a first-seen list: a dense array for tables (or shards)
+/// of up to 2^25 rows, a hash map beyond.
+enum Index {
+    Dense(Vec<u32>),
+    Sparse(HashMap<u32, u32>),
+}
+
+impl Index {
+    const DENSE_MAX: u64 = 1 << 25;
+
+    fn new(rows: u64) -> Index {
+        if rows <= Self::DENSE_MAX {
+            Index::Dense(vec![u32::MAX; rows as usize])
+        } else {
+            Index::Sparse(HashMap::new())
+        }
+    }
+
+    /// The position of `id`, or `next` (recorded) when it is new.
+    #[inline]
+    fn get_or_insert(&mut self, id: u32, next: u32) -> u32 {
+        match self {
+            Index::Dense(v) => {
+                let slot = &mut v[id as usize];
+                if *slot == u32::MAX {
+                    *slot = next;
+                }
+                *slot
+            }
+            Index::Sparse(m) => *m.entry(id).or_insert(next),
+        }
+    }
+
+    /// Forget `ids` (which must be all the ids inserted).
+    fn clear(&mut self, ids: &[u32]) {
+        match self {
+            Index::Dense(v) => ids.iter().for_each(|&id| v[id as usize] = u32::MAX),
+            Index::Sparse(m) => m.clear(),
+        }
+    }
+}
+
+/// The rows fetched for one step.
 #[derive(Clone, Debug, Default)]
 pub struct Lookup {
     /// Per table: the ids whose rows were fetched (ascending and unique with dedup;
@@ -128,12 +170,17 @@ pub fn global_lookup<C: Comm>(
         .map(|t| {
             let ids = &batch.bags[t].ids;
             if dedup {
-                let mut u = ids.clone();
-                u.sort_unstable();
-                u.dedup();
+                let mut index = Index::new(spec.tables[t].vocab);
+                let mut u = Vec::new();
                 let occ = ids
                     .iter()
-                    .map(|id| u.binary_search(id).unwrap_or(0) as u32)
+                    .map(|&id| {
+                        let p = index.get_or_insert(id, u.len() as u32);
+                        if p as usize == u.len() {
+                            u.push(id);
+                        }
+                        p
+                    })
                     .collect();
                 (u, occ)
             } else {
@@ -342,7 +389,20 @@ impl StepGrads {
             // Micro-batch id index -> position in the step's list.
             let pos: Vec<u32> = if replicated || !dedup {
                 Vec::new()
+            } else if tg.ids.is_empty() {
+                // The step's first (usually only) lookup: its ids are the list.
+                tg.ids = lk.ids[t].clone();
+                tg.grads = vec![0.0; tg.ids.len() * dim];
+                (0..tg.ids.len() as u32).collect()
             } else {
+                if tg.index.len() != tg.ids.len() {
+                    tg.index = tg
+                        .ids
+                        .iter()
+                        .enumerate()
+                        .map(|(p, &id)| (id, p as u32))
+                        .collect();
+                }
                 lk.ids[t]
                     .iter()
                     .map(|&id| {
@@ -414,13 +474,18 @@ struct SlotSum {
     grads: Vec<f32>,
 }
 
-fn sum_slot(pieces: &[(&[f32], &[f32])], w: usize, dedup: bool) -> SlotSum {
-    let mut index: HashMap<u32, u32> = HashMap::new();
+fn sum_slot(
+    pieces: &[(&[f32], &[f32])],
+    w: usize,
+    dedup: bool,
+    shard_rows: u64,
+) -> Result<SlotSum> {
+    let mut index = Index::new(shard_rows);
     let mut rows: Vec<u32> = Vec::new();
     let mut grads: Vec<f32> = Vec::new();
-    let mut add = |row: u32, g: &[f32], index: &mut HashMap<u32, u32>| {
+    let mut add = |row: u32, g: &[f32], index: &mut Index| {
         let n = rows.len() as u32;
-        let p = *index.entry(row).or_insert(n) as usize;
+        let p = index.get_or_insert(row, n) as usize;
         if p == n as usize {
             rows.push(row);
             grads.resize(grads.len() + w, 0.0);
@@ -429,46 +494,64 @@ fn sum_slot(pieces: &[(&[f32], &[f32])], w: usize, dedup: bool) -> SlotSum {
             *d += x;
         }
     };
-    for &(ids, gs) in pieces {
-        if dedup {
-            for (k, id) in ids.iter().enumerate() {
-                add(id.to_bits(), &gs[k * w..(k + 1) * w], &mut index);
-            }
+    let check = |row: u32| {
+        if row as u64 >= shard_rows {
+            Err(comm_err(format!(
+                "gradient for row {row} of a {shard_rows}-row shard"
+            )))
         } else {
-            // Sum this source's occurrences first, in order, then add the source.
-            let mut local: HashMap<u32, u32> = HashMap::new();
-            let mut lrows: Vec<u32> = Vec::new();
-            let mut lg: Vec<f32> = Vec::new();
-            for (k, id) in ids.iter().enumerate() {
-                let row = id.to_bits();
-                let n = lrows.len() as u32;
-                let p = *local.entry(row).or_insert(n) as usize;
-                if p == n as usize {
-                    lrows.push(row);
-                    lg.resize(lg.len() + w, 0.0);
-                }
-                for (d, &x) in lg[p * w..(p + 1) * w]
-                    .iter_mut()
-                    .zip(&gs[k * w..(k + 1) * w])
-                {
-                    *d += x;
+            Ok(row)
+        }
+    };
+    // Per source: the positions of its rows in `lrows` (no-dedup only).
+    let mut local = if dedup {
+        None
+    } else {
+        Some(Index::new(shard_rows))
+    };
+    for &(ids, gs) in pieces {
+        match local.as_mut() {
+            None => {
+                for (k, id) in ids.iter().enumerate() {
+                    add(check(id.to_bits())?, &gs[k * w..(k + 1) * w], &mut index);
                 }
             }
-            for (p, &row) in lrows.iter().enumerate() {
-                add(row, &lg[p * w..(p + 1) * w], &mut index);
+            Some(lindex) => {
+                // Sum this source's occurrences first, in order, then add the source.
+                let mut lrows: Vec<u32> = Vec::new();
+                let mut lg: Vec<f32> = Vec::new();
+                for (k, id) in ids.iter().enumerate() {
+                    let row = check(id.to_bits())?;
+                    let n = lrows.len() as u32;
+                    let p = lindex.get_or_insert(row, n) as usize;
+                    if p == n as usize {
+                        lrows.push(row);
+                        lg.resize(lg.len() + w, 0.0);
+                    }
+                    for (d, &x) in lg[p * w..(p + 1) * w]
+                        .iter_mut()
+                        .zip(&gs[k * w..(k + 1) * w])
+                    {
+                        *d += x;
+                    }
+                }
+                for (p, &row) in lrows.iter().enumerate() {
+                    add(row, &lg[p * w..(p + 1) * w], &mut index);
+                }
+                lindex.clear(&lrows);
             }
         }
     }
     // Ascending rows: the order every column shard of a table agrees on.
     let mut order: Vec<usize> = (0..rows.len()).collect();
     order.sort_unstable_by_key(|&p| rows[p]);
-    SlotSum {
+    Ok(SlotSum {
         rows: order.iter().map(|&p| rows[p]).collect(),
         grads: order
             .iter()
             .flat_map(|&p| grads[p * w..(p + 1) * w].iter().copied())
             .collect(),
-    }
+    })
 }
 
 /// Collective: every rank must call. Sends this step's gradients to the owners and
@@ -539,11 +622,16 @@ pub fn global_backward<C: Comm>(
         }
     }
     let dedup = grads.dedup;
+    let shard_rows: Vec<u64> = mine
+        .iter()
+        .map(|&s| store.local[store.slot_local[s].expect("owned slot is local")].rows)
+        .collect();
     let sums: Vec<SlotSum> = pieces
         .par_iter()
         .zip(&widths)
-        .map(|(pc, &w)| sum_slot(pc, w, dedup))
-        .collect();
+        .zip(&shard_rows)
+        .map(|((pc, &w), &n)| sum_slot(pc, w, dedup, n))
+        .collect::<Result<_>>()?;
 
     // Row statistics for row-wise Adagrad: squared norms of full rows; column shards
     // add their partial sums across the table's owners, in slot order.
@@ -634,22 +722,24 @@ pub fn global_backward<C: Comm>(
         }
     }
 
-    // Apply once per row.
+    // Apply once per row (rows were checked against their shard in `sum_slot`);
+    // shards in parallel.
+    let sp = opt.state_per_row();
+    let mut job: Vec<Option<usize>> = vec![None; store.local.len()];
     for (j, &s) in mine.iter().enumerate() {
-        let dim = store.spec.tables[store.slots[s].table].dim as f64;
-        let li = store.slot_local[s].expect("owned slot is local");
-        let ls = &mut store.local[li];
-        let (w, sp) = (widths[j], opt.state_per_row());
-        let ss = &sums[j];
+        job[store.slot_local[s].expect("owned slot is local")] = Some(j);
+        counts.owner_rows += sums[j].rows.len() as u64;
+    }
+    let dims: Vec<f64> = mine
+        .iter()
+        .map(|&s| store.spec.tables[store.slots[s].table].dim as f64)
+        .collect();
+    store.local.par_iter_mut().zip(job).for_each(|(ls, j)| {
+        let Some(j) = j else { return };
+        let (w, ss) = (widths[j], &sums[j]);
         for (k, &row) in ss.rows.iter().enumerate() {
             let r = row as usize;
-            if row as u64 >= ls.rows {
-                return Err(comm_err(format!(
-                    "gradient for row {row} of a {}-row shard",
-                    ls.rows
-                )));
-            }
-            let stat = if sp > 0 { totals[j][k] / dim } else { 0.0 };
+            let stat = if sp > 0 { totals[j][k] / dims[j] } else { 0.0 };
             opt.apply(
                 &mut ls.data[r * w..(r + 1) * w],
                 &mut ls.state[r * sp..(r + 1) * sp],
@@ -657,8 +747,7 @@ pub fn global_backward<C: Comm>(
                 stat,
             );
         }
-        counts.owner_rows += ss.rows.len() as u64;
-    }
+    });
     Ok(counts)
 }
 
