@@ -49,3 +49,11 @@ mpirun --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS -np "$TRAIN_NP" \
     --unobserved-weight 0.01 --eval-every 4 --threads 1 \
     --checkpoint-dir "$OUT/ckpt-cnr-2000-k10" --resume auto \
     --out "$OUT/cnr-2000-k10-model.h5" --force --metrics "$OUT/cnr-2000-k10.jsonl"
+
+# The embedding model: the TorchRec peer's table shapes at a size that trains in
+# seconds (preset small: 8 tables, width 16), placed by the planner, on TRAIN_NP ranks.
+echo "== train the sharded embedding model (preset small) with $TRAIN_NP ranks"
+mpirun --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS -np "$TRAIN_NP" \
+    "$BIN" embed --preset small --batch 1024 --accumulate 2 --steps 100 --log-every 20 \
+    --plan auto --threads 1 --table-lr 0.05 --dense-lr 0.005 \
+    --metrics "$OUT/embed-small.jsonl"

@@ -192,6 +192,10 @@ pub struct EmbedArgs {
     /// Held-out examples for AUC and log loss.
     #[arg(long, value_name = "N", default_value_t = 16384)]
     pub eval_examples: u64,
+    /// Generate or read every rank's training examples before the first step (as
+    /// benchmark peers do), so that steps are timed without data generation.
+    #[arg(long)]
+    pub preload: bool,
     /// Evaluate every S steps (0: only at the end).
     #[arg(long, value_name = "S", default_value_t = 0)]
     pub eval_every: u64,

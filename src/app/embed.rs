@@ -308,6 +308,15 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
             return Err(Error::Config("learning rates must be > 0".into()));
         }
         let mem = a.mem_per_rank.as_deref().map(parse_bytes).transpose()?;
+        // A rank's ids of one table in one step travel with u32 offsets.
+        let max_val = spec.tables.iter().map(|t| t.valency).fold(1.0, f64::max);
+        if (micro * a.accumulate) as f64 * max_val * 2.0 > u32::MAX as f64 {
+            return Err(Error::Config(format!(
+                "a step of {} examples with up to {max_val} ids per example is too large \
+                 (more than 2^31 ids per table); use a smaller --batch or --accumulate",
+                micro * a.accumulate
+            )));
+        }
         let cfg = EmbedConfig {
             spec,
             seed: a.seed,
@@ -393,11 +402,12 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         return comm.agree(Err(Error::Config("--resume needs --checkpoint-dir".into())));
     }
     let resume = crate::als::train::global_prepare_checkpoints(comm, &ck)?;
-    if let crate::als::Resume::Path(p) = &ck.resume {
-        if !p.exists() {
-            return comm.agree(Err(Error::input(p, "--resume: no such checkpoint")));
+    comm.agree(match &ck.resume {
+        crate::als::Resume::Path(p) if !p.exists() => {
+            Err(Error::input(p, "--resume: no such checkpoint"))
         }
-    }
+        _ => Ok(()),
+    })?;
     let mut tr = comm.agree(EmbedTrainer::new(cfg, source, &plan, rank))?;
     let hold = |comm: &C, reason: String, rank: Option<usize>, step: u64| -> Error {
         if comm.rank() == 0 {
@@ -442,6 +452,17 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
             None => Ok(None),
         }
     };
+    if a.preload {
+        let t = std::time::Instant::now();
+        let (p, r, from) = (comm.size(), comm.rank(), tr.step);
+        comm.agree(tr.local_preload(p, r, from, steps))?;
+        if root {
+            println!(
+                "preloaded the examples of steps {from}..{steps} in {:.1} s",
+                t.elapsed().as_secs_f64()
+            );
+        }
+    }
     let tty = root && std::io::stderr().is_terminal();
     let mut last = None;
     while tr.step < steps {

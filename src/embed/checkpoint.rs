@@ -40,11 +40,14 @@ pub struct EmbedManifest {
     pub written_at: u64,
 }
 
-/// The configuration hash of a run: model, seed, batch schedule, optimizers.
+/// The configuration hash of a run: model, seed, the global batch schedule (so a
+/// run resumed on another rank count must keep `--global-batch`), optimizers, and the
+/// click log's identity.
 pub fn config_hash(tr: &EmbedTrainer) -> String {
     let c = &tr.cfg;
+    let data = tr.source.identity();
     let key = format!(
-        "{}|{}|{}|{}|{:?}|{:?}|{}",
+        "{}|{}|{}|{}|{:?}|{:?}|{}|{data}",
         c.spec.digest(),
         c.seed,
         c.micro,

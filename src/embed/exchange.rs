@@ -33,8 +33,10 @@ enum Index {
 impl Index {
     const DENSE_MAX: u64 = 1 << 25;
 
-    fn new(rows: u64) -> Index {
-        if rows <= Self::DENSE_MAX {
+    /// An index for up to `inserts` ids out of `rows`: dense when that costs at most
+    /// a few times the inserts (filling it is O(rows)), hashed otherwise.
+    fn new(rows: u64, inserts: usize) -> Index {
+        if rows <= Self::DENSE_MAX && rows <= 8 * inserts.max(4096) as u64 {
             Index::Dense(vec![u32::MAX; rows as usize])
         } else {
             Index::Sparse(HashMap::new())
@@ -68,8 +70,8 @@ impl Index {
 /// The rows fetched for one step.
 #[derive(Clone, Debug, Default)]
 pub struct Lookup {
-    /// Per table: the ids whose rows were fetched (ascending and unique with dedup;
-    /// every occurrence in order without).
+    /// Per table: the ids whose rows were fetched (unique, in first-seen order, with
+    /// dedup; every occurrence in order without).
     pub ids: Vec<Vec<u32>>,
     /// Per table: occurrence k of the batch -> index into `ids`.
     pub occ: Vec<Vec<u32>>,
@@ -82,7 +84,8 @@ pub struct Lookup {
 pub struct ExchangeCounts {
     /// Ids in the local batches (of tables that are not replicated).
     pub occurrences: u64,
-    /// Ids sent to owners (a column-wise table sends an id to each of its shards).
+    /// Ids sent to owners by the lookup (a column-wise table sends an id to each of
+    /// its shards); the backward sends the same ids once more.
     pub sent: u64,
     /// Rows this rank served or updated as an owner.
     pub owner_rows: u64,
@@ -96,8 +99,11 @@ impl std::ops::AddAssign for ExchangeCounts {
     }
 }
 
-fn comm_err(msg: String) -> Error {
-    Error::Comm(format!("embedding exchange: {msg}"))
+/// A message that breaks the exchange protocol is a bug, not an input error: panic
+/// (the panic hook aborts every rank) rather than return on one rank between
+/// collectives the others are still in.
+fn protocol_violation(msg: String) -> ! {
+    panic!("embedding exchange protocol violated: {msg}")
 }
 
 /// For every slot, the indices (into `ids[table]`) of the ids it holds.
@@ -132,10 +138,10 @@ fn split_message<T: Copy>(
     from: usize,
 ) -> Result<(Vec<usize>, &[T])> {
     if msg.len() < slots {
-        return Err(comm_err(format!(
+        protocol_violation(format!(
             "rank {from} sent {} values, fewer than the {slots}-slot header",
             msg.len()
-        )));
+        ));
     }
     let (hdr, body) = msg.split_at(slots);
     let counts: Vec<usize> = hdr.iter().map(|&c| count(c)).collect();
@@ -145,10 +151,10 @@ fn split_message<T: Copy>(
         .map(|(j, &c)| c * per_item(j))
         .sum();
     if want != body.len() {
-        return Err(comm_err(format!(
+        protocol_violation(format!(
             "rank {from}: header announces {want} values, body has {}",
             body.len()
-        )));
+        ));
     }
     Ok((counts, body))
 }
@@ -170,7 +176,7 @@ pub fn global_lookup<C: Comm>(
         .map(|t| {
             let ids = &batch.bags[t].ids;
             if dedup {
-                let mut index = Index::new(spec.tables[t].vocab);
+                let mut index = Index::new(spec.tables[t].vocab, ids.len());
                 let mut u = Vec::new();
                 let occ = ids
                     .iter()
@@ -232,10 +238,10 @@ pub fn global_lookup<C: Comm>(
             let ls = &store.local[store.slot_local[s].expect("owned slot is local")];
             for &r in &rows[k..k + hdr[j]] {
                 if r as u64 >= ls.rows {
-                    return Err(comm_err(format!(
+                    protocol_violation(format!(
                         "rank {q} asked for row {r} of a {}-row shard of table {}",
                         ls.rows, ls.shard.table
-                    )));
+                    ));
                 }
                 resp.extend_from_slice(ls.row(r as u64));
             }
@@ -260,10 +266,10 @@ pub fn global_lookup<C: Comm>(
             .map(|&s| members[s].len() * store.slots[s].width())
             .sum();
         if data.len() != want {
-            return Err(comm_err(format!(
+            protocol_violation(format!(
                 "rank {d} returned {} values for {want} requested",
                 data.len()
-            )));
+            ));
         }
         let mut k = 0;
         for &s in owned {
@@ -480,7 +486,8 @@ fn sum_slot(
     dedup: bool,
     shard_rows: u64,
 ) -> Result<SlotSum> {
-    let mut index = Index::new(shard_rows);
+    let total: usize = pieces.iter().map(|(ids, _)| ids.len()).sum();
+    let mut index = Index::new(shard_rows, total);
     let mut rows: Vec<u32> = Vec::new();
     let mut grads: Vec<f32> = Vec::new();
     let mut add = |row: u32, g: &[f32], index: &mut Index| {
@@ -496,18 +503,18 @@ fn sum_slot(
     };
     let check = |row: u32| {
         if row as u64 >= shard_rows {
-            Err(comm_err(format!(
+            protocol_violation(format!(
                 "gradient for row {row} of a {shard_rows}-row shard"
-            )))
+            ))
         } else {
-            Ok(row)
+            Ok::<u32, Error>(row)
         }
     };
     // Per source: the positions of its rows in `lrows` (no-dedup only).
     let mut local = if dedup {
         None
     } else {
-        Some(Index::new(shard_rows))
+        Some(Index::new(shard_rows, total))
     };
     for &(ids, gs) in pieces {
         match local.as_mut() {
@@ -593,7 +600,6 @@ pub fn global_backward<C: Comm>(
                 let o = i as usize * dim;
                 send.extend_from_slice(&g[o + sh.cols.start..o + sh.cols.end]);
             }
-            counts.sent += members[s].len() as u64;
         }
         send_counts[d] = send.len() - start;
     }
@@ -693,10 +699,10 @@ pub fn global_backward<C: Comm>(
                     if store.slots[s2].table == store.slots[s].table {
                         let n = sums[j].rows.len();
                         if data.len() < n {
-                            return Err(comm_err(format!(
+                            protocol_violation(format!(
                                 "rank {q}: short column statistics for table {}",
                                 store.slots[s].table
-                            )));
+                            ));
                         }
                         from.insert((s, s2), &data[..n]);
                         data = &data[n..];
@@ -711,9 +717,9 @@ pub fn global_backward<C: Comm>(
             let t = store.slots[s2].table;
             let mut tot = vec![0.0f64; sums[j].rows.len()];
             for &s in &store.table_slots[t] {
-                let part = from
-                    .get(&(s, s2))
-                    .ok_or_else(|| comm_err(format!("no column statistics from slot {s}")))?;
+                let part = from.get(&(s, s2)).unwrap_or_else(|| {
+                    protocol_violation(format!("no column statistics from slot {s}"))
+                });
                 for (a, &b) in tot.iter_mut().zip(part.iter()) {
                     *a += b;
                 }

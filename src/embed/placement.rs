@@ -48,6 +48,9 @@ impl Placement {
     }
 }
 
+/// Largest table (rows x width) a plan may replicate on every rank.
+pub const MAX_REPLICATED: u64 = 1 << 26;
+
 /// A complete plan: one placement per table of the model it was made for.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
@@ -200,7 +203,16 @@ impl Plan {
                         ));
                     }
                 }
-                Placement::DataParallel => {}
+                Placement::DataParallel => {
+                    // Every rank holds the table, its gradient and a copy in the
+                    // all-reduce buffer: only small tables.
+                    if ts.vocab * ts.dim as u64 > MAX_REPLICATED {
+                        return bad(format!(
+                            "{at}: {} values is too large to replicate (at most {MAX_REPLICATED})",
+                            ts.vocab * ts.dim as u64
+                        ));
+                    }
+                }
             }
         }
         Ok(())

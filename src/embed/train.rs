@@ -27,10 +27,16 @@ use super::tables::{Store, TableOpt};
 use crate::comm::Comm;
 use crate::data::graph::block_range;
 use crate::rng::mix64;
-use crate::{Error, Result};
+use crate::Result;
 
 /// Where examples come from.
 pub enum Source {
+    /// Another source with this rank's ranges read ahead of time (`--preload`, as
+    /// benchmark peers time steps over data already in memory).
+    Preloaded {
+        inner: Box<Source>,
+        cache: std::collections::HashMap<(u64, usize), Batch>,
+    },
     /// Drawn on the fly from (seed, example index): unlimited.
     Generated(ClickGen),
     /// A click log written by `torusrec generate clicks`: the last `eval` examples
@@ -45,6 +51,10 @@ pub const EVAL_BASE: u64 = 1 << 50;
 impl Source {
     pub fn batch(&self, first: u64, n: usize) -> Result<Batch> {
         match self {
+            Source::Preloaded { inner, cache } => match cache.get(&(first, n)) {
+                Some(b) => Ok(b.clone()),
+                None => inner.batch(first, n),
+            },
             Source::Generated(g) => Ok(g.batch(first, n)),
             Source::Log { log, .. } => log.read(first, n),
         }
@@ -53,14 +63,31 @@ impl Source {
     /// Examples available for training (`None`: unlimited).
     pub fn train_examples(&self) -> Option<u64> {
         match self {
+            Source::Preloaded { inner, .. } => inner.train_examples(),
             Source::Generated(_) => None,
             Source::Log { log, eval } => Some(log.examples() - eval),
+        }
+    }
+
+    /// What identifies the examples (for checkpoints).
+    pub fn identity(&self) -> String {
+        match self {
+            Source::Preloaded { inner, .. } => inner.identity(),
+            Source::Generated(_) => "generated".to_string(),
+            Source::Log { log, eval } => {
+                format!(
+                    "log seed {} examples {} eval {eval}",
+                    log.seed(),
+                    log.examples()
+                )
+            }
         }
     }
 
     /// Global index of held-out example `i`.
     pub fn eval_index(&self, i: u64) -> u64 {
         match self {
+            Source::Preloaded { inner, .. } => inner.eval_index(i),
             Source::Generated(_) => EVAL_BASE + i,
             Source::Log { log, eval } => log.examples() - eval + i,
         }
@@ -258,6 +285,25 @@ impl EmbedTrainer {
         })
     }
 
+    /// Read this rank's examples of steps `from..to` into memory now (`--preload`).
+    pub fn local_preload(&mut self, p: usize, rank: usize, from: u64, to: u64) -> Result<()> {
+        let mut cache = std::collections::HashMap::new();
+        for s in from..to {
+            for (a, n) in self.local_parts(p, rank, s) {
+                if let std::collections::hash_map::Entry::Vacant(e) = cache.entry((a, n)) {
+                    e.insert(self.source.batch(a, n)?);
+                }
+            }
+        }
+        let placeholder = Source::Generated(ClickGen::new(&self.cfg.spec, 0));
+        let inner = std::mem::replace(&mut self.source, placeholder);
+        self.source = Source::Preloaded {
+            inner: Box::new(inner),
+            cache,
+        };
+        Ok(())
+    }
+
     /// This rank's examples of each micro-batch of step `s`.
     fn local_parts(&self, comm_size: usize, rank: usize, s: u64) -> Vec<(u64, usize)> {
         self.schedule
@@ -316,7 +362,7 @@ impl EmbedTrainer {
             let mut lo = 0;
             for &c in &sizes {
                 let xv = ArrayView2::from_shape((c, width), &x[lo * width..(lo + c) * width])
-                    .map_err(|e| Error::Comm(format!("MLP input shape: {e}")))?;
+                    .expect("the MLP input is n x width by construction");
                 loss += mlp.forward_backward(
                     xv,
                     &labels[lo..lo + c],
@@ -453,10 +499,16 @@ impl EmbedTrainer {
     }
 
     /// Collective: every rank must call. A checksum of every table value by (table,
-    /// global row, column) and of the MLP: independent of the placement and the rank
-    /// count, equal when the model is bitwise equal.
+    /// global row, column), of every row's optimizer state, of the MLP and of its
+    /// optimizer state: independent of the placement and the rank count, equal when
+    /// the model is bitwise equal.
     pub fn global_checksum<C: Comm>(&self, comm: &C) -> Result<u64> {
         use rayon::prelude::*;
+        // Keys: table < 2^20, row < 2^32, column < 2^12 (MAX_DIM); the state of a row
+        // takes column 4095 + its index in a separate salt.
+        let term = |salt: u64, key: u64, v: f32| {
+            mix64(salt ^ mix64(key ^ mix64(v.to_bits() as u64))) >> 24
+        };
         let mut sum: u64 = 0;
         for ls in &self.store.local {
             if ls.shard.replica && comm.rank() != 0 {
@@ -466,25 +518,36 @@ impl EmbedTrainer {
             let w = ls.shard.width();
             let c0 = ls.shard.cols.start as u64;
             let rows = ls.shard.rows;
-            let part: u64 = ls
-                .data
-                .par_chunks(w.max(1))
-                .enumerate()
-                .map(|(r, row)| {
+            let sp = self.store.opt.state_per_row();
+            // Column shards hold copies of one row statistic: the first one counts it.
+            let count_state = ls.shard.cols.start == 0;
+            let part: u64 = (0..ls.rows as usize)
+                .into_par_iter()
+                .map(|r| {
                     let g = rows.global(r as u64);
-                    row.iter().enumerate().fold(0u64, |acc, (j, v)| {
-                        let key = (t << 56) ^ (g << 16) ^ (c0 + j as u64);
-                        acc.wrapping_add(mix64(key ^ mix64(v.to_bits() as u64)) >> 24)
-                    })
+                    let base = (t << 44) | (g << 12);
+                    let mut acc = ls.data[r * w..(r + 1) * w]
+                        .iter()
+                        .enumerate()
+                        .fold(0u64, |acc, (j, &v)| {
+                            acc.wrapping_add(term(1, base | (c0 + j as u64), v))
+                        });
+                    if count_state {
+                        for (j, &v) in ls.state[r * sp..(r + 1) * sp].iter().enumerate() {
+                            acc = acc.wrapping_add(term(2, base | j as u64, v));
+                        }
+                    }
+                    acc
                 })
                 .reduce(|| 0, u64::wrapping_add);
             sum = sum.wrapping_add(part);
         }
         if comm.rank() == 0 {
-            for (i, v) in self.mlp.params().iter().enumerate() {
-                sum = sum.wrapping_add(
-                    mix64((1u64 << 63) ^ ((i as u64) << 32) ^ v.to_bits() as u64) >> 24,
-                );
+            for (i, &v) in self.mlp.params().iter().enumerate() {
+                sum = sum.wrapping_add(term(3, i as u64, v));
+            }
+            for (i, &v) in self.dense_state.state().iter().enumerate() {
+                sum = sum.wrapping_add(term(4, i as u64, v));
             }
         }
         // Sum the 40-bit parts of every rank without overflow: low and high halves.
@@ -510,7 +573,7 @@ impl EmbedTrainer {
             let (lk, _) = global_lookup(comm, &self.store, &batch, true)?;
             pool(&self.store, &batch, &lk, &mut x);
             let xv = ArrayView2::from_shape((batch.n, width), &x)
-                .map_err(|e| Error::Comm(format!("MLP input shape: {e}")))?;
+                .expect("the MLP input is n x width by construction");
             logits.extend(self.mlp.predict(xv, &mut self.ws));
             labels.extend_from_slice(&batch.labels);
             done += count;
