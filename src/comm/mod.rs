@@ -187,6 +187,13 @@ pub trait Comm {
                 send.len()
             )));
         }
+        if p == 1 {
+            // Nothing to exchange: one copy, no library call.
+            return Ok(Received {
+                data: send.to_vec(),
+                counts: send_counts.to_vec(),
+            });
+        }
         let t = Instant::now();
         let recv_counts = self.raw_all_to_all_counts(send_counts)?;
         let data = self.raw_all_to_all_v(send, send_counts, &recv_counts)?;

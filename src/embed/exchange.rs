@@ -13,6 +13,7 @@
 //! owners of the table in one more all-to-all-v.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use rayon::prelude::*;
 
@@ -23,11 +24,33 @@ use super::tables::{sq_sum, Store};
 use crate::comm::Comm;
 use crate::{Error, Result};
 
+/// A hasher for u32 ids (Fibonacci hashing of the key): the default SipHash costs
+/// more than the rest of the lookup.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.0 = (v as u64 ^ 0x5851_F42D_4C95_7F2D).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 ^= self.0 >> 29;
+    }
+}
+
+type IdMap = HashMap<u32, u32, BuildHasherDefault<IdHasher>>;
+
 /// Position of each id in a first-seen list: a dense array for tables (or shards)
 /// of up to 2^25 rows, a hash map beyond.
 enum Index {
     Dense(Vec<u32>),
-    Sparse(HashMap<u32, u32>),
+    Sparse(IdMap),
 }
 
 impl Index {
@@ -39,7 +62,7 @@ impl Index {
         if rows <= Self::DENSE_MAX && rows <= 8 * inserts.max(4096) as u64 {
             Index::Dense(vec![u32::MAX; rows as usize])
         } else {
-            Index::Sparse(HashMap::new())
+            Index::Sparse(IdMap::with_capacity_and_hasher(inserts, Default::default()))
         }
     }
 
@@ -349,7 +372,7 @@ pub struct TableGrad {
     /// Ids in first-seen order (unique with dedup, every occurrence without).
     pub ids: Vec<u32>,
     pub grads: Vec<f32>,
-    index: HashMap<u32, u32>,
+    index: IdMap,
     /// A data-parallel table's dense `vocab x dim` gradient.
     pub dense: Vec<f32>,
 }

@@ -213,6 +213,54 @@ fn fetch<C: Comm>(
     Ok((Fetched { batch, lookup }, c))
 }
 
+/// The MLP's forward and backward over `x` (`n x width`) cut into one block of rows
+/// per workspace, in parallel; gradients are added into `grad` in block order.
+#[allow(clippy::too_many_arguments)]
+fn dense_chunked(
+    mlp: &Mlp,
+    x: &[f32],
+    labels: &[f32],
+    weight: f32,
+    width: usize,
+    grad: &mut [f32],
+    dx: &mut [f32],
+    chunk_ws: &mut [(Workspace, Vec<f32>)],
+) -> f64 {
+    use rayon::prelude::*;
+    let n = labels.len();
+    let k = chunk_ws.len();
+    let bounds: Vec<(usize, usize)> = (0..k)
+        .map(|j| {
+            let (a, b) = block_range(n as u64, k, j);
+            (a as usize, b as usize)
+        })
+        .collect();
+    let mut dx_parts: Vec<&mut [f32]> = Vec::with_capacity(k);
+    let mut rest = dx;
+    for &(a, b) in &bounds {
+        let (head, tail) = rest.split_at_mut((b - a) * width);
+        dx_parts.push(head);
+        rest = tail;
+    }
+    let losses: Vec<f64> = chunk_ws
+        .par_iter_mut()
+        .zip(dx_parts)
+        .zip(&bounds)
+        .map(|(((ws, g), dxp), &(a, b))| {
+            g.iter_mut().for_each(|v| *v = 0.0);
+            let xv = ArrayView2::from_shape((b - a, width), &x[a * width..b * width])
+                .expect("the MLP input is n x width by construction");
+            mlp.forward_backward(xv, &labels[a..b], weight, g, dxp, ws)
+        })
+        .collect();
+    for (_, g) in chunk_ws.iter() {
+        grad.par_chunks_mut(1 << 16)
+            .zip(g.par_chunks(1 << 16))
+            .for_each(|(d, s)| d.iter_mut().zip(s).for_each(|(d, s)| *d += s));
+    }
+    losses.iter().sum()
+}
+
 /// The state of a run on one rank.
 pub struct EmbedTrainer {
     pub cfg: EmbedConfig,
@@ -224,6 +272,8 @@ pub struct EmbedTrainer {
     /// Optimizer steps done.
     pub step: u64,
     ws: Workspace,
+    /// Per thread: a workspace and a gradient buffer for the chunked dense step.
+    chunk_ws: Vec<(Workspace, Vec<f32>)>,
     /// With `--pipeline`: the next step's first micro-batch, looked up before this
     /// step's update (one step stale).
     prefetched: Option<Fetched>,
@@ -280,6 +330,7 @@ impl EmbedTrainer {
             dense_state,
             step: 0,
             ws: Workspace::default(),
+            chunk_ws: Vec::new(),
             prefetched: None,
             acc: Accum::default(),
         })
@@ -352,7 +403,14 @@ impl EmbedTrainer {
         let next_parts = (self.cfg.pipeline && self.step + 1 < self.cfg.steps)
             .then(|| self.local_parts(p, rank, self.step + 1));
         let mlp = &self.mlp;
+        let threads = rayon::current_num_threads();
+        if self.chunk_ws.len() != threads {
+            self.chunk_ws = (0..threads)
+                .map(|_| (Workspace::default(), vec![0.0; n_params]))
+                .collect();
+        }
         let ws = &mut self.ws;
+        let chunk_ws = &mut self.chunk_ws;
         let labels = &current.batch.labels;
         let sizes: Vec<usize> = parts.iter().map(|&(_, c)| c).collect();
         let grad_dense = &mut fused[..n_params];
@@ -361,16 +419,18 @@ impl EmbedTrainer {
             let mut loss = 0.0;
             let mut lo = 0;
             for &c in &sizes {
-                let xv = ArrayView2::from_shape((c, width), &x[lo * width..(lo + c) * width])
-                    .expect("the MLP input is n x width by construction");
-                loss += mlp.forward_backward(
-                    xv,
-                    &labels[lo..lo + c],
-                    weight,
-                    grad_dense,
-                    &mut dx[lo * width..(lo + c) * width],
-                    ws,
-                );
+                let xs = &x[lo * width..(lo + c) * width];
+                let ls = &labels[lo..lo + c];
+                let dxs = &mut dx[lo * width..(lo + c) * width];
+                if chunk_ws.len() > 1 && c >= 64 * chunk_ws.len() {
+                    // Several threads: one block of rows each, gradients summed in
+                    // block order (the bits depend on the thread count, as promised).
+                    loss += dense_chunked(mlp, xs, ls, weight, width, grad_dense, dxs, chunk_ws);
+                } else {
+                    let xv = ArrayView2::from_shape((c, width), xs)
+                        .expect("the MLP input is n x width by construction");
+                    loss += mlp.forward_backward(xv, ls, weight, grad_dense, dxs, ws);
+                }
                 lo += c;
             }
             Ok((loss, t.elapsed().as_secs_f64()))
@@ -597,6 +657,38 @@ pub enum StepStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_chunked_dense_step_equals_the_whole_batch() {
+        let layers = [20, 16, 8, 1];
+        let mlp = Mlp::new(&layers, 3).unwrap();
+        let n = 300;
+        let mut rng = crate::rng::SplitMix64::new(9);
+        let x: Vec<f32> = (0..n * 20).map(|_| rng.next_normal() as f32).collect();
+        let y: Vec<f32> = (0..n).map(|i| (i % 3 == 0) as u8 as f32).collect();
+        let w = 1.0 / n as f32;
+        let mut g1 = vec![0.0; mlp.n_params()];
+        let mut dx1 = vec![0.0; n * 20];
+        let xv = ArrayView2::from_shape((n, 20), &x).unwrap();
+        let l1 = mlp.forward_backward(xv, &y, w, &mut g1, &mut dx1, &mut Workspace::default());
+        for k in [2, 3, 7] {
+            let mut ws: Vec<(Workspace, Vec<f32>)> = (0..k)
+                .map(|_| (Workspace::default(), vec![0.0; mlp.n_params()]))
+                .collect();
+            let mut g2 = vec![0.0; mlp.n_params()];
+            let mut dx2 = vec![0.0; n * 20];
+            let l2 = dense_chunked(&mlp, &x, &y, w, 20, &mut g2, &mut dx2, &mut ws);
+            assert!((l1 - l2).abs() < 1e-6 * l1.abs().max(1.0), "{l1} {l2}");
+            let scale = g1.iter().map(|v| v.abs()).fold(0.0, f32::max);
+            for (a, b) in g1.iter().zip(&g2) {
+                assert!((a - b).abs() <= 1e-5 * scale, "k={k}: {a} vs {b}");
+            }
+            assert_eq!(dx1.len(), dx2.len());
+            for (a, b) in dx1.iter().zip(&dx2) {
+                assert!((a - b).abs() <= 1e-6, "k={k}: dx {a} vs {b}");
+            }
+        }
+    }
 
     #[test]
     fn windows_cover_a_pass_and_never_straddle_its_end() {
