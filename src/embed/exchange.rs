@@ -508,6 +508,7 @@ fn sum_slot(
     w: usize,
     dedup: bool,
     shard_rows: u64,
+    sorted: bool,
 ) -> Result<SlotSum> {
     let total: usize = pieces.iter().map(|(ids, _)| ids.len()).sum();
     let mut index = Index::new(shard_rows, total);
@@ -571,6 +572,9 @@ fn sum_slot(
                 lindex.clear(&lrows);
             }
         }
+    }
+    if !sorted {
+        return Ok(SlotSum { rows, grads });
     }
     // Ascending rows: the order every column shard of a table agrees on.
     let mut order: Vec<usize> = (0..rows.len()).collect();
@@ -655,11 +659,24 @@ pub fn global_backward<C: Comm>(
         .iter()
         .map(|&s| store.local[store.slot_local[s].expect("owned slot is local")].rows)
         .collect();
+    // Column shards under row-wise Adagrad exchange row statistics in ascending row
+    // order; other slots keep their rows in first-seen order.
+    let needs_order: Vec<bool> = mine
+        .iter()
+        .map(|&s| {
+            store.opt.needs_row_stat()
+                && matches!(
+                    store.plan.tables[store.slots[s].table],
+                    Placement::Column { .. }
+                )
+        })
+        .collect();
     let sums: Vec<SlotSum> = pieces
         .par_iter()
         .zip(&widths)
         .zip(&shard_rows)
-        .map(|((pc, &w), &n)| sum_slot(pc, w, dedup, n))
+        .zip(&needs_order)
+        .map(|(((pc, &w), &n), &sorted)| sum_slot(pc, w, dedup, n, sorted))
         .collect::<Result<_>>()?;
 
     // Row statistics for row-wise Adagrad: squared norms of full rows; column shards
