@@ -48,5 +48,7 @@ timeout --kill-after=30 "${TORUSREC_TEST_TIMEOUT:-1500}" \
 
 # The job script against a real one-node Slurm (installs slurm-wlm and munge if
 # missing): submit, preempt with USR1, requeue, resume to the uninterrupted result.
+# It uses the binary `cargo test` just built (the integration tests run it too), rather
+# than building again without the `testing` feature.
 echo "== scripts/test_slurm.sh"
-timeout --kill-after=30 600 bash scripts/test_slurm.sh
+TORUSREC="$PWD/target/release/torusrec" timeout --kill-after=30 600 bash scripts/test_slurm.sh

@@ -104,7 +104,7 @@ if [[ -z ${TORUSREC:-} ]]; then
         . "${CARGO_HOME:-$HOME/.cargo}/env"
     fi
     say "cargo build --release"
-    timeout "${TEST_SLURM_BUILD_TIMEOUT:-1200}" cargo build --release \
+    timeout "${TEST_SLURM_BUILD_TIMEOUT:-540}" cargo build --release \
         || abort "cargo build --release failed"
     TORUSREC="$REPO/target/release/torusrec"
 fi
@@ -173,7 +173,7 @@ preempt_job() {
     # sbatch exports this shell's environment: clear the variables the job scripts read, so
     # that only VAR=VALUE... configures the job (a stray DATA would change the embed model).
     local v unset=()
-    for v in PRESET TABLES DATA RANKS DIM EPOCHS BATCH ACCUMULATE STEPS PLAN OUT EXTRA \
+    for v in PRESET TABLES DATA RANKS DIM EPOCHS BATCH ACCUMULATE STEPS PLAN OUT EXTRA CKPT_EVERY \
         SIGNAL_GRACE TORUSREC_REPO; do
         unset+=(-u "$v")
     done
@@ -326,12 +326,13 @@ preempt_job als als_webgraph.sbatch "${TEST_SLURM_SIGNAL_AT:-}" \
 # The signal goes out once the first checkpoint (step 20) exists, which is robust to the
 # job running faster or slower than the reference did; a signal within the job script's
 # SIGNAL_GRACE (5 s) of the launch is held back until then, still well before the end.
-embed_extra="--checkpoint-every $EMBED_CKPT_EVERY --threads $THREADS --log-every 20"
+embed_extra="--threads $THREADS --log-every 20"
 # shellcheck disable=SC2086  # embed_extra is a list of flags, split on purpose
 reference embed embed --preset "$EMBED_PRESET" --batch 1024 --accumulate 2 --steps "$EMBED_STEPS" \
-    --plan auto --checkpoint-dir "$work/embed-ckpt-ref" --resume auto $embed_extra
+    --plan auto --checkpoint-dir "$work/embed-ckpt-ref" --checkpoint-every "$EMBED_CKPT_EVERY" \
+    --resume auto $embed_extra
 preempt_job embed embed_clicks.sbatch "${TEST_SLURM_EMBED_SIGNAL_AT:-0}" \
     PRESET="$EMBED_PRESET" RANKS="$RANKS" BATCH=1024 ACCUMULATE=2 STEPS="$EMBED_STEPS" PLAN=auto \
-    EXTRA="$embed_extra"
+    CKPT_EVERY="$EMBED_CKPT_EVERY" EXTRA="$embed_extra"
 
 say "test body $((SECONDS - deadline + BUDGET))s of the ${BUDGET}s budget"

@@ -236,8 +236,13 @@ fn nan_holds_the_run_and_corrupt_checkpoints_hold_it() {
     let o = ckpt_cmd(3, dir.path(), &["--checkpoint-every", "2"])
         .env("TORUSREC_INJECT_NAN", "5@1")
         .run();
-    o.expect_code(76).occurs("non-finite", 1);
-    assert!(dir.path().join("HOLD.json").exists());
+    o.expect_code(76)
+        .occurs("non-finite", 1)
+        .stderr_has(&["on rank 1 at step 5"]);
+    let hold = torusrec::ckpt::read_hold(dir.path())
+        .unwrap()
+        .expect("HOLD.json");
+    assert_eq!((hold.rank, hold.step, hold.epoch), (Some(1), Some(5), None));
     ckpt_run(3, dir.path(), &["--resume", "auto"])
         .expect_code(76)
         .stderr_has(&["HOLD.json"]);

@@ -470,6 +470,7 @@ impl Trainer {
                     reason: reason.clone(),
                     rank,
                     epoch: Some(self.pos.epoch + 1),
+                    step: None,
                     time: ckpt::now_secs(),
                 };
                 match ckpt::write_hold(dir, &hold) {

@@ -415,7 +415,8 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
                 let h = crate::ckpt::Hold {
                     reason: reason.clone(),
                     rank,
-                    epoch: Some(step as usize),
+                    epoch: None,
+                    step: Some(step),
                     time: crate::ckpt::now_secs(),
                 };
                 match crate::ckpt::write_hold(dir, &h) {
@@ -468,11 +469,14 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
     while tr.step < steps {
         let flag = preempt.is_set() || crate::ckpt::faults::preempt_at() == Some(tr.step + 1);
         let status = tr.global_step(comm, flag)?;
-        if status == StepStatus::NonFinite {
+        if let StepStatus::NonFinite { rank } = status {
             return Err(hold(
                 comm,
-                format!("non-finite loss or gradient at step {}", tr.step + 1),
-                None,
+                format!(
+                    "non-finite loss or gradient on rank {rank} at step {}",
+                    tr.step + 1
+                ),
+                Some(rank),
                 tr.step + 1,
             ));
         }

@@ -83,7 +83,12 @@ pub fn apply_retention(dir: &Path, keep: usize) -> Result<Vec<u64>> {
 pub struct Hold {
     pub reason: String,
     pub rank: Option<usize>,
+    /// The ALS epoch (1-based) the hold happened in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epoch: Option<usize>,
+    /// The embedding model's optimizer step (1-based) the hold happened in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<u64>,
     /// Seconds since the Unix epoch.
     pub time: u64,
 }
@@ -107,6 +112,7 @@ pub fn read_hold(dir: &Path) -> Result<Option<Hold>> {
             reason: format!("unreadable {HOLD_FILE}: {}", s.trim()),
             rank: None,
             epoch: None,
+            step: None,
             time: 0,
         }))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -167,6 +173,7 @@ mod tests {
             reason: "NaN in W".into(),
             rank: Some(2),
             epoch: Some(3),
+            step: None,
             time: 5,
         };
         write_hold(d.path(), &h).unwrap();

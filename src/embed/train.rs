@@ -471,7 +471,11 @@ impl EmbedTrainer {
         ];
         comm.all_reduce_sum(&mut status);
         if status[1] > 0.0 {
-            return Ok(StepStatus::NonFinite);
+            // The lowest rank that saw it, for the hold's reason.
+            let first = comm.all_reduce_max(if finite { 0 } else { (p - rank) as u64 });
+            return Ok(StepStatus::NonFinite {
+                rank: p - first as usize,
+            });
         }
 
         let t = Instant::now();
@@ -650,8 +654,11 @@ pub enum StepStatus {
     Done,
     /// A preemption signal reached some rank; the step was applied.
     Preempt,
-    /// Some rank saw NaN/Inf; nothing of the step was applied.
-    NonFinite,
+    /// Some rank saw NaN/Inf (`rank` is the lowest that did); nothing of the step was
+    /// applied.
+    NonFinite {
+        rank: usize,
+    },
 }
 
 #[cfg(test)]
