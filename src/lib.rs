@@ -7,6 +7,7 @@ extern crate openblas_src as _;
 
 pub mod als;
 pub mod app;
+pub mod bf16;
 pub mod ckpt;
 pub mod cli;
 pub mod comm;
