@@ -41,9 +41,12 @@ impl Bf16 {
 }
 
 /// The element type a table is stored in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum TableDtype {
+    #[default]
     F32,
     Bf16,
 }
@@ -76,6 +79,16 @@ pub trait TableElem: Copy + Default + Send + Sync + PartialEq + std::fmt::Debug 
     const DTYPE: TableDtype;
     fn to_f32(self) -> f32;
     fn from_f32(x: f32) -> Self;
+    /// The slice itself when the element is f32 (so f32 tables are never copied).
+    fn as_f32(s: &[Self]) -> Option<&[f32]> {
+        let _ = s;
+        None
+    }
+    /// As [`TableElem::as_f32`], mutable.
+    fn as_f32_mut(s: &mut [Self]) -> Option<&mut [f32]> {
+        let _ = s;
+        None
+    }
 }
 
 impl TableElem for f32 {
@@ -87,6 +100,12 @@ impl TableElem for f32 {
     #[inline(always)]
     fn from_f32(x: f32) -> Self {
         x
+    }
+    fn as_f32(s: &[Self]) -> Option<&[f32]> {
+        Some(s)
+    }
+    fn as_f32_mut(s: &mut [Self]) -> Option<&mut [f32]> {
+        Some(s)
     }
 }
 
@@ -100,6 +119,17 @@ impl TableElem for Bf16 {
     fn from_f32(x: f32) -> Self {
         Bf16::from_f32(x)
     }
+}
+
+/// The bit patterns of a bf16 slice (for storage as u16).
+pub fn bits(s: &[Bf16]) -> &[u16] {
+    // SAFETY: `Bf16` is `repr(transparent)` over `u16`.
+    unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<u16>(), s.len()) }
+}
+
+/// bf16 values from their bit patterns.
+pub fn from_bits(v: Vec<u16>) -> Vec<Bf16> {
+    v.into_iter().map(Bf16).collect()
 }
 
 /// Widen `src` into `dst` (same length).
@@ -169,10 +199,7 @@ mod tests {
         // 1 + 2^-8 lies exactly between 1 and 1 + 2^-7: ties to even (1.0).
         assert_eq!(Bf16::from_f32(1.0 + 1.0 / 256.0).to_f32(), 1.0);
         // 1 + 3 * 2^-8 lies between 1 + 2^-7 (odd) and 1 + 2^-6 (even): up.
-        assert_eq!(
-            Bf16::from_f32(1.0 + 3.0 / 256.0).to_f32(),
-            1.0 + 1.0 / 64.0
-        );
+        assert_eq!(Bf16::from_f32(1.0 + 3.0 / 256.0).to_f32(), 1.0 + 1.0 / 64.0);
         assert_eq!(Bf16::from_f32(-0.0).0, 0x8000);
         assert_eq!(Bf16::from_f32(f32::INFINITY).to_f32(), f32::INFINITY);
         assert_eq!(Bf16::from_f32(f32::MAX).to_f32(), f32::INFINITY);

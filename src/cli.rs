@@ -374,6 +374,18 @@ pub struct AlsArgs {
     /// Wait up to SECS for the dataset to appear (or finish being written).
     #[arg(long, value_name = "SECS", default_value_t = 0.0)]
     pub wait_for_data: f64,
+    /// Element type of the tables (stored, exchanged, checkpointed); solves and
+    /// Gramians always compute in f32/f64.
+    #[arg(long, value_enum, default_value_t = crate::bf16::TableDtype::F32)]
+    pub table_dtype: crate::bf16::TableDtype,
+    /// Refuse (exit 2) a run whose estimated memory per rank exceeds this (e.g. 8G,
+    /// 512M; default: the node's memory divided by the ranks on the node).
+    #[arg(long, value_name = "BYTES", value_parser = parse_mem)]
+    pub mem_per_rank: Option<u64>,
+}
+
+fn parse_mem(s: &str) -> std::result::Result<u64, String> {
+    crate::app::embed::parse_bytes(s).map_err(|e| e.to_string())
 }
 
 impl AlsArgs {
@@ -409,6 +421,8 @@ impl AlsArgs {
                 release_hold: self.release_hold,
                 wait_for_data: self.wait_for_data,
             },
+            table_dtype: self.table_dtype,
+            mem_per_rank: self.mem_per_rank,
         }
     }
 }

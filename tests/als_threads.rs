@@ -54,6 +54,8 @@ fn config(data: &Path) -> AlsConfig {
         step_nnz: 2000,
         loss_every_half: false,
         checkpoint: Default::default(),
+        table_dtype: Default::default(),
+        mem_per_rank: None,
     }
 }
 

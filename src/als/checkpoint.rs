@@ -3,7 +3,7 @@
 //! manifest, the data or a checksum does not match.
 
 use super::model::{global_write_tables, local_read_rows, read_str_attr, TablePart};
-use super::train::Trainer;
+use super::train::{TableScalar, Trainer};
 use crate::ckpt::{self, SCHEMA};
 use crate::comm::Comm;
 use crate::data::dataset::open_h5;
@@ -61,7 +61,7 @@ pub struct Manifest {
     pub written_at: u64,
 }
 
-fn identity<C: Comm>(comm: &C, tr: &Trainer) -> DataIdentity {
+fn identity<C: Comm, T: TableScalar>(comm: &C, tr: &Trainer<T>) -> DataIdentity {
     let m = &tr.shards.meta;
     let mut nnz = [tr.rows_side().shard.nnz()];
     comm.all_reduce_sum(&mut nnz);
@@ -82,7 +82,11 @@ fn global_sums<C: Comm>(comm: &C, w: u64, h: u64) -> [u64; 2] {
 
 /// Collective: every rank must call. Writes `ckpt-<step>.h5` atomically into the
 /// checkpoint directory, then applies the retention policy.
-pub fn global_write_checkpoint<C: Comm>(comm: &C, tr: &Trainer, step: u64) -> Result<PathBuf> {
+pub fn global_write_checkpoint<C: Comm, T: TableScalar>(
+    comm: &C,
+    tr: &Trainer<T>,
+    step: u64,
+) -> Result<PathBuf> {
     let t0 = std::time::Instant::now();
     let dir = tr
         .cfg
@@ -185,21 +189,30 @@ pub fn local_read_manifest(path: &Path) -> Result<Manifest> {
 /// Collective: every rank must call. Read the checkpoint at `path` for this trainer's
 /// shards (any world size), verifying the manifest against the run and every
 /// dataset's checksum. Errors are `Error::Hold` (exit 76) with the file and dataset.
-pub fn global_restore<C: Comm>(
+pub fn global_restore<C: Comm, T: TableScalar>(
     comm: &C,
-    tr: &Trainer,
+    tr: &Trainer<T>,
     path: &Path,
-) -> Result<(Manifest, Vec<f32>, Vec<f32>)> {
+) -> Result<(Manifest, Vec<T>, Vec<T>)> {
     let _p = comm.stats().phase("io");
     let d = tr.cfg.dim;
     let want_data = identity(comm, tr);
-    let local = (|| -> Result<(Manifest, Vec<f32>, Vec<f32>)> {
+    let local = (|| -> Result<(Manifest, Vec<T>, Vec<T>)> {
         let m = local_read_manifest(path)?;
         let where_ = path.display();
         if m.schema != SCHEMA || m.workload != "als" {
             return Err(Error::Hold(format!(
                 "{where_}: schema {} workload {:?}, expected {SCHEMA} \"als\"",
                 m.schema, m.workload
+            )));
+        }
+        if m.config.table_dtype != tr.cfg.table_dtype {
+            return Err(Error::Hold(format!(
+                "{where_}: the checkpoint's tables are {}, this run asks for {} (--table-dtype {}); resume with --table-dtype {}",
+                m.config.table_dtype,
+                tr.cfg.table_dtype,
+                tr.cfg.table_dtype,
+                m.config.table_dtype
             )));
         }
         if m.config_hash != tr.cfg.result_hash() {

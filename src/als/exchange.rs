@@ -6,10 +6,13 @@
 //! `Allgather`: ALX's scheme, kept as the baseline — every rank all-gathers every rank's
 //! ids, owners fill the rows they own into a dense `[all ids x d]` buffer (zeros
 //! elsewhere) and a sum-all-reduce gives every rank every row; each keeps its part.
-//! Both give bitwise the same gathered table (adding zeros is exact).
+//! Both give bitwise the same gathered table (adding zeros is exact). Rows travel in the
+//! tables' element type (f32 or bf16); the all-gather baseline sums in f32 (widening
+//! and rounding back a bf16 value is exact), as a TPU's bf16 all-reduce would not.
 
 use super::shard::owner_of;
-use crate::comm::{Comm, Received};
+use crate::bf16::TableElem;
+use crate::comm::{Comm, Elem, Received};
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 
@@ -117,12 +120,12 @@ impl ExchangePlan {
     /// Collective: every rank must call. The rows `needed` of the distributed table
     /// whose local shard (rows `bounds[rank]..bounds[rank+1]`, width `d`) is `local`;
     /// `None` on one rank, where the indices address `local` itself.
-    pub fn global_fetch<C: Comm>(
+    pub fn global_fetch<C: Comm, T: Elem + TableElem>(
         &self,
         comm: &C,
-        local: &[f32],
+        local: &[T],
         d: usize,
-    ) -> Result<Option<Vec<f32>>> {
+    ) -> Result<Option<Vec<T>>> {
         if self.identity {
             return Ok(None);
         }
@@ -158,13 +161,16 @@ impl ExchangePlan {
                 let hi = self.bounds[comm.rank() + 1];
                 for (k, &id) in ids.data.iter().enumerate() {
                     if (id as u64) >= lo && (id as u64) < hi {
-                        dense[k * d..(k + 1) * d].copy_from_slice(row(id));
+                        crate::bf16::widen(row(id), &mut dense[k * d..(k + 1) * d]);
                     }
                 }
                 comm.all_reduce_sum(&mut dense);
                 let start: usize = self.all_counts[..comm.rank()].iter().sum();
                 Ok(Some(
-                    dense[start * d..(start + self.needed.len()) * d].to_vec(),
+                    dense[start * d..(start + self.needed.len()) * d]
+                        .iter()
+                        .map(|&x| T::from_f32(x))
+                        .collect(),
                 ))
             }
         }

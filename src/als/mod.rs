@@ -6,6 +6,7 @@
 pub mod checkpoint;
 pub mod eval;
 pub mod exchange;
+pub mod kernels;
 pub mod model;
 pub mod shard;
 pub mod solve;
@@ -49,6 +50,13 @@ pub struct AlsConfig {
     /// over the observed cells).
     pub loss_every_half: bool,
     pub checkpoint: CheckpointConfig,
+    /// The element type tables are stored, exchanged and checkpointed in.
+    #[serde(default)]
+    pub table_dtype: crate::bf16::TableDtype,
+    /// Refuse, before allocating, a run whose estimated memory per rank exceeds this
+    /// many bytes (`None`: the node's memory divided by the ranks on it).
+    #[serde(default)]
+    pub mem_per_rank: Option<u64>,
 }
 
 /// Where to resume from.
@@ -159,11 +167,15 @@ impl AlsConfig {
     /// A hash of the settings that change the numbers: resuming under another value
     /// of any of them would not continue the same run.
     pub fn result_hash(&self) -> String {
-        let key = serde_json::json!({
+        let mut key = serde_json::json!({
             "dim": self.dim, "reg": self.reg, "unobserved_weight": self.unobserved_weight,
             "solver": self.solver, "cg_steps": self.cg_steps, "seed": self.seed,
             "init_std": self.init_std, "hub_chunk": self.hub_chunk, "step_nnz": self.step_nnz,
         });
+        // f32 runs keep the hashes they had before bf16 tables existed.
+        if self.table_dtype != crate::bf16::TableDtype::F32 {
+            key["table_dtype"] = serde_json::json!(self.table_dtype);
+        }
         format!("{:016x}", crate::ckpt::hash_str(&key.to_string()))
     }
 }

@@ -1,6 +1,7 @@
 //! Tables by global id in HDF5: the trained model (`/W`, `/H`) and, later, checkpoints.
 //! Written through a temporary name by every rank in turn, then renamed by rank 0.
 
+use crate::bf16::{Bf16, TableDtype, TableElem};
 use crate::comm::Comm;
 use crate::data::dataset::temp_path;
 use crate::error::{Error, Result};
@@ -8,12 +9,98 @@ use crate::rng::mix64;
 use hdf5::types::VarLenUnicode;
 use std::path::Path;
 
-/// One rank's rows `lo..lo + data.len()/d` of a distributed `n x d` f32 table.
-pub struct TablePart<'a> {
+/// One rank's rows `lo..lo + data.len()/d` of a distributed `n x d` table.
+pub struct TablePart<'a, T> {
     pub name: &'a str,
     pub n: u64,
     pub lo: u64,
-    pub data: &'a [f32],
+    pub data: &'a [T],
+}
+
+/// How a table's element type is stored in HDF5: f32 as f32; bf16 as its u16 bit
+/// pattern, with the dataset attribute `dtype = "bf16"` (HDF5 has no bf16 type).
+pub trait StoredElem: TableElem {
+    fn create(f: &hdf5::File, name: &str, n: usize, d: usize) -> hdf5::Result<hdf5::Dataset>;
+    fn write(
+        ds: &hdf5::Dataset,
+        data: &[Self],
+        rows: usize,
+        d: usize,
+        lo: usize,
+    ) -> hdf5::Result<()>;
+    fn read(ds: &hdf5::Dataset, lo: usize, hi: usize) -> hdf5::Result<Vec<Self>>;
+}
+
+fn write_rows<U: hdf5::H5Type>(
+    ds: &hdf5::Dataset,
+    data: &[U],
+    rows: usize,
+    d: usize,
+    lo: usize,
+) -> hdf5::Result<()> {
+    let view = ndarray::ArrayView2::from_shape((rows, d), data)
+        .map_err(|e| hdf5::Error::from(e.to_string().as_str()))?;
+    ds.write_slice(view, ndarray::s![lo..lo + rows, ..])
+}
+
+fn read_rows<U: hdf5::H5Type>(ds: &hdf5::Dataset, lo: usize, hi: usize) -> hdf5::Result<Vec<U>> {
+    ds.read_slice_2d::<U, _>(ndarray::s![lo..hi, ..])
+        .map(|a| a.into_raw_vec_and_offset().0)
+}
+
+impl StoredElem for f32 {
+    fn create(f: &hdf5::File, name: &str, n: usize, d: usize) -> hdf5::Result<hdf5::Dataset> {
+        f.new_dataset::<f32>().shape((n, d)).create(name)
+    }
+    fn write(
+        ds: &hdf5::Dataset,
+        data: &[f32],
+        rows: usize,
+        d: usize,
+        lo: usize,
+    ) -> hdf5::Result<()> {
+        write_rows(ds, data, rows, d, lo)
+    }
+    fn read(ds: &hdf5::Dataset, lo: usize, hi: usize) -> hdf5::Result<Vec<f32>> {
+        read_rows(ds, lo, hi)
+    }
+}
+
+impl StoredElem for Bf16 {
+    fn create(f: &hdf5::File, name: &str, n: usize, d: usize) -> hdf5::Result<hdf5::Dataset> {
+        let ds = f.new_dataset::<u16>().shape((n, d)).create(name)?;
+        let v: VarLenUnicode = "bf16".parse().map_err(|_| hdf5::Error::from("dtype"))?;
+        ds.new_attr::<VarLenUnicode>()
+            .create("dtype")
+            .and_then(|a| a.write_scalar(&v))?;
+        Ok(ds)
+    }
+    fn write(
+        ds: &hdf5::Dataset,
+        data: &[Bf16],
+        rows: usize,
+        d: usize,
+        lo: usize,
+    ) -> hdf5::Result<()> {
+        write_rows(ds, crate::bf16::bits(data), rows, d, lo)
+    }
+    fn read(ds: &hdf5::Dataset, lo: usize, hi: usize) -> hdf5::Result<Vec<Bf16>> {
+        read_rows::<u16>(ds, lo, hi).map(crate::bf16::from_bits)
+    }
+}
+
+/// The element type a stored table dataset holds: `dtype = "bf16"` on a u16 dataset,
+/// else f32.
+pub fn stored_dtype(ds: &hdf5::Dataset) -> TableDtype {
+    let tagged = ds
+        .attr("dtype")
+        .and_then(|a| a.read_scalar::<VarLenUnicode>())
+        .is_ok_and(|v| v.as_str() == "bf16");
+    if tagged {
+        TableDtype::Bf16
+    } else {
+        TableDtype::F32
+    }
 }
 
 fn h5<T>(path: &Path, what: impl Into<String>, r: hdf5::Result<T>) -> Result<T> {
@@ -22,11 +109,11 @@ fn h5<T>(path: &Path, what: impl Into<String>, r: hdf5::Result<T>) -> Result<T> 
 
 /// Collective: every rank must call. Writes `tables` and string/number attributes to
 /// `out` atomically (temporary file, rank-ordered writes, rename by rank 0).
-pub fn global_write_tables<C: Comm>(
+pub fn global_write_tables<C: Comm, T: StoredElem>(
     comm: &C,
     out: &Path,
     d: usize,
-    tables: &[TablePart],
+    tables: &[TablePart<T>],
     str_attrs: &[(&str, String)],
     f64_attrs: &[(&str, f64)],
 ) -> Result<()> {
@@ -36,14 +123,19 @@ pub fn global_write_tables<C: Comm>(
         (|| -> Result<()> {
             let f = h5(&tmp, "create", hdf5::File::create(&tmp))?;
             for t in tables {
-                h5(
-                    &tmp,
-                    t.name,
-                    f.new_dataset::<f32>()
-                        .shape((t.n as usize, d))
-                        .create(t.name),
-                )?;
+                h5(&tmp, t.name, T::create(&f, t.name, t.n as usize, d))?;
             }
+            let dtype: VarLenUnicode = T::DTYPE
+                .name()
+                .parse()
+                .map_err(|e| Error::Config(format!("attribute table_dtype: {e}")))?;
+            h5(
+                &tmp,
+                "table_dtype",
+                f.new_attr::<VarLenUnicode>()
+                    .create("table_dtype")
+                    .and_then(|a| a.write_scalar(&dtype)),
+            )?;
             for (k, v) in str_attrs {
                 let v: VarLenUnicode = v
                     .parse()
@@ -83,14 +175,7 @@ pub fn global_write_tables<C: Comm>(
                         continue;
                     }
                     let ds = h5(&tmp, t.name, f.dataset(t.name))?;
-                    let view = ndarray::ArrayView2::from_shape((rows, d), t.data)
-                        .map_err(|e| Error::Comm(format!("table {}: {e}", t.name)))?;
-                    let lo = t.lo as usize;
-                    h5(
-                        &tmp,
-                        t.name,
-                        ds.write_slice(view, ndarray::s![lo..lo + rows, ..]),
-                    )?;
+                    h5(&tmp, t.name, T::write(&ds, t.data, rows, d, t.lo as usize))?;
                 }
                 h5(&tmp, "close", f.close())
             })();
@@ -110,32 +195,43 @@ pub fn global_write_tables<C: Comm>(
 }
 
 /// An order-independent checksum of a table part by global row id (sum over rows of a
-/// hash of the row's bits and id), to be summed over ranks.
-pub fn local_checksum(data: &[f32], lo: u64, d: usize, salt: u64) -> u64 {
+/// hash of the row's bits and id), to be summed over ranks. A bf16 value hashes as its
+/// (exact) f32 widening, so a table and its f32 copy have the same checksum.
+pub fn local_checksum<T: TableElem>(data: &[T], lo: u64, d: usize, salt: u64) -> u64 {
     data.chunks_exact(d)
         .enumerate()
         .map(|(i, row)| {
             let mut h = mix64(salt ^ (lo + i as u64));
             for x in row {
-                h = mix64(h ^ x.to_bits() as u64);
+                h = mix64(h ^ x.to_f32().to_bits() as u64);
             }
             h
         })
         .fold(0u64, |a, b| a.wrapping_add(b))
 }
 
-/// Rank-local: rows `lo..hi` of the `n x d` f32 table `name` in an open file.
-pub fn local_read_rows(
+/// Rank-local: rows `lo..hi` of the `n x d` table `name` in an open file, stored in
+/// `T`'s element type (another element type is refused, naming both).
+pub fn local_read_rows<T: StoredElem>(
     f: &hdf5::File,
     path: &Path,
     name: &str,
     lo: u64,
     hi: u64,
     d: usize,
-) -> Result<Vec<f32>> {
+) -> Result<Vec<T>> {
     let ds = f
         .dataset(name)
         .map_err(|_| Error::Hold(format!("{}: dataset /{name} is missing", path.display())))?;
+    let stored = stored_dtype(&ds);
+    if stored != T::DTYPE {
+        return Err(Error::Hold(format!(
+            "{}: dataset /{name} holds {stored} values, this run stores its tables in {} (--table-dtype {})",
+            path.display(),
+            T::DTYPE,
+            T::DTYPE
+        )));
+    }
     let shape = ds.shape();
     if shape.len() != 2 || shape[1] != d || (shape[0] as u64) < hi {
         return Err(Error::Hold(format!(
@@ -146,14 +242,12 @@ pub fn local_read_rows(
     if lo == hi {
         return Ok(Vec::new());
     }
-    ds.read_slice_2d::<f32, _>(ndarray::s![lo as usize..hi as usize, ..])
-        .map(|a| a.into_raw_vec_and_offset().0)
-        .map_err(|e| {
-            Error::Hold(format!(
-                "{}: dataset /{name} is unreadable: {e}",
-                path.display()
-            ))
-        })
+    T::read(&ds, lo as usize, hi as usize).map_err(|e| {
+        Error::Hold(format!(
+            "{}: dataset /{name} is unreadable: {e}",
+            path.display()
+        ))
+    })
 }
 
 /// Rank-local: a string attribute of the root group.

@@ -5,14 +5,14 @@
 use super::checkpoint::{global_restore, global_write_checkpoint, Manifest, Position};
 use super::eval::{EvalSet, Recall};
 use super::exchange::ExchangePlan;
-use super::model::{global_write_tables, local_checksum, TablePart};
+use super::kernels::{all_pairs_term, cg_solve, cholesky_solve, gramian, local_loss_terms};
+use super::model::{global_write_tables, local_checksum, StoredElem, TablePart};
 use super::shard::{balance_by_nnz, global_read_shards, CsrShard, Shards};
-use super::solve::{
-    all_pairs_term, cg_solve, cholesky_solve, gramian, local_loss_terms, RowsView, SolveParams,
-};
+use super::solve::{RowsView, SolveParams};
 use super::{AlsConfig, Resume, SolverKind};
+use crate::bf16::{Bf16, TableElem};
 use crate::ckpt::{self, faults, signals::Preemption};
-use crate::comm::Comm;
+use crate::comm::{Comm, Elem};
 use crate::error::{Error, Result};
 use crate::rng::{stream, SplitMix64};
 use serde::{Deserialize, Serialize};
@@ -59,24 +59,37 @@ pub struct TrainReport {
     pub resumed_from: Option<Position>,
 }
 
-/// Initial embedding of global id `id`: N(0, (init_std / sqrt(d))^2), from (seed, id).
-pub fn init_table(lo: u64, n: usize, d: usize, seed: u64, which: u64, init_std: f32) -> Vec<f32> {
+/// The element types a table can be stored in: f32 or bf16 (`--table-dtype`).
+pub trait TableScalar: StoredElem + Elem {}
+impl TableScalar for f32 {}
+impl TableScalar for Bf16 {}
+
+/// Initial embedding of global id `id`: N(0, (init_std / sqrt(d))^2), from (seed, id),
+/// rounded to the table's element type.
+pub fn init_table<T: TableElem>(
+    lo: u64,
+    n: usize,
+    d: usize,
+    seed: u64,
+    which: u64,
+    init_std: f32,
+) -> Vec<T> {
     let scale = init_std as f64 / (d as f64).sqrt();
-    let mut t = vec![0f32; n * d];
+    let mut t = vec![T::default(); n * d];
     for (i, row) in t.chunks_exact_mut(d.max(1)).enumerate() {
         let mut g = SplitMix64::for_id(seed, which, lo + i as u64);
         for x in row {
-            *x = (g.next_normal() * scale) as f32;
+            *x = T::from_f32((g.next_normal() * scale) as f32);
         }
     }
     t
 }
 
-/// One side of the alternation on this rank: the rows it solves, their observed ids as
-/// positions in the gathered fixed table, the plan that gathers it, and its steps.
+/// One side of the alternation on this rank: the rows it solves (their observed ids
+/// rewritten in place to positions in the gathered fixed table, so the CSR is held
+/// once), the plan that gathers it, and its steps.
 pub struct Side {
     pub shard: CsrShard,
-    pub local: Vec<u32>,
     pub plan: ExchangePlan,
     pub counts: Vec<u32>,
     /// `steps + 1` local row boundaries of the steps, balanced by non-zeros.
@@ -87,17 +100,16 @@ impl Side {
     fn global_build<C: Comm>(
         comm: &C,
         cfg: &AlsConfig,
-        shard: CsrShard,
+        mut shard: CsrShard,
         fixed_bounds: &[u64],
         steps: usize,
     ) -> Result<Self> {
-        let mut local = shard.indices.clone();
-        let plan = ExchangePlan::global_build(comm, cfg.exchange, &mut local, fixed_bounds)?;
+        let plan =
+            ExchangePlan::global_build(comm, cfg.exchange, &mut shard.indices, fixed_bounds)?;
         let counts = shard.counts();
         let step_bounds = balance_by_nnz(&shard.indptr, steps);
         Ok(Self {
             shard,
-            local,
             plan,
             counts,
             step_bounds,
@@ -106,22 +118,43 @@ impl Side {
 }
 
 /// Collective: every rank must call. The Gramian of a distributed table.
-pub fn global_gramian<C: Comm>(comm: &C, local: &[f32], d: usize) -> Vec<f64> {
+pub fn global_gramian<C: Comm, T: TableElem>(comm: &C, local: &[T], d: usize) -> Vec<f64> {
     let mut g = gramian(local, d);
     let _p = comm.stats().phase("gramian");
     comm.all_reduce_sum(&mut g);
     g
 }
 
-fn reg_norms(table: &[f32], counts: &[u32], d: usize, alpha0: f32, n_other: f64) -> f64 {
+fn reg_norms<T: TableElem>(
+    table: &[T],
+    counts: &[u32],
+    d: usize,
+    alpha0: f32,
+    n_other: f64,
+) -> f64 {
     table
         .chunks_exact(d)
         .zip(counts)
         .map(|(x, &c)| {
             (c as f64 + alpha0 as f64 * n_other)
-                * x.iter().map(|&v| v as f64 * v as f64).sum::<f64>()
+                * x.iter()
+                    .map(|&v| v.to_f32() as f64 * v.to_f32() as f64)
+                    .sum::<f64>()
         })
         .sum()
+}
+
+/// Solve the rows of `out` (a run of the solved table in its element type): in place
+/// for f32; through an f32 copy, rounded back once, for bf16.
+fn solve_rows<T: TableElem>(out: &mut [T], scratch: &mut Vec<f32>, f: impl FnOnce(&mut [f32])) {
+    if let Some(x) = T::as_f32_mut(out) {
+        f(x);
+        return;
+    }
+    scratch.clear();
+    scratch.extend(out.iter().map(|v| v.to_f32()));
+    f(scratch);
+    crate::bf16::narrow(scratch, out);
 }
 
 /// Intersect `[a, b)` with a sorted list of disjoint ranges; returns the parts of
@@ -165,16 +198,16 @@ const STATUS_OK: u64 = 0;
 const STATUS_PREEMPT: u64 = 1;
 const STATUS_NONFINITE: u64 = 2;
 
-/// The distributed model state of one rank.
-pub struct Trainer {
+/// The distributed model state of one rank, with tables stored as `T` (f32 or bf16).
+pub struct Trainer<T: TableScalar = f32> {
     pub cfg: AlsConfig,
     /// Sizes, bounds and the test set; its `rows`/`cols` CSRs live in the sides
     /// ([`Trainer::rows_side`], [`Trainer::cols_side`]) and are empty here.
     pub shards: Shards,
     rows: Side,
     cols: Side,
-    pub w: Vec<f32>,
-    pub h: Vec<f32>,
+    pub w: Vec<T>,
+    pub h: Vec<T>,
     gram_w: Vec<f64>,
     gram_h: Vec<f64>,
     eval: EvalSet,
@@ -184,11 +217,13 @@ pub struct Trainer {
     local_done: Vec<(u64, u64)>,
     /// The gathered fixed table of the current half, once fetched (`Some(None)`: the
     /// local table itself, on one rank).
-    fixed: Option<Option<Vec<f32>>>,
+    fixed: Option<Option<Vec<T>>>,
     pub preempt: Preemption,
+    /// The f32 copy of a step's rows when the tables are bf16 (reused).
+    scratch: Vec<f32>,
 }
 
-impl Trainer {
+impl<T: TableScalar> Trainer<T> {
     /// Collective: every rank must call. Reads the shards, builds the exchange plans
     /// and initializes both tables from (seed, global id).
     pub fn global_new<C: Comm>(comm: &C, cfg: &AlsConfig, preempt: Preemption) -> Result<Self> {
@@ -238,6 +273,7 @@ impl Trainer {
             local_done: Vec::new(),
             fixed: None,
             preempt,
+            scratch: Vec::new(),
         })
     }
 
@@ -259,8 +295,8 @@ impl Trainer {
     pub fn restore(
         &mut self,
         pos: Position,
-        w: Vec<f32>,
-        h: Vec<f32>,
+        w: Vec<T>,
+        h: Vec<T>,
         gram_w: Vec<f64>,
         gram_h: Vec<f64>,
     ) {
@@ -314,7 +350,7 @@ impl Trainer {
             } else {
                 (&self.cols, &mut self.h, &self.w, &self.gram_w)
             };
-            let fixed: &[f32] = match &self.fixed {
+            let fixed: &[T] = match &self.fixed {
                 Some(Some(v)) => v,
                 _ => fixed_local,
             };
@@ -334,30 +370,30 @@ impl Trainer {
                 let (r0, r1) = ((x - lo) as usize, (y - lo) as usize);
                 let view = RowsView {
                     indptr: &side.shard.indptr[r0..=r1],
-                    indices: &side.local,
+                    indices: &side.shard.indices,
                 };
                 let out = &mut solved[r0 * d..r1 * d];
-                match self.cfg.solver {
-                    SolverKind::Cg => cg_solve(
-                        out,
-                        view,
-                        fixed,
-                        d,
-                        &g32,
-                        params,
-                        self.cfg.cg_steps,
-                        self.cfg.hub_chunk,
-                    ),
-                    SolverKind::Cholesky => {
-                        if let Err(e) = cholesky_solve(out, view, fixed, d, gram_fixed, params) {
-                            solve_err = Err(e);
+                let (solver, cg_steps, hub_chunk) =
+                    (self.cfg.solver, self.cfg.cg_steps, self.cfg.hub_chunk);
+                let nan = faults::inject_nan(self.pos.epoch + 1, comm.rank()) && j == 0;
+                let mut finite = true;
+                solve_rows(out, &mut self.scratch, |x| {
+                    match solver {
+                        SolverKind::Cg => {
+                            cg_solve(x, view, fixed, d, &g32, params, cg_steps, hub_chunk)
+                        }
+                        SolverKind::Cholesky => {
+                            if let Err(e) = cholesky_solve(x, view, fixed, d, gram_fixed, params) {
+                                solve_err = Err(e);
+                            }
                         }
                     }
-                }
-                if faults::inject_nan(self.pos.epoch + 1, comm.rank()) && j == 0 && r1 > r0 {
-                    out[0] = f32::NAN;
-                }
-                if solve_err.is_err() || out.iter().any(|v| !v.is_finite()) {
+                    if nan && !x.is_empty() {
+                        x[0] = f32::NAN;
+                    }
+                    finite = x.iter().all(|v| v.is_finite());
+                });
+                if solve_err.is_err() || !finite {
                     status = STATUS_NONFINITE;
                 }
             }
@@ -411,9 +447,9 @@ impl Trainer {
             let t = Instant::now();
             let view = RowsView {
                 indptr: &side.shard.indptr,
-                indices: &side.local,
+                indices: &side.shard.indices,
             };
-            let fixed: &[f32] = match &self.fixed {
+            let fixed: &[T] = match &self.fixed {
                 Some(Some(v)) => v,
                 _ => fixed_local,
             };
@@ -572,9 +608,14 @@ impl Trainer {
     /// Collective: every rank must call. Recall@20/50 of the current tables.
     pub fn global_evaluate<C: Comm>(&self, comm: &C, times: &mut PhaseTimes) -> Result<Recall> {
         let t = Instant::now();
+        // TEMPORARY until the evaluation reads bf16 itself: an f32 copy of a bf16 H.
+        let h32: std::borrow::Cow<[f32]> = match T::as_f32(&self.h) {
+            Some(h) => h.into(),
+            None => crate::bf16::to_f32(&self.h).into(),
+        };
         let r = self.eval.global_evaluate(
             comm,
-            &self.h,
+            &h32,
             self.cols.shard.lo,
             self.cfg.dim,
             &self.gram_h,
@@ -739,27 +780,44 @@ pub fn global_prepare_checkpoints<C: Comm>(
         .then(|| std::path::PathBuf::from(String::from_utf8_lossy(&name).into_owned())))
 }
 
-/// Collective: every rank must call. Trains until `cfg.epochs` are complete (resuming
-/// if asked), calling `on_epoch` on every rank after each epoch, and writes the model
-/// if `cfg.out` is set.
+/// Collective: every rank must call. [`global_train_as`] with f32 tables.
 pub fn global_train<C: Comm>(
     comm: &C,
     cfg: &AlsConfig,
     preempt: Preemption,
-    mut on_epoch: impl FnMut(&EpochReport),
+    on_epoch: impl FnMut(&EpochReport),
 ) -> Result<(Trainer, TrainReport)> {
+    global_train_as::<C, f32>(comm, cfg, preempt, on_epoch)
+}
+
+/// Collective: every rank must call. Trains until `cfg.epochs` are complete (resuming
+/// if asked), calling `on_epoch` on every rank after each epoch, and writes the model
+/// if `cfg.out` is set. `T` must be the element type `cfg.table_dtype` names.
+pub fn global_train_as<C: Comm, T: TableScalar>(
+    comm: &C,
+    cfg: &AlsConfig,
+    preempt: Preemption,
+    mut on_epoch: impl FnMut(&EpochReport),
+) -> Result<(Trainer<T>, TrainReport)> {
     comm.agree(cfg.validate())?;
+    if cfg.table_dtype != T::DTYPE {
+        return comm.agree(Err(Error::Config(format!(
+            "--table-dtype {} but the trainer stores {}",
+            cfg.table_dtype,
+            T::DTYPE
+        ))));
+    }
     let resume = match global_prepare_checkpoints(comm, &cfg.checkpoint) {
         Err(Error::Hold(r)) => return Err(Error::Hold(r)),
         other => other?,
     };
     global_wait_for_data(comm, &cfg.data, cfg.checkpoint.wait_for_data)?;
-    let mut tr = Trainer::global_new(comm, cfg, preempt)?;
+    let mut tr = Trainer::<T>::global_new(comm, cfg, preempt)?;
     let mut resumed_from = None;
     if let Some(path) = resume {
         let t_restore = Instant::now();
         let restored = global_restore(comm, &tr, &path);
-        let (manifest, w, h): (Manifest, Vec<f32>, Vec<f32>) = match restored {
+        let (manifest, w, h): (Manifest, Vec<T>, Vec<T>) = match restored {
             Ok(x) => x,
             Err(Error::Hold(reason)) => return Err(tr.global_hold(comm, reason, None)),
             Err(e) => return Err(e),

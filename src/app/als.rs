@@ -1,6 +1,7 @@
 //! `torusrec als`: training with people-facing progress and machine-readable metrics.
 
-use crate::als::train::{global_train, EpochReport, TrainReport};
+use crate::als::train::{global_train_as, EpochReport, TrainReport};
+use crate::bf16::{Bf16, TableDtype};
 use crate::ckpt::signals::Preemption;
 use crate::cli::AlsArgs;
 use crate::comm::Comm;
@@ -64,9 +65,10 @@ pub fn global_run<C: Comm>(comm: &C, args: &AlsArgs, preempt: Preemption) -> Res
     let mut metrics = comm.agree(opened)?;
     if root {
         println!(
-            "als: {} d={} epochs={} reg={} alpha0={} solver={:?} cg_steps={} exchange={:?} on {} rank(s) (torus {}) x {threads} thread(s)",
+            "als: {} d={} tables={} epochs={} reg={} alpha0={} solver={:?} cg_steps={} exchange={:?} on {} rank(s) (torus {}) x {threads} thread(s)",
             cfg.data.display(),
             cfg.dim,
+            cfg.table_dtype,
             cfg.epochs,
             cfg.reg,
             cfg.unobserved_weight,
@@ -79,7 +81,7 @@ pub fn global_run<C: Comm>(comm: &C, args: &AlsArgs, preempt: Preemption) -> Res
     }
     let tty = root && std::io::stderr().is_terminal();
     let epochs = cfg.epochs;
-    let (tr, report) = global_train(comm, &cfg, preempt, |r| {
+    let on_epoch = |r: &EpochReport| {
         if !root {
             return;
         }
@@ -101,14 +103,23 @@ pub fn global_run<C: Comm>(comm: &C, args: &AlsArgs, preempt: Preemption) -> Res
                 let _ = writeln!(m, "{s}");
             }
         }
-    })?;
+    };
+    let (meta, report) = match cfg.table_dtype {
+        TableDtype::F32 => {
+            let (tr, rep) = global_train_as::<C, f32>(comm, &cfg, preempt, on_epoch)?;
+            (tr.shards.meta.clone(), rep)
+        }
+        TableDtype::Bf16 => {
+            let (tr, rep) = global_train_as::<C, Bf16>(comm, &cfg, preempt, on_epoch)?;
+            (tr.shards.meta.clone(), rep)
+        }
+    };
     let peak = comm.all_reduce_max(peak_rss_bytes().unwrap_or(0));
     if root {
-        let s = &tr.shards;
         println!(
             "shards: {} rows, {} cols; nnz imbalance rows {:.3}, cols {:.3}; peak RSS {} per rank",
-            s.meta.num_rows,
-            s.meta.num_cols,
+            meta.num_rows,
+            meta.num_cols,
             report.row_imbalance,
             report.col_imbalance,
             human_bytes(peak)

@@ -28,6 +28,7 @@ use std::time::Instant;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ElemKind {
     U8,
+    U16,
     U32,
     U64,
     F32,
@@ -38,7 +39,7 @@ mod sealed {
     pub trait Sealed {}
 }
 
-/// A plain element type a collective can move (sealed: u8, u32, u64, f32, f64).
+/// A plain element type a collective can move (sealed: u8, u16, bf16, u32, u64, f32, f64).
 pub trait Elem: sealed::Sealed + Copy + Default + Send + Sync + 'static {
     const KIND: ElemKind;
     /// Element-wise sum used by reductions (wrapping for integers).
@@ -68,10 +69,21 @@ macro_rules! elem {
     };
 }
 elem!(u8, U8, int);
+elem!(u16, U16, int);
 elem!(u32, U32, int);
 elem!(u64, U64, int);
 elem!(f32, F32, float);
 elem!(f64, F64, float);
+
+// bf16 travels as its 16-bit pattern (never summed by a collective: not `Summable`).
+impl sealed::Sealed for crate::bf16::Bf16 {}
+impl Elem for crate::bf16::Bf16 {
+    const KIND: ElemKind = ElemKind::U16;
+    #[inline]
+    fn add(self, other: Self) -> Self {
+        Self::from_f32(self.to_f32() + other.to_f32())
+    }
+}
 
 /// Element types that may be summed by [`Comm::all_reduce_sum`]: f32, f64, u64.
 pub trait Summable: Elem {}

@@ -125,6 +125,10 @@ macro_rules! with_concrete {
                 type $u = u8;
                 $body
             }
+            ElemKind::U16 => {
+                type $u = u16;
+                $body
+            }
             ElemKind::U32 => {
                 type $u = u32;
                 $body
