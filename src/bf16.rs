@@ -173,9 +173,7 @@ mod tests {
             f32::from_bits((hi as u32) << 16) as f64,
         );
         let (dl, dh) = ((x as f64 - vl).abs(), (x as f64 - vh).abs());
-        if b & 0xffff == 0 {
-            lo
-        } else if dl < dh || (dl == dh && lo & 1 == 0) {
+        if b & 0xffff == 0 || dl < dh || (dl == dh && lo & 1 == 0) {
             lo
         } else {
             hi

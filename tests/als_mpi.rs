@@ -139,6 +139,16 @@ fn bad_als_input_exits_2_on_every_rank_once() {
             ],
             "no such file",
         ),
+        (
+            // Refused from the sizes alone, before the shards are read.
+            vec![
+                "--data".into(),
+                data.display().to_string(),
+                "--mem-per-rank".into(),
+                "1M".into(),
+            ],
+            "more than 1.0 MB (--mem-per-rank)",
+        ),
     ];
     for (args, needle) in cases {
         let codes = dir
@@ -162,4 +172,116 @@ fn bad_als_input_exits_2_on_every_rank_once() {
         .run();
     o.stderr_has(&["multiplies to 4"]);
     assert_eq!(rank_codes(&codes, 3), vec![Some(2); 3], "{}", o.dump());
+}
+
+/// The final Recall@20 rank 0 prints.
+fn final_recall(o: &util::Output) -> f64 {
+    let line = o
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("final: Recall@20"))
+        .unwrap_or_else(|| panic!("no final line:\n{}", o.dump()));
+    line.split_whitespace().nth(2).unwrap().parse().unwrap()
+}
+
+/// The bytes the first epoch line says training exchanged (`exchanged 208.7 kB`).
+fn epoch_exchanged(o: &util::Output) -> f64 {
+    let line = o
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("epoch"))
+        .unwrap_or_else(|| panic!("no epoch line:\n{}", o.dump()));
+    let mut it = line.split("exchanged ").nth(1).unwrap().split_whitespace();
+    let v: f64 = it.next().unwrap().parse().unwrap();
+    let unit = match it.next().unwrap() {
+        "B" => 1.0,
+        "kB" => 1e3,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        u => panic!("unit {u}"),
+    };
+    v * unit
+}
+
+fn bf16_table(path: &Path, name: &str) -> Vec<f32> {
+    let f = hdf5::File::open(path).unwrap();
+    let ds = f.dataset(name).unwrap();
+    let dtype: hdf5::types::VarLenUnicode = ds.attr("dtype").unwrap().read_scalar().unwrap();
+    assert_eq!(dtype.as_str(), "bf16");
+    ds.read_raw::<u16>()
+        .unwrap()
+        .into_iter()
+        .map(|b| f32::from_bits((b as u32) << 16))
+        .collect()
+}
+
+#[test]
+fn bf16_tables_agree_across_ranks_and_track_f32() {
+    let dir = tempdir();
+    let data = prepare(dir.path(), 10);
+    let f32_out = dir.path().join("f32.h5");
+    let r32 = final_recall(&train(2, &data, &f32_out, &["--solver", "cholesky"]));
+    let mut reference: Option<(Vec<f32>, Vec<f32>)> = None;
+    for np in [1, 3] {
+        let out = dir.path().join(format!("bf16-{np}.h5"));
+        let o = train(
+            np,
+            &data,
+            &out,
+            &["--solver", "cholesky", "--table-dtype", "bf16"],
+        );
+        let r16 = final_recall(&o);
+        assert!(
+            (r16 - r32).abs() <= 0.02 * r32,
+            "bf16 Recall@20 {r16} vs f32 {r32}"
+        );
+        let t = (bf16_table(&out, "W"), bf16_table(&out, "H"));
+        match &reference {
+            None => reference = Some(t),
+            Some(r) => assert!(r == &t, "bf16 tables differ between 1 and {np} ranks"),
+        }
+    }
+    // bf16 moves half the training bytes of f32 with the same plan (the epoch line's
+    // figure; the evaluation's traffic is counted apart).
+    let a = train(2, &data, &dir.path().join("a.h5"), &[]);
+    let b = train(
+        2,
+        &data,
+        &dir.path().join("b.h5"),
+        &["--table-dtype", "bf16"],
+    );
+    let (ea, eb) = (epoch_exchanged(&a), epoch_exchanged(&b));
+    assert!(
+        eb < 0.52 * ea && eb > 0.45 * ea,
+        "bf16 exchanged {eb} B vs f32 {ea} B per epoch"
+    );
+}
+
+#[test]
+fn resume_with_the_other_table_dtype_is_a_hold_naming_both() {
+    let dir = tempdir();
+    let data = prepare(dir.path(), 50);
+    let ck = dir.path().join("ck");
+    let run = |dtype: &str, out: &str| {
+        TestCommand::new(Launcher::Mpirun(2))
+            .arg("als")
+            .arg("--data")
+            .arg(&data)
+            .args(["--dim", "8", "--epochs", "2", "--threads", "1"])
+            .args([
+                "--table-dtype",
+                dtype,
+                "--resume",
+                "auto",
+                "--checkpoint-dir",
+            ])
+            .arg(&ck)
+            .arg("--out")
+            .arg(dir.path().join(out))
+            .run()
+    };
+    run("bf16", "a.h5").expect_code(0);
+    let o = run("f32", "b.h5");
+    o.expect_code(76)
+        .stderr_has(&["tables are bf16, this run asks for f32"]);
 }

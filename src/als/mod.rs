@@ -7,6 +7,7 @@ pub mod checkpoint;
 pub mod eval;
 pub mod exchange;
 pub mod kernels;
+pub mod memory;
 pub mod model;
 pub mod shard;
 pub mod solve;

@@ -1,6 +1,7 @@
 //! Sharding: contiguous ranges balanced by non-zeros, and reading one rank's shard of
 //! a prepared dataset (only its rows, never the whole matrix).
 
+pub use super::memory::ShardSizes;
 use crate::comm::Comm;
 use crate::data::dataset::{open_h5, read_meta, read_range};
 use crate::data::graph::block_range;
@@ -113,14 +114,38 @@ fn read_csr(
 }
 
 /// Rank-local: read this rank's shards. Every rank reads the two `indptr` arrays
-/// (8 bytes per node) to find the balanced boundaries, then only its own slices.
-pub fn local_read_shards(path: &Path, rank: usize, size: usize) -> Result<Shards> {
+/// (8 bytes per node) to find the balanced boundaries, then `admit` sees the sizes of
+/// its share (to refuse a run that cannot fit) before the large arrays are read.
+pub fn local_read_shards(
+    path: &Path,
+    rank: usize,
+    size: usize,
+    admit: &dyn Fn(&ShardSizes) -> Result<()>,
+) -> Result<Shards> {
     let f = open_h5(path)?;
     let meta = read_meta(&f, path)?;
     let row_ip = read_range::<u64>(&f, path, "train/indptr", 0, meta.num_rows + 1)?;
     let col_ip = read_range::<u64>(&f, path, "train_t/indptr", 0, meta.num_cols + 1)?;
     let row_bounds = balance_by_nnz(&row_ip, size);
     let col_bounds = balance_by_nnz(&col_ip, size);
+    let num_test = f
+        .dataset("test/rows")
+        .map(|d| d.size() as u64)
+        .map_err(|_| crate::error::Error::layout(path, "test/rows", "missing"))?;
+    let (tlo, thi) = block_range(num_test, size, rank);
+    let fold_ends = read_range::<u64>(&f, path, "test/fold/indptr", tlo, thi + 1)?;
+    let nnz = |ip: &[u64], b: &[u64]| ip[b[rank + 1] as usize].saturating_sub(ip[b[rank] as usize]);
+    admit(&ShardSizes {
+        ranks: size,
+        num_rows: meta.num_rows,
+        num_cols: meta.num_cols,
+        rows_local: row_bounds[rank + 1] - row_bounds[rank],
+        cols_local: col_bounds[rank + 1] - col_bounds[rank],
+        nnz_rows: nnz(&row_ip, &row_bounds),
+        nnz_cols: nnz(&col_ip, &col_bounds),
+        test_rows: num_test,
+        fold_nnz_local: fold_ends[fold_ends.len() - 1].saturating_sub(fold_ends[0]),
+    })?;
     let rows = read_csr(
         &f,
         path,
@@ -137,11 +162,6 @@ pub fn local_read_shards(path: &Path, rank: usize, size: usize) -> Result<Shards
         col_bounds[rank],
         col_bounds[rank + 1],
     )?;
-    let num_test = f
-        .dataset("test/rows")
-        .map(|d| d.size() as u64)
-        .map_err(|_| crate::error::Error::layout(path, "test/rows", "missing"))?;
-    let (tlo, thi) = block_range(num_test, size, rank);
     let test_rows = read_range::<u32>(&f, path, "test/rows", tlo, thi)?;
     let fold = read_csr(&f, path, "test/fold", None, tlo, thi)?;
     let holdout = read_csr(&f, path, "test/holdout", None, tlo, thi)?;
@@ -175,10 +195,15 @@ pub fn local_read_shards(path: &Path, rank: usize, size: usize) -> Result<Shards
     })
 }
 
-/// Collective: every rank must call. Reads the shards and agrees on success.
-pub fn global_read_shards<C: Comm>(comm: &C, path: &Path) -> Result<Shards> {
+/// Collective: every rank must call. Reads the shards (after `admit` accepted their
+/// sizes) and agrees on success.
+pub fn global_read_shards<C: Comm>(
+    comm: &C,
+    path: &Path,
+    admit: &dyn Fn(&ShardSizes) -> Result<()>,
+) -> Result<Shards> {
     let _p = comm.stats().phase("io");
-    comm.agree(local_read_shards(path, comm.rank(), comm.size()))
+    comm.agree(local_read_shards(path, comm.rank(), comm.size(), admit))
 }
 
 #[cfg(test)]

@@ -227,7 +227,25 @@ impl<T: TableScalar> Trainer<T> {
     /// Collective: every rank must call. Reads the shards, builds the exchange plans
     /// and initializes both tables from (seed, global id).
     pub fn global_new<C: Comm>(comm: &C, cfg: &AlsConfig, preempt: Preemption) -> Result<Self> {
-        let shards = global_read_shards(comm, &cfg.data)?;
+        let root = comm.rank() == 0;
+        let admit = |sizes: &super::shard::ShardSizes| -> Result<()> {
+            let est = super::memory::estimate(
+                sizes,
+                cfg.dim,
+                cfg.table_dtype,
+                cfg.exchange == super::ExchangeKind::Allgather,
+            );
+            let limit = super::memory::limit(cfg.mem_per_rank);
+            if root {
+                log::info!(
+                    "memory estimate for rank 0: {}; limit {}",
+                    est.describe(),
+                    limit.map_or("none".into(), crate::metrics::human_bytes)
+                );
+            }
+            super::memory::check(&est, limit, cfg.mem_per_rank.is_some()).map_err(Error::Config)
+        };
+        let shards = global_read_shards(comm, &cfg.data, &admit)?;
         let d = cfg.dim;
         let mut shards = shards;
         // The training CSRs move into the two sides (no second copy stays in `shards`).

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# ALX's WebGraph family on one box: generate each variant (streaming), train iALS at
+# d = 128 with f32 and bf16 tables, and compare in-dense with benfred/implicit on the
+# same split. Writes bench/webgraph.md (and prints it).
+#
+#   scripts/bench_webgraph.sh                       # in-dense, in-sparse, de-dense (full size)
+#   VARIANTS="in-dense" EPOCHS=2 scripts/bench_webgraph.sh   # a quicker look
+#   VARIANTS="in-dense de-sparse:0.5" ...           # NAME:SCALE runs a scaled variant
+#
+# Knobs (environment):
+#   VARIANTS="in-dense in-sparse de-dense"  NP=2 (ranks)  THREADS=1 (per rank)
+#   DIM=128  EPOCHS=3  REG=1e-4  ALPHA0=3e-3 (--unobserved-weight)  CG_STEPS=3
+#   EVAL_ROWS=10000 (sampled test rows; "all" for all)  DTYPES="f32 bf16"
+#   IMPLICIT=1: benfred/implicit on in-dense (IREG=0.01 IALPHA=100, CORES=2 threads)
+#   OUT=out/bench (datasets and logs; a generated dataset is reused if present)
+#   TIMEOUT=3600 seconds per run;  BUILD=0 skips `cargo build --release`
+#
+# Seconds per epoch: the mean over the epochs after the first of the epoch's training
+# time (evaluation and checkpoints are timed apart). Peak RSS: the maximum over ranks
+# of the process high-water mark (getrusage), for generation and for training.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+VARIANTS="${VARIANTS:-in-dense in-sparse de-dense}"
+NP="${NP:-2}"
+THREADS="${THREADS:-1}"
+DIM="${DIM:-128}"
+EPOCHS="${EPOCHS:-3}"
+REG="${REG:-1e-4}"
+ALPHA0="${ALPHA0:-3e-3}"
+CG_STEPS="${CG_STEPS:-3}"
+EVAL_ROWS="${EVAL_ROWS:-10000}"
+DTYPES="${DTYPES:-f32 bf16}"
+IMPLICIT="${IMPLICIT:-1}"
+IREG="${IREG:-0.01}"
+IALPHA="${IALPHA:-100}"
+CORES="${CORES:-2}"
+OUT="${OUT:-out/bench}"
+TIMEOUT="${TIMEOUT:-3600}"
+PYTHON="${PYTHON:-python3}"
+SEED=42
+
+log() { printf '[bench_webgraph %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+if ! command -v cargo >/dev/null 2>&1 || ! command -v mpirun >/dev/null 2>&1; then
+    bash scripts/install_deps.sh
+fi
+if ! command -v cargo >/dev/null 2>&1 && [[ -f "${CARGO_HOME:-$HOME/.cargo}/env" ]]; then
+    # shellcheck disable=SC1091
+    . "${CARGO_HOME:-$HOME/.cargo}/env"
+fi
+if [[ $(id -u) -eq 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+export OPENBLAS_NUM_THREADS=1
+[[ "${BUILD:-1}" == 1 ]] && cargo build --release --quiet
+BIN="${BIN:-target/release/torusrec}"
+mkdir -p "$OUT" bench
+MPI=(mpirun --oversubscribe --bind-to none -np "$NP" -x OPENBLAS_NUM_THREADS -x RUST_LOG)
+MANIFEST="$OUT/webgraph-manifest.tsv"
+: > "$MANIFEST"
+
+for v in $VARIANTS; do
+    name="${v%%:*}"
+    scale=1
+    [[ "$v" == *:* ]] && scale="${v#*:}"
+    tag="$name"
+    [[ "$scale" != 1 ]] && tag="$name-s$scale"
+    data="$OUT/$tag.h5"
+    genlog="$OUT/$tag.gen.log"
+    if [[ -s "$data" && -s "$genlog" ]] && grep -q '^wrote ' "$genlog"; then
+        log "reuse $data (generated earlier: $(grep '^wrote ' "$genlog"))"
+    else
+        log "generate $tag on $NP ranks"
+        if ! timeout "$TIMEOUT" "${MPI[@]}" "$BIN" generate webgraph --preset "$name" --scale "$scale" \
+            --seed "$SEED" --out "$data" --force > "$genlog" 2>&1; then
+            tail -n 5 "$genlog" >&2
+            die "generating $tag failed (see $genlog)"
+        fi
+        grep '^wrote ' "$genlog" >&2 || true
+    fi
+    for dt in $DTYPES; do
+        run="$OUT/$tag-np$NP-t$THREADS-d$DIM-$dt"
+        rm -f "$run.jsonl"
+        log "als $tag $dt"
+        rc=0
+        timeout "$TIMEOUT" "${MPI[@]}" "$BIN" als --data "$data" --dim "$DIM" --epochs "$EPOCHS" \
+            --reg "$REG" --unobserved-weight "$ALPHA0" --cg-steps "$CG_STEPS" --threads "$THREADS" \
+            --table-dtype "$dt" --eval-rows "$EVAL_ROWS" --metrics "$run.jsonl" \
+            > "$run.log" 2>&1 || rc=$?
+        if ((rc != 0)); then
+            log "  exit $rc; last lines of $run.log:"
+            tail -n 5 "$run.log" >&2
+        else
+            grep '^epoch\|^final' "$run.log" >&2 || true
+        fi
+        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$tag" "$scale" "$dt" "$genlog" "$run.jsonl" "$rc" "$run.log" >> "$MANIFEST"
+    done
+    if [[ "$IMPLICIT" == 1 && "$name" == in-dense ]]; then
+        ij="$OUT/implicit-$tag-d$DIM-e$EPOCHS-r$IREG-a$IALPHA.json"
+        log "implicit $tag (reg $IREG, alpha $IALPHA, $CORES threads)"
+        timeout "$TIMEOUT" "$PYTHON" scripts/compare_implicit.py "$data" --dim "$DIM" --epochs "$EPOCHS" \
+            --reg "$IREG" --alpha "$IALPHA" --cg-steps "$CG_STEPS" --threads "$CORES" --seed "$SEED" \
+            --json "$ij" > "${ij%.json}.log" 2>&1 || log "implicit failed; see ${ij%.json}.log"
+        printf '%s\t%s\timplicit\t-\t%s\t-\t%s\n' "$tag" "$scale" "$ij" "${ij%.json}.log" >> "$MANIFEST"
+    fi
+done
+
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+if [[ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]]; then commit="$commit+dirty"; fi
+DESCRIBE="torusrec $commit, $(date -u +%Y-%m-%dT%H:%MZ), $(getconf _NPROCESSORS_ONLN) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $(free -g | awk '/Mem:/{print $2}') GiB" \
+MANIFEST="$MANIFEST" NP="$NP" THREADS="$THREADS" DIM="$DIM" EPOCHS="$EPOCHS" REG="$REG" ALPHA0="$ALPHA0" \
+CG_STEPS="$CG_STEPS" EVAL_ROWS="$EVAL_ROWS" IREG="$IREG" IALPHA="$IALPHA" CORES="$CORES" \
+    "$PYTHON" scripts/bench_webgraph_report.py > bench/webgraph.md
+cat bench/webgraph.md
