@@ -44,6 +44,9 @@ pub struct EpochReport {
     /// Bytes sent to other ranks by the embedding exchange this epoch, all ranks.
     pub exchange_bytes: u64,
     pub phases: PhaseTimes,
+    /// The largest rank's peak resident memory so far (bytes).
+    #[serde(default)]
+    pub peak_rss_bytes: u64,
 }
 
 /// The end of a run.
@@ -600,7 +603,9 @@ impl<T: TableScalar> Trainer<T> {
         let mut sums = [train_bytes, self.rows.shard.nnz()];
         comm.all_reduce_sum(&mut sums);
         let train_seconds = seconds - times.eval - times.checkpoint;
+        let peak_rss_bytes = comm.all_reduce_max(crate::metrics::peak_rss_bytes().unwrap_or(0));
         Ok(EpochReport {
+            peak_rss_bytes,
             epoch: self.pos.epoch,
             loss_rows,
             loss,
