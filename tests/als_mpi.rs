@@ -285,3 +285,71 @@ fn resume_with_the_other_table_dtype_is_a_hold_naming_both() {
     o.expect_code(76)
         .stderr_has(&["tables are bf16, this run asks for f32"]);
 }
+
+#[test]
+fn a_fetch_in_many_small_rounds_gives_the_same_tables() {
+    let dir = tempdir();
+    let data = prepare(dir.path(), 10);
+    let (a, b) = (dir.path().join("a.h5"), dir.path().join("b.h5"));
+    train(3, &data, &a, &[]);
+    let o = TestCommand::new(Launcher::Mpirun(3))
+        .env("TORUSREC_FETCH_ROUND_BYTES", "512")
+        .arg("als")
+        .arg("--data")
+        .arg(&data)
+        .args([
+            "--dim",
+            "8",
+            "--epochs",
+            "3",
+            "--threads",
+            "1",
+            "--reg",
+            "0.05",
+        ])
+        .args(["--unobserved-weight", "0.05", "--out"])
+        .arg(&b)
+        .run();
+    o.expect_code(0);
+    assert!(
+        tables(&a) == tables(&b),
+        "tables differ with 512-byte rounds"
+    );
+    // Many more all-to-all calls: the round count is reported per phase.
+    let calls = |o: &util::Output| -> u64 {
+        let line = o
+            .stderr
+            .lines()
+            .find(|l| l.contains("comm exchange:"))
+            .unwrap();
+        line.split("comm exchange: ")
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let base = TestCommand::new(Launcher::Mpirun(3))
+        .env("RUST_LOG", "info")
+        .arg("als")
+        .arg("--data")
+        .arg(&data)
+        .args(["--dim", "8", "--epochs", "1", "--threads", "1"])
+        .run();
+    let many = TestCommand::new(Launcher::Mpirun(3))
+        .env("RUST_LOG", "info")
+        .env("TORUSREC_FETCH_ROUND_BYTES", "512")
+        .arg("als")
+        .arg("--data")
+        .arg(&data)
+        .args(["--dim", "8", "--epochs", "1", "--threads", "1"])
+        .run();
+    assert!(
+        calls(&many) > 2 * calls(&base),
+        "{}\n{}",
+        base.dump(),
+        many.dump()
+    );
+}

@@ -1,8 +1,10 @@
 //! Moving the fixed table's rows to the ranks that need them, once per half-epoch.
 //!
 //! `Dedup` (default): a plan built once from the data — the distinct remote ids each
-//! rank's rows reference, grouped by owner — then one all-to-all-v per half-epoch that
-//! moves each needed row exactly once.
+//! rank's rows reference, grouped by owner — then an all-to-all-v per half-epoch that
+//! moves each needed row exactly once. A rank's own rows are copied, never sent, and
+//! the all-to-all goes in rounds of at most [`FETCH_ROUND_BYTES`] sent per rank, so the
+//! send buffer stays small next to the gathered table.
 //! `Allgather`: ALX's scheme, kept as the baseline — every rank all-gathers every rank's
 //! ids, owners fill the rows they own into a dense `[all ids x d]` buffer (zeros
 //! elsewhere) and a sum-all-reduce gives every rank every row; each keeps its part.
@@ -12,9 +14,21 @@
 
 use super::shard::owner_of;
 use crate::bf16::TableElem;
-use crate::comm::{Comm, Elem, Received};
+use crate::comm::{prefix_offsets, Comm, Elem, Received};
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
+
+/// The most a rank sends in one round of a dedup fetch (split over the other ranks).
+/// Tests lower it with `TORUSREC_FETCH_ROUND_BYTES` to exercise many rounds.
+pub const FETCH_ROUND_BYTES: usize = 128 << 20;
+
+fn round_bytes() -> usize {
+    std::env::var("TORUSREC_FETCH_ROUND_BYTES")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&b| b > 0)
+        .unwrap_or(FETCH_ROUND_BYTES)
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 pub enum ExchangeKind {
@@ -137,21 +151,78 @@ impl ExchangePlan {
         };
         match self.kind {
             ExchangeKind::Dedup => {
-                let mut send = Vec::with_capacity(self.serve.data.len() * d);
-                for &id in &self.serve.data {
-                    send.extend_from_slice(row(id));
+                let (me, p) = (comm.rank(), comm.size());
+                let need_off = prefix_offsets(&self.need_counts);
+                let mut out = vec![T::default(); self.needed.len() * d];
+                // Our own rows: a copy (they are `needed[need_off[me]..]`, in the order
+                // we asked ourselves for them).
+                for (k, &id) in self.serve.from_rank(me).iter().enumerate() {
+                    let at = (need_off[me] + k) * d;
+                    out[at..at + d].copy_from_slice(row(id));
                 }
-                let counts: Vec<usize> = self.serve.counts.iter().map(|c| c * d).collect();
-                crate::ckpt::faults::point("mid-alltoall", comm.rank());
-                let got = comm.all_to_all_v(&send, &counts)?;
-                let want: Vec<usize> = self.need_counts.iter().map(|c| c * d).collect();
-                if got.counts != want {
-                    return Err(Error::Comm(format!(
-                        "exchange: received {:?} values per rank, expected {want:?}",
-                        got.counts
-                    )));
+                // The others' rows in rounds; every rank runs the same number of them.
+                let per_rank = (round_bytes() / (p - 1)).max(1);
+                let chunk = (per_rank / (d.max(1) * std::mem::size_of::<T>())).max(1);
+                let local_rounds = (0..p)
+                    .filter(|&r| r != me)
+                    .map(|r| {
+                        self.serve.counts[r]
+                            .max(self.need_counts[r])
+                            .div_ceil(chunk)
+                    })
+                    .max()
+                    .unwrap_or(0);
+                let rounds = comm.all_reduce_max(local_rounds as u64) as usize;
+                let part =
+                    |total: usize, round: usize| total.saturating_sub(round * chunk).min(chunk);
+                let serve_off = self.serve.offsets();
+                let mut send = Vec::new();
+                for round in 0..rounds {
+                    send.clear();
+                    let mut counts = vec![0usize; p];
+                    for (r, c) in counts.iter_mut().enumerate() {
+                        if r == me {
+                            continue;
+                        }
+                        let n = part(self.serve.counts[r], round);
+                        if n == 0 {
+                            continue;
+                        }
+                        let first = serve_off[r] + round * chunk;
+                        for &id in &self.serve.data[first..first + n] {
+                            send.extend_from_slice(row(id));
+                        }
+                        *c = n * d;
+                    }
+                    if round == 0 {
+                        crate::ckpt::faults::point("mid-alltoall", comm.rank());
+                    }
+                    let got = comm.all_to_all_v(&send, &counts)?;
+                    let want: Vec<usize> = (0..p)
+                        .map(|r| {
+                            if r == me {
+                                0
+                            } else {
+                                part(self.need_counts[r], round) * d
+                            }
+                        })
+                        .collect();
+                    if got.counts != want {
+                        return Err(Error::Comm(format!(
+                            "exchange round {round}: received {:?} values per rank, expected {want:?}",
+                            got.counts
+                        )));
+                    }
+                    for r in (0..p).filter(|&r| r != me) {
+                        let src = got.from_rank(r);
+                        if src.is_empty() {
+                            continue;
+                        }
+                        let at = (need_off[r] + round * chunk) * d;
+                        out[at..at + src.len()].copy_from_slice(src);
+                    }
                 }
-                Ok(Some(got.data))
+                Ok(Some(out))
             }
             ExchangeKind::Allgather => {
                 // ALX: gather every rank's ids (every half-epoch, as its batches change).

@@ -72,18 +72,21 @@ pub fn estimate(s: &ShardSizes, d: usize, dtype: TableDtype, allgather: bool) ->
     };
     // Plans: the needed ids of both sides and the ids served to others.
     let plans = if p == 1 { 0 } else { (g_rows + g_cols) * 4 * 2 };
-    // During a fetch: the gathered rows plus what this rank sends (its own rows that
-    // others need, at most its shard once per other rank), or ALX's dense f32 buffer
-    // of every rank's ids.
-    let fetch = |gathered: u64, own: u64| {
-        let send = (own * (p - 1)).min(gathered.max(own)) * d * b;
-        let dense = if allgather { p * gathered * d * 4 } else { 0 };
-        gathered * d * b + send + dense
+    // During a fetch: the gathered rows plus one round's send and receive buffers, or
+    // ALX's dense f32 buffer of every rank's ids.
+    let round = 2 * super::exchange::FETCH_ROUND_BYTES as u64;
+    let fetch = |gathered: u64| {
+        let dense = if allgather {
+            p * gathered * d * 4
+        } else {
+            round
+        };
+        gathered * d * b + dense
     };
     let exchange = if p == 1 {
         0
     } else {
-        fetch(g_rows, s.cols_local).max(fetch(g_cols, s.rows_local))
+        fetch(g_rows).max(fetch(g_cols))
     };
     // Evaluation: the fold-in rows of H, the folded-in test rows on every rank.
     let eval = s.num_cols.min(s.fold_nnz_local) * d * b + s.test_rows * d * 4;
@@ -185,9 +188,10 @@ mod tests {
         let part = |e: &MemEstimate, k: &str| e.parts.iter().find(|p| p.0 == k).unwrap().1;
         assert_eq!(part(&f, "tables"), 2 * part(&b, "tables"));
         assert_eq!(part(&f, "tables"), 1000 * 64 * 4);
-        // Two ranks: each gathers at most the whole other table (1000 rows) and sends
-        // at most its own 500 rows.
-        assert_eq!(part(&f, "exchange"), (1000 + 500) * 64 * 4);
+        // Two ranks: each gathers at most the whole other table (1000 rows), plus the
+        // buffers of one round.
+        let round = 2 * crate::als::exchange::FETCH_ROUND_BYTES as u64;
+        assert_eq!(part(&f, "exchange"), 1000 * 64 * 4 + round);
         let one = estimate(&sizes(1), 64, TableDtype::F32, false);
         assert_eq!(part(&one, "plans"), 0);
         // One rank: only the evaluation's fold-in rows and test rows.
