@@ -1177,3 +1177,55 @@ fn checkpoint_of_another_configuration_is_a_hold_and_missing_file_is_exit_2() {
     show("missing checkpoint", &run, "torusrec:");
     run.stderr_has(&[&missing.display().to_string()]);
 }
+
+// ---------------------------------------------------------------------------------
+// 8. waits honour the preemption flag
+
+#[test]
+fn sigterm_while_waiting_for_data_ends_the_wait_on_every_rank() {
+    let _serial = serial();
+    let dir = tempdir();
+    let codes = dir.path().join("codes");
+    let missing = dir.path().join("not-yet.h5");
+    let mut job = Job::new(2)
+        .args(als_args(&missing, 1))
+        .args(["--wait-for-data", "600"])
+        .record_rank_codes(&codes)
+        .spawn();
+    let root = job.pid();
+    job.wait_until("both ranks run", || {
+        rank_pid(root, 0).is_some() && rank_pid(root, 1).is_some()
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let t = Instant::now();
+    signal(rank_pid(root, 1).unwrap(), "TERM");
+    let run = job.wait();
+    assert!(
+        t.elapsed() < Duration::from_secs(20),
+        "the wait went on {:?} after the signal\n{}",
+        t.elapsed(),
+        run.dump()
+    );
+    assert_rank_codes(&codes, 2, 75, &run);
+    run.stderr_has(&["while waiting for"]);
+}
+
+#[test]
+fn wait_and_resume_flags_are_validated() {
+    let dir = tempdir();
+    for (extra, needle) in [
+        (vec!["--wait-for-data", "nan"], "--wait-for-data NaN"),
+        (vec!["--wait-for-data", "1e300"], "--wait-for-data 1000000"),
+        (vec!["--wait-for-data", "inf"], "--wait-for-data inf"),
+        (vec!["--resume", "x.h5"], "--resume needs --checkpoint-dir"),
+    ] {
+        let run = Job::new(1)
+            .args(als_args(&data().path, 1))
+            .args(extra)
+            .arg("--out")
+            .arg(dir.path().join("m.h5"))
+            .run();
+        assert_eq!(run.code, 2, "{}", run.dump());
+        run.stderr_has(&[needle]);
+    }
+}

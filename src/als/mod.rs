@@ -60,6 +60,9 @@ pub struct AlsConfig {
     pub mem_per_rank: Option<u64>,
 }
 
+/// The longest `--wait-for-data` accepted (a week).
+pub const MAX_WAIT_SECS: f64 = 7.0 * 24.0 * 3600.0;
+
 /// Where to resume from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Resume {
@@ -140,8 +143,17 @@ impl AlsConfig {
         if self.step_nnz == 0 {
             return Err(Config("--step-nnz 0: must be positive".into()));
         }
-        if self.checkpoint.dir.is_none() && self.checkpoint.resume == Resume::Auto {
-            return Err(Config("--resume auto needs --checkpoint-dir".into()));
+        if self.checkpoint.dir.is_none() && self.checkpoint.resume != Resume::No {
+            return Err(Config(
+                "--resume needs --checkpoint-dir (where the resumed run writes its checkpoints and its hold)"
+                    .into(),
+            ));
+        }
+        let wait = self.checkpoint.wait_for_data;
+        if !(wait.is_finite() && (0.0..=MAX_WAIT_SECS).contains(&wait)) {
+            return Err(Config(format!(
+                "--wait-for-data {wait}: must be a number of seconds from 0 to {MAX_WAIT_SECS} (a week)"
+            )));
         }
         if let Resume::Path(p) = &self.checkpoint.resume {
             if !p.is_file() {

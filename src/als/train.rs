@@ -719,8 +719,14 @@ impl<T: TableScalar> Trainer<T> {
 }
 
 /// Collective: every rank must call. Wait up to `secs` for `path` to exist without a
-/// `.partial` sibling (a dataset still being written).
-fn global_wait_for_data<C: Comm>(comm: &C, path: &Path, secs: f64) -> Result<()> {
+/// `.partial` sibling (a dataset still being written). A preemption signal on any rank
+/// ends the wait on every rank (exit 75: nothing had started, so a requeue is right).
+fn global_wait_for_data<C: Comm>(
+    comm: &C,
+    path: &Path,
+    secs: f64,
+    preempt: &Preemption,
+) -> Result<()> {
     if secs <= 0.0 {
         return Ok(());
     }
@@ -729,8 +735,15 @@ fn global_wait_for_data<C: Comm>(comm: &C, path: &Path, secs: f64) -> Result<()>
     let mut waited = false;
     loop {
         let ready = u64::from(path.is_file() && !partial.exists());
-        // Every rank must see it (shared file systems can lag).
-        let all = comm.all_reduce_max(1 - ready) == 0;
+        // Every rank must see it (shared file systems can lag); a signal stops all.
+        let state = comm.all_reduce_max((1 - ready) | (u64::from(preempt.is_set()) << 1));
+        if state & 2 != 0 {
+            return Err(Error::Preempted(format!(
+                "signal received while waiting for {}; training had not started",
+                path.display()
+            )));
+        }
+        let all = state == 0;
         if all {
             if waited && comm.rank() == 0 {
                 log::info!(
@@ -834,7 +847,7 @@ pub fn global_train_as<C: Comm, T: TableScalar>(
         Err(Error::Hold(r)) => return Err(Error::Hold(r)),
         other => other?,
     };
-    global_wait_for_data(comm, &cfg.data, cfg.checkpoint.wait_for_data)?;
+    global_wait_for_data(comm, &cfg.data, cfg.checkpoint.wait_for_data, &preempt)?;
     let mut tr = Trainer::<T>::global_new(comm, cfg, preempt)?;
     let mut resumed_from = None;
     if let Some(path) = resume {
