@@ -38,8 +38,8 @@ def gen_facts(path):
 
 
 def train_seconds(e):
-    if "train_seconds" in e:
-        return e["train_seconds"]
+    if "eval_seconds" in e:
+        return e["seconds"]  # already without evaluation and checkpoints
     ph = e.get("phases") or {}
     return e["seconds"] - ph.get("eval", 0.0) - ph.get("checkpoint", 0.0)
 
