@@ -39,8 +39,15 @@ pub struct EpochReport {
     pub loss_rows: Option<f64>,
     pub loss: f64,
     pub recall: Option<Recall>,
+    /// Training seconds: evaluation and checkpoints excluded.
     pub seconds: f64,
     pub edges_per_second: f64,
+    /// Seconds of this epoch's evaluation (0 when it did not evaluate).
+    #[serde(default)]
+    pub eval_seconds: f64,
+    /// Test rows the evaluation scored (0 when it did not evaluate).
+    #[serde(default)]
+    pub eval_rows: u64,
     /// Bytes sent to other ranks by the embedding exchange this epoch, all ranks.
     pub exchange_bytes: u64,
     pub phases: PhaseTimes,
@@ -205,7 +212,7 @@ impl Trainer {
         let steps = total[0].div_ceil(cfg.step_nnz).clamp(1, 4096) as usize;
         let rows = Side::global_build(comm, cfg, row_shard, &shards.col_bounds, steps)?;
         let cols = Side::global_build(comm, cfg, col_shard, &shards.row_bounds, steps)?;
-        let eval = EvalSet::global_build(comm, &shards)?;
+        let eval = EvalSet::global_build(comm, &shards, cfg.eval_rows)?;
         let w = init_table(
             rows.shard.lo,
             rows.shard.num_rows(),
@@ -542,17 +549,18 @@ impl Trainer {
         } else {
             None
         };
-        let seconds = t0.elapsed().as_secs_f64();
+        let seconds = t0.elapsed().as_secs_f64() - times.eval - times.checkpoint;
         let mut sums = [train_bytes, self.rows.shard.nnz()];
         comm.all_reduce_sum(&mut sums);
-        let train_seconds = seconds - times.eval - times.checkpoint;
         Ok(EpochReport {
             epoch: self.pos.epoch,
             loss_rows,
             loss,
+            eval_rows: recall.map_or(0, |r| r.test_rows),
             recall,
             seconds,
-            edges_per_second: sums[1] as f64 / train_seconds.max(1e-9),
+            edges_per_second: sums[1] as f64 / seconds.max(1e-9),
+            eval_seconds: times.eval,
             exchange_bytes: sums[0],
             phases: times,
         })
@@ -572,7 +580,7 @@ impl Trainer {
     /// Collective: every rank must call. Recall@20/50 of the current tables.
     pub fn global_evaluate<C: Comm>(&self, comm: &C, times: &mut PhaseTimes) -> Result<Recall> {
         let t = Instant::now();
-        let r = self.eval.global_evaluate(
+        let r = self.eval.global_evaluate_timed(
             comm,
             &self.h,
             self.cols.shard.lo,
@@ -581,7 +589,12 @@ impl Trainer {
             self.params(self.shards.meta.num_cols),
         );
         times.eval += t.elapsed().as_secs_f64();
-        r
+        let (r, e) = r?;
+        log::debug!(
+            "eval of {} rows on rank {}: fetch {:.3} s, fold-in {:.3} s, gather {:.3} s, score {:.3} s, merge {:.3} s",
+            r.test_rows, comm.rank(), e.fetch, e.fold_in, e.gather, e.score, e.merge
+        );
+        Ok(r)
     }
 
     /// Collective: every rank must call. A checksum of both tables by global id.
