@@ -172,6 +172,20 @@ pub struct EvalTimes {
     pub score: f64,
     /// Moving candidates to the rows' owners and merging them.
     pub merge: f64,
+    /// CPU seconds (user + system, all threads of this process) of the scoring: on a
+    /// shared machine, the cost that the wall time of `score` hides.
+    pub score_cpu: f64,
+}
+
+/// CPU seconds (user + system) of this process so far.
+fn process_cpu_seconds() -> f64 {
+    // SAFETY: getrusage only writes the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
+        return 0.0;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(u.ru_utime) + tv(u.ru_stime)
 }
 
 /// The evaluated test rows as one rank sees them.
@@ -358,6 +372,7 @@ impl EvalSet {
 
         // Score this rank's columns for every evaluated row, best MAX_K per row.
         let t = Instant::now();
+        let cpu0 = process_cpu_seconds();
         let rows = ScoreRows {
             x: &x_all,
             mask_indptr: &self.all_fold_indptr,
@@ -366,6 +381,7 @@ impl EvalSet {
         let cands = local_score_topk(rows, h_local, col_lo, d, MAX_K);
         drop(x_all);
         times.score = t.elapsed().as_secs_f64();
+        times.score_cpu = process_cpu_seconds() - cpu0;
 
         let t = Instant::now();
         let counts: Vec<usize> = self.rows_per_rank.iter().map(|n| n * MAX_K).collect();
