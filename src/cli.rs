@@ -331,6 +331,10 @@ pub struct AlsArgs {
     /// Evaluate Recall@20/50 every E epochs (0: only after the last).
     #[arg(long, value_name = "E", default_value_t = 0)]
     pub eval_every: usize,
+    /// Test rows each evaluation scores: a seeded sample of N (the same rows at any
+    /// rank count; all of them when there are fewer), or `all`.
+    #[arg(long, value_name = "N|all", default_value = "10000")]
+    pub eval_rows: crate::als::eval::EvalRows,
     /// Seed of the initial tables.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
@@ -401,6 +405,7 @@ impl AlsArgs {
             cg_steps: self.cg_steps,
             exchange: self.exchange,
             eval_every: self.eval_every,
+            eval_rows: self.eval_rows,
             seed: self.seed,
             init_std: self.init_std,
             hub_chunk: self.hub_chunk,

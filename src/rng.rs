@@ -35,6 +35,8 @@ pub mod stream {
     pub const EMB_INIT: u64 = 10;
     pub const MLP_INIT: u64 = 11;
     pub const PLAN_RANDOM: u64 = 12;
+    /// The sample of test rows that `als --eval-rows N` scores.
+    pub const EVAL_ROWS: u64 = 13;
 }
 
 /// SplitMix64: a small, fast, statistically sound sequential generator.

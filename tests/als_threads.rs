@@ -45,6 +45,7 @@ fn config(data: &Path) -> AlsConfig {
         cg_steps: 3,
         exchange: ExchangeKind::Dedup,
         eval_every: 0,
+        eval_rows: torusrec::als::eval::EvalRows::All,
         seed: 3,
         init_std: 0.1,
         hub_chunk: 64,

@@ -1,7 +1,7 @@
 //! ALX-style distributed iALS: rows and columns sharded by non-zeros, Gramians
 //! all-reduced once per half-epoch, the fixed table's needed rows moved by a
 //! deduplicating all-to-all (or ALX's all-gather, as the baseline), rows solved by
-//! batched CG or exact Cholesky, and exact Recall@K over the full test set.
+//! batched CG or exact Cholesky, and exact Recall@K over all test rows or a seeded sample of them.
 
 pub mod checkpoint;
 pub mod eval;
@@ -37,6 +37,9 @@ pub struct AlsConfig {
     pub cg_steps: usize,
     pub exchange: ExchangeKind,
     pub eval_every: usize,
+    /// Which test rows an evaluation scores (`--eval-rows`).
+    #[serde(default)]
+    pub eval_rows: eval::EvalRows,
     pub seed: u64,
     pub init_std: f32,
     /// Rows longer than this have their observed term computed in parallel chunks.
@@ -162,6 +165,11 @@ impl AlsConfig {
                     p.display()
                 )));
             }
+        }
+        if self.eval_rows == eval::EvalRows::Sample(0) {
+            return Err(Config(
+                "--eval-rows 0: evaluate at least one row (or `all`)".into(),
+            ));
         }
         if self.hub_chunk == 0 {
             return Err(Config("--hub-chunk 0: must be positive".into()));

@@ -197,13 +197,18 @@ pub fn local_read_shards(
 
 /// Collective: every rank must call. Reads the shards (after `admit` accepted their
 /// sizes) and agrees on success.
-pub fn global_read_shards<C: Comm>(
+pub fn global_read_shards_admitted<C: Comm>(
     comm: &C,
     path: &Path,
     admit: &dyn Fn(&ShardSizes) -> Result<()>,
 ) -> Result<Shards> {
     let _p = comm.stats().phase("io");
     comm.agree(local_read_shards(path, comm.rank(), comm.size(), admit))
+}
+
+/// Collective: every rank must call. Reads the shards, whatever their size.
+pub fn global_read_shards<C: Comm>(comm: &C, path: &Path) -> Result<Shards> {
+    global_read_shards_admitted(comm, path, &|_| Ok(()))
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use super::eval::{EvalSet, Recall};
 use super::exchange::ExchangePlan;
 use super::kernels::{all_pairs_term, cg_solve, cholesky_solve, gramian, local_loss_terms};
 use super::model::{global_write_tables, local_checksum, StoredElem, TablePart};
-use super::shard::{balance_by_nnz, global_read_shards, CsrShard, Shards};
+use super::shard::{balance_by_nnz, global_read_shards_admitted, CsrShard, Shards};
 use super::solve::{RowsView, SolveParams};
 use super::{AlsConfig, Resume, SolverKind};
 use crate::bf16::{Bf16, TableElem};
@@ -39,8 +39,15 @@ pub struct EpochReport {
     pub loss_rows: Option<f64>,
     pub loss: f64,
     pub recall: Option<Recall>,
+    /// Training seconds: evaluation and checkpoints excluded.
     pub seconds: f64,
     pub edges_per_second: f64,
+    /// Seconds of this epoch's evaluation (0 when it did not evaluate).
+    #[serde(default)]
+    pub eval_seconds: f64,
+    /// Test rows the evaluation scored (0 when it did not evaluate).
+    #[serde(default)]
+    pub eval_rows: u64,
     /// Bytes sent to other ranks by the embedding exchange this epoch, all ranks.
     pub exchange_bytes: u64,
     pub phases: PhaseTimes,
@@ -248,7 +255,7 @@ impl<T: TableScalar> Trainer<T> {
             }
             super::memory::check(&est, limit, cfg.mem_per_rank.is_some()).map_err(Error::Config)
         };
-        let shards = global_read_shards(comm, &cfg.data, &admit)?;
+        let shards = global_read_shards_admitted(comm, &cfg.data, &admit)?;
         let d = cfg.dim;
         let mut shards = shards;
         // The training CSRs move into the two sides (no second copy stays in `shards`).
@@ -261,7 +268,7 @@ impl<T: TableScalar> Trainer<T> {
         let steps = total[0].div_ceil(cfg.step_nnz).clamp(1, 4096) as usize;
         let rows = Side::global_build(comm, cfg, row_shard, &shards.col_bounds, steps)?;
         let cols = Side::global_build(comm, cfg, col_shard, &shards.row_bounds, steps)?;
-        let eval = EvalSet::global_build(comm, &shards)?;
+        let eval = EvalSet::global_build(comm, &shards, cfg.eval_rows)?;
         let w = init_table(
             rows.shard.lo,
             rows.shard.num_rows(),
@@ -599,19 +606,20 @@ impl<T: TableScalar> Trainer<T> {
         } else {
             None
         };
-        let seconds = t0.elapsed().as_secs_f64();
+        let seconds = t0.elapsed().as_secs_f64() - times.eval - times.checkpoint;
         let mut sums = [train_bytes, self.rows.shard.nnz()];
         comm.all_reduce_sum(&mut sums);
-        let train_seconds = seconds - times.eval - times.checkpoint;
         let peak_rss_bytes = comm.all_reduce_max(crate::metrics::peak_rss_bytes().unwrap_or(0));
         Ok(EpochReport {
             peak_rss_bytes,
             epoch: self.pos.epoch,
             loss_rows,
             loss,
+            eval_rows: recall.map_or(0, |r| r.test_rows),
             recall,
             seconds,
-            edges_per_second: sums[1] as f64 / train_seconds.max(1e-9),
+            edges_per_second: sums[1] as f64 / seconds.max(1e-9),
+            eval_seconds: times.eval,
             exchange_bytes: sums[0],
             phases: times,
         })
@@ -631,21 +639,21 @@ impl<T: TableScalar> Trainer<T> {
     /// Collective: every rank must call. Recall@20/50 of the current tables.
     pub fn global_evaluate<C: Comm>(&self, comm: &C, times: &mut PhaseTimes) -> Result<Recall> {
         let t = Instant::now();
-        // TEMPORARY until the evaluation reads bf16 itself: an f32 copy of a bf16 H.
-        let h32: std::borrow::Cow<[f32]> = match T::as_f32(&self.h) {
-            Some(h) => h.into(),
-            None => crate::bf16::to_f32(&self.h).into(),
-        };
-        let r = self.eval.global_evaluate(
+        let r = self.eval.global_evaluate_timed(
             comm,
-            &h32,
+            &self.h,
             self.cols.shard.lo,
             self.cfg.dim,
             &self.gram_h,
             self.params(self.shards.meta.num_cols),
         );
         times.eval += t.elapsed().as_secs_f64();
-        r
+        let (r, e) = r?;
+        log::debug!(
+            "eval of {} rows on rank {}: fetch {:.3} s, fold-in {:.3} s, gather {:.3} s, score {:.3} s ({:.3} CPU s), merge {:.3} s",
+            r.test_rows, comm.rank(), e.fetch, e.fold_in, e.gather, e.score, e.score_cpu, e.merge
+        );
+        Ok(r)
     }
 
     /// Collective: every rank must call. A checksum of both tables by global id.

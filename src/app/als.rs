@@ -30,8 +30,13 @@ fn epoch_line(r: &EpochReport, epochs: usize) -> String {
         .recall
         .map(|x| format!("  R@20 {:.4}  R@50 {:.4}", x.at20, x.at50))
         .unwrap_or_default();
+    let eval = if r.recall.is_some() {
+        format!("  eval {:.2} s ({} rows)", r.eval_seconds, r.eval_rows)
+    } else {
+        String::new()
+    };
     format!(
-        "epoch {:>3}/{epochs}  loss {:.6e}{recall}  {:.2} s  {:.2}M edges/s  exchanged {}",
+        "epoch {:>3}/{epochs}  loss {:.6e}{recall}  {:.2} s  {:.2}M edges/s  exchanged {}{eval}",
         r.epoch,
         r.loss,
         r.seconds,
@@ -65,7 +70,7 @@ pub fn global_run<C: Comm>(comm: &C, args: &AlsArgs, preempt: Preemption) -> Res
     let mut metrics = comm.agree(opened)?;
     if root {
         println!(
-            "als: {} d={} tables={} epochs={} reg={} alpha0={} solver={:?} cg_steps={} exchange={:?} on {} rank(s) (torus {}) x {threads} thread(s)",
+            "als: {} d={} tables={} epochs={} reg={} alpha0={} solver={:?} cg_steps={} exchange={:?} eval_rows={} on {} rank(s) (torus {}) x {threads} thread(s)",
             cfg.data.display(),
             cfg.dim,
             cfg.table_dtype,
@@ -75,6 +80,7 @@ pub fn global_run<C: Comm>(comm: &C, args: &AlsArgs, preempt: Preemption) -> Res
             cfg.solver,
             cfg.cg_steps,
             cfg.exchange,
+            cfg.eval_rows,
             comm.size(),
             comm.torus().shape()
         );
@@ -130,7 +136,7 @@ pub fn global_run<C: Comm>(comm: &C, args: &AlsArgs, preempt: Preemption) -> Res
             r.at20, r.at50, r.test_rows, report.loss, report.checksum
         );
         if let Some(m) = metrics.as_mut() {
-            let v = serde_json::json!({"final": true, "recall_at_20": r.at20, "recall_at_50": r.at50, "loss": report.loss,
+            let v = serde_json::json!({"final": true, "recall_at_20": r.at20, "recall_at_50": r.at50, "eval_rows": r.test_rows, "loss": report.loss,
                 "checksum": format!("{:016x}", report.checksum), "peak_rss_bytes": peak, "ranks": comm.size(), "threads": threads});
             let _ = writeln!(m, "{v}");
         }

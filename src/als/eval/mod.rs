@@ -1,0 +1,573 @@
+//! Evaluation: fold in each evaluated test row from its visible arcs (an exact solve
+//! against H), score every column shard by shard, drop the visible arcs, take a
+//! distributed exact top-K, and average Recall@20 and Recall@50 over the evaluated rows:
+//! `recall = |topK ∩ holdout| / min(K, |holdout|)` (DESIGN.md).
+//!
+//! The evaluated rows are all test rows (`--eval-rows all`) or a seeded sample of `N`
+//! of them (`--eval-rows N`, default 10,000): the `N` rows with the smallest
+//! `(hash3(split seed, EVAL_ROWS, row), row)`. Every rank chooses from the gathered list
+//! of test row ids, so the sample is the same at any rank count, and it depends only on
+//! the dataset (not on `--seed`), so runs that differ in training are compared on the
+//! same rows.
+//!
+//! Recall sums are exact: hits are counted per denominator `min(K, |holdout|)` in
+//! integers, all-reduced, and divided once in a fixed order, so the reported recall has
+//! the same bits at every rank count (given the same scores).
+
+mod score;
+
+pub use score::{
+    local_score_topk, local_score_topk_ref, local_score_topk_tiled, Cand, ScoreRows, TopK,
+    COL_BLOCK, ROW_BLOCK,
+};
+
+use super::exchange::{ExchangeKind, ExchangePlan};
+use super::shard::{owner_of, Shards};
+use super::solve::{cholesky_solve, RowsView, SolveParams};
+use crate::bf16::TableElem;
+use crate::comm::{prefix_offsets, Comm, Received};
+use crate::data::graph::block_range;
+use crate::error::{Error, Result};
+use crate::rng::{hash3, stream};
+use serde::{Deserialize, Serialize};
+use std::time::Instant;
+
+/// The largest K reported.
+pub const MAX_K: usize = 50;
+
+/// The default `--eval-rows`.
+pub const DEFAULT_EVAL_ROWS: u64 = 10_000;
+
+/// Which test rows an evaluation scores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EvalRows {
+    /// Every test row (the exact full evaluation).
+    All,
+    /// A seeded sample of this many rows (all of them when there are fewer).
+    Sample(u64),
+}
+
+impl Default for EvalRows {
+    fn default() -> Self {
+        EvalRows::Sample(DEFAULT_EVAL_ROWS)
+    }
+}
+
+impl std::str::FromStr for EvalRows {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        if s.eq_ignore_ascii_case("all") {
+            return Ok(EvalRows::All);
+        }
+        match s.parse::<u64>() {
+            Ok(0) => Err("0 rows: evaluate at least one row (or `all`)".into()),
+            Ok(n) => Ok(EvalRows::Sample(n)),
+            Err(_) => Err(format!("`{s}`: expected a row count or `all`")),
+        }
+    }
+}
+
+impl std::fmt::Display for EvalRows {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EvalRows::All => f.write_str("all"),
+            EvalRows::Sample(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+/// Rank-local: the positions (in `/test/rows` order, increasing) of the rows that
+/// `which` evaluates, given every test row id in order.
+pub fn local_pick_rows(test_rows: &[u32], seed: u64, which: EvalRows) -> Vec<usize> {
+    let t = test_rows.len();
+    let n = match which {
+        EvalRows::All => return (0..t).collect(),
+        EvalRows::Sample(n) => n,
+    };
+    if n >= t as u64 {
+        return (0..t).collect();
+    }
+    let n = n as usize;
+    let mut keys: Vec<(u64, u32, usize)> = test_rows
+        .iter()
+        .enumerate()
+        .map(|(i, &r)| (hash3(seed, stream::EVAL_ROWS, r as u64), r, i))
+        .collect();
+    if n > 0 {
+        keys.select_nth_unstable(n - 1);
+    }
+    let mut pos: Vec<usize> = keys[..n].iter().map(|k| k.2).collect();
+    pos.sort_unstable();
+    pos
+}
+
+/// Recall@K of one ranking (best first) against a sorted holdout.
+pub fn recall_at(ranking: &[Cand], holdout: &[u32], k: usize) -> f64 {
+    let (hits, den) = hits_at(ranking, holdout, k);
+    if den == 0 {
+        return 0.0;
+    }
+    hits as f64 / den as f64
+}
+
+/// `(|top-k ∩ holdout|, min(k, |holdout|))`.
+fn hits_at(ranking: &[Cand], holdout: &[u32], k: usize) -> (u64, usize) {
+    let hits = ranking
+        .iter()
+        .take(k)
+        .filter(|c| holdout.binary_search(&c.col).is_ok())
+        .count();
+    (hits as u64, k.min(holdout.len()))
+}
+
+/// Exact recall sums: hits per denominator (1..=MAX_K) for K = 20 and K = 50, then
+/// the row count. Integers, so the all-reduce is exact in any order.
+struct RecallSums(Vec<u64>);
+
+impl RecallSums {
+    fn new() -> Self {
+        Self(vec![0; 2 * (MAX_K + 1) + 1])
+    }
+    fn add(&mut self, ranking: &[Cand], holdout: &[u32]) {
+        let (h20, d20) = hits_at(ranking, holdout, 20);
+        let (h50, d50) = hits_at(ranking, holdout, 50);
+        self.0[d20] += h20;
+        self.0[MAX_K + 1 + d50] += h50;
+        self.0[2 * (MAX_K + 1)] += 1;
+    }
+    fn global_finish<C: Comm>(mut self, comm: &C) -> Recall {
+        comm.all_reduce_sum(&mut self.0);
+        let n = self.0[2 * (MAX_K + 1)];
+        let mean = |part: &[u64]| {
+            let s: f64 = (1..=MAX_K).map(|den| part[den] as f64 / den as f64).sum();
+            s / n.max(1) as f64
+        };
+        Recall {
+            at20: mean(&self.0[..=MAX_K]),
+            at50: mean(&self.0[MAX_K + 1..2 * (MAX_K + 1)]),
+            test_rows: n,
+        }
+    }
+}
+
+/// Recall averaged over the evaluated test rows.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Recall {
+    pub at20: f64,
+    pub at50: f64,
+    /// How many test rows were evaluated.
+    pub test_rows: u64,
+}
+
+/// Seconds of one evaluation's parts on this rank.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct EvalTimes {
+    /// Fetching the fold-in rows of H.
+    pub fetch: f64,
+    /// The exact fold-in solves.
+    pub fold_in: f64,
+    /// All-gathering the folded-in rows.
+    pub gather: f64,
+    /// Scoring this rank's columns and keeping the top K.
+    pub score: f64,
+    /// Moving candidates to the rows' owners and merging them.
+    pub merge: f64,
+    /// CPU seconds (user + system, all threads of this process) of the scoring: on a
+    /// shared machine, the cost that the wall time of `score` hides.
+    pub score_cpu: f64,
+}
+
+/// CPU seconds (user + system) of this process so far.
+fn process_cpu_seconds() -> f64 {
+    // SAFETY: getrusage only writes the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
+        return 0.0;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+/// The evaluated test rows as one rank sees them.
+pub struct EvalSet {
+    /// The evaluated test rows this rank owns (global row ids).
+    rows: Vec<u32>,
+    /// Their visible arcs as positions in `needed` (arc order of the dataset).
+    fold_indptr: Vec<u64>,
+    fold_pos: Vec<u32>,
+    /// Distinct columns the fold-in needs, increasing (so grouped by owner), and how
+    /// many each rank owns.
+    needed_counts: Vec<usize>,
+    /// The columns every rank asked this rank for, in its order.
+    serve: Received<u32>,
+    /// Every evaluated row's visible arcs (global column ids, increasing per row), in
+    /// row order over all ranks: the mask while scoring.
+    all_fold_indptr: Vec<usize>,
+    all_fold: Vec<u32>,
+    /// Evaluated rows owned by each rank.
+    rows_per_rank: Vec<usize>,
+    /// Owned evaluated rows' held-out arcs.
+    holdout_indptr: Vec<usize>,
+    holdout: Vec<u32>,
+    col_bounds: Vec<u64>,
+}
+
+impl EvalSet {
+    /// Collective: every rank must call. Chooses the evaluated rows (`which`) and
+    /// plans the fetch of their fold-in rows of H.
+    pub fn global_build<C: Comm>(comm: &C, s: &Shards, which: EvalRows) -> Result<Self> {
+        let all_rows = comm.all_gather_v(&s.test_rows)?.data;
+        let picked = local_pick_rows(&all_rows, s.meta.seed, which);
+        let lo = s.test_lo as usize;
+        let hi = lo + s.test_rows.len();
+        let mine: Vec<usize> = picked
+            .iter()
+            .filter(|&&p| p >= lo && p < hi)
+            .map(|&p| p - lo)
+            .collect();
+        let csr_row = |c: &super::shard::CsrShard, i: usize| -> Vec<u32> {
+            c.indices[c.indptr[i] as usize..c.indptr[i + 1] as usize].to_vec()
+        };
+        let mut fold_indptr = vec![0u64];
+        let mut fold = Vec::new();
+        let mut holdout_indptr = vec![0usize];
+        let mut holdout = Vec::new();
+        let mut mask_lens = Vec::with_capacity(mine.len());
+        let mut mask = Vec::new();
+        for &i in &mine {
+            let f = csr_row(&s.fold, i);
+            let mut sorted = f.clone();
+            sorted.sort_unstable();
+            mask_lens.push(sorted.len() as u64);
+            mask.extend_from_slice(&sorted);
+            fold.extend_from_slice(&f);
+            fold_indptr.push(fold.len() as u64);
+            let mut h = csr_row(&s.holdout, i);
+            h.sort_unstable();
+            holdout.extend_from_slice(&h);
+            holdout_indptr.push(holdout.len());
+        }
+        let rows: Vec<u32> = mine.iter().map(|&i| s.test_rows[i]).collect();
+        // The fetch plan: distinct needed columns, grouped by owner.
+        let mut needed = fold.clone();
+        needed.sort_unstable();
+        needed.dedup();
+        let fold_pos: Vec<u32> = fold
+            .iter()
+            .map(|c| needed.partition_point(|v| v < c) as u32)
+            .collect();
+        let p = comm.size();
+        let mut needed_counts = vec![0usize; p];
+        for &c in &needed {
+            needed_counts[owner_of(&s.col_bounds, c as u64)] += 1;
+        }
+        let serve = comm.all_to_all_v(&needed, &needed_counts)?;
+        let lens = comm.all_gather_v(&mask_lens)?;
+        let rows_per_rank = lens.counts.clone();
+        let all_fold_indptr =
+            prefix_offsets(&lens.data.iter().map(|&l| l as usize).collect::<Vec<_>>());
+        let all_fold = comm.all_gather_v(&mask)?.data;
+        Ok(Self {
+            rows,
+            fold_indptr,
+            fold_pos,
+            needed_counts,
+            serve,
+            all_fold_indptr,
+            all_fold,
+            rows_per_rank,
+            holdout_indptr,
+            holdout,
+            col_bounds: s.col_bounds.clone(),
+        })
+    }
+
+    /// The evaluated test rows this rank owns (global row ids, in test order).
+    pub fn local_rows(&self) -> &[u32] {
+        &self.rows
+    }
+
+    /// How many rows an evaluation scores (all ranks).
+    pub fn num_rows(&self) -> usize {
+        self.rows_per_rank.iter().sum()
+    }
+
+    /// Collective: every rank must call. The fold-in rows of H, widened to f32, in
+    /// `needed` order. `h_local` is this rank's shard (`col_bounds[rank]..`).
+    fn global_fetch<C: Comm, T: TableElem>(
+        &self,
+        comm: &C,
+        h_local: &[T],
+        d: usize,
+    ) -> Result<Vec<f32>> {
+        let lo = self.col_bounds[comm.rank()];
+        let mut send = vec![0f32; self.serve.data.len() * d];
+        for (k, &id) in self.serve.data.iter().enumerate() {
+            let i = (id as u64 - lo) as usize;
+            crate::bf16::widen(&h_local[i * d..(i + 1) * d], &mut send[k * d..(k + 1) * d]);
+        }
+        let counts: Vec<usize> = self.serve.counts.iter().map(|c| c * d).collect();
+        let got = comm.all_to_all_v(&send, &counts)?;
+        let want: Vec<usize> = self.needed_counts.iter().map(|c| c * d).collect();
+        if got.counts != want {
+            return Err(Error::Comm(format!(
+                "eval fetch: received {:?} values per rank, expected {want:?}",
+                got.counts
+            )));
+        }
+        Ok(got.data)
+    }
+
+    /// Collective: every rank must call. `h_local` is this rank's H shard (columns
+    /// `col_lo..`, f32 or bf16), `gram_h` the all-reduced Gramian of H.
+    #[allow(clippy::too_many_arguments)]
+    pub fn global_evaluate<C: Comm, T: TableElem>(
+        &self,
+        comm: &C,
+        h_local: &[T],
+        col_lo: u64,
+        d: usize,
+        gram_h: &[f64],
+        params: SolveParams,
+    ) -> Result<Recall> {
+        self.global_evaluate_timed(comm, h_local, col_lo, d, gram_h, params)
+            .map(|(r, _)| r)
+    }
+
+    /// [`EvalSet::global_evaluate`] with this rank's seconds per part.
+    #[allow(clippy::too_many_arguments)]
+    pub fn global_evaluate_timed<C: Comm, T: TableElem>(
+        &self,
+        comm: &C,
+        h_local: &[T],
+        col_lo: u64,
+        d: usize,
+        gram_h: &[f64],
+        params: SolveParams,
+    ) -> Result<(Recall, EvalTimes)> {
+        let mut times = EvalTimes::default();
+        let t = Instant::now();
+        let h_fold = {
+            let _p = comm.stats().phase("exchange");
+            self.global_fetch(comm, h_local, d)?
+        };
+        times.fetch = t.elapsed().as_secs_f64();
+        let _p = comm.stats().phase("eval");
+        // Fold-in: the exact solve against H from zero.
+        let t = Instant::now();
+        let mut x = vec![0f32; self.rows.len() * d];
+        let view = RowsView {
+            indptr: &self.fold_indptr,
+            indices: &self.fold_pos,
+        };
+        crate::blas_single_thread();
+        let solved = cholesky_solve(&mut x, view, &h_fold, d, gram_h, params)
+            .map_err(|e| Error::Comm(format!("fold-in: {e}")));
+        comm.agree(solved)?;
+        drop(h_fold);
+        times.fold_in = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let x_all = comm.all_gather_v(&x)?.data;
+        times.gather = t.elapsed().as_secs_f64();
+
+        // Score this rank's columns for every evaluated row, best MAX_K per row.
+        let t = Instant::now();
+        let cpu0 = process_cpu_seconds();
+        let rows = ScoreRows {
+            x: &x_all,
+            mask_indptr: &self.all_fold_indptr,
+            mask_cols: &self.all_fold,
+        };
+        let cands = local_score_topk(rows, h_local, col_lo, d, MAX_K);
+        drop(x_all);
+        times.score = t.elapsed().as_secs_f64();
+        times.score_cpu = process_cpu_seconds() - cpu0;
+
+        let t = Instant::now();
+        let counts: Vec<usize> = self.rows_per_rank.iter().map(|n| n * MAX_K).collect();
+        let sums = global_merge(comm, &cands, &counts, |i| {
+            &self.holdout[self.holdout_indptr[i]..self.holdout_indptr[i + 1]]
+        })?;
+        drop(cands);
+        let recall = sums.global_finish(comm);
+        times.merge = t.elapsed().as_secs_f64();
+        Ok((recall, times))
+    }
+}
+
+/// Collective: every rank must call. Sends each row's `MAX_K` candidates (`cands`,
+/// rows in order over all ranks, `counts` values per owner) to the row's owner, which
+/// merges them and adds the row's recall.
+fn global_merge<'a, C: Comm>(
+    comm: &C,
+    cands: &[Cand],
+    counts: &[usize],
+    holdout: impl Fn(usize) -> &'a [u32],
+) -> Result<RecallSums> {
+    let p = comm.size();
+    let scores: Vec<f32> = cands.iter().map(|c| c.score).collect();
+    let cols: Vec<u32> = cands.iter().map(|c| c.col).collect();
+    let got_s = comm.all_to_all_v(&scores, counts)?;
+    let got_c = comm.all_to_all_v(&cols, counts)?;
+    let t_local = got_s.counts.first().copied().unwrap_or(0) / MAX_K;
+    let mut sums = RecallSums::new();
+    for i in 0..t_local {
+        let mut top = TopK::new(MAX_K);
+        for src in 0..p {
+            let s = got_s.from_rank(src);
+            let c = got_c.from_rank(src);
+            for k in i * MAX_K..(i + 1) * MAX_K {
+                top.push(Cand {
+                    score: s[k],
+                    col: c[k],
+                });
+            }
+        }
+        sums.add(&top.into_sorted(), holdout(i));
+    }
+    Ok(sums)
+}
+
+/// Collective: every rank must call. The reference evaluation over every test row,
+/// as `torusrec als` did before `--eval-rows`: fold-in through the training exchange
+/// plan, scoring of all columns in blocks of 64 rows by one sgemm each, a
+/// partition-point top-K insertion per column. Slow; for tests.
+pub fn global_evaluate_all_ref<C: Comm>(
+    comm: &C,
+    s: &Shards,
+    h_local: &[f32],
+    d: usize,
+    gram_h: &[f64],
+    params: SolveParams,
+) -> Result<Recall> {
+    use rayon::prelude::*;
+    let mut fold_local = s.fold.indices.clone();
+    let plan =
+        ExchangePlan::global_build(comm, ExchangeKind::Dedup, &mut fold_local, &s.col_bounds)?;
+    let lens: Vec<u64> = s.fold.indptr.windows(2).map(|w| w[1] - w[0]).collect();
+    let all_lens = comm.all_gather_v(&lens)?.data;
+    let all_fold = comm.all_gather_v(&s.fold.indices)?.data;
+    let all_fold_indptr = prefix_offsets(&all_lens.iter().map(|&l| l as usize).collect::<Vec<_>>());
+    let col_lo = s.col_bounds[comm.rank()];
+    crate::blas_single_thread();
+    let fetched = plan.global_fetch(comm, h_local, d)?;
+    let h_fold = fetched.as_deref().unwrap_or(h_local);
+    let t_local = s.fold.indptr.len() - 1;
+    let mut x = vec![0f32; t_local * d];
+    let view = RowsView {
+        indptr: &s.fold.indptr,
+        indices: &fold_local,
+    };
+    let solved = cholesky_solve(&mut x, view, h_fold, d, gram_h, params)
+        .map_err(|e| Error::Comm(format!("fold-in: {e}")));
+    comm.agree(solved)?;
+    let x_all = comm.all_gather_v(&x)?.data;
+    let n_local = h_local.len() / d;
+    let col_hi = col_lo + n_local as u64;
+    const BLOCK: usize = 64;
+    let t = s.num_test as usize;
+    let cands: Vec<Cand> = (0..t.div_ceil(BLOCK))
+        .into_par_iter()
+        .flat_map_iter(|b| {
+            let r0 = b * BLOCK;
+            let r1 = (r0 + BLOCK).min(t);
+            let mut scores = vec![0f32; (r1 - r0) * n_local];
+            if n_local > 0 {
+                let xb = ndarray::ArrayView2::from_shape((r1 - r0, d), &x_all[r0 * d..r1 * d])
+                    .expect("shape");
+                let hb = ndarray::ArrayView2::from_shape((n_local, d), h_local).expect("shape");
+                let mut sb = ndarray::ArrayViewMut2::from_shape((r1 - r0, n_local), &mut scores)
+                    .expect("shape");
+                ndarray::linalg::general_mat_mul(1.0, &xb, &hb.t(), 0.0, &mut sb);
+            }
+            let mut out = Vec::with_capacity((r1 - r0) * MAX_K);
+            for r in r0..r1 {
+                let row = &mut scores[(r - r0) * n_local..(r - r0 + 1) * n_local];
+                for &c in &all_fold[all_fold_indptr[r]..all_fold_indptr[r + 1]] {
+                    if (c as u64) >= col_lo && (c as u64) < col_hi {
+                        row[(c as u64 - col_lo) as usize] = f32::NEG_INFINITY;
+                    }
+                }
+                let mut top = TopK::new(MAX_K);
+                for (j, &s) in row.iter().enumerate() {
+                    if s != f32::NEG_INFINITY {
+                        top.push(Cand {
+                            score: s,
+                            col: (col_lo + j as u64) as u32,
+                        });
+                    }
+                }
+                out.extend(top.into_padded());
+            }
+            out.into_iter()
+        })
+        .collect();
+    let p = comm.size();
+    let counts: Vec<usize> = (0..p)
+        .map(|r| {
+            let (a, b) = block_range(t as u64, p, r);
+            (b - a) as usize * MAX_K
+        })
+        .collect();
+    let sums = global_merge(comm, &cands, &counts, |i| {
+        &s.holdout.indices[s.holdout.indptr[i] as usize..s.holdout.indptr[i + 1] as usize]
+    })?;
+    Ok(sums.global_finish(comm))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recall_divides_by_min_k_holdout() {
+        let r: Vec<Cand> = (0..50).map(|c| Cand { score: 1.0, col: c }).collect();
+        assert_eq!(recall_at(&r, &[3, 30, 100], 20), 1.0 / 3.0);
+        assert_eq!(recall_at(&r, &[3, 30, 100], 50), 2.0 / 3.0);
+        let many: Vec<u32> = (0..40).collect();
+        assert_eq!(recall_at(&r, &many, 20), 1.0);
+        assert_eq!(recall_at(&r, &[], 20), 0.0);
+    }
+
+    #[test]
+    fn eval_rows_parse_and_print() {
+        assert_eq!("all".parse::<EvalRows>(), Ok(EvalRows::All));
+        assert_eq!("ALL".parse::<EvalRows>(), Ok(EvalRows::All));
+        assert_eq!("123".parse::<EvalRows>(), Ok(EvalRows::Sample(123)));
+        assert!("0".parse::<EvalRows>().is_err());
+        assert!("-3".parse::<EvalRows>().is_err());
+        assert!("some".parse::<EvalRows>().is_err());
+        assert_eq!(EvalRows::Sample(7).to_string(), "7");
+        assert_eq!(EvalRows::All.to_string(), "all");
+    }
+
+    #[test]
+    fn pick_is_the_n_smallest_hashes_and_all_when_fewer() {
+        let rows: Vec<u32> = (0..1000).map(|i| i * 7 + 3).collect();
+        let pick = local_pick_rows(&rows, 5, EvalRows::Sample(100));
+        assert_eq!(pick.len(), 100);
+        assert!(pick.windows(2).all(|w| w[0] < w[1]));
+        let key = |p: usize| (hash3(5, stream::EVAL_ROWS, rows[p] as u64), rows[p]);
+        let worst_in = pick.iter().map(|&p| key(p)).max().unwrap();
+        for p in 0..rows.len() {
+            if !pick.contains(&p) {
+                assert!(key(p) > worst_in);
+            }
+        }
+        // The same ids in another order pick the same ids.
+        let mut shuffled = rows.clone();
+        shuffled.reverse();
+        let mut a: Vec<u32> = pick.iter().map(|&p| rows[p]).collect();
+        let mut b: Vec<u32> = local_pick_rows(&shuffled, 5, EvalRows::Sample(100))
+            .iter()
+            .map(|&p| shuffled[p])
+            .collect();
+        a.sort_unstable();
+        b.sort_unstable();
+        assert_eq!(a, b);
+        let all: Vec<usize> = (0..1000).collect();
+        assert_eq!(local_pick_rows(&rows, 5, EvalRows::Sample(5000)), all);
+        assert_eq!(local_pick_rows(&rows, 5, EvalRows::Sample(1000)), all);
+        assert_eq!(local_pick_rows(&rows, 5, EvalRows::All), all);
+    }
+}

@@ -1,0 +1,340 @@
+//! iALS evaluation: the blocked scorer against a brute-force reference, the seeded
+//! `--eval-rows` sample (the same rows and recall bits at every rank count), `all`
+//! against the reference full evaluation, and a bf16 H against the same values in f32.
+
+use std::path::{Path, PathBuf};
+use torusrec::als::eval::{
+    global_evaluate_all_ref, local_score_topk, local_score_topk_ref, local_score_topk_tiled, Cand,
+    EvalRows, EvalSet, Recall, ScoreRows, TopK,
+};
+use torusrec::als::shard::global_read_shards;
+use torusrec::als::solve::{gramian, SolveParams};
+use torusrec::app::prepare::{global_run as prepare, PrepareConfig, Source};
+use torusrec::bf16::{Bf16, TableElem};
+use torusrec::comm::single::SingleComm;
+use torusrec::comm::threads::run;
+use torusrec::comm::Comm;
+use torusrec::data::webgraph_gen::WebGraphSpec;
+use torusrec::rng::{hash3, SplitMix64};
+
+fn make_dataset(dir: &Path, nodes: u64, arcs: u64, seed: u64) -> PathBuf {
+    let out = dir.join(format!("g{nodes}_{arcs}_{seed}.h5"));
+    let spec = WebGraphSpec::new(nodes, arcs).unwrap();
+    let cfg = PrepareConfig {
+        source: Source::Synthetic {
+            preset: "test".into(),
+            scale: 1.0,
+            spec,
+        },
+        min_links: 0,
+        seed,
+        out: out.clone(),
+        force: false,
+    };
+    prepare(&SingleComm::new(), &cfg).unwrap();
+    out
+}
+
+/// A value in {-1, -0.75, ..., 1}: dot products of a few of them are exact in f32 in
+/// any order (so sgemm and the reference agree bit for bit) and tie often.
+fn quarter(seed: u64, id: u64) -> f32 {
+    (hash3(seed, 77, id) % 9) as f32 / 4.0 - 1.0
+}
+
+/// Random sorted distinct masks per row over `0..n_cols` (some rows empty, some long).
+fn masks(rows: usize, n_cols: u64, seed: u64) -> (Vec<usize>, Vec<u32>) {
+    let mut ip = vec![0usize];
+    let mut cols = Vec::new();
+    for r in 0..rows {
+        let mut g = SplitMix64::for_id(seed, 78, r as u64);
+        let len = match r % 4 {
+            0 => 0,
+            1 => 1 + g.below(3) as usize,
+            _ => g.below((n_cols / 2).max(1)) as usize,
+        };
+        let mut m: Vec<u32> = (0..len).map(|_| g.below(n_cols) as u32).collect();
+        m.sort_unstable();
+        m.dedup();
+        cols.extend(m);
+        ip.push(cols.len());
+    }
+    (ip, cols)
+}
+
+fn pairs(c: &[Cand]) -> Vec<(u32, u32)> {
+    c.iter().map(|c| (c.score.to_bits(), c.col)).collect()
+}
+
+/// Score a whole table split into shards at `bounds`, each shard with tiles
+/// `rb x cb`, and merge every row's candidates as the owners do.
+fn sharded_topk<T: TableElem>(
+    rows: ScoreRows,
+    h: &[T],
+    d: usize,
+    k: usize,
+    bounds: &[usize],
+    rb: usize,
+    cb: usize,
+) -> Vec<Cand> {
+    let t = rows.num_rows();
+    let parts: Vec<Vec<Cand>> = bounds
+        .windows(2)
+        .map(|w| local_score_topk_tiled(rows, &h[w[0] * d..w[1] * d], w[0] as u64, d, k, rb, cb))
+        .collect();
+    let mut out = Vec::new();
+    for r in 0..t {
+        let mut top = TopK::new(k);
+        for p in &parts {
+            for &c in &p[r * k..(r + 1) * k] {
+                top.push(c);
+            }
+        }
+        out.extend(top.into_padded());
+    }
+    out
+}
+
+#[test]
+fn blocked_scorer_equals_brute_force() {
+    for (case, &(t, n, d, k)) in [
+        (23, 97, 5, 7),
+        (9, 40, 3, 50),
+        (64, 300, 8, 20),
+        (1, 1, 2, 3),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let seed = case as u64;
+        let x: Vec<f32> = (0..t * d).map(|i| quarter(seed, i as u64)).collect();
+        let h: Vec<f32> = (0..n * d).map(|i| quarter(seed + 100, i as u64)).collect();
+        let (ip, cols) = masks(t, n as u64, seed);
+        let rows = ScoreRows {
+            x: &x,
+            mask_indptr: &ip,
+            mask_cols: &cols,
+        };
+        let want = local_score_topk_ref(rows, &h, 0, d, k);
+        assert_eq!(want.len(), t * k);
+        // Ties happen: the reference breaks them by the lower column id.
+        if n >= 40 {
+            assert!(want
+                .windows(2)
+                .any(|w| w[0].score == w[1].score && w[0].col != u32::MAX));
+        }
+        // One shard with the default tiles.
+        assert_eq!(
+            pairs(&local_score_topk(rows, &h, 0, d, k)),
+            pairs(&want),
+            "case {case}"
+        );
+        // Several shards (boundaries inside tiles and inside rows' masks), small tiles
+        // so that a row's visible arcs fall in several of them.
+        let cut = |a: usize, b: usize| vec![0, (n * a / 7).min(n), (n * b / 7).min(n), n];
+        for bounds in [vec![0, n], cut(2, 5), cut(1, 1), cut(3, 6)] {
+            for (rb, cb) in [(1, 1), (3, 7), (4, 16), (256, 1024)] {
+                let got = sharded_topk(rows, &h, d, k, &bounds, rb, cb);
+                assert_eq!(
+                    pairs(&got),
+                    pairs(&want),
+                    "case {case} bounds {bounds:?} tiles {rb}x{cb}"
+                );
+            }
+        }
+        // bf16 storage of the same values (exact in bf16) gives the same candidates.
+        let hb: Vec<Bf16> = h.iter().map(|&v| Bf16::from_f32(v)).collect();
+        assert_eq!(
+            pairs(&local_score_topk_tiled(rows, &hb, 0, d, k, 3, 7)),
+            pairs(&want)
+        );
+        assert_eq!(
+            pairs(&local_score_topk_ref(rows, &hb, 0, d, k)),
+            pairs(&want)
+        );
+    }
+}
+
+#[test]
+fn scorer_pads_rows_with_too_few_columns() {
+    let (d, n) = (2, 4);
+    let x = vec![1.0, 0.0, 0.0, 1.0];
+    let h: Vec<f32> = (0..n * d).map(|i| i as f32).collect();
+    // Row 0 masks columns 1 and 3; row 1 masks nothing.
+    let ip = vec![0, 2, 2];
+    let cols = vec![1, 3];
+    let rows = ScoreRows {
+        x: &x,
+        mask_indptr: &ip,
+        mask_cols: &cols,
+    };
+    let got = local_score_topk_tiled(rows, &h, 0, d, 3, 1, 2);
+    let want = vec![
+        (4.0, 2),
+        (0.0, 0),
+        (f32::NEG_INFINITY, u32::MAX),
+        (7.0, 3),
+        (5.0, 2),
+        (3.0, 1),
+    ];
+    let got: Vec<(f32, u32)> = got.iter().map(|c| (c.score, c.col)).collect();
+    assert_eq!(got, want);
+}
+
+/// A table of `n` rows by global id (the same values at any rank count).
+fn table(n: u64, d: usize, seed: u64) -> Vec<f32> {
+    (0..n)
+        .flat_map(|id| {
+            let mut g = SplitMix64::for_id(seed, 79, id);
+            (0..d)
+                .map(|_| (g.next_f64() as f32 - 0.5) * 0.6)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+struct Run {
+    recall: Recall,
+    rows: Vec<u32>,
+}
+
+/// Evaluate the fixed H `h_all` on `p` simulated ranks; every rank uses the Gramian
+/// of the whole table (so the fold-in does not depend on `p`).
+fn evaluate<T: TableElem>(data: &Path, p: usize, which: EvalRows, h_all: &[T], d: usize) -> Run {
+    let h32: Vec<f32> = h_all.iter().map(|v| v.to_f32()).collect();
+    let gram = gramian(&h32, d);
+    let parts = run(p, |c| {
+        let s = global_read_shards(&c, data).unwrap();
+        let lo = s.col_bounds[c.rank()] as usize;
+        let hi = s.col_bounds[c.rank() + 1] as usize;
+        let params = SolveParams {
+            reg: 0.05,
+            alpha0: 0.05,
+            n_other: s.meta.num_cols as f64,
+        };
+        let set = EvalSet::global_build(&c, &s, which).unwrap();
+        let r = set
+            .global_evaluate(&c, &h_all[lo * d..hi * d], lo as u64, d, &gram, params)
+            .unwrap();
+        assert_eq!(set.num_rows() as u64, r.test_rows);
+        (r, set.local_rows().to_vec())
+    });
+    for x in &parts {
+        assert_eq!(x.0, parts[0].0, "every rank reports the same recall");
+    }
+    Run {
+        recall: parts[0].0,
+        rows: parts.iter().flat_map(|x| x.1.clone()).collect(),
+    }
+}
+
+/// The reference full evaluation (`torusrec als` before `--eval-rows`) on `p` ranks.
+fn reference(data: &Path, p: usize, h_all: &[f32], d: usize) -> Recall {
+    let gram = gramian(h_all, d);
+    let parts = run(p, |c| {
+        let s = global_read_shards(&c, data).unwrap();
+        let lo = s.col_bounds[c.rank()] as usize;
+        let hi = s.col_bounds[c.rank() + 1] as usize;
+        let params = SolveParams {
+            reg: 0.05,
+            alpha0: 0.05,
+            n_other: s.meta.num_cols as f64,
+        };
+        global_evaluate_all_ref(&c, &s, &h_all[lo * d..hi * d], d, &gram, params).unwrap()
+    });
+    parts[0]
+}
+
+#[test]
+fn sample_is_the_same_rows_and_bits_at_every_rank_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = make_dataset(dir.path(), 900, 12000, 4);
+    let d = 8;
+    let s = global_read_shards(&SingleComm::new(), &data).unwrap();
+    let t = s.num_test as usize;
+    assert!(t > 60, "the dataset has {t} test rows");
+    let h = table(s.meta.num_cols, d, 9);
+    let n = 40;
+    let one = evaluate(&data, 1, EvalRows::Sample(n), &h, d);
+    assert_eq!(one.recall.test_rows, n);
+    assert_eq!(one.rows.len(), n as usize);
+    // The rows are test rows, in test order, without repeats.
+    assert!(one.rows.iter().all(|r| s.test_rows.contains(r)));
+    assert!(one.rows.windows(2).all(|w| {
+        let pos = |r: u32| s.test_rows.iter().position(|&x| x == r).unwrap();
+        pos(w[0]) < pos(w[1])
+    }));
+    assert!(
+        one.recall.at50 > 0.0,
+        "the planted graph is learnable at all"
+    );
+    for p in 2..=4 {
+        let r = evaluate(&data, p, EvalRows::Sample(n), &h, d);
+        assert_eq!(r.rows, one.rows, "P = {p} picks other rows");
+        assert_eq!(r.recall.test_rows, n);
+        assert_eq!(
+            r.recall.at20.to_bits(),
+            one.recall.at20.to_bits(),
+            "P = {p}"
+        );
+        assert_eq!(
+            r.recall.at50.to_bits(),
+            one.recall.at50.to_bits(),
+            "P = {p}"
+        );
+    }
+    // Another sample size picks another set (the first rows are not simply taken).
+    let fewer = evaluate(&data, 2, EvalRows::Sample(20), &h, d);
+    assert_eq!(fewer.rows.len(), 20);
+    assert!(fewer.rows.iter().all(|r| one.rows.contains(r)));
+}
+
+#[test]
+fn all_equals_the_reference_full_evaluation() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = make_dataset(dir.path(), 700, 9000, 1);
+    let d = 8;
+    let s = global_read_shards(&SingleComm::new(), &data).unwrap();
+    let h = table(s.meta.num_cols, d, 3);
+    for p in 1..=3 {
+        let got = evaluate(&data, p, EvalRows::All, &h, d);
+        let want = reference(&data, p, &h, d);
+        assert_eq!(got.recall, want, "P = {p}");
+        assert_eq!(got.recall.test_rows, s.num_test);
+        assert_eq!(got.rows, s.test_rows);
+    }
+}
+
+#[test]
+fn more_rows_than_the_test_set_evaluates_all_of_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = make_dataset(dir.path(), 700, 9000, 2);
+    let d = 6;
+    let s = global_read_shards(&SingleComm::new(), &data).unwrap();
+    let h = table(s.meta.num_cols, d, 5);
+    let all = evaluate(&data, 2, EvalRows::All, &h, d);
+    for n in [s.num_test, s.num_test + 1, 1 << 40] {
+        let r = evaluate(&data, 2, EvalRows::Sample(n), &h, d);
+        assert_eq!(r.recall, all.recall, "--eval-rows {n}");
+        assert_eq!(r.recall.test_rows, s.num_test);
+        assert_eq!(r.rows, all.rows);
+    }
+}
+
+#[test]
+fn bf16_table_equals_its_values_in_f32() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = make_dataset(dir.path(), 700, 9000, 3);
+    let d = 8;
+    let s = global_read_shards(&SingleComm::new(), &data).unwrap();
+    let hb: Vec<Bf16> = table(s.meta.num_cols, d, 6)
+        .into_iter()
+        .map(Bf16::from_f32)
+        .collect();
+    let h32: Vec<f32> = hb.iter().map(|v| v.to_f32()).collect();
+    for p in [1, 3] {
+        let a = evaluate(&data, p, EvalRows::Sample(50), &hb, d);
+        let b = evaluate(&data, p, EvalRows::Sample(50), &h32, d);
+        assert_eq!(a.recall, b.recall, "P = {p}");
+        assert_eq!(a.rows, b.rows);
+    }
+}
