@@ -212,11 +212,23 @@ pub fn global_select_test_rows<C: Comm>(
     rows: &LocalRows,
     seed: u64,
 ) -> Result<Vec<bool>> {
-    let key = |i: usize| hash3(seed, stream::TEST_ROWS, rows.lo + i as u64);
-    let nonempty = |i: usize| rows.indptr[i + 1] > rows.indptr[i];
+    let nonempty: Vec<bool> = rows.indptr.windows(2).map(|w| w[1] > w[0]).collect();
+    global_select_test_rows_by(comm, rows.lo, &nonempty, seed)
+}
+
+/// Collective: every rank must call. [`global_select_test_rows`] given only which of
+/// the owned rows `lo, lo + 1, ..` are non-empty.
+pub fn global_select_test_rows_by<C: Comm>(
+    comm: &C,
+    lo: u64,
+    nonempty: &[bool],
+    seed: u64,
+) -> Result<Vec<bool>> {
+    let key = |i: usize| hash3(seed, stream::TEST_ROWS, lo + i as u64);
+    let num_rows = nonempty.len();
     let mut hist = vec![0u64; 1 << HIST_BITS];
-    for i in 0..rows.num_rows() {
-        if nonempty(i) {
+    for i in 0..num_rows {
+        if nonempty[i] {
             hist[(key(i) >> (64 - HIST_BITS)) as usize] += 1;
         }
     }
@@ -236,9 +248,9 @@ pub fn global_select_test_rows<C: Comm>(
     // Gather the (key, row) pairs of bucket b and take the first k - below of them.
     let mut mine = Vec::new();
     if b < hist.len() {
-        for i in 0..rows.num_rows() {
-            if nonempty(i) && (key(i) >> (64 - HIST_BITS)) as usize == b {
-                mine.extend_from_slice(&[key(i), rows.lo + i as u64]);
+        for i in 0..num_rows {
+            if nonempty[i] && (key(i) >> (64 - HIST_BITS)) as usize == b {
+                mine.extend_from_slice(&[key(i), lo + i as u64]);
             }
         }
     }
@@ -251,14 +263,14 @@ pub fn global_select_test_rows<C: Comm>(
     } else {
         Some(pairs[need - 1])
     };
-    Ok((0..rows.num_rows())
+    Ok((0..num_rows)
         .map(|i| {
-            if !nonempty(i) {
+            if !nonempty[i] {
                 return false;
             }
             let kk = key(i);
             let bucket = (kk >> (64 - HIST_BITS)) as usize;
-            bucket < b || (bucket == b && threshold.is_some_and(|t| (kk, rows.lo + i as u64) <= t))
+            bucket < b || (bucket == b && threshold.is_some_and(|t| (kk, lo + i as u64) <= t))
         })
         .collect())
 }
