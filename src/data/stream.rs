@@ -8,10 +8,12 @@
 //! Passes over the owned block:
 //!
 //! 1. **degrees**: clean each chunk (sort, dedup, drop self-loops), count in-degrees
-//!    (all-reduced, u64 per node) and keep the out-degree of each owned row;
+//!    (all-reduced, u64 per node) and keep the out-degree of each owned row (with
+//!    K = 0 no in-degrees, and no pass at all for the generator, whose out-degrees
+//!    come without its arcs);
 //!    the kept mask is all-gathered and turned into the renumbering;
-//! 2. **filter**: the length of each kept row after dropping arcs to removed nodes,
-//!    which decides the test rows (`global_select_test_rows_by`) and every size of
+//! 2. **filter**: the length of each kept row after dropping arcs to removed nodes
+//!    (no pass when every node is kept: the cleaned out-degrees), which decides the test rows (`global_select_test_rows_by`) and every size of
 //!    the output, so rank 0 creates the file with its final shapes;
 //! 3. **split + write**: each chunk is filtered, renumbered and split, and written
 //!    straight into the contiguous HDF5 datasets; the column counts of the training
@@ -33,7 +35,7 @@ use super::dataset::{temp_path, U32_DATASETS, U64_DATASETS};
 use super::graph::{block_range, LocalRows};
 use super::prepare::{global_select_test_rows_by, split_test_row, SplitMeta};
 use super::readers::SourceInfo;
-use super::webgraph_gen::{generate_rows, HostLayout, WebGraphSpec};
+use super::webgraph_gen::{generate_degrees, generate_rows, HostLayout, WebGraphSpec};
 use crate::comm::{prefix_offsets, Comm};
 use crate::error::{Error, Result};
 use hdf5::types::VarLenUnicode;
@@ -74,6 +76,11 @@ pub trait RowSource: Sync {
         chunk_arcs: usize,
         f: &mut dyn FnMut(LocalRows) -> Result<()>,
     ) -> Result<()>;
+    /// The out-degree of each row of the block after cleaning, when the source knows
+    /// it without producing the arcs (then the rows it yields are already clean).
+    fn clean_out_degrees(&self) -> Option<Vec<u32>> {
+        None
+    }
 }
 
 /// Rows held in memory (the TSV and MTX readers: an edge list in arbitrary order
@@ -95,11 +102,9 @@ impl RowSource for MemoryRows {
         let n = r.num_rows();
         let mut a = 0;
         while a < n {
-            let mut b = a + 1;
-            // Grow by whole rows while the chunk stays within chunk_arcs.
-            let end = r.indptr[a] + chunk_arcs.max(1) as u64;
-            b += r.indptr[b..n].partition_point(|&x| x < end);
-            let b = b.min(n);
+            // The most whole rows within chunk_arcs arcs, at least one.
+            let end = r.indptr[a] + chunk_arcs as u64;
+            let b = a + r.indptr[a + 1..=n].partition_point(|&x| x <= end).max(1);
             let base = r.indptr[a];
             f(LocalRows {
                 lo: r.lo + a as u64,
@@ -138,6 +143,12 @@ impl SyntheticRows {
 impl RowSource for SyntheticRows {
     fn block(&self) -> (u64, u64) {
         (self.lo, self.hi)
+    }
+
+    /// The generator's rows are clean (sorted, distinct, no self-loop), and their
+    /// lengths are the first draws of each row's generator.
+    fn clean_out_degrees(&self) -> Option<Vec<u32>> {
+        Some(generate_degrees(&self.spec, self.seed, self.lo, self.hi))
     }
 
     fn for_each_chunk(
@@ -449,24 +460,41 @@ pub fn global_prepare_stream<C: Comm, S: RowSource>(
     let (blo, bhi) = src.block();
     let block_rows = (bhi - blo) as usize;
 
-    // Pass 1: degrees.
+    // Pass 1: degrees. With K = 0 every node is kept, so in-degrees are not needed,
+    // and a source that knows its cleaned out-degrees (the generator) skips the pass.
     let mut prog = Progress::new(log_on, "degrees", block_rows as u64);
-    let mut in_deg = vec![0u64; n];
-    let mut out_deg: Vec<u32> = Vec::with_capacity(block_rows);
-    let mut raw_arcs = 0u64;
-    let pass1 = src.for_each_chunk(opts.chunk_arcs, &mut |mut rows| {
-        raw_arcs += rows.num_arcs();
-        local_clean_chunk(&mut rows);
-        for &t in &rows.targets {
-            in_deg[t as usize] += 1;
+    let known = if min_links == 0 {
+        src.clean_out_degrees()
+    } else {
+        None
+    };
+    let (in_deg, out_deg, raw_arcs) = match known {
+        Some(d) => {
+            let arcs = d.iter().map(|&x| x as u64).sum::<u64>();
+            (Vec::new(), d, arcs)
         }
-        out_deg.extend(rows.indptr.windows(2).map(|w| (w[1] - w[0]) as u32));
-        prog.add(rows.num_rows() as u64, rows.num_arcs());
-        Ok(())
-    });
-    comm.agree(pass1)?;
+        None => {
+            let mut in_deg = vec![0u64; if min_links == 0 { 0 } else { n }];
+            let mut out_deg: Vec<u32> = Vec::with_capacity(block_rows);
+            let mut raw_arcs = 0u64;
+            let pass1 = src.for_each_chunk(opts.chunk_arcs, &mut |mut rows| {
+                raw_arcs += rows.num_arcs();
+                local_clean_chunk(&mut rows);
+                if min_links > 0 {
+                    for &t in &rows.targets {
+                        in_deg[t as usize] += 1;
+                    }
+                }
+                out_deg.extend(rows.indptr.windows(2).map(|w| (w[1] - w[0]) as u32));
+                prog.add(rows.num_rows() as u64, rows.num_arcs());
+                Ok(())
+            });
+            comm.agree(pass1)?;
+            comm.all_reduce_sum(&mut in_deg);
+            (in_deg, out_deg, raw_arcs)
+        }
+    };
     let t_degrees = prog.seconds();
-    comm.all_reduce_sum(&mut in_deg);
     let mut info = info.clone();
     if count_arcs {
         let mut a = [raw_arcs];
@@ -474,10 +502,14 @@ pub fn global_prepare_stream<C: Comm, S: RowSource>(
         info.arcs = a[0];
     }
     let local_kept: Vec<u8> = (0..block_rows)
-        .map(|i| u8::from(out_deg[i] as u64 >= min_links && in_deg[blo as usize + i] >= min_links))
+        .map(|i| {
+            u8::from(
+                min_links == 0
+                    || (out_deg[i] as u64 >= min_links && in_deg[blo as usize + i] >= min_links),
+            )
+        })
         .collect();
     drop(in_deg);
-    drop(out_deg);
     let kept = comm.all_gather_v(&local_kept)?.data;
     drop(local_kept);
     let mut new_id = vec![u32::MAX; n];
@@ -506,34 +538,41 @@ pub fn global_prepare_stream<C: Comm, S: RowSource>(
         .find(|&&v| v != u32::MAX)
         .map_or(num_kept, |&v| v as u64);
 
-    // Pass 2: kept row lengths after the filter.
+    // Pass 2: kept row lengths after the filter. When the filter keeps every node
+    // (K = 0, the default of synthetic graphs) they are the cleaned out-degrees.
     let mut prog = Progress::new(log_on, "filter", block_rows as u64);
-    let mut flen: Vec<u32> = Vec::new();
-    let mut node_ids: Vec<u64> = Vec::new();
-    let pass2 = src.for_each_chunk(opts.chunk_arcs, &mut |mut rows| {
-        local_clean_chunk(&mut rows);
-        let lens: Vec<Option<u32>> = (0..rows.num_rows())
-            .into_par_iter()
-            .map(|i| {
-                let u = rows.lo as usize + i;
-                (new_id[u] != u32::MAX).then(|| {
-                    rows.row(i)
-                        .iter()
-                        .filter(|&&t| new_id[t as usize] != u32::MAX)
-                        .count() as u32
+    let (flen, node_ids) = if num_kept == info.nodes {
+        (out_deg, (blo..bhi).collect::<Vec<u64>>())
+    } else {
+        drop(out_deg);
+        let mut flen: Vec<u32> = Vec::new();
+        let mut node_ids: Vec<u64> = Vec::new();
+        let pass2 = src.for_each_chunk(opts.chunk_arcs, &mut |mut rows| {
+            local_clean_chunk(&mut rows);
+            let lens: Vec<Option<u32>> = (0..rows.num_rows())
+                .into_par_iter()
+                .map(|i| {
+                    let u = rows.lo as usize + i;
+                    (new_id[u] != u32::MAX).then(|| {
+                        rows.row(i)
+                            .iter()
+                            .filter(|&&t| new_id[t as usize] != u32::MAX)
+                            .count() as u32
+                    })
                 })
-            })
-            .collect();
-        for (i, l) in lens.into_iter().enumerate() {
-            if let Some(l) = l {
-                node_ids.push(rows.lo + i as u64);
-                flen.push(l);
+                .collect();
+            for (i, l) in lens.into_iter().enumerate() {
+                if let Some(l) = l {
+                    node_ids.push(rows.lo + i as u64);
+                    flen.push(l);
+                }
             }
-        }
-        prog.add(rows.num_rows() as u64, rows.num_arcs());
-        Ok(())
-    });
-    comm.agree(pass2)?;
+            prog.add(rows.num_rows() as u64, rows.num_arcs());
+            Ok(())
+        });
+        comm.agree(pass2)?;
+        (flen, node_ids)
+    };
     let t_filter = prog.seconds();
     let kept_rows = flen.len();
     let num_arcs = {
