@@ -169,10 +169,7 @@ mod tests {
         // 1 + 2^-8 lies exactly between 1 and 1 + 2^-7: ties to even (1.0).
         assert_eq!(Bf16::from_f32(1.0 + 1.0 / 256.0).to_f32(), 1.0);
         // 1 + 3 * 2^-8 lies between 1 + 2^-7 (odd) and 1 + 2^-6 (even): up.
-        assert_eq!(
-            Bf16::from_f32(1.0 + 3.0 / 256.0).to_f32(),
-            1.0 + 1.0 / 64.0
-        );
+        assert_eq!(Bf16::from_f32(1.0 + 3.0 / 256.0).to_f32(), 1.0 + 1.0 / 64.0);
         assert_eq!(Bf16::from_f32(-0.0).0, 0x8000);
         assert_eq!(Bf16::from_f32(f32::INFINITY).to_f32(), f32::INFINITY);
         assert_eq!(Bf16::from_f32(f32::MAX).to_f32(), f32::INFINITY);

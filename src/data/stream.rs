@@ -157,18 +157,32 @@ impl RowSource for SyntheticRows {
         f: &mut dyn FnMut(LocalRows) -> Result<()>,
     ) -> Result<()> {
         let per = ((chunk_arcs as f64 / self.spec.mean_degree()) as u64).max(1);
-        let mut a = self.lo;
-        while a < self.hi {
-            let b = (a + per).min(self.hi);
-            let (indptr, targets) = generate_rows(&self.spec, &self.layout, self.seed, a, b);
-            f(LocalRows {
-                lo: a,
-                indptr,
-                targets,
-            })?;
-            a = b;
-        }
-        Ok(())
+        // One producer thread generates the next chunk while `f` handles the current
+        // one (a channel of one chunk: at most three chunks alive).
+        std::thread::scope(|scope| {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<LocalRows>(1);
+            scope.spawn(move || {
+                let mut a = self.lo;
+                while a < self.hi {
+                    let b = (a + per).min(self.hi);
+                    let (indptr, targets) =
+                        generate_rows(&self.spec, &self.layout, self.seed, a, b);
+                    let chunk = LocalRows {
+                        lo: a,
+                        indptr,
+                        targets,
+                    };
+                    if tx.send(chunk).is_err() {
+                        return; // the consumer stopped on an error
+                    }
+                    a = b;
+                }
+            });
+            for chunk in rx {
+                f(chunk)?;
+            }
+            Ok(())
+        })
     }
 }
 
