@@ -65,8 +65,7 @@ fn stream_equals_reference_on_cnr2000_at_1_2_3_ranks() {
                     chunk_arcs: 20_000,
                     transpose_arcs: 100_000,
                 };
-                global_prepare_stream(&c, &MemoryRows(rows), &info, false, k, 42, &out, &opts)
-                    .unwrap()
+                global_prepare_stream(&c, &MemoryRows(rows), &info, k, 42, &out, &opts).unwrap()
             });
             assert!(!temp_path(&out).exists());
             let got = Dataset::read(&out).unwrap();
@@ -121,7 +120,7 @@ fn stream_equals_reference_on_a_synthetic_graph_at_1_2_3_ranks() {
             run(p, |c| {
                 let (info, _) = synthetic_rows(c.rank(), c.size(), seed);
                 let src = SyntheticRows::new(&spec(), seed, c.rank(), c.size());
-                global_prepare_stream(&c, &src, &info, true, k, seed, &out, &SMALL).unwrap()
+                global_prepare_stream(&c, &src, &info, k, seed, &out, &SMALL).unwrap()
             });
             assert_eq!(Dataset::read(&out).unwrap(), reference, "K = {k}, P = {p}");
         }

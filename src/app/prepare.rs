@@ -152,16 +152,8 @@ pub fn global_run_with<C: Comm>(
                 );
             }
             let src = MemoryRows(rows);
-            let r = global_prepare_stream(
-                comm,
-                &src,
-                &info,
-                false,
-                cfg.min_links,
-                cfg.seed,
-                &cfg.out,
-                opts,
-            )?;
+            let r =
+                global_prepare_stream(comm, &src, &info, cfg.min_links, cfg.seed, &cfg.out, opts)?;
             (r, t_read)
         }
         Source::Synthetic {
@@ -178,16 +170,8 @@ pub fn global_run_with<C: Comm>(
                 nodes: spec.nodes,
                 arcs: 0, // counted by the first pass
             };
-            let r = global_prepare_stream(
-                comm,
-                &src,
-                &info,
-                true,
-                cfg.min_links,
-                cfg.seed,
-                &cfg.out,
-                opts,
-            )?;
+            let r =
+                global_prepare_stream(comm, &src, &info, cfg.min_links, cfg.seed, &cfg.out, opts)?;
             (r, 0.0)
         }
     };

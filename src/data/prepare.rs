@@ -227,10 +227,8 @@ pub fn global_select_test_rows_by<C: Comm>(
     let key = |i: usize| hash3(seed, stream::TEST_ROWS, lo + i as u64);
     let num_rows = nonempty.len();
     let mut hist = vec![0u64; 1 << HIST_BITS];
-    for i in 0..num_rows {
-        if nonempty[i] {
-            hist[(key(i) >> (64 - HIST_BITS)) as usize] += 1;
-        }
+    for (i, _) in nonempty.iter().enumerate().filter(|(_, &ne)| ne) {
+        hist[(key(i) >> (64 - HIST_BITS)) as usize] += 1;
     }
     comm.all_reduce_sum(&mut hist);
     let r: u64 = hist.iter().sum();
@@ -248,8 +246,8 @@ pub fn global_select_test_rows_by<C: Comm>(
     // Gather the (key, row) pairs of bucket b and take the first k - below of them.
     let mut mine = Vec::new();
     if b < hist.len() {
-        for i in 0..num_rows {
-            if nonempty[i] && (key(i) >> (64 - HIST_BITS)) as usize == b {
+        for (i, _) in nonempty.iter().enumerate().filter(|(_, &ne)| ne) {
+            if (key(i) >> (64 - HIST_BITS)) as usize == b {
                 mine.extend_from_slice(&[key(i), lo + i as u64]);
             }
         }

@@ -81,6 +81,11 @@ pub trait RowSource: Sync {
     fn clean_out_degrees(&self) -> Option<Vec<u32>> {
         None
     }
+    /// True when the input's arc count is what the passes read (the generator's);
+    /// otherwise `SourceInfo::arcs` is taken as given.
+    fn counts_arcs(&self) -> bool {
+        false
+    }
 }
 
 /// Rows held in memory (the TSV and MTX readers: an edge list in arbitrary order
@@ -149,6 +154,10 @@ impl RowSource for SyntheticRows {
     /// lengths are the first draws of each row's generator.
     fn clean_out_degrees(&self) -> Option<Vec<u32>> {
         Some(generate_degrees(&self.spec, self.seed, self.lo, self.hi))
+    }
+
+    fn counts_arcs(&self) -> bool {
+        true
     }
 
     fn for_each_chunk(
@@ -438,6 +447,9 @@ impl<'a> RawFile<'a> {
     }
 }
 
+/// A kept row after the split: its training arcs, or (fold, holdout) of a test row.
+type SplitRow = (Vec<u32>, Option<(Vec<u32>, Vec<u32>)>);
+
 /// What the streaming run produced.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StreamReport {
@@ -453,13 +465,12 @@ pub struct StreamReport {
 /// Collective: every rank must call, with its block of `src`. Applies the variant
 /// filter and split of DESIGN.md and writes the dataset to `out` (through
 /// `out.partial`, renamed when every rank succeeded). `info.arcs` is the input's arc
-/// count; with `count_arcs` it is replaced by the arcs the source yields (all ranks).
+/// count, unless `src.counts_arcs()`: then it is the arcs the source yields.
 /// The file equals the one `global_prepare` + `global_write_dataset` write.
 pub fn global_prepare_stream<C: Comm, S: RowSource>(
     comm: &C,
     src: &S,
     info: &SourceInfo,
-    count_arcs: bool,
     min_links: u64,
     seed: u64,
     out: &Path,
@@ -510,7 +521,7 @@ pub fn global_prepare_stream<C: Comm, S: RowSource>(
     };
     let t_degrees = prog.seconds();
     let mut info = info.clone();
-    if count_arcs {
+    if src.counts_arcs() {
         let mut a = [raw_arcs];
         comm.all_reduce_sum(&mut a);
         info.arcs = a[0];
@@ -684,7 +695,7 @@ pub fn global_prepare_stream<C: Comm, S: RowSource>(
                 let k0 = k;
                 k += kept_here.len();
                 // Renumbered kept rows of the chunk, split, in parallel.
-                let split: Vec<(Vec<u32>, Option<(Vec<u32>, Vec<u32>)>)> = kept_here
+                let split: Vec<SplitRow> = kept_here
                     .par_iter()
                     .enumerate()
                     .map(|(j, &i)| {
