@@ -185,17 +185,7 @@ fn a_filter_that_empties_the_graph_fails_everywhere_and_writes_nothing() {
     let out = d.path().join("none.h5");
     let res = run(2, |c| {
         let (info, rows) = bv_rows(c.rank(), c.size());
-        global_prepare_stream(
-            &c,
-            &MemoryRows(rows),
-            &info,
-            false,
-            1_000_000,
-            1,
-            &out,
-            &SMALL,
-        )
-        .map(|_| ())
+        global_prepare_stream(&c, &MemoryRows(rows), &info, 1_000_000, 1, &out, &SMALL).map(|_| ())
     });
     for r in &res {
         assert_eq!(r.as_ref().unwrap_err().exit_code(), 2);
