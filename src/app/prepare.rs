@@ -6,8 +6,8 @@ use crate::cli::{GenerateWebgraphArgs, InputFormat, PrepareArgs};
 use crate::comm::Comm;
 use crate::data::dataset::check_output;
 use crate::data::prepare::SplitMeta;
-use crate::data::readers::{read_bv, read_mtx, read_tsv, SourceInfo};
-use crate::data::stream::{global_prepare_stream, MemoryRows, StreamOpts, SyntheticRows};
+use crate::data::readers::{bv_info, read_mtx, read_tsv, SourceInfo};
+use crate::data::stream::{global_prepare_stream, BvRows, MemoryRows, StreamOpts, SyntheticRows};
 use crate::data::webgraph_gen::WebGraphSpec;
 use crate::error::{Error, Result};
 use crate::metrics::{human_bytes, peak_rss_bytes};
@@ -131,15 +131,28 @@ pub fn global_run_with<C: Comm>(
     let t0 = Instant::now();
     let (rank, size) = (comm.rank(), comm.size());
     let (report, t_read) = match &cfg.source {
+        Source::File {
+            path,
+            format: InputFormat::Bv,
+        } => {
+            // BV rows stream from the file: every pass decodes the stream again (the
+            // first one whole, checking it).
+            let info = comm.agree(bv_info(path))?;
+            let src = BvRows::new(path, &info, rank, size);
+            let r =
+                global_prepare_stream(comm, &src, &info, cfg.min_links, cfg.seed, &cfg.out, opts)?;
+            (r, 0.0)
+        }
         Source::File { path, format } => {
-            // The file readers materialize the rank's block (an edge list in arbitrary
-            // order has no rows until it is read whole); filter, split, transpose and
-            // writing stream from it.
+            // An edge list in arbitrary order has no rows until it is read whole: the
+            // TSV and MTX readers materialize the rank's block; filter, split,
+            // transpose and writing stream from it.
             let read = match format {
-                InputFormat::Bv => read_bv(path, rank, size),
                 InputFormat::Tsv => read_tsv(path, rank, size),
                 InputFormat::Mtx => read_mtx(path, rank, size),
-                InputFormat::Synthetic => unreachable!("synthetic sources are Source::Synthetic"),
+                InputFormat::Bv | InputFormat::Synthetic => {
+                    unreachable!("handled above / Source::Synthetic")
+                }
             };
             let (info, rows) = comm.agree(read)?;
             let t_read = t0.elapsed().as_secs_f64();

@@ -34,7 +34,7 @@
 use super::dataset::{temp_path, U32_DATASETS, U64_DATASETS};
 use super::graph::{block_range, LocalRows};
 use super::prepare::{global_select_test_rows_by, split_test_row, SplitMeta};
-use super::readers::SourceInfo;
+use super::readers::{bv_for_each_chunk, SourceInfo};
 use super::webgraph_gen::{generate_degrees, generate_rows, HostLayout, WebGraphSpec};
 use crate::comm::{prefix_offsets, Comm};
 use crate::error::{Error, Result};
@@ -89,8 +89,8 @@ pub trait RowSource: Sync {
 }
 
 /// Rows held in memory (the TSV and MTX readers: an edge list in arbitrary order
-/// must be gathered whole before its rows exist, so these keep today's reader and
-/// stream only the later stages).
+/// must be gathered whole before its rows exist, so these keep the reader that
+/// materializes the block and stream only the later stages).
 pub struct MemoryRows(pub LocalRows);
 
 impl RowSource for MemoryRows {
@@ -118,6 +118,56 @@ impl RowSource for MemoryRows {
             })?;
             a = b;
         }
+        Ok(())
+    }
+}
+
+/// A BV graph's rows of one block, decoded again on each pass. The first pass
+/// decodes the whole stream and checks it (as `read_bv` does); later ones stop at
+/// the end of the block.
+pub struct BvRows {
+    basename: std::path::PathBuf,
+    info: SourceInfo,
+    lo: u64,
+    hi: u64,
+    validated: std::sync::atomic::AtomicBool,
+}
+
+impl BvRows {
+    /// Rank `rank` of `size`'s block of the graph `info` (from `bv_info`) describes.
+    pub fn new(basename: &Path, info: &SourceInfo, rank: usize, size: usize) -> Self {
+        let (lo, hi) = block_range(info.nodes, size, rank);
+        Self {
+            basename: basename.to_path_buf(),
+            info: info.clone(),
+            lo,
+            hi,
+            validated: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+}
+
+impl RowSource for BvRows {
+    fn block(&self) -> (u64, u64) {
+        (self.lo, self.hi)
+    }
+
+    fn for_each_chunk(
+        &self,
+        chunk_arcs: usize,
+        f: &mut dyn FnMut(LocalRows) -> Result<()>,
+    ) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        let validate = !self.validated.load(Ordering::Relaxed);
+        bv_for_each_chunk(
+            &self.basename,
+            &self.info,
+            (self.lo, self.hi),
+            validate,
+            chunk_arcs,
+            f,
+        )?;
+        self.validated.store(true, Ordering::Relaxed);
         Ok(())
     }
 }
