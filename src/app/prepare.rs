@@ -1,5 +1,7 @@
 //! `torusrec prepare` and `torusrec generate webgraph`: input graph -> variant filter
-//! -> split -> prepared HDF5 dataset.
+//! -> split -> prepared HDF5 dataset, streamed in chunks of rows
+//! (`crate::data::stream`): memory per rank is O(nodes) plus bounded buffers for the
+//! generator and BV graphs; TSV and MTX edge lists are read whole first.
 
 use super::group;
 use crate::cli::{GenerateWebgraphArgs, InputFormat, PrepareArgs};

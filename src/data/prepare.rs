@@ -14,6 +14,10 @@
 //! depend on the number of ranks. A test row's arcs are shuffled with a generator
 //! seeded by `(seed, row)`; the first `max(1, floor(n/4))` are held out.
 //! The training transpose is built with one all-to-all-v of (column, row) pairs.
+//!
+//! [`global_prepare`] holds a rank's whole block in memory (several copies) and is the
+//! reference the streaming path (`super::stream`, used by `prepare` and
+//! `generate webgraph`) is tested against; the split helpers here serve both.
 
 use super::graph::{block_range, LocalRows};
 use super::readers::SourceInfo;
