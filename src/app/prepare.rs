@@ -1,14 +1,16 @@
 //! `torusrec prepare` and `torusrec generate webgraph`: input graph -> variant filter
-//! -> split -> prepared HDF5 dataset.
+//! -> split -> prepared HDF5 dataset, streamed in chunks of rows
+//! (`crate::data::stream`): memory per rank is O(nodes) plus bounded buffers for the
+//! generator and BV graphs; TSV and MTX edge lists are read whole first.
 
 use super::group;
 use crate::cli::{GenerateWebgraphArgs, InputFormat, PrepareArgs};
 use crate::comm::Comm;
-use crate::data::dataset::{check_output, global_write_dataset};
-use crate::data::graph::{block_range, LocalRows};
-use crate::data::prepare::{global_prepare, SplitMeta};
-use crate::data::readers::{read_bv, read_mtx, read_tsv, SourceInfo};
-use crate::data::webgraph_gen::{generate_rows, HostLayout, WebGraphSpec};
+use crate::data::dataset::check_output;
+use crate::data::prepare::SplitMeta;
+use crate::data::readers::{bv_info, read_mtx, read_tsv, SourceInfo};
+use crate::data::stream::{global_prepare_stream, BvRows, MemoryRows, StreamOpts, SyntheticRows};
+use crate::data::webgraph_gen::WebGraphSpec;
 use crate::error::{Error, Result};
 use crate::metrics::{human_bytes, peak_rss_bytes};
 use std::path::PathBuf;
@@ -108,64 +110,97 @@ pub struct PrepareReport {
     pub fold_arcs: u64,
     pub holdout_arcs: u64,
     pub seconds: f64,
+    /// Rank 0's seconds per pass: degrees, filter, split+write, transpose (synthetic
+    /// sources generate their rows in each of the first three).
+    pub pass_seconds: [f64; 4],
+    /// Peak resident set size, the maximum over ranks.
+    pub peak_rss_bytes: u64,
 }
 
 /// Collective: every rank must call. Reads (or generates) this rank's block of the
-/// graph, applies the protocol and writes the dataset. Rank 0 prints a summary.
+/// graph, applies the protocol and writes the dataset with the streaming path
+/// (`crate::data::stream`). Rank 0 prints a summary.
 pub fn global_run<C: Comm>(comm: &C, cfg: &PrepareConfig) -> Result<PrepareReport> {
+    global_run_with(comm, cfg, &StreamOpts::default())
+}
+
+/// [`global_run`] with explicit buffer sizes (tests use small ones).
+pub fn global_run_with<C: Comm>(
+    comm: &C,
+    cfg: &PrepareConfig,
+    opts: &StreamOpts,
+) -> Result<PrepareReport> {
     let t0 = Instant::now();
     let (rank, size) = (comm.rank(), comm.size());
-    let (info, rows) = match &cfg.source {
+    let (report, t_read) = match &cfg.source {
+        Source::File {
+            path,
+            format: InputFormat::Bv,
+        } => {
+            // BV rows stream from the file: every pass decodes the stream again (the
+            // first one whole, checking it).
+            let info = comm.agree(bv_info(path))?;
+            let src = BvRows::new(path, &info, rank, size);
+            let r =
+                global_prepare_stream(comm, &src, &info, cfg.min_links, cfg.seed, &cfg.out, opts)?;
+            (r, 0.0)
+        }
         Source::File { path, format } => {
+            // An edge list in arbitrary order has no rows until it is read whole: the
+            // TSV and MTX readers materialize the rank's block; filter, split,
+            // transpose and writing stream from it.
             let read = match format {
-                InputFormat::Bv => read_bv(path, rank, size),
                 InputFormat::Tsv => read_tsv(path, rank, size),
                 InputFormat::Mtx => read_mtx(path, rank, size),
-                InputFormat::Synthetic => unreachable!("synthetic sources are Source::Synthetic"),
+                InputFormat::Bv | InputFormat::Synthetic => {
+                    unreachable!("handled above / Source::Synthetic")
+                }
             };
-            comm.agree(read)?
+            let (info, rows) = comm.agree(read)?;
+            let t_read = t0.elapsed().as_secs_f64();
+            if rank == 0 {
+                log::info!(
+                    "read {} ({} nodes, {} arcs) in {t_read:.2} s",
+                    info.name,
+                    group(info.nodes),
+                    group(info.arcs)
+                );
+            }
+            let src = MemoryRows(rows);
+            let r =
+                global_prepare_stream(comm, &src, &info, cfg.min_links, cfg.seed, &cfg.out, opts)?;
+            (r, t_read)
         }
         Source::Synthetic {
             preset,
             scale,
             spec,
-        } => global_generate(comm, preset, *scale, spec, cfg.seed)?,
+        } => {
+            let src = SyntheticRows::new(spec, cfg.seed, rank, size);
+            let info = SourceInfo {
+                name: format!(
+                    "synthetic:webgraph:{preset}:scale={scale}:seed={}",
+                    cfg.seed
+                ),
+                nodes: spec.nodes,
+                arcs: 0, // counted by the first pass
+            };
+            let r =
+                global_prepare_stream(comm, &src, &info, cfg.min_links, cfg.seed, &cfg.out, opts)?;
+            (r, 0.0)
+        }
     };
-    let t_read = t0.elapsed().as_secs_f64();
-    if rank == 0 {
-        log::info!(
-            "read {} ({} nodes, {} arcs) in {t_read:.2} s",
-            info.name,
-            group(info.nodes),
-            group(info.arcs)
-        );
-    }
-
-    let t1 = Instant::now();
-    let (meta, part) = global_prepare(comm, &info, rows, cfg.min_links, cfg.seed)?;
-    let t_split = t1.elapsed().as_secs_f64();
-    let mut counts = [
-        part.train.num_arcs(),
-        part.test_rows.len() as u64,
-        part.fold.num_arcs(),
-        part.holdout.num_arcs(),
-    ];
-    comm.all_reduce_sum(&mut counts);
-
-    let t2 = Instant::now();
-    global_write_dataset(comm, &cfg.out, &meta, &part)?;
-    drop(part);
-    let t_write = t2.elapsed().as_secs_f64();
     let peak = comm.all_reduce_max(peak_rss_bytes().unwrap_or(0));
-    let [train_arcs, test_rows, fold_arcs, holdout_arcs] = counts;
     let report = PrepareReport {
-        kept_arcs: train_arcs + fold_arcs + holdout_arcs,
-        meta,
-        train_arcs,
-        test_rows,
-        fold_arcs,
-        holdout_arcs,
+        kept_arcs: report.train_arcs + report.fold_arcs + report.holdout_arcs,
+        meta: report.meta,
+        train_arcs: report.train_arcs,
+        test_rows: report.test_rows,
+        fold_arcs: report.fold_arcs,
+        holdout_arcs: report.holdout_arcs,
         seconds: t0.elapsed().as_secs_f64(),
+        pass_seconds: report.pass_seconds,
+        peak_rss_bytes: peak,
     };
     if rank == 0 {
         let m = &report.meta;
@@ -181,44 +216,22 @@ pub fn global_run<C: Comm>(comm: &C, cfg: &PrepareConfig) -> Result<PrepareRepor
         println!(
             "split (seed {}): {} test rows ({} visible + {} held-out arcs), {} training arcs",
             m.seed,
-            group(test_rows),
-            group(fold_arcs),
-            group(holdout_arcs),
-            group(train_arcs)
+            group(report.test_rows),
+            group(report.fold_arcs),
+            group(report.holdout_arcs),
+            group(report.train_arcs)
         );
+        let [deg, filt, write, tr] = report.pass_seconds;
         println!(
-            "wrote {} in {:.2} s (read {t_read:.2} s, filter+split {t_split:.2} s, write {t_write:.2} s) on {size} rank(s), peak RSS {} per rank",
+            "wrote {} in {:.2} s (read {t_read:.2} s, degrees {deg:.2} s, filter {filt:.2} s, split+write {write:.2} s, transpose {tr:.2} s; rank 0) on {size} rank(s), peak RSS {} per rank",
             cfg.out.display(),
             report.seconds,
             human_bytes(peak)
         );
+        println!(
+            "prepare: seconds {:.2}, peak_rss_bytes {peak} (max over ranks)",
+            report.seconds
+        );
     }
     Ok(report)
-}
-
-/// Collective: every rank must call. Generates this rank's block of a synthetic web
-/// graph (rows depend only on the seed and the node id).
-fn global_generate<C: Comm>(
-    comm: &C,
-    preset: &str,
-    scale: f64,
-    spec: &WebGraphSpec,
-    seed: u64,
-) -> Result<(SourceInfo, LocalRows)> {
-    let layout = HostLayout::new(spec, seed);
-    let (lo, hi) = block_range(spec.nodes, comm.size(), comm.rank());
-    let (indptr, targets) = generate_rows(spec, &layout, seed, lo, hi);
-    let rows = LocalRows {
-        lo,
-        indptr,
-        targets,
-    };
-    let mut arcs = [rows.num_arcs()];
-    comm.all_reduce_sum(&mut arcs);
-    let info = SourceInfo {
-        name: format!("synthetic:webgraph:{preset}:scale={scale}:seed={seed}"),
-        nodes: spec.nodes,
-        arcs: arcs[0],
-    };
-    Ok((info, rows))
 }

@@ -4,4 +4,5 @@ pub mod dataset;
 pub mod graph;
 pub mod prepare;
 pub mod readers;
+pub mod stream;
 pub mod webgraph_gen;

@@ -14,6 +14,10 @@
 //! depend on the number of ranks. A test row's arcs are shuffled with a generator
 //! seeded by `(seed, row)`; the first `max(1, floor(n/4))` are held out.
 //! The training transpose is built with one all-to-all-v of (column, row) pairs.
+//!
+//! [`global_prepare`] holds a rank's whole block in memory (several copies) and is the
+//! reference the streaming path (`super::stream`, used by `prepare` and
+//! `generate webgraph`) is tested against; the split helpers here serve both.
 
 use super::graph::{block_range, LocalRows};
 use super::readers::SourceInfo;
@@ -212,13 +216,23 @@ pub fn global_select_test_rows<C: Comm>(
     rows: &LocalRows,
     seed: u64,
 ) -> Result<Vec<bool>> {
-    let key = |i: usize| hash3(seed, stream::TEST_ROWS, rows.lo + i as u64);
-    let nonempty = |i: usize| rows.indptr[i + 1] > rows.indptr[i];
+    let nonempty: Vec<bool> = rows.indptr.windows(2).map(|w| w[1] > w[0]).collect();
+    global_select_test_rows_by(comm, rows.lo, &nonempty, seed)
+}
+
+/// Collective: every rank must call. [`global_select_test_rows`] given only which of
+/// the owned rows `lo, lo + 1, ..` are non-empty.
+pub fn global_select_test_rows_by<C: Comm>(
+    comm: &C,
+    lo: u64,
+    nonempty: &[bool],
+    seed: u64,
+) -> Result<Vec<bool>> {
+    let key = |i: usize| hash3(seed, stream::TEST_ROWS, lo + i as u64);
+    let num_rows = nonempty.len();
     let mut hist = vec![0u64; 1 << HIST_BITS];
-    for i in 0..rows.num_rows() {
-        if nonempty(i) {
-            hist[(key(i) >> (64 - HIST_BITS)) as usize] += 1;
-        }
+    for (i, _) in nonempty.iter().enumerate().filter(|(_, &ne)| ne) {
+        hist[(key(i) >> (64 - HIST_BITS)) as usize] += 1;
     }
     comm.all_reduce_sum(&mut hist);
     let r: u64 = hist.iter().sum();
@@ -236,9 +250,9 @@ pub fn global_select_test_rows<C: Comm>(
     // Gather the (key, row) pairs of bucket b and take the first k - below of them.
     let mut mine = Vec::new();
     if b < hist.len() {
-        for i in 0..rows.num_rows() {
-            if nonempty(i) && (key(i) >> (64 - HIST_BITS)) as usize == b {
-                mine.extend_from_slice(&[key(i), rows.lo + i as u64]);
+        for (i, _) in nonempty.iter().enumerate().filter(|(_, &ne)| ne) {
+            if (key(i) >> (64 - HIST_BITS)) as usize == b {
+                mine.extend_from_slice(&[key(i), lo + i as u64]);
             }
         }
     }
@@ -251,14 +265,14 @@ pub fn global_select_test_rows<C: Comm>(
     } else {
         Some(pairs[need - 1])
     };
-    Ok((0..rows.num_rows())
+    Ok((0..num_rows)
         .map(|i| {
-            if !nonempty(i) {
+            if !nonempty[i] {
                 return false;
             }
             let kk = key(i);
             let bucket = (kk >> (64 - HIST_BITS)) as usize;
-            bucket < b || (bucket == b && threshold.is_some_and(|t| (kk, rows.lo + i as u64) <= t))
+            bucket < b || (bucket == b && threshold.is_some_and(|t| (kk, lo + i as u64) <= t))
         })
         .collect())
 }

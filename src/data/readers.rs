@@ -39,15 +39,15 @@ fn check_nodes(path: &Path, nodes: u64) -> Result<()> {
     Ok(())
 }
 
-/// Read a BV graph by basename, keeping the rows of block `rank` of `size`.
-pub fn read_bv(basename: &Path, rank: usize, size: usize) -> Result<(SourceInfo, LocalRows)> {
-    use webgraph::prelude::*;
+fn bv_file(basename: &Path, ext: &str) -> PathBuf {
+    let mut s = basename.as_os_str().to_owned();
+    s.push(ext);
+    PathBuf::from(s)
+}
 
-    let with_ext = |ext: &str| -> PathBuf {
-        let mut s = basename.as_os_str().to_owned();
-        s.push(ext);
-        PathBuf::from(s)
-    };
+/// A BV graph's size from `BASENAME.properties` (checking that `.graph` exists).
+pub fn bv_info(basename: &Path) -> Result<SourceInfo> {
+    let with_ext = |ext: &str| bv_file(basename, ext);
     for ext in [".graph", ".properties"] {
         let p = with_ext(ext);
         if !p.is_file() {
@@ -75,70 +75,103 @@ pub fn read_bv(basename: &Path, rank: usize, size: usize) -> Result<(SourceInfo,
     let nodes = prop("nodes")?;
     let arcs = prop("arcs")?;
     check_nodes(basename, nodes)?;
+    Ok(SourceInfo {
+        name: format!("bv:{}", basename.display()),
+        nodes,
+        arcs,
+    })
+}
 
+/// One sequential pass over a BV graph (`info` from [`bv_info`]): `f` gets the rows
+/// of `lo..hi` in order, in chunks of whole rows of about `chunk_arcs` arcs. With
+/// `validate`, the stream is decoded to its end and its arc count checked against
+/// the properties; otherwise decoding stops at `hi`. A corrupt or truncated stream is
+/// an input error naming `BASENAME.graph`.
+pub fn bv_for_each_chunk(
+    basename: &Path,
+    info: &SourceInfo,
+    (lo, hi): (u64, u64),
+    validate: bool,
+    chunk_arcs: usize,
+    f: &mut dyn FnMut(LocalRows) -> Result<()>,
+) -> Result<()> {
+    use webgraph::prelude::*;
+
+    let nodes = info.nodes;
+    let arcs = info.arcs;
+    let graph_path = bv_file(basename, ".graph");
     let graph = BvGraphSeq::with_basename(basename)
         .load()
-        .map_err(|e| Error::input(with_ext(".graph"), format!("cannot open BV graph: {e:#}")))?;
-    let (lo, hi) = block_range(nodes, size, rank);
-    let graph_path = with_ext(".graph");
-    // A truncated or corrupt bit stream can make the decoder panic; turn that into an
-    // input error instead of killing the rank.
-    let decoded = crate::panic_guard::catch(|| -> Result<LocalRows> {
-        let mut it = graph.iter();
-        let mut indptr = Vec::with_capacity((hi - lo) as usize + 1);
-        indptr.push(0u64);
-        let mut targets = Vec::new();
-        let mut seen: u64 = 0;
-        for node in 0..nodes {
-            let succ = it.next_successors().map_err(|e| {
-                Error::input(
-                    &graph_path,
-                    format!("corrupt bit stream at node {node}: {e:#}"),
-                )
-            })?;
-            seen += succ.len() as u64;
-            if node >= lo && node < hi {
-                for &t in succ {
-                    if t as u64 >= nodes {
-                        return Err(Error::input(
-                            &graph_path,
-                            format!("node {node} has successor {t} >= {nodes} nodes: the file is corrupt or truncated"),
-                        ));
+        .map_err(|e| Error::input(&graph_path, format!("cannot open BV graph: {e:#}")))?;
+    let mut it = graph.iter();
+    let end = if validate { nodes } else { hi };
+    let mut node = 0u64;
+    let mut seen = 0u64;
+    let mut chunk = LocalRows::empty(lo);
+    while node < end {
+        // Decode up to the end of a chunk. A truncated or corrupt bit stream can make
+        // the decoder panic; turn that into an input error instead of killing the rank.
+        let decoded = crate::panic_guard::catch(|| -> Result<()> {
+            while node < end {
+                let succ = it.next_successors().map_err(|e| {
+                    Error::input(
+                        &graph_path,
+                        format!("corrupt bit stream at node {node}: {e:#}"),
+                    )
+                })?;
+                seen += succ.len() as u64;
+                if node >= lo && node < hi {
+                    for &t in succ {
+                        if t as u64 >= nodes {
+                            return Err(Error::input(
+                                &graph_path,
+                                format!("node {node} has successor {t} >= {nodes} nodes: the file is corrupt or truncated"),
+                            ));
+                        }
+                        chunk.targets.push(t as u32);
                     }
-                    targets.push(t as u32);
+                    chunk.indptr.push(chunk.targets.len() as u64);
                 }
-                indptr.push(targets.len() as u64);
+                node += 1;
+                if node == hi || (node > lo && node < hi && chunk.targets.len() >= chunk_arcs) {
+                    return Ok(());
+                }
+            }
+            Ok(())
+        });
+        match decoded {
+            Some(r) => r?,
+            None => {
+                return Err(Error::input(
+                    &graph_path,
+                    "the BV decoder failed: the file is truncated or corrupt",
+                ))
             }
         }
-        if seen != arcs {
-            return Err(Error::input(
-                &graph_path,
-                format!("decoded {seen} arcs but the properties say {arcs}: the file is truncated or corrupt"),
-            ));
+        if chunk.num_rows() > 0 {
+            let next = LocalRows::empty(chunk.lo + chunk.num_rows() as u64);
+            f(std::mem::replace(&mut chunk, next))?;
         }
-        Ok(LocalRows {
-            lo,
-            indptr,
-            targets,
-        })
-    });
-    let rows = match decoded {
-        Some(r) => r?,
-        None => {
-            return Err(Error::input(
-                &graph_path,
-                "the BV decoder failed: the file is truncated or corrupt",
-            ))
-        }
-    };
-    Ok((
-        SourceInfo {
-            name: format!("bv:{}", basename.display()),
-            nodes,
-            arcs,
-        },
-        rows,
-    ))
+    }
+    if validate && seen != arcs {
+        return Err(Error::input(
+            &graph_path,
+            format!("decoded {seen} arcs but the properties say {arcs}: the file is truncated or corrupt"),
+        ));
+    }
+    Ok(())
+}
+
+/// Read a BV graph by basename, keeping the rows of block `rank` of `size`.
+pub fn read_bv(basename: &Path, rank: usize, size: usize) -> Result<(SourceInfo, LocalRows)> {
+    let info = bv_info(basename)?;
+    let (lo, hi) = block_range(info.nodes, size, rank);
+    let mut rows = LocalRows::empty(lo);
+    bv_for_each_chunk(basename, &info, (lo, hi), true, usize::MAX, &mut |c| {
+        rows = c;
+        Ok(())
+    })?;
+    Ok((info, rows))
 }
 
 fn open_text(path: &Path) -> Result<Box<dyn BufRead>> {

@@ -644,6 +644,25 @@ impl Model {
     }
 }
 
+/// Out-degrees of rows `[lo, hi)`: the row lengths `generate_rows` produces, without
+/// drawing the arcs (the first draws of each row's generator). Parallel with rayon.
+///
+/// Panics if `spec` is invalid or `lo > hi` or `hi > spec.nodes`.
+pub fn generate_degrees(spec: &WebGraphSpec, seed: u64, lo: u64, hi: u64) -> Vec<u32> {
+    let model = Model::new(spec, seed);
+    assert!(
+        lo <= hi && hi <= spec.nodes,
+        "bad row range {lo}..{hi} for {} nodes",
+        spec.nodes
+    );
+    let mut d = vec![0u32; (hi - lo) as usize];
+    d.par_iter_mut()
+        .with_min_len(4096)
+        .enumerate()
+        .for_each(|(i, x)| *x = model.draw_degree(&mut model.rng(lo + i as u64)) as u32);
+    d
+}
+
 /// Rows `[lo, hi)` as CSR: `indptr` has `hi - lo + 1` entries starting at 0; targets
 /// are sorted and distinct within a row, never the row's node, all `< spec.nodes`.
 ///
@@ -802,6 +821,15 @@ mod tests {
             assert_eq!(ip_t, ip, "{threads} threads");
             assert_eq!(tg_t, tg, "{threads} threads");
         }
+    }
+
+    #[test]
+    fn degrees_are_the_row_lengths() {
+        let spec = WebGraphSpec::new(3000, 60_000).unwrap();
+        let (indptr, _) = build(&spec, 11, 100, 2100);
+        let lens: Vec<u32> = indptr.windows(2).map(|w| (w[1] - w[0]) as u32).collect();
+        assert_eq!(generate_degrees(&spec, 11, 100, 2100), lens);
+        assert!(lens.iter().any(|&d| d > 0));
     }
 
     #[test]
