@@ -26,6 +26,8 @@ pub struct ShardSizes {
     /// All test rows, and the visible (fold-in) arcs of this rank's test rows.
     pub test_rows: u64,
     pub fold_nnz_local: u64,
+    /// Training non-zeros of the whole matrix (they fix the steps of a half-epoch).
+    pub nnz_total: u64,
 }
 
 /// The parts of the estimate, in bytes.
@@ -55,8 +57,14 @@ impl MemEstimate {
 }
 
 /// The estimate for `d`-wide tables stored as `dtype`, with the all-gather baseline's
-/// dense buffers when `allgather`.
-pub fn estimate(s: &ShardSizes, d: usize, dtype: TableDtype, allgather: bool) -> MemEstimate {
+/// dense buffers when `allgather`, and steps of about `step_nnz` non-zeros.
+pub fn estimate(
+    s: &ShardSizes,
+    d: usize,
+    dtype: TableDtype,
+    allgather: bool,
+    step_nnz: u64,
+) -> MemEstimate {
     let d = d as u64;
     let b = dtype.bytes() as u64;
     let p = s.ranks as u64;
@@ -90,9 +98,13 @@ pub fn estimate(s: &ShardSizes, d: usize, dtype: TableDtype, allgather: bool) ->
     };
     // Evaluation: the fold-in rows of H, the folded-in test rows on every rank.
     let eval = s.num_cols.min(s.fold_nnz_local) * d * b + s.test_rows * d * 4;
-    // A bf16 run solves a step's rows through an f32 copy.
+    // A bf16 run solves a step's rows through an f32 copy: about rows / steps of
+    // them (steps are cut by non-zeros; four times that leaves room for uneven rows).
+    let steps = s.nnz_total.div_ceil(step_nnz.max(1)).clamp(1, 4096);
     let scratch = if dtype == TableDtype::Bf16 {
-        s.rows_local.max(s.cols_local) * d * 4
+        (s.rows_local.max(s.cols_local).div_ceil(steps) * 4).min(s.rows_local.max(s.cols_local))
+            * d
+            * 4
     } else {
         0
     };
@@ -178,13 +190,14 @@ mod tests {
             nnz_cols: 20_000 / p as u64,
             test_rows: 100,
             fold_nnz_local: 500,
+            nnz_total: 20_000,
         }
     }
 
     #[test]
     fn bf16_halves_the_tables_and_one_rank_exchanges_nothing() {
-        let f = estimate(&sizes(2), 64, TableDtype::F32, false);
-        let b = estimate(&sizes(2), 64, TableDtype::Bf16, false);
+        let f = estimate(&sizes(2), 64, TableDtype::F32, false, 1000);
+        let b = estimate(&sizes(2), 64, TableDtype::Bf16, false, 1000);
         let part = |e: &MemEstimate, k: &str| e.parts.iter().find(|p| p.0 == k).unwrap().1;
         assert_eq!(part(&f, "tables"), 2 * part(&b, "tables"));
         assert_eq!(part(&f, "tables"), 1000 * 64 * 4);
@@ -192,17 +205,20 @@ mod tests {
         // buffers of one round.
         let round = 2 * crate::als::exchange::FETCH_ROUND_BYTES as u64;
         assert_eq!(part(&f, "exchange"), 1000 * 64 * 4 + round);
-        let one = estimate(&sizes(1), 64, TableDtype::F32, false);
+        let one = estimate(&sizes(1), 64, TableDtype::F32, false, 1000);
         assert_eq!(part(&one, "plans"), 0);
         // One rank: only the evaluation's fold-in rows and test rows.
         assert_eq!(part(&one, "exchange"), (500 + 100) * 64 * 4);
-        let ag = estimate(&sizes(2), 64, TableDtype::F32, true);
-        assert!(ag.total() > f.total());
+        // 20 steps of 500 rows: the f32 copy of a step is 4 x 25 rows wide at most.
+        assert_eq!(part(&b, "f32 scratch"), 100 * 64 * 4);
+        // ALX's all-gather holds a dense f32 buffer of every rank's ids instead.
+        let ag = estimate(&sizes(2), 64, TableDtype::F32, true, 1000);
+        assert_eq!(part(&ag, "exchange"), 1000 * 64 * 4 + 2 * 1000 * 64 * 4);
     }
 
     #[test]
     fn check_refuses_above_the_limit_and_names_the_flag() {
-        let e = estimate(&sizes(2), 64, TableDtype::F32, false);
+        let e = estimate(&sizes(2), 64, TableDtype::F32, false, 1000);
         assert!(check(&e, Some(e.total()), true).is_ok());
         assert!(check(&e, None, false).is_ok());
         let msg = check(&e, Some(e.total() - 1), true).unwrap_err();

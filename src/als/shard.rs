@@ -145,6 +145,7 @@ pub fn local_read_shards(
         nnz_cols: nnz(&col_ip, &col_bounds),
         test_rows: num_test,
         fold_nnz_local: fold_ends[fold_ends.len() - 1].saturating_sub(fold_ends[0]),
+        nnz_total: row_ip[row_ip.len() - 1],
     })?;
     let rows = read_csr(
         &f,

@@ -244,6 +244,7 @@ impl<T: TableScalar> Trainer<T> {
                 cfg.dim,
                 cfg.table_dtype,
                 cfg.exchange == super::ExchangeKind::Allgather,
+                cfg.step_nnz,
             );
             let limit = super::memory::limit(cfg.mem_per_rank);
             if root {
