@@ -651,8 +651,8 @@ impl<T: TableScalar> Trainer<T> {
         times.eval += t.elapsed().as_secs_f64();
         let (r, e) = r?;
         log::debug!(
-            "eval of {} rows on rank {}: fetch {:.3} s, fold-in {:.3} s, gather {:.3} s, score {:.3} s ({:.3} CPU s), merge {:.3} s",
-            r.test_rows, comm.rank(), e.fetch, e.fold_in, e.gather, e.score, e.score_cpu, e.merge
+            "eval of {} rows on rank {}: fetch {:.3} s, fold-in {:.3} s ({:.3} CPU s), gather {:.3} s, score {:.3} s ({:.3} CPU s), merge {:.3} s",
+            r.test_rows, comm.rank(), e.fetch, e.fold_in, e.fold_in_cpu, e.gather, e.score, e.score_cpu, e.merge
         );
         Ok(r)
     }

@@ -172,8 +172,9 @@ pub struct EvalTimes {
     pub score: f64,
     /// Moving candidates to the rows' owners and merging them.
     pub merge: f64,
-    /// CPU seconds (user + system, all threads of this process) of the scoring: on a
-    /// shared machine, the cost that the wall time of `score` hides.
+    /// CPU seconds (user + system, all threads of this process) of the fold-in and of
+    /// the scoring: on a shared machine, the cost that their wall times hide.
+    pub fold_in_cpu: f64,
     pub score_cpu: f64,
 }
 
@@ -355,6 +356,7 @@ impl EvalSet {
         let _p = comm.stats().phase("eval");
         // Fold-in: the exact solve against H from zero.
         let t = Instant::now();
+        let cpu0 = process_cpu_seconds();
         let mut x = vec![0f32; self.rows.len() * d];
         let view = RowsView {
             indptr: &self.fold_indptr,
@@ -363,6 +365,7 @@ impl EvalSet {
         crate::blas_single_thread();
         let solved = cholesky_solve(&mut x, view, &h_fold, d, gram_h, params)
             .map_err(|e| Error::Comm(format!("fold-in: {e}")));
+        times.fold_in_cpu = process_cpu_seconds() - cpu0;
         comm.agree(solved)?;
         drop(h_fold);
         times.fold_in = t.elapsed().as_secs_f64();
