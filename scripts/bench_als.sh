@@ -146,7 +146,7 @@ run_ours() { # dataset P d exchange reg weight epochs tag-prefix
         timeout "$TIMEOUT" "${MPIRUN[@]}" -np "$np" "$BIN" als --data "$(data_path "$name")" \
             --dim "$d" --epochs "$epochs" --reg "$reg" --unobserved-weight "$weight" \
             --solver cg --cg-steps "$CG_STEPS" --exchange "$ex" --threads "$threads" \
-            --eval-every 0 --seed "$SEED" --metrics "$jsonl" > "$logf" 2>&1 || rc=$?
+            --eval-every 0 --eval-rows all --seed "$SEED" --metrics "$jsonl" > "$logf" 2>&1 || rc=$?
         if ((rc != 0)); then
             log "  failed with exit code $rc$( ((rc == 124)) && echo ' (timeout)'); last lines of $logf:"
             tail -n 5 "$logf" >&2 || true
@@ -216,11 +216,9 @@ if [[ "$GRID" == 1 ]]; then
         GRID_DIM="$GRID_DIM" GRID_NP="$GRID_NP" CG_STEPS="$CG_STEPS" "$PYTHON" - <<'EOF'
 import json, os, sys
 sys.path.insert(0, "scripts")
-from bench_metrics import load_jsonl
+from bench_metrics import load_jsonl, train_seconds
 
 
-def train_seconds(e):
-    return e["seconds"] - (e.get("phases") or {}).get("eval", 0.0)
 
 ours = {}
 for line in open(os.environ["MANIFEST"]):
@@ -307,7 +305,7 @@ DESCRIBE="$(describe)" MANIFEST="$MANIFEST" EPOCHS="$EPOCHS" REG="$REG" ALPHA="$
     "$PYTHON" - <<'EOF'
 import json, os, sys
 sys.path.insert(0, "scripts")
-from bench_metrics import load_jsonl
+from bench_metrics import load_jsonl, train_seconds
 
 env = os.environ
 
@@ -339,7 +337,7 @@ for line in open(env["MANIFEST"]):
             no_eval = [e for e in epochs if e.get("recall") is None] or epochs
             ph = lambda k: mean([(e.get("phases") or {}).get(k) for e in steady])
             r.update(ok=True,
-                     spe=mean([e["seconds"] - (e.get("phases") or {}).get("eval", 0.0) for e in steady]),
+                     spe=mean([train_seconds(e) for e in steady]),
                      eps=mean([e.get("edges_per_second") for e in steady]),
                      r20=final.get("recall_at_20"), r50=final.get("recall_at_50"),
                      bytes=mean([e.get("exchange_bytes") for e in no_eval]),

@@ -23,3 +23,12 @@ def load_jsonl(path):
     except OSError:
         pass
     return epochs, final
+
+
+def train_seconds(e):
+    """An epoch's training seconds: `seconds` excludes evaluation and checkpoints in
+    metrics that carry `eval_seconds`; older files included them."""
+    if "eval_seconds" in e:
+        return e["seconds"]
+    ph = e.get("phases") or {}
+    return e["seconds"] - ph.get("eval", 0.0) - ph.get("checkpoint", 0.0)

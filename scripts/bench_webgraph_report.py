@@ -6,7 +6,7 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_metrics import load_jsonl  # noqa: E402
+from bench_metrics import load_jsonl, train_seconds  # noqa: E402
 
 E = os.environ
 UNITS = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
@@ -35,13 +35,6 @@ def gen_facts(path):
     if m:
         secs, rss = float(m.group(1)), parse_size(m.group(2))
     return nodes, arcs, secs, rss
-
-
-def train_seconds(e):
-    if "eval_seconds" in e:
-        return e["seconds"]  # already without evaluation and checkpoints
-    ph = e.get("phases") or {}
-    return e["seconds"] - ph.get("eval", 0.0) - ph.get("checkpoint", 0.0)
 
 
 def eval_facts(epochs):
