@@ -81,8 +81,10 @@ fi
 if [[ $(id -u) -eq 0 ]]; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
-export OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 OMP_NUM_THREADS=1
-MPIRUN=(mpirun --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS -x MKL_NUM_THREADS -x OMP_NUM_THREADS)
+# shellcheck source=scripts/blas_env.sh
+. scripts/blas_env.sh
+export MKL_NUM_THREADS=1 OMP_NUM_THREADS=1
+MPIRUN=(mpirun --oversubscribe --bind-to none "${BLAS_MPI_ENV[@]}" -x MKL_NUM_THREADS -x OMP_NUM_THREADS)
 
 BIN="${BIN:-target/release/torusrec}"
 if [[ "${BUILD:-1}" == 1 ]]; then

@@ -51,11 +51,12 @@ if ! command -v cargo >/dev/null 2>&1 && [[ -f "${CARGO_HOME:-$HOME/.cargo}/env"
     . "${CARGO_HOME:-$HOME/.cargo}/env"
 fi
 if [[ $(id -u) -eq 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
-export OPENBLAS_NUM_THREADS=1
+# shellcheck source=scripts/blas_env.sh
+. scripts/blas_env.sh
 [[ "${BUILD:-1}" == 1 ]] && cargo build --release --quiet
 BIN="${BIN:-target/release/torusrec}"
 mkdir -p "$OUT" bench
-MPI=(mpirun --oversubscribe --bind-to none -np "$NP" -x OPENBLAS_NUM_THREADS -x RUST_LOG)
+MPI=(mpirun --oversubscribe --bind-to none -np "$NP" "${BLAS_MPI_ENV[@]}")
 MANIFEST="$OUT/webgraph-manifest.tsv"
 : > "$MANIFEST"
 

@@ -24,8 +24,9 @@ fi
 if [[ $(id -u) -eq 0 ]]; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
-export OPENBLAS_NUM_THREADS=1   # one BLAS thread per rank: ranks and rayon own the cores
-MPIRUN=(mpirun --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS -np "$NP")
+# shellcheck source=scripts/blas_env.sh
+. scripts/blas_env.sh   # one BLAS thread per rank; OpenBLAS's AVX-512 kernels where it misses the CPU
+MPIRUN=(mpirun --oversubscribe --bind-to none "${BLAS_MPI_ENV[@]}" -np "$NP")
 # ---------------------------------------------------------------------------------------
 
 cargo build --release
@@ -44,7 +45,7 @@ done
 # d = 128, 16 epochs of 3-step CG, Recall@20/50 every 4 epochs and at the end.
 TRAIN_NP="${TRAIN_NP:-4}"
 echo "== train iALS on cnr-2000 K=10 with $TRAIN_NP ranks"
-mpirun --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS -np "$TRAIN_NP" \
+mpirun --oversubscribe --bind-to none "${BLAS_MPI_ENV[@]}" -np "$TRAIN_NP" \
     "$BIN" als --data "$OUT/cnr-2000-k10.h5" --dim 128 --epochs 16 --reg 0.01 \
     --unobserved-weight 0.01 --eval-every 4 --threads 1 \
     --checkpoint-dir "$OUT/ckpt-cnr-2000-k10" --resume auto \
@@ -53,7 +54,7 @@ mpirun --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS -np "$TRAIN_NP" \
 # The embedding model: the TorchRec peer's table shapes at a size that trains in
 # seconds (preset small: 8 tables, width 16), placed by the planner, on TRAIN_NP ranks.
 echo "== train the sharded embedding model (preset small) with $TRAIN_NP ranks"
-mpirun --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS -np "$TRAIN_NP" \
+mpirun --oversubscribe --bind-to none "${BLAS_MPI_ENV[@]}" -np "$TRAIN_NP" \
     "$BIN" embed --preset small --batch 1024 --accumulate 2 --steps 100 --log-every 20 \
     --plan auto --threads 1 --table-lr 0.05 --dense-lr 0.005 \
     --metrics "$OUT/embed-small.jsonl"
