@@ -880,9 +880,14 @@ fn gram_term_body<const FMA: bool>(
     assert!(v.len() >= nb * d && q.len() >= nb * d && g.len() == d * d);
     #[cfg(target_arch = "x86_64")]
     if FMA {
-        // SAFETY: FMA = true is only compiled into the avx2+fma variant (cg_batch_fma,
-        // reached only after detecting both); the lengths are checked above.
-        unsafe { gram_term_avx2(v, g, q, nb, d, alpha0) };
+        if std::is_x86_feature_detected!("avx512f") {
+            // SAFETY: avx512f was detected; the lengths are checked above.
+            unsafe { gram_term_avx512(v, g, q, nb, d, alpha0) };
+        } else {
+            // SAFETY: FMA = true is only compiled into the avx2+fma variant (cg_batch_fma,
+            // reached only after detecting both); the lengths are checked above.
+            unsafe { gram_term_avx2(v, g, q, nb, d, alpha0) };
+        }
         return;
     }
     for r in 0..nb {
@@ -956,6 +961,73 @@ unsafe fn gram_block_avx2<const R: usize>(
     for (r, a) in acc.iter().enumerate() {
         _mm256_storeu_ps(qp.add(r * d), _mm256_mul_ps(al, a[0]));
         _mm256_storeu_ps(qp.add(r * d + 8), _mm256_mul_ps(al, a[1]));
+    }
+}
+
+/// Rows per register block of the AVX-512 Gramian term.
+const GT512_ROWS: usize = 8;
+/// Columns per register block of the AVX-512 Gramian term (two 16-float vectors).
+const GT512_COLS: usize = 32;
+
+/// [`gram_term_avx2`] with 512-bit vectors (32 registers: blocks of 8 rows x 32
+/// columns). The same fused multiply-add chain per element, so the same bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn gram_term_avx512(v: &[f32], g: &[f32], q: &mut [f32], nb: usize, d: usize, alpha0: f32) {
+    let full_c = d / GT512_COLS * GT512_COLS;
+    let full_r = nb / GT512_ROWS * GT512_ROWS;
+    for c0 in (0..full_c).step_by(GT512_COLS) {
+        for r0 in (0..full_r).step_by(GT512_ROWS) {
+            gram_block_avx512::<GT512_ROWS>(v, g, q, r0, c0, d, alpha0);
+        }
+        for r0 in full_r..nb {
+            gram_block_avx512::<1>(v, g, q, r0, c0, d, alpha0);
+        }
+    }
+    if full_c < d {
+        // The remaining columns (fewer than 32): the scalar fused chain.
+        for r in 0..nb {
+            for c in full_c..d {
+                let mut s = 0.0f32;
+                for k in 0..d {
+                    s = v[r * d + k].mul_add(g[k * d + c], s);
+                }
+                q[r * d + c] = alpha0 * s;
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[inline]
+unsafe fn gram_block_avx512<const R: usize>(
+    v: &[f32],
+    g: &[f32],
+    q: &mut [f32],
+    r0: usize,
+    c0: usize,
+    d: usize,
+    alpha0: f32,
+) {
+    use std::arch::x86_64::*;
+    debug_assert!((r0 + R) * d <= v.len() && c0 + GT512_COLS <= d && g.len() == d * d);
+    let mut acc = [[_mm512_setzero_ps(); 2]; R];
+    let (vp, gp) = (v.as_ptr().add(r0 * d), g.as_ptr().add(c0));
+    for k in 0..d {
+        let g0 = _mm512_loadu_ps(gp.add(k * d));
+        let g1 = _mm512_loadu_ps(gp.add(k * d + 16));
+        for (r, a) in acc.iter_mut().enumerate() {
+            let vk = _mm512_set1_ps(*vp.add(r * d + k));
+            a[0] = _mm512_fmadd_ps(vk, g0, a[0]);
+            a[1] = _mm512_fmadd_ps(vk, g1, a[1]);
+        }
+    }
+    let al = _mm512_set1_ps(alpha0);
+    let qp = q.as_mut_ptr().add(r0 * d + c0);
+    for (r, a) in acc.iter().enumerate() {
+        _mm512_storeu_ps(qp.add(r * d), _mm512_mul_ps(al, a[0]));
+        _mm512_storeu_ps(qp.add(r * d + 16), _mm512_mul_ps(al, a[1]));
     }
 }
 
