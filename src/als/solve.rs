@@ -14,19 +14,31 @@
 //! floating-point sum has a fixed order, so results are bitwise independent of the
 //! number of rayon threads.
 //!
-//! Matrix products go through [`gemm`], which routes them to the pure-Rust
-//! `matrixmultiply` kernels (single-threaded, fixed summation order) rather than to
-//! OpenBLAS: this crate enables ndarray's `blas` feature (through ndarray-linalg), so a
-//! plain `general_mat_mul` on contiguous f32/f64 arrays would call `cblas_sgemm`, whose
-//! own thread pool would fight rayon's unless `OPENBLAS_NUM_THREADS=1` is set.
-//! Only [`cholesky_solve`] calls LAPACK (`potrf`/`potrs` of ndarray-linalg).
+//! The fixed table (the other side, read through `&[T]` with `T:` [`TableElem`]) may be
+//! stored in f32 or bf16: every kernel widens its rows to f32 as it reads them (exact)
+//! and computes in f32/f64 exactly as for an f32 table, so a bf16 table gives bitwise the
+//! result of the f32 kernel on the widened table, reading half the bytes.
+//!
+//! The Gramian term of the CG matvec (`alpha0 * P G`, the dominant cost at d = 128) is a
+//! register-blocked kernel of this module ([`gram_term_body`]) whose per-element summation
+//! order is fixed (k = 0..d in order), so each row's result does not depend on the
+//! batch it is in. The Cholesky `A_u` products go through [`gemm`], which routes them to
+//! the pure-Rust `matrixmultiply` kernels (single-threaded, fixed summation order)
+//! rather than to OpenBLAS: this crate enables ndarray's `blas` feature (through
+//! ndarray-linalg), so a plain `general_mat_mul` on contiguous f32/f64 arrays would call
+//! `cblas_sgemm`, whose own thread pool would fight rayon's unless
+//! `OPENBLAS_NUM_THREADS=1` is set. [`cholesky_solve`] calls LAPACK (`potrf`/`potrs` of
+//! ndarray-linalg) and [`gramian`] calls `cblas_dsyrk`, both kept single-threaded.
 
+use std::any::TypeId;
 use std::ops::Range;
 
 use ndarray::linalg::general_mat_mul;
 use ndarray::{s, Array1, Array2, ArrayView2, ArrayViewMut2, LinalgScalar, ShapeBuilder};
 use ndarray_linalg::{FactorizeCInto, SolveC, UPLO};
 use rayon::prelude::*;
+
+use crate::bf16::TableElem;
 
 /// Hyper-parameters of one half-epoch's solve.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -143,9 +155,29 @@ fn view2<T>(v: &[T], rows: usize, cols: usize) -> ArrayView2<'_, T> {
 }
 
 /// A mutable row-major `rows x cols` view of the front of `v`.
+#[cfg(test)]
 fn view2_mut<T>(v: &mut [T], rows: usize, cols: usize) -> ArrayViewMut2<'_, T> {
     ArrayViewMut2::from_shape((rows, cols), &mut v[..rows * cols])
         .expect("invariant: a contiguous prefix of the right length")
+}
+
+/// `s` as `&[f32]` when `T` is `f32` (the fast path that reads the table in place).
+#[inline(always)]
+fn as_f32<T: TableElem>(s: &[T]) -> Option<&[f32]> {
+    if TypeId::of::<T>() == TypeId::of::<f32>() {
+        // SAFETY: T is f32, so the slice is a slice of f32 of the same length.
+        Some(unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<f32>(), s.len()) })
+    } else {
+        None
+    }
+}
+
+/// Widen one row of the fixed table into `dst` (exact).
+#[inline(always)]
+fn widen_row<T: TableElem>(src: &[T], dst: &mut [f32]) {
+    for (o, &v) in dst.iter_mut().zip(src) {
+        *o = v.to_f32();
+    }
 }
 
 /// Width of the independent accumulators of the f32 dot products.
@@ -260,9 +292,9 @@ impl Items for Indexed<'_> {
 
 /// Hint the cache lines of `h` into L1 (no effect on results).
 #[inline(always)]
-fn prefetch_rows(h: &[f32]) {
+fn prefetch_rows<T>(h: &[T]) {
     #[cfg(target_arch = "x86_64")]
-    for line in h.chunks(16) {
+    for line in h.chunks((64 / std::mem::size_of::<T>().max(1)).max(1)) {
         // SAFETY: a prefetch is only a hint; it never faults and `line` is a live slice.
         unsafe {
             std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
@@ -348,19 +380,20 @@ fn observed(isa: Isa, items: &impl Items, v: &[f32], out: &mut [f32], c: f32, s:
     }
 }
 
-/// Dot product of two f32 vectors accumulated in f64 (8 accumulators, fixed order).
+/// Dot product of an f32 vector and a table row, accumulated in f64 (8 accumulators,
+/// fixed order; the row is widened exactly).
 #[inline(always)]
-fn dot64(a: &[f32], b: &[f32]) -> f64 {
+fn dot64<T: TableElem>(a: &[f32], b: &[T]) -> f64 {
     let mut acc = [0.0f64; 8];
     let ca = a.chunks_exact(8);
     let cb = b.chunks_exact(8);
     let mut tail = 0.0f64;
     for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
-        tail += f64::from(*x) * f64::from(*y);
+        tail += f64::from(*x) * f64::from(y.to_f32());
     }
     for (x, y) in ca.zip(cb) {
         for ((s, &xv), &yv) in acc.iter_mut().zip(x).zip(y) {
-            *s += f64::from(xv) * f64::from(yv);
+            *s += f64::from(xv) * f64::from(yv.to_f32());
         }
     }
     ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7])) + tail
@@ -374,12 +407,13 @@ const GRAM_BLOCK: usize = 4096;
 /// Blocks computed in parallel before their partial sums are added (bounds memory).
 const GRAM_WAVE: usize = 16;
 
-/// Gramian `T^T T` of a row-major table (`n x d`): `d * d`, row-major, exactly symmetric.
+/// Gramian `T^T T` of a row-major table (`n x d`, f32 or bf16): `d * d`, row-major,
+/// exactly symmetric.
 ///
 /// Blocks of [`GRAM_BLOCK`] rows are converted to f64 and multiplied with f64 gemm,
 /// in parallel; the block sums are added in block order, so the result does not
 /// depend on the thread count. Panics if `table.len()` is not a multiple of `d`.
-pub fn gramian(table: &[f32], d: usize) -> Vec<f64> {
+pub fn gramian<T: TableElem>(table: &[T], d: usize) -> Vec<f64> {
     crate::blas_single_thread();
     if d == 0 {
         assert!(table.is_empty(), "gramian: d = 0 with a non-empty table");
@@ -391,7 +425,7 @@ pub fn gramian(table: &[f32], d: usize) -> Vec<f64> {
         "gramian: table length is not a multiple of d"
     );
     let mut g = vec![0.0f64; d * d];
-    let blocks: Vec<&[f32]> = table.chunks(GRAM_BLOCK * d).collect();
+    let blocks: Vec<&[T]> = table.chunks(GRAM_BLOCK * d).collect();
     let mut parts = vec![0.0f64; GRAM_WAVE.min(blocks.len()) * d * d];
     for wave in blocks.chunks(GRAM_WAVE) {
         let parts = &mut parts[..wave.len() * d * d];
@@ -417,10 +451,10 @@ pub fn gramian(table: &[f32], d: usize) -> Vec<f64> {
 }
 
 /// `out = B^T B` (f64) for one block `B` of rows, through an f64 copy in `buf`.
-fn block_gramian(block: &[f32], d: usize, buf: &mut Vec<f64>, out: &mut [f64]) {
+fn block_gramian<T: TableElem>(block: &[T], d: usize, buf: &mut Vec<f64>, out: &mut [f64]) {
     let nb = block.len() / d;
     buf.clear();
-    buf.extend(block.iter().map(|&v| f64::from(v)));
+    buf.extend(block.iter().map(|&v| f64::from(v.to_f32())));
     if nb == 0 {
         out.fill(0.0);
         return;
@@ -473,7 +507,7 @@ extern "C" {
 }
 
 /// Reference Gramian: a naive triple loop in f64.
-pub fn gramian_ref(table: &[f32], d: usize) -> Vec<f64> {
+pub fn gramian_ref<T: TableElem>(table: &[T], d: usize) -> Vec<f64> {
     let mut g = vec![0.0f64; d * d];
     if d == 0 {
         return g;
@@ -481,7 +515,7 @@ pub fn gramian_ref(table: &[f32], d: usize) -> Vec<f64> {
     for row in table.chunks_exact(d) {
         for k in 0..d {
             for l in 0..d {
-                g[k * d + l] += f64::from(row[k]) * f64::from(row[l]);
+                g[k * d + l] += f64::from(row[k].to_f32()) * f64::from(row[l].to_f32());
             }
         }
     }
@@ -568,35 +602,70 @@ struct CgScratch {
 }
 
 /// Everything a batch needs that is shared by all batches.
-struct CgShared<'a> {
+struct CgShared<'a, T> {
     rows: RowsView<'a>,
-    fixed: &'a [f32],
+    fixed: &'a [T],
+    /// `fixed` itself when `T` is f32: rows too long to gather are read in place.
+    fixed32: Option<&'a [f32]>,
     d: usize,
-    gram: ArrayView2<'a, f32>,
+    gram: &'a [f32],
     p: SolveParams,
     steps: usize,
     hub_chunk: usize,
     isa: Isa,
+    /// Also compute the observed loss terms of the final rows.
+    loss: bool,
+}
+
+impl<T> CgShared<'_, T> {
+    /// Whether batch `b` works on a widened f32 copy of its item vectors (gathered
+    /// batches always; a lone long row too when the table is not f32).
+    fn widened(&self, b: Batch) -> bool {
+        b.gathered || self.fixed32.is_none()
+    }
 }
 
 /// Stop a row once `|r|^2 <= CG_TOL2 * |r_0|^2`: the residual is at the f32 rounding
 /// level of the starting one and further steps would only add noise.
 const CG_TOL2: f64 = (f32::EPSILON as f64) * (f32::EPSILON as f64);
 
+/// The loss pieces of a set of solved rows (see [`local_loss_terms`]), in f64.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LossTerms {
+    /// `sum_{u, i in I_u} (1 - w_u . h_i)^2`.
+    pub observed: f64,
+    /// `sum_u (|I_u| + alpha0 * n_other) * |w_u|^2` (not multiplied by `lambda`).
+    pub reg: f64,
+}
+
+impl LossTerms {
+    fn add(self, o: LossTerms) -> LossTerms {
+        LossTerms {
+            observed: self.observed + o.observed,
+            reg: self.reg + o.reg,
+        }
+    }
+}
+
 /// Conjugate gradient for `A_u w_u = b_u` on every row, warm-started from `x`
 /// (`rows x d`, row-major, updated in place), `steps` iterations, never forming `A_u`:
 /// `A p = sum_{i in I_u} h_i (h_i . p) + alpha0 * G p + lambda (|I_u| + alpha0 n_other) p`.
 ///
+/// The fixed table is `&[T]` (f32 or bf16, see the module docs); with bf16 the result
+/// is bitwise that of the f32 kernel on the widened table.
+///
 /// Rows are processed in batches (at most 128 rows and 512 KiB of gathered item
 /// vectors) in parallel with rayon; the Gramian term of a batch is one
-/// `[B x d] x [d x d]` product per matvec, and the batch's item vectors are gathered
-/// once (during the initial residual) and stay hot in cache across the steps. A row
-/// with more than `hub_chunk` items (`hub_chunk = 0`: never) computes its observed term
-/// in chunks of `hub_chunk` items in parallel, adding the partial sums in chunk order.
-/// The batch and chunk partition depend only on the input, so the result is bitwise
-/// independent of the thread count.
+/// `[B x d] x [d x d]` product per matvec ([`gram_term_body`]), and the batch's item vectors
+/// are gathered (widened to f32) once, during the initial residual, and stay hot in
+/// cache across the steps. A row with more than `hub_chunk` items (`hub_chunk = 0`:
+/// never) computes its observed term in chunks of `hub_chunk` items in parallel, adding
+/// the partial sums in chunk order. The batch and chunk partition depend only on the
+/// input, so the result is bitwise independent of the thread count, and each row's
+/// arithmetic does not depend on the batch it falls in.
 ///
-/// `steps + 1` matvecs are done (one for the initial residual). Rows with no items
+/// `steps + 1` matvecs are done (one for the initial residual: the fixed table and `G`
+/// change between half-epochs, so `A x` cannot be carried over). Rows with no items
 /// have `b_u = 0`, so their solution is exactly 0, written directly. A row stops early
 /// when its residual is exactly zero or reaches the f32 rounding level of the initial
 /// one, or when `p . A p` is not positive (`A_u` not positive definite): nothing is
@@ -606,10 +675,10 @@ const CG_TOL2: f64 = (f32::EPSILON as f64) * (f32::EPSILON as f64);
 /// `fixed.len()` not a multiple of `d`, `gram.len() != d * d`) or if `rows` is not a
 /// valid CSR over `fixed` (the caller validates its input when loading it).
 #[allow(clippy::too_many_arguments)]
-pub fn cg_solve(
+pub fn cg_solve<T: TableElem>(
     x: &mut [f32],
     rows: RowsView,
-    fixed: &[f32],
+    fixed: &[T],
     d: usize,
     gram: &[f32],
     p: SolveParams,
@@ -627,14 +696,49 @@ pub fn cg_solve(
         hub_chunk,
         CG_PLAN,
         Isa::detect(),
+        false,
     );
 }
 
+/// [`cg_solve`], and the loss pieces of the rows it solved, computed from the final
+/// `x` while each batch's item vectors are still in cache: the same values as
+/// [`local_loss_terms`]`(x, rows, fixed, d, p.alpha0, p.n_other)` after the solve, up
+/// to the order of the f64 sums (per batch here, then the batches in order; so
+/// deterministic and independent of the thread count, but not bitwise equal to
+/// [`local_loss_terms`]). This replaces the separate pass over the observed cells.
+/// With `steps = 0` nothing is solved and the terms of the unchanged `x` are returned
+/// (computed by [`local_loss_terms`]). Panics as [`cg_solve`] does.
 #[allow(clippy::too_many_arguments)]
-fn cg_solve_planned(
+pub fn cg_solve_with_loss<T: TableElem>(
     x: &mut [f32],
     rows: RowsView,
-    fixed: &[f32],
+    fixed: &[T],
+    d: usize,
+    gram: &[f32],
+    p: SolveParams,
+    steps: usize,
+    hub_chunk: usize,
+) -> LossTerms {
+    cg_solve_planned(
+        x,
+        rows,
+        fixed,
+        d,
+        gram,
+        p,
+        steps,
+        hub_chunk,
+        CG_PLAN,
+        Isa::detect(),
+        true,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn cg_solve_planned<T: TableElem>(
+    x: &mut [f32],
+    rows: RowsView,
+    fixed: &[T],
     d: usize,
     gram: &[f32],
     p: SolveParams,
@@ -642,29 +746,33 @@ fn cg_solve_planned(
     hub_chunk: usize,
     plan: Plan,
     isa: Isa,
-) {
+    loss: bool,
+) -> LossTerms {
     let n_rows = rows.num_rows();
     assert_eq!(x.len(), n_rows * d, "cg_solve: x is not rows x d");
     assert_eq!(gram.len(), d * d, "cg_solve: gram is not d x d");
-    if d == 0 {
-        return;
+    if d == 0 || steps == 0 || n_rows == 0 {
+        if !loss {
+            return LossTerms::default();
+        }
+        let (observed, reg) = local_loss_terms(x, rows, fixed, d, p.alpha0, p.n_other);
+        return LossTerms { observed, reg };
     }
     assert_eq!(fixed.len() % d, 0, "cg_solve: fixed is not n x d");
     if let Err((r, msg)) = rows.validate(fixed.len() / d) {
         panic!("cg_solve: row {r}: {msg}");
     }
-    if steps == 0 || n_rows == 0 {
-        return;
-    }
     let shared = CgShared {
         rows,
         fixed,
+        fixed32: as_f32(fixed),
         d,
-        gram: view2(gram, d, d),
+        gram,
         p,
         steps,
         hub_chunk,
         isa,
+        loss,
     };
     let batches = plan_batches(&rows, d, hub_chunk, plan);
     let mut jobs = Vec::with_capacity(batches.len());
@@ -674,15 +782,18 @@ fn cg_solve_planned(
         jobs.push((b, head));
         rest = tail;
     }
-    jobs.into_par_iter()
-        .for_each_init(CgScratch::default, |s, (b, xb)| cg_batch(&shared, b, xb, s));
+    let parts: Vec<LossTerms> = jobs
+        .into_par_iter()
+        .map_init(CgScratch::default, |s, (b, xb)| cg_batch(&shared, b, xb, s))
+        .collect();
+    parts.into_iter().fold(LossTerms::default(), LossTerms::add)
 }
 
 /// Adds the observed term of local batch row `j` (global row `u`) to `out`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn batch_observed<const FMA: bool>(
-    sh: &CgShared,
+fn batch_observed<const FMA: bool, T: TableElem>(
+    sh: &CgShared<T>,
     b: Batch,
     u: usize,
     gathered: &[f32],
@@ -694,37 +805,49 @@ fn batch_observed<const FMA: bool>(
 ) {
     let d = sh.d;
     let range = sh.rows.range(u);
-    if b.gathered {
-        let base = sh.rows.range(b.r0).start;
-        let g = &gathered[(range.start - base) * d..(range.end - base) * d];
-        observed_body::<FMA>(&Gathered { buf: g, d }, v, out, c, s);
-        return;
+    let hub = sh.hub_chunk > 0 && range.len() > sh.hub_chunk;
+    let n_chunks = range.len().div_ceil(sh.hub_chunk.max(1));
+    match sh.fixed32 {
+        _ if sh.widened(b) => {
+            let base = sh.rows.range(b.r0).start;
+            let g = &gathered[(range.start - base) * d..(range.end - base) * d];
+            if !hub {
+                observed_body::<FMA>(&Gathered { buf: g, d }, v, out, c, s);
+                return;
+            }
+            // Hub row: chunks of `hub_chunk` items in parallel, partial sums added in
+            // order (the same arithmetic as the in-place chunks below).
+            partial.resize(n_chunks * d, 0.0);
+            partial
+                .par_chunks_mut(d)
+                .zip(g.par_chunks(sh.hub_chunk * d))
+                .for_each(|(part, chunk)| {
+                    part.fill(0.0);
+                    observed(sh.isa, &Gathered { buf: chunk, d }, v, part, c, s);
+                });
+        }
+        Some(fixed) => {
+            let idx = &sh.rows.indices[range];
+            if !hub {
+                observed_body::<FMA>(&Indexed { idx, fixed, d }, v, out, c, s);
+                return;
+            }
+            partial.resize(n_chunks * d, 0.0);
+            partial
+                .par_chunks_mut(d)
+                .zip(idx.par_chunks(sh.hub_chunk))
+                .for_each(|(part, chunk)| {
+                    part.fill(0.0);
+                    let items = Indexed {
+                        idx: chunk,
+                        fixed,
+                        d,
+                    };
+                    observed(sh.isa, &items, v, part, c, s);
+                });
+        }
+        None => unreachable!("a non-f32 table is always widened"),
     }
-    let idx = &sh.rows.indices[range];
-    if sh.hub_chunk == 0 || idx.len() <= sh.hub_chunk {
-        let items = Indexed {
-            idx,
-            fixed: sh.fixed,
-            d,
-        };
-        observed_body::<FMA>(&items, v, out, c, s);
-        return;
-    }
-    // Hub row: chunks of `hub_chunk` items in parallel, partial sums added in order.
-    let n_chunks = idx.len().div_ceil(sh.hub_chunk);
-    partial.resize(n_chunks * d, 0.0);
-    partial
-        .par_chunks_mut(d)
-        .zip(idx.par_chunks(sh.hub_chunk))
-        .for_each(|(part, chunk)| {
-            part.fill(0.0);
-            let items = Indexed {
-                idx: chunk,
-                fixed: sh.fixed,
-                d,
-            };
-            observed(sh.isa, &items, v, part, c, s);
-        });
     for part in partial.chunks_exact(d) {
         for (o, &pv) in out.iter_mut().zip(part) {
             *o += pv;
@@ -732,35 +855,241 @@ fn batch_observed<const FMA: bool>(
     }
 }
 
-/// `q = alpha0 * v G` for the first `nb` rows of `v`.
-fn gram_term(sh: &CgShared, v: &[f32], q: &mut [f32], nb: usize) {
-    let d = sh.d;
-    if sh.p.alpha0 == 0.0 {
+/// Rows per register block of the Gramian term (AVX2 kernel).
+const GT_ROWS: usize = 6;
+/// Columns per register block of the Gramian term (two 8-float vectors).
+const GT_COLS: usize = 16;
+
+/// `q = alpha0 * v G` for the first `nb` rows of `v` (`G` symmetric `d x d`):
+/// `q[r, c] = alpha0 * s` with `s` one multiply-add chain `s = v[r, k] * G[k, c] + s`
+/// over `k = 0..d` in order from 0 (fused when `FMA`). The arithmetic of an element does
+/// not depend on `nb` or on the other rows, so a row gets the same bits in any batch.
+#[inline(always)]
+fn gram_term_body<const FMA: bool>(
+    v: &[f32],
+    g: &[f32],
+    q: &mut [f32],
+    nb: usize,
+    d: usize,
+    alpha0: f32,
+) {
+    if alpha0 == 0.0 {
         q[..nb * d].fill(0.0);
         return;
     }
-    let mut qv = view2_mut(q, nb, d);
-    gemm(sh.p.alpha0, view2(v, nb, d), sh.gram, 0.0, &mut qv);
+    assert!(v.len() >= nb * d && q.len() >= nb * d && g.len() == d * d);
+    #[cfg(target_arch = "x86_64")]
+    if FMA {
+        if std::is_x86_feature_detected!("avx512f") {
+            // SAFETY: avx512f was detected; the lengths are checked above.
+            unsafe { gram_term_avx512(v, g, q, nb, d, alpha0) };
+        } else {
+            // SAFETY: FMA = true is only compiled into the avx2+fma variant (cg_batch_fma,
+            // reached only after detecting both); the lengths are checked above.
+            unsafe { gram_term_avx2(v, g, q, nb, d, alpha0) };
+        }
+        return;
+    }
+    for r in 0..nb {
+        let (vr, qr) = (&v[r * d..][..d], &mut q[r * d..][..d]);
+        qr.fill(0.0);
+        for (&vk, gk) in vr.iter().zip(g.chunks_exact(d)) {
+            for (o, &gv) in qr.iter_mut().zip(gk) {
+                *o = madd::<FMA>(vk, gv, *o);
+            }
+        }
+        for o in qr.iter_mut() {
+            *o *= alpha0;
+        }
+    }
 }
 
-/// CG on the rows of one batch; `xb` is their slice of `x`.
-fn cg_batch(sh: &CgShared, b: Batch, xb: &mut [f32], s: &mut CgScratch) {
-    match sh.isa {
-        // SAFETY: `Isa::Avx2Fma` is only constructed after detecting avx2 and fma.
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2Fma => unsafe { cg_batch_fma(sh, b, xb, s) },
-        Isa::Plain => cg_batch_body::<false>(sh, b, xb, s),
+/// The AVX2 Gramian term: blocks of `R` rows x 16 columns in 2R registers, one fused
+/// multiply-add per element and `k`, `k` in order; a scalar fused tail for the columns
+/// past the last multiple of 16 (the same arithmetic).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn gram_term_avx2(v: &[f32], g: &[f32], q: &mut [f32], nb: usize, d: usize, alpha0: f32) {
+    let full_c = d / GT_COLS * GT_COLS;
+    let full_r = nb / GT_ROWS * GT_ROWS;
+    for c0 in (0..full_c).step_by(GT_COLS) {
+        for r0 in (0..full_r).step_by(GT_ROWS) {
+            gram_block_avx2::<GT_ROWS>(v, g, q, r0, c0, d, alpha0);
+        }
+        for r0 in full_r..nb {
+            gram_block_avx2::<1>(v, g, q, r0, c0, d, alpha0);
+        }
+    }
+    for r in 0..nb {
+        for c in full_c..d {
+            let mut s = 0.0f32;
+            for k in 0..d {
+                s = v[r * d + k].mul_add(g[k * d + c], s);
+            }
+            q[r * d + c] = alpha0 * s;
+        }
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn cg_batch_fma(sh: &CgShared, b: Batch, xb: &mut [f32], s: &mut CgScratch) {
-    cg_batch_body::<true>(sh, b, xb, s)
+#[inline]
+unsafe fn gram_block_avx2<const R: usize>(
+    v: &[f32],
+    g: &[f32],
+    q: &mut [f32],
+    r0: usize,
+    c0: usize,
+    d: usize,
+    alpha0: f32,
+) {
+    use std::arch::x86_64::*;
+    debug_assert!((r0 + R) * d <= v.len() && c0 + GT_COLS <= d && g.len() == d * d);
+    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    let (vp, gp) = (v.as_ptr().add(r0 * d), g.as_ptr().add(c0));
+    for k in 0..d {
+        let g0 = _mm256_loadu_ps(gp.add(k * d));
+        let g1 = _mm256_loadu_ps(gp.add(k * d + 8));
+        for (r, a) in acc.iter_mut().enumerate() {
+            let vk = _mm256_broadcast_ss(&*vp.add(r * d + k));
+            a[0] = _mm256_fmadd_ps(vk, g0, a[0]);
+            a[1] = _mm256_fmadd_ps(vk, g1, a[1]);
+        }
+    }
+    let al = _mm256_set1_ps(alpha0);
+    let qp = q.as_mut_ptr().add(r0 * d + c0);
+    for (r, a) in acc.iter().enumerate() {
+        _mm256_storeu_ps(qp.add(r * d), _mm256_mul_ps(al, a[0]));
+        _mm256_storeu_ps(qp.add(r * d + 8), _mm256_mul_ps(al, a[1]));
+    }
+}
+
+/// Rows per register block of the AVX-512 Gramian term.
+const GT512_ROWS: usize = 8;
+/// Columns per register block of the AVX-512 Gramian term (two 16-float vectors).
+const GT512_COLS: usize = 32;
+
+/// [`gram_term_avx2`] with 512-bit vectors (32 registers: blocks of 8 rows x 32
+/// columns). The same fused multiply-add chain per element, so the same bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn gram_term_avx512(v: &[f32], g: &[f32], q: &mut [f32], nb: usize, d: usize, alpha0: f32) {
+    let full_c = d / GT512_COLS * GT512_COLS;
+    let full_r = nb / GT512_ROWS * GT512_ROWS;
+    for c0 in (0..full_c).step_by(GT512_COLS) {
+        for r0 in (0..full_r).step_by(GT512_ROWS) {
+            gram_block_avx512::<GT512_ROWS>(v, g, q, r0, c0, d, alpha0);
+        }
+        for r0 in full_r..nb {
+            gram_block_avx512::<1>(v, g, q, r0, c0, d, alpha0);
+        }
+    }
+    if full_c < d {
+        // The remaining columns (fewer than 32): the scalar fused chain.
+        for r in 0..nb {
+            for c in full_c..d {
+                let mut s = 0.0f32;
+                for k in 0..d {
+                    s = v[r * d + k].mul_add(g[k * d + c], s);
+                }
+                q[r * d + c] = alpha0 * s;
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[inline]
+unsafe fn gram_block_avx512<const R: usize>(
+    v: &[f32],
+    g: &[f32],
+    q: &mut [f32],
+    r0: usize,
+    c0: usize,
+    d: usize,
+    alpha0: f32,
+) {
+    use std::arch::x86_64::*;
+    debug_assert!((r0 + R) * d <= v.len() && c0 + GT512_COLS <= d && g.len() == d * d);
+    let mut acc = [[_mm512_setzero_ps(); 2]; R];
+    let (vp, gp) = (v.as_ptr().add(r0 * d), g.as_ptr().add(c0));
+    for k in 0..d {
+        let g0 = _mm512_loadu_ps(gp.add(k * d));
+        let g1 = _mm512_loadu_ps(gp.add(k * d + 16));
+        for (r, a) in acc.iter_mut().enumerate() {
+            let vk = _mm512_set1_ps(*vp.add(r * d + k));
+            a[0] = _mm512_fmadd_ps(vk, g0, a[0]);
+            a[1] = _mm512_fmadd_ps(vk, g1, a[1]);
+        }
+    }
+    let al = _mm512_set1_ps(alpha0);
+    let qp = q.as_mut_ptr().add(r0 * d + c0);
+    for (r, a) in acc.iter().enumerate() {
+        _mm512_storeu_ps(qp.add(r * d), _mm512_mul_ps(al, a[0]));
+        _mm512_storeu_ps(qp.add(r * d + 16), _mm512_mul_ps(al, a[1]));
+    }
+}
+
+/// Reference for the Gramian term: `q[r, c] = alpha0 * sum_k v[r, k] G[k, c]`, the
+/// same chain of multiply-adds per element, one element at a time.
+#[cfg(test)]
+fn gram_term_ref<const FMA: bool>(
+    v: &[f32],
+    g: &[f32],
+    nb: usize,
+    d: usize,
+    alpha0: f32,
+) -> Vec<f32> {
+    let mut q = vec![0.0f32; nb * d];
+    if alpha0 == 0.0 {
+        return q;
+    }
+    for r in 0..nb {
+        for c in 0..d {
+            let mut s = 0.0f32;
+            for k in 0..d {
+                s = madd::<FMA>(v[r * d + k], g[k * d + c], s);
+            }
+            q[r * d + c] = alpha0 * s;
+        }
+    }
+    q
+}
+
+/// CG on the rows of one batch; `xb` is their slice of `x`.
+fn cg_batch<T: TableElem>(
+    sh: &CgShared<T>,
+    b: Batch,
+    xb: &mut [f32],
+    s: &mut CgScratch,
+) -> LossTerms {
+    match sh.isa {
+        // SAFETY: `Isa::Avx2Fma` is only constructed after detecting avx2 and fma.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2Fma => unsafe { cg_batch_fma(sh, b, xb, s) },
+        Isa::Plain => cg_batch_body::<false, T>(sh, b, xb, s),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn cg_batch_fma<T: TableElem>(
+    sh: &CgShared<T>,
+    b: Batch,
+    xb: &mut [f32],
+    s: &mut CgScratch,
+) -> LossTerms {
+    cg_batch_body::<true, T>(sh, b, xb, s)
 }
 
 #[inline(always)]
-fn cg_batch_body<const FMA: bool>(sh: &CgShared, b: Batch, xb: &mut [f32], s: &mut CgScratch) {
+fn cg_batch_body<const FMA: bool, T: TableElem>(
+    sh: &CgShared<T>,
+    b: Batch,
+    xb: &mut [f32],
+    s: &mut CgScratch,
+) -> LossTerms {
     let d = sh.d;
     let nb = b.r1 - b.r0;
     let bd = nb * d;
@@ -772,16 +1101,14 @@ fn cg_batch_body<const FMA: bool>(sh: &CgShared, b: Batch, xb: &mut [f32], s: &m
     s.rs0.resize(nb, 0.0);
     s.active.resize(nb, false);
     let (reg, alpha0) = (f64::from(sh.p.reg), f64::from(sh.p.alpha0));
-    // The batch's item vectors, gathered row by row during the initial residual (so
-    // that each is used while still in L1) and read from the gathered copy afterwards.
+    // The batch's item vectors, gathered (widened to f32) row by row during the initial
+    // residual, so that each is used while still in L1, and read from the gathered copy
+    // afterwards.
     let base = sh.rows.range(b.r0).start;
-    let src = Indexed {
-        idx: &sh.rows.indices[base..sh.rows.range(b.r1 - 1).end],
-        fixed: sh.fixed,
-        d,
-    };
-    if b.gathered {
-        s.gathered.resize(src.len() * d, 0.0);
+    let idx_all = &sh.rows.indices[base..sh.rows.range(b.r1 - 1).end];
+    let widened = sh.widened(b);
+    if widened {
+        s.gathered.resize(idx_all.len() * d, 0.0);
     }
     // Empty rows: b = 0, the solution is 0.
     for j in 0..nb {
@@ -793,7 +1120,7 @@ fn cg_batch_body<const FMA: bool>(sh: &CgShared, b: Batch, xb: &mut [f32], s: &m
     }
 
     // Initial residual r = b - A x = sum_i h_i (1 - h_i . x) - alpha0 x G - lam x.
-    gram_term(sh, xb, &mut s.q, nb);
+    gram_term_body::<FMA>(xb, sh.gram, &mut s.q, nb, d, sh.p.alpha0);
     for j in 0..nb {
         let u = b.r0 + j;
         let rj = &mut s.r[j * d..][..d];
@@ -809,15 +1136,17 @@ fn cg_batch_body<const FMA: bool>(sh: &CgShared, b: Batch, xb: &mut [f32], s: &m
         for ((r, &q), &xv) in rj.iter_mut().zip(&s.q[j * d..][..d]).zip(xj) {
             *r = -q - lam * xv;
         }
-        if b.gathered {
+        if widened {
             let range = sh.rows.range(u);
             let dst = &mut s.gathered[(range.start - base) * d..(range.end - base) * d];
             for (k, h) in (range.start - base..).zip(dst.chunks_exact_mut(d)) {
-                src.prefetch(k + PREFETCH_AHEAD);
-                h.copy_from_slice(src.row(k));
+                if let Some(&i) = idx_all.get(k + PREFETCH_AHEAD) {
+                    prefetch_rows(&sh.fixed[i as usize * d..][..d]);
+                }
+                widen_row(&sh.fixed[idx_all[k] as usize * d..][..d], h);
             }
         }
-        batch_observed::<FMA>(sh, b, u, &s.gathered, &mut s.partial, xj, rj, 1.0, -1.0);
+        batch_observed::<FMA, T>(sh, b, u, &s.gathered, &mut s.partial, xj, rj, 1.0, -1.0);
         pj.copy_from_slice(rj);
         let rs = dot64(rj, rj);
         s.rs[j] = rs;
@@ -833,7 +1162,7 @@ fn cg_batch_body<const FMA: bool>(sh: &CgShared, b: Batch, xb: &mut [f32], s: &m
             break;
         }
         let last = step + 1 == sh.steps;
-        gram_term(sh, &s.p, &mut s.q, nb);
+        gram_term_body::<FMA>(&s.p, sh.gram, &mut s.q, nb, d, sh.p.alpha0);
         for j in 0..nb {
             if !s.active[j] {
                 continue;
@@ -845,7 +1174,7 @@ fn cg_batch_body<const FMA: bool>(sh: &CgShared, b: Batch, xb: &mut [f32], s: &m
             for (q, &pv) in qj.iter_mut().zip(pj.iter()) {
                 *q += lam * pv;
             }
-            batch_observed::<FMA>(sh, b, u, &s.gathered, &mut s.partial, pj, qj, 0.0, 1.0);
+            batch_observed::<FMA, T>(sh, b, u, &s.gathered, &mut s.partial, pj, qj, 0.0, 1.0);
             let pq = dot64(pj, qj);
             let alpha = s.rs[j] / pq;
             if !(pq > 0.0 && alpha.is_finite()) {
@@ -877,6 +1206,42 @@ fn cg_batch_body<const FMA: bool>(sh: &CgShared, b: Batch, xb: &mut [f32], s: &m
             s.rs[j] = rs_new;
         }
     }
+    if sh.loss {
+        batch_loss(sh, b, xb, &s.gathered)
+    } else {
+        LossTerms::default()
+    }
+}
+
+/// The loss pieces of the final rows of batch `b`, from its gathered item vectors (or
+/// the f32 table in place for a lone long row), in row and item order.
+#[inline(always)]
+fn batch_loss<T: TableElem>(sh: &CgShared<T>, b: Batch, xb: &[f32], gathered: &[f32]) -> LossTerms {
+    let d = sh.d;
+    let base = sh.rows.range(b.r0).start;
+    let (mut obs, mut reg) = (0.0f64, 0.0f64);
+    for (j, w) in xb.chunks_exact(d).enumerate() {
+        let range = sh.rows.range(b.r0 + j);
+        let n = range.len();
+        match sh.fixed32 {
+            _ if sh.widened(b) => {
+                let g = &gathered[(range.start - base) * d..(range.end - base) * d];
+                for h in g.chunks_exact(d) {
+                    let e = 1.0 - dot64(w, h);
+                    obs += e * e;
+                }
+            }
+            Some(fixed) => {
+                for &i in &sh.rows.indices[range] {
+                    let e = 1.0 - dot64(w, &fixed[i as usize * d..][..d]);
+                    obs += e * e;
+                }
+            }
+            None => unreachable!("a non-f32 table is always widened"),
+        }
+        reg += (n as f64 + f64::from(sh.p.alpha0) * sh.p.n_other) * dot64(w, w);
+    }
+    LossTerms { observed: obs, reg }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -885,7 +1250,8 @@ fn cg_batch_body<const FMA: bool>(sh: &CgShared, b: Batch, xb: &mut [f32], s: &m
 /// Items per f64 gemm when forming `A_u` (bounds the gather buffer of a hub row).
 const CHOL_CHUNK: usize = 256;
 
-/// Exact solve of every row: forms `A_u` and `b_u` in f64 (item vectors converted to
+/// Exact solve of every row (fixed table f32 or bf16, widened exactly): forms `A_u` and
+/// `b_u` in f64 (item vectors converted to
 /// f64, `A_u` accumulated with f64 gemm over chunks of items) and solves by Cholesky
 /// (LAPACK through ndarray-linalg), in parallel over rows with rayon. LAPACK runs on
 /// the calling rayon thread: run with `OPENBLAS_NUM_THREADS=1`, or OpenBLAS's own
@@ -898,10 +1264,10 @@ const CHOL_CHUNK: usize = 256;
 ///
 /// `gram` is the symmetric `G`, `d * d` f64. Panics if the shapes disagree (`x.len() != rows * d`,
 /// `fixed.len()` not a multiple of `d`, `gram.len() != d * d`).
-pub fn cholesky_solve(
+pub fn cholesky_solve<T: TableElem>(
     x: &mut [f32],
     rows: RowsView,
-    fixed: &[f32],
+    fixed: &[T],
     d: usize,
     gram: &[f64],
     p: SolveParams,
@@ -929,11 +1295,11 @@ pub fn cholesky_solve(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn cholesky_row(
+fn cholesky_row<T: TableElem>(
     u: usize,
     xu: &mut [f32],
     rows: &RowsView,
-    fixed: &[f32],
+    fixed: &[T],
     d: usize,
     g: &ArrayView2<f64>,
     p: &SolveParams,
@@ -953,9 +1319,9 @@ fn cholesky_row(
         buf.clear();
         for &i in chunk {
             let h = &fixed[i as usize * d..][..d];
-            buf.extend(h.iter().map(|&v| f64::from(v)));
+            buf.extend(h.iter().map(|&v| f64::from(v.to_f32())));
             for (bv, &hv) in b.iter_mut().zip(h) {
-                *bv += f64::from(hv);
+                *bv += f64::from(hv.to_f32());
             }
         }
         let hv = view2(buf, chunk.len(), d);
@@ -994,13 +1360,15 @@ const LOSS_CHUNK: usize = 1024;
 /// Loss pieces of the rows just solved, all in f64:
 /// `(sum_{u, i in I_u} (1 - w_u . h_i)^2, sum_u (|I_u| + alpha0 * n_other) * |w_u|^2)`.
 ///
-/// The regularization piece is not multiplied by `lambda`. Parallel over fixed chunks of
+/// The fixed table may be f32 or bf16 (widened exactly). The regularization piece is
+/// not multiplied by `lambda`. [`cg_solve_with_loss`] computes the same pieces during the
+/// solve without this separate pass. Parallel over fixed chunks of
 /// rows, added in order (independent of the thread count). Panics if the shapes
 /// disagree or `rows` is not a valid CSR over `fixed`.
-pub fn local_loss_terms(
+pub fn local_loss_terms<T: TableElem>(
     x: &[f32],
     rows: RowsView,
-    fixed: &[f32],
+    fixed: &[T],
     d: usize,
     alpha0: f32,
     n_other: f64,
@@ -1264,7 +1632,7 @@ mod tests {
             assert_eq!(g1, g3, "gramian depends on the thread count");
             assert_eq!(g1, g, "gramian depends on the thread count");
         }
-        assert!(gramian(&[], 0).is_empty());
+        assert!(gramian::<f32>(&[], 0).is_empty());
     }
 
     #[test]
@@ -1393,6 +1761,7 @@ mod tests {
                         hub_chunk,
                         plan,
                         Isa::detect(),
+                        false,
                     );
                     for u in 0..pb.n_rows() {
                         let (xu, eu) = (&x[u * d..][..d], &exact[u * d..][..d]);
@@ -1501,7 +1870,7 @@ mod tests {
             let mut x = x0.clone();
             let (rows, fx, g) = (pb.rows(), &pb.fixed, &gram);
             in_pool(threads, || {
-                cg_solve_planned(&mut x, rows, fx, d, g, p, 3, hub_chunk, plan, isa)
+                cg_solve_planned(&mut x, rows, fx, d, g, p, 3, hub_chunk, plan, isa, false)
             });
             x
         };
@@ -1699,6 +2068,220 @@ mod tests {
         );
     }
 
+    #[test]
+    fn gram_term_matches_the_per_element_reference_bitwise() {
+        let mut rng = SplitMix64::new(80);
+        for (nb, d) in [
+            (1, 1),
+            (5, 7),
+            (6, 16),
+            (13, 33),
+            (128, 128),
+            (7, 40),
+            (12, 17),
+        ] {
+            let v: Vec<f32> = (0..nb * d).map(|_| rng.next_normal() as f32).collect();
+            let g: Vec<f32> = (0..d * d).map(|_| rng.next_normal() as f32).collect();
+            for alpha0 in [0.0f32, 0.37] {
+                let mut q = vec![f32::NAN; nb * d];
+                gram_term_body::<false>(&v, &g, &mut q, nb, d, alpha0);
+                assert_eq!(
+                    q,
+                    gram_term_ref::<false>(&v, &g, nb, d, alpha0),
+                    "plain {nb}x{d}"
+                );
+                #[cfg(target_arch = "x86_64")]
+                if Isa::detect() == Isa::Avx2Fma {
+                    let mut q = vec![f32::NAN; nb * d];
+                    // SAFETY: avx2 and fma were detected.
+                    unsafe { gram_term_fma_for_test(&v, &g, &mut q, nb, d, alpha0) };
+                    assert_eq!(
+                        q,
+                        gram_term_ref::<true>(&v, &g, nb, d, alpha0),
+                        "fma {nb}x{d}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn gram_term_fma_for_test(
+        v: &[f32],
+        g: &[f32],
+        q: &mut [f32],
+        nb: usize,
+        d: usize,
+        a: f32,
+    ) {
+        gram_term_body::<true>(v, g, q, nb, d, a)
+    }
+
+    /// Relative Frobenius distance of two tables.
+    fn rel_dist(a: &[f32], b: &[f32]) -> f64 {
+        let diff: Vec<f32> = a.iter().zip(b).map(|(x, y)| x - y).collect();
+        (dot64(&diff, &diff) / dot64(b, b)).sqrt()
+    }
+
+    #[test]
+    fn bf16_tables_give_the_f32_result_on_the_widened_table() {
+        use crate::bf16::{to_bf16, to_f32 as widen_all, Bf16};
+        let d = 20;
+        let lens = mixed_lens(90, 300, 700);
+        let pb = Problem::new(91, d, 800, &lens);
+        let p = pb.params();
+        let fb: Vec<Bf16> = to_bf16(&pb.fixed);
+        let fw: Vec<f32> = widen_all(&fb);
+        // Gramians: bitwise.
+        let (gb, gw) = (gramian(&fb, d), gramian(&fw, d));
+        assert_eq!(gb, gw);
+        assert_eq!(gramian_ref(&fb, d), gramian_ref(&fw, d));
+        let g32 = to_f32(&gw);
+        let x0 = random_x(92, pb.n_rows() * d, 0.1);
+        let rows = pb.rows();
+        for plan in [CG_PLAN, SMALL_PLAN] {
+            for hub_chunk in [0, 64] {
+                for threads in [1, 3] {
+                    let run = |table: Either| {
+                        let mut x = x0.clone();
+                        let l = in_pool(threads, || match table {
+                            Either::F(t) => cg_solve_planned(
+                                &mut x,
+                                rows,
+                                t,
+                                d,
+                                &g32,
+                                p,
+                                3,
+                                hub_chunk,
+                                plan,
+                                Isa::detect(),
+                                true,
+                            ),
+                            Either::B(t) => cg_solve_planned(
+                                &mut x,
+                                rows,
+                                t,
+                                d,
+                                &g32,
+                                p,
+                                3,
+                                hub_chunk,
+                                plan,
+                                Isa::detect(),
+                                true,
+                            ),
+                        });
+                        (x, l)
+                    };
+                    let (xb, lb) = run(Either::B(&fb));
+                    let (xw, lw) = run(Either::F(&fw));
+                    assert_eq!(
+                        xb, xw,
+                        "plan {plan:?} hub_chunk {hub_chunk} threads {threads}"
+                    );
+                    assert_eq!(lb, lw);
+                }
+            }
+        }
+        // Exact solve and the loss pass: bitwise.
+        let (mut cb, mut cw) = (x0.clone(), x0.clone());
+        cholesky_solve(&mut cb, rows, &fb, d, &gw, p).expect("SPD");
+        cholesky_solve(&mut cw, rows, &fw, d, &gw, p).expect("SPD");
+        assert_eq!(cb, cw);
+        assert_eq!(
+            local_loss_terms(&cb, rows, &fb, d, p.alpha0, p.n_other),
+            local_loss_terms(&cw, rows, &fw, d, p.alpha0, p.n_other)
+        );
+        // Against the unrounded f32 table: the exact solutions differ by the effect of
+        // rounding H to 8 bits of mantissa (relative 2^-9 per entry).
+        let mut cf = x0.clone();
+        cholesky_solve(&mut cf, rows, &pb.fixed, d, &gramian(&pb.fixed, d), p).expect("SPD");
+        let e = rel_dist(&cb, &cf);
+        assert!(
+            e > 0.0 && e < 2e-2,
+            "bf16 vs f32 exact solutions: relative {e}"
+        );
+        let mut xf = x0.clone();
+        cg_solve(
+            &mut xf,
+            rows,
+            &pb.fixed,
+            d,
+            &to_f32(&gramian(&pb.fixed, d)),
+            p,
+            3,
+            64,
+        );
+        let mut xb = x0.clone();
+        cg_solve(&mut xb, rows, &fb, d, &g32, p, 3, 64);
+        let e = rel_dist(&xb, &xf);
+        assert!(e > 0.0 && e < 2e-2, "bf16 vs f32 CG: relative {e}");
+    }
+
+    #[derive(Clone, Copy)]
+    enum Either<'a> {
+        F(&'a [f32]),
+        B(&'a [crate::bf16::Bf16]),
+    }
+
+    #[test]
+    fn fused_loss_matches_the_loss_pass() {
+        let d = 24;
+        let lens = mixed_lens(100, 400, 900);
+        let pb = Problem::new(101, d, 700, &lens);
+        let p = pb.params();
+        let g32 = to_f32(&gramian(&pb.fixed, d));
+        let x0 = random_x(102, pb.n_rows() * d, 0.1);
+        let rows = pb.rows();
+        for steps in [0usize, 1, 3] {
+            for (plan, hub_chunk) in [
+                (CG_PLAN, 0),
+                (CG_PLAN, 64),
+                (SMALL_PLAN, 64),
+                (SMALL_PLAN, 0),
+            ] {
+                let run = |threads: usize, loss: bool| {
+                    let mut x = x0.clone();
+                    let l = in_pool(threads, || {
+                        cg_solve_planned(
+                            &mut x,
+                            rows,
+                            &pb.fixed[..],
+                            d,
+                            &g32,
+                            p,
+                            steps,
+                            hub_chunk,
+                            plan,
+                            Isa::detect(),
+                            loss,
+                        )
+                    });
+                    (x, l)
+                };
+                let (x, l) = run(1, true);
+                // The fused loss does not change the solve; it is thread-count independent.
+                assert_eq!(x, run(2, false).0);
+                assert_eq!((x.clone(), l), run(3, true));
+                if steps == 0 {
+                    assert_eq!(x, x0);
+                }
+                let (obs, reg) = local_loss_terms(&x, rows, &pb.fixed, d, p.alpha0, p.n_other);
+                let naive = naive_loss_terms(&pb, &x, p.alpha0);
+                assert!(
+                    (l.observed - obs).abs() <= 1e-12 * obs,
+                    "{} vs {obs}",
+                    l.observed
+                );
+                assert!((l.reg - reg).abs() <= 1e-12 * reg, "{} vs {reg}", l.reg);
+                assert!((l.observed - naive.0).abs() <= 1e-9 * naive.0);
+                assert!((l.reg - naive.1).abs() <= 1e-9 * naive.1);
+            }
+        }
+    }
+
     /// CPU seconds (user + system) of this process so far, from /proc (Linux; bench only).
     fn cpu_seconds() -> f64 {
         let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
@@ -1853,5 +2436,53 @@ mod tests {
                 gflop / tb
             );
         });
+    }
+}
+
+#[cfg(test)]
+mod gram_bench {
+    use super::*;
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn gt_fma(v: &[f32], g: &[f32], q: &mut [f32], nb: usize, d: usize, a: f32) {
+        gram_term_body::<true>(v, g, q, nb, d, a)
+    }
+
+    /// `cargo test --release --features testing --lib gram_bench -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn bench_gram_term() {
+        use std::time::Instant;
+        let (b, d, reps) = (128usize, 128usize, 2000usize);
+        let v: Vec<f32> = (0..b * d)
+            .map(|i| ((i * 7919) % 1000) as f32 * 1e-3)
+            .collect();
+        let g: Vec<f32> = (0..d * d)
+            .map(|i| ((i * 104729) % 997) as f32 * 1e-3)
+            .collect();
+        let mut q = vec![0.0f32; b * d];
+        let gflop = reps as f64 * 2.0 * (b * d * d) as f64 * 1e-9;
+        let t = Instant::now();
+        for _ in 0..reps {
+            unsafe { gt_fma(&v, &g, &mut q, b, d, 0.5) };
+        }
+        let tk = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        for _ in 0..reps {
+            gemm(
+                0.5f32,
+                view2(&v, b, d),
+                view2(&g, d, d),
+                0.0,
+                &mut view2_mut(&mut q, b, d),
+            );
+        }
+        let tm = t.elapsed().as_secs_f64();
+        println!(
+            "gram term [{b}x{d}]x[{d}x{d}]: kernel {:.1} GFlop/s, matrixmultiply {:.1} GFlop/s",
+            gflop / tk,
+            gflop / tm
+        );
     }
 }
