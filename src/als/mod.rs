@@ -6,7 +6,6 @@
 pub mod checkpoint;
 pub mod eval;
 pub mod exchange;
-pub mod kernels;
 pub mod memory;
 pub mod model;
 pub mod shard;

@@ -5,10 +5,12 @@
 use super::checkpoint::{global_restore, global_write_checkpoint, Manifest, Position};
 use super::eval::{EvalSet, Recall};
 use super::exchange::ExchangePlan;
-use super::kernels::{all_pairs_term, cg_solve, cholesky_solve, gramian, local_loss_terms};
 use super::model::{global_write_tables, local_checksum, StoredElem, TablePart};
 use super::shard::{balance_by_nnz, global_read_shards_admitted, CsrShard, Shards};
-use super::solve::{RowsView, SolveParams};
+use super::solve::{
+    all_pairs_term, cg_solve, cg_solve_with_loss, cholesky_solve, gramian, local_loss_terms,
+    LossTerms, RowsView, SolveParams,
+};
 use super::{AlsConfig, Resume, SolverKind};
 use crate::bf16::{Bf16, TableElem};
 use crate::ckpt::{self, faults, signals::Preemption};
@@ -154,6 +156,37 @@ fn reg_norms<T: TableElem>(
         .sum()
 }
 
+/// The loss pieces of a solved table shard by a separate pass over its observed cells
+/// (bf16 rows widened a block at a time, so memory stays bounded).
+fn loss_pass<T: TableElem, U: TableElem>(
+    solved: &[U],
+    shard: &CsrShard,
+    fixed: &[T],
+    d: usize,
+    params: SolveParams,
+) -> (f64, f64) {
+    let view = |r0: usize, r1: usize| RowsView {
+        indptr: &shard.indptr[r0..=r1],
+        indices: &shard.indices,
+    };
+    let n = shard.num_rows();
+    if let Some(x) = U::as_f32(solved) {
+        return local_loss_terms(x, view(0, n), fixed, d, params.alpha0, params.n_other);
+    }
+    const BLOCK: usize = 1 << 14;
+    let mut buf = Vec::new();
+    let mut acc = (0.0, 0.0);
+    for r0 in (0..n).step_by(BLOCK) {
+        let r1 = (r0 + BLOCK).min(n);
+        buf.clear();
+        buf.extend(solved[r0 * d..r1 * d].iter().map(|v| v.to_f32()));
+        let (o, r) = local_loss_terms(&buf, view(r0, r1), fixed, d, params.alpha0, params.n_other);
+        acc.0 += o;
+        acc.1 += r;
+    }
+    acc
+}
+
 /// Solve the rows of `out` (a run of the solved table in its element type): in place
 /// for f32; through an f32 copy, rounded back once, for bf16.
 fn solve_rows<T: TableElem>(out: &mut [T], scratch: &mut Vec<f32>, f: impl FnOnce(&mut [f32])) {
@@ -231,6 +264,10 @@ pub struct Trainer<T: TableScalar = f32> {
     pub preempt: Preemption,
     /// The f32 copy of a step's rows when the tables are bf16 (reused).
     scratch: Vec<f32>,
+    /// The loss pieces the CG solves of this half computed on the fly, when the whole
+    /// half runs in this process (`None` after resuming inside a half: then the loss
+    /// takes a separate pass over the observed cells).
+    fused: Option<LossTerms>,
 }
 
 impl<T: TableScalar> Trainer<T> {
@@ -303,6 +340,7 @@ impl<T: TableScalar> Trainer<T> {
             fixed: None,
             preempt,
             scratch: Vec::new(),
+            fused: None,
         })
     }
 
@@ -347,6 +385,7 @@ impl<T: TableScalar> Trainer<T> {
         self.gram_w = gram_w;
         self.gram_h = gram_h;
         self.fixed = None;
+        self.fused = None;
     }
 
     /// Collective: every rank must call. Runs the remaining steps of the current half;
@@ -361,6 +400,12 @@ impl<T: TableScalar> Trainer<T> {
         } else {
             (self.params(nr), nc)
         };
+        // The loss is wanted after every column half (and row half when asked); the
+        // solves compute its pieces if they cover the whole half here.
+        let want_loss = half == 1 || self.cfg.loss_every_half;
+        if self.pos.step == 0 && self.local_done.is_empty() {
+            self.fused = (want_loss && self.cfg.solver == SolverKind::Cg).then(LossTerms::default);
+        }
         if self.fixed.is_none() {
             let t = Instant::now();
             let (side, fixed_local) = if half == 0 {
@@ -406,8 +451,15 @@ impl<T: TableScalar> Trainer<T> {
                     (self.cfg.solver, self.cfg.cg_steps, self.cfg.hub_chunk);
                 let nan = faults::inject_nan(self.pos.epoch + 1, comm.rank()) && j == 0;
                 let mut finite = true;
+                let fused = self.fused.is_some();
+                let mut terms = LossTerms::default();
                 solve_rows(out, &mut self.scratch, |x| {
                     match solver {
+                        SolverKind::Cg if fused => {
+                            terms = cg_solve_with_loss(
+                                x, view, fixed, d, &g32, params, cg_steps, hub_chunk,
+                            );
+                        }
                         SolverKind::Cg => {
                             cg_solve(x, view, fixed, d, &g32, params, cg_steps, hub_chunk)
                         }
@@ -422,6 +474,10 @@ impl<T: TableScalar> Trainer<T> {
                     }
                     finite = x.iter().all(|v| v.is_finite());
                 });
+                if let Some(acc) = &mut self.fused {
+                    acc.observed += terms.observed;
+                    acc.reg += terms.reg;
+                }
                 if solve_err.is_err() || !finite {
                     status = STATUS_NONFINITE;
                 }
@@ -472,18 +528,16 @@ impl<T: TableScalar> Trainer<T> {
         times.gramian += t.elapsed().as_secs_f64();
         // The exact loss after every epoch; after the row half too when asked (it costs
         // a second pass over the observed cells).
-        let loss = if half == 1 || self.cfg.loss_every_half {
+        let loss = if want_loss {
             let t = Instant::now();
-            let view = RowsView {
-                indptr: &side.shard.indptr,
-                indices: &side.shard.indices,
-            };
             let fixed: &[T] = match &self.fixed {
                 Some(Some(v)) => v,
                 _ => fixed_local,
             };
-            let (obs, reg_solved) =
-                local_loss_terms(solved, view, fixed, d, params.alpha0, params.n_other);
+            let (obs, reg_solved) = match self.fused.take() {
+                Some(f) => (f.observed, f.reg),
+                None => loss_pass(solved, &side.shard, fixed, d, params),
+            };
             let reg_fixed = reg_norms(fixed_local, fixed_counts, d, params.alpha0, n_solved as f64);
             let mut parts = [obs, reg_solved + reg_fixed];
             {
