@@ -16,7 +16,7 @@ pub fn to_delete(committed: &[u64], keep: usize) -> Vec<u64> {
 
 /// Whether a checkpoint is due after `half_epochs` completed half-epochs.
 pub fn due(half_epochs: u64, every: u64) -> bool {
-    every > 0 && half_epochs > 0 && half_epochs % every == 0
+    every > 0 && half_epochs > 0 && half_epochs.is_multiple_of(every)
 }
 
 #[cfg(test)]

@@ -85,7 +85,7 @@ pub fn dims_create(size: usize, ndims: usize) -> Vec<usize> {
     let mut n = size.max(1);
     let mut f = 2;
     while f * f <= n {
-        while n % f == 0 {
+        while n.is_multiple_of(f) {
             factors.push(f);
             n /= f;
         }
