@@ -971,8 +971,12 @@ const GT512_COLS: usize = 32;
 
 /// [`gram_term_avx2`] with 512-bit vectors (32 registers: blocks of 8 rows x 32
 /// columns). The same fused multiply-add chain per element, so the same bits.
+///
+/// The AVX-512 intrinsics and `target_feature(enable = "avx512f")` are stable since
+/// Rust 1.89 (the crate's declared MSRV is older: building this needs rustc >= 1.89).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
+#[allow(clippy::incompatible_msrv)]
 unsafe fn gram_term_avx512(v: &[f32], g: &[f32], q: &mut [f32], nb: usize, d: usize, alpha0: f32) {
     let full_c = d / GT512_COLS * GT512_COLS;
     let full_r = nb / GT512_ROWS * GT512_ROWS;
@@ -1001,6 +1005,7 @@ unsafe fn gram_term_avx512(v: &[f32], g: &[f32], q: &mut [f32], nb: usize, d: us
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 #[inline]
+#[allow(clippy::incompatible_msrv)]
 unsafe fn gram_block_avx512<const R: usize>(
     v: &[f32],
     g: &[f32],
