@@ -25,7 +25,7 @@ if [[ $(id -u) -eq 0 ]]; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
 # shellcheck source=scripts/blas_env.sh
-. scripts/blas_env.sh   # one BLAS thread per rank; OpenBLAS's AVX-512 kernels where it misses the CPU
+. scripts/blas_env.sh   # one BLAS thread per rank, the same OpenBLAS kernels on every rank
 MPIRUN=(mpirun --oversubscribe --bind-to none "${BLAS_MPI_ENV[@]}" -np "$NP")
 # ---------------------------------------------------------------------------------------
 
