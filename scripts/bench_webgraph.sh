@@ -99,9 +99,11 @@ for v in $VARIANTS; do
     if [[ "$IMPLICIT" == 1 && "$name" == in-dense ]]; then
         ij="$OUT/implicit-$tag-d$DIM-e$EPOCHS-r$IREG-a$IALPHA.json"
         log "implicit $tag (reg $IREG, alpha $IALPHA, $CORES threads)"
+        sample=()
+        [[ "$EVAL_ROWS" != all ]] && sample=(--eval-rows "$EVAL_ROWS")
         timeout "$TIMEOUT" "$PYTHON" scripts/compare_implicit.py "$data" --dim "$DIM" --epochs "$EPOCHS" \
             --reg "$IREG" --alpha "$IALPHA" --cg-steps "$CG_STEPS" --threads "$CORES" --seed "$SEED" \
-            --json "$ij" > "${ij%.json}.log" 2>&1 || log "implicit failed; see ${ij%.json}.log"
+            "${sample[@]}" --json "$ij" > "${ij%.json}.log" 2>&1 || log "implicit failed; see ${ij%.json}.log"
         printf '%s\t%s\timplicit\t-\t%s\t-\t%s\n' "$tag" "$scale" "$ij" "${ij%.json}.log" >> "$MANIFEST"
     fi
 done

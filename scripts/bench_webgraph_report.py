@@ -100,7 +100,7 @@ if implicit:
     out += [
         "",
         f"## Beside benfred/implicit (same split, d = {E['DIM']}, {E['EPOCHS']} epochs, "
-        f"reg {E['IREG']}, alpha {E['IALPHA']}, {E['CORES']} threads; its Recall over all test rows)",
+        f"reg {E['IREG']}, alpha {E['IALPHA']}, {E['CORES']} threads; Recall over the same sampled test rows)",
         "",
         "| variant | implicit s/epoch | implicit Recall@20 | torusrec f32 s/epoch | ratio | torusrec bf16 s/epoch | ratio |",
         "|---|---|---|---|---|---|---|",

@@ -93,6 +93,22 @@ def die(msg, code=2):
 # data
 
 
+M64 = (1 << 64) - 1
+EVAL_ROWS_STREAM = 13  # rng::stream::EVAL_ROWS
+
+
+def mix64(z):
+    """src/rng.rs mix64 (SplitMix64's finalizer) on Python ints."""
+    z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & M64
+    z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & M64
+    return z ^ (z >> 31)
+
+
+def hash3(seed, stream, i):
+    """src/rng.rs hash3."""
+    return mix64((mix64((mix64(seed ^ 0x9e3779b97f4a7c15) + stream) & M64) + i) & M64)
+
+
 class Dataset:
     """The parts of a prepared dataset (DESIGN.md, version 1) that the comparison needs."""
 
@@ -110,6 +126,7 @@ class Dataset:
                 die(f"{path}: not a torusrec prepared dataset (format={fmt!r})")
             self.num_rows = int(f.attrs["num_rows"])
             self.num_cols = int(f.attrs["num_cols"])
+            self.split_seed = int(f.attrs["seed"])
             indptr = f["/train/indptr"][:]
             indices = f["/train/indices"][:]
             self.test_rows = f["/test/rows"][:].astype(np.int64)
@@ -129,6 +146,26 @@ class Dataset:
             (data, indices.astype(itype), indptr.astype(itype)), shape=(self.num_rows, self.num_cols)
         )
         self.nnz = len(indices)
+
+    def sample(self, n):
+        """Keep only the n test rows torusrec's `--eval-rows n` evaluates: the n with the
+        smallest hash3(split seed, EVAL_ROWS stream, row id) (src/als/eval/mod.rs)."""
+        t = len(self.test_rows)
+        if n is None or n >= t:
+            return
+        keys = sorted((hash3(self.split_seed, EVAL_ROWS_STREAM, int(r)), int(r), i)
+                      for i, r in enumerate(self.test_rows))
+        keep = sorted(k[2] for k in keys[:n])
+
+        def sub(indptr, indices):
+            parts = [indices[indptr[i]:indptr[i + 1]] for i in keep]
+            lens = np.array([len(x) for x in parts], dtype=np.int64)
+            return (np.concatenate([[0], np.cumsum(lens)]).astype(np.int64),
+                    np.concatenate(parts) if parts else np.zeros(0, np.int64))
+
+        self.fold_indptr, self.fold_indices = sub(self.fold_indptr, self.fold_indices)
+        self.hold_indptr, self.hold_indices = sub(self.hold_indptr, self.hold_indices)
+        self.test_rows = self.test_rows[keep]
 
     @property
     def num_test(self):
@@ -384,6 +421,9 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=42, help="implicit's random_state")
     p.add_argument("--grid", metavar="R1,R2,..:A1,A2,..",
                    help="train every (reg, alpha) pair; report the best by Recall@20")
+    p.add_argument("--eval-rows", type=int, default=None, metavar="N",
+                   help="evaluate the same seeded sample of N test rows as torusrec's --eval-rows N "
+                        "(default: all test rows)")
     p.add_argument("--verify-rows", type=int, default=3, help="test rows checked against recalculate_user (0: none)")
     p.add_argument("--json", metavar="OUT.json", help="write the result(s) here")
     p.add_argument("--self-test", action="store_true", help="check the ranking rules and exit")
@@ -399,6 +439,7 @@ def main(argv=None):
 
     t0 = time.perf_counter()
     ds = Dataset(a.data)
+    ds.sample(a.eval_rows)
     print(f"data: {a.data}: {ds.num_rows} rows x {ds.num_cols} cols, {ds.nnz} training arcs, "
           f"{ds.num_test} test rows (read in {time.perf_counter() - t0:.1f} s)", file=sys.stderr)
 
