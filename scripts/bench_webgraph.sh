@@ -14,6 +14,7 @@
 #   IMPLICIT=1: benfred/implicit on in-dense (IREG=0.01 IALPHA=100, CORES=2 threads)
 #   OUT=out/bench (datasets and logs; a generated dataset is reused if present)
 #   TIMEOUT=3600 seconds per run;  BUILD=0 skips `cargo build --release`
+#   APPEND=1 keeps the rows of the previous invocation in the table
 #
 # Seconds per epoch: the mean over the epochs after the first of the epoch's training
 # time (evaluation and checkpoints are timed apart). Peak RSS: the maximum over ranks
@@ -58,7 +59,8 @@ BIN="${BIN:-target/release/torusrec}"
 mkdir -p "$OUT" bench
 MPI=(mpirun --oversubscribe --bind-to none -np "$NP" "${BLAS_MPI_ENV[@]}")
 MANIFEST="$OUT/webgraph-manifest.tsv"
-: > "$MANIFEST"
+# APPEND=1 adds to the previous invocation's rows (e.g. the largest variant run apart).
+[[ "${APPEND:-0}" == 1 ]] || : > "$MANIFEST"
 
 for v in $VARIANTS; do
     name="${v%%:*}"
