@@ -204,8 +204,9 @@ pub struct EmbedArgs {
     pub log_every: u64,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Rayon threads per rank (default: cores divided by the ranks on this node).
-    #[arg(long)]
+    /// Rayon threads per rank (default: cores divided by the ranks on this node; at
+    /// most 8 per core).
+    #[arg(long, value_parser = parse_threads)]
     pub threads: Option<usize>,
     /// Append one JSON object per interval (and a final one) to this file.
     #[arg(long, value_name = "run.jsonl")]
@@ -325,8 +326,9 @@ pub struct AlsArgs {
     /// Embedding exchange: deduplicated all-to-all, or ALX's all-gather baseline.
     #[arg(long, value_enum, default_value_t = crate::als::ExchangeKind::Dedup)]
     pub exchange: crate::als::ExchangeKind,
-    /// Rayon threads per rank (default: cores divided by the ranks on this node).
-    #[arg(long)]
+    /// Rayon threads per rank (default: cores divided by the ranks on this node; at
+    /// most 8 per core).
+    #[arg(long, value_parser = parse_threads)]
     pub threads: Option<usize>,
     /// Evaluate Recall@20/50 every E epochs (0: only after the last).
     #[arg(long, value_name = "E", default_value_t = 0)]
@@ -386,6 +388,22 @@ pub struct AlsArgs {
     /// 512M; default: the node's memory divided by the ranks on the node).
     #[arg(long, value_name = "BYTES", value_parser = parse_mem)]
     pub mem_per_rank: Option<u64>,
+}
+
+/// Threads per rank: at least 1, at most 8 per core of this machine (more only
+/// thrash; a typo like 100000 would spawn them all).
+fn parse_threads(s: &str) -> std::result::Result<usize, String> {
+    let n: usize = s
+        .parse()
+        .map_err(|_| format!("not a thread count: {}", crate::error::quote(s)))?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if n == 0 || n > 8 * cores {
+        return Err(format!(
+            "{n} threads per rank; expected 1..={} (8 per core, {cores} cores)",
+            8 * cores
+        ));
+    }
+    Ok(n)
 }
 
 fn parse_mem(s: &str) -> std::result::Result<u64, String> {

@@ -69,9 +69,21 @@ pub enum Error {
     #[error("training hold: {0}")]
     Hold(String),
 
+    /// A checkpoint that fails verification: unreadable, not a checkpoint, a dataset
+    /// missing or misshapen, a checksum that does not match (exit 76, like a hold;
+    /// `--resume auto` falls back to an older checkpoint instead).
+    #[error("corrupt checkpoint: {0}")]
+    Corrupt(String),
+
     /// Stopped on a preemption signal after writing a complete checkpoint (exit 75).
     #[error("preempted: {0}")]
     Preempted(String),
+
+    /// Stopped on a preemption signal with nothing saved (no `--checkpoint-dir`):
+    /// exit 1, not 75, so that a job script does not requeue a run that would start
+    /// over from scratch.
+    #[error("interrupted: {0}")]
+    Interrupted(String),
 
     /// Another rank failed; it printed the reason. Carries the agreed exit code.
     #[error("stopping because rank {rank} failed (exit code {code})")]
@@ -87,8 +99,10 @@ impl Error {
             | Error::Input { .. }
             | Error::Layout { .. }
             | Error::OutputExists(_) => exit::USAGE,
-            Error::Io { .. } | Error::Hdf5 { .. } | Error::Comm(_) => exit::OTHER,
-            Error::Hold(_) => exit::HOLD,
+            Error::Io { .. } | Error::Hdf5 { .. } | Error::Comm(_) | Error::Interrupted(_) => {
+                exit::OTHER
+            }
+            Error::Hold(_) | Error::Corrupt(_) => exit::HOLD,
             Error::Preempted(_) => exit::PREEMPTED,
             Error::Remote { code, .. } => *code,
         }
@@ -126,5 +140,29 @@ impl Error {
             dataset: dataset.into(),
             msg: msg.into(),
         }
+    }
+}
+
+/// A user-supplied token for an error message, quoted, and cut to its first 100
+/// characters (with the length of the rest) so that one bad line cannot flood a log.
+pub fn quote(token: &str) -> String {
+    const MAX: usize = 100;
+    match token.char_indices().nth(MAX) {
+        None => format!("{token:?}"),
+        Some((cut, _)) => format!("{:?}... ({} more bytes)", &token[..cut], token.len() - cut),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quote_cuts_long_tokens_at_a_char_boundary() {
+        assert_eq!(quote("abc"), "\"abc\"");
+        let long = "é".repeat(150);
+        let q = quote(&long);
+        assert!(q.starts_with(&format!("{:?}", "é".repeat(100))), "{q}");
+        assert!(q.ends_with("... (100 more bytes)"), "{q}");
     }
 }

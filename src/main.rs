@@ -79,7 +79,12 @@ fn real_main() -> i32 {
                 exit::OK
             };
             if launcher_rank() == 0 {
-                let _ = e.print();
+                if e.use_stderr() {
+                    // Clap echoes the offending token whole; cut it like our own errors.
+                    eprint!("{}", shorten_tokens(&e.render().to_string()));
+                } else {
+                    let _ = e.print();
+                }
             }
             return code;
         }
@@ -127,7 +132,9 @@ fn real_main() -> i32 {
         Ok(()) => exit::OK,
         Err(Error::Remote { code, .. }) => code,
         // The same on every rank: say it once.
-        Err(e @ (Error::Preempted(_) | Error::Hold(_))) => {
+        Err(
+            e @ (Error::Preempted(_) | Error::Hold(_) | Error::Corrupt(_) | Error::Interrupted(_)),
+        ) => {
             if rank == 0 {
                 eprintln!("[{rank}/{size}] torusrec: {e}");
             }
@@ -189,4 +196,32 @@ fn print_comm_summary(comm: &MpiComm) {
         Ok(_) => {}
         Err(e) => log::warn!("comm summary: {e}"),
     }
+}
+
+/// `text` with every run of more than 100 non-blank characters cut to its first 100
+/// (and the number of bytes left out), so that one huge argument cannot flood a log.
+fn shorten_tokens(text: &str) -> String {
+    const MAX: usize = 100;
+    let mut out = String::with_capacity(text.len().min(4096));
+    let mut run = 0usize;
+    let mut skipped = 0usize;
+    for c in text.chars() {
+        if c.is_whitespace() {
+            if skipped > 0 {
+                out.push_str(&format!("... ({skipped} more bytes)"));
+                skipped = 0;
+            }
+            run = 0;
+            out.push(c);
+        } else if run < MAX {
+            run += 1;
+            out.push(c);
+        } else {
+            skipped += c.len_utf8();
+        }
+    }
+    if skipped > 0 {
+        out.push_str(&format!("... ({skipped} more bytes)"));
+    }
+    out
 }

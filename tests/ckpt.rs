@@ -1030,10 +1030,11 @@ fn flipped_byte_in_a_checkpoint_is_a_hold_naming_file_and_dataset() {
         let corrupt = std::fs::read(&file).unwrap();
         let before = names(&ckpt);
 
+        // `--resume PATH` to a corrupt file stops (auto would fall back, see below).
         let codes = dir.path().join(format!("codes-{table}"));
         let run = als_job(2, EPOCHS, &ckpt, &dir.path().join("model.h5"))
             .arg("--resume")
-            .arg("auto")
+            .arg(&file)
             .record_rank_codes(&codes)
             .run();
         assert_rank_codes(&codes, 2, 76, &run);
@@ -1054,6 +1055,97 @@ fn flipped_byte_in_a_checkpoint_is_a_hold_naming_file_and_dataset() {
             "HOLD.json does not name /{table}: {hold}"
         );
     }
+}
+
+#[test]
+fn resume_auto_falls_back_past_a_corrupt_newest_checkpoint_and_renames_it() {
+    let _serial = serial();
+    let s = data().steps_per_half;
+    let reference = reference(2, EPOCHS);
+    let dir = tempdir();
+    let (ckpt, out) = (dir.path().join("ckpt"), dir.path().join("model.h5"));
+    // Two committed checkpoints: at s/2, then (resumed) at s + s/2.
+    als_job(2, EPOCHS, &ckpt, &out)
+        .env("TORUSREC_PREEMPT_AT", s / 2)
+        .run()
+        .expect_code(75);
+    als_job(2, EPOCHS, &ckpt, &out)
+        .args(["--resume", "auto"])
+        .env("TORUSREC_PREEMPT_AT", s + s / 2)
+        .run()
+        .expect_code(75);
+    let files = committed(&ckpt);
+    assert_eq!(
+        files.iter().map(|f| f.0).collect::<Vec<_>>(),
+        vec![s / 2, s + s / 2],
+        "{:?}",
+        names(&ckpt)
+    );
+    let (older, newest) = (files[0].1.clone(), files[1].1.clone());
+    let size = read_table(&newest, "H").data.len() as u64 * 4;
+    flip_byte_in_dataset(&newest, "H", size / 3);
+    let corrupt = std::fs::read(&newest).unwrap();
+
+    let run = als_job(2, EPOCHS, &ckpt, &out)
+        .args(["--resume", "auto"])
+        .run();
+    show("corrupt newest checkpoint, --resume auto", &run, "skipping");
+    run.stderr_has(&[
+        "skipping checkpoint",
+        &newest.display().to_string(),
+        "/H",
+        &format!("resumed from {}", older.display()),
+    ]);
+    assert_resumed_equal(&run, &out, &reference, "resumed past a corrupt checkpoint");
+    let mut aside = newest.clone().into_os_string();
+    aside.push(".corrupt");
+    assert_eq!(
+        std::fs::read(&aside).expect("the corrupt checkpoint, renamed"),
+        corrupt,
+        "the corrupt checkpoint was not kept byte for byte"
+    );
+    assert!(
+        !ckpt.join("HOLD.json").exists(),
+        "a hold after a good fallback"
+    );
+
+    // Every checkpoint corrupt: all are set aside, and the run holds (76).
+    let dir2 = tempdir();
+    let ckpt2 = dir2.path().join("ckpt");
+    als_job(2, EPOCHS, &ckpt2, &out)
+        .env("TORUSREC_PREEMPT_AT", s / 2)
+        .run()
+        .expect_code(75);
+    let (_, only) = committed(&ckpt2).pop().expect("a checkpoint");
+    let size = read_table(&only, "W").data.len() as u64 * 4;
+    flip_byte_in_dataset(&only, "W", size / 2);
+    let codes = dir2.path().join("codes");
+    let run = als_job(2, EPOCHS, &ckpt2, &dir2.path().join("m.h5"))
+        .args(["--resume", "auto"])
+        .record_rank_codes(&codes)
+        .run();
+    assert_rank_codes(&codes, 2, 76, &run);
+    run.stderr_has(&["none of the 1 checkpoint(s) verifies"]);
+    assert!(committed(&ckpt2).is_empty(), "{:?}", names(&ckpt2));
+    let mut aside = only.into_os_string();
+    aside.push(".corrupt");
+    assert!(Path::new(&aside).is_file(), "{:?}", names(&ckpt2));
+    assert!(ckpt2.join("HOLD.json").is_file(), "no HOLD.json");
+}
+
+#[test]
+fn a_signal_without_a_checkpoint_directory_exits_1_not_75() {
+    let _serial = serial();
+    let dir = tempdir();
+    let codes = dir.path().join("codes");
+    let run = Job::new(2)
+        .args(als_args(&data().path, EPOCHS))
+        .env("TORUSREC_PREEMPT_AT", 2)
+        .record_rank_codes(&codes)
+        .run();
+    assert_rank_codes(&codes, 2, 1, &run);
+    run.stderr_has(&["interrupted", "nothing was saved"]);
+    assert!(!run.stdout.contains("final:"), "{}", run.dump());
 }
 
 // ---------------------------------------------------------------------------------

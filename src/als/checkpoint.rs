@@ -173,22 +173,23 @@ pub fn global_write_checkpoint<C: Comm, T: TableScalar>(
 
 /// Rank-local: read and check the manifest of `path` against this run.
 pub fn local_read_manifest(path: &Path) -> Result<Manifest> {
-    let f = open_h5(path).map_err(|e| Error::Hold(format!("checkpoint {e}")))?;
+    let f = open_h5(path).map_err(|e| Error::Corrupt(format!("checkpoint {e}")))?;
     let format = read_str_attr(&f, path, "format")?;
     if format != "torusrec-checkpoint" {
-        return Err(Error::Hold(format!(
+        return Err(Error::Corrupt(format!(
             "{}: not a torusrec checkpoint (format {format:?})",
             path.display()
         )));
     }
     let text = read_str_attr(&f, path, "manifest")?;
     serde_json::from_str(&text)
-        .map_err(|e| Error::Hold(format!("{}: unreadable manifest: {e}", path.display())))
+        .map_err(|e| Error::Corrupt(format!("{}: unreadable manifest: {e}", path.display())))
 }
 
 /// Collective: every rank must call. Read the checkpoint at `path` for this trainer's
 /// shards (any world size), verifying the manifest against the run and every
-/// dataset's checksum. Errors are `Error::Hold` (exit 76) with the file and dataset.
+/// dataset's checksum. Errors (exit 76) name the file and dataset: `Error::Corrupt`
+/// for a file that fails verification, `Error::Hold` for one written by another run.
 pub fn global_restore<C: Comm, T: TableScalar>(
     comm: &C,
     tr: &Trainer<T>,
@@ -234,7 +235,7 @@ pub fn global_restore<C: Comm, T: TableScalar>(
                 m.steps_per_half, tr.steps_per_half
             )));
         }
-        let f = open_h5(path).map_err(|e| Error::Hold(format!("checkpoint {e}")))?;
+        let f = open_h5(path).map_err(|e| Error::Corrupt(format!("checkpoint {e}")))?;
         let w = local_read_rows(
             &f,
             path,
@@ -265,7 +266,7 @@ pub fn global_restore<C: Comm, T: TableScalar>(
             .map(|x| x.checksum.clone())
             .unwrap_or_default();
         if format!("{got:016x}") != want {
-            return Err(Error::Hold(format!(
+            return Err(Error::Corrupt(format!(
                 "{}: dataset /{name}: checksum {got:016x} does not match the manifest's {want}: the file is corrupt",
                 path.display()
             )));

@@ -222,7 +222,7 @@ pub fn local_read_rows<T: StoredElem>(
 ) -> Result<Vec<T>> {
     let ds = f
         .dataset(name)
-        .map_err(|_| Error::Hold(format!("{}: dataset /{name} is missing", path.display())))?;
+        .map_err(|_| Error::Corrupt(format!("{}: dataset /{name} is missing", path.display())))?;
     let stored = stored_dtype(&ds);
     if stored != T::DTYPE {
         return Err(Error::Hold(format!(
@@ -234,7 +234,7 @@ pub fn local_read_rows<T: StoredElem>(
     }
     let shape = ds.shape();
     if shape.len() != 2 || shape[1] != d || (shape[0] as u64) < hi {
-        return Err(Error::Hold(format!(
+        return Err(Error::Corrupt(format!(
             "{}: dataset /{name} has shape {shape:?}, expected at least {hi} x {d}",
             path.display()
         )));
@@ -243,7 +243,7 @@ pub fn local_read_rows<T: StoredElem>(
         return Ok(Vec::new());
     }
     T::read(&ds, lo as usize, hi as usize).map_err(|e| {
-        Error::Hold(format!(
+        Error::Corrupt(format!(
             "{}: dataset /{name} is unreadable: {e}",
             path.display()
         ))
@@ -256,7 +256,7 @@ pub fn read_str_attr(f: &hdf5::File, path: &Path, name: &str) -> Result<String> 
         .and_then(|a| a.read_scalar::<VarLenUnicode>())
         .map(|s| s.as_str().to_string())
         .map_err(|e| {
-            Error::Hold(format!(
+            Error::Corrupt(format!(
                 "{}: attribute {name} is missing or unreadable: {e}",
                 path.display()
             ))

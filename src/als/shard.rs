@@ -3,10 +3,12 @@
 
 pub use super::memory::ShardSizes;
 use crate::comm::Comm;
-use crate::data::dataset::{open_h5, read_meta, read_range};
+use crate::data::dataset::{
+    check_id_space, check_indptr, check_rows, dataset_len, open_h5, read_meta, read_range,
+};
 use crate::data::graph::block_range;
 use crate::data::prepare::SplitMeta;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use std::path::Path;
 
 /// `p + 1` boundaries splitting rows `0..n` into contiguous ranges of about equal
@@ -91,31 +93,53 @@ pub struct Shards {
     pub num_test: u64,
 }
 
+/// Read rows `lo..hi` of a CSR pair whose whole `indptr` was read and checked, and
+/// check their contents (ids below `bound`, sorted and distinct per row).
 fn read_csr(
     f: &hdf5::File,
     path: &Path,
     name: &str,
-    indptr_all: Option<&[u64]>,
+    indptr_all: &[u64],
     lo: u64,
     hi: u64,
+    bound: u64,
 ) -> Result<CsrShard> {
-    let ip = match indptr_all {
-        Some(all) => all[lo as usize..=hi as usize].to_vec(),
-        None => read_range::<u64>(f, path, &format!("{name}/indptr"), lo, hi + 1)?,
-    };
+    let ip = &indptr_all[lo as usize..=hi as usize];
     let (a, b) = (ip[0], ip[ip.len() - 1]);
     let indices = read_range::<u32>(f, path, &format!("{name}/indices"), a, b)?;
+    let indptr: Vec<u64> = ip.iter().map(|x| x - a).collect();
+    check_rows(path, name, lo, &indptr, &indices, bound)?;
     Ok(CsrShard {
         lo,
         hi,
-        indptr: ip.iter().map(|x| x - a).collect(),
+        indptr,
         indices,
     })
 }
 
-/// Rank-local: read this rank's shards. Every rank reads the two `indptr` arrays
-/// (8 bytes per node) to find the balanced boundaries, then `admit` sees the sizes of
-/// its share (to refuse a run that cannot fit) before the large arrays are read.
+/// Read a whole `indptr` (`rows + 1` entries) and check it against its `indices`.
+fn read_indptr(f: &hdf5::File, path: &Path, name: &str, rows: u64) -> Result<Vec<u64>> {
+    let ip_name = format!("{name}/indptr");
+    let len = dataset_len(f, path, &ip_name)?;
+    if len != rows + 1 {
+        return Err(Error::layout(
+            path,
+            ip_name,
+            format!("{len} entries, expected {}", rows + 1),
+        ));
+    }
+    let ip = read_range::<u64>(f, path, &ip_name, 0, len)?;
+    let nnz = dataset_len(f, path, &format!("{name}/indices"))?;
+    check_indptr(path, name, &ip, rows, nnz)?;
+    Ok(ip)
+}
+
+/// Rank-local: read this rank's shards. Every rank reads the `indptr` arrays (8 bytes
+/// per node and per test row) to check them whole and find the balanced boundaries;
+/// then `admit` sees the sizes of its share (to refuse a run that cannot fit) before
+/// the large arrays are read. Everything read is checked: ids in range, rows sorted
+/// and distinct, the test split's rules (see `Dataset::read`). The transpose is
+/// checked collectively by [`global_read_shards_admitted`].
 pub fn local_read_shards(
     path: &Path,
     rank: usize,
@@ -124,17 +148,31 @@ pub fn local_read_shards(
 ) -> Result<Shards> {
     let f = open_h5(path)?;
     let meta = read_meta(&f, path)?;
-    let row_ip = read_range::<u64>(&f, path, "train/indptr", 0, meta.num_rows + 1)?;
-    let col_ip = read_range::<u64>(&f, path, "train_t/indptr", 0, meta.num_cols + 1)?;
+    check_id_space(path, &meta)?;
+    let row_ip = read_indptr(&f, path, "train", meta.num_rows)?;
+    let col_ip = read_indptr(&f, path, "train_t", meta.num_cols)?;
+    let (nnz_rows, nnz_cols) = (row_ip[row_ip.len() - 1], col_ip[col_ip.len() - 1]);
+    if nnz_rows != nnz_cols {
+        return Err(Error::layout(
+            path,
+            "train_t/indices",
+            format!("{nnz_cols} arcs, but /train has {nnz_rows}: not its transpose"),
+        ));
+    }
     let row_bounds = balance_by_nnz(&row_ip, size);
     let col_bounds = balance_by_nnz(&col_ip, size);
-    let num_test = f
-        .dataset("test/rows")
-        .map(|d| d.size() as u64)
-        .map_err(|_| crate::error::Error::layout(path, "test/rows", "missing"))?;
+    let num_test = dataset_len(&f, path, "test/rows")?;
+    let fold_ip = read_indptr(&f, path, "test/fold", num_test)?;
+    let holdout_ip = read_indptr(&f, path, "test/holdout", num_test)?;
+    if let Some(i) = holdout_ip.windows(2).position(|w| w[0] == w[1]) {
+        return Err(Error::layout(
+            path,
+            "test/holdout/indptr",
+            format!("test row {i} has no held-out arc"),
+        ));
+    }
     let (tlo, thi) = block_range(num_test, size, rank);
-    let fold_ends = read_range::<u64>(&f, path, "test/fold/indptr", tlo, thi + 1)?;
-    let nnz = |ip: &[u64], b: &[u64]| ip[b[rank + 1] as usize].saturating_sub(ip[b[rank] as usize]);
+    let nnz = |ip: &[u64], b: &[u64]| ip[b[rank + 1] as usize] - ip[b[rank] as usize];
     admit(&ShardSizes {
         ranks: size,
         num_rows: meta.num_rows,
@@ -144,39 +182,36 @@ pub fn local_read_shards(
         nnz_rows: nnz(&row_ip, &row_bounds),
         nnz_cols: nnz(&col_ip, &col_bounds),
         test_rows: num_test,
-        fold_nnz_local: fold_ends[fold_ends.len() - 1].saturating_sub(fold_ends[0]),
-        nnz_total: row_ip[row_ip.len() - 1],
+        fold_nnz_local: fold_ip[thi as usize] - fold_ip[tlo as usize],
+        nnz_total: nnz_rows,
     })?;
-    let rows = read_csr(
+    let (r0, r1) = (row_bounds[rank], row_bounds[rank + 1]);
+    let rows = read_csr(&f, path, "train", &row_ip, r0, r1, meta.num_cols)?;
+    let (c0, c1) = (col_bounds[rank], col_bounds[rank + 1]);
+    let cols = read_csr(&f, path, "train_t", &col_ip, c0, c1, meta.num_rows)?;
+    // The owned test rows and the one before them (to check the order across blocks).
+    let before = tlo.saturating_sub(1);
+    let with_prev = read_range::<u32>(&f, path, "test/rows", before, thi)?;
+    check_test_rows(path, &with_prev, tlo > 0, &row_ip, meta.num_rows, tlo)?;
+    let test_rows = with_prev[(tlo - before) as usize..].to_vec();
+    let fold = read_csr(&f, path, "test/fold", &fold_ip, tlo, thi, meta.num_cols)?;
+    let holdout = read_csr(
         &f,
         path,
-        "train",
-        Some(&row_ip),
-        row_bounds[rank],
-        row_bounds[rank + 1],
+        "test/holdout",
+        &holdout_ip,
+        tlo,
+        thi,
+        meta.num_cols,
     )?;
-    let cols = read_csr(
-        &f,
-        path,
-        "train_t",
-        Some(&col_ip),
-        col_bounds[rank],
-        col_bounds[rank + 1],
-    )?;
-    let test_rows = read_range::<u32>(&f, path, "test/rows", tlo, thi)?;
-    let fold = read_csr(&f, path, "test/fold", None, tlo, thi)?;
-    let holdout = read_csr(&f, path, "test/holdout", None, tlo, thi)?;
-    for (what, csr, bound) in [
-        ("train", &rows, meta.num_cols),
-        ("train_t", &cols, meta.num_rows),
-        ("test/fold", &fold, meta.num_cols),
-        ("test/holdout", &holdout, meta.num_cols),
-    ] {
-        if let Some(&bad) = csr.indices.iter().find(|&&c| c as u64 >= bound) {
-            return Err(crate::error::Error::layout(
+    for (i, &row) in test_rows.iter().enumerate() {
+        let h = &holdout.indices[holdout.indptr[i] as usize..holdout.indptr[i + 1] as usize];
+        let v = &fold.indices[fold.indptr[i] as usize..fold.indptr[i + 1] as usize];
+        if let Some(c) = h.iter().find(|c| v.binary_search(c).is_ok()) {
+            return Err(Error::layout(
                 path,
-                format!("{what}/indices"),
-                format!("id {bad} >= {bound}"),
+                "test/fold/indices",
+                format!("test row {row}: arc to {c} is both visible and held out"),
             ));
         }
     }
@@ -196,6 +231,71 @@ pub fn local_read_shards(
     })
 }
 
+/// Test rows (`rows[0]` is the previous block's last one when `has_prev`): strictly
+/// increasing, below `num_rows`, with no training arcs.
+fn check_test_rows(
+    path: &Path,
+    rows: &[u32],
+    has_prev: bool,
+    row_ip: &[u64],
+    num_rows: u64,
+    tlo: u64,
+) -> Result<()> {
+    let first = tlo - has_prev as u64;
+    if let Some(k) = rows.windows(2).position(|w| w[0] >= w[1]) {
+        return Err(Error::layout(
+            path,
+            "test/rows",
+            format!(
+                "not increasing at entry {} ({} after {})",
+                first + k as u64 + 1,
+                rows[k + 1],
+                rows[k]
+            ),
+        ));
+    }
+    for &r in &rows[has_prev as usize..] {
+        if r as u64 >= num_rows {
+            return Err(Error::layout(
+                path,
+                "test/rows",
+                format!("row {r} >= num_rows {num_rows}"),
+            ));
+        }
+        if row_ip[r as usize + 1] != row_ip[r as usize] {
+            return Err(Error::layout(
+                path,
+                "train/indices",
+                format!("test row {r} has training arcs"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Two independent 64-bit mixes of an arc, summed (wrapping) over every arc of
+/// `/train` and of `/train_t`: equal sums say one is the other's transpose (a
+/// mismatch goes unnoticed with probability about 2^-128).
+fn arc_checksum(csr: &CsrShard, transposed: bool) -> [u64; 2] {
+    let mut s = [0u64; 2];
+    for (i, w) in csr.indptr.windows(2).enumerate() {
+        let a = csr.lo + i as u64;
+        for &b in &csr.indices[w[0] as usize..w[1] as usize] {
+            let (r, c) = if transposed {
+                (b as u64, a)
+            } else {
+                (a, b as u64)
+            };
+            let key = (r << 32) | c;
+            s[0] = s[0].wrapping_add(crate::rng::mix64(key ^ 0x9e37_79b9_7f4a_7c15));
+            s[1] = s[1].wrapping_add(crate::rng::mix64(
+                key.rotate_left(17) ^ 0xd1b5_4a32_d192_ed03,
+            ));
+        }
+    }
+    s
+}
+
 /// Collective: every rank must call. Reads the shards (after `admit` accepted their
 /// sizes) and agrees on success.
 pub fn global_read_shards_admitted<C: Comm>(
@@ -204,7 +304,26 @@ pub fn global_read_shards_admitted<C: Comm>(
     admit: &dyn Fn(&ShardSizes) -> Result<()>,
 ) -> Result<Shards> {
     let _p = comm.stats().phase("io");
-    comm.agree(local_read_shards(path, comm.rank(), comm.size(), admit))
+    let shards = comm.agree(local_read_shards(path, comm.rank(), comm.size(), admit))?;
+    let (a, b) = (
+        arc_checksum(&shards.rows, false),
+        arc_checksum(&shards.cols, true),
+    );
+    let mut sums = [a[0], a[1], b[0], b[1]];
+    comm.all_reduce_sum(&mut sums);
+    if sums[..2] != sums[2..] {
+        // Every rank sees the same sums; rank 0 reports, the others name it.
+        return Err(if comm.rank() == 0 {
+            Error::layout(
+                path,
+                "train_t/indices",
+                "not the transpose of /train (the arcs' checksums differ)",
+            )
+        } else {
+            Error::Remote { rank: 0, code: 2 }
+        });
+    }
+    Ok(shards)
 }
 
 /// Collective: every rank must call. Reads the shards, whatever their size.

@@ -602,11 +602,12 @@ impl<T: TableScalar> Trainer<T> {
     }
 
     /// Collective: every rank must call. Write a checkpoint after a preemption signal
-    /// and return the error that makes every rank exit 75.
+    /// and return the error that makes every rank exit 75 (1 when there is no
+    /// checkpoint directory: nothing was saved).
     fn global_preempt<C: Comm>(&mut self, comm: &C, times: &mut PhaseTimes) -> Error {
         if self.cfg.checkpoint.dir.is_none() {
-            return Error::Preempted(
-                "signal received; no --checkpoint-dir, so nothing was saved".into(),
+            return Error::Interrupted(
+                "signal received; no --checkpoint-dir, so nothing was saved (exit 1, not 75: there is nothing to resume)".into(),
             );
         }
         let t = Instant::now();
@@ -829,16 +830,17 @@ fn global_wait_for_data<C: Comm>(
 }
 
 /// Collective: every rank must call. Refuse to start under a hold (unless released),
-/// clear leftovers, and find the checkpoint to resume from.
+/// clear leftovers, and list the checkpoints to resume from, newest first (`--resume
+/// auto`: every committed one, to fall back on; `--resume PATH`: that one).
 pub fn global_prepare_checkpoints<C: Comm>(
     comm: &C,
     ck: &super::CheckpointConfig,
-) -> Result<Option<std::path::PathBuf>> {
+) -> Result<Vec<std::path::PathBuf>> {
     let Some(dir) = &ck.dir else {
-        return Ok(None);
+        return Ok(Vec::new());
     };
     let local = if comm.rank() == 0 {
-        (|| -> Result<Option<std::path::PathBuf>> {
+        (|| -> Result<Vec<std::path::PathBuf>> {
             std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
             if let Some(h) = ckpt::read_hold(dir)? {
                 if !ck.release_hold {
@@ -861,22 +863,30 @@ pub fn global_prepare_checkpoints<C: Comm>(
                 );
             }
             Ok(match &ck.resume {
-                Resume::No => None,
-                Resume::Auto => ckpt::list(dir)?.pop().map(|(_, p)| p),
-                Resume::Path(p) => Some(p.clone()),
+                Resume::No => Vec::new(),
+                Resume::Auto => ckpt::list(dir)?.into_iter().rev().map(|(_, p)| p).collect(),
+                Resume::Path(p) => vec![p.clone()],
             })
         })()
     } else {
-        Ok(None)
+        Ok(Vec::new())
     };
     let found = comm.agree(local)?;
-    let mut name: Vec<u8> = found
-        .as_ref()
-        .map(|p| p.to_string_lossy().into_owned().into_bytes())
-        .unwrap_or_default();
-    comm.broadcast_vec(0, &mut name)?;
-    Ok((!name.is_empty())
-        .then(|| std::path::PathBuf::from(String::from_utf8_lossy(&name).into_owned())))
+    // Rank 0's list, NUL-separated, to every rank.
+    let mut names: Vec<u8> = found
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join("\0")
+        .into_bytes();
+    comm.broadcast_vec(0, &mut names)?;
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(String::from_utf8_lossy(&names)
+        .split('\0')
+        .map(std::path::PathBuf::from)
+        .collect())
 }
 
 /// Collective: every rank must call. [`global_train_as`] with f32 tables.
@@ -913,14 +923,19 @@ pub fn global_train_as<C: Comm, T: TableScalar>(
     global_wait_for_data(comm, &cfg.data, cfg.checkpoint.wait_for_data, &preempt)?;
     let mut tr = Trainer::<T>::global_new(comm, cfg, preempt)?;
     let mut resumed_from = None;
-    if let Some(path) = resume {
-        let t_restore = Instant::now();
-        let restored = global_restore(comm, &tr, &path);
-        let (manifest, w, h): (Manifest, Vec<T>, Vec<T>) = match restored {
-            Ok(x) => x,
-            Err(Error::Hold(reason)) => return Err(tr.global_hold(comm, reason, None)),
-            Err(e) => return Err(e),
-        };
+    let t_restore = Instant::now();
+    let fall_back = cfg.checkpoint.resume == Resume::Auto;
+    let restored =
+        ckpt::global_restore_newest(comm, &resume, fall_back, |p| global_restore(comm, &tr, p));
+    let restored = match restored {
+        Ok(x) => x,
+        Err(Error::Hold(reason) | Error::Corrupt(reason)) => {
+            return Err(tr.global_hold(comm, reason, None))
+        }
+        Err(e) => return Err(e),
+    };
+    if let Some((path, (manifest, w, h))) = restored {
+        let (manifest, w, h): (Manifest, Vec<T>, Vec<T>) = (manifest, w, h);
         let restore_secs = t_restore.elapsed().as_secs_f64();
         let restore_mb = std::fs::metadata(&path).map_or(0, |m| m.len()) as f64 / 1e6;
         let d = cfg.dim;

@@ -32,17 +32,28 @@ pub fn parse_bytes(s: &str) -> Result<u64> {
                 'G' => 1 << 30,
                 'T' => 1 << 40,
                 'B' => 1,
-                _ => return Err(Error::Config(format!("bad size {s:?} (e.g. 8G, 512M)"))),
+                _ => {
+                    return Err(Error::Config(format!(
+                        "bad size {} (e.g. 8G, 512M)",
+                        crate::error::quote(s)
+                    )))
+                }
             };
             (&t[..i], m)
         }
         _ => (t, 1),
     };
-    let v: f64 = num
-        .parse()
-        .map_err(|_| Error::Config(format!("bad size {s:?} (e.g. 8G, 512M)")))?;
+    let v: f64 = num.parse().map_err(|_| {
+        Error::Config(format!(
+            "bad size {} (e.g. 8G, 512M)",
+            crate::error::quote(s)
+        ))
+    })?;
     if !(v.is_finite() && v >= 0.0) {
-        return Err(Error::Config(format!("bad size {s:?}")));
+        return Err(Error::Config(format!(
+            "bad size {}",
+            crate::error::quote(s)
+        )));
     }
     Ok((v * mult as f64) as u64)
 }
@@ -427,23 +438,25 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         }
         Error::Hold(reason)
     };
-    if let Some(path) = resume {
-        let t = std::time::Instant::now();
-        match crate::embed::checkpoint::global_restore(comm, &mut tr, &path) {
-            Ok(m) => {
-                if root {
-                    println!(
-                        "resumed from {} (written by {} rank(s)) at step {} in {:.2} s",
-                        path.display(),
-                        m.world_size,
-                        m.step,
-                        t.elapsed().as_secs_f64()
-                    );
-                }
+    let t = std::time::Instant::now();
+    let fall_back = ck.resume == crate::als::Resume::Auto;
+    match crate::ckpt::global_restore_newest(comm, &resume, fall_back, |p| {
+        crate::embed::checkpoint::global_restore(comm, &mut tr, p)
+    }) {
+        Ok(Some((path, m))) => {
+            if root {
+                println!(
+                    "resumed from {} (written by {} rank(s)) at step {} in {:.2} s",
+                    path.display(),
+                    m.world_size,
+                    m.step,
+                    t.elapsed().as_secs_f64()
+                );
             }
-            Err(Error::Hold(r)) => return Err(hold(comm, r, None, 0)),
-            Err(e) => return Err(e),
         }
+        Ok(None) => {}
+        Err(Error::Hold(r) | Error::Corrupt(r)) => return Err(hold(comm, r, None, 0)),
+        Err(e) => return Err(e),
     }
     let checkpoint = |comm: &C, tr: &EmbedTrainer| -> Result<Option<PathBuf>> {
         match &ck.dir {
@@ -519,8 +532,8 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
                     "checkpoint {} written after step {done}{since}",
                     p.display()
                 )),
-                None => Error::Preempted(format!(
-                    "signal received after step {done}; no --checkpoint-dir, so nothing was saved"
+                None => Error::Interrupted(format!(
+                    "signal received after step {done}; no --checkpoint-dir, so nothing was saved (exit 1, not 75: there is nothing to resume)"
                 )),
             });
         }

@@ -49,6 +49,64 @@ pub fn list(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
     Ok(out)
 }
 
+/// Rename a checkpoint that failed verification to `<name>.corrupt` (never deleted:
+/// it may still hold what someone needs), so that the next `--resume auto` skips it.
+pub fn set_aside_corrupt(path: &Path) -> Result<PathBuf> {
+    let mut to = path.as_os_str().to_owned();
+    to.push(".corrupt");
+    let to = PathBuf::from(to);
+    std::fs::rename(path, &to).map_err(|e| Error::io(path, e))?;
+    Ok(to)
+}
+
+/// Collective: every rank must call, with the same `candidates` (newest first).
+/// Restores the newest one that verifies with `restore` (itself collective). With
+/// `fall_back` (`--resume auto`), a candidate that fails as corrupt
+/// ([`Error::Corrupt`] on any rank) is logged, renamed to `<name>.corrupt` and the next
+/// older one tried; when none verifies the run stops with a hold (76). Any other
+/// failure (e.g. a checkpoint of another configuration) stops at once: an older
+/// checkpoint of the same run would fail the same way.
+pub fn global_restore_newest<C: crate::comm::Comm, R>(
+    comm: &C,
+    candidates: &[PathBuf],
+    fall_back: bool,
+    mut restore: impl FnMut(&Path) -> Result<R>,
+) -> Result<Option<(PathBuf, R)>> {
+    for path in candidates {
+        let err = match restore(path) {
+            Ok(r) => return Ok(Some((path.clone(), r))),
+            Err(e) => e,
+        };
+        // 1: corrupt, 2: anything else; the worst over ranks decides.
+        let kind = match &err {
+            Error::Corrupt(_) => 1,
+            Error::Remote { .. } => 0,
+            _ => 2,
+        };
+        if comm.all_reduce_max(kind) != 1 || !fall_back {
+            return Err(err);
+        }
+        if let Error::Corrupt(reason) = &err {
+            log::warn!("skipping checkpoint {}: {reason}", path.display());
+        }
+        let renamed = if comm.rank() == 0 {
+            set_aside_corrupt(path).map(|to| {
+                log::warn!("renamed the corrupt checkpoint to {}", to.display());
+            })
+        } else {
+            Ok(())
+        };
+        comm.agree(renamed)?;
+    }
+    if candidates.is_empty() {
+        return Ok(None);
+    }
+    Err(Error::Corrupt(format!(
+        "none of the {} checkpoint(s) verifies (each was renamed to *.corrupt, see the log); restart with --release-hold to train from scratch",
+        candidates.len()
+    )))
+}
+
 /// Remove temporaries left by a run that died while writing (rank 0, at start).
 pub fn remove_leftovers(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut removed = Vec::new();

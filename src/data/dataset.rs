@@ -370,6 +370,87 @@ pub fn read_meta(f: &hdf5::File, path: &Path) -> Result<SplitMeta> {
     })
 }
 
+/// Check a whole `indptr` array of `rows + 1` entries: it starts at 0, never
+/// decreases and ends at `nnz` (the length of the matching `indices`).
+pub fn check_indptr(path: &Path, name: &str, indptr: &[u64], rows: u64, nnz: u64) -> Result<()> {
+    let ip = format!("{name}/indptr");
+    if indptr.len() as u64 != rows.saturating_add(1) {
+        return Err(Error::layout(
+            path,
+            &ip,
+            format!(
+                "{} entries, expected {}",
+                indptr.len(),
+                rows.saturating_add(1)
+            ),
+        ));
+    }
+    if indptr[0] != 0 {
+        return Err(Error::layout(
+            path,
+            &ip,
+            format!("starts at {}, expected 0", indptr[0]),
+        ));
+    }
+    if let Some(i) = indptr.windows(2).position(|w| w[0] > w[1]) {
+        return Err(Error::layout(
+            path,
+            &ip,
+            format!(
+                "decreases at entry {} ({} after {})",
+                i + 1,
+                indptr[i + 1],
+                indptr[i]
+            ),
+        ));
+    }
+    let end = indptr[indptr.len() - 1];
+    if end != nnz {
+        return Err(Error::layout(
+            path,
+            &ip,
+            format!("ends at {end}, but {name}/indices has {nnz} entries"),
+        ));
+    }
+    Ok(())
+}
+
+/// Check the rows of a CSR block whose `indptr` was checked (local offsets from 0):
+/// ids below `bound`, sorted and distinct within each row. `first_row` is the global
+/// index of the block's first row (for the message).
+pub fn check_rows(
+    path: &Path,
+    name: &str,
+    first_row: u64,
+    indptr: &[u64],
+    indices: &[u32],
+    bound: u64,
+) -> Result<()> {
+    for (i, w) in indptr.windows(2).enumerate() {
+        let r = &indices[w[0] as usize..w[1] as usize];
+        let row = first_row + i as u64;
+        if let Some(&c) = r.iter().find(|&&c| c as u64 >= bound) {
+            return Err(Error::layout(
+                path,
+                format!("{name}/indices"),
+                format!("row {row} has id {c} >= {bound}"),
+            ));
+        }
+        if let Some(k) = r.windows(2).position(|w| w[0] >= w[1]) {
+            return Err(Error::layout(
+                path,
+                format!("{name}/indices"),
+                format!(
+                    "row {row} is not sorted and distinct ({} then {})",
+                    r[k],
+                    r[k + 1]
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Check a CSR pair (`indptr` of `rows + 1`, `indices` < `cols`, sorted and distinct
 /// within a row).
 fn check_csr(
@@ -380,49 +461,31 @@ fn check_csr(
     rows: usize,
     cols: u64,
 ) -> Result<()> {
-    let ip = format!("{name}/indptr");
-    if indptr.len() != rows + 1 {
-        return Err(Error::layout(
-            path,
-            &ip,
-            format!("{} entries, expected {}", indptr.len(), rows + 1),
-        ));
-    }
-    if indptr[0] != 0 {
-        return Err(Error::layout(path, &ip, "does not start at 0"));
-    }
-    if let Some(i) = (0..rows).find(|&i| indptr[i] > indptr[i + 1]) {
-        return Err(Error::layout(path, &ip, format!("decreases at entry {i}")));
-    }
-    if indptr[rows] != indices.len() as u64 {
-        return Err(Error::layout(
-            path,
-            &ip,
-            format!(
-                "ends at {}, but {name}/indices has {} entries",
-                indptr[rows],
-                indices.len()
-            ),
-        ));
-    }
-    for i in 0..rows {
-        let r = &indices[indptr[i] as usize..indptr[i + 1] as usize];
-        if let Some(&c) = r.iter().find(|&&c| c as u64 >= cols) {
+    check_indptr(path, name, indptr, rows as u64, indices.len() as u64)?;
+    check_rows(path, name, 0, indptr, indices, cols)
+}
+
+/// The id spaces a dataset may declare: ids are stored as u32, so at most 2^32 rows
+/// and columns.
+pub fn check_id_space(path: &Path, meta: &SplitMeta) -> Result<()> {
+    const MAX: u64 = 1 << 32;
+    for (name, n) in [("num_rows", meta.num_rows), ("num_cols", meta.num_cols)] {
+        if n > MAX {
             return Err(Error::layout(
                 path,
-                format!("{name}/indices"),
-                format!("row {i} has column {c} >= {cols}"),
-            ));
-        }
-        if r.windows(2).any(|w| w[0] >= w[1]) {
-            return Err(Error::layout(
-                path,
-                format!("{name}/indices"),
-                format!("row {i} is not sorted and distinct"),
+                format!("/ attribute {name}"),
+                format!("{n} exceeds the 2^32 ids a u32 index can name"),
             ));
         }
     }
     Ok(())
+}
+
+/// The length of a 1-D dataset (missing: a layout error naming it).
+pub fn dataset_len(f: &hdf5::File, path: &Path, name: &str) -> Result<u64> {
+    f.dataset(name)
+        .map(|d| d.size() as u64)
+        .map_err(|_| Error::layout(path, name, "missing"))
 }
 
 impl Dataset {
@@ -430,6 +493,7 @@ impl Dataset {
     pub fn read(path: &Path) -> Result<Self> {
         let f = open_h5(path)?;
         let meta = read_meta(&f, path)?;
+        check_id_space(path, &meta)?;
         let rows = usize::try_from(meta.num_rows)
             .map_err(|_| Error::layout(path, "/ attribute num_rows", "too large"))?;
         let cols = usize::try_from(meta.num_cols)

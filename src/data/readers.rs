@@ -221,7 +221,10 @@ fn parse_id(path: &Path, line: u64, tok: Option<&str>, what: &str) -> Result<u64
     tok.parse::<u64>().map_err(|_| Error::Parse {
         path: path.into(),
         line,
-        msg: format!("{what} {tok:?} is not a non-negative integer"),
+        msg: format!(
+            "{what} {} is not a non-negative integer",
+            crate::error::quote(tok)
+        ),
     })
 }
 
@@ -241,7 +244,10 @@ pub fn read_tsv(path: &Path, rank: usize, size: usize) -> Result<(SourceInfo, Lo
             return Err(Error::Parse {
                 path: path.into(),
                 line: line_no,
-                msg: format!("expected two node ids, found a third field {extra:?}"),
+                msg: format!(
+                    "expected two node ids, found a third field {}",
+                    crate::error::quote(extra)
+                ),
             });
         }
         for id in [s, d] {

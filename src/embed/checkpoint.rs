@@ -234,25 +234,29 @@ fn hold(path: &Path, msg: impl std::fmt::Display) -> Error {
     Error::Hold(format!("{}: {msg}", path.display()))
 }
 
+fn corrupt(path: &Path, msg: impl std::fmt::Display) -> Error {
+    Error::Corrupt(format!("{}: {msg}", path.display()))
+}
+
 /// Rank-local: the manifest of a checkpoint file.
 pub fn local_read_manifest(path: &Path) -> Result<EmbedManifest> {
-    let f = open_h5(path).map_err(|e| Error::Hold(format!("checkpoint {e}")))?;
+    let f = open_h5(path).map_err(|e| Error::Corrupt(format!("checkpoint {e}")))?;
     let attr = |name: &str| {
         f.attr(name)
             .and_then(|a| a.read_scalar::<VarLenUnicode>())
             .map(|s| s.as_str().to_string())
             .map_err(|e| {
-                hold(
+                corrupt(
                     path,
                     format!("attribute {name} is missing or unreadable: {e}"),
                 )
             })
     };
     if attr("format")? != "torusrec-checkpoint" {
-        return Err(hold(path, "not a torusrec checkpoint"));
+        return Err(corrupt(path, "not a torusrec checkpoint"));
     }
     serde_json::from_str(&attr("manifest")?)
-        .map_err(|e| hold(path, format!("unreadable manifest: {e}")))
+        .map_err(|e| corrupt(path, format!("unreadable manifest: {e}")))
 }
 
 /// Collective: every rank must call. Load the checkpoint into `tr` (whose plan and
@@ -282,7 +286,7 @@ pub fn global_restore<C: Comm>(
                 m.config_hash
             )));
         }
-        let f = open_h5(path).map_err(|e| Error::Hold(format!("checkpoint {e}")))?;
+        let f = open_h5(path).map_err(|e| Error::Corrupt(format!("checkpoint {e}")))?;
         let read2 = |name: &str,
                      sel: (usize, usize, usize),
                      cols: std::ops::Range<usize>,
@@ -290,18 +294,18 @@ pub fn global_restore<C: Comm>(
          -> Result<Vec<f32>> {
             let ds = f
                 .dataset(name)
-                .map_err(|_| hold(path, format!("dataset {name} is missing")))?;
+                .map_err(|_| corrupt(path, format!("dataset {name} is missing")))?;
             let shape = ds.shape();
             let (a, step, n) = sel;
             if n == 0 {
                 return Ok(Vec::new());
             }
             if shape.len() != 2 || shape[1] != width || shape[0] < a + (n - 1) * step + 1 {
-                return Err(hold(path, format!("dataset {name} has shape {shape:?}")));
+                return Err(corrupt(path, format!("dataset {name} has shape {shape:?}")));
             }
             ds.read_slice_2d::<f32, _>(s![a..a + (n - 1) * step + 1;step, cols])
                 .map(|x| x.as_standard_layout().iter().copied().collect())
-                .map_err(|e| hold(path, format!("dataset {name} is unreadable: {e}")))
+                .map_err(|e| corrupt(path, format!("dataset {name} is unreadable: {e}")))
         };
         for ls in tr.store.local.iter_mut() {
             let t = ls.shard.table;
@@ -320,12 +324,12 @@ pub fn global_restore<C: Comm>(
         let read1 = |name: &str, n: usize| -> Result<Vec<f32>> {
             let ds = f
                 .dataset(name)
-                .map_err(|_| hold(path, format!("dataset {name} is missing")))?;
+                .map_err(|_| corrupt(path, format!("dataset {name} is missing")))?;
             let v: Vec<f32> = ds
                 .read_raw()
-                .map_err(|e| hold(path, format!("dataset {name} is unreadable: {e}")))?;
+                .map_err(|e| corrupt(path, format!("dataset {name} is unreadable: {e}")))?;
             if v.len() != n {
-                return Err(hold(
+                return Err(corrupt(
                     path,
                     format!("dataset {name} has {} values, expected {n}", v.len()),
                 ));
@@ -342,7 +346,7 @@ pub fn global_restore<C: Comm>(
     tr.step = m.step;
     let got = format!("{:016x}", tr.global_checksum(comm)?);
     if got != m.checksum {
-        return Err(hold(path, format!(
+        return Err(corrupt(path, format!(
             "checksum {got} of the tables and MLP does not match the manifest's {}: the file is corrupt",
             m.checksum
         )));
