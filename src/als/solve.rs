@@ -540,6 +540,24 @@ const CG_PLAN: Plan = Plan {
     gather_floats: 1 << 17,
 };
 
+/// The plan of the solves: [`CG_PLAN`], or its gather budget from
+/// `TORUSREC_CG_GATHER_KB` (for experiments; results are the same, only speed changes).
+fn cg_plan() -> Plan {
+    static PLAN: std::sync::OnceLock<Plan> = std::sync::OnceLock::new();
+    *PLAN.get_or_init(|| {
+        match std::env::var("TORUSREC_CG_GATHER_KB")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+        {
+            Some(kb) => Plan {
+                gather_floats: (kb * 256).max(1),
+                ..CG_PLAN
+            },
+            None => CG_PLAN,
+        }
+    })
+}
+
 /// A batch: rows `r0..r1`; `gathered` if its item vectors are copied into scratch.
 #[derive(Debug, Clone, Copy)]
 struct Batch {
@@ -694,7 +712,7 @@ pub fn cg_solve<T: TableElem>(
         p,
         steps,
         hub_chunk,
-        CG_PLAN,
+        cg_plan(),
         Isa::detect(),
         false,
     );
@@ -728,7 +746,7 @@ pub fn cg_solve_with_loss<T: TableElem>(
         p,
         steps,
         hub_chunk,
-        CG_PLAN,
+        cg_plan(),
         Isa::detect(),
         true,
     )
