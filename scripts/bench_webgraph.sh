@@ -59,6 +59,9 @@ BIN="${BIN:-target/release/torusrec}"
 mkdir -p "$OUT" bench
 MPI=(mpirun --oversubscribe --bind-to none -np "$NP" "${BLAS_MPI_ENV[@]}")
 MANIFEST="$OUT/webgraph-manifest.tsv"
+# The commit each row measured (APPEND=1 tables may mix runs of several commits).
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+if [[ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]]; then commit="$commit+dirty"; fi
 # APPEND=1 adds to the previous invocation's rows (e.g. the largest variant run apart).
 [[ "${APPEND:-0}" == 1 ]] || : > "$MANIFEST"
 
@@ -96,7 +99,8 @@ for v in $VARIANTS; do
         else
             grep '^epoch\|^final' "$run.log" >&2 || true
         fi
-        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$tag" "$scale" "$dt" "$genlog" "$run.jsonl" "$rc" "$run.log" >> "$MANIFEST"
+        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s %s\n' "$tag" "$scale" "$dt" "$genlog" "$run.jsonl" "$rc" "$run.log" \
+            "$commit" "$(date -u +%Y-%m-%d)" >> "$MANIFEST"
     done
     if [[ "$IMPLICIT" == 1 && "$name" == in-dense ]]; then
         ij="$OUT/implicit-$tag-d$DIM-e$EPOCHS-r$IREG-a$IALPHA.json"
@@ -110,9 +114,7 @@ for v in $VARIANTS; do
     fi
 done
 
-commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-if [[ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]]; then commit="$commit+dirty"; fi
-DESCRIBE="torusrec $commit, $(date -u +%Y-%m-%dT%H:%MZ), $(getconf _NPROCESSORS_ONLN) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $(free -g | awk '/Mem:/{print $2}') GiB" \
+DESCRIBE="report written at torusrec $commit, $(date -u +%Y-%m-%dT%H:%MZ), $(getconf _NPROCESSORS_ONLN) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $(free -g | awk '/Mem:/{print $2}') GiB" \
 MANIFEST="$MANIFEST" NP="$NP" THREADS="$THREADS" DIM="$DIM" EPOCHS="$EPOCHS" REG="$REG" ALPHA0="$ALPHA0" \
 CG_STEPS="$CG_STEPS" EVAL_ROWS="$EVAL_ROWS" IREG="$IREG" IALPHA="$IALPHA" CORES="$CORES" \
     "$PYTHON" scripts/bench_webgraph_report.py > bench/webgraph.md

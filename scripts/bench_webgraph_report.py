@@ -60,8 +60,8 @@ out = [
     "largest rank's high-water mark, and the sum over ranks.",
     "",
     "| variant | nodes | arcs | generate s | generate peak RSS/rank | tables | s/epoch | edges/s "
-    "| exchanged/epoch | train peak RSS/rank | all ranks | eval s (rows) | Recall@20 | Recall@50 |",
-    "|---" * 14 + "|",
+    "| exchanged/epoch | train peak RSS/rank | all ranks | eval s (rows) | Recall@20 | Recall@50 | measured at |",
+    "|---" * 15 + "|",
 ]
 results = {}
 implicit = {}
@@ -84,16 +84,17 @@ for r in rows:
     np_ = int(E["NP"])
     results[(tag, dt)] = {"spe": spe, "peak": peak, "final": final}
     name = tag if scale == "1" else f"{tag} (scale {scale})"
+    at = r[7] if len(r) > 7 else "-"
     if final is None:
-        out.append(f"| {name} | {nodes or '-'} | {arcs or '-'} | - | - | {dt} | failed (exit {r[5]}, {r[6]}) |" + " |" * 7)
+        out.append(f"| {name} | {nodes or '-'} | {arcs or '-'} | - | - | {dt} | failed (exit {r[5]}, {r[6]}) |" + " |" * 7 + f" {at} |")
         continue
     out.append(
         f"| {name} | {nodes:,} | {arcs:,} | {gsecs:.1f} | {gib(grss)} | {dt} | {spe:.2f} | "
         f"{eps / 1e6:.1f}M | {exch / 1e9:.2f} GB | {gib(peak)} | {gib(peak * np_) if peak else '-'} | "
-        f"{esecs:.1f} ({erows:,}) | {final['recall_at_20']:.4f} | {final['recall_at_50']:.4f} |"
+        f"{esecs:.1f} ({erows:,}) | {final['recall_at_20']:.4f} | {final['recall_at_50']:.4f} | {at} |"
         if nodes and gsecs is not None
         else f"| {name} | - | - | - | - | {dt} | {spe:.2f} | {eps / 1e6:.1f}M | {exch / 1e9:.2f} GB | "
-        f"{gib(peak)} | - | {esecs} ({erows}) | {final['recall_at_20']:.4f} | {final['recall_at_50']:.4f} |"
+        f"{gib(peak)} | - | {esecs} ({erows}) | {final['recall_at_20']:.4f} | {final['recall_at_50']:.4f} | {at} |"
     )
 
 if implicit:
