@@ -243,7 +243,7 @@ def cell(r):
 E, D, P = os.environ["GRID_EPOCHS"], os.environ["GRID_DIM"], os.environ["GRID_NP"]
 out = [f"# iALS tuning grids: cnr-2000 K=1, d={D}, {E} epochs, CG {os.environ['CG_STEPS']} steps",
        "", os.environ["DESCRIBE"], "",
-       "Cells: Recall@20 / Recall@50 over all test rows (DESIGN.md).", "",
+       "Cells: Recall@20 / Recall@50 over all test rows (docs/design.md).", "",
        f"## torusrec (ALX objective), P={P}", "",
        "| reg (lambda) \\ unobserved weight (alpha0) | " + " | ".join(ws) + " |",
        "|---" * (len(ws) + 1) + "|"]

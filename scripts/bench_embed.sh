@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sharded embedding benchmark (issue 5): the TorchRec peer's workload
-# (../shared/notes/embedding-workload.md; preset torchrec-peer: 26 tables, 4.37M rows,
+# (docs/embedding-workload.md; preset torchrec-peer: 26 tables, 4.37M rows,
 # width 64, pooling ~15, Zipf(1.05), MLP 1677-512-256-1, batch 2048 per rank).
 #   1. examples/s and bytes per step with and without dedup, dedup ratio (P = 2, 4);
 #   2. throughput for --accumulate K = 1, 2, 5 at P = 4;
@@ -16,7 +16,7 @@ STEPS="${STEPS:-30}"
 WARM="${WARM:-10}"
 OUT="${OUT:-out/bench-embed}"
 PEER_PY="${PEER_PY:-/work/peer-venv/bin/python}"
-PEER="${PEER:-../shared/peers/torchrec_peer.py}"
+PEER="${PEER:-bench/peers/torchrec_peer.py}"
 SECTIONS="${SECTIONS:-dedup accumulate pipeline planner peer}"
 mkdir -p "$OUT" bench
 if [[ $(id -u) -eq 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Train benfred/implicit's CPU iALS on a torusrec prepared dataset and evaluate it
-exactly like `torusrec als` does (DESIGN.md), so the two can be compared.
+exactly like `torusrec als` does (docs/design.md), so the two can be compared.
 
     scripts/compare_implicit.py out/cnr-k1.h5 --dim 128 --epochs 16 --reg 0.1 --alpha 10 \
         --cg-steps 3 --threads 2 --json out/bench/implicit.json
@@ -17,7 +17,7 @@ which is what `AlternatingLeastSquares.recalculate_user` computes; we solve it i
 for every test row from its visible arcs (`/test/fold`) and check a few rows against
 `recalculate_user`.
 
-Recall (DESIGN.md): score every column, drop the row's visible arcs, take the top K
+Recall (docs/design.md): score every column, drop the row's visible arcs, take the top K
 (higher score first, ties to the lower column id), recall = |topK & holdout| /
 min(K, |holdout|), averaged over ALL test rows; K = 20 and 50.
 """
@@ -110,7 +110,7 @@ def hash3(seed, stream, i):
 
 
 class Dataset:
-    """The parts of a prepared dataset (DESIGN.md, version 1) that the comparison needs."""
+    """The parts of a prepared dataset (docs/design.md, version 1) that the comparison needs."""
 
     def __init__(self, path):
         self.path = path
@@ -261,7 +261,7 @@ def recall_at(top, holdout, k):
 
 
 def evaluate(X, Y, ds, threads, block_bytes=128 << 20):
-    """Recall@20 and @50 averaged over all test rows (DESIGN.md)."""
+    """Recall@20 and @50 averaged over all test rows (docs/design.md)."""
     n = Y.shape[0]
     t = ds.num_test
     YT = np.ascontiguousarray(Y.T, dtype=np.float32)

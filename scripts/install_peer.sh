@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Idempotent installer for the TorchRec peer baseline (/work/shared/peers/torchrec_peer.py).
+# Idempotent installer for the TorchRec peer baseline (bench/peers/torchrec_peer.py).
 # Creates the venv if missing; installs only if `import torchrec` fails in it.
 # Usage: bash /work/peer-install.sh            (venv at /work/peer-venv)
 #        PEER_VENV=/some/dir bash /work/peer-install.sh

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A real one-node Slurm cluster on this machine, for testing job scripts for real
 # (sbatch, --signal, --requeue, scancel --signal=USR1 --batch, scontrol requeue).
-# Recipe: ../shared/notes/slurm-local.md. Needs root (SlurmUser=root, apt-get, munge key).
+# Recipe: docs/slurm-local.md. Needs root (SlurmUser=root, apt-get, munge key).
 #
 #   eval "$(scripts/slurm-local.sh start)"   # starts it; stdout is only `export SLURM_CONF=...`
 #   scripts/slurm-local.sh status
@@ -137,7 +137,7 @@ start_munge() {
 # write_conf FILE: the cluster's slurm.conf.
 write_conf() {
     cat >"$1" <<EOF
-# Written by scripts/slurm-local.sh: a one-node test cluster (see ../shared/notes/slurm-local.md).
+# Written by scripts/slurm-local.sh: a one-node test cluster (see docs/slurm-local.md).
 ClusterName=torusrec-local
 SlurmctldHost=$NODE
 SlurmUser=root
@@ -164,7 +164,7 @@ JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 # Requeue: allowed; exit 75 (preempted, checkpoint written) requeues by itself, as a
 # fallback for job scripts that cannot run scontrol; exit 76 (training hold) is not
-# requeued: a person looks at HOLD.json (DESIGN.md, exit codes).
+# requeued: a person looks at HOLD.json (docs/design.md, exit codes).
 JobRequeue=1
 RequeueExit=75
 ReturnToService=2

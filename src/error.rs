@@ -1,4 +1,4 @@
-//! Typed errors with context, and their mapping to the exit codes of DESIGN.md.
+//! Typed errors with context, and their mapping to the exit codes of docs/design.md.
 
 use std::path::PathBuf;
 
@@ -91,7 +91,7 @@ pub enum Error {
 }
 
 impl Error {
-    /// The process exit code for this error (DESIGN.md).
+    /// The process exit code for this error (docs/design.md).
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Config(_)

@@ -1,5 +1,5 @@
 //! The `torusrec` binary: initializes MPI, builds the torus, runs one subcommand and
-//! maps its result to the exit codes of DESIGN.md. Everything else is library code.
+//! maps its result to the exit codes of docs/design.md. Everything else is library code.
 
 use clap::Parser;
 use std::io::Write;

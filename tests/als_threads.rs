@@ -158,7 +158,7 @@ fn loss_never_increases_with_the_exact_solver() {
     assert!(seq[seq.len() - 1] < seq[0]);
 }
 
-/// Recall@20 of ranking columns by training popularity, computed like DESIGN.md's.
+/// Recall@20 of ranking columns by training popularity, computed like docs/design.md's.
 fn popularity_recall(ds: &Dataset, k: usize) -> f64 {
     let n = ds.meta.num_cols as usize;
     let mut pop: Vec<(u64, u32)> = (0..n)

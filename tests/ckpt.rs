@@ -1,7 +1,7 @@
 //! End-to-end tests of checkpoints, preemption and the training hold of `torusrec als`
 //! under `mpirun`: exact resume after a preemption at any step boundary, real signals,
 //! resuming on another rank count, crashes while a checkpoint is written, corrupt and
-//! mismatched checkpoints, and the NaN hold (DESIGN.md, "Exit codes" and "Checkpoints").
+//! mismatched checkpoints, and the NaN hold (docs/design.md, "Exit codes" and "Checkpoints").
 //!
 //! Every run is under a timeout. The tests take a process-wide lock and run one at a
 //! time: they start up to four ranks each, and the signal tests depend on timing.

@@ -218,7 +218,7 @@ fn selftest_torus_not_matching_world_size_fails_once_on_every_rank() {
 }
 
 // ---------------------------------------------------------------------------------
-// 2. prepare: reference counts of DESIGN.md
+// 2. prepare: reference counts of docs/design.md
 
 #[test]
 fn prepare_cnr2000_reproduces_reference_counts() {

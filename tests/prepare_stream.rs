@@ -2,7 +2,7 @@
 //! reference (`global_prepare` + `global_write_dataset`), at 1-3 thread ranks, with
 //! small chunks so that every pass runs over many chunks and the transpose over
 //! several column blocks: on cnr-2000 (BV decoded on every pass, and held in
-//! memory; K = 1 and 10, DESIGN.md's reference counts) and on a small synthetic web graph; and through the `prepare` /
+//! memory; K = 1 and 10, docs/design.md's reference counts) and on a small synthetic web graph; and through the `prepare` /
 //! `generate webgraph` entry point.
 
 use std::path::{Path, PathBuf};

@@ -1,4 +1,4 @@
-//! The prepared-dataset HDF5 file, version 1 (DESIGN.md): writing it from every
+//! The prepared-dataset HDF5 file, version 1 (docs/design.md): writing it from every
 //! rank's part, reading it back, and validating a file against the layout.
 
 use super::graph::LocalRows;

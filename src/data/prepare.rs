@@ -1,4 +1,4 @@
-//! The WebGraph variant protocol of DESIGN.md, distributed over the ranks.
+//! The WebGraph variant protocol of docs/design.md, distributed over the ranks.
 //!
 //! Each rank owns a contiguous block of source nodes. Steps:
 //! 1. drop self-loops and duplicate arcs (rank-local, rows are whole on one rank);

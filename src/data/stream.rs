@@ -341,7 +341,7 @@ fn h5<T>(path: &Path, what: impl Into<String>, r: hdf5::Result<T>) -> Result<T> 
     r.map_err(|e| Error::hdf5(path, what, e))
 }
 
-/// Create the layout of DESIGN.md with every dataset contiguous and allocated now;
+/// Create the layout of docs/design.md with every dataset contiguous and allocated now;
 /// returns the byte offset of each dataset (`NO_OFFSET` when it is empty).
 /// `shapes` are in the order of [`U64_DATASETS`] then [`U32_DATASETS`].
 fn create_allocated_layout(
@@ -579,7 +579,7 @@ pub struct StreamReport {
 }
 
 /// Collective: every rank must call, with its block of `src`. Applies the variant
-/// filter and split of DESIGN.md and writes the dataset to `out` (through
+/// filter and split of docs/design.md and writes the dataset to `out` (through
 /// `out.partial`, renamed when every rank succeeded). `info.arcs` is the input's arc
 /// count, unless `src.counts_arcs()`: then it is the arcs the source yields.
 /// The file equals the one `global_prepare` + `global_write_dataset` write.

@@ -1,5 +1,5 @@
 //! The synthetic click log: a deterministic function of `(seed, example index)`,
-//! mirroring the TorchRec peer's workload (`../shared/peers/torchrec_peer.py`).
+//! mirroring the TorchRec peer's workload (`bench/peers/torchrec_peer.py`).
 //!
 //! Example `e` is drawn from one generator, `SplitMix64::for_id(seed, stream::CLICKS, e)`,
 //! in this fixed order:

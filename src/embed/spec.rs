@@ -221,7 +221,7 @@ pub fn preset(name: &str, scale: f64) -> Result<ModelSpec> {
     Ok(spec)
 }
 
-/// The TorchRec peer's tables (`../shared/peers/torchrec_peer.py`, seed 1): 26 tables,
+/// The TorchRec peer's tables (`bench/peers/torchrec_peer.py`, seed 1): 26 tables,
 /// vocabularies log-uniform in [1e3, 1e6] (4,373,502 rows), width 64, mean pooling
 /// factors from triangular(1, 4, 40) rescaled to mean 15, sum pooling, 1 + Poisson(p-1)
 /// ids, Zipf(1.05); 13 dense features; MLP 1677-512-256-1.

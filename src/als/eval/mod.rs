@@ -1,7 +1,7 @@
 //! Evaluation: fold in each evaluated test row from its visible arcs (an exact solve
 //! against H), score every column shard by shard, drop the visible arcs, take a
 //! distributed exact top-K, and average Recall@20 and Recall@50 over the evaluated rows:
-//! `recall = |topK ∩ holdout| / min(K, |holdout|)` (DESIGN.md).
+//! `recall = |topK ∩ holdout| / min(K, |holdout|)` (docs/design.md).
 //!
 //! The evaluated rows are all test rows (`--eval-rows all`) or a seeded sample of `N`
 //! of them (`--eval-rows N`, default 10,000): the `N` rows with the smallest
