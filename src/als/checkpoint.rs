@@ -2,11 +2,14 @@
 //! resume needs. Restores on any number of ranks; refuses (training hold) when the
 //! manifest, the data or a checksum does not match.
 
-use super::model::{global_write_tables, local_read_rows, read_str_attr, TablePart};
-use super::train::{TableScalar, Trainer};
+use super::model::{
+    global_write_tables, local_checksum, local_read_rows, read_str_attr, TablePart, TableScalar,
+};
+use super::AlsConfig;
 use crate::ckpt::{self, SCHEMA};
 use crate::comm::Comm;
 use crate::data::dataset::open_h5;
+use crate::data::prepare::SplitMeta;
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -61,9 +64,25 @@ pub struct Manifest {
     pub written_at: u64,
 }
 
-fn identity<C: Comm, T: TableScalar>(comm: &C, tr: &Trainer<T>) -> DataIdentity {
-    let m = &tr.shards.meta;
-    let mut nnz = [tr.rows_side().shard.nnz()];
+/// What a checkpoint holds of a training run, lent by the trainer (this module does
+/// not depend on the training loop): its configuration, data, position, and this
+/// rank's rows `w_rows` of W and `h_rows` of H.
+pub struct RunState<'a, T> {
+    pub cfg: &'a AlsConfig,
+    pub meta: &'a SplitMeta,
+    pub pos: &'a Position,
+    pub steps_per_half: usize,
+    /// This rank's training arcs (their sum over ranks identifies the data).
+    pub train_nnz: u64,
+    pub w_rows: std::ops::Range<u64>,
+    pub h_rows: std::ops::Range<u64>,
+    pub w: &'a [T],
+    pub h: &'a [T],
+}
+
+fn identity<C: Comm, T>(comm: &C, tr: &RunState<T>) -> DataIdentity {
+    let m = tr.meta;
+    let mut nnz = [tr.train_nnz];
     comm.all_reduce_sum(&mut nnz);
     DataIdentity {
         num_rows: m.num_rows,
@@ -84,7 +103,7 @@ fn global_sums<C: Comm>(comm: &C, w: u64, h: u64) -> [u64; 2] {
 /// checkpoint directory, then applies the retention policy.
 pub fn global_write_checkpoint<C: Comm, T: TableScalar>(
     comm: &C,
-    tr: &Trainer<T>,
+    tr: &RunState<T>,
     step: u64,
 ) -> Result<PathBuf> {
     let t0 = std::time::Instant::now();
@@ -95,10 +114,11 @@ pub fn global_write_checkpoint<C: Comm, T: TableScalar>(
         .clone()
         .ok_or_else(|| Error::Config("no --checkpoint-dir".into()))?;
     let path = dir.join(ckpt::file_name(step));
-    let (cw, ch) = tr.local_checksums();
-    let [sw, sh] = global_sums(comm, cw, ch);
-    let m = &tr.shards.meta;
     let d = tr.cfg.dim;
+    let cw = local_checksum(tr.w, tr.w_rows.start, d, 1);
+    let ch = local_checksum(tr.h, tr.h_rows.start, d, 2);
+    let [sw, sh] = global_sums(comm, cw, ch);
+    let m = tr.meta;
     let manifest = Manifest {
         schema: SCHEMA,
         workload: "als".into(),
@@ -131,14 +151,14 @@ pub fn global_write_checkpoint<C: Comm, T: TableScalar>(
         TablePart {
             name: "W",
             n: m.num_rows,
-            lo: tr.rows_side().shard.lo,
-            data: &tr.w,
+            lo: tr.w_rows.start,
+            data: tr.w,
         },
         TablePart {
             name: "H",
             n: m.num_cols,
-            lo: tr.cols_side().shard.lo,
-            data: &tr.h,
+            lo: tr.h_rows.start,
+            data: tr.h,
         },
     ];
     global_write_tables(
@@ -192,7 +212,7 @@ pub fn local_read_manifest(path: &Path) -> Result<Manifest> {
 /// for a file that fails verification, `Error::Hold` for one written by another run.
 pub fn global_restore<C: Comm, T: TableScalar>(
     comm: &C,
-    tr: &Trainer<T>,
+    tr: &RunState<T>,
     path: &Path,
 ) -> Result<(Manifest, Vec<T>, Vec<T>)> {
     let _p = comm.stats().phase("io");
@@ -236,27 +256,13 @@ pub fn global_restore<C: Comm, T: TableScalar>(
             )));
         }
         let f = open_h5(path).map_err(|e| Error::Corrupt(format!("checkpoint {e}")))?;
-        let w = local_read_rows(
-            &f,
-            path,
-            "W",
-            tr.rows_side().shard.lo,
-            tr.rows_side().shard.hi,
-            d,
-        )?;
-        let h = local_read_rows(
-            &f,
-            path,
-            "H",
-            tr.cols_side().shard.lo,
-            tr.cols_side().shard.hi,
-            d,
-        )?;
+        let w = local_read_rows(&f, path, "W", tr.w_rows.start, tr.w_rows.end, d)?;
+        let h = local_read_rows(&f, path, "H", tr.h_rows.start, tr.h_rows.end, d)?;
         Ok((m, w, h))
     })();
     let (m, w, h) = comm.agree(local)?;
-    let cw = super::model::local_checksum(&w, tr.rows_side().shard.lo, d, 1);
-    let ch = super::model::local_checksum(&h, tr.cols_side().shard.lo, d, 2);
+    let cw = local_checksum(&w, tr.w_rows.start, d, 1);
+    let ch = local_checksum(&h, tr.h_rows.start, d, 2);
     let [sw, sh] = global_sums(comm, cw, ch);
     for (name, got) in [("W", sw), ("H", sh)] {
         let want = m

@@ -2,7 +2,7 @@
 //! Written through a temporary name by every rank in turn, then renamed by rank 0.
 
 use crate::bf16::{Bf16, TableDtype, TableElem};
-use crate::comm::Comm;
+use crate::comm::{Comm, Elem};
 use crate::data::dataset::temp_path;
 use crate::error::{Error, Result};
 use crate::rng::mix64;
@@ -88,6 +88,11 @@ impl StoredElem for Bf16 {
         read_rows::<u16>(ds, lo, hi).map(crate::bf16::from_bits)
     }
 }
+
+/// The element types a table can be stored in: f32 or bf16 (`--table-dtype`).
+pub trait TableScalar: StoredElem + Elem {}
+impl TableScalar for f32 {}
+impl TableScalar for Bf16 {}
 
 /// The element type a stored table dataset holds: `dtype = "bf16"` on a u16 dataset,
 /// else f32.

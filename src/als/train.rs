@@ -2,19 +2,19 @@
 //! steps (row batches) at whose boundaries the ranks agree on preemption and on
 //! non-finite values.
 
-use super::checkpoint::{global_restore, global_write_checkpoint, Manifest, Position};
+use super::checkpoint::{global_restore, global_write_checkpoint, Manifest, Position, RunState};
 use super::eval::{EvalSet, Recall};
 use super::exchange::ExchangePlan;
-use super::model::{global_write_tables, local_checksum, StoredElem, TablePart};
+use super::model::{global_write_tables, local_checksum, TablePart};
 use super::shard::{balance_by_nnz, global_read_shards_admitted, CsrShard, Shards};
 use super::solve::{
     all_pairs_term, cg_solve, cg_solve_with_loss, cholesky_solve, gramian, local_loss_terms,
     LossTerms, RowsView, SolveParams,
 };
 use super::{AlsConfig, Resume, SolverKind};
-use crate::bf16::{Bf16, TableElem};
+use crate::bf16::TableElem;
 use crate::ckpt::{self, faults, signals::Preemption};
-use crate::comm::{Comm, Elem};
+use crate::comm::Comm;
 use crate::error::{Error, Result};
 use crate::rng::{stream, SplitMix64};
 use serde::{Deserialize, Serialize};
@@ -71,10 +71,7 @@ pub struct TrainReport {
     pub resumed_from: Option<Position>,
 }
 
-/// The element types a table can be stored in: f32 or bf16 (`--table-dtype`).
-pub trait TableScalar: StoredElem + Elem {}
-impl TableScalar for f32 {}
-impl TableScalar for Bf16 {}
+pub use super::model::TableScalar;
 
 /// Initial embedding of global id `id`: N(0, (init_std / sqrt(d))^2), from (seed, id),
 /// rounded to the table's element type.
@@ -637,7 +634,7 @@ impl<T: TableScalar> Trainer<T> {
         let all = comm.all_gather_v(&mine)?.data;
         self.pos.done = merge_ranges(all.chunks_exact(2).map(|c| (c[0], c[1])).collect());
         let step = self.global_step();
-        let path = global_write_checkpoint(comm, self, step)?;
+        let path = global_write_checkpoint(comm, &self.run_state(), step)?;
         Ok(path)
     }
 
@@ -723,6 +720,21 @@ impl<T: TableScalar> Trainer<T> {
     }
 
     /// This rank's contributions to the checksums of W and H.
+    /// What a checkpoint holds of this run (lent to `checkpoint.rs`).
+    pub fn run_state(&self) -> RunState<'_, T> {
+        RunState {
+            cfg: &self.cfg,
+            meta: &self.shards.meta,
+            pos: &self.pos,
+            steps_per_half: self.steps_per_half,
+            train_nnz: self.rows.shard.nnz(),
+            w_rows: self.rows.shard.lo..self.rows.shard.hi,
+            h_rows: self.cols.shard.lo..self.cols.shard.hi,
+            w: &self.w,
+            h: &self.h,
+        }
+    }
+
     pub fn local_checksums(&self) -> (u64, u64) {
         let d = self.cfg.dim;
         (
@@ -925,8 +937,9 @@ pub fn global_train_as<C: Comm, T: TableScalar>(
     let mut resumed_from = None;
     let t_restore = Instant::now();
     let fall_back = cfg.checkpoint.resume == Resume::Auto;
-    let restored =
-        ckpt::global_restore_newest(comm, &resume, fall_back, |p| global_restore(comm, &tr, p));
+    let restored = ckpt::global_restore_newest(comm, &resume, fall_back, |p| {
+        global_restore(comm, &tr.run_state(), p)
+    });
     let restored = match restored {
         Ok(x) => x,
         Err(Error::Hold(reason) | Error::Corrupt(reason)) => {
