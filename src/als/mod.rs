@@ -62,45 +62,10 @@ pub struct AlsConfig {
     pub mem_per_rank: Option<u64>,
 }
 
+pub use crate::ckpt::{CheckpointConfig, Resume};
+
 /// The longest `--wait-for-data` accepted (a week).
 pub const MAX_WAIT_SECS: f64 = 7.0 * 24.0 * 3600.0;
-
-/// Where to resume from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Resume {
-    /// Start fresh.
-    No,
-    /// The newest committed checkpoint in the directory, or fresh if there is none.
-    Auto,
-    /// This checkpoint file.
-    Path(PathBuf),
-}
-
-/// Checkpointing, preemption and hold settings.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CheckpointConfig {
-    pub dir: Option<PathBuf>,
-    /// Checkpoint every N half-epochs (0: only on preemption and at the end).
-    pub every: u64,
-    pub keep: usize,
-    pub resume: Resume,
-    pub release_hold: bool,
-    /// Wait up to this many seconds for the dataset to appear.
-    pub wait_for_data: f64,
-}
-
-impl Default for CheckpointConfig {
-    fn default() -> Self {
-        Self {
-            dir: None,
-            every: 2,
-            keep: 3,
-            resume: Resume::No,
-            release_hold: false,
-            wait_for_data: 0.0,
-        }
-    }
-}
 
 impl AlsConfig {
     /// Check values that do not depend on the data (rank-local, identical everywhere).

@@ -581,19 +581,14 @@ impl<T: TableScalar> Trainer<T> {
     /// to the checkpoints) and return the error that stops every rank with exit 76.
     fn global_hold<C: Comm>(&self, comm: &C, reason: String, rank: Option<usize>) -> Error {
         if comm.rank() == 0 {
-            if let Some(dir) = &self.cfg.checkpoint.dir {
-                let hold = ckpt::Hold {
-                    reason: reason.clone(),
-                    rank,
-                    epoch: Some(self.pos.epoch + 1),
-                    step: None,
-                    time: ckpt::now_secs(),
-                };
-                match ckpt::write_hold(dir, &hold) {
-                    Ok(p) => log::error!("training hold written to {}", p.display()),
-                    Err(e) => log::error!("could not write the hold file: {e}"),
-                }
-            }
+            let hold = ckpt::Hold {
+                reason: reason.clone(),
+                rank,
+                epoch: Some(self.pos.epoch + 1),
+                step: None,
+                time: ckpt::now_secs(),
+            };
+            ckpt::write_hold_logged(self.cfg.checkpoint.dir.as_deref(), &hold);
         }
         Error::Hold(reason)
     }
@@ -841,66 +836,6 @@ fn global_wait_for_data<C: Comm>(
     }
 }
 
-/// Collective: every rank must call. Refuse to start under a hold (unless released),
-/// clear leftovers, and list the checkpoints to resume from, newest first (`--resume
-/// auto`: every committed one, to fall back on; `--resume PATH`: that one).
-pub fn global_prepare_checkpoints<C: Comm>(
-    comm: &C,
-    ck: &super::CheckpointConfig,
-) -> Result<Vec<std::path::PathBuf>> {
-    let Some(dir) = &ck.dir else {
-        return Ok(Vec::new());
-    };
-    let local = if comm.rank() == 0 {
-        (|| -> Result<Vec<std::path::PathBuf>> {
-            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-            if let Some(h) = ckpt::read_hold(dir)? {
-                if !ck.release_hold {
-                    return Err(Error::Hold(format!(
-                        "{} exists: {} (rank {}, epoch {}); fix the cause, then restart with --release-hold",
-                        dir.join(ckpt::HOLD_FILE).display(),
-                        h.reason,
-                        h.rank.map_or("?".into(), |r| r.to_string()),
-                        h.epoch.map_or("?".into(), |e| e.to_string())
-                    )));
-                }
-                if let Some(to) = ckpt::release_hold(dir)? {
-                    log::warn!("hold released (kept as {}): {}", to.display(), h.reason);
-                }
-            }
-            for p in ckpt::remove_leftovers(dir)? {
-                log::warn!(
-                    "removed an incomplete checkpoint left by a crash: {}",
-                    p.display()
-                );
-            }
-            Ok(match &ck.resume {
-                Resume::No => Vec::new(),
-                Resume::Auto => ckpt::list(dir)?.into_iter().rev().map(|(_, p)| p).collect(),
-                Resume::Path(p) => vec![p.clone()],
-            })
-        })()
-    } else {
-        Ok(Vec::new())
-    };
-    let found = comm.agree(local)?;
-    // Rank 0's list, NUL-separated, to every rank.
-    let mut names: Vec<u8> = found
-        .iter()
-        .map(|p| p.to_string_lossy().into_owned())
-        .collect::<Vec<_>>()
-        .join("\0")
-        .into_bytes();
-    comm.broadcast_vec(0, &mut names)?;
-    if names.is_empty() {
-        return Ok(Vec::new());
-    }
-    Ok(String::from_utf8_lossy(&names)
-        .split('\0')
-        .map(std::path::PathBuf::from)
-        .collect())
-}
-
 /// Collective: every rank must call. [`global_train_as`] with f32 tables.
 pub fn global_train<C: Comm>(
     comm: &C,
@@ -928,7 +863,7 @@ pub fn global_train_as<C: Comm, T: TableScalar>(
             T::DTYPE
         ))));
     }
-    let resume = match global_prepare_checkpoints(comm, &cfg.checkpoint) {
+    let resume = match ckpt::global_prepare_checkpoints(comm, &cfg.checkpoint) {
         Err(Error::Hold(r)) => return Err(Error::Hold(r)),
         other => other?,
     };

@@ -412,7 +412,7 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
     if ck.dir.is_none() && ck.resume != crate::als::Resume::No {
         return comm.agree(Err(Error::Config("--resume needs --checkpoint-dir".into())));
     }
-    let resume = crate::als::train::global_prepare_checkpoints(comm, &ck)?;
+    let resume = crate::ckpt::global_prepare_checkpoints(comm, &ck)?;
     comm.agree(match &ck.resume {
         crate::als::Resume::Path(p) if !p.exists() => {
             Err(Error::input(p, "--resume: no such checkpoint"))
@@ -422,19 +422,14 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
     let mut tr = comm.agree(EmbedTrainer::new(cfg, source, &plan, rank))?;
     let hold = |comm: &C, reason: String, rank: Option<usize>, step: u64| -> Error {
         if comm.rank() == 0 {
-            if let Some(dir) = &ck.dir {
-                let h = crate::ckpt::Hold {
-                    reason: reason.clone(),
-                    rank,
-                    epoch: None,
-                    step: Some(step),
-                    time: crate::ckpt::now_secs(),
-                };
-                match crate::ckpt::write_hold(dir, &h) {
-                    Ok(p) => log::error!("training hold written to {}", p.display()),
-                    Err(e) => log::error!("could not write the hold file: {e}"),
-                }
-            }
+            let h = crate::ckpt::Hold {
+                reason: reason.clone(),
+                rank,
+                epoch: None,
+                step: Some(step),
+                time: crate::ckpt::now_secs(),
+            };
+            crate::ckpt::write_hold_logged(ck.dir.as_deref(), &h);
         }
         Error::Hold(reason)
     };

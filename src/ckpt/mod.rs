@@ -11,11 +11,50 @@ pub mod faults;
 pub mod policy;
 pub mod signals;
 
+use crate::comm::Comm;
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 pub const SCHEMA: u32 = 1;
+
+/// Where to resume from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Resume {
+    /// Start fresh.
+    No,
+    /// The newest committed checkpoint in the directory, or fresh if there is none.
+    Auto,
+    /// This checkpoint file.
+    Path(PathBuf),
+}
+
+/// Checkpointing, preemption and hold settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointConfig {
+    pub dir: Option<PathBuf>,
+    /// Checkpoint every N half-epochs (0: only on preemption and at the end).
+    pub every: u64,
+    pub keep: usize,
+    pub resume: Resume,
+    pub release_hold: bool,
+    /// Wait up to this many seconds for the dataset to appear.
+    pub wait_for_data: f64,
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        Self {
+            dir: None,
+            every: 2,
+            keep: 3,
+            resume: Resume::No,
+            release_hold: false,
+            wait_for_data: 0.0,
+        }
+    }
+}
+
 pub const HOLD_FILE: &str = "HOLD.json";
 
 /// The file name of the checkpoint at `step`.
@@ -66,7 +105,7 @@ pub fn set_aside_corrupt(path: &Path) -> Result<PathBuf> {
 /// older one tried; when none verifies the run stops with a hold (76). Any other
 /// failure (e.g. a checkpoint of another configuration) stops at once: an older
 /// checkpoint of the same run would fail the same way.
-pub fn global_restore_newest<C: crate::comm::Comm, R>(
+pub fn global_restore_newest<C: Comm, R>(
     comm: &C,
     candidates: &[PathBuf],
     fall_back: bool,
@@ -105,6 +144,77 @@ pub fn global_restore_newest<C: crate::comm::Comm, R>(
         "none of the {} checkpoint(s) verifies (each was renamed to *.corrupt, see the log); restart with --release-hold to train from scratch",
         candidates.len()
     )))
+}
+
+/// Collective: every rank must call. Refuse to start under a hold (unless released),
+/// clear leftovers, and list the checkpoints to resume from, newest first (`--resume
+/// auto`: every committed one, to fall back on; `--resume PATH`: that one).
+pub fn global_prepare_checkpoints<C: Comm>(
+    comm: &C,
+    ck: &CheckpointConfig,
+) -> Result<Vec<std::path::PathBuf>> {
+    let Some(dir) = &ck.dir else {
+        return Ok(Vec::new());
+    };
+    let local = if comm.rank() == 0 {
+        (|| -> Result<Vec<std::path::PathBuf>> {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+            if let Some(h) = read_hold(dir)? {
+                if !ck.release_hold {
+                    return Err(Error::Hold(format!(
+                        "{} exists: {} (rank {}, epoch {}); fix the cause, then restart with --release-hold",
+                        dir.join(HOLD_FILE).display(),
+                        h.reason,
+                        h.rank.map_or("?".into(), |r| r.to_string()),
+                        h.epoch.map_or("?".into(), |e| e.to_string())
+                    )));
+                }
+                if let Some(to) = release_hold(dir)? {
+                    log::warn!("hold released (kept as {}): {}", to.display(), h.reason);
+                }
+            }
+            for p in remove_leftovers(dir)? {
+                log::warn!(
+                    "removed an incomplete checkpoint left by a crash: {}",
+                    p.display()
+                );
+            }
+            Ok(match &ck.resume {
+                Resume::No => Vec::new(),
+                Resume::Auto => list(dir)?.into_iter().rev().map(|(_, p)| p).collect(),
+                Resume::Path(p) => vec![p.clone()],
+            })
+        })()
+    } else {
+        Ok(Vec::new())
+    };
+    let found = comm.agree(local)?;
+    // Rank 0's list, NUL-separated, to every rank.
+    let mut names: Vec<u8> = found
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join("\0")
+        .into_bytes();
+    comm.broadcast_vec(0, &mut names)?;
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(String::from_utf8_lossy(&names)
+        .split('\0')
+        .map(std::path::PathBuf::from)
+        .collect())
+}
+
+/// Rank 0 of a failing run: write the hold next to the checkpoints (when there is a
+/// directory) and log where, or why it could not be written.
+pub fn write_hold_logged(dir: Option<&Path>, hold: &Hold) {
+    if let Some(dir) = dir {
+        match write_hold(dir, hold) {
+            Ok(p) => log::error!("training hold written to {}", p.display()),
+            Err(e) => log::error!("could not write the hold file: {e}"),
+        }
+    }
 }
 
 /// Remove temporaries left by a run that died while writing (rank 0, at start).
