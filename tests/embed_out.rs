@@ -4,7 +4,7 @@
 //! where every value comes from the seed and the global id; within the tolerance of
 //! tests/embed_threads.rs after it). An existing file is refused without --force
 //! (exit 2, untouched, before training) and replaced with it; an unwritable output
-//! exits 2 before training.
+//! exits 2 before training; a preempted run writes none, its resumed run writes it.
 
 mod util;
 
@@ -274,4 +274,41 @@ fn an_unwritable_output_exits_2_before_training() {
             o.dump()
         );
     }
+}
+
+#[test]
+fn a_preempted_run_writes_no_model_and_its_resumed_run_does() {
+    let _g = serial();
+    let dir = tempdir();
+    let ck = dir.path().join("ck");
+    let out = dir.path().join("model.h5");
+    let args = [
+        "--plan",
+        "row_block",
+        "--checkpoint-dir",
+        ck.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    TestCommand::mpirun(2)
+        .args(["embed", "--preset", "tiny", "--global-batch", "128"])
+        .args(["--steps", "8", "--threads", "1"])
+        .args(args)
+        .env("TORUSREC_PREEMPT_AT", "3")
+        .run()
+        .expect_code(75);
+    assert!(!out.exists(), "a preempted run wrote the model");
+    // Resumed on another rank count (the same command line plus --resume): it writes
+    // the finished model; an existing one is the first attempt's and is replaced.
+    std::fs::write(&out, b"the first attempt's").unwrap();
+    let o = TestCommand::mpirun(3)
+        .args(["embed", "--preset", "tiny", "--global-batch", "128"])
+        .args(["--steps", "8", "--threads", "1"])
+        .args(args)
+        .args(["--resume", "auto"])
+        .run();
+    o.expect_code(0)
+        .stdout_has(&["resumed from", "wrote the model"]);
+    assert_eq!(u64_attr(&out, "step"), 8);
+    assert_eq!(str_attr(&out, "checksum"), checksum(&o));
 }
