@@ -319,6 +319,13 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
             return Err(Error::Config("learning rates must be > 0".into()));
         }
         let mem = a.mem_per_rank.as_deref().map(parse_bytes).transpose()?;
+        if let Some(out) = &a.out {
+            // A resumed run may overwrite the model its first attempt wrote.
+            crate::data::dataset::check_output(out, a.force || a.resume.is_some())?;
+            if root {
+                crate::data::dataset::probe_writable(out)?;
+            }
+        }
         // A rank's ids of one table in one step travel with u32 offsets.
         let max_val = spec.tables.iter().map(|t| t.valency).fold(1.0, f64::max);
         if (micro * a.accumulate) as f64 * max_val * 2.0 > u32::MAX as f64 {
@@ -541,6 +548,13 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
     }
     let (auc, ll) = tr.global_evaluate(comm)?;
     let checksum = format!("{:016x}", tr.global_checksum(comm)?);
+    if let Some(out) = &a.out {
+        let eval = crate::embed::model::Evaluation { auc, logloss: ll };
+        crate::embed::model::global_write_model(comm, &tr, out, eval)?;
+        if root {
+            println!("wrote the model to {}", out.display());
+        }
+    }
     let peak = comm.all_reduce_max(peak_rss_bytes().unwrap_or(0));
     if root {
         println!(

@@ -68,6 +68,24 @@ pub fn check_output(out: &Path, force: bool) -> Result<()> {
     Ok(())
 }
 
+/// Refuse an output whose directory cannot be written: create its `.partial`
+/// temporary (the name the writer will use) and remove it again. Call on one rank
+/// before any work, after [`check_output`].
+pub fn probe_writable(out: &Path) -> Result<()> {
+    if out.is_dir() {
+        return Err(Error::input(out, "the output is a directory"));
+    }
+    let tmp = temp_path(out);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)
+        .map_err(|e| Error::input(out, format!("cannot write the output: {e}")))?;
+    std::fs::remove_file(&tmp)
+        .map_err(|e| Error::input(out, format!("cannot write the output: {e}")))
+}
+
 /// Sizes of one rank's part: rows, train nnz, cols, train_t nnz, tests, fold nnz, holdout nnz.
 const PART_FIELDS: usize = 7;
 

@@ -5,23 +5,24 @@
 //!
 //! Layout of `ckpt-<step>.h5`: `/tables/<t>/rows` [vocab, dim] f32,
 //! `/tables/<t>/state` [vocab, s] f32 (s = optimizer floats per row, absent for SGD),
-//! `/mlp/params` [n] f32, `/mlp/state` [m] f32; root attributes `format`
-//! ("torusrec-checkpoint") and `manifest` (JSON). Written through `*.partial`: rank 0
-//! creates it, every rank writes its shards in turn (replicas: rank 0), rank 0
-//! renames it; restore checks the manifest and the checksum (exit 76 otherwise).
+//! `/mlp/params` [n] f32, `/mlp/state` [m] f32 (the layout and the writer of
+//! [`super::model`]); root attributes `format` ("torusrec-checkpoint") and `manifest`
+//! (JSON). Written through `*.partial`: rank 0 creates it, every rank writes its shards
+//! in turn (replicas: rank 0), rank 0 renames it; restore checks the manifest and the
+//! checksum (exit 76 otherwise).
 
 use std::path::{Path, PathBuf};
 
 use hdf5::types::VarLenUnicode;
-use ndarray::{s, ArrayView2};
+use ndarray::s;
 use serde::{Deserialize, Serialize};
 
 use super::mlp::DenseOptState;
-use super::placement::Rows;
+use super::model::{global_write_state, row_slab, Attr};
 use super::train::EmbedTrainer;
 use crate::ckpt::{self, SCHEMA};
 use crate::comm::Comm;
-use crate::data::dataset::{open_h5, temp_path};
+use crate::data::dataset::open_h5;
 use crate::{Error, Result};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -59,19 +60,6 @@ pub fn config_hash(tr: &EmbedTrainer) -> String {
     format!("{:016x}", ckpt::hash_str(&key))
 }
 
-fn h5<T>(path: &Path, what: impl Into<String>, r: hdf5::Result<T>) -> Result<T> {
-    r.map_err(|e| Error::hdf5(path, what, e))
-}
-
-/// The rows of a shard as a hyperslab of the global table: `(start, step, count)`.
-fn row_slab(rows: Rows, n: u64) -> (usize, usize, usize) {
-    match rows {
-        Rows::All => (0, 1, n as usize),
-        Rows::Block { lo, .. } => (lo as usize, 1, n as usize),
-        Rows::Cyclic { modulus, residue } => (residue as usize, modulus as usize, n as usize),
-    }
-}
-
 /// Collective: every rank must call. Writes `ckpt-<step>.h5` into `dir`.
 pub fn global_write_checkpoint<C: Comm>(
     comm: &C,
@@ -82,10 +70,8 @@ pub fn global_write_checkpoint<C: Comm>(
     let t0 = std::time::Instant::now();
     let _p = comm.stats().phase("io");
     let path = dir.join(ckpt::file_name(tr.step));
-    let tmp = temp_path(&path);
     let checksum = format!("{:016x}", tr.global_checksum(comm)?);
     let spec = &tr.cfg.spec;
-    let sp = tr.store.opt.state_per_row();
     let manifest = EmbedManifest {
         schema: SCHEMA,
         workload: "embed".into(),
@@ -98,119 +84,22 @@ pub fn global_write_checkpoint<C: Comm>(
         checksum,
         written_at: ckpt::now_secs(),
     };
-    let created = if comm.rank() == 0 {
-        (|| -> Result<()> {
-            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-            let f = h5(&tmp, "create", hdf5::File::create(&tmp))?;
-            for (t, ts) in spec.tables.iter().enumerate() {
-                let g = h5(&tmp, "group", f.create_group(&format!("tables/{t}")))?;
-                h5(
-                    &tmp,
-                    format!("/tables/{t}/rows"),
-                    g.new_dataset::<f32>()
-                        .shape((ts.vocab as usize, ts.dim))
-                        .create("rows"),
-                )?;
-                if sp > 0 {
-                    h5(
-                        &tmp,
-                        format!("/tables/{t}/state"),
-                        g.new_dataset::<f32>()
-                            .shape((ts.vocab as usize, sp))
-                            .create("state"),
-                    )?;
-                }
-            }
-            let g = h5(&tmp, "group", f.create_group("mlp"))?;
-            h5(
-                &tmp,
-                "/mlp/params",
-                g.new_dataset_builder()
-                    .with_data(tr.mlp.params())
-                    .create("params"),
-            )?;
-            h5(
-                &tmp,
-                "/mlp/state",
-                g.new_dataset_builder()
-                    .with_data(tr.dense_state.state())
-                    .create("state"),
-            )?;
-            for (k, v) in [
-                ("format", "torusrec-checkpoint".to_string()),
-                (
-                    "manifest",
-                    serde_json::to_string(&manifest).map_err(|e| Error::Config(e.to_string()))?,
-                ),
-            ] {
-                let v: VarLenUnicode = v
-                    .parse()
-                    .map_err(|e| Error::Config(format!("attribute {k}: {e}")))?;
-                h5(
-                    &tmp,
-                    k,
-                    f.new_attr::<VarLenUnicode>()
-                        .create(k)
-                        .and_then(|a| a.write_scalar(&v)),
-                )?;
-            }
-            h5(&tmp, "close", f.close())
-        })()
+    let manifest = serde_json::to_string(&manifest).map_err(|e| Error::Config(e.to_string()))?;
+    let made = if comm.rank() == 0 {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))
     } else {
         Ok(())
     };
-    comm.agree(created)?;
-    let mut mine = Ok(());
-    for turn in 0..comm.size() {
-        comm.barrier();
-        if turn != comm.rank() {
-            continue;
-        }
-        mine = (|| -> Result<()> {
-            let f = h5(&tmp, "open", hdf5::File::open_rw(&tmp))?;
-            for ls in &tr.store.local {
-                if (ls.shard.replica && comm.rank() != 0) || ls.rows == 0 {
-                    continue;
-                }
-                let t = ls.shard.table;
-                let (a, step, n) = row_slab(ls.shard.rows, ls.rows);
-                let cols = ls.shard.cols.clone();
-                let name = format!("/tables/{t}/rows");
-                let ds = h5(&tmp, &name, f.dataset(&name))?;
-                let view = ArrayView2::from_shape((n, cols.len()), &ls.data)
-                    .map_err(|e| Error::Comm(format!("{name}: {e}")))?;
-                h5(
-                    &tmp,
-                    &name,
-                    ds.write_slice(view, s![a..a + (n - 1) * step + 1;step, cols.clone()]),
-                )?;
-                // Every column shard holds the same row statistic: the first writes it.
-                if sp > 0 && cols.start == 0 {
-                    let name = format!("/tables/{t}/state");
-                    let ds = h5(&tmp, &name, f.dataset(&name))?;
-                    let view = ArrayView2::from_shape((n, sp), &ls.state)
-                        .map_err(|e| Error::Comm(format!("{name}: {e}")))?;
-                    h5(
-                        &tmp,
-                        &name,
-                        ds.write_slice(view, s![a..a + (n - 1) * step + 1;step, ..]),
-                    )?;
-                }
-            }
-            h5(&tmp, "close", f.close())
-        })();
-        crate::ckpt::faults::point("after-shard-write", comm.rank());
-    }
-    let mut result = comm.agree(mine);
-    if result.is_ok() && comm.rank() == 0 {
-        crate::ckpt::faults::point("before-commit", 0);
-        result = std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e));
-    }
-    let result = comm.agree(result);
-    if result.is_err() && comm.rank() == 0 {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result?;
+    comm.agree(made)?;
+    global_write_state(
+        comm,
+        tr,
+        &path,
+        &[
+            ("format", Attr::Str("torusrec-checkpoint".into())),
+            ("manifest", Attr::Str(manifest)),
+        ],
+    )?;
     let retained = if comm.rank() == 0 {
         ckpt::apply_retention(dir, keep).map(|_| ())
     } else {

@@ -8,6 +8,7 @@ pub mod clicks;
 pub mod exchange;
 pub mod metrics;
 pub mod mlp;
+pub mod model;
 pub mod placement;
 pub mod planner;
 pub mod spec;

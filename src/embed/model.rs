@@ -1,0 +1,260 @@
+//! The embedding model's state by global id in HDF5, as one file whatever the rank
+//! count and the placement: the trained model (`torusrec embed --out`) and the
+//! checkpoints ([`super::checkpoint`]) share this layout and this writer.
+//!
+//! Layout: `/tables/<t>/rows` [vocab, dim] f32 (attribute `name`: the table's name),
+//! `/tables/<t>/state` [vocab, s] f32 (s = optimizer floats per row, absent for SGD),
+//! `/mlp/params` [n] f32 (attribute `layers`: the widths; per layer the weight
+//! `in x out` row-major, then the bias), `/mlp/state` [m] f32 (the dense optimizer's
+//! state), and root attributes given by the caller. A model file's root attributes:
+//! `format = "torusrec-embed-model"`, `version`, `config_hash`, `spec_digest`, `spec`
+//! (JSON), `table_opt`, `dense_opt`, `seed`, `step`, `checksum` (the placement-independent
+//! checksum of the tables, their state, the MLP and its state), and `auc`, `logloss`
+//! when they were evaluated.
+//!
+//! Written through `<path>.partial`: rank 0 creates it, every rank writes its shards in
+//! turn (a replicated table: rank 0 only; column shards: their columns; the row state:
+//! the first column shard), rank 0 renames it. Nothing is written to `path` until the
+//! file is complete.
+
+use std::path::Path;
+
+use hdf5::types::VarLenUnicode;
+use ndarray::{s, ArrayView2};
+
+use super::placement::Rows;
+use super::train::EmbedTrainer;
+use crate::comm::Comm;
+use crate::data::dataset::temp_path;
+use crate::{Error, Result};
+
+/// The `format` attribute of a model file.
+pub const FORMAT: &str = "torusrec-embed-model";
+/// The `version` attribute of a model file.
+pub const VERSION: u64 = 1;
+
+/// A root attribute's value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Attr {
+    Str(String),
+    U64(u64),
+    F64(f64),
+}
+
+pub(crate) fn h5<T>(path: &Path, what: impl Into<String>, r: hdf5::Result<T>) -> Result<T> {
+    r.map_err(|e| Error::hdf5(path, what, e))
+}
+
+/// The rows of a shard as a hyperslab of the global table: `(start, step, count)`.
+pub(crate) fn row_slab(rows: Rows, n: u64) -> (usize, usize, usize) {
+    match rows {
+        Rows::All => (0, 1, n as usize),
+        Rows::Block { lo, .. } => (lo as usize, 1, n as usize),
+        Rows::Cyclic { modulus, residue } => (residue as usize, modulus as usize, n as usize),
+    }
+}
+
+fn write_attr(loc: &hdf5::Location, path: &Path, k: &str, v: &Attr) -> Result<()> {
+    let r = match v {
+        Attr::Str(s) => {
+            let v: VarLenUnicode = s
+                .parse()
+                .map_err(|e| Error::Config(format!("attribute {k}: {e}")))?;
+            loc.new_attr::<VarLenUnicode>()
+                .create(k)
+                .and_then(|a| a.write_scalar(&v))
+        }
+        Attr::U64(x) => loc
+            .new_attr::<u64>()
+            .create(k)
+            .and_then(|a| a.write_scalar(x)),
+        Attr::F64(x) => loc
+            .new_attr::<f64>()
+            .create(k)
+            .and_then(|a| a.write_scalar(x)),
+    };
+    h5(path, format!("attribute {k}"), r)
+}
+
+/// Rank 0: create `tmp` with every dataset (the MLP's written) and the attributes.
+fn local_create(tr: &EmbedTrainer, tmp: &Path, attrs: &[(&str, Attr)]) -> Result<()> {
+    let spec = &tr.cfg.spec;
+    let sp = tr.store.opt.state_per_row();
+    let f = h5(tmp, "create", hdf5::File::create(tmp))?;
+    for (t, ts) in spec.tables.iter().enumerate() {
+        let g = h5(tmp, "group", f.create_group(&format!("tables/{t}")))?;
+        write_attr(&g, tmp, "name", &Attr::Str(ts.name.clone()))?;
+        h5(
+            tmp,
+            format!("/tables/{t}/rows"),
+            g.new_dataset::<f32>()
+                .shape((ts.vocab as usize, ts.dim))
+                .create("rows"),
+        )?;
+        if sp > 0 {
+            h5(
+                tmp,
+                format!("/tables/{t}/state"),
+                g.new_dataset::<f32>()
+                    .shape((ts.vocab as usize, sp))
+                    .create("state"),
+            )?;
+        }
+    }
+    let g = h5(tmp, "group", f.create_group("mlp"))?;
+    let params = h5(
+        tmp,
+        "/mlp/params",
+        g.new_dataset_builder()
+            .with_data(tr.mlp.params())
+            .create("params"),
+    )?;
+    let layers: Vec<u64> = tr.mlp.layers().iter().map(|&w| w as u64).collect();
+    h5(
+        tmp,
+        "/mlp/params layers",
+        params
+            .new_attr::<u64>()
+            .shape(layers.len())
+            .create("layers")
+            .and_then(|a| a.write_raw(&layers)),
+    )?;
+    h5(
+        tmp,
+        "/mlp/state",
+        g.new_dataset_builder()
+            .with_data(tr.dense_state.state())
+            .create("state"),
+    )?;
+    for (k, v) in attrs {
+        write_attr(&f, tmp, k, v)?;
+    }
+    h5(tmp, "close", f.close())
+}
+
+/// This rank's turn: write its shards (and their row state) into `tmp`.
+fn local_write_shards<C: Comm>(comm: &C, tr: &EmbedTrainer, tmp: &Path) -> Result<()> {
+    let sp = tr.store.opt.state_per_row();
+    let f = h5(tmp, "open", hdf5::File::open_rw(tmp))?;
+    for ls in &tr.store.local {
+        if (ls.shard.replica && comm.rank() != 0) || ls.rows == 0 {
+            continue;
+        }
+        let t = ls.shard.table;
+        let (a, step, n) = row_slab(ls.shard.rows, ls.rows);
+        let cols = ls.shard.cols.clone();
+        let name = format!("/tables/{t}/rows");
+        let ds = h5(tmp, &name, f.dataset(&name))?;
+        let view = ArrayView2::from_shape((n, cols.len()), &ls.data)
+            .map_err(|e| Error::Comm(format!("{name}: {e}")))?;
+        h5(
+            tmp,
+            &name,
+            ds.write_slice(view, s![a..a + (n - 1) * step + 1;step, cols.clone()]),
+        )?;
+        // Every column shard holds the same row statistic: the first writes it.
+        if sp > 0 && cols.start == 0 {
+            let name = format!("/tables/{t}/state");
+            let ds = h5(tmp, &name, f.dataset(&name))?;
+            let view = ArrayView2::from_shape((n, sp), &ls.state)
+                .map_err(|e| Error::Comm(format!("{name}: {e}")))?;
+            h5(
+                tmp,
+                &name,
+                ds.write_slice(view, s![a..a + (n - 1) * step + 1;step, ..]),
+            )?;
+        }
+    }
+    h5(tmp, "close", f.close())
+}
+
+/// Collective: every rank must call. Writes the whole state of `tr` (see the module
+/// docs) with the root attributes `attrs` to `path`, atomically: through
+/// `<path>.partial`, renamed by rank 0 once every rank has written its shards. On
+/// failure `path` is untouched and the temporary is removed.
+pub(crate) fn global_write_state<C: Comm>(
+    comm: &C,
+    tr: &EmbedTrainer,
+    path: &Path,
+    attrs: &[(&str, Attr)],
+) -> Result<()> {
+    let tmp = temp_path(path);
+    let created = if comm.rank() == 0 {
+        local_create(tr, &tmp, attrs)
+    } else {
+        Ok(())
+    };
+    let mut result = comm.agree(created);
+    if result.is_ok() {
+        let mut mine = Ok(());
+        for turn in 0..comm.size() {
+            comm.barrier();
+            if turn == comm.rank() {
+                mine = local_write_shards(comm, tr, &tmp);
+                crate::ckpt::faults::point("after-shard-write", comm.rank());
+            }
+        }
+        result = comm.agree(mine);
+        if result.is_ok() && comm.rank() == 0 {
+            crate::ckpt::faults::point("before-commit", 0);
+            result = std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e));
+        }
+        result = comm.agree(result);
+    }
+    if result.is_err() && comm.rank() == 0 {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// What the run measured at the end, for the model's attributes.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Evaluation {
+    pub auc: Option<f64>,
+    pub logloss: Option<f64>,
+}
+
+/// Collective: every rank must call. Writes the trained model to `out` (see the module
+/// docs): the same tables whatever the rank count and the placement.
+pub fn global_write_model<C: Comm>(
+    comm: &C,
+    tr: &EmbedTrainer,
+    out: &Path,
+    eval: Evaluation,
+) -> Result<()> {
+    let t0 = std::time::Instant::now();
+    let _p = comm.stats().phase("io");
+    let checksum = format!("{:016x}", tr.global_checksum(comm)?);
+    let c = &tr.cfg;
+    let spec = serde_json::to_string(&c.spec).map_err(|e| Error::Config(e.to_string()))?;
+    let mut attrs = vec![
+        ("format", Attr::Str(FORMAT.into())),
+        ("version", Attr::U64(VERSION)),
+        ("config_hash", Attr::Str(super::checkpoint::config_hash(tr))),
+        ("spec_digest", Attr::Str(c.spec.digest())),
+        ("spec", Attr::Str(spec)),
+        ("table_opt", Attr::Str(format!("{:?}", c.table_opt))),
+        ("dense_opt", Attr::Str(format!("{:?}", c.dense_opt))),
+        ("seed", Attr::U64(c.seed)),
+        ("step", Attr::U64(tr.step)),
+        ("checksum", Attr::Str(checksum)),
+    ];
+    if let Some(a) = eval.auc {
+        attrs.push(("auc", Attr::F64(a)));
+    }
+    if let Some(l) = eval.logloss {
+        attrs.push(("logloss", Attr::F64(l)));
+    }
+    global_write_state(comm, tr, out, &attrs)?;
+    if comm.rank() == 0 {
+        let bytes = std::fs::metadata(out).map_or(0, |m| m.len());
+        log::info!(
+            "model {} (step {}): {:.1} MB in {:.3} s",
+            out.display(),
+            tr.step,
+            bytes as f64 / 1e6,
+            t0.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
+}
