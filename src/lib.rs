@@ -14,6 +14,7 @@ pub mod comm;
 pub mod data;
 pub mod embed;
 pub mod error;
+pub mod h5;
 pub mod metrics;
 pub mod panic_guard;
 pub mod rng;

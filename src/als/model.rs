@@ -5,6 +5,7 @@ use crate::bf16::{Bf16, TableDtype, TableElem};
 use crate::comm::{Comm, Elem};
 use crate::data::dataset::temp_path;
 use crate::error::{Error, Result};
+use crate::h5::ctx as h5;
 use crate::rng::mix64;
 use hdf5::types::VarLenUnicode;
 use std::path::Path;
@@ -106,10 +107,6 @@ pub fn stored_dtype(ds: &hdf5::Dataset) -> TableDtype {
     } else {
         TableDtype::F32
     }
-}
-
-fn h5<T>(path: &Path, what: impl Into<String>, r: hdf5::Result<T>) -> Result<T> {
-    r.map_err(|e| Error::hdf5(path, what, e))
 }
 
 /// Collective: every rank must call. Writes `tables` and string/number attributes to

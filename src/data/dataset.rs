@@ -5,6 +5,7 @@ use super::graph::LocalRows;
 use super::prepare::{LocalSplit, SplitMeta};
 use crate::comm::{prefix_offsets, Comm};
 use crate::error::{Error, Result};
+use crate::h5::ctx as h5;
 use hdf5::types::VarLenUnicode;
 use hdf5::H5Type;
 use std::path::{Path, PathBuf};
@@ -27,10 +28,6 @@ pub const U32_DATASETS: [&str; 5] = [
     "test/fold/indices",
     "test/holdout/indices",
 ];
-
-fn h5<T>(path: &Path, what: impl Into<String>, r: hdf5::Result<T>) -> Result<T> {
-    r.map_err(|e| Error::hdf5(path, what, e))
-}
 
 /// Open an HDF5 file, with a clear error when it is missing or not HDF5.
 pub fn open_h5(path: &Path) -> Result<hdf5::File> {

@@ -38,6 +38,7 @@ use super::readers::{bv_for_each_chunk, SourceInfo};
 use super::webgraph_gen::{generate_degrees, generate_rows, HostLayout, WebGraphSpec};
 use crate::comm::{prefix_offsets, Comm};
 use crate::error::{Error, Result};
+use crate::h5::ctx as h5;
 use hdf5::types::VarLenUnicode;
 use rayon::prelude::*;
 use std::fs::File;
@@ -335,10 +336,6 @@ fn dataset_name(i: usize) -> &'static str {
     } else {
         U32_DATASETS[i - 5]
     }
-}
-
-fn h5<T>(path: &Path, what: impl Into<String>, r: hdf5::Result<T>) -> Result<T> {
-    r.map_err(|e| Error::hdf5(path, what, e))
 }
 
 /// Create the layout of docs/design.md with every dataset contiguous and allocated now;

@@ -28,16 +28,13 @@ use ndarray::ArrayView2;
 use super::clicks::{Bags, Batch, ClickGen};
 use super::spec::ModelSpec;
 use crate::data::dataset::{check_output, open_h5, read_range, temp_path};
+use crate::h5::ctx as h5;
 use crate::{Error, Result};
 
 /// The value of the `schema` attribute.
 pub const SCHEMA: &str = "torusrec-clicks-v1";
 /// Elements per HDF5 chunk of an `ids` dataset (256 KiB).
 const IDS_CHUNK: usize = 1 << 16;
-
-fn h5<T>(path: &Path, what: impl Into<String>, r: hdf5::Result<T>) -> Result<T> {
-    r.map_err(|e| Error::hdf5(path, what, e))
-}
 
 fn offsets_name(t: usize) -> String {
     format!("/tables/{t}/offsets")

@@ -26,6 +26,7 @@ use super::placement::Rows;
 use super::train::EmbedTrainer;
 use crate::comm::Comm;
 use crate::data::dataset::temp_path;
+pub(crate) use crate::h5::ctx as h5;
 use crate::{Error, Result};
 
 /// The `format` attribute of a model file.
@@ -39,10 +40,6 @@ pub enum Attr {
     Str(String),
     U64(u64),
     F64(f64),
-}
-
-pub(crate) fn h5<T>(path: &Path, what: impl Into<String>, r: hdf5::Result<T>) -> Result<T> {
-    r.map_err(|e| Error::hdf5(path, what, e))
 }
 
 /// The rows of a shard as a hyperslab of the global table: `(start, step, count)`.
