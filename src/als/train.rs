@@ -841,7 +841,7 @@ pub fn global_prepare_checkpoints<C: Comm>(
     };
     let local = if comm.rank() == 0 {
         (|| -> Result<Vec<std::path::PathBuf>> {
-            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+            ckpt::create_dir(dir)?;
             if let Some(h) = ckpt::read_hold(dir)? {
                 if !ck.release_hold {
                     return Err(Error::Hold(format!(

@@ -152,6 +152,14 @@ pub struct Hold {
 }
 
 /// Write `HOLD.json` into `dir` (atomically).
+/// Create the checkpoint directory (and its parents). A path where no directory
+/// can be made is the user's error (exit 2), found before any work is done.
+pub fn create_dir(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::input(dir, format!("cannot create the checkpoint directory: {e}")))?;
+    crate::data::dataset::probe_writable(&dir.join("probe"))
+}
+
 pub fn write_hold(dir: &Path, hold: &Hold) -> Result<PathBuf> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let path = dir.join(HOLD_FILE);
