@@ -20,7 +20,7 @@ pub enum Error {
     Config(String),
 
     /// Malformed input at a known line of a text file (exit 2).
-    #[error("{path}:{line}: {msg}")]
+    #[error("{}:{line}: {msg}", short_path(path))]
     Parse {
         path: PathBuf,
         line: u64,
@@ -28,11 +28,11 @@ pub enum Error {
     },
 
     /// Bad or unusable input file or dataset (exit 2).
-    #[error("{path}: {msg}")]
+    #[error("{}: {msg}", short_path(path))]
     Input { path: PathBuf, msg: String },
 
     /// An HDF5 dataset that does not match the layout (exit 2).
-    #[error("{path}: dataset {dataset}: {msg}")]
+    #[error("{}: dataset {dataset}: {msg}", short_path(path))]
     Layout {
         path: PathBuf,
         dataset: String,
@@ -40,11 +40,11 @@ pub enum Error {
     },
 
     /// The output exists and `--force` was not given (exit 2).
-    #[error("{0}: output exists (pass --force to overwrite)")]
+    #[error("{}: output exists (pass --force to overwrite)", short_path(.0))]
     OutputExists(PathBuf),
 
     /// Operating-system I/O with the path it concerned (exit 1).
-    #[error("{path}: {source}")]
+    #[error("{}: {source}", short_path(path))]
     Io {
         path: PathBuf,
         #[source]
@@ -52,7 +52,7 @@ pub enum Error {
     },
 
     /// HDF5 library failure with the file and object it concerned (exit 1).
-    #[error("{path}: {what}: {source}")]
+    #[error("{}: {what}: {source}", short_path(path))]
     Hdf5 {
         path: PathBuf,
         what: String,
@@ -143,6 +143,47 @@ impl Error {
     }
 }
 
+/// A path for an error message: whole when it has at most 100 characters, else its
+/// first 30 and last 60 (the file name), so that one absurd argument cannot flood a log.
+pub fn short_path(path: &std::path::Path) -> String {
+    let s = path.to_string_lossy();
+    let n = s.chars().count();
+    if n <= 100 {
+        return s.into_owned();
+    }
+    let head: String = s.chars().take(30).collect();
+    let tail: String = s.chars().skip(n - 60).collect();
+    format!("{head}...({} characters)...{tail}", n - 90)
+}
+
+/// The whole of a user-supplied text file (a `.properties`, TOML or JSON file). A
+/// file that is missing, a directory, not readable by this user, a path that cannot
+/// name a file, or not text (not UTF-8) is the user's input error (exit 2); other
+/// failures are I/O errors (exit 1).
+pub fn read_text(path: &std::path::Path) -> Result<String> {
+    use std::io::ErrorKind;
+    // ENOTDIR and ENAMETOOLONG: a path that cannot name a file.
+    const PATH_ERRORS: [i32; 2] = [libc::ENOTDIR, libc::ENAMETOOLONG];
+    let bytes = std::fs::read(path).map_err(|e| match e.kind() {
+        ErrorKind::NotFound => Error::input(path, "no such file"),
+        ErrorKind::IsADirectory => Error::input(path, "is a directory, not a file"),
+        ErrorKind::PermissionDenied => Error::input(path, format!("cannot read: {e}")),
+        _ if e.raw_os_error().is_some_and(|c| PATH_ERRORS.contains(&c)) => {
+            Error::input(path, format!("cannot read: {e}"))
+        }
+        _ => Error::io(path, e),
+    })?;
+    String::from_utf8(bytes).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        let line = e.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count() as u64 + 1;
+        Error::Parse {
+            path: path.into(),
+            line,
+            msg: "not valid UTF-8 text".into(),
+        }
+    })
+}
+
 /// A user-supplied token for an error message, quoted, and cut to its first 100
 /// characters (with the length of the rest) so that one bad line cannot flood a log.
 pub fn quote(token: &str) -> String {
@@ -164,5 +205,17 @@ mod tests {
         let q = quote(&long);
         assert!(q.starts_with(&format!("{:?}", "é".repeat(100))), "{q}");
         assert!(q.ends_with("... (100 more bytes)"), "{q}");
+    }
+
+    #[test]
+    fn long_paths_keep_their_head_and_file_name() {
+        let p = std::path::PathBuf::from(format!("/d/{}/file.tsv", "x".repeat(500)));
+        let e = Error::input(&p, "no such file").to_string();
+        assert!(e.len() < 130, "{e}");
+        assert!(
+            e.starts_with("/d/xx") && e.ends_with("xx/file.tsv: no such file"),
+            "{e}"
+        );
+        assert_eq!(short_path(std::path::Path::new("/a/b.h5")), "/a/b.h5");
     }
 }

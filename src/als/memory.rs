@@ -41,7 +41,9 @@ pub const BASE_BYTES: u64 = 64 << 20;
 
 impl MemEstimate {
     pub fn total(&self) -> u64 {
-        self.parts.iter().map(|p| p.1).sum()
+        self.parts
+            .iter()
+            .fold(0u64, |acc, p| acc.saturating_add(p.1))
     }
 
     /// `4.2 GB (tables 1.5 GB, CSR 1.6 GB, ...)`.

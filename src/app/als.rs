@@ -64,7 +64,7 @@ pub fn global_run<C: Comm>(comm: &C, args: &AlsArgs, preempt: Preemption) -> Res
             .append(true)
             .open(p)
             .map(Some)
-            .map_err(|e| Error::io(p, e)),
+            .map_err(|e| Error::input(p, format!("cannot open the metrics file: {e}"))),
         _ => Ok(None),
     };
     let mut metrics = comm.agree(opened)?;

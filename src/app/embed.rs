@@ -58,6 +58,75 @@ pub fn parse_bytes(s: &str) -> Result<u64> {
     Ok((v * mult as f64) as u64)
 }
 
+/// An upper bound of what one embed rank holds: `tables` bytes of its table shards
+/// with their optimizer state, the MLP (weights, gradient, accumulated gradient,
+/// optimizer state), a micro-batch's activations (forward values, pre-activations
+/// and gradients of every layer) and its lookups (ids and looked-up rows, sent and
+/// received, as if one rank served the whole micro-batch). Pure arithmetic.
+pub fn embed_estimate(
+    spec: &ModelSpec,
+    micro: usize,
+    ranks: usize,
+    dense: DenseOptKind,
+    tables: u64,
+) -> crate::als::memory::MemEstimate {
+    let f = 4.0f64;
+    let layers = spec.mlp_layers();
+    let params: f64 = layers
+        .windows(2)
+        .map(|w| (w[0] as f64 + 1.0) * w[1] as f64)
+        .sum();
+    let state = match dense {
+        DenseOptKind::Adagrad => 1.0,
+        DenseOptKind::Adam => 2.0,
+    };
+    let per_rank = micro.div_ceil(ranks.max(1)) as f64;
+    let width: f64 = layers.iter().map(|&l| l as f64).sum();
+    let ids: f64 = spec.tables.iter().map(|t| t.valency).sum();
+    let row_floats: f64 = spec.tables.iter().map(|t| t.valency * t.dim as f64).sum();
+    let b = |x: f64| {
+        if x >= u64::MAX as f64 {
+            u64::MAX
+        } else {
+            x as u64
+        }
+    };
+    crate::als::memory::MemEstimate {
+        parts: vec![
+            ("tables", tables),
+            ("MLP", b(params * f * (3.0 + state))),
+            ("activations", b(per_rank * width * f * 3.0)),
+            ("lookups", b(micro as f64 * (ids + row_floats) * f * 2.0)),
+            ("base", crate::als::memory::BASE_BYTES),
+        ],
+    }
+}
+
+/// Refuse (exit 2) a model and batch whose [`embed_estimate`] exceeds the node's
+/// memory divided by the ranks on it (`--mem-per-rank` bounds the tables alone).
+fn check_embed_memory(
+    spec: &ModelSpec,
+    micro: usize,
+    ranks: usize,
+    dense: DenseOptKind,
+    tables: u64,
+) -> Result<()> {
+    let est = embed_estimate(spec, micro, ranks, dense, tables);
+    let total = est
+        .parts
+        .iter()
+        .fold(0u64, |acc, p| acc.saturating_add(p.1));
+    match crate::als::memory::limit(None) {
+        Some(limit) if total > limit => Err(Error::Config(format!(
+            "this model and batch need an estimated {} per rank, more than {} (the node's memory divided by the {} rank(s) on it); use a smaller --batch, smaller tables or hidden layers, or more ranks",
+            est.describe(),
+            human_bytes(limit),
+            crate::als::memory::ranks_on_node()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// The model named by `--preset` or `--tables`.
 pub fn resolve_model(m: &ModelArgs) -> Result<ModelSpec> {
     match (&m.preset, &m.tables) {
@@ -222,7 +291,7 @@ fn global_resolve_plan<C: Comm>(
                 }
                 path => {
                     let p = PathBuf::from(path);
-                    let text = std::fs::read_to_string(&p).map_err(|e| Error::io(&p, e))?;
+                    let text = crate::error::read_text(&p)?;
                     serde_json::from_str(&text)
                         .map_err(|e| Error::input(&p, format!("not a plan: {e}")))?
                 }
@@ -306,7 +375,16 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
                 (spec, Source::Generated(g))
             }
         };
-        let micro = a.global_batch.unwrap_or(a.batch * comm.size());
+        let micro = match a.global_batch {
+            Some(m) => m,
+            None => a.batch.checked_mul(comm.size()).ok_or_else(|| {
+                Error::Config(format!(
+                    "--batch {} x {} ranks overflows",
+                    a.batch,
+                    comm.size()
+                ))
+            })?,
+        };
         if micro == 0 {
             return Err(Error::Config(
                 "--batch/--global-batch must be at least 1".into(),
@@ -315,8 +393,12 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         if a.accumulate == 0 {
             return Err(Error::Config("--accumulate must be at least 1".into()));
         }
-        if !(a.table_lr > 0.0 && a.dense_lr > 0.0) {
-            return Err(Error::Config("learning rates must be > 0".into()));
+        for (flag, lr) in [("--table-lr", a.table_lr), ("--dense-lr", a.dense_lr)] {
+            if !(lr.is_finite() && lr > 0.0) {
+                return Err(Error::Config(format!(
+                    "{flag} {lr}: a learning rate must be a finite number > 0"
+                )));
+            }
         }
         let mem = a.mem_per_rank.as_deref().map(parse_bytes).transpose()?;
         if let Some(out) = &a.out {
@@ -335,6 +417,8 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
                 micro * a.accumulate
             )));
         }
+        // What does not depend on the placement, before the plan samples batches.
+        check_embed_memory(&spec, micro, comm.size(), a.dense_opt, 0)?;
         let cfg = EmbedConfig {
             spec,
             seed: a.seed,
@@ -362,7 +446,7 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
             .append(true)
             .open(p)
             .map(Some)
-            .map_err(|e| Error::io(p, e)),
+            .map_err(|e| Error::input(p, format!("cannot open the metrics file: {e}"))),
         _ => Ok(None),
     };
     let mut metrics = comm.agree(opened)?;
@@ -401,6 +485,18 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
             plan_summary(s, &plan, cfg.table_opt.state_per_row() as u64)
         );
     }
+    let tables = plan
+        .bytes_per_rank(&cfg.spec, cfg.table_opt.state_per_row() as u64)
+        .into_iter()
+        .max()
+        .unwrap_or(0);
+    comm.agree(check_embed_memory(
+        &cfg.spec,
+        cfg.micro,
+        comm.size(),
+        a.dense_opt,
+        tables,
+    ))?;
     let rank = comm.rank();
     let steps = cfg.steps;
     let (log_every, eval_every) = (cfg.log_every, cfg.eval_every);
@@ -580,85 +676,117 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
     })
 }
 
+/// Largest `plan --ranks` (a torus of 2^16 chips is beyond any this project models).
+pub const MAX_PLAN_RANKS: usize = 1 << 16;
+/// Largest `plan --tasks`.
+pub const MAX_PLAN_TASKS: usize = 10_000;
+/// Most ids one sampled global batch may hold for `plan` (about 4 GB as u32 ids).
+pub const MAX_SAMPLED_IDS: u64 = 1 << 30;
+
 /// Collective: every rank must call (rank 0 does the work). `torusrec plan`.
 pub fn global_plan<C: Comm>(comm: &C, a: &PlanArgs) -> Result<()> {
-    let res =
-        (|| -> Result<()> {
-            let spec = resolve_model(&a.model)?;
-            if a.ranks == 0 || a.batch == 0 {
-                return Err(Error::Config(
-                    "--ranks and --batch must be at least 1".into(),
-                ));
-            }
-            let mem = a.mem_per_rank.as_deref().map(parse_bytes).transpose()?;
-            if let Some(out) = &a.out {
-                crate::data::dataset::check_output(out, a.force)?;
-            }
-            if comm.rank() != 0 {
-                return Ok(());
-            }
-            if a.tasks > 0 {
-                return plan_tasks(&spec, a, mem);
-            }
-            let state = table_opt(a.table_opt, 0.01).state_per_row() as u64;
-            let (stats, how) = if a.estimate {
-                (
-                    crate::embed::stats::synthetic_stats(&spec, a.ranks, a.batch),
-                    "estimated",
-                )
-            } else {
-                let src = Source::Generated(ClickGen::new(&spec, a.seed));
-                load_or_measure_stats(
-                    &spec,
-                    &src,
-                    a.seed,
-                    a.ranks,
-                    a.batch,
-                    a.sample_batches,
-                    a.stats.as_deref(),
-                )?
-            };
-            let mem = mem.unwrap_or(u64::MAX);
-            println!(
+    let res = (|| -> Result<()> {
+        let spec = resolve_model(&a.model)?;
+        if a.ranks == 0 || a.batch == 0 {
+            return Err(Error::Config(
+                "--ranks and --batch must be at least 1".into(),
+            ));
+        }
+        // The planner keeps costs per rank and table, and the batch statistics
+        // sample global batches of --batch x --ranks examples.
+        if a.ranks > MAX_PLAN_RANKS {
+            return Err(Error::Config(format!(
+                "--ranks {}: at most {MAX_PLAN_RANKS}",
+                a.ranks
+            )));
+        }
+        if a.tasks > MAX_PLAN_TASKS {
+            return Err(Error::Config(format!(
+                "--tasks {}: at most {MAX_PLAN_TASKS}",
+                a.tasks
+            )));
+        }
+        let ids: f64 = spec.tables.iter().map(|t| t.valency).sum();
+        let sampled = a.batch as f64 * a.ranks as f64 * ids;
+        if !a.estimate && sampled > MAX_SAMPLED_IDS as f64 {
+            return Err(Error::Config(format!(
+                    "a global batch of --batch {} x --ranks {} has about {sampled:.3e} ids, more than the {MAX_SAMPLED_IDS} the statistics sample; use --estimate or a smaller --batch",
+                    a.batch, a.ranks
+                )));
+        }
+        let mem = a.mem_per_rank.as_deref().map(parse_bytes).transpose()?;
+        if let Some(out) = &a.out {
+            crate::data::dataset::check_output(out, a.force)?;
+        }
+        if comm.rank() != 0 {
+            return Ok(());
+        }
+        if a.tasks > 0 {
+            return plan_tasks(&spec, a, mem);
+        }
+        let state = table_opt(a.table_opt, 0.01).state_per_row() as u64;
+        let (stats, how) = if a.estimate {
+            (
+                crate::embed::stats::synthetic_stats(&spec, a.ranks, a.batch),
+                "estimated",
+            )
+        } else {
+            let src = Source::Generated(ClickGen::new(&spec, a.seed));
+            load_or_measure_stats(
+                &spec,
+                &src,
+                a.seed,
+                a.ranks,
+                a.batch,
+                a.sample_batches,
+                a.stats.as_deref(),
+            )?
+        };
+        let mem = mem.unwrap_or(u64::MAX);
+        println!(
             "plan: {} tables, {} of rows and state, {} ranks x {} per rank; batch statistics {how}",
             spec.tables.len(),
             human_bytes(spec.total_bytes() + spec.total_rows() * state * 4),
             a.ranks,
-            if mem == u64::MAX { "unlimited".to_string() } else { human_bytes(mem) }
+            if mem == u64::MAX {
+                "unlimited".to_string()
+            } else {
+                human_bytes(mem)
+            }
         );
-            let opts = plan_options(a.ranks, Some(mem), table_opt(a.table_opt, 0.01), a.seed);
-            let (plan, rep) = planner::plan_auto(&spec, &stats, &opts)?;
+        let opts = plan_options(a.ranks, Some(mem), table_opt(a.table_opt, 0.01), a.seed);
+        let (plan, rep) = planner::plan_auto(&spec, &stats, &opts)?;
+        println!(
+            "{:<14} {:>10} {:>9} {:>12} {:>12}",
+            "method", "imbalance", "balance", "max cost s", "max memory"
+        );
+        let row = |name: &str, r: &planner::PlanReport| {
             println!(
-                "{:<14} {:>10} {:>9} {:>12} {:>12}",
-                "method", "imbalance", "balance", "max cost s", "max memory"
-            );
-            let row = |name: &str, r: &planner::PlanReport| {
-                println!(
-                    "{name:<14} {:>10.3} {:>9.3} {:>12.6} {:>12}",
-                    r.imbalance,
-                    r.balance,
-                    r.max_cost,
-                    human_bytes(r.bytes_per_rank.iter().copied().max().unwrap_or(0))
-                )
-            };
-            row("planner", &rep);
-            for h in Heuristic::ALL {
-                match planner::plan_heuristic(h, &spec, &stats, &opts) {
-                    Ok((_, r)) => row(h.name(), &r),
-                    Err(e) => println!("{:<14} does not fit: {e}", h.name()),
-                }
+                "{name:<14} {:>10.3} {:>9.3} {:>12.6} {:>12}",
+                r.imbalance,
+                r.balance,
+                r.max_cost,
+                human_bytes(r.bytes_per_rank.iter().copied().max().unwrap_or(0))
+            )
+        };
+        row("planner", &rep);
+        for h in Heuristic::ALL {
+            match planner::plan_heuristic(h, &spec, &stats, &opts) {
+                Ok((_, r)) => row(h.name(), &r),
+                Err(e) => println!("{:<14} does not fit: {e}", h.name()),
             }
-            println!("plan: {}", plan_summary(&spec, &plan, state));
-            if let Some(out) = &a.out {
-                let tmp = crate::data::dataset::temp_path(out);
-                let text = serde_json::to_string_pretty(&plan)
-                    .map_err(|e| Error::Config(format!("plan: {e}")))?;
-                std::fs::write(&tmp, text).map_err(|e| Error::io(&tmp, e))?;
-                std::fs::rename(&tmp, out).map_err(|e| Error::io(out, e))?;
-                println!("wrote {}", out.display());
-            }
-            Ok(())
-        })();
+        }
+        println!("plan: {}", plan_summary(&spec, &plan, state));
+        if let Some(out) = &a.out {
+            let tmp = crate::data::dataset::temp_path(out);
+            let text = serde_json::to_string_pretty(&plan)
+                .map_err(|e| Error::Config(format!("plan: {e}")))?;
+            std::fs::write(&tmp, text).map_err(|e| Error::io(&tmp, e))?;
+            std::fs::rename(&tmp, out).map_err(|e| Error::io(out, e))?;
+            println!("wrote {}", out.display());
+        }
+        Ok(())
+    })();
     comm.agree(res)
 }
 

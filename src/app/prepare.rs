@@ -8,12 +8,15 @@ use crate::cli::{GenerateWebgraphArgs, InputFormat, PrepareArgs};
 use crate::comm::Comm;
 use crate::data::dataset::check_output;
 use crate::data::prepare::SplitMeta;
-use crate::data::readers::{bv_info, read_mtx, read_tsv, SourceInfo};
-use crate::data::stream::{global_prepare_stream, BvRows, MemoryRows, StreamOpts, SyntheticRows};
+use crate::data::readers::{bv_info, read_mtx_pairs, read_tsv_pairs, SourceInfo};
+use crate::data::stream::{
+    check_memory, global_prepare_stream, global_prepare_stream_mapped, BvRows, IdMap, MemoryRows,
+    StreamOpts, SyntheticRows,
+};
 use crate::data::webgraph_gen::WebGraphSpec;
 use crate::error::{Error, Result};
 use crate::metrics::{human_bytes, peak_rss_bytes};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// Where the graph comes from.
@@ -117,6 +120,45 @@ pub struct PrepareReport {
     pub peak_rss_bytes: u64,
 }
 
+/// Free bytes on the file system that holds `dir` (None if unknown).
+fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs writes only into `st`; `c` is a valid NUL-terminated path.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+}
+
+/// Refuse (exit 2) an output that cannot fit on its file system: the dataset holds
+/// every arc twice (`/train` and `/train_t`, u32) and a few u64 per node; the
+/// temporary file is written next to `out`.
+fn check_disk(out: &Path, nodes: u64, arcs: u64) -> Result<()> {
+    let need = arcs
+        .saturating_mul(8)
+        .saturating_add(nodes.saturating_mul(24));
+    let dir = match out.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    match free_bytes(dir) {
+        Some(free) if need > free => Err(Error::input(
+            out,
+            format!(
+                "{} nodes and {} arcs need an estimated {} of disk, more than the {} free in {}",
+                group(nodes),
+                group(arcs),
+                human_bytes(need),
+                human_bytes(free),
+                dir.display()
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Collective: every rank must call. Reads (or generates) this rank's block of the
 /// graph, applies the protocol and writes the dataset with the streaming path
 /// (`crate::data::stream`). Rank 0 prints a summary.
@@ -140,6 +182,14 @@ pub fn global_run_with<C: Comm>(
             // BV rows stream from the file: every pass decodes the stream again (the
             // first one whole, checking it).
             let info = comm.agree(bv_info(path))?;
+            comm.agree(check_memory(
+                &info.name,
+                info.nodes,
+                size,
+                cfg.min_links,
+                opts,
+            ))?;
+            comm.agree(check_disk(&cfg.out, info.nodes, info.arcs))?;
             let src = BvRows::new(path, &info, rank, size);
             let r =
                 global_prepare_stream(comm, &src, &info, cfg.min_links, cfg.seed, &cfg.out, opts)?;
@@ -150,13 +200,34 @@ pub fn global_run_with<C: Comm>(
             // TSV and MTX readers materialize the rank's block; filter, split,
             // transpose and writing stream from it.
             let read = match format {
-                InputFormat::Tsv => read_tsv(path, rank, size),
-                InputFormat::Mtx => read_mtx(path, rank, size),
+                InputFormat::Tsv => read_tsv_pairs(path),
+                InputFormat::Mtx => read_mtx_pairs(path),
                 InputFormat::Bv | InputFormat::Synthetic => {
                     unreachable!("handled above / Source::Synthetic")
                 }
             };
-            let (info, rows) = comm.agree(read)?;
+            let mut edges = comm.agree(read)?;
+            // With K >= 1 only ids that occur can be kept: renumber them densely so
+            // that memory follows the arcs, not the largest id (same dataset). With
+            // K = 0 every id up to the largest is a node: check that they fit.
+            let source_nodes = edges.info.nodes;
+            let ids = if cfg.min_links > 0 {
+                edges
+                    .renumber_dense()
+                    .map(|ids| IdMap { ids, source_nodes })
+            } else {
+                None
+            };
+            let opts_ok = check_memory(
+                &edges.info.name,
+                edges.info.nodes,
+                size,
+                cfg.min_links,
+                opts,
+            );
+            comm.agree(opts_ok)?;
+            comm.agree(check_disk(&cfg.out, edges.info.nodes, edges.info.arcs))?;
+            let (info, rows) = edges.into_block(rank, size);
             let t_read = t0.elapsed().as_secs_f64();
             if rank == 0 {
                 log::info!(
@@ -167,8 +238,16 @@ pub fn global_run_with<C: Comm>(
                 );
             }
             let src = MemoryRows(rows);
-            let r =
-                global_prepare_stream(comm, &src, &info, cfg.min_links, cfg.seed, &cfg.out, opts)?;
+            let r = global_prepare_stream_mapped(
+                comm,
+                &src,
+                &info,
+                ids.as_ref(),
+                cfg.min_links,
+                cfg.seed,
+                &cfg.out,
+                opts,
+            )?;
             (r, t_read)
         }
         Source::Synthetic {
@@ -176,6 +255,9 @@ pub fn global_run_with<C: Comm>(
             scale,
             spec,
         } => {
+            let name = format!("synthetic:webgraph:{preset}:scale={scale}");
+            comm.agree(check_memory(&name, spec.nodes, size, cfg.min_links, opts))?;
+            comm.agree(check_disk(&cfg.out, spec.nodes, spec.arcs))?;
             let src = SyntheticRows::new(spec, cfg.seed, rank, size);
             let info = SourceInfo {
                 name: format!(

@@ -158,7 +158,7 @@ pub fn global_prepare_checkpoints<C: Comm>(
     };
     let local = if comm.rank() == 0 {
         (|| -> Result<Vec<std::path::PathBuf>> {
-            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+            create_dir(dir)?;
             if let Some(h) = read_hold(dir)? {
                 if !ck.release_hold {
                     return Err(Error::Hold(format!(
@@ -262,6 +262,14 @@ pub struct Hold {
 }
 
 /// Write `HOLD.json` into `dir` (atomically).
+/// Create the checkpoint directory (and its parents). A path where no directory
+/// can be made is the user's error (exit 2), found before any work is done.
+pub fn create_dir(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::input(dir, format!("cannot create the checkpoint directory: {e}")))?;
+    crate::data::dataset::probe_writable(&dir.join("probe"))
+}
+
 pub fn write_hold(dir: &Path, hold: &Hold) -> Result<PathBuf> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let path = dir.join(HOLD_FILE);

@@ -59,7 +59,7 @@ pub fn coords_to_rank(dims: &[usize], coords: &[usize]) -> usize {
 
 /// Parse `--torus 4x2` or `4x2x2` and check it multiplies to `size`.
 pub fn parse_torus(spec: &str, size: usize) -> Result<Vec<usize>> {
-    let bad = |why: &str| Error::Config(format!("--torus {spec:?}: {why}"));
+    let bad = |why: &str| Error::Config(format!("--torus {}: {why}", crate::error::quote(spec)));
     let dims = spec
         .split(['x', 'X'])
         .map(|p| p.trim().parse::<usize>().ok().filter(|&d| d > 0))
@@ -68,7 +68,10 @@ pub fn parse_torus(spec: &str, size: usize) -> Result<Vec<usize>> {
     if !(1..=3).contains(&dims.len()) {
         return Err(bad("a torus has 1, 2 or 3 dimensions"));
     }
-    let product: usize = dims.iter().product();
+    let product = dims
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| bad("the dimensions multiply to more than any job has ranks"))?;
     if product != size {
         return Err(bad(&format!(
             "multiplies to {product} but the job has {size} ranks"
@@ -147,6 +150,11 @@ mod tests {
             "{e}"
         );
         assert!(parse_torus("4xa", 4).is_err());
+        // 3 x 12297829382473034411 wraps to 1 in 64-bit arithmetic.
+        let e = parse_torus("3x12297829382473034411", 1)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("multiply to more than"), "{e}");
         assert!(parse_torus("0x4", 0).is_err());
     }
 }

@@ -54,6 +54,12 @@ pub fn temp_path(out: &Path) -> PathBuf {
 
 /// Refuse an existing output unless `force` (call on every rank before any work).
 pub fn check_output(out: &Path, force: bool) -> Result<()> {
+    if out.is_dir() {
+        return Err(Error::input(
+            out,
+            "is a directory: --out names the output file",
+        ));
+    }
     if out.exists() && !force {
         return Err(Error::OutputExists(out.to_path_buf()));
     }
@@ -62,25 +68,32 @@ pub fn check_output(out: &Path, force: bool) -> Result<()> {
             return Err(Error::input(dir, "output directory does not exist"));
         }
     }
-    Ok(())
+    probe_writable(out)
 }
 
-/// Refuse an output whose directory cannot be written: create its `.partial`
-/// temporary (the name the writer will use) and remove it again. Call on one rank
-/// before any work, after [`check_output`].
+/// Fail now, not after the work, when no file can be created next to `out` (a
+/// read-only directory, `/proc`, ...): create and remove a probe file there. Each
+/// process uses its own name, so ranks may probe at once.
 pub fn probe_writable(out: &Path) -> Result<()> {
-    if out.is_dir() {
-        return Err(Error::input(out, "the output is a directory"));
-    }
-    let tmp = temp_path(out);
-    std::fs::OpenOptions::new()
+    let mut name = out.as_os_str().to_owned();
+    name.push(format!(".probe{}", std::process::id()));
+    let probe = std::path::PathBuf::from(name);
+    match std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&tmp)
-        .map_err(|e| Error::input(out, format!("cannot write the output: {e}")))?;
-    std::fs::remove_file(&tmp)
-        .map_err(|e| Error::input(out, format!("cannot write the output: {e}")))
+        .create_new(true)
+        .open(&probe)
+    {
+        Ok(f) => {
+            drop(f);
+            let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(Error::input(
+            out,
+            format!("cannot write the output here: {e}"),
+        )),
+    }
 }
 
 /// Sizes of one rank's part: rows, train nnz, cols, train_t nnz, tests, fold nnz, holdout nnz.

@@ -4,9 +4,11 @@
 //! - `bv`: a WebGraph BV graph (`BASE.graph` + `BASE.properties`; `.offsets` is not
 //!   needed for a sequential scan). Every rank decodes the stream and keeps its block.
 //! - `tsv`: SNAP-style edge lists, `src dst` per line separated by tabs or spaces,
-//!   `#` or `%` comment lines, gzip-compressed when the name ends in `.gz`. Ids are
-//!   non-negative integers below 2^32, used as they are (no remapping); the graph has
-//!   `max id + 1` nodes.
+//!   `#` or `%` comment lines, gzip-compressed when the name ends in `.gz` (a
+//!   truncated or corrupt stream is an input error). Ids are non-negative integers
+//!   below 2^32 - 2; the graph has `max id + 1` nodes. With a variant filter K >= 1,
+//!   `prepare` renumbers the ids that occur densely (`EdgeList::renumber_dense`) and
+//!   keeps the original ids in `/node_ids`, so a sparse id space costs memory by arcs.
 //! - `mtx`: Matrix Market `coordinate` files (pattern, integer or real; values are
 //!   ignored; `symmetric` adds both directions). Ids are 1-based; the graph has
 //!   `max(rows, cols)` nodes.
@@ -57,8 +59,7 @@ pub fn bv_info(basename: &Path) -> Result<SourceInfo> {
             ));
         }
     }
-    let props = std::fs::read_to_string(with_ext(".properties"))
-        .map_err(|e| Error::io(with_ext(".properties"), e))?;
+    let props = crate::error::read_text(&with_ext(".properties"))?;
     let prop = |key: &str| -> Result<u64> {
         props
             .lines()
@@ -174,14 +175,21 @@ pub fn read_bv(basename: &Path, rank: usize, size: usize) -> Result<(SourceInfo,
     Ok((info, rows))
 }
 
+/// Whether `path` names a gzip-compressed file (by its `.gz` extension).
+fn is_gz(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "gz")
+}
+
 fn open_text(path: &Path) -> Result<Box<dyn BufRead>> {
     if !path.is_file() {
         return Err(Error::input(path, "no such file"));
     }
     let f =
         std::fs::File::open(path).map_err(|e| Error::input(path, format!("cannot open: {e}")))?;
-    let gz = path.extension().is_some_and(|e| e == "gz");
-    let r: Box<dyn Read> = if gz {
+    let r: Box<dyn Read> = if is_gz(path) {
+        // Multi-member gzip; flate2 checks every member's CRC and length and reports
+        // a stream cut anywhere (in a header, a deflate block or a trailer), a bad
+        // header or trailing garbage as a read error, which becomes an input error.
         Box::new(flate2::read::MultiGzDecoder::new(f))
     } else {
         Box::new(f)
@@ -196,9 +204,16 @@ fn for_each_line(path: &Path, mut f: impl FnMut(u64, &str) -> Result<()>) -> Res
     let mut line_no = 0u64;
     loop {
         buf.clear();
-        let n = r
-            .read_until(b'\n', &mut buf)
-            .map_err(|e| Error::io(path, e))?;
+        let n = r.read_until(b'\n', &mut buf).map_err(|e| {
+            if is_gz(path) {
+                Error::input(
+                    path,
+                    format!("the compressed stream is truncated or corrupt: {e}"),
+                )
+            } else {
+                Error::io(path, e)
+            }
+        })?;
         if n == 0 {
             return Ok(());
         }
@@ -228,8 +243,75 @@ fn parse_id(path: &Path, line: u64, tok: Option<&str>, what: &str) -> Result<u64
     })
 }
 
+/// Append an arc, growing the list fallibly: an edge list too large for this
+/// machine's memory is an input error, not an abort.
+fn push_pair(pairs: &mut Vec<(u32, u32)>, p: (u32, u32), path: &Path) -> Result<()> {
+    if pairs.len() == pairs.capacity() {
+        pairs.try_reserve(pairs.len().max(1 << 16)).map_err(|_| {
+            Error::input(
+                path,
+                format!(
+                    "out of memory after {} arcs: the edge list is too large to read on this node",
+                    pairs.len()
+                ),
+            )
+        })?;
+    }
+    pairs.push(p);
+    Ok(())
+}
+
+/// An edge list read whole: its size and every arc as (source, target) ids.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EdgeList {
+    pub info: SourceInfo,
+    pub pairs: Vec<(u32, u32)>,
+}
+
+impl EdgeList {
+    /// The rows of block `rank` of `size` of the graph's `info.nodes` nodes.
+    pub fn into_block(self, rank: usize, size: usize) -> (SourceInfo, LocalRows) {
+        let Self { info, mut pairs } = self;
+        let (lo, hi) = block_range(info.nodes, size, rank);
+        pairs.retain(|&(s, _)| (s as u64) >= lo && (s as u64) < hi);
+        let rows = LocalRows::from_pairs(lo, hi, &pairs);
+        (info, rows)
+    }
+
+    /// Renumber the ids that occur densely, keeping their order: the graph then has
+    /// as many nodes as distinct ids instead of `max id + 1`. Returns the original id
+    /// of each new one (increasing), or `None` when the ids already are `0..nodes`.
+    /// A node that occurs in no arc has no links, so a variant filter with K >= 1
+    /// removes it anyway: with K >= 1 the prepared dataset is the same either way,
+    /// and a sparse id space (ids up to 2^32 - 3) costs memory by arcs, not by ids.
+    pub fn renumber_dense(&mut self) -> Option<Vec<u32>> {
+        let mut ids: Vec<u32> = Vec::with_capacity(2 * self.pairs.len());
+        for &(s, t) in &self.pairs {
+            ids.push(s);
+            ids.push(t);
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        if ids.len() as u64 == self.info.nodes {
+            return None;
+        }
+        let new = |x: u32| ids.partition_point(|&v| v < x) as u32;
+        for p in self.pairs.iter_mut() {
+            *p = (new(p.0), new(p.1));
+        }
+        self.info.nodes = ids.len() as u64;
+        ids.shrink_to_fit();
+        Some(ids)
+    }
+}
+
 /// Read a SNAP-style edge list, keeping the rows of block `rank` of `size`.
 pub fn read_tsv(path: &Path, rank: usize, size: usize) -> Result<(SourceInfo, LocalRows)> {
+    Ok(read_tsv_pairs(path)?.into_block(rank, size))
+}
+
+/// Read a SNAP-style edge list whole.
+pub fn read_tsv_pairs(path: &Path) -> Result<EdgeList> {
     let mut pairs: Vec<(u32, u32)> = Vec::new();
     let mut max_id: Option<u64> = None;
     for_each_line(path, |line_no, line| {
@@ -260,8 +342,7 @@ pub fn read_tsv(path: &Path, rank: usize, size: usize) -> Result<(SourceInfo, Lo
             }
         }
         max_id = Some(max_id.map_or(s.max(d), |m| m.max(s).max(d)));
-        pairs.push((s as u32, d as u32));
-        Ok(())
+        push_pair(&mut pairs, (s as u32, d as u32), path)
     })?;
     let nodes = max_id.map_or(0, |m| m + 1);
     if pairs.is_empty() {
@@ -269,20 +350,23 @@ pub fn read_tsv(path: &Path, rank: usize, size: usize) -> Result<(SourceInfo, Lo
     }
     check_nodes(path, nodes)?;
     let arcs = pairs.len() as u64;
-    let (lo, hi) = block_range(nodes, size, rank);
-    pairs.retain(|&(s, _)| (s as u64) >= lo && (s as u64) < hi);
-    Ok((
-        SourceInfo {
+    Ok(EdgeList {
+        info: SourceInfo {
             name: format!("tsv:{}", path.display()),
             nodes,
             arcs,
         },
-        LocalRows::from_pairs(lo, hi, &pairs),
-    ))
+        pairs,
+    })
 }
 
 /// Read a Matrix Market coordinate file, keeping the rows of block `rank` of `size`.
 pub fn read_mtx(path: &Path, rank: usize, size: usize) -> Result<(SourceInfo, LocalRows)> {
+    Ok(read_mtx_pairs(path)?.into_block(rank, size))
+}
+
+/// Read a Matrix Market coordinate file whole.
+pub fn read_mtx_pairs(path: &Path) -> Result<EdgeList> {
     let perr = |line: u64, msg: String| Error::Parse {
         path: path.into(),
         line,
@@ -353,9 +437,9 @@ pub fn read_mtx(path: &Path, rank: usize, size: usize) -> Result<(SourceInfo, Lo
                 }
                 entries += 1;
                 let (s, d) = ((i - 1) as u32, (j - 1) as u32);
-                pairs.push((s, d));
+                push_pair(&mut pairs, (s, d), path)?;
                 if symmetric && s != d {
-                    pairs.push((d, s));
+                    push_pair(&mut pairs, (d, s), path)?;
                 }
             }
         }
@@ -375,16 +459,14 @@ pub fn read_mtx(path: &Path, rank: usize, size: usize) -> Result<(SourceInfo, Lo
     }
     check_nodes(path, nodes)?;
     let arcs = pairs.len() as u64;
-    let (lo, hi) = block_range(nodes, size, rank);
-    pairs.retain(|&(s, _)| (s as u64) >= lo && (s as u64) < hi);
-    Ok((
-        SourceInfo {
+    Ok(EdgeList {
+        info: SourceInfo {
             name: format!("mtx:{}", path.display()),
             nodes,
             arcs,
         },
-        LocalRows::from_pairs(lo, hi, &pairs),
-    ))
+        pairs,
+    })
 }
 
 #[cfg(test)]

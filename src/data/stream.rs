@@ -589,14 +589,82 @@ pub fn global_prepare_stream<C: Comm, S: RowSource>(
     out: &Path,
     opts: &StreamOpts,
 ) -> Result<StreamReport> {
+    global_prepare_stream_mapped(comm, src, info, None, min_links, seed, out, opts)
+}
+
+/// The original ids of a densely renumbered source (an edge list with a sparse id
+/// space, `EdgeList::renumber_dense`): `ids[u]` is node `u`'s id in the input, and
+/// `source_nodes` the input's id space (`max id + 1`), recorded as `source_nodes`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdMap {
+    pub ids: Vec<u32>,
+    pub source_nodes: u64,
+}
+
+/// Bytes one rank of [`global_prepare_stream`] holds for a graph of `nodes` nodes of
+/// which it owns `block_rows`: the arrays by node (in-degrees when `min_links > 0`,
+/// the renumbering, the kept mask, the column counts), the arrays by owned row, and
+/// the chunk and transpose buffers of `opts`. Pure arithmetic, no overflow.
+pub fn estimate_bytes(nodes: u64, block_rows: u64, min_links: u64, opts: &StreamOpts) -> u64 {
+    let per_node = if min_links > 0 { 8 } else { 0 } + 4 + 1 + 8;
+    let per_row = 4 + 4 + 8 + 1 + 1 + 8;
+    let buffers = opts.chunk_arcs as u64 * 12 * 3 + opts.transpose_arcs as u64 * 4;
+    nodes
+        .saturating_mul(per_node)
+        .saturating_add(block_rows.saturating_mul(per_row))
+        .saturating_add(buffers)
+}
+
+/// Refuse (exit 2) a preparation whose [`estimate_bytes`] exceeds the node's memory
+/// divided by the ranks on it, before anything sized by the input is allocated.
+/// Rank-local and identical on every rank.
+pub fn check_memory(
+    name: &str,
+    nodes: u64,
+    ranks: usize,
+    min_links: u64,
+    opts: &StreamOpts,
+) -> Result<()> {
+    let block = nodes.div_ceil(ranks.max(1) as u64);
+    let need = estimate_bytes(nodes, block, min_links, opts);
+    match crate::als::memory::limit(None) {
+        Some(limit) if need > limit => Err(Error::Input {
+            path: name.into(),
+            msg: format!(
+                "{} nodes (K = {min_links}) need an estimated {} per rank to prepare, more than {} (the node's memory divided by the {} rank(s) on it)",
+                crate::app::group(nodes),
+                crate::metrics::human_bytes(need),
+                crate::metrics::human_bytes(limit),
+                crate::als::memory::ranks_on_node()
+            ),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// [`global_prepare_stream`] of a renumbered source: `ids` (when given) maps its
+/// nodes back to the input's ids for `/node_ids` and `source_nodes`.
+#[allow(clippy::too_many_arguments)]
+pub fn global_prepare_stream_mapped<C: Comm, S: RowSource>(
+    comm: &C,
+    src: &S,
+    info: &SourceInfo,
+    ids: Option<&IdMap>,
+    min_links: u64,
+    seed: u64,
+    out: &Path,
+    opts: &StreamOpts,
+) -> Result<StreamReport> {
     let _phase = comm.stats().phase("prepare");
     let me = comm.rank();
     let p = comm.size();
     let log_on = me == 0;
+    comm.agree(check_memory(&info.name, info.nodes, p, min_links, opts))?;
     let n = usize::try_from(info.nodes)
         .map_err(|_| Error::input(&info.name, "too many nodes for this platform"))?;
     let (blo, bhi) = src.block();
     let block_rows = (bhi - blo) as usize;
+    let orig = |u: u64| -> u64 { ids.map_or(u, |m| m.ids[u as usize] as u64) };
 
     // Pass 1: degrees. With K = 0 every node is kept, so in-degrees are not needed,
     // and a source that knows its cleaned out-degrees (the generator) skips the pass.
@@ -680,7 +748,7 @@ pub fn global_prepare_stream<C: Comm, S: RowSource>(
     // (K = 0, the default of synthetic graphs) they are the cleaned out-degrees.
     let mut prog = Progress::new(log_on, "filter", block_rows as u64);
     let (flen, node_ids) = if num_kept == info.nodes {
-        (out_deg, (blo..bhi).collect::<Vec<u64>>())
+        (out_deg, (blo..bhi).map(orig).collect::<Vec<u64>>())
     } else {
         drop(out_deg);
         let mut flen: Vec<u32> = Vec::new();
@@ -701,7 +769,7 @@ pub fn global_prepare_stream<C: Comm, S: RowSource>(
                 .collect();
             for (i, l) in lens.into_iter().enumerate() {
                 if let Some(l) = l {
-                    node_ids.push(rows.lo + i as u64);
+                    node_ids.push(orig(rows.lo + i as u64));
                     flen.push(l);
                 }
             }
@@ -762,7 +830,7 @@ pub fn global_prepare_stream<C: Comm, S: RowSource>(
         min_links,
         seed,
         source: info.name.clone(),
-        source_nodes: info.nodes,
+        source_nodes: ids.map_or(info.nodes, |m| m.source_nodes),
         source_arcs: info.arcs,
     };
     let rows_n = num_kept as usize;

@@ -150,7 +150,8 @@ impl WebGraphSpec {
         let p = preset(name).ok_or_else(|| {
             let names: Vec<&str> = PRESETS.iter().map(|p| p.name).collect();
             format!(
-                "unknown webgraph preset {name:?}; valid presets: {}",
+                "unknown webgraph preset {}; valid presets: {}",
+                crate::error::quote(name),
                 names.join(", ")
             )
         })?;

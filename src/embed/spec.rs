@@ -156,7 +156,7 @@ impl ModelSpec {
 
     /// Read and validate a TOML model file.
     pub fn from_toml_file(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let text = crate::error::read_text(path)?;
         let spec: ModelSpec = toml::from_str(&text).map_err(|e| {
             let line = e
                 .span()

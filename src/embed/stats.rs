@@ -52,11 +52,10 @@ pub struct BatchStats {
 impl BatchStats {
     /// Read a stats file; `None` if it does not exist.
     pub fn load(path: &Path) -> Result<Option<BatchStats>> {
-        let text = match std::fs::read_to_string(path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(Error::io(path, e)),
-        };
+        if !path.exists() {
+            return Ok(None);
+        }
+        let text = crate::error::read_text(path)?;
         let stats: BatchStats = serde_json::from_str(&text)
             .map_err(|e| Error::input(path, format!("not a batch stats file: {e}")))?;
         if stats.schema != SCHEMA {
