@@ -1,5 +1,6 @@
 //! `torusrec als`: training with people-facing progress and machine-readable metrics.
 
+use super::output::RunOutput;
 use crate::als::train::{global_train_as, EpochReport, TrainReport};
 use crate::bf16::{Bf16, TableDtype};
 use crate::ckpt::signals::Preemption;
@@ -7,7 +8,6 @@ use crate::cli::AlsArgs;
 use crate::comm::Comm;
 use crate::error::{Error, Result};
 use crate::metrics::{human_bytes, peak_rss_bytes};
-use std::io::{IsTerminal, Write};
 
 /// Rayon threads per rank: `--threads`, else the cores divided by the ranks on this node.
 pub fn resolve_threads(flag: Option<usize>) -> usize {
@@ -58,16 +58,7 @@ pub fn global_run<C: Comm>(comm: &C, args: &AlsArgs, preempt: Preemption) -> Res
         .num_threads(threads)
         .build_global();
     let root = comm.rank() == 0;
-    let opened = match (&cfg.metrics, root) {
-        (Some(p), true) => std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(p)
-            .map(Some)
-            .map_err(|e| Error::input(p, format!("cannot open the metrics file: {e}"))),
-        _ => Ok(None),
-    };
-    let mut metrics = comm.agree(opened)?;
+    let mut out = RunOutput::global_open(comm, cfg.metrics.as_deref())?;
     if root {
         println!(
             "als: {} d={} tables={} epochs={} reg={} alpha0={} solver={:?} cg_steps={} exchange={:?} eval_rows={} on {} rank(s) (torus {}) x {threads} thread(s)",
@@ -85,29 +76,12 @@ pub fn global_run<C: Comm>(comm: &C, args: &AlsArgs, preempt: Preemption) -> Res
             comm.torus().shape()
         );
     }
-    let tty = root && std::io::stderr().is_terminal();
     let epochs = cfg.epochs;
     let on_epoch = |r: &EpochReport| {
-        if !root {
-            return;
-        }
-        if tty {
-            let done = r.epoch * 30 / epochs;
-            eprint!(
-                "\r[{}{}] {}/{epochs}\x1b[K",
-                "=".repeat(done),
-                " ".repeat(30 - done),
-                r.epoch
-            );
-            if r.epoch == epochs {
-                eprint!("\r\x1b[K");
-            }
-        }
-        println!("{}", epoch_line(r, epochs));
-        if let Some(m) = metrics.as_mut() {
-            if let Ok(s) = serde_json::to_string(r) {
-                let _ = writeln!(m, "{s}");
-            }
+        out.line(&epoch_line(r, epochs));
+        out.record(r);
+        if r.epoch < epochs {
+            out.progress(r.epoch as u64, epochs as u64);
         }
     };
     let (meta, report) = match cfg.table_dtype {
@@ -135,10 +109,10 @@ pub fn global_run<C: Comm>(comm: &C, args: &AlsArgs, preempt: Preemption) -> Res
             "final: Recall@20 {:.4}  Recall@50 {:.4}  over {} test rows  loss {:.6e}  checksum {:016x}",
             r.at20, r.at50, r.test_rows, report.loss, report.checksum
         );
-        if let Some(m) = metrics.as_mut() {
+        {
             let v = serde_json::json!({"final": true, "recall_at_20": r.at20, "recall_at_50": r.at50, "eval_rows": r.test_rows, "loss": report.loss,
                 "checksum": format!("{:016x}", report.checksum), "peak_rss_bytes": peak, "ranks": comm.size(), "threads": threads});
-            let _ = writeln!(m, "{v}");
+            out.record(&v);
         }
     }
     Ok(report)

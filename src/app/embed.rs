@@ -1,6 +1,6 @@
 //! `torusrec embed`, `torusrec plan` and `torusrec generate clicks`.
 
-use std::io::{IsTerminal, Write};
+use super::output::RunOutput;
 use std::path::{Path, PathBuf};
 
 use crate::app::als::resolve_threads;
@@ -440,16 +440,7 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         Ok((cfg, source))
     })();
     let (cfg, source) = comm.agree(setup)?;
-    let opened = match (&a.metrics, root) {
-        (Some(p), true) => std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(p)
-            .map(Some)
-            .map_err(|e| Error::input(p, format!("cannot open the metrics file: {e}"))),
-        _ => Ok(None),
-    };
-    let mut metrics = comm.agree(opened)?;
+    let mut out = RunOutput::global_open(comm, a.metrics.as_deref())?;
 
     let per_rank = cfg.micro.div_ceil(comm.size());
     let plan = global_resolve_plan(
@@ -575,7 +566,6 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
             );
         }
     }
-    let tty = root && std::io::stderr().is_terminal();
     let mut last = None;
     while tr.step < steps {
         let flag = preempt.is_set() || crate::ckpt::faults::preempt_at() == Some(tr.step + 1);
@@ -592,13 +582,8 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
             ));
         }
         let done = tr.step;
-        if tty && done % log_every != 0 {
-            let k = (done * 30 / steps.max(1)) as usize;
-            eprint!(
-                "\r[{}{}] {done}/{steps}\x1b[K",
-                "=".repeat(k),
-                " ".repeat(30 - k)
-            );
+        if done % log_every != 0 {
+            out.progress(done, steps);
         }
         if done % log_every == 0 || done == steps || status == StepStatus::Preempt {
             let mut r = tr.global_interval(comm)?;
@@ -607,17 +592,8 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
                 r.eval_auc = auc;
                 r.eval_logloss = ll;
             }
-            if root {
-                if tty {
-                    eprint!("\r\x1b[K");
-                }
-                println!("{}", interval_line(&r, steps));
-                if let Some(m) = metrics.as_mut() {
-                    if let Ok(s) = serde_json::to_string(&r) {
-                        let _ = writeln!(m, "{s}");
-                    }
-                }
-            }
+            out.line(&interval_line(&r, steps));
+            out.record(&r);
             last = Some(r);
         }
         if status == StepStatus::Preempt {
@@ -661,11 +637,9 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
             tr.step,
             human_bytes(peak)
         );
-        if let Some(m) = metrics.as_mut() {
-            let v = serde_json::json!({"final": true, "auc": auc, "logloss": ll, "steps": tr.step,
-                "checksum": checksum, "peak_rss_bytes": peak, "ranks": comm.size(), "threads": threads});
-            let _ = writeln!(m, "{v}");
-        }
+        let v = serde_json::json!({"final": true, "auc": auc, "logloss": ll, "steps": tr.step,
+            "checksum": checksum, "peak_rss_bytes": peak, "ranks": comm.size(), "threads": threads});
+        out.record(&v);
     }
     Ok(EmbedReport {
         steps: tr.step,

@@ -5,6 +5,7 @@
 pub mod als;
 pub mod embed;
 pub mod inspect;
+pub mod output;
 pub mod prepare;
 
 use crate::cli::{Command, GenerateCommand};
