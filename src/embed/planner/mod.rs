@@ -1,0 +1,650 @@
+//! Choosing a [`Plan`]: a cost model of one optimizer step, a planner that mixes every
+//! placement kind, and the table-wise heuristics it is compared with.
+//!
+//! # Cost model
+//!
+//! All quantities are per optimizer step and per rank `i`; the cost of a rank is the sum
+//! over the shards it holds. `N` is the world, `b` the batch per rank, and for table `t`
+//! of `V` rows and width `d`, `U` is [`TableStats::unique_per_rank_batch`] and `v` is
+//! [`TableStats::mean_valency`]. A row access of `w` floats moves
+//! `a(w) = max(4 w, line_bytes)` bytes: narrow column shards still cost a cache line.
+//!
+//! A non-replicated shard holding `rows` rows and `w` columns (table-wise: all rows and
+//! columns; row-wise: a block or residue class of rows; column-wise: all rows, some
+//! columns) serves the fraction `f = rows / V` of the ids, since hot ids are spread
+//! uniformly over rows (the generator scatters ids):
+//!
+//! - ids arriving at the owner: `n_in = N U f` (each source deduplicates its ids);
+//! - bytes exchanged: `n_in (4 + 8 w)` (the id in, the row out, the gradient in);
+//! - bytes of table memory: `n_in (3 a(w) + 4 s)` with `s` optimizer floats per row
+//!   (read the row for the forward pass, read and write it for the update; the state is
+//!   stored next to its row and read and written with it);
+//! - lookups and updates: `2 n_in`.
+//!
+//! A data-parallel table has a replica on every rank, which
+//!
+//! - reads `b v a(d)` bytes to pool its own examples (`b v` lookups),
+//! - all-reduces the full table gradient: `2 V d 4 (N - 1) / N` bytes exchanged,
+//! - and applies that dense gradient to every row: `V (3 a(d) + 4 s)` bytes of memory.
+//!
+//! The all-reduce and the dense update grow with `V`, which is why replication only
+//! pays for small tables. The pooling reads are charged to a replica although pooling
+//! the received rows is not charged to sharded placements (below), which makes the model
+//! conservative about replication. Every shard (and replica) also costs a fixed `shard_s` seconds
+//! (bucketing ids per destination, one more lookup kernel, one more message segment),
+//! the small overhead of cutting a table into many pieces.
+//!
+//! `cost_i = sum (bytes_exchanged / net_bw + bytes_memory / mem_bw + lookups lookup_s
+//! + shard_s)` over the shards on `i`. The work of the requesting side (sending its
+//! ids, pooling the rows it receives) is the same on every rank whatever the plan, so
+//! it is left out: the model ranks plans by the owners' load. The memory of rank `i`
+//! is `sum rows (w + s) 4` over its shards, exactly [`Plan::bytes_per_rank`]. Owners do
+//! not deduplicate ids across sources, so [`TableStats::unique_per_global_batch`] is
+//! not used, and the stats' `world` need not be the world planned for.
+//!
+//! # Planner
+//!
+//! [`plan_auto`] runs a deterministic local search from three starts and keeps the
+//! plan with the lowest maximum cost (then the lowest total):
+//!
+//! 1. a greedy over every placement kind: tables by descending table-wise cost, each
+//!    given the candidate that minimizes the resulting maximum cost (ties: least memory,
+//!    then least added cost, then the least loaded ranks). Candidates: table-wise on any
+//!    rank; column-wise into `k = 2, 4, ...` `<= min(N, d)` shards of even width on the
+//!    `k` least loaded ranks; row-wise block over the `k = 2, 4, ... < N` least loaded
+//!    ranks; row-wise block and cyclic over all ranks; data-parallel. While it is
+//!    possible, every choice leaves each rank room for a row-wise share of every table
+//!    still to place, so the greedy cannot paint itself into a corner;
+//! 2. table-wise longest-processing-time first under the cost model;
+//! 3. [`plan_lookup_greedy`].
+//!
+//! The local search repeatedly takes the best of these changes, if it lowers the
+//! descending vector of rank costs lexicographically (the maximum, then the next, ...): move a shard of a table on the most loaded rank
+//! to another rank, swap two table-wise tables between that rank and another, or
+//! re-place such a table with any greedy candidate. Every change respects
+//! `mem_per_rank`. Since the lookup-greedy plan is one of the starts and the search
+//! never raises the maximum, the result is never worse than lookup-greedy under the
+//! model.
+//!
+//! # Files
+//!
+//! - `mod.rs`: the public API: [`PlanOptions`], [`PlanReport`], the re-exports of the
+//!   planners and [`sample_tasks`], and the tests;
+//! - `cost.rs`: the cost model ([`CostModel`], [`evaluate`]) and the checked inputs
+//!   every planner starts from;
+//! - `heuristics.rs`: the table-wise heuristics ([`Heuristic`], [`plan_heuristic`]);
+//! - `search.rs`: the planner's greedy and local search ([`plan_auto`]).
+//!
+//! [`Plan`]: crate::embed::placement::Plan
+//! [`Plan::bytes_per_rank`]: crate::embed::placement::Plan::bytes_per_rank
+//! [`TableStats::unique_per_rank_batch`]: crate::embed::stats::TableStats::unique_per_rank_batch
+//! [`TableStats::unique_per_global_batch`]: crate::embed::stats::TableStats::unique_per_global_batch
+//! [`TableStats::mean_valency`]: crate::embed::stats::TableStats::mean_valency
+
+use std::ops::Range;
+
+use serde::{Deserialize, Serialize};
+
+use super::spec::ModelSpec;
+use crate::rng::{hash3, stream, SplitMix64};
+
+mod cost;
+mod heuristics;
+mod search;
+
+pub use cost::{evaluate, CostModel};
+pub use heuristics::{
+    plan_dim_greedy, plan_heuristic, plan_lookup_greedy, plan_random, plan_size_greedy, Heuristic,
+};
+pub use search::plan_auto;
+
+/// The model's view of one plan.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlanReport {
+    /// Modelled seconds per step of each rank.
+    pub cost_per_rank: Vec<f64>,
+    /// Bytes of rows and optimizer state on each rank ([`Plan::bytes_per_rank`]).
+    ///
+    /// [`Plan::bytes_per_rank`]: crate::embed::placement::Plan::bytes_per_rank
+    pub bytes_per_rank: Vec<u64>,
+    pub max_cost: f64,
+    pub total_cost: f64,
+    /// `N max_i B_i / sum_i B_i` (1 is perfect balance).
+    pub imbalance: f64,
+    /// `min_i B_i / max_i B_i` (1 is perfect balance).
+    pub balance: f64,
+}
+
+impl PlanReport {
+    fn new(cost_per_rank: Vec<f64>, bytes_per_rank: Vec<u64>) -> Self {
+        let max_cost = cost_per_rank.iter().copied().fold(0.0, f64::max);
+        let min_cost = cost_per_rank.iter().copied().fold(f64::INFINITY, f64::min);
+        let total_cost: f64 = cost_per_rank.iter().sum();
+        let n = cost_per_rank.len() as f64;
+        let (imbalance, balance) = if max_cost > 0.0 {
+            (n * max_cost / total_cost, min_cost / max_cost)
+        } else {
+            (1.0, 1.0)
+        };
+        PlanReport {
+            cost_per_rank,
+            bytes_per_rank,
+            max_cost,
+            total_cost,
+            imbalance,
+            balance,
+        }
+    }
+}
+
+/// What a plan is made for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlanOptions {
+    pub world: usize,
+    /// Bytes of rows and optimizer state a rank may hold.
+    pub mem_per_rank: u64,
+    /// Optimizer floats per row (0 for SGD, 1 for row-wise Adagrad).
+    pub state_per_row: u64,
+    /// Seed of [`plan_random`].
+    pub seed: u64,
+    pub model: CostModel,
+    /// Bound on the improving steps of each local search.
+    pub max_iters: usize,
+}
+
+impl PlanOptions {
+    /// SGD, seed 0, the default cost model and search bound.
+    pub fn new(world: usize, mem_per_rank: u64) -> Self {
+        PlanOptions {
+            world,
+            mem_per_rank,
+            state_per_row: 0,
+            seed: 0,
+            model: CostModel::default(),
+            max_iters: 1000,
+        }
+    }
+}
+
+/// Table tasks in the manner of AutoShard and DreamShard: `n_tasks` random subsets of
+/// the pool's tables (in pool order), each of a uniform size in `tables_per_task`
+/// (clamped to `1..=pool size`), deterministic from `seed`.
+pub fn sample_tasks(
+    pool: &ModelSpec,
+    n_tasks: usize,
+    tables_per_task: Range<usize>,
+    seed: u64,
+) -> Vec<ModelSpec> {
+    let n = pool.tables.len();
+    let lo = tables_per_task.start.clamp(1, n.max(1));
+    let hi = tables_per_task.end.clamp(lo + 1, n + 1);
+    let task_seed = hash3(seed, stream::PLAN_RANDOM, u64::MAX);
+    (0..n_tasks)
+        .map(|i| {
+            let mut rng = SplitMix64::for_id(task_seed, stream::PLAN_RANDOM, i as u64);
+            let k = lo + rng.below((hi - lo) as u64) as usize;
+            let mut idx: Vec<usize> = (0..n).collect();
+            rng.shuffle(&mut idx);
+            idx.truncate(k);
+            idx.sort_unstable();
+            ModelSpec {
+                n_dense: pool.n_dense,
+                hidden: pool.hidden.clone(),
+                zipf: pool.zipf,
+                tables: idx.iter().map(|&t| pool.tables[t].clone()).collect(),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cost::{check_inputs, pieces, Piece};
+    use super::search::candidates;
+    use super::*;
+    use crate::embed::placement::{ColumnShard, Placement, Plan};
+    use crate::embed::spec::{preset, Pooling, TableSpec, ValencyDist};
+    use crate::embed::stats::{synthetic_stats, SCHEMA};
+    use crate::embed::stats::{BatchStats, TableStats};
+    use crate::Error;
+
+    fn table(name: &str, vocab: u64, dim: usize, valency: f64) -> TableSpec {
+        TableSpec {
+            name: name.into(),
+            vocab,
+            dim,
+            pooling: Pooling::Sum,
+            valency,
+            valency_dist: ValencyDist::Poisson,
+        }
+    }
+
+    fn spec_of(tables: Vec<TableSpec>) -> ModelSpec {
+        ModelSpec {
+            n_dense: 1,
+            hidden: vec![4],
+            zipf: 1.05,
+            tables,
+        }
+    }
+
+    fn stats_of(spec: &ModelSpec, world: usize, bpr: usize, t: &[(f64, f64, f64)]) -> BatchStats {
+        BatchStats {
+            schema: SCHEMA.into(),
+            spec_digest: spec.digest(),
+            seed: 0,
+            batch_per_rank: bpr,
+            world,
+            sampled_batches: 1,
+            tables: t
+                .iter()
+                .map(|&(v, r, g)| TableStats {
+                    mean_valency: v,
+                    unique_per_rank_batch: r,
+                    unique_per_global_batch: g,
+                })
+                .collect(),
+        }
+    }
+
+    /// Stats of a task whose tables come from `pool`, cut out of the pool's stats
+    /// (the same tables, so the same numbers).
+    fn task_stats(pool: &ModelSpec, pool_stats: &BatchStats, task: &ModelSpec) -> BatchStats {
+        let tables = task
+            .tables
+            .iter()
+            .map(|t| {
+                let i = pool.tables.iter().position(|p| p.name == t.name).unwrap();
+                pool_stats.tables[i].clone()
+            })
+            .collect();
+        BatchStats {
+            spec_digest: task.digest(),
+            tables,
+            ..pool_stats.clone()
+        }
+    }
+
+    fn total_bytes(spec: &ModelSpec, state: u64) -> u64 {
+        spec.tables
+            .iter()
+            .map(|t| t.vocab * (t.dim as u64 + state) * 4)
+            .sum()
+    }
+
+    #[test]
+    fn evaluate_matches_the_formulas_by_hand() {
+        let spec = spec_of(vec![table("a", 1000, 16, 3.0), table("b", 10, 2, 1.0)]);
+        let stats = stats_of(&spec, 2, 50, &[(3.0, 100.0, 300.0), (1.0, 8.0, 10.0)]);
+        let m = CostModel::default();
+        let secs =
+            |exch: f64, mem: f64, lookups: f64| exch / 5e9 + mem / 10e9 + lookups * 20e-9 + 10e-6;
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 * b.abs().max(1e-30);
+
+        // a: row blocks of 500 rows on ranks 1 and 0; b whole on rank 0; Adagrad (s = 1).
+        let plan = Plan {
+            world: 2,
+            spec_digest: spec.digest(),
+            tables: vec![
+                Placement::RowBlock { ranks: vec![1, 0] },
+                Placement::Table { rank: 0 },
+            ],
+        };
+        let r = evaluate(&spec, &stats, &plan, &m, 1);
+        // a's shards: n_in = 2 * 100 * 500/1000 = 100 ids; 4 + 8*16 = 132 bytes
+        // exchanged per id; 3 * max(4*16, 64) + 4*1 = 196 bytes of memory per id.
+        let a_half = secs(100.0 * 132.0, 100.0 * 196.0, 200.0);
+        // b: n_in = 2 * 8 = 16; width 2 moves 8 bytes but an access costs 64.
+        let b_whole = secs(16.0 * (4.0 + 16.0), 16.0 * (3.0 * 64.0 + 4.0), 32.0);
+        assert!(close(r.cost_per_rank[0], a_half + b_whole), "{r:?}");
+        assert!(close(r.cost_per_rank[1], a_half), "{r:?}");
+        assert_eq!(
+            r.bytes_per_rank,
+            vec![500 * 17 * 4 + 10 * 3 * 4, 500 * 17 * 4]
+        );
+        let (hi, lo) = (a_half + b_whole, a_half);
+        assert!(close(r.max_cost, hi));
+        assert!(close(r.imbalance, 2.0 * hi / (hi + lo)));
+        assert!(close(r.balance, lo / hi));
+
+        // a: columns 0..4 on rank 0 and 4..16 on rank 1; b replicated.
+        let plan = Plan {
+            tables: vec![
+                Placement::Column {
+                    shards: vec![
+                        ColumnShard {
+                            rank: 0,
+                            cols: [0, 4],
+                        },
+                        ColumnShard {
+                            rank: 1,
+                            cols: [4, 16],
+                        },
+                    ],
+                },
+                Placement::DataParallel,
+            ],
+            ..plan
+        };
+        let r = evaluate(&spec, &stats, &plan, &m, 1);
+        // Every column shard sees all n_in = 200 ids; widths 4 and 12 both pay 64 bytes
+        // per access.
+        let col4 = secs(200.0 * (4.0 + 32.0), 200.0 * 196.0, 400.0);
+        let col12 = secs(200.0 * (4.0 + 96.0), 200.0 * 196.0, 400.0);
+        // b's replica: all-reduce 2 * 10 * 2 * 4 * 1/2 bytes; pooling reads 50 * 1
+        // rows of 64 bytes; dense update of 10 rows at 196 bytes; 50 lookups.
+        let dp = secs(80.0, 50.0 * 64.0 + 10.0 * 196.0, 50.0);
+        assert!(close(r.cost_per_rank[0], col4 + dp), "{r:?}");
+        assert!(close(r.cost_per_rank[1], col12 + dp), "{r:?}");
+        assert_eq!(
+            r.bytes_per_rank,
+            vec![1000 * 5 * 4 + 120, 1000 * 13 * 4 + 120]
+        );
+    }
+
+    #[test]
+    fn pieces_are_the_shards_of_the_plan() {
+        let spec = preset("tiny", 1.0).unwrap();
+        for world in 1..=5 {
+            let stats = synthetic_stats(&spec, world, 8);
+            let opts = PlanOptions::new(world, u64::MAX);
+            let ctx = check_inputs(&spec, &stats, &opts).unwrap();
+            let cost: Vec<f64> = (0..world).map(|r| (r * 7 % 3) as f64).collect();
+            let bytes: Vec<u64> = (0..world).map(|r| (r * 5 % 4) as u64).collect();
+            for (t, ts) in spec.tables.iter().enumerate() {
+                for p in candidates(&ctx, t, &cost, &bytes) {
+                    let mut plan = Plan::uniform(&spec, world, "table").unwrap();
+                    plan.tables[t] = p.clone();
+                    plan.validate(&spec, world, "test").unwrap();
+                    let want: Vec<Piece> = plan
+                        .table_shards(&spec, t)
+                        .iter()
+                        .map(|s| Piece {
+                            rank: s.rank,
+                            rows: s.rows.len(ts.vocab),
+                            width: s.width(),
+                            replica: s.replica,
+                        })
+                        .collect();
+                    assert_eq!(pieces(ts.vocab, ts.dim, world, &p), want, "{p:?}");
+                }
+            }
+        }
+    }
+
+    /// Pools small enough to plan many times, with their synthetic stats.
+    fn pools(world: usize) -> Vec<(ModelSpec, BatchStats)> {
+        ["tiny", "dlrm-synthetic", "google-ads", "torchrec-peer"]
+            .iter()
+            .zip([1.0, 0.02, 0.03, 0.02])
+            .map(|(name, scale)| {
+                let p = preset(name, scale).unwrap();
+                let s = synthetic_stats(&p, world, 256);
+                (p, s)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn plans_validate_and_never_exceed_memory() {
+        let mut planned = 0;
+        for world in [1, 2, 3, 4, 8] {
+            for (pi, (pool, pool_stats)) in pools(world).iter().enumerate() {
+                for (ti, task) in sample_tasks(pool, 4, 2..pool.tables.len() + 1, pi as u64)
+                    .iter()
+                    .enumerate()
+                {
+                    let stats = task_stats(pool, pool_stats, task);
+                    let state = (ti % 2) as u64;
+                    let total = total_bytes(task, state);
+                    let row_share: u64 = task
+                        .tables
+                        .iter()
+                        .map(|t| t.vocab.div_ceil(world as u64) * (t.dim as u64 + state) * 4)
+                        .sum();
+                    let even = total.div_ceil(world as u64);
+                    for mem in [
+                        even,
+                        even + even / 50,
+                        row_share,
+                        even + even / 10,
+                        even * 3 / 2,
+                        total,
+                    ] {
+                        let mut opts = PlanOptions::new(world, mem);
+                        opts.state_per_row = state;
+                        let auto = plan_auto(task, &stats, &opts);
+                        if mem >= row_share {
+                            assert!(auto.is_ok(), "P={world} mem={mem}: {:?}", auto.err());
+                        }
+                        let mut results = vec![auto];
+                        for h in Heuristic::ALL {
+                            results.push(plan_heuristic(h, task, &stats, &opts));
+                        }
+                        for (plan, report) in results.into_iter().flatten() {
+                            plan.validate(task, world, "test").unwrap();
+                            let b = plan.bytes_per_rank(task, state);
+                            assert!(b.iter().all(|&x| x <= mem), "{b:?} > {mem}: {plan:?}");
+                            assert_eq!(report.bytes_per_rank, b);
+                            assert_eq!(report, evaluate(task, &stats, &plan, &opts.model, state));
+                            planned += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(planned > 500, "{planned}");
+    }
+
+    #[test]
+    fn impossible_memory_is_a_config_error() {
+        let spec = preset("tiny", 1.0).unwrap();
+        let stats = synthetic_stats(&spec, 3, 16);
+        let total = total_bytes(&spec, 1);
+        let mut opts = PlanOptions::new(3, total / 3 - 1);
+        opts.state_per_row = 1;
+        let e = plan_auto(&spec, &stats, &opts).unwrap_err();
+        assert!(matches!(e, Error::Config(_)));
+        let msg = e.to_string();
+        assert!(msg.contains(&total.to_string()), "{msg}");
+        assert!(msg.contains(&(3 * (total / 3 - 1)).to_string()), "{msg}");
+        for h in Heuristic::ALL {
+            assert!(plan_heuristic(h, &spec, &stats, &opts).is_err());
+        }
+        // With room for the total, the planner succeeds.
+        opts.mem_per_rank = total;
+        assert!(plan_auto(&spec, &stats, &opts).is_ok());
+    }
+
+    #[test]
+    fn a_table_larger_than_a_rank_is_split() {
+        let spec = spec_of(vec![
+            table("big", 100_000, 32, 10.0),
+            table("s1", 1000, 32, 2.0),
+            table("s2", 500, 16, 4.0),
+        ]);
+        let stats = synthetic_stats(&spec, 4, 64);
+        let opts = PlanOptions::new(4, spec.tables[0].bytes() / 2);
+        let e = plan_lookup_greedy(&spec, &stats, &opts)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("\"big\""), "{e}");
+        let (plan, report) = plan_auto(&spec, &stats, &opts).unwrap();
+        assert!(
+            !matches!(plan.tables[0], Placement::Table { .. }),
+            "{plan:?}"
+        );
+        assert!(report
+            .bytes_per_rank
+            .iter()
+            .all(|&b| b <= opts.mem_per_rank));
+    }
+
+    #[test]
+    fn same_inputs_same_plan() {
+        let pool = preset("dlrm-synthetic", 0.02).unwrap();
+        let task = &sample_tasks(&pool, 1, 8..9, 3)[0];
+        let stats = synthetic_stats(task, 4, 128);
+        let mut opts = PlanOptions::new(4, total_bytes(task, 0) / 2);
+        assert_eq!(
+            plan_auto(task, &stats, &opts).unwrap(),
+            plan_auto(task, &stats, &opts).unwrap()
+        );
+        let a = plan_random(task, &stats, &opts).unwrap();
+        assert_eq!(a, plan_random(task, &stats, &opts).unwrap());
+        opts.seed = 1;
+        assert_ne!(a.0, plan_random(task, &stats, &opts).unwrap().0);
+    }
+
+    #[test]
+    fn tasks_are_deterministic_subsets_of_the_pool() {
+        let pool = preset("dlrm-synthetic", 0.05).unwrap();
+        let tasks = sample_tasks(&pool, 20, 5..12, 9);
+        assert_eq!(tasks, sample_tasks(&pool, 20, 5..12, 9));
+        assert_ne!(tasks, sample_tasks(&pool, 20, 5..12, 10));
+        let mut sizes = std::collections::BTreeSet::new();
+        for t in &tasks {
+            assert!((5..12).contains(&t.tables.len()));
+            sizes.insert(t.tables.len());
+            let idx: Vec<usize> = t
+                .tables
+                .iter()
+                .map(|x| pool.tables.iter().position(|p| p == x).unwrap())
+                .collect();
+            assert!(idx.windows(2).all(|w| w[0] < w[1]), "{idx:?}");
+            t.validate("task").unwrap();
+        }
+        assert!(sizes.len() > 3, "{sizes:?}");
+        // A range past the pool is clamped to it.
+        let all = sample_tasks(&pool, 1, 1000..2000, 0);
+        assert_eq!(all[0].tables, pool.tables);
+    }
+
+    #[test]
+    fn planner_beats_table_wise_heuristics_on_dlrm_tasks() {
+        let pool = preset("dlrm-synthetic", 0.05).unwrap();
+        let tasks = sample_tasks(&pool, 10, 10..31, 2024);
+        for world in [4, 8] {
+            let pool_stats = synthetic_stats(&pool, world, 2048);
+            let mut sum = [0.0f64; 5];
+            for task in &tasks {
+                let stats = task_stats(&pool, &pool_stats, task);
+                // Adagrad, and room for twice an even share of the tables and at least
+                // twice the largest table, so that the table-wise heuristics fit too.
+                let largest = task
+                    .tables
+                    .iter()
+                    .map(|t| t.vocab * (t.dim as u64 + 1) * 4)
+                    .max();
+                let even = total_bytes(task, 1) / world as u64;
+                let mut opts = PlanOptions::new(world, (2 * even).max(2 * largest.unwrap()));
+                opts.state_per_row = 1;
+                let (plan, auto) = plan_auto(task, &stats, &opts).unwrap();
+                let (_, lookup) = plan_lookup_greedy(task, &stats, &opts).unwrap();
+                assert!(
+                    auto.max_cost <= lookup.max_cost * (1.0 + 1e-12),
+                    "{auto:?} vs {lookup:?}"
+                );
+                assert!(auto.imbalance <= lookup.imbalance, "{auto:?} vs {lookup:?}");
+                let mut kinds = std::collections::BTreeMap::new();
+                for p in &plan.tables {
+                    *kinds.entry(p.kind()).or_insert(0) += 1;
+                }
+                let mut line = format!(
+                    "P={world} tables={:2} auto {:.3} (max {:.2} ms) {kinds:?}",
+                    task.tables.len(),
+                    auto.imbalance,
+                    auto.max_cost * 1e3
+                );
+                sum[0] += auto.imbalance;
+                for (i, h) in Heuristic::ALL.iter().enumerate() {
+                    let (_, r) = plan_heuristic(*h, task, &stats, &opts).unwrap();
+                    assert!(auto.max_cost <= r.max_cost * (1.0 + 1e-12), "{}", h.name());
+                    line += &format!(" {} {:.3}", h.name(), r.imbalance);
+                    sum[i + 1] += r.imbalance;
+                }
+                eprintln!("{line}");
+            }
+            let mean: Vec<f64> = sum.iter().map(|s| s / tasks.len() as f64).collect();
+            eprintln!(
+                "P={world} mean imbalance: auto {:.3} random {:.3} size {:.3} dim {:.3} \
+                 lookup {:.3}",
+                mean[0], mean[1], mean[2], mean[3], mean[4]
+            );
+            assert!(mean[0] <= 1.10, "mean imbalance {mean:?}");
+        }
+    }
+
+    #[test]
+    fn replication_is_chosen_only_when_the_model_favours_it_and_it_fits() {
+        // Eight hot tables of 64 rows, every row seen by every rank each step: with free
+        // memory traffic and no cost per shard, a replica (all-reduce of 28 KiB per
+        // rank) beats shipping 64 rows of 64 floats to and from each of 8 ranks.
+        let spec = spec_of(
+            (0..8)
+                .map(|i| table(&format!("h{i}"), 64, 64, 10.0))
+                .collect(),
+        );
+        let stats = synthetic_stats(&spec, 8, 4096);
+        assert!(stats.tables[0].unique_per_rank_batch > 63.9);
+        let mut opts = PlanOptions::new(8, u64::MAX / 8);
+        opts.model.mem_bw = 1e15;
+        opts.model.lookup_s = 0.0;
+        opts.model.shard_s = 0.0;
+        let (plan, _) = plan_auto(&spec, &stats, &opts).unwrap();
+        assert!(
+            plan.tables.iter().all(|p| *p == Placement::DataParallel),
+            "{plan:?}"
+        );
+        // A replica (16 KiB) and row-wise shares of the other seven tables (2 KiB each)
+        // do not fit into 24 KiB per rank: none is replicated.
+        opts.mem_per_rank = total_bytes(&spec, 0) * 3 / 16;
+        let (plan, _) = plan_auto(&spec, &stats, &opts).unwrap();
+        assert!(
+            plan.tables.iter().all(|p| *p != Placement::DataParallel),
+            "{plan:?}"
+        );
+        // With the default model the pooling reads make replicas lose.
+        opts.model = CostModel::default();
+        opts.mem_per_rank = u64::MAX / 8;
+        let (plan, _) = plan_auto(&spec, &stats, &opts).unwrap();
+        assert!(
+            plan.tables.iter().all(|p| *p != Placement::DataParallel),
+            "{plan:?}"
+        );
+    }
+
+    #[test]
+    fn the_greedy_keeps_room_for_the_tables_still_to_place() {
+        // Eight hot tables that the model would rather replicate (16 KiB a replica, 2 KiB
+        // a row share at P = 8) and a cold table of 800 KiB (100 KiB a row share) that
+        // comes last in cost order and fits on no single rank. With room for two
+        // replicas besides the row shares, greedily replicating every hot table would
+        // leave the cold one nowhere to go.
+        let mut tables: Vec<TableSpec> = (0..8)
+            .map(|i| table(&format!("h{i}"), 64, 64, 10.0))
+            .collect();
+        tables.push(table("cold", 25_600, 8, 1.0));
+        let spec = spec_of(tables);
+        let mut per_table = vec![(10.0, 64.0, 64.0); 8];
+        per_table.push((1.0, 1.0, 8.0));
+        let stats = stats_of(&spec, 8, 4096, &per_table);
+        let row_shares = 8 * 2048 + 102_400;
+        let mut opts = PlanOptions::new(8, row_shares + 2 * 16_384);
+        opts.model.mem_bw = 1e15;
+        opts.model.lookup_s = 0.0;
+        opts.model.shard_s = 0.0;
+        assert!(plan_lookup_greedy(&spec, &stats, &opts).is_err());
+        let (plan, report) = plan_auto(&spec, &stats, &opts).unwrap();
+        let replicated = plan
+            .tables
+            .iter()
+            .filter(|p| **p == Placement::DataParallel)
+            .count();
+        assert_eq!(replicated, 2, "{plan:?}");
+        assert!(report
+            .bytes_per_rank
+            .iter()
+            .all(|&b| b <= opts.mem_per_rank));
+    }
+}
