@@ -1,0 +1,283 @@
+//! Matrix products and small vector kernels.
+
+use std::any::TypeId;
+
+use ndarray::linalg::general_mat_mul;
+use ndarray::{s, ArrayView2, ArrayViewMut2, LinalgScalar};
+
+use crate::bf16::TableElem;
+
+/// `c = alpha * a b + beta * c` through `matrixmultiply` (see the docs of the `solve` module).
+///
+/// The shared axis of `a` and `b` is traversed backwards: the product is the same, but
+/// the negative strides make ndarray skip its BLAS path (which only takes positive
+/// strides) for `matrixmultiply`, which accepts any stride. The order of summation is
+/// fixed by the shapes, so the result is deterministic.
+pub(super) fn gemm<T: LinalgScalar>(
+    alpha: T,
+    a: ArrayView2<'_, T>,
+    b: ArrayView2<'_, T>,
+    beta: T,
+    c: &mut ArrayViewMut2<'_, T>,
+) {
+    let a = a.slice_move(s![.., ..;-1]);
+    let b = b.slice_move(s![..;-1, ..]);
+    general_mat_mul(alpha, &a, &b, beta, c);
+}
+
+/// A row-major `rows x cols` view of the front of `v` (`v.len() >= rows * cols`).
+pub(super) fn view2<T>(v: &[T], rows: usize, cols: usize) -> ArrayView2<'_, T> {
+    ArrayView2::from_shape((rows, cols), &v[..rows * cols])
+        .expect("invariant: a contiguous prefix of the right length")
+}
+
+/// A mutable row-major `rows x cols` view of the front of `v`.
+#[cfg(test)]
+pub(super) fn view2_mut<T>(v: &mut [T], rows: usize, cols: usize) -> ArrayViewMut2<'_, T> {
+    ArrayViewMut2::from_shape((rows, cols), &mut v[..rows * cols])
+        .expect("invariant: a contiguous prefix of the right length")
+}
+
+/// `s` as `&[f32]` when `T` is `f32` (the fast path that reads the table in place).
+#[inline(always)]
+pub(super) fn as_f32<T: TableElem>(s: &[T]) -> Option<&[f32]> {
+    if TypeId::of::<T>() == TypeId::of::<f32>() {
+        // SAFETY: T is f32, so the slice is a slice of f32 of the same length.
+        Some(unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<f32>(), s.len()) })
+    } else {
+        None
+    }
+}
+
+/// Widen one row of the fixed table into `dst` (exact).
+#[inline(always)]
+pub(super) fn widen_row<T: TableElem>(src: &[T], dst: &mut [f32]) {
+    for (o, &v) in dst.iter_mut().zip(src) {
+        *o = v.to_f32();
+    }
+}
+
+/// Width of the independent accumulators of the f32 dot products.
+const LANES: usize = 16;
+/// Items per group of the observed-term kernel: their dot products run interleaved and
+/// `out` is loaded and stored once per group. Every element still sees the operations
+/// of one item after the other, so the grouping does not change the result.
+const GROUP: usize = 4;
+/// How many items ahead the indexed kernel prefetches.
+pub(super) const PREFETCH_AHEAD: usize = 8;
+
+#[inline(always)]
+pub(super) fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
+    if FMA {
+        a.mul_add(b, c)
+    } else {
+        a * b + c
+    }
+}
+
+/// Fixed reduction tree over the lanes.
+#[inline(always)]
+fn reduce_lanes(mut acc: [f32; LANES]) -> f32 {
+    let mut w = LANES;
+    while w > 1 {
+        w /= 2;
+        let (lo, hi) = acc.split_at_mut(w);
+        for (l, h) in lo.iter_mut().zip(hi.iter()) {
+            *l += *h;
+        }
+    }
+    acc[0]
+}
+
+/// f32 dot products of `N` rows with `v`: `LANES` independent accumulators per row, a
+/// fixed reduction tree, then the scalar tail. The same arithmetic for every `N`.
+#[inline(always)]
+fn dot_rows<const FMA: bool, const N: usize>(hs: [&[f32]; N], v: &[f32]) -> [f32; N] {
+    let mut acc = [[0.0f32; LANES]; N];
+    let full = v.len() / LANES * LANES;
+    for c in (0..full).step_by(LANES) {
+        let vc = &v[c..c + LANES];
+        for (a, h) in acc.iter_mut().zip(&hs) {
+            for ((s, &hv), &vv) in a.iter_mut().zip(&h[c..c + LANES]).zip(vc) {
+                *s = madd::<FMA>(hv, vv, *s);
+            }
+        }
+    }
+    let mut out = [0.0f32; N];
+    for ((o, a), h) in out.iter_mut().zip(acc).zip(&hs) {
+        let mut tail = 0.0f32;
+        for (&hv, &vv) in h[full..].iter().zip(&v[full..]) {
+            tail = madd::<FMA>(hv, vv, tail);
+        }
+        *o = reduce_lanes(a) + tail;
+    }
+    out
+}
+
+/// The item vectors of one row: gathered into a contiguous block, or rows of `fixed`.
+pub(super) trait Items {
+    fn len(&self) -> usize;
+    fn row(&self, k: usize) -> &[f32];
+    fn prefetch(&self, k: usize);
+}
+
+pub(super) struct Gathered<'a> {
+    pub(super) buf: &'a [f32],
+    pub(super) d: usize,
+}
+
+impl Items for Gathered<'_> {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.buf.len() / self.d
+    }
+    #[inline(always)]
+    fn row(&self, k: usize) -> &[f32] {
+        &self.buf[k * self.d..][..self.d]
+    }
+    #[inline(always)]
+    fn prefetch(&self, _k: usize) {}
+}
+
+pub(super) struct Indexed<'a> {
+    pub(super) idx: &'a [u32],
+    pub(super) fixed: &'a [f32],
+    pub(super) d: usize,
+}
+
+impl Items for Indexed<'_> {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.idx.len()
+    }
+    #[inline(always)]
+    fn row(&self, k: usize) -> &[f32] {
+        &self.fixed[self.idx[k] as usize * self.d..][..self.d]
+    }
+    #[inline(always)]
+    fn prefetch(&self, k: usize) {
+        if let Some(&i) = self.idx.get(k) {
+            if let Some(h) = self
+                .fixed
+                .get(i as usize * self.d..(i as usize + 1) * self.d)
+            {
+                prefetch_rows(h);
+            }
+        }
+    }
+}
+
+/// Hint the cache lines of `h` into L1 (no effect on results).
+#[inline(always)]
+pub(super) fn prefetch_rows<T>(h: &[T]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in h.chunks((64 / std::mem::size_of::<T>().max(1)).max(1)) {
+        // SAFETY: a prefetch is only a hint; it never faults and `line` is a live slice.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                line.as_ptr().cast::<i8>(),
+            )
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = h;
+}
+
+/// The observed term: `out += sum_k h_k * (c + s * (h_k . v))`, items in order.
+/// `(c, s) = (0, 1)` gives `sum_k h_k (h_k . v)`; `(1, -1)` gives `sum_k h_k (1 - h_k . v)`.
+#[inline(always)]
+pub(super) fn observed_body<const FMA: bool>(
+    items: &impl Items,
+    v: &[f32],
+    out: &mut [f32],
+    c: f32,
+    s: f32,
+) {
+    let n = items.len();
+    let mut k = 0;
+    while k + GROUP <= n {
+        for a in 0..GROUP {
+            items.prefetch(k + PREFETCH_AHEAD + a);
+        }
+        let hs = [
+            items.row(k),
+            items.row(k + 1),
+            items.row(k + 2),
+            items.row(k + 3),
+        ];
+        let t = dot_rows::<FMA, GROUP>(hs, v).map(|dt| c + s * dt);
+        for ((((o, &h0), &h1), &h2), &h3) in
+            out.iter_mut().zip(hs[0]).zip(hs[1]).zip(hs[2]).zip(hs[3])
+        {
+            let mut acc = madd::<FMA>(t[0], h0, *o);
+            acc = madd::<FMA>(t[1], h1, acc);
+            acc = madd::<FMA>(t[2], h2, acc);
+            *o = madd::<FMA>(t[3], h3, acc);
+        }
+        k += GROUP;
+    }
+    while k < n {
+        let h = items.row(k);
+        let [dt] = dot_rows::<FMA, 1>([h], v);
+        let t = c + s * dt;
+        for (o, &hv) in out.iter_mut().zip(h) {
+            *o = madd::<FMA>(t, hv, *o);
+        }
+        k += 1;
+    }
+}
+
+/// Which compiled variant of the observed-term kernel to run (detected once per call).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Isa {
+    Plain,
+    #[cfg(target_arch = "x86_64")]
+    Avx2Fma,
+}
+
+impl Isa {
+    pub(super) fn detect() -> Isa {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+                return Isa::Avx2Fma;
+            }
+        }
+        Isa::Plain
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn observed_fma(items: &impl Items, v: &[f32], out: &mut [f32], c: f32, s: f32) {
+    observed_body::<true>(items, v, out, c, s)
+}
+
+/// [`observed_body`] compiled for the detected instruction set.
+pub(super) fn observed(isa: Isa, items: &impl Items, v: &[f32], out: &mut [f32], c: f32, s: f32) {
+    match isa {
+        // SAFETY: `Isa::Avx2Fma` is only constructed after detecting avx2 and fma.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2Fma => unsafe { observed_fma(items, v, out, c, s) },
+        Isa::Plain => observed_body::<false>(items, v, out, c, s),
+    }
+}
+
+/// Dot product of an f32 vector and a table row, accumulated in f64 (8 accumulators,
+/// fixed order; the row is widened exactly).
+#[inline(always)]
+pub(super) fn dot64<T: TableElem>(a: &[f32], b: &[T]) -> f64 {
+    let mut acc = [0.0f64; 8];
+    let ca = a.chunks_exact(8);
+    let cb = b.chunks_exact(8);
+    let mut tail = 0.0f64;
+    for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
+        tail += f64::from(*x) * f64::from(y.to_f32());
+    }
+    for (x, y) in ca.zip(cb) {
+        for ((s, &xv), &yv) in acc.iter_mut().zip(x).zip(y) {
+            *s += f64::from(xv) * f64::from(yv.to_f32());
+        }
+    }
+    ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7])) + tail
+}

@@ -1,0 +1,75 @@
+//! Loss pieces.
+
+use rayon::prelude::*;
+
+use super::kernels::dot64;
+use super::RowsView;
+use crate::bf16::TableElem;
+
+/// Rows per unit of work of [`local_loss_terms`] (fixed, so the sum order is fixed).
+const LOSS_CHUNK: usize = 1024;
+
+/// Loss pieces of the rows just solved, all in f64:
+/// `(sum_{u, i in I_u} (1 - w_u . h_i)^2, sum_u (|I_u| + alpha0 * n_other) * |w_u|^2)`.
+///
+/// The fixed table may be f32 or bf16 (widened exactly). The regularization piece is
+/// not multiplied by `lambda`. [`cg_solve_with_loss`](super::cg_solve_with_loss) computes the same pieces during the
+/// solve without this separate pass. Parallel over fixed chunks of
+/// rows, added in order (independent of the thread count). Panics if the shapes
+/// disagree or `rows` is not a valid CSR over `fixed`.
+pub fn local_loss_terms<T: TableElem>(
+    x: &[f32],
+    rows: RowsView,
+    fixed: &[T],
+    d: usize,
+    alpha0: f32,
+    n_other: f64,
+) -> (f64, f64) {
+    let n_rows = rows.num_rows();
+    assert_eq!(x.len(), n_rows * d, "local_loss_terms: x is not rows x d");
+    if d == 0 {
+        // Every prediction is 0: each observed cell contributes (1 - 0)^2.
+        let nnz = match (rows.indptr.first(), rows.indptr.last()) {
+            (Some(&a), Some(&b)) => b.saturating_sub(a),
+            _ => 0,
+        };
+        return (nnz as f64, 0.0);
+    }
+    assert_eq!(fixed.len() % d, 0, "local_loss_terms: fixed is not n x d");
+    if let Err((r, msg)) = rows.validate(fixed.len() / d) {
+        panic!("local_loss_terms: row {r}: {msg}");
+    }
+    let parts: Vec<(f64, f64)> = (0..n_rows.div_ceil(LOSS_CHUNK))
+        .into_par_iter()
+        .map(|c| {
+            let (mut obs, mut reg) = (0.0f64, 0.0f64);
+            for u in c * LOSS_CHUNK..((c + 1) * LOSS_CHUNK).min(n_rows) {
+                let w = &x[u * d..][..d];
+                let idx = &rows.indices[rows.range(u)];
+                for &i in idx {
+                    let e = 1.0 - dot64(w, &fixed[i as usize * d..][..d]);
+                    obs += e * e;
+                }
+                reg += (idx.len() as f64 + f64::from(alpha0) * n_other) * dot64(w, w);
+            }
+            (obs, reg)
+        })
+        .collect();
+    parts
+        .iter()
+        .fold((0.0, 0.0), |(a, b), &(o, r)| (a + o, b + r))
+}
+
+/// `trace(G_w G_h) = sum_{u,i} (w_u . h_i)^2` over all pairs, from the two Gramians
+/// (`d * d` each, row-major). Panics if a length is not `d * d`.
+pub fn all_pairs_term(gw: &[f64], gh: &[f64], d: usize) -> f64 {
+    assert_eq!(gw.len(), d * d, "all_pairs_term: gw is not d x d");
+    assert_eq!(gh.len(), d * d, "all_pairs_term: gh is not d x d");
+    let mut t = 0.0f64;
+    for k in 0..d {
+        for l in 0..d {
+            t += gw[k * d + l] * gh[l * d + k];
+        }
+    }
+    t
+}

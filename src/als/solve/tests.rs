@@ -1,0 +1,1012 @@
+use super::cg::*;
+use super::cholesky::*;
+use super::gramian::*;
+use super::kernels::*;
+use super::loss::*;
+use super::*;
+use ndarray::linalg::general_mat_mul;
+
+use crate::rng::SplitMix64;
+
+/// A random problem: a fixed table and CSR rows over it, stored as a window of a
+/// bigger CSR (`indptr[0] > 0`, the leading `indices` are poison never to be read).
+struct Problem {
+    d: usize,
+    n_fixed: usize,
+    fixed: Vec<f32>,
+    indptr: Vec<u64>,
+    indices: Vec<u32>,
+}
+
+const POISON: usize = 5;
+
+impl Problem {
+    fn new(seed: u64, d: usize, n_fixed: usize, lens: &[usize]) -> Problem {
+        let mut rng = SplitMix64::new(seed);
+        let scale = 1.0 / (d.max(1) as f64).sqrt();
+        let fixed = (0..n_fixed * d)
+            .map(|_| (rng.next_normal() * scale) as f32)
+            .collect();
+        let mut indices = vec![u32::MAX; POISON];
+        let mut indptr = vec![POISON as u64];
+        for &n in lens {
+            for _ in 0..n {
+                indices.push(rng.below(n_fixed as u64) as u32);
+            }
+            indptr.push(indices.len() as u64);
+        }
+        Problem {
+            d,
+            n_fixed,
+            fixed,
+            indptr,
+            indices,
+        }
+    }
+
+    fn rows(&self) -> RowsView<'_> {
+        RowsView {
+            indptr: &self.indptr,
+            indices: &self.indices,
+        }
+    }
+
+    fn n_rows(&self) -> usize {
+        self.indptr.len() - 1
+    }
+
+    fn items(&self, u: usize) -> &[u32] {
+        &self.indices[self.indptr[u] as usize..self.indptr[u + 1] as usize]
+    }
+
+    fn h(&self, i: u32) -> &[f32] {
+        &self.fixed[i as usize * self.d..][..self.d]
+    }
+
+    /// Naive dense `A_u`, `b_u` in f64.
+    fn dense_system(&self, u: usize, gram: &[f64], p: SolveParams) -> (Vec<f64>, Vec<f64>) {
+        let d = self.d;
+        let mut a = vec![0.0f64; d * d];
+        let mut b = vec![0.0f64; d];
+        for &i in self.items(u) {
+            let h = self.h(i);
+            for k in 0..d {
+                b[k] += f64::from(h[k]);
+                for l in 0..d {
+                    a[k * d + l] += f64::from(h[k]) * f64::from(h[l]);
+                }
+            }
+        }
+        let n = self.items(u).len() as f64;
+        let lam = f64::from(p.reg) * (n + f64::from(p.alpha0) * p.n_other);
+        for k in 0..d {
+            for l in 0..d {
+                a[k * d + l] += f64::from(p.alpha0) * gram[k * d + l];
+            }
+            a[k * d + k] += lam;
+        }
+        (a, b)
+    }
+
+    fn params(&self) -> SolveParams {
+        SolveParams {
+            reg: 0.05,
+            alpha0: 0.1,
+            n_other: self.n_fixed as f64,
+        }
+    }
+}
+
+/// Textbook Cholesky `A = L L^T` and two triangular solves, in f64.
+fn chol_solve_ref(a: &[f64], b: &[f64], d: usize) -> Vec<f64> {
+    let mut l = vec![0.0f64; d * d];
+    for j in 0..d {
+        let mut s = a[j * d + j];
+        for k in 0..j {
+            s -= l[j * d + k] * l[j * d + k];
+        }
+        assert!(s > 0.0, "reference: not positive definite");
+        l[j * d + j] = s.sqrt();
+        for i in j + 1..d {
+            let mut s = a[i * d + j];
+            for k in 0..j {
+                s -= l[i * d + k] * l[j * d + k];
+            }
+            l[i * d + j] = s / l[j * d + j];
+        }
+    }
+    let mut y = vec![0.0f64; d];
+    for i in 0..d {
+        let mut s = b[i];
+        for k in 0..i {
+            s -= l[i * d + k] * y[k];
+        }
+        y[i] = s / l[i * d + i];
+    }
+    let mut x = vec![0.0f64; d];
+    for i in (0..d).rev() {
+        let mut s = y[i];
+        for k in i + 1..d {
+            s -= l[k * d + i] * x[k];
+        }
+        x[i] = s / l[i * d + i];
+    }
+    x
+}
+
+fn matvec(a: &[f64], x: &[f32], d: usize) -> Vec<f64> {
+    (0..d)
+        .map(|k| (0..d).map(|l| a[k * d + l] * f64::from(x[l])).sum())
+        .collect()
+}
+
+fn norm_inf(v: impl IntoIterator<Item = f64>) -> f64 {
+    v.into_iter().fold(0.0, |m, x| m.max(x.abs()))
+}
+
+fn to_f32(v: &[f64]) -> Vec<f32> {
+    v.iter().map(|&x| x as f32).collect()
+}
+
+fn in_pool<T: Send>(threads: usize, f: impl FnOnce() -> T + Send) -> T {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .expect("test thread pool")
+        .install(f)
+}
+
+fn random_x(seed: u64, len: usize, scale: f64) -> Vec<f32> {
+    let mut rng = SplitMix64::new(seed);
+    (0..len)
+        .map(|_| (rng.next_normal() * scale) as f32)
+        .collect()
+}
+
+/// Row lengths with empty rows, short rows, long rows and two hubs.
+fn mixed_lens(seed: u64, n: usize, hub: usize) -> Vec<usize> {
+    let mut rng = SplitMix64::new(seed);
+    let mut lens: Vec<usize> = (0..n)
+        .map(|_| {
+            let u = 1.0 - rng.next_f64();
+            (1.5 * u.powf(-0.8)) as usize
+        })
+        .map(|n| n.min(200))
+        .collect();
+    lens[0] = 0;
+    lens[n / 3] = hub;
+    lens[n / 2] = 0;
+    lens[n - 1] = hub + 7;
+    lens
+}
+
+#[test]
+fn gramian_matches_reference() {
+    let cases = [
+        (0, 5),
+        (1, 1),
+        (3, 3),
+        (7, 1),
+        (100, 64),
+        (GRAM_BLOCK, 4),
+        (GRAM_BLOCK * 2 + 13, 16),
+        (GRAM_BLOCK * (GRAM_WAVE + 1) + 1, 2),
+    ];
+    for (seed, &(n, d)) in cases.iter().enumerate() {
+        let mut rng = SplitMix64::new(100 + seed as u64);
+        let t: Vec<f32> = (0..n * d).map(|_| rng.next_normal() as f32).collect();
+        let g = gramian(&t, d);
+        let r = gramian_ref(&t, d);
+        assert_eq!(g.len(), d * d);
+        // |error| of an f64 sum of n products of magnitude <= max|t|^2.
+        let tmax = norm_inf(t.iter().map(|&v| f64::from(v)));
+        let tol = 1e-13 * (n as f64 + 1.0) * tmax * tmax;
+        for k in 0..d {
+            for l in 0..d {
+                let (a, b) = (g[k * d + l], r[k * d + l]);
+                assert!((a - b).abs() <= tol, "n={n} d={d} ({k},{l}): {a} vs {b}");
+                assert_eq!(a.to_bits(), g[l * d + k].to_bits(), "not symmetric");
+            }
+        }
+        let g3 = in_pool(3, || gramian(&t, d));
+        let g1 = in_pool(1, || gramian(&t, d));
+        assert_eq!(g1, g3, "gramian depends on the thread count");
+        assert_eq!(g1, g, "gramian depends on the thread count");
+    }
+    assert!(gramian::<f32>(&[], 0).is_empty());
+}
+
+#[test]
+fn cholesky_matches_dense_reference() {
+    for (case, &d) in [1usize, 3, 16, 64].iter().enumerate() {
+        let n_fixed = 300;
+        // Row 3 is a hub: several CHOL_CHUNKs of items.
+        let lens = [4, 0, 1, 2 * CHOL_CHUNK + 37, 2 * d + 3, 17, 0];
+        let pb = Problem::new(10 + case as u64, d, n_fixed, &lens);
+        let p = pb.params();
+        let gram = gramian(&pb.fixed, d);
+        let mut x = vec![7.0f32; pb.n_rows() * d];
+        cholesky_solve(&mut x, pb.rows(), &pb.fixed, d, &gram, p).expect("SPD systems");
+        for u in 0..pb.n_rows() {
+            let xu = &x[u * d..][..d];
+            if pb.items(u).is_empty() {
+                assert!(xu.iter().all(|&v| v == 0.0), "empty row {u} must be 0");
+                continue;
+            }
+            let (a, b) = pb.dense_system(u, &gram, p);
+            let xr = chol_solve_ref(&a, &b, d);
+            let scale = norm_inf(xr.iter().copied());
+            let err = norm_inf(xu.iter().zip(&xr).map(|(&v, &r)| f64::from(v) - r));
+            assert!(
+                err <= 1e-5 * scale,
+                "d={d} row {u}: error {err} vs |x| {scale}"
+            );
+            // Round trip b = A x, to the accuracy of an f32 x.
+            let ax = matvec(&a, xu, d);
+            let res = norm_inf(ax.iter().zip(&b).map(|(p, q)| p - q));
+            let a_inf = norm_inf((0..d).map(|k| (0..d).map(|l| a[k * d + l].abs()).sum()));
+            let x_inf = norm_inf(xu.iter().map(|&v| f64::from(v)));
+            let tol = 1e-6 * (a_inf * x_inf + norm_inf(b.iter().copied()));
+            assert!(res <= tol, "d={d} row {u}: |Ax - b| = {res} > {tol}");
+        }
+    }
+}
+
+#[test]
+fn cholesky_reports_the_first_failing_row() {
+    let d = 4;
+    let mut pb = Problem::new(20, d, 40, &[0, 3, 0, 5, 2]);
+    let gram = gramian(&pb.fixed, d);
+    let mut x = vec![0.0f32; pb.n_rows() * d];
+    // Indefinite A (negative regularization): the first non-empty row fails.
+    let p = SolveParams {
+        reg: -10.0,
+        alpha0: 0.0,
+        n_other: 40.0,
+    };
+    let e = cholesky_solve(&mut x, pb.rows(), &pb.fixed, d, &gram, p).unwrap_err();
+    assert_eq!(e.row(), 1, "{e}");
+    assert!(e.to_string().starts_with("row 1: "), "{e}");
+
+    // A NaN in a table row that only row 3 uses (item 39: rewire row 3 to it and
+    // every other row away from it); the other rows are still solved.
+    let p = pb.params();
+    for u in 0..pb.n_rows() {
+        let range = pb.indptr[u] as usize..pb.indptr[u + 1] as usize;
+        for i in &mut pb.indices[range] {
+            *i = if u == 3 { 39 } else { *i % 39 };
+        }
+    }
+    pb.fixed[39 * d + 1] = f32::NAN;
+    x.fill(-1.0);
+    let e = cholesky_solve(&mut x, pb.rows(), &pb.fixed, d, &gram, p).unwrap_err();
+    assert_eq!(e.row(), 3, "{e}");
+    assert!(
+        x[3 * d..4 * d].iter().all(|&v| v == -1.0),
+        "failed row left unchanged"
+    );
+    assert!(
+        x[4 * d..].iter().all(|&v| v != -1.0 && v.is_finite()),
+        "later rows solved"
+    );
+
+    // Index out of range and a decreasing indptr.
+    let pb = Problem::new(21, d, 40, &[2, 2, 2]);
+    let mut indices = pb.indices.clone();
+    indices[pb.indptr[2] as usize] = 40;
+    let rows = RowsView {
+        indptr: &pb.indptr,
+        indices: &indices,
+    };
+    let mut x = vec![0.0f32; 3 * d];
+    let e = cholesky_solve(&mut x, rows, &pb.fixed, d, &gram, p).unwrap_err();
+    assert_eq!(e.row(), 2, "{e}");
+    let indptr = [POISON as u64, POISON as u64 + 2, POISON as u64 + 1];
+    let rows = RowsView {
+        indptr: &indptr,
+        indices: &pb.indices,
+    };
+    let mut x = vec![0.0f32; 2 * d];
+    let e = cholesky_solve(&mut x, rows, &pb.fixed, d, &gram, p).unwrap_err();
+    assert_eq!(e.row(), 1, "{e}");
+}
+
+/// Small batches and a small gather budget, to exercise every batching path.
+const SMALL_PLAN: Plan = Plan {
+    batch_rows: 5,
+    gather_floats: 16 * 40,
+};
+
+#[test]
+fn cg_converges_to_the_cholesky_solution() {
+    for (case, &d) in [1usize, 3, 16, 64].iter().enumerate() {
+        let lens = mixed_lens(30 + case as u64, 120, 300);
+        let pb = Problem::new(40 + case as u64, d, 500, &lens);
+        let p = pb.params();
+        let gram = gramian(&pb.fixed, d);
+        let gram32 = to_f32(&gram);
+        let mut exact = vec![0.0f32; pb.n_rows() * d];
+        cholesky_solve(&mut exact, pb.rows(), &pb.fixed, d, &gram, p).expect("SPD");
+        for plan in [CG_PLAN, SMALL_PLAN] {
+            for hub_chunk in [0, 64] {
+                let mut x = vec![0.0f32; pb.n_rows() * d];
+                let (rows, fx) = (pb.rows(), &pb.fixed);
+                cg_solve_planned(
+                    &mut x,
+                    rows,
+                    fx,
+                    d,
+                    &gram32,
+                    p,
+                    50,
+                    hub_chunk,
+                    plan,
+                    Isa::detect(),
+                    false,
+                );
+                for u in 0..pb.n_rows() {
+                    let (xu, eu) = (&x[u * d..][..d], &exact[u * d..][..d]);
+                    let diff: Vec<f32> = xu.iter().zip(eu).map(|(a, b)| a - b).collect();
+                    let (err, scale) = (dot64(&diff, &diff).sqrt(), dot64(eu, eu).sqrt());
+                    assert!(
+                        err <= 1e-4 * scale,
+                        "d={d} hub_chunk={hub_chunk} row {u} (n={}): {err} vs {scale}",
+                        pb.items(u).len()
+                    );
+                    if pb.items(u).is_empty() {
+                        assert!(xu.iter().all(|&v| v == 0.0));
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn cg_is_exact_after_d_steps() {
+    // Ill-conditioned small systems (few items, weak regularization): conjugate
+    // directions reach the solution in d steps, steepest descent would not.
+    let d = 4;
+    let lens: Vec<usize> = (0..40).map(|u| 1 + u % 6).collect();
+    let pb = Problem::new(45, d, 50, &lens);
+    let p = SolveParams {
+        reg: 0.002,
+        alpha0: 0.01,
+        n_other: 50.0,
+    };
+    let gram = gramian(&pb.fixed, d);
+    let mut exact = vec![0.0f32; pb.n_rows() * d];
+    cholesky_solve(&mut exact, pb.rows(), &pb.fixed, d, &gram, p).expect("SPD");
+    let mut x = vec![0.0f32; pb.n_rows() * d];
+    cg_solve(&mut x, pb.rows(), &pb.fixed, d, &to_f32(&gram), p, d, 0);
+    for u in 0..pb.n_rows() {
+        let (xu, eu) = (&x[u * d..][..d], &exact[u * d..][..d]);
+        let diff: Vec<f32> = xu.iter().zip(eu).map(|(a, b)| a - b).collect();
+        let (err, scale) = (dot64(&diff, &diff).sqrt(), dot64(eu, eu).sqrt());
+        assert!(err <= 1e-3 * scale, "row {u}: {err} vs {scale}");
+    }
+}
+
+#[test]
+fn cg_three_steps_from_a_warm_start_improve_the_residual() {
+    let d = 32;
+    let lens = mixed_lens(50, 200, 400);
+    let pb = Problem::new(51, d, 600, &lens);
+    let p = pb.params();
+    let gram = gramian(&pb.fixed, d);
+    let mut exact = vec![0.0f32; pb.n_rows() * d];
+    cholesky_solve(&mut exact, pb.rows(), &pb.fixed, d, &gram, p).expect("SPD");
+    let noise = random_x(52, exact.len(), 0.05);
+    let x0: Vec<f32> = exact
+        .iter()
+        .zip(&noise)
+        .map(|(&e, &n)| e * (1.0 + n) + 0.01 * n)
+        .collect();
+    let mut x = x0.clone();
+    cg_solve(&mut x, pb.rows(), &pb.fixed, d, &to_f32(&gram), p, 3, 64);
+    let (mut res0, mut res1) = (0.0f64, 0.0f64);
+    for u in 0..pb.n_rows() {
+        let (a, b) = pb.dense_system(u, &gram, p);
+        let r = |xu: &[f32]| {
+            let ax = matvec(&a, xu, d);
+            ax.iter()
+                .zip(&b)
+                .map(|(p, q)| (p - q) * (p - q))
+                .sum::<f64>()
+        };
+        let (r0, r1) = (r(&x0[u * d..][..d]), r(&x[u * d..][..d]));
+        res0 += r0;
+        res1 += r1;
+        // CG decreases the A-norm of the error at every step.
+        let e_a = |xu: &[f32]| {
+            let e: Vec<f32> = xu
+                .iter()
+                .zip(&exact[u * d..][..d])
+                .map(|(a, b)| a - b)
+                .collect();
+            dot64(&e, &to_f32(&matvec(&a, &e, d)))
+        };
+        let (e0, e1) = (e_a(&x0[u * d..][..d]), e_a(&x[u * d..][..d]));
+        assert!(
+            e1 <= e0 * 1.01 + 1e-12,
+            "row {u}: A-norm error {e0} -> {e1}"
+        );
+        if pb.items(u).is_empty() {
+            assert!(x[u * d..][..d].iter().all(|&v| v == 0.0));
+        }
+    }
+    assert!(res1 < 0.01 * res0, "residual {res0} -> {res1}");
+    assert!(x.iter().all(|v| v.is_finite()));
+}
+
+#[test]
+fn cg_is_deterministic_and_hub_chunking_agrees() {
+    let d = 24;
+    let lens = mixed_lens(60, 300, 1000);
+    let pb = Problem::new(61, d, 800, &lens);
+    let p = pb.params();
+    let gram = to_f32(&gramian(&pb.fixed, d));
+    let x0 = random_x(62, pb.n_rows() * d, 0.1);
+    let run_isa = |threads: usize, hub_chunk: usize, plan: Plan, isa: Isa| {
+        let mut x = x0.clone();
+        let (rows, fx, g) = (pb.rows(), &pb.fixed, &gram);
+        in_pool(threads, || {
+            cg_solve_planned(&mut x, rows, fx, d, g, p, 3, hub_chunk, plan, isa, false)
+        });
+        x
+    };
+    let run = |threads, hub_chunk, plan| run_isa(threads, hub_chunk, plan, Isa::detect());
+    for plan in [CG_PLAN, SMALL_PLAN] {
+        let chunked = run(1, 50, plan);
+        assert_eq!(chunked, run(2, 50, plan), "1 vs 2 threads");
+        assert_eq!(chunked, run(3, 50, plan), "1 vs 3 threads");
+        let whole = run(3, 0, plan);
+        assert_eq!(whole, run(1, 0, plan), "1 vs 3 threads, no chunking");
+        assert_eq!(whole, run(1, usize::MAX, plan), "hub_chunk 0 = never");
+        for u in 0..pb.n_rows() {
+            let (a, b) = (&chunked[u * d..][..d], &whole[u * d..][..d]);
+            let diff: Vec<f32> = a.iter().zip(b).map(|(x, y)| x - y).collect();
+            let (err, scale) = (dot64(&diff, &diff).sqrt(), dot64(b, b).sqrt());
+            assert!(
+                err <= 1e-5 * scale,
+                "row {u}: chunked vs whole {err} vs {scale}"
+            );
+        }
+    }
+    // The plan only regroups rows: each row's arithmetic is the same.
+    assert_eq!(run(2, 50, CG_PLAN), run(2, 50, SMALL_PLAN));
+    // The portable kernel (no FMA) agrees with the detected one, and is deterministic.
+    let plain = run_isa(1, 50, CG_PLAN, Isa::Plain);
+    assert_eq!(plain, run_isa(3, 50, CG_PLAN, Isa::Plain));
+    let fast = run(1, 50, CG_PLAN);
+    for u in 0..pb.n_rows() {
+        let (a, b) = (&plain[u * d..][..d], &fast[u * d..][..d]);
+        let diff: Vec<f32> = a.iter().zip(b).map(|(x, y)| x - y).collect();
+        let (err, scale) = (dot64(&diff, &diff).sqrt(), dot64(b, b).sqrt());
+        assert!(
+            err <= 1e-5 * scale,
+            "row {u}: plain vs detected {err} vs {scale}"
+        );
+    }
+}
+
+#[test]
+fn cg_edge_cases_stay_finite() {
+    let d = 8;
+    let pb = Problem::new(70, d, 30, &[0, 0, 3, 0]);
+    let gram = to_f32(&gramian(&pb.fixed, d));
+    let p = pb.params();
+    // steps = 0 leaves x untouched, even empty rows.
+    let mut x = vec![1.0f32; 4 * d];
+    cg_solve(&mut x, pb.rows(), &pb.fixed, d, &gram, p, 0, 16);
+    assert!(x.iter().all(|&v| v == 1.0));
+    // Empty rows become exactly 0 from any start.
+    let mut x = vec![1.0f32; 4 * d];
+    cg_solve(&mut x, pb.rows(), &pb.fixed, d, &gram, p, 5, 16);
+    for u in [0, 1, 3] {
+        assert!(x[u * d..][..d].iter().all(|&v| v == 0.0));
+    }
+    assert!(x.iter().all(|v| v.is_finite()));
+    // Residual exactly 0 (no 0/0): one item h = e_0, no regularization, so
+    // A = e_0 e_0^T and b = e_0; from x = e_0 (exact) and from x = 0 (one step).
+    let mut e0 = vec![0.0f32; 2 * d];
+    e0[0] = 1.0;
+    let one = RowsView {
+        indptr: &[0, 1],
+        indices: &[0],
+    };
+    let (g_e0, p_e0) = (
+        to_f32(&gramian(&e0, d)),
+        SolveParams {
+            reg: 0.0,
+            alpha0: 0.0,
+            n_other: 2.0,
+        },
+    );
+    for start in [1.0f32, 0.0] {
+        let mut x = vec![0.0f32; d];
+        x[0] = start;
+        cg_solve(&mut x, one, &e0, d, &g_e0, p_e0, 5, 16);
+        assert_eq!(x, e0[..d], "start {start}");
+    }
+    // No unobserved weight and no regularization: A = sum h h^T is singular (rank 3
+    // < 8), CG stays finite, the empty rows are still 0.
+    let p0 = SolveParams {
+        reg: 0.0,
+        alpha0: 0.0,
+        n_other: 30.0,
+    };
+    let mut x = vec![0.5f32; 4 * d];
+    cg_solve(&mut x, pb.rows(), &pb.fixed, d, &gram, p0, 20, 16);
+    assert!(x.iter().all(|v| v.is_finite()));
+    assert!(x[..d].iter().all(|&v| v == 0.0));
+    // No rows at all.
+    let empty = RowsView {
+        indptr: &[3],
+        indices: &[],
+    };
+    cg_solve(&mut [], empty, &pb.fixed, d, &gram, p, 3, 16);
+    cholesky_solve(&mut [], empty, &pb.fixed, d, &gramian(&pb.fixed, d), p).expect("no rows");
+    assert_eq!(
+        local_loss_terms(&[], empty, &pb.fixed, d, 0.1, 30.0),
+        (0.0, 0.0)
+    );
+}
+
+/// The transpose of the problem's rows: for each fixed row, its (row) neighbours.
+fn transpose(pb: &Problem) -> (Vec<u64>, Vec<u32>) {
+    let mut cols: Vec<Vec<u32>> = vec![Vec::new(); pb.n_fixed];
+    for u in 0..pb.n_rows() {
+        for &i in pb.items(u) {
+            cols[i as usize].push(u as u32);
+        }
+    }
+    let mut indptr = vec![0u64];
+    let mut indices = Vec::new();
+    for c in cols {
+        indices.extend(c);
+        indptr.push(indices.len() as u64);
+    }
+    (indptr, indices)
+}
+
+fn naive_loss_terms(pb: &Problem, w: &[f32], alpha0: f32) -> (f64, f64) {
+    let d = pb.d;
+    let (mut obs, mut reg) = (0.0, 0.0);
+    for u in 0..pb.n_rows() {
+        let wu = &w[u * d..][..d];
+        for &i in pb.items(u) {
+            let h = pb.h(i);
+            let dot: f64 = (0..d).map(|k| f64::from(wu[k]) * f64::from(h[k])).sum();
+            obs += (1.0 - dot) * (1.0 - dot);
+        }
+        let n2: f64 = wu.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+        reg += (pb.items(u).len() as f64 + f64::from(alpha0) * pb.n_fixed as f64) * n2;
+    }
+    (obs, reg)
+}
+
+#[test]
+fn loss_terms_match_naive_and_the_solve_decreases_the_loss() {
+    let d = 8;
+    let (n_rows, n_cols) = (60, 50);
+    let mut rng = SplitMix64::new(80);
+    let lens: Vec<usize> = (0..n_rows).map(|_| rng.below(12) as usize).collect();
+    let pb = Problem::new(81, d, n_cols, &lens);
+    let p = pb.params();
+    let (t_indptr, t_indices) = transpose(&pb);
+    let cols = RowsView {
+        indptr: &t_indptr,
+        indices: &t_indices,
+    };
+    let objective = |w: &[f32]| {
+        let (obs, reg_w) = local_loss_terms(w, pb.rows(), &pb.fixed, d, p.alpha0, n_cols as f64);
+        let (_, reg_h) = local_loss_terms(&pb.fixed, cols, w, d, p.alpha0, n_rows as f64);
+        let all = all_pairs_term(&gramian(w, d), &gramian(&pb.fixed, d), d);
+        obs + f64::from(p.alpha0) * all + f64::from(p.reg) * (reg_w + reg_h)
+    };
+    let w0 = random_x(82, n_rows * d, 0.5);
+
+    // local_loss_terms and all_pairs_term against naive sums.
+    let (obs, reg) = local_loss_terms(&w0, pb.rows(), &pb.fixed, d, p.alpha0, n_cols as f64);
+    let (obs_n, reg_n) = naive_loss_terms(&pb, &w0, p.alpha0);
+    assert!((obs - obs_n).abs() <= 1e-12 * obs_n, "{obs} vs {obs_n}");
+    assert!((reg - reg_n).abs() <= 1e-12 * reg_n, "{reg} vs {reg_n}");
+    let all = all_pairs_term(&gramian(&w0, d), &gramian(&pb.fixed, d), d);
+    let mut all_n = 0.0f64;
+    for u in 0..n_rows {
+        for i in 0..n_cols {
+            let dot: f64 = (0..d)
+                .map(|k| f64::from(w0[u * d + k]) * f64::from(pb.fixed[i * d + k]))
+                .sum();
+            all_n += dot * dot;
+        }
+    }
+    assert!((all - all_n).abs() <= 1e-10 * all_n, "{all} vs {all_n}");
+
+    // The exact solve minimizes the objective over the rows.
+    let l0 = objective(&w0);
+    let gram = gramian(&pb.fixed, d);
+    let mut w1 = w0.clone();
+    cholesky_solve(&mut w1, pb.rows(), &pb.fixed, d, &gram, p).expect("SPD");
+    let l1 = objective(&w1);
+    assert!(l1 < l0, "exact solve: loss {l0} -> {l1}");
+    // ... so any perturbation of the solution increases it,
+    let w_pert: Vec<f32> = w1
+        .iter()
+        .zip(random_x(83, w1.len(), 0.01))
+        .map(|(a, b)| a + b)
+        .collect();
+    assert!(objective(&w_pert) > l1);
+    // ... and 3 CG steps from w0 land between.
+    let mut w2 = w0.clone();
+    cg_solve(&mut w2, pb.rows(), &pb.fixed, d, &to_f32(&gram), p, 3, 4);
+    let l2 = objective(&w2);
+    assert!(
+        l2 < l0 && l2 >= l1 * (1.0 - 1e-6),
+        "CG: {l0} -> {l2} (exact {l1})"
+    );
+}
+
+#[test]
+fn gram_term_matches_the_per_element_reference_bitwise() {
+    let mut rng = SplitMix64::new(80);
+    for (nb, d) in [
+        (1, 1),
+        (5, 7),
+        (6, 16),
+        (13, 33),
+        (128, 128),
+        (7, 40),
+        (12, 17),
+    ] {
+        let v: Vec<f32> = (0..nb * d).map(|_| rng.next_normal() as f32).collect();
+        let g: Vec<f32> = (0..d * d).map(|_| rng.next_normal() as f32).collect();
+        for alpha0 in [0.0f32, 0.37] {
+            let mut q = vec![f32::NAN; nb * d];
+            gram_term_body::<false>(&v, &g, &mut q, nb, d, alpha0);
+            assert_eq!(
+                q,
+                gram_term_ref::<false>(&v, &g, nb, d, alpha0),
+                "plain {nb}x{d}"
+            );
+            #[cfg(target_arch = "x86_64")]
+            if Isa::detect() == Isa::Avx2Fma {
+                let mut q = vec![f32::NAN; nb * d];
+                // SAFETY: avx2 and fma were detected.
+                unsafe { gram_term_fma_for_test(&v, &g, &mut q, nb, d, alpha0) };
+                assert_eq!(
+                    q,
+                    gram_term_ref::<true>(&v, &g, nb, d, alpha0),
+                    "fma {nb}x{d}"
+                );
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn gram_term_fma_for_test(v: &[f32], g: &[f32], q: &mut [f32], nb: usize, d: usize, a: f32) {
+    gram_term_body::<true>(v, g, q, nb, d, a)
+}
+
+/// Relative Frobenius distance of two tables.
+fn rel_dist(a: &[f32], b: &[f32]) -> f64 {
+    let diff: Vec<f32> = a.iter().zip(b).map(|(x, y)| x - y).collect();
+    (dot64(&diff, &diff) / dot64(b, b)).sqrt()
+}
+
+#[test]
+fn bf16_tables_give_the_f32_result_on_the_widened_table() {
+    use crate::bf16::{to_bf16, to_f32 as widen_all, Bf16};
+    let d = 20;
+    let lens = mixed_lens(90, 300, 700);
+    let pb = Problem::new(91, d, 800, &lens);
+    let p = pb.params();
+    let fb: Vec<Bf16> = to_bf16(&pb.fixed);
+    let fw: Vec<f32> = widen_all(&fb);
+    // Gramians: bitwise.
+    let (gb, gw) = (gramian(&fb, d), gramian(&fw, d));
+    assert_eq!(gb, gw);
+    assert_eq!(gramian_ref(&fb, d), gramian_ref(&fw, d));
+    let g32 = to_f32(&gw);
+    let x0 = random_x(92, pb.n_rows() * d, 0.1);
+    let rows = pb.rows();
+    for plan in [CG_PLAN, SMALL_PLAN] {
+        for hub_chunk in [0, 64] {
+            for threads in [1, 3] {
+                let run = |table: Either| {
+                    let mut x = x0.clone();
+                    let l = in_pool(threads, || match table {
+                        Either::F(t) => cg_solve_planned(
+                            &mut x,
+                            rows,
+                            t,
+                            d,
+                            &g32,
+                            p,
+                            3,
+                            hub_chunk,
+                            plan,
+                            Isa::detect(),
+                            true,
+                        ),
+                        Either::B(t) => cg_solve_planned(
+                            &mut x,
+                            rows,
+                            t,
+                            d,
+                            &g32,
+                            p,
+                            3,
+                            hub_chunk,
+                            plan,
+                            Isa::detect(),
+                            true,
+                        ),
+                    });
+                    (x, l)
+                };
+                let (xb, lb) = run(Either::B(&fb));
+                let (xw, lw) = run(Either::F(&fw));
+                assert_eq!(
+                    xb, xw,
+                    "plan {plan:?} hub_chunk {hub_chunk} threads {threads}"
+                );
+                assert_eq!(lb, lw);
+            }
+        }
+    }
+    // Exact solve and the loss pass: bitwise.
+    let (mut cb, mut cw) = (x0.clone(), x0.clone());
+    cholesky_solve(&mut cb, rows, &fb, d, &gw, p).expect("SPD");
+    cholesky_solve(&mut cw, rows, &fw, d, &gw, p).expect("SPD");
+    assert_eq!(cb, cw);
+    assert_eq!(
+        local_loss_terms(&cb, rows, &fb, d, p.alpha0, p.n_other),
+        local_loss_terms(&cw, rows, &fw, d, p.alpha0, p.n_other)
+    );
+    // Against the unrounded f32 table: the exact solutions differ by the effect of
+    // rounding H to 8 bits of mantissa (relative 2^-9 per entry).
+    let mut cf = x0.clone();
+    cholesky_solve(&mut cf, rows, &pb.fixed, d, &gramian(&pb.fixed, d), p).expect("SPD");
+    let e = rel_dist(&cb, &cf);
+    assert!(
+        e > 0.0 && e < 2e-2,
+        "bf16 vs f32 exact solutions: relative {e}"
+    );
+    let mut xf = x0.clone();
+    cg_solve(
+        &mut xf,
+        rows,
+        &pb.fixed,
+        d,
+        &to_f32(&gramian(&pb.fixed, d)),
+        p,
+        3,
+        64,
+    );
+    let mut xb = x0.clone();
+    cg_solve(&mut xb, rows, &fb, d, &g32, p, 3, 64);
+    let e = rel_dist(&xb, &xf);
+    assert!(e > 0.0 && e < 2e-2, "bf16 vs f32 CG: relative {e}");
+}
+
+#[derive(Clone, Copy)]
+enum Either<'a> {
+    F(&'a [f32]),
+    B(&'a [crate::bf16::Bf16]),
+}
+
+#[test]
+fn fused_loss_matches_the_loss_pass() {
+    let d = 24;
+    let lens = mixed_lens(100, 400, 900);
+    let pb = Problem::new(101, d, 700, &lens);
+    let p = pb.params();
+    let g32 = to_f32(&gramian(&pb.fixed, d));
+    let x0 = random_x(102, pb.n_rows() * d, 0.1);
+    let rows = pb.rows();
+    for steps in [0usize, 1, 3] {
+        for (plan, hub_chunk) in [
+            (CG_PLAN, 0),
+            (CG_PLAN, 64),
+            (SMALL_PLAN, 64),
+            (SMALL_PLAN, 0),
+        ] {
+            let run = |threads: usize, loss: bool| {
+                let mut x = x0.clone();
+                let l = in_pool(threads, || {
+                    cg_solve_planned(
+                        &mut x,
+                        rows,
+                        &pb.fixed[..],
+                        d,
+                        &g32,
+                        p,
+                        steps,
+                        hub_chunk,
+                        plan,
+                        Isa::detect(),
+                        loss,
+                    )
+                });
+                (x, l)
+            };
+            let (x, l) = run(1, true);
+            // The fused loss does not change the solve; it is thread-count independent.
+            assert_eq!(x, run(2, false).0);
+            assert_eq!((x.clone(), l), run(3, true));
+            if steps == 0 {
+                assert_eq!(x, x0);
+            }
+            let (obs, reg) = local_loss_terms(&x, rows, &pb.fixed, d, p.alpha0, p.n_other);
+            let naive = naive_loss_terms(&pb, &x, p.alpha0);
+            assert!(
+                (l.observed - obs).abs() <= 1e-12 * obs,
+                "{} vs {obs}",
+                l.observed
+            );
+            assert!((l.reg - reg).abs() <= 1e-12 * reg, "{} vs {reg}", l.reg);
+            assert!((l.observed - naive.0).abs() <= 1e-9 * naive.0);
+            assert!((l.reg - naive.1).abs() <= 1e-9 * naive.1);
+        }
+    }
+}
+
+/// CPU seconds (user + system) of this process so far, from /proc (Linux; bench only).
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after_name = stat.rsplit(')').next().unwrap_or("");
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let ticks = |k: usize| fields.get(k).and_then(|v| v.parse::<f64>().ok());
+    (ticks(11).unwrap_or(0.0) + ticks(12).unwrap_or(0.0)) / 100.0
+}
+
+/// Power-law-ish row lengths (Pareto tail, mean ~10) plus 12 hub rows of 5k-27k.
+fn bench_lens(rng: &mut SplitMix64, n_rows: usize) -> Vec<usize> {
+    let mut lens: Vec<usize> = (0..n_rows)
+        .map(|_| {
+            let u = 1.0 - rng.next_f64();
+            ((3.4 * u.powf(-1.0 / 1.5)) as usize).min(20_000)
+        })
+        .collect();
+    for k in 0..12 {
+        lens[k * 19_997 + 5] = 5_000 + 2_000 * k;
+    }
+    lens
+}
+
+/// CSR over `lens`: uniform random items, or web-graph-like locality (80% of the
+/// items within +-1000 of the row's own id).
+fn bench_csr(
+    rng: &mut SplitMix64,
+    lens: &[usize],
+    n_fixed: usize,
+    local: bool,
+) -> (Vec<u64>, Vec<u32>) {
+    let mut indptr = Vec::with_capacity(lens.len() + 1);
+    indptr.push(0u64);
+    let mut indices = Vec::with_capacity(lens.iter().sum());
+    for (u, &n) in lens.iter().enumerate() {
+        for _ in 0..n {
+            let i = if local && rng.next_f64() < 0.8 {
+                (u + n_fixed + rng.below(2001) as usize - 1000) % n_fixed
+            } else {
+                rng.below(n_fixed as u64) as usize
+            };
+            indices.push(i as u32);
+        }
+        indptr.push(indices.len() as u64);
+    }
+    (indptr, indices)
+}
+
+/// Timing on a cnr-2000-sized problem (240k rows, ~2.5M non-zeros, d = 128, 2 rayon
+/// threads): `cargo test --release --lib als::solve -- --ignored --nocapture`
+/// (with `OPENBLAS_NUM_THREADS=1` for the Cholesky part).
+#[test]
+#[ignore]
+fn bench_cnr2000_sized() {
+    use std::time::Instant;
+    let (n_rows, n_fixed, d, hub_chunk) = (240_000usize, 240_000usize, 128usize, 1024usize);
+    let mut rng = SplitMix64::new(90);
+    let lens = bench_lens(&mut rng, n_rows);
+    let nnz: usize = lens.iter().sum();
+    let hub_nnz: usize = lens.iter().filter(|&&n| n > hub_chunk).sum();
+    let max_len = lens.iter().max().copied().unwrap_or(0);
+    println!(
+        "rows {n_rows}, n_fixed {n_fixed}, d {d}, nnz {nnz}, longest row {max_len}, \
+         nnz in rows > {hub_chunk}: {hub_nnz}"
+    );
+    let scale = 1.0 / (d as f64).sqrt();
+    let fixed: Vec<f32> = (0..n_fixed * d)
+        .map(|_| ((rng.next_f64() - 0.5) * 3.4 * scale) as f32)
+        .collect();
+    let x0: Vec<f32> = (0..n_rows * d)
+        .map(|_| ((rng.next_f64() - 0.5) * 0.2 * scale) as f32)
+        .collect();
+    let p = SolveParams {
+        reg: 0.01,
+        alpha0: 0.01,
+        n_other: n_fixed as f64,
+    };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .expect("pool");
+    pool.install(|| {
+        let mut g = Vec::new();
+        for _ in 0..3 {
+            let (t, c0) = (Instant::now(), cpu_seconds());
+            g = gramian(&fixed, d);
+            let (tg, cpu) = (t.elapsed().as_secs_f64(), cpu_seconds() - c0);
+            let gf = 2.0 * n_fixed as f64 * (d * d) as f64 * 1e-9;
+            println!(
+                "gramian: {tg:.3} s wall, {cpu:.2} s cpu ({:.1} GFlop/s)",
+                gf / tg
+            );
+        }
+        let g32 = to_f32(&g);
+        let mut x = x0.clone();
+        for local in [false, true] {
+            let (indptr, indices) = bench_csr(&mut rng, &lens, n_fixed, local);
+            let rows = RowsView {
+                indptr: &indptr,
+                indices: &indices,
+            };
+            for steps in [3usize, 3, 3, 1] {
+                x.copy_from_slice(&x0);
+                let (t, c0) = (Instant::now(), cpu_seconds());
+                cg_solve(&mut x, rows, &fixed, d, &g32, p, steps, hub_chunk);
+                let (tc, cpu) = (t.elapsed().as_secs_f64(), cpu_seconds() - c0);
+                let mv = (steps + 1) as f64;
+                let gram_gf = mv * 2.0 * n_rows as f64 * (d * d) as f64 * 1e-9;
+                let obs_gf = mv * 4.0 * nnz as f64 * d as f64 * 1e-9;
+                println!(
+                    "cg_solve steps={steps} ({} items): {tc:.3} s wall, {cpu:.2} s cpu \
+                     ({gram_gf:.1} GFlop Gramian + {obs_gf:.1} GFlop observed: {:.1} GFlop/s)",
+                    if local { "local" } else { "uniform" },
+                    (gram_gf + obs_gf) / tc
+                );
+                assert!(x.iter().all(|v| v.is_finite()));
+            }
+            if !local {
+                // Exact solve of the first 20k rows.
+                let sub = RowsView {
+                    indptr: &indptr[..20_001],
+                    indices: &indices,
+                };
+                let mut xs = x0[..20_000 * d].to_vec();
+                let (t, c0) = (Instant::now(), cpu_seconds());
+                cholesky_solve(&mut xs, sub, &fixed, d, &g, p).expect("SPD");
+                let (tc, cpu) = (t.elapsed().as_secs_f64(), cpu_seconds() - c0);
+                println!("cholesky_solve, 20k rows: {tc:.3} s wall, {cpu:.2} s cpu");
+            }
+        }
+        // Raw rate of the Gramian product, one thread: matrixmultiply (the route of
+        // `gemm`) vs ndarray's default route (OpenBLAS in this crate).
+        let (b, reps) = (128usize, 1000usize);
+        let pm = &x0[..b * d];
+        let mut q = vec![0.0f32; b * d];
+        let gflop = reps as f64 * 2.0 * (b * d * d) as f64 * 1e-9;
+        let (pv, gv) = (view2(pm, b, d), view2(&g32, d, d));
+        let t = Instant::now();
+        for _ in 0..reps {
+            gemm(0.5f32, pv, gv, 0.0, &mut view2_mut(&mut q, b, d));
+        }
+        let tm = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        for _ in 0..reps {
+            general_mat_mul(0.5f32, &pv, &gv, 0.0, &mut view2_mut(&mut q, b, d));
+        }
+        let tb = t.elapsed().as_secs_f64();
+        println!(
+            "[{b}x{d}]x[{d}x{d}] sgemm, 1 thread: matrixmultiply {:.1} GFlop/s, \
+             ndarray default route (OpenBLAS) {:.1} GFlop/s",
+            gflop / tm,
+            gflop / tb
+        );
+    });
+}

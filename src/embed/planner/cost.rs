@@ -1,0 +1,295 @@
+//! The cost model: the cost of every piece of a placement on its rank, the checked
+//! inputs it is computed from, and the report of a plan.
+
+use serde::{Deserialize, Serialize};
+
+use super::{PlanOptions, PlanReport};
+use crate::data::graph::block_range;
+use crate::embed::placement::{Placement, Plan, Rows};
+use crate::embed::spec::ModelSpec;
+use crate::embed::stats::{BatchStats, TableStats};
+use crate::{Error, Result};
+
+/// The machine constants of the cost model; calibrate them to a cluster.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CostModel {
+    /// Bytes per second a rank exchanges over the network.
+    pub net_bw: f64,
+    /// Bytes per second of a rank's table memory traffic.
+    pub mem_bw: f64,
+    /// Seconds per row lookup or update (hashing, indexing, a likely cache miss).
+    pub lookup_s: f64,
+    /// Fixed seconds per shard per step.
+    pub shard_s: f64,
+    /// Smallest memory access, in bytes (a cache line).
+    pub line_bytes: f64,
+}
+
+impl Default for CostModel {
+    fn default() -> Self {
+        CostModel {
+            net_bw: 5e9,
+            mem_bw: 10e9,
+            lookup_s: 20e-9,
+            shard_s: 10e-6,
+            line_bytes: 64.0,
+        }
+    }
+}
+
+impl CostModel {
+    /// Bytes moved by one access to a row of `w` floats.
+    fn access(&self, w: usize) -> f64 {
+        (4.0 * w as f64).max(self.line_bytes)
+    }
+}
+
+/// One piece of a placement: the rank, rows and width it holds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Piece {
+    pub(super) rank: usize,
+    pub(super) rows: u64,
+    pub(super) width: usize,
+    pub(super) replica: bool,
+}
+
+/// The pieces of placement `p` of a table of `vocab` rows and width `dim` (the same
+/// shards as [`Plan::table_shards`]).
+pub(super) fn pieces(vocab: u64, dim: usize, world: usize, p: &Placement) -> Vec<Piece> {
+    let piece = |rank, rows, width| Piece {
+        rank,
+        rows,
+        width,
+        replica: false,
+    };
+    match p {
+        Placement::Table { rank } => vec![piece(*rank, vocab, dim)],
+        Placement::RowBlock { ranks } => ranks
+            .iter()
+            .enumerate()
+            .map(|(j, &r)| {
+                let (lo, hi) = block_range(vocab, ranks.len(), j);
+                piece(r, hi - lo, dim)
+            })
+            .collect(),
+        Placement::RowCyclic { ranks } => ranks
+            .iter()
+            .enumerate()
+            .map(|(j, &r)| {
+                let rows = Rows::Cyclic {
+                    modulus: ranks.len() as u64,
+                    residue: j as u64,
+                };
+                piece(r, rows.len(vocab), dim)
+            })
+            .collect(),
+        Placement::Column { shards } => shards
+            .iter()
+            .map(|s| piece(s.rank, vocab, s.cols[1] - s.cols[0]))
+            .collect(),
+        Placement::DataParallel => (0..world)
+            .map(|r| Piece {
+                replica: true,
+                ..piece(r, vocab, dim)
+            })
+            .collect(),
+    }
+}
+
+/// What each rank gains from one placement: `(rank, seconds, bytes)`.
+pub(super) type Contrib = Vec<(usize, f64, u64)>;
+
+/// The model, the stats and the world, checked against each other.
+pub(super) struct Ctx<'a> {
+    pub(super) spec: &'a ModelSpec,
+    pub(super) stats: &'a [TableStats],
+    pub(super) world: usize,
+    batch_per_rank: f64,
+    state: u64,
+    model: &'a CostModel,
+}
+
+impl Ctx<'_> {
+    pub(super) fn n_tables(&self) -> usize {
+        self.spec.tables.len()
+    }
+
+    fn piece_cost(&self, t: usize, p: &Piece) -> f64 {
+        let (ts, st, m) = (&self.spec.tables[t], &self.stats[t], self.model);
+        let n = self.world as f64;
+        let state_bytes = 4.0 * self.state as f64;
+        let (exchanged, memory, lookups) = if p.replica {
+            let (v, d) = (ts.vocab as f64, ts.dim as f64);
+            let ids = self.batch_per_rank * st.mean_valency;
+            (
+                2.0 * v * d * 4.0 * (n - 1.0) / n,
+                ids * m.access(ts.dim) + v * (3.0 * m.access(ts.dim) + state_bytes),
+                ids,
+            )
+        } else {
+            let n_in = n * st.unique_per_rank_batch * p.rows as f64 / ts.vocab as f64;
+            (
+                n_in * (4.0 + 8.0 * p.width as f64),
+                n_in * (3.0 * m.access(p.width) + state_bytes),
+                2.0 * n_in,
+            )
+        };
+        exchanged / m.net_bw + memory / m.mem_bw + lookups * m.lookup_s + m.shard_s
+    }
+
+    pub(super) fn contrib(&self, t: usize, p: &Placement) -> Contrib {
+        let ts = &self.spec.tables[t];
+        pieces(ts.vocab, ts.dim, self.world, p)
+            .iter()
+            .map(|pc| {
+                let bytes = pc.rows * (pc.width as u64 + self.state) * 4;
+                (pc.rank, self.piece_cost(t, pc), bytes)
+            })
+            .collect()
+    }
+
+    /// Bytes of the whole table with its optimizer state.
+    pub(super) fn table_bytes(&self, t: usize) -> u64 {
+        let ts = &self.spec.tables[t];
+        ts.vocab * (ts.dim as u64 + self.state) * 4
+    }
+
+    /// Bytes of the largest share of a row-wise placement over all ranks.
+    pub(super) fn row_share(&self, t: usize) -> u64 {
+        let ts = &self.spec.tables[t];
+        ts.vocab.div_ceil(self.world as u64) * (ts.dim as u64 + self.state) * 4
+    }
+
+    /// Seconds of the table placed whole on one rank.
+    pub(super) fn table_cost(&self, t: usize) -> f64 {
+        let ts = &self.spec.tables[t];
+        let whole = Piece {
+            rank: 0,
+            rows: ts.vocab,
+            width: ts.dim,
+            replica: false,
+        };
+        self.piece_cost(t, &whole)
+    }
+
+    pub(super) fn plan(&self, tables: Vec<Placement>) -> Plan {
+        Plan {
+            world: self.world,
+            spec_digest: self.spec.digest(),
+            tables,
+        }
+    }
+}
+
+/// Model cost and memory of every rank under `plan`.
+///
+/// # Panics
+/// If `stats` or `plan` do not have one entry per table of `spec`.
+pub fn evaluate(
+    spec: &ModelSpec,
+    stats: &BatchStats,
+    plan: &Plan,
+    model: &CostModel,
+    state_per_row: u64,
+) -> PlanReport {
+    assert_eq!(stats.tables.len(), spec.tables.len(), "stats per table");
+    assert_eq!(plan.tables.len(), spec.tables.len(), "placements per table");
+    let ctx = Ctx {
+        spec,
+        stats: &stats.tables,
+        world: plan.world,
+        batch_per_rank: stats.batch_per_rank as f64,
+        state: state_per_row,
+        model,
+    };
+    let mut cost = vec![0.0; plan.world];
+    for (t, p) in plan.tables.iter().enumerate() {
+        for (r, c, _) in ctx.contrib(t, p) {
+            cost[r] += c;
+        }
+    }
+    PlanReport::new(cost, plan.bytes_per_rank(spec, state_per_row))
+}
+
+pub(super) fn check_inputs<'a>(
+    spec: &'a ModelSpec,
+    stats: &'a BatchStats,
+    opts: &'a PlanOptions,
+) -> Result<Ctx<'a>> {
+    let bad = |msg: String| Err(Error::Config(format!("planner: {msg}")));
+    if opts.world == 0 {
+        return bad("world must be at least 1".into());
+    }
+    if stats.tables.len() != spec.tables.len() {
+        return bad(format!(
+            "batch stats have {} tables, the model {}",
+            stats.tables.len(),
+            spec.tables.len()
+        ));
+    }
+    if stats.spec_digest != spec.digest() {
+        return bad(format!(
+            "batch stats were made for model {}, this model is {}",
+            stats.spec_digest,
+            spec.digest()
+        ));
+    }
+    if stats.batch_per_rank == 0 {
+        return bad("batch stats have batch per rank 0".into());
+    }
+    for (t, s) in stats.tables.iter().enumerate() {
+        let ok = |x: f64| x.is_finite() && x >= 0.0;
+        if !(ok(s.mean_valency) && ok(s.unique_per_rank_batch) && ok(s.unique_per_global_batch)) {
+            return bad(format!(
+                "batch stats of table {t} are not finite and >= 0: {s:?}"
+            ));
+        }
+    }
+    let m = &opts.model;
+    if !([m.net_bw, m.mem_bw]
+        .iter()
+        .all(|&x| x.is_finite() && x > 0.0)
+        && [m.lookup_s, m.shard_s, m.line_bytes]
+            .iter()
+            .all(|&x| x.is_finite() && x >= 0.0))
+    {
+        return bad(format!("cost model constants out of range: {m:?}"));
+    }
+    let ctx = Ctx {
+        spec,
+        stats: &stats.tables,
+        world: opts.world,
+        batch_per_rank: stats.batch_per_rank as f64,
+        state: opts.state_per_row,
+        model: &opts.model,
+    };
+    let total: u128 = (0..ctx.n_tables())
+        .map(|t| ctx.table_bytes(t) as u128)
+        .sum();
+    let capacity = opts.world as u128 * opts.mem_per_rank as u128;
+    if total > capacity {
+        return bad(format!(
+            "the tables need {total} bytes (rows and {} optimizer floats per row), more than \
+             {} ranks x {} bytes = {capacity} bytes",
+            opts.state_per_row, opts.world, opts.mem_per_rank
+        ));
+    }
+    Ok(ctx)
+}
+
+pub(super) fn report(ctx: &Ctx, plan: &Plan) -> PlanReport {
+    let mut cost = vec![0.0; ctx.world];
+    for (t, p) in plan.tables.iter().enumerate() {
+        for (r, c, _) in ctx.contrib(t, p) {
+            cost[r] += c;
+        }
+    }
+    PlanReport::new(cost, plan.bytes_per_rank(ctx.spec, ctx.state))
+}
+
+pub(super) fn finish(ctx: &Ctx, tables: Vec<Placement>, name: &str) -> Result<(Plan, PlanReport)> {
+    let plan = ctx.plan(tables);
+    plan.validate(ctx.spec, ctx.world, name)?;
+    let r = report(ctx, &plan);
+    Ok((plan, r))
+}

@@ -1,0 +1,334 @@
+//! The planner: a greedy over every placement kind and a local search from three
+//! starts (see the module doc of `planner`).
+
+use std::cmp::Ordering;
+
+use super::cost::{check_inputs, report, Contrib, Ctx};
+use super::heuristics::{heuristic_tables, table_wise_greedy, Heuristic};
+use super::{PlanOptions, PlanReport};
+use crate::data::graph::block_range;
+use crate::embed::placement::{ColumnShard, Placement, Plan};
+use crate::embed::spec::ModelSpec;
+use crate::embed::stats::BatchStats;
+use crate::{Error, Result};
+
+/// A table's new placement and what it gives each rank.
+type Change = (usize, Placement, Contrib);
+
+/// The greedy's order of candidates: resulting maximum cost, bytes added, cost added,
+/// largest resulting cost of the ranks it touches.
+type GreedyKey = (f64, u64, f64, f64);
+
+/// Ranks in ascending order of `key` (ties by index).
+fn ranks_by<T: PartialOrd>(key: &[T]) -> Vec<usize> {
+    let mut r: Vec<usize> = (0..key.len()).collect();
+    r.sort_by(|&a, &b| {
+        key[a]
+            .partial_cmp(&key[b])
+            .unwrap_or(Ordering::Equal)
+            .then(a.cmp(&b))
+    });
+    r
+}
+
+fn column_placement(dim: usize, ranks: &[usize]) -> Placement {
+    let k = ranks.len();
+    Placement::Column {
+        shards: (0..k)
+            .map(|j| {
+                let (lo, hi) = block_range(dim as u64, k, j);
+                ColumnShard {
+                    rank: ranks[j],
+                    cols: [lo as usize, hi as usize],
+                }
+            })
+            .collect(),
+    }
+}
+
+/// The placements the greedy and the local search consider for table `t`, given the
+/// current costs and bytes of the ranks (without `t`).
+pub(super) fn candidates(ctx: &Ctx, t: usize, cost: &[f64], bytes: &[u64]) -> Vec<Placement> {
+    let n = ctx.world;
+    let dim = ctx.spec.tables[t].dim;
+    let by_load = ranks_by(cost);
+    let by_bytes = ranks_by(bytes);
+    // The `k` least loaded ranks, the emptiest first (it gets the larger row block).
+    let least_loaded = |k: usize| {
+        let mut r = by_load[..k].to_vec();
+        r.sort_by_key(|&i| (bytes[i], i));
+        r
+    };
+    let mut v: Vec<Placement> = (0..n).map(|rank| Placement::Table { rank }).collect();
+    if n > 1 {
+        let mut k = 2;
+        while k <= n.min(dim) {
+            v.push(column_placement(dim, &by_load[..k]));
+            k *= 2;
+        }
+        let mut k = 2;
+        while k < n {
+            v.push(Placement::RowBlock {
+                ranks: least_loaded(k),
+            });
+            k *= 2;
+        }
+        v.push(Placement::RowBlock {
+            ranks: by_bytes.clone(),
+        });
+        v.push(Placement::RowCyclic { ranks: by_bytes });
+        v.push(Placement::DataParallel);
+    }
+    v
+}
+
+/// Costs and bytes per rank after adding `add`.
+fn with(cost: &[f64], bytes: &[u64], add: &Contrib) -> (Vec<f64>, Vec<u64>) {
+    let (mut c, mut b) = (cost.to_vec(), bytes.to_vec());
+    for &(r, x, y) in add {
+        c[r] += x;
+        b[r] += y;
+    }
+    (c, b)
+}
+
+fn max_of(v: &[f64]) -> f64 {
+    v.iter().copied().fold(0.0, f64::max)
+}
+
+/// Start 1: the greedy over every placement kind (see the module doc). `None` if some
+/// table has no candidate that fits.
+fn greedy(ctx: &Ctx, mem: u64) -> Option<Vec<Placement>> {
+    let n_tables = ctx.n_tables();
+    let mut order: Vec<usize> = (0..n_tables).collect();
+    let tc: Vec<f64> = (0..n_tables).map(|t| ctx.table_cost(t)).collect();
+    order.sort_by(|&a, &b| tc[b].total_cmp(&tc[a]).then(a.cmp(&b)));
+    // Room kept on every rank for a row-wise share of each table still to place.
+    let mut reserve: u64 = (0..n_tables).map(|t| ctx.row_share(t)).sum();
+    let keep_escape = reserve <= mem;
+    let mut cost = vec![0.0; ctx.world];
+    let mut bytes = vec![0u64; ctx.world];
+    let mut out = vec![Placement::DataParallel; n_tables];
+    for t in order {
+        reserve -= ctx.row_share(t);
+        let limit = if keep_escape { mem - reserve } else { mem };
+        let mut best: Option<(GreedyKey, Placement, Contrib)> = None;
+        for p in candidates(ctx, t, &cost, &bytes) {
+            let add = ctx.contrib(t, &p);
+            let (c, b) = with(&cost, &bytes, &add);
+            if add.iter().any(|&(r, _, _)| b[r] > limit) {
+                continue;
+            }
+            let touched = add.iter().map(|&(r, _, _)| c[r]).fold(0.0, f64::max);
+            let key = (
+                max_of(&c),
+                add.iter().map(|a| a.2).sum::<u64>(),
+                add.iter().map(|a| a.1).sum::<f64>(),
+                touched,
+            );
+            let better = match &best {
+                None => true,
+                Some((k, _, _)) => {
+                    key.0
+                        .total_cmp(&k.0)
+                        .then(key.1.cmp(&k.1))
+                        .then(key.2.total_cmp(&k.2))
+                        .then(key.3.total_cmp(&k.3))
+                        == Ordering::Less
+                }
+            };
+            if better {
+                best = Some((key, p, add));
+            }
+        }
+        let (_, p, add) = best?;
+        (cost, bytes) = with(&cost, &bytes, &add);
+        out[t] = p;
+    }
+    Some(out)
+}
+
+/// Sorted descending.
+fn sorted_desc(v: &[f64]) -> Vec<f64> {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| b.total_cmp(a));
+    s
+}
+
+/// Whether `a` is lexicographically below `b` by more than `tol` at the first
+/// position where they differ by more than `tol`.
+fn lex_below(a: &[f64], b: &[f64], tol: f64) -> bool {
+    for (x, y) in a.iter().zip(b) {
+        if *x < y - tol {
+            return true;
+        }
+        if *x > y + tol {
+            return false;
+        }
+    }
+    false
+}
+
+/// The local search of the module doc, from a feasible start.
+fn local_search(
+    ctx: &Ctx,
+    mem: u64,
+    mut place: Vec<Placement>,
+    max_iters: usize,
+) -> Vec<Placement> {
+    let n_tables = ctx.n_tables();
+    let mut contrib: Vec<Contrib> = (0..n_tables).map(|t| ctx.contrib(t, &place[t])).collect();
+    for _ in 0..max_iters {
+        let mut cost = vec![0.0; ctx.world];
+        let mut bytes = vec![0u64; ctx.world];
+        for c in &contrib {
+            for &(r, x, y) in c {
+                cost[r] += x;
+                bytes[r] += y;
+            }
+        }
+        let current = sorted_desc(&cost);
+        let tol = 1e-9 * current[0];
+        let a = ranks_by(&cost)[ctx.world - 1];
+        let on_a: Vec<usize> = (0..n_tables)
+            .filter(|&t| contrib[t].iter().any(|&(r, _, _)| r == a))
+            .collect();
+
+        let mut best: Option<(Vec<f64>, Vec<Change>)> = None;
+        let mut consider = |changes: Vec<(usize, Placement)>| {
+            let (mut c, mut b) = (cost.clone(), bytes.clone());
+            for (t, _) in &changes {
+                for &(r, x, y) in &contrib[*t] {
+                    c[r] -= x;
+                    b[r] -= y;
+                }
+            }
+            let changes: Vec<Change> = changes
+                .into_iter()
+                .map(|(t, p)| {
+                    let add = ctx.contrib(t, &p);
+                    (t, p, add)
+                })
+                .collect();
+            for (_, _, add) in &changes {
+                for &(r, x, y) in add {
+                    c[r] += x;
+                    b[r] += y;
+                }
+            }
+            if b.iter().any(|&x| x > mem) {
+                return;
+            }
+            let s = sorted_desc(&c);
+            if !lex_below(&s, &current, tol) {
+                return;
+            }
+            if best.as_ref().is_none_or(|(bs, _)| lex_below(&s, bs, 0.0)) {
+                best = Some((s, changes));
+            }
+        };
+
+        for &t in &on_a {
+            // Move the piece on `a` to a rank that holds no piece of `t`.
+            let holds: Vec<bool> = (0..ctx.world)
+                .map(|r| contrib[t].iter().any(|&(q, _, _)| q == r))
+                .collect();
+            for b in (0..ctx.world).filter(|&b| !holds[b]) {
+                let moved = match &place[t] {
+                    Placement::Table { .. } => Placement::Table { rank: b },
+                    Placement::RowBlock { ranks } => Placement::RowBlock {
+                        ranks: ranks.iter().map(|&r| if r == a { b } else { r }).collect(),
+                    },
+                    Placement::RowCyclic { ranks } => Placement::RowCyclic {
+                        ranks: ranks.iter().map(|&r| if r == a { b } else { r }).collect(),
+                    },
+                    Placement::Column { shards } => Placement::Column {
+                        shards: shards
+                            .iter()
+                            .map(|s| ColumnShard {
+                                rank: if s.rank == a { b } else { s.rank },
+                                cols: s.cols,
+                            })
+                            .collect(),
+                    },
+                    Placement::DataParallel => continue,
+                };
+                consider(vec![(t, moved)]);
+            }
+            // Swap with a table-wise table on another rank.
+            if place[t] == (Placement::Table { rank: a }) {
+                for (u, pu) in place.iter().enumerate() {
+                    if let Placement::Table { rank: b } = *pu {
+                        if b != a {
+                            consider(vec![
+                                (t, Placement::Table { rank: b }),
+                                (u, Placement::Table { rank: a }),
+                            ]);
+                        }
+                    }
+                }
+            }
+            // Re-place it with any candidate.
+            let (mut c, mut b) = (cost.clone(), bytes.clone());
+            for &(r, x, y) in &contrib[t] {
+                c[r] -= x;
+                b[r] -= y;
+            }
+            for p in candidates(ctx, t, &c, &b) {
+                if p != place[t] {
+                    consider(vec![(t, p)]);
+                }
+            }
+        }
+        let Some((_, changes)) = best else { break };
+        for (t, p, add) in changes {
+            place[t] = p;
+            contrib[t] = add;
+        }
+    }
+    place
+}
+
+/// The best plan the planner finds under the cost model (see the module doc), with its
+/// report. Fails with [`Error::Config`] if the tables cannot fit into
+/// `world * mem_per_rank` bytes.
+pub fn plan_auto(
+    spec: &ModelSpec,
+    stats: &BatchStats,
+    opts: &PlanOptions,
+) -> Result<(Plan, PlanReport)> {
+    let ctx = check_inputs(spec, stats, opts)?;
+    let mem = opts.mem_per_rank;
+    let tc: Vec<f64> = (0..ctx.n_tables()).map(|t| ctx.table_cost(t)).collect();
+    let starts = [
+        greedy(&ctx, mem),
+        table_wise_greedy(&ctx, mem, "lpt", |t| tc[t]).ok(),
+        heuristic_tables(&ctx, Heuristic::Lookup, opts).ok(),
+    ];
+    let mut best: Option<(Plan, PlanReport)> = None;
+    for start in starts.into_iter().flatten() {
+        let plan = ctx.plan(local_search(&ctx, mem, start, opts.max_iters));
+        let r = report(&ctx, &plan);
+        let better = best.as_ref().is_none_or(|(_, b)| {
+            r.max_cost
+                .total_cmp(&b.max_cost)
+                .then(r.total_cost.total_cmp(&b.total_cost))
+                == Ordering::Less
+        });
+        if better {
+            best = Some((plan, r));
+        }
+    }
+    let (plan, r) = best.ok_or_else(|| {
+        let total: u64 = (0..ctx.n_tables()).map(|t| ctx.table_bytes(t)).sum();
+        Error::Config(format!(
+            "planner: found no placement of {total} bytes of tables into {} ranks x {mem} \
+             bytes = {} bytes (a row-wise share of every table needs {} bytes per rank)",
+            opts.world,
+            opts.world as u128 * mem as u128,
+            (0..ctx.n_tables()).map(|t| ctx.row_share(t)).sum::<u64>()
+        ))
+    })?;
+    plan.validate(spec, opts.world, "auto")?;
+    Ok((plan, r))
+}
