@@ -4,7 +4,8 @@
 pub use super::memory::ShardSizes;
 use crate::comm::Comm;
 use crate::data::dataset::{
-    check_id_space, check_indptr, check_rows, dataset_len, open_h5, read_meta, read_range,
+    check_fold_disjoint, check_id_space, check_indptr, check_rows, check_test_rows, dataset_len,
+    open_h5, read_meta, read_range,
 };
 use crate::data::graph::block_range;
 use crate::data::prepare::SplitMeta;
@@ -192,7 +193,8 @@ pub fn local_read_shards(
     // The owned test rows and the one before them (to check the order across blocks).
     let before = tlo.saturating_sub(1);
     let with_prev = read_range::<u32>(&f, path, "test/rows", before, thi)?;
-    check_test_rows(path, &with_prev, tlo > 0, &row_ip, meta.num_rows, tlo)?;
+    let has_arcs = |r: u32| row_ip[r as usize + 1] != row_ip[r as usize];
+    check_test_rows(path, &with_prev, tlo > 0, tlo, meta.num_rows, has_arcs)?;
     let test_rows = with_prev[(tlo - before) as usize..].to_vec();
     let fold = read_csr(&f, path, "test/fold", &fold_ip, tlo, thi, meta.num_cols)?;
     let holdout = read_csr(
@@ -207,13 +209,7 @@ pub fn local_read_shards(
     for (i, &row) in test_rows.iter().enumerate() {
         let h = &holdout.indices[holdout.indptr[i] as usize..holdout.indptr[i + 1] as usize];
         let v = &fold.indices[fold.indptr[i] as usize..fold.indptr[i + 1] as usize];
-        if let Some(c) = h.iter().find(|c| v.binary_search(c).is_ok()) {
-            return Err(Error::layout(
-                path,
-                "test/fold/indices",
-                format!("test row {row}: arc to {c} is both visible and held out"),
-            ));
-        }
+        check_fold_disjoint(path, row, v, h)?;
     }
     Ok(Shards {
         row_imbalance: imbalance(&row_ip, &row_bounds),
@@ -229,48 +225,6 @@ pub fn local_read_shards(
         holdout,
         num_test,
     })
-}
-
-/// Test rows (`rows[0]` is the previous block's last one when `has_prev`): strictly
-/// increasing, below `num_rows`, with no training arcs.
-fn check_test_rows(
-    path: &Path,
-    rows: &[u32],
-    has_prev: bool,
-    row_ip: &[u64],
-    num_rows: u64,
-    tlo: u64,
-) -> Result<()> {
-    let first = tlo - has_prev as u64;
-    if let Some(k) = rows.windows(2).position(|w| w[0] >= w[1]) {
-        return Err(Error::layout(
-            path,
-            "test/rows",
-            format!(
-                "not increasing at entry {} ({} after {})",
-                first + k as u64 + 1,
-                rows[k + 1],
-                rows[k]
-            ),
-        ));
-    }
-    for &r in &rows[has_prev as usize..] {
-        if r as u64 >= num_rows {
-            return Err(Error::layout(
-                path,
-                "test/rows",
-                format!("row {r} >= num_rows {num_rows}"),
-            ));
-        }
-        if row_ip[r as usize + 1] != row_ip[r as usize] {
-            return Err(Error::layout(
-                path,
-                "train/indices",
-                format!("test row {r} has training arcs"),
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// Two independent 64-bit mixes of an arc, summed (wrapping) over every arc of

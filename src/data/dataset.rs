@@ -516,6 +516,60 @@ pub fn dataset_len(f: &hdf5::File, path: &Path, name: &str) -> Result<u64> {
         .map_err(|_| Error::layout(path, name, "missing"))
 }
 
+/// Test rows (`rows[0]` is the previous block's last one when `has_prev`): strictly
+/// increasing, below `num_rows`, with no training arcs.
+pub fn check_test_rows(
+    path: &Path,
+    rows: &[u32],
+    has_prev: bool,
+    tlo: u64,
+    num_rows: u64,
+    has_training_arcs: impl Fn(u32) -> bool,
+) -> Result<()> {
+    let first = tlo - has_prev as u64;
+    if let Some(k) = rows.windows(2).position(|w| w[0] >= w[1]) {
+        return Err(Error::layout(
+            path,
+            "test/rows",
+            format!(
+                "not increasing at entry {} ({} after {})",
+                first + k as u64 + 1,
+                rows[k + 1],
+                rows[k]
+            ),
+        ));
+    }
+    for &r in &rows[has_prev as usize..] {
+        if r as u64 >= num_rows {
+            return Err(Error::layout(
+                path,
+                "test/rows",
+                format!("row {r} >= num_rows {num_rows}"),
+            ));
+        }
+        if has_training_arcs(r) {
+            return Err(Error::layout(
+                path,
+                "train/indices",
+                format!("test row {r} has training arcs"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A test row's visible (`fold`) and held-out arcs share no column (both sorted).
+pub fn check_fold_disjoint(path: &Path, row: u32, fold: &[u32], holdout: &[u32]) -> Result<()> {
+    match holdout.iter().find(|c| fold.binary_search(c).is_ok()) {
+        Some(c) => Err(Error::layout(
+            path,
+            "test/fold/indices",
+            format!("test row {row}: arc to {c} is both visible and held out"),
+        )),
+        None => Ok(()),
+    }
+}
+
 impl Dataset {
     /// Read the whole file and validate it against the layout.
     pub fn read(path: &Path) -> Result<Self> {
@@ -643,24 +697,10 @@ impl Dataset {
                 }
             }
         }
-        if self.test_rows.windows(2).any(|w| w[0] >= w[1]) {
-            return Err(Error::layout(path, "test/rows", "not increasing"));
-        }
+        check_test_rows(path, &self.test_rows, false, 0, rows as u64, |r| {
+            !self.train.row(r as usize).is_empty()
+        })?;
         for (i, &r) in self.test_rows.iter().enumerate() {
-            if r as usize >= rows {
-                return Err(Error::layout(
-                    path,
-                    "test/rows",
-                    format!("row {r} >= num_rows {rows}"),
-                ));
-            }
-            if !self.train.row(r as usize).is_empty() {
-                return Err(Error::layout(
-                    path,
-                    "train/indices",
-                    format!("test row {r} has training arcs"),
-                ));
-            }
             let h = self.holdout.row(i);
             if h.is_empty() {
                 return Err(Error::layout(
@@ -669,13 +709,7 @@ impl Dataset {
                     format!("test row {r} has no held-out arc"),
                 ));
             }
-            if h.iter().any(|c| self.fold.row(i).binary_search(c).is_ok()) {
-                return Err(Error::layout(
-                    path,
-                    "test/fold/indices",
-                    format!("test row {r}: an arc is both visible and held out"),
-                ));
-            }
+            check_fold_disjoint(path, r, self.fold.row(i), h)?;
         }
         Ok(())
     }
