@@ -44,12 +44,7 @@ fn embed(np: usize, extra: &[&str]) -> Output {
 }
 
 fn checksum(o: &Output) -> String {
-    o.stdout
-        .lines()
-        .find(|l| l.starts_with("final:"))
-        .and_then(|l| l.split("checksum ").nth(1))
-        .map(|s| s.split_whitespace().next().unwrap_or("").to_string())
-        .unwrap_or_else(|| panic!("no checksum\n{}", o.dump()))
+    o.final_checksum()
 }
 
 #[test]

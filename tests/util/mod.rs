@@ -305,6 +305,16 @@ pub fn rank_codes(dir: &Path, np: usize) -> Vec<Option<i32>> {
 }
 
 impl Output {
+    /// The checksum on rank 0's `final:` line (panics, with the run, if there is none).
+    pub fn final_checksum(&self) -> String {
+        self.stdout
+            .lines()
+            .find(|l| l.starts_with("final:"))
+            .and_then(|l| l.split("checksum ").nth(1))
+            .map(|s| s.split_whitespace().next().unwrap_or("").to_string())
+            .unwrap_or_else(|| panic!("no checksum\n{}", self.dump()))
+    }
+
     /// The whole run, for assertion messages.
     pub fn dump(&self) -> String {
         format!(
