@@ -47,6 +47,14 @@ pub enum Command {
     Selftest,
 }
 
+/// `embed --output-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputModeArg {
+    Auto,
+    Rows,
+    Pooled,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum InputFormat {
     /// WebGraph BV: PATH is the basename (PATH.graph + PATH.properties).
@@ -182,6 +190,12 @@ pub struct EmbedArgs {
     pub dense_opt: DenseOptKind,
     #[arg(long, default_value_t = 0.002)]
     pub dense_lr: f32,
+    /// How sharded tables' lookups come back: auto (the plan's choice per table: the
+    /// planner's cost model for `--plan auto`, `rows` for a placement kind, the file's
+    /// for a plan file), rows (distinct rows come back and are pooled here), or pooled
+    /// (the owners pool each example's rows and return one vector per example).
+    #[arg(long, value_enum, default_value_t = OutputModeArg::Auto)]
+    pub output_mode: OutputModeArg,
     /// Send every id occurrence instead of each distinct id once (for comparison).
     #[arg(long)]
     pub no_dedup: bool,

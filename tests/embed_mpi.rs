@@ -269,3 +269,23 @@ fn nan_holds_the_run_and_corrupt_checkpoints_hold_it() {
         "a corrupt checkpoint is kept for a person to look at"
     );
 }
+
+#[test]
+fn pooled_output_mode_trains_over_mpi_with_the_bits_of_rows() {
+    let _g = serial();
+    for plan in ["table", "column"] {
+        let rows = embed(2, &["--plan", plan, "--output-mode", "rows"]);
+        let pooled = embed(2, &["--plan", plan, "--output-mode", "pooled"]);
+        rows.expect_code(0).stdout_has(&["output 0 pooled"]);
+        pooled
+            .expect_code(0)
+            .stdout_has(&["output 5 pooled, 0 rows"]);
+        assert_eq!(checksum(&rows), checksum(&pooled), "{plan}");
+    }
+    // The planner names each table's mode and both modes' bytes.
+    let o = TestCommand::direct()
+        .args(["plan", "--preset", "tiny", "--ranks", "2", "--batch", "64"])
+        .run();
+    o.expect_code(0)
+        .stdout_has(&["output", "rows MB/step", "pooled MB/step"]);
+}

@@ -9,7 +9,7 @@ use torusrec::comm::threads::run;
 use torusrec::comm::Comm;
 use torusrec::embed::clicks::ClickGen;
 use torusrec::embed::mlp::DenseOpt;
-use torusrec::embed::placement::Plan;
+use torusrec::embed::placement::{OutputMode, Plan};
 use torusrec::embed::spec::{preset, ModelSpec};
 use torusrec::embed::tables::TableOpt;
 use torusrec::embed::train::{EmbedConfig, EmbedTrainer, Source, StepStatus};
@@ -266,5 +266,97 @@ fn pipelining_runs_and_stays_close_to_the_exact_run() {
     assert_ne!(exact, piped);
     for t in 0..exact.tables.len() {
         assert!(max_rel(&exact.tables[t], &piped.tables[t]) < 0.2);
+    }
+}
+
+/// `plan(p)` of one kind with every sharded table in `mode`.
+fn with_mode<'a>(
+    spec: &'a ModelSpec,
+    kind: &str,
+    mode: OutputMode,
+) -> impl Fn(usize) -> Plan + Sync + 'a {
+    let kind = kind.to_string();
+    move |p| Plan::uniform(spec, p, &kind).unwrap().with_modes(mode)
+}
+
+#[test]
+fn pooled_and_rows_output_modes_give_the_same_model() {
+    let spec = preset("tiny", 1.0).unwrap();
+    for opt in opts() {
+        // K = 2 micro-batches per step: one lookup, one backward for both.
+        let cfg = config(&spec, opt, 24, 2, 4);
+        for kind in KINDS {
+            for p in 1..=4 {
+                let rows = train(p, &cfg, with_mode(&spec, kind, OutputMode::Rows));
+                let pooled = train(p, &cfg, with_mode(&spec, kind, OutputMode::Pooled));
+                let what = format!("{opt:?} {kind} P={p}");
+                // A bag's rows are summed in one place unless a row-wise table is
+                // cut over several ranks: then the owners' partial sums are added.
+                let split = p > 1 && kind.starts_with("row_");
+                if split {
+                    assert_ne!(rows, pooled, "{what}: expected other summation orders");
+                    assert_close(&pooled, &rows, 1e-6, &what);
+                } else {
+                    assert_eq!(rows, pooled, "{what}: pooled changed the bits");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn pooled_mode_handles_mixed_plans_empty_batches_and_no_dedup() {
+    let spec = preset("tiny", 1.0).unwrap();
+    let opt = TableOpt::RowWiseAdagrad { lr: 0.1, eps: 1e-8 };
+    // A mixed plan, modes mixed too: column pooled, row_cyclic rows, row_block pooled,
+    // data_parallel (always rows), table pooled.
+    let mixed = |p: usize| {
+        let mut plan = Plan::uniform(&spec, p, "table").unwrap();
+        let kinds = [
+            "column",
+            "row_cyclic",
+            "row_block",
+            "data_parallel",
+            "table",
+        ];
+        for (t, kind) in kinds.iter().enumerate() {
+            plan.tables[t] = Plan::uniform(&spec, p, kind).unwrap().tables[t].clone();
+        }
+        let modes = [
+            OutputMode::Pooled,
+            OutputMode::Rows,
+            OutputMode::Pooled,
+            OutputMode::Rows,
+            OutputMode::Pooled,
+        ];
+        plan.modes = (0..plan.tables.len()).map(|t| modes[t % 5]).collect();
+        plan
+    };
+    let cfg = config(&spec, opt, 30, 2, 3);
+    let reference = train(1, &cfg, |p| Plan::uniform(&spec, p, "table").unwrap());
+    for p in [2, 3] {
+        assert_close(
+            &train(p, &cfg, mixed),
+            &reference,
+            2e-5,
+            &format!("mixed P={p}"),
+        );
+    }
+    // 3 examples on 4 ranks (one rank has none) and 5 on 4 (uneven).
+    for micro in [3, 5] {
+        let cfg = config(&spec, opt, micro, 2, 4);
+        for kind in ["table", "column", "row_block"] {
+            let rows = train(4, &cfg, with_mode(&spec, kind, OutputMode::Rows));
+            let pooled = train(4, &cfg, with_mode(&spec, kind, OutputMode::Pooled));
+            assert_close(&pooled, &rows, 1e-6, &format!("micro {micro} {kind}"));
+        }
+    }
+    // Dedup off sends every occurrence: the same bits as dedup on.
+    for kind in ["table", "column", "row_block"] {
+        let mut cfg = config(&spec, opt, 30, 2, 3);
+        let on = train(3, &cfg, with_mode(&spec, kind, OutputMode::Pooled));
+        cfg.dedup = false;
+        let off = train(3, &cfg, with_mode(&spec, kind, OutputMode::Pooled));
+        assert_eq!(on, off, "pooled {kind}: dedup changed the bits");
     }
 }

@@ -6,12 +6,14 @@ use std::path::{Path, PathBuf};
 use crate::app::als::resolve_threads;
 use crate::app::group;
 use crate::ckpt::signals::Preemption;
-use crate::cli::{DenseOptKind, EmbedArgs, GenerateClicksArgs, ModelArgs, PlanArgs, TableOptKind};
+use crate::cli::{
+    DenseOptKind, EmbedArgs, GenerateClicksArgs, ModelArgs, OutputModeArg, PlanArgs, TableOptKind,
+};
 use crate::comm::Comm;
 use crate::embed::clicklog::{write_click_log, ClickLog};
 use crate::embed::clicks::ClickGen;
 use crate::embed::mlp::DenseOpt;
-use crate::embed::placement::Plan;
+use crate::embed::placement::{OutputMode, Plan};
 use crate::embed::planner;
 use crate::embed::planner::{Heuristic, PlanOptions};
 use crate::embed::spec::{preset, ModelSpec};
@@ -235,13 +237,17 @@ fn plan_summary(spec: &ModelSpec, plan: &Plan, state: u64) -> String {
         }
     }
     let bytes = plan.bytes_per_rank(spec, state);
+    let pooled = (0..plan.tables.len())
+        .filter(|&t| plan.mode(t) == OutputMode::Pooled)
+        .count();
     format!(
-        "{}; memory per rank {}",
+        "{}; output {pooled} pooled, {} rows; memory per rank {}",
         kinds
             .iter()
             .map(|(k, n)| format!("{n} {k}"))
             .collect::<Vec<_>>()
             .join(", "),
+        plan.tables.len() - pooled,
         bytes
             .iter()
             .map(|&b| human_bytes(b))
@@ -454,6 +460,11 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         cfg.table_opt,
         a.stats.as_deref(),
     )?;
+    let plan = match a.output_mode {
+        OutputModeArg::Auto => plan,
+        OutputModeArg::Rows => plan.with_modes(OutputMode::Rows),
+        OutputModeArg::Pooled => plan.with_modes(OutputMode::Pooled),
+    };
     if root {
         let s = &cfg.spec;
         println!(
@@ -749,6 +760,33 @@ pub fn global_plan<C: Comm>(comm: &C, a: &PlanArgs) -> Result<()> {
                 Ok((_, r)) => row(h.name(), &r),
                 Err(e) => println!("{:<14} does not fit: {e}", h.name()),
             }
+        }
+        println!("plan: {}", plan_summary(&spec, &plan, state));
+        // Output modes: the cost model's choice per table, with both modes' bytes.
+        let mc = planner::mode_costs(&spec, &stats, &plan, &opts.model, state);
+        println!(
+            "{:<4} {:<16} {:<13} {:<7} {:>14} {:>14} {:>12} {:>12}",
+            "t",
+            "table",
+            "placement",
+            "output",
+            "rows MB/step",
+            "pooled MB/step",
+            "rows ms",
+            "pooled ms"
+        );
+        for (t, c) in mc.iter().enumerate() {
+            println!(
+                "{:<4} {:<16} {:<13} {:<7} {:>14.2} {:>14.2} {:>12.3} {:>12.3}",
+                t,
+                crate::error::quote(&spec.tables[t].name),
+                plan.tables[t].kind(),
+                plan.mode(t).name(),
+                c.rows_bytes / 1e6,
+                c.pooled_bytes / 1e6,
+                c.rows_seconds * 1e3,
+                c.pooled_seconds * 1e3
+            );
         }
         println!("plan: {}", plan_summary(&spec, &plan, state));
         if let Some(out) = &a.out {

@@ -18,7 +18,9 @@ use std::hash::{BuildHasherDefault, Hasher};
 use rayon::prelude::*;
 
 use super::clicks::Batch;
-use super::placement::Placement;
+use super::kernels::{pool as pool_kernel, scatter, Bag, Isa};
+use super::placement::{OutputMode, Placement};
+use super::pooled::{self, Served};
 use super::spec::Pooling;
 use super::tables::{sq_sum, Store};
 use crate::comm::Comm;
@@ -98,8 +100,13 @@ pub struct Lookup {
     pub ids: Vec<Vec<u32>>,
     /// Per table: occurrence k of the batch -> index into `ids`.
     pub occ: Vec<Vec<u32>>,
-    /// Per table: `ids.len() x dim` rows.
+    /// Per table in the `rows` mode: `ids.len() x dim` rows (empty for pooled tables).
     pub rows: Vec<Vec<f32>>,
+    /// Per table in the `pooled` mode: the batch's pooled sums, `n x dim`, before the
+    /// mean's scaling (empty for `rows` tables).
+    pub pooled: Vec<Vec<f32>>,
+    /// The bags this rank pooled as an owner, for the backward.
+    pub served: Served,
 }
 
 /// What one exchange moved, for the per-interval report.
@@ -125,7 +132,7 @@ impl std::ops::AddAssign for ExchangeCounts {
 /// A message that breaks the exchange protocol is a bug, not an input error: panic
 /// (the panic hook aborts every rank) rather than return on one rank between
 /// collectives the others are still in.
-fn protocol_violation(msg: String) -> ! {
+pub(super) fn protocol_violation(msg: String) -> ! {
     panic!("embedding exchange protocol violated: {msg}")
 }
 
@@ -133,7 +140,7 @@ fn protocol_violation(msg: String) -> ! {
 fn route(store: &Store, ids: &[Vec<u32>]) -> Vec<Vec<u32>> {
     let mut members: Vec<Vec<u32>> = vec![Vec::new(); store.slots.len()];
     for (t, ids) in ids.iter().enumerate() {
-        if store.is_replicated(t) {
+        if store.is_replicated(t) || store.plan.mode(t) == OutputMode::Pooled {
             continue;
         }
         if let Placement::Column { .. } = store.plan.tables[t] {
@@ -225,6 +232,7 @@ pub fn global_lookup<C: Comm>(
         }
     }
     let members = route(store, &ids);
+    let (pooled, served) = pooled::global_forward(comm, store, batch, &ids, &occ, &mut counts)?;
 
     // Requests: per destination, the counts of the slots it owns, then local rows.
     let mut send: Vec<u32> = Vec::new();
@@ -280,7 +288,13 @@ pub fn global_lookup<C: Comm>(
 
     // Place the rows where the batch will pool them.
     let mut rows: Vec<Vec<f32>> = (0..nt)
-        .map(|t| vec![0.0f32; ids[t].len() * spec.tables[t].dim])
+        .map(|t| {
+            if pooled[t].is_empty() {
+                vec![0.0f32; ids[t].len() * spec.tables[t].dim]
+            } else {
+                Vec::new()
+            }
+        })
         .collect();
     for (d, owned) in store.owned.iter().enumerate() {
         let data = got.from_rank(d);
@@ -315,7 +329,21 @@ pub fn global_lookup<C: Comm>(
             }
         }
     }
-    Ok((Lookup { ids, occ, rows }, counts))
+    Ok((
+        Lookup {
+            ids,
+            occ,
+            rows,
+            pooled,
+            served,
+        },
+        counts,
+    ))
+}
+
+/// Whether table `t` is sharded and in the `pooled` output mode.
+pub fn is_pooled_table(store: &Store, t: usize) -> bool {
+    !store.is_replicated(t) && store.plan.mode(t) == OutputMode::Pooled
 }
 
 /// Column offset of each table's pooled vector in the MLP input.
@@ -340,6 +368,7 @@ pub fn pool(store: &Store, batch: &Batch, lk: &Lookup, x: &mut Vec<f32>) {
     let spec = &store.spec;
     let width = spec.mlp_input();
     let offs = input_offsets(store);
+    let isa = Isa::detect();
     x.clear();
     x.resize(batch.n * width, 0.0);
     x.par_chunks_mut(width.max(1))
@@ -350,11 +379,14 @@ pub fn pool(store: &Store, batch: &Batch, lk: &Lookup, x: &mut Vec<f32>) {
                 let out = &mut xr[offs[t]..offs[t] + dim];
                 let b = &batch.bags[t];
                 let (lo, hi) = (b.offsets[e] as usize, b.offsets[e + 1] as usize);
-                for k in lo..hi {
-                    let u = lk.occ[t][k] as usize;
-                    for (o, &v) in out.iter_mut().zip(&lk.rows[t][u * dim..(u + 1) * dim]) {
-                        *o += v;
-                    }
+                if is_pooled_table(store, t) {
+                    out.copy_from_slice(&lk.pooled[t][e * dim..(e + 1) * dim]);
+                } else {
+                    let bag = Bag {
+                        idx: &lk.occ[t][lo..hi],
+                        map: None,
+                    };
+                    pool_kernel(isa, &lk.rows[t], dim, bag, out);
                 }
                 if ts.pooling == Pooling::Mean && hi > lo {
                     let s = 1.0 / (hi - lo) as f32;
@@ -375,6 +407,9 @@ pub struct TableGrad {
     index: IdMap,
     /// A data-parallel table's dense `vocab x dim` gradient.
     pub dense: Vec<f32>,
+    /// A pooled table's gradient per example, `n x dim`, scaled like the rows'
+    /// gradients (`1 / bag length` for mean pooling); summed per id by the owners.
+    pub pooled: Vec<f32>,
 }
 
 /// The embedding gradients of one optimizer step, summed per id at the source.
@@ -410,11 +445,36 @@ impl StepGrads {
         let width = spec.mlp_input();
         let offs = input_offsets(store);
         let dedup = self.dedup;
+        let isa = Isa::detect();
         self.tables.par_iter_mut().enumerate().for_each(|(t, tg)| {
             let ts = &spec.tables[t];
             let dim = ts.dim;
             let b = &batch.bags[t];
             let replicated = store.is_replicated(t);
+            let scale_of = |e: usize| {
+                let (lo, hi) = (b.offsets[e] as usize, b.offsets[e + 1] as usize);
+                if ts.pooling == Pooling::Mean && hi > lo {
+                    1.0 / (hi - lo) as f32
+                } else {
+                    1.0
+                }
+            };
+            if is_pooled_table(store, t) {
+                // One lookup per step (see `global_step`): this is the step's batch.
+                assert!(
+                    tg.pooled.is_empty(),
+                    "a pooled table accumulates once per step"
+                );
+                tg.pooled = vec![0.0; batch.n * dim];
+                for (e, gp) in tg.pooled.chunks_exact_mut(dim.max(1)).enumerate() {
+                    let scale = scale_of(e);
+                    let g = &dx[e * width + offs[t]..e * width + offs[t] + dim];
+                    for (o, &gi) in gp.iter_mut().zip(g) {
+                        *o = scale * gi;
+                    }
+                }
+                return;
+            }
             // Micro-batch id index -> position in the step's list.
             let pos: Vec<u32> = if replicated || !dedup {
                 Vec::new()
@@ -445,27 +505,43 @@ impl StepGrads {
                     })
                     .collect()
             };
+            let mut gs = vec![0.0f32; dim];
             for e in 0..batch.n {
                 let (lo, hi) = (b.offsets[e] as usize, b.offsets[e + 1] as usize);
-                let scale = if ts.pooling == Pooling::Mean && hi > lo {
-                    1.0 / (hi - lo) as f32
-                } else {
-                    1.0
-                };
+                let scale = scale_of(e);
                 let g = &dx[e * width + offs[t]..e * width + offs[t] + dim];
-                for k in lo..hi {
-                    let dst = if replicated {
-                        let id = b.ids[k] as usize;
-                        &mut tg.dense[id * dim..(id + 1) * dim]
-                    } else if dedup {
-                        let p = pos[lk.occ[t][k] as usize] as usize;
-                        &mut tg.grads[p * dim..(p + 1) * dim]
+                if replicated || dedup {
+                    // `scale * g` once, added to every row of the bag (the same bits
+                    // as multiplying per row).
+                    for (o, &gi) in gs.iter_mut().zip(g) {
+                        *o = scale * gi;
+                    }
+                    let (bag, acc) = if replicated {
+                        (
+                            Bag {
+                                idx: &b.ids[lo..hi],
+                                map: None,
+                            },
+                            &mut tg.dense,
+                        )
                     } else {
-                        tg.ids.push(b.ids[k]);
-                        let n = tg.grads.len();
-                        tg.grads.resize(n + dim, 0.0);
-                        &mut tg.grads[n..n + dim]
+                        (
+                            Bag {
+                                idx: &lk.occ[t][lo..hi],
+                                map: Some(&pos),
+                            },
+                            &mut tg.grads,
+                        )
                     };
+                    scatter(isa, &gs, dim, bag, acc);
+                    continue;
+                }
+                // Without dedup every occurrence is its own entry.
+                for k in lo..hi {
+                    tg.ids.push(b.ids[k]);
+                    let n = tg.grads.len();
+                    tg.grads.resize(n + dim, 0.0);
+                    let dst = &mut tg.grads[n..n + dim];
                     for (d, &gi) in dst.iter_mut().zip(g) {
                         *d += scale * gi;
                     }
@@ -503,8 +579,23 @@ struct SlotSum {
     grads: Vec<f32>,
 }
 
-fn sum_slot(
-    pieces: &[(&[f32], &[f32])],
+/// A row id on the wire: u32, or u32 bits carried in an f32 message.
+trait IdBits: Copy + Sync {
+    fn bits(self) -> u32;
+}
+impl IdBits for u32 {
+    fn bits(self) -> u32 {
+        self
+    }
+}
+impl IdBits for f32 {
+    fn bits(self) -> u32 {
+        self.to_bits()
+    }
+}
+
+fn sum_slot<I: IdBits>(
+    pieces: &[(&[I], &[f32])],
     w: usize,
     dedup: bool,
     shard_rows: u64,
@@ -544,7 +635,7 @@ fn sum_slot(
         match local.as_mut() {
             None => {
                 for (k, id) in ids.iter().enumerate() {
-                    add(check(id.to_bits())?, &gs[k * w..(k + 1) * w], &mut index);
+                    add(check(id.bits())?, &gs[k * w..(k + 1) * w], &mut index);
                 }
             }
             Some(lindex) => {
@@ -552,7 +643,7 @@ fn sum_slot(
                 let mut lrows: Vec<u32> = Vec::new();
                 let mut lg: Vec<f32> = Vec::new();
                 for (k, id) in ids.iter().enumerate() {
-                    let row = check(id.to_bits())?;
+                    let row = check(id.bits())?;
                     let n = lrows.len() as u32;
                     let p = lindex.get_or_insert(row, n) as usize;
                     if p == n as usize {
@@ -595,6 +686,7 @@ pub fn global_backward<C: Comm>(
     comm: &C,
     store: &mut Store,
     grads: &StepGrads,
+    served: &Served,
 ) -> Result<ExchangeCounts> {
     let p = comm.size();
     let me = comm.rank();
@@ -634,6 +726,8 @@ pub fn global_backward<C: Comm>(
         let _p = comm.stats().phase("backward");
         comm.all_to_all_v(&send, &send_counts)?
     };
+    let pooled_grads: Vec<Vec<f32>> = grads.tables.iter().map(|t| t.pooled.clone()).collect();
+    let from_bags = pooled::global_backward(comm, store, &pooled_grads, served)?;
 
     // Sum per slot over sources in rank order.
     let mine = store.owned[me].clone();
@@ -673,10 +767,21 @@ pub fn global_backward<C: Comm>(
         .collect();
     let sums: Vec<SlotSum> = pieces
         .par_iter()
+        .zip(&from_bags)
         .zip(&widths)
         .zip(&shard_rows)
         .zip(&needs_order)
-        .map(|(((pc, &w), &n), &sorted)| sum_slot(pc, w, dedup, n, sorted))
+        .map(|((((pc, bags), &w), &n), &sorted)| match bags {
+            // A pooled slot: the owner's per-source sums, summed like the rows mode's.
+            Some(per_source) => {
+                let pc: Vec<(&[u32], &[f32])> = per_source
+                    .iter()
+                    .map(|(r, g)| (r.as_slice(), g.as_slice()))
+                    .collect();
+                sum_slot(&pc, w, dedup, n, sorted)
+            }
+            None => sum_slot(pc, w, dedup, n, sorted),
+        })
         .collect::<Result<_>>()?;
 
     // Row statistics for row-wise Adagrad: squared norms of full rows; column shards

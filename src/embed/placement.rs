@@ -48,6 +48,28 @@ impl Placement {
     }
 }
 
+/// How a table's lookups come back to the rank that asked (not for data-parallel
+/// tables, which are pooled where they are).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputMode {
+    /// Distinct ids go to the owners, their rows come back, the asking rank pools.
+    #[default]
+    Rows,
+    /// The bags go to the owners (distinct ids and per-example occurrences), which
+    /// pool their rows per example and return one partial pooled vector per example.
+    Pooled,
+}
+
+impl OutputMode {
+    pub fn name(&self) -> &'static str {
+        match self {
+            OutputMode::Rows => "rows",
+            OutputMode::Pooled => "pooled",
+        }
+    }
+}
+
 /// Largest table (rows x width) a plan may replicate on every rank.
 pub const MAX_REPLICATED: u64 = 1 << 26;
 
@@ -59,6 +81,10 @@ pub struct Plan {
     /// [`ModelSpec::digest`] of the model it was made for.
     pub spec_digest: String,
     pub tables: Vec<Placement>,
+    /// Per table, its output mode; empty means `rows` for every table (plans written
+    /// before output modes existed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub modes: Vec<OutputMode>,
 }
 
 /// Which rows of a table a shard holds.
@@ -160,8 +186,21 @@ impl Plan {
                 spec.tables.len()
             ));
         }
+        if !self.modes.is_empty() && self.modes.len() != self.tables.len() {
+            return bad(format!(
+                "{} output modes for {} tables",
+                self.modes.len(),
+                self.tables.len()
+            ));
+        }
         for (t, (p, ts)) in self.tables.iter().zip(&spec.tables).enumerate() {
             let at = format!("table {t} ({:?})", ts.name);
+            if self.mode(t) == OutputMode::Pooled && *p == Placement::DataParallel {
+                return bad(format!(
+                    "{at}: a data-parallel table is pooled where it is; output mode \"pooled\" \
+                     is for sharded tables"
+                ));
+            }
             let check_ranks = |ranks: &[usize]| -> Result<()> {
                 if ranks.is_empty() {
                     return bad(format!("{at}: no ranks"));
@@ -216,6 +255,24 @@ impl Plan {
             }
         }
         Ok(())
+    }
+
+    /// The output mode of table `t` (`rows` when the plan names none).
+    pub fn mode(&self, t: usize) -> OutputMode {
+        self.modes.get(t).copied().unwrap_or_default()
+    }
+
+    /// Every sharded table in `mode` (data-parallel tables keep `rows`).
+    pub fn with_modes(mut self, mode: OutputMode) -> Plan {
+        self.modes = self
+            .tables
+            .iter()
+            .map(|p| match p {
+                Placement::DataParallel => OutputMode::Rows,
+                _ => mode,
+            })
+            .collect();
+        self
     }
 
     /// The shards of table `t`, in a fixed order (the order of the placement).
@@ -320,6 +377,7 @@ impl Plan {
             world,
             spec_digest: spec.digest(),
             tables,
+            modes: Vec::new(),
         })
     }
 }

@@ -479,7 +479,7 @@ impl EmbedTrainer {
         }
 
         let t = Instant::now();
-        counts += global_backward(comm, &mut self.store, &grads)?;
+        counts += global_backward(comm, &mut self.store, &grads, &current.lookup.served)?;
         self.acc.t_backward += t.elapsed().as_secs_f64();
 
         let t = Instant::now();

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{PlanOptions, PlanReport};
 use crate::data::graph::block_range;
-use crate::embed::placement::{Placement, Plan, Rows};
+use crate::embed::placement::{OutputMode, Placement, Plan, Rows};
 use crate::embed::spec::ModelSpec;
 use crate::embed::stats::{BatchStats, TableStats};
 use crate::{Error, Result};
@@ -96,6 +96,16 @@ pub(super) fn pieces(vocab: u64, dim: usize, world: usize, p: &Placement) -> Vec
     }
 }
 
+/// The modelled cost of a table's two output modes, summed over all ranks, per step.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct ModeCosts {
+    pub rows_seconds: f64,
+    pub pooled_seconds: f64,
+    /// Bytes exchanged (all ranks, both directions of lookup and backward).
+    pub rows_bytes: f64,
+    pub pooled_bytes: f64,
+}
+
 /// What each rank gains from one placement: `(rank, seconds, bytes)`.
 pub(super) type Contrib = Vec<(usize, f64, u64)>;
 
@@ -112,6 +122,62 @@ pub(super) struct Ctx<'a> {
 impl Ctx<'_> {
     pub(super) fn n_tables(&self) -> usize {
         self.spec.tables.len()
+    }
+
+    /// Owner-side seconds and bytes exchanged of piece `p` of table `t` in the
+    /// `pooled` mode (see the module documentation of `planner`).
+    fn pooled_piece(&self, t: usize, p: &Piece) -> (f64, f64) {
+        let (ts, st, m) = (&self.spec.tables[t], &self.stats[t], self.model);
+        let n = self.world as f64;
+        let f = p.rows as f64 / ts.vocab as f64;
+        let n_in = n * st.unique_per_rank_batch * f;
+        let o_in = n * self.batch_per_rank * st.mean_valency * f;
+        let examples = n * self.batch_per_rank;
+        let w = p.width as f64;
+        let exchanged = 4.0 * n_in + 4.0 * o_in + 4.0 * examples + 8.0 * examples * w;
+        let memory = o_in * (m.access(p.width) + 4.0 * w)
+            + n_in * (2.0 * m.access(p.width) + 4.0 * self.state as f64);
+        let lookups = o_in + n_in;
+        (
+            exchanged / m.net_bw + memory / m.mem_bw + lookups * m.lookup_s + m.shard_s,
+            exchanged,
+        )
+    }
+
+    /// Both output modes of table `t` under placement `p`, over all ranks per step,
+    /// the asking ranks' work included.
+    pub(super) fn mode_costs(&self, t: usize, p: &Placement) -> ModeCosts {
+        let (ts, st, m) = (&self.spec.tables[t], &self.stats[t], self.model);
+        let n = self.world as f64;
+        let ps = pieces(ts.vocab, ts.dim, self.world, p);
+        let (b, v, u) = (
+            self.batch_per_rank,
+            st.mean_valency,
+            st.unique_per_rank_batch,
+        );
+        let a = m.access(ts.dim);
+        let d4 = 4.0 * ts.dim as f64;
+        // Asking side, per rank: deduplicate the ids (both modes); `rows`: place the
+        // received rows, pool every occurrence from them, add every occurrence's
+        // gradient, send the distinct gradients; `pooled`: add the partial sums and
+        // scale the gradients per example.
+        let ask_rows = (2.0 * b * v * a + 2.0 * u * a) / m.mem_bw + b * v * m.lookup_s;
+        let ask_pooled = (ps.len() as f64 + 1.0) * b * d4 / m.mem_bw + b * v * m.lookup_s;
+        let mut c = ModeCosts {
+            rows_seconds: n * ask_rows,
+            pooled_seconds: n * ask_pooled,
+            ..ModeCosts::default()
+        };
+        for pc in &ps {
+            let f = pc.rows as f64 / ts.vocab as f64;
+            let n_in = n * u * f;
+            c.rows_seconds += self.piece_cost(t, pc);
+            c.rows_bytes += n_in * (4.0 + 8.0 * pc.width as f64);
+            let (secs, bytes) = self.pooled_piece(t, pc);
+            c.pooled_seconds += secs;
+            c.pooled_bytes += bytes;
+        }
+        c
     }
 
     fn piece_cost(&self, t: usize, p: &Piece) -> f64 {
@@ -138,14 +204,43 @@ impl Ctx<'_> {
     }
 
     pub(super) fn contrib(&self, t: usize, p: &Placement) -> Contrib {
+        self.contrib_mode(t, p, OutputMode::Rows)
+    }
+
+    /// [`Ctx::contrib`] in output mode `mode` (owner side).
+    pub(super) fn contrib_mode(&self, t: usize, p: &Placement, mode: OutputMode) -> Contrib {
         let ts = &self.spec.tables[t];
         pieces(ts.vocab, ts.dim, self.world, p)
             .iter()
             .map(|pc| {
                 let bytes = pc.rows * (pc.width as u64 + self.state) * 4;
-                (pc.rank, self.piece_cost(t, pc), bytes)
+                let secs = match mode {
+                    OutputMode::Pooled if !pc.replica => self.pooled_piece(t, pc).0,
+                    _ => self.piece_cost(t, pc),
+                };
+                (pc.rank, secs, bytes)
             })
             .collect()
+    }
+
+    /// Per table, the cheaper output mode under `tables` and both modes' costs.
+    pub(super) fn choose_modes(&self, tables: &[Placement]) -> (Vec<OutputMode>, Vec<ModeCosts>) {
+        tables
+            .iter()
+            .enumerate()
+            .map(|(t, p)| {
+                let c = self.mode_costs(t, p);
+                let pooled = *p != Placement::DataParallel && c.pooled_seconds < c.rows_seconds;
+                (
+                    if pooled {
+                        OutputMode::Pooled
+                    } else {
+                        OutputMode::Rows
+                    },
+                    c,
+                )
+            })
+            .unzip()
     }
 
     /// Bytes of the whole table with its optimizer state.
@@ -177,6 +272,7 @@ impl Ctx<'_> {
             world: self.world,
             spec_digest: self.spec.digest(),
             tables,
+            modes: Vec::new(),
         }
     }
 }
@@ -202,13 +298,30 @@ pub fn evaluate(
         state: state_per_row,
         model,
     };
-    let mut cost = vec![0.0; plan.world];
-    for (t, p) in plan.tables.iter().enumerate() {
-        for (r, c, _) in ctx.contrib(t, p) {
-            cost[r] += c;
-        }
-    }
-    PlanReport::new(cost, plan.bytes_per_rank(spec, state_per_row))
+    report(&ctx, plan)
+}
+
+/// Both output modes' modelled cost of every table under `plan`'s placements.
+///
+/// # Panics
+/// If `stats` or `plan` do not have one entry per table of `spec`.
+pub fn mode_costs(
+    spec: &ModelSpec,
+    stats: &BatchStats,
+    plan: &Plan,
+    model: &CostModel,
+    state_per_row: u64,
+) -> Vec<ModeCosts> {
+    assert_eq!(stats.tables.len(), spec.tables.len(), "stats per table");
+    let ctx = Ctx {
+        spec,
+        stats: &stats.tables,
+        world: plan.world,
+        batch_per_rank: stats.batch_per_rank as f64,
+        state: state_per_row,
+        model,
+    };
+    ctx.choose_modes(&plan.tables).1
 }
 
 pub(super) fn check_inputs<'a>(
@@ -280,7 +393,7 @@ pub(super) fn check_inputs<'a>(
 pub(super) fn report(ctx: &Ctx, plan: &Plan) -> PlanReport {
     let mut cost = vec![0.0; ctx.world];
     for (t, p) in plan.tables.iter().enumerate() {
-        for (r, c, _) in ctx.contrib(t, p) {
+        for (r, c, _) in ctx.contrib_mode(t, p, plan.mode(t)) {
             cost[r] += c;
         }
     }

@@ -92,7 +92,7 @@ mod cost;
 mod heuristics;
 mod search;
 
-pub use cost::{evaluate, CostModel};
+pub use cost::{evaluate, mode_costs, CostModel, ModeCosts};
 pub use heuristics::{
     plan_dim_greedy, plan_heuristic, plan_lookup_greedy, plan_random, plan_size_greedy, Heuristic,
 };
@@ -289,6 +289,7 @@ mod tests {
                 Placement::RowBlock { ranks: vec![1, 0] },
                 Placement::Table { rank: 0 },
             ],
+            modes: Vec::new(),
         };
         let r = evaluate(&spec, &stats, &plan, &m, 1);
         // a's shards: n_in = 2 * 100 * 500/1000 = 100 ids; 4 + 8*16 = 132 bytes

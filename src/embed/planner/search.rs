@@ -319,7 +319,7 @@ pub fn plan_auto(
             best = Some((plan, r));
         }
     }
-    let (plan, r) = best.ok_or_else(|| {
+    let (plan, _) = best.ok_or_else(|| {
         let total: u64 = (0..ctx.n_tables()).map(|t| ctx.table_bytes(t)).sum();
         Error::Config(format!(
             "planner: found no placement of {total} bytes of tables into {} ranks x {mem} \
@@ -329,6 +329,10 @@ pub fn plan_auto(
             (0..ctx.n_tables()).map(|t| ctx.row_share(t)).sum::<u64>()
         ))
     })?;
+    // Output modes last: each table's cheaper one under the placements found.
+    let (modes, _) = ctx.choose_modes(&plan.tables);
+    let plan = Plan { modes, ..plan };
+    let r = report(&ctx, &plan);
     plan.validate(spec, opts.world, "auto")?;
     Ok((plan, r))
 }
