@@ -144,28 +144,44 @@ impl Ctx<'_> {
         )
     }
 
-    /// Both output modes of table `t` under placement `p`, over all ranks per step,
-    /// the asking ranks' work included.
-    pub(super) fn mode_costs(&self, t: usize, p: &Placement) -> ModeCosts {
+    /// Seconds every rank spends asking for sharded table `t` under placement `p` in
+    /// `mode`: deduplicating its ids (both modes); `rows`: placing the received rows,
+    /// pooling every occurrence from them, adding every occurrence's gradient and
+    /// reading the distinct gradients to send; `pooled`: adding the partial sums of
+    /// the table's pieces and scaling the gradient per example.
+    pub(super) fn ask_cost(&self, t: usize, p: &Placement, mode: OutputMode) -> f64 {
+        if *p == Placement::DataParallel {
+            return 0.0;
+        }
         let (ts, st, m) = (&self.spec.tables[t], &self.stats[t], self.model);
-        let n = self.world as f64;
-        let ps = pieces(ts.vocab, ts.dim, self.world, p);
         let (b, v, u) = (
             self.batch_per_rank,
             st.mean_valency,
             st.unique_per_rank_batch,
         );
-        let a = m.access(ts.dim);
-        let d4 = 4.0 * ts.dim as f64;
-        // Asking side, per rank: deduplicate the ids (both modes); `rows`: place the
-        // received rows, pool every occurrence from them, add every occurrence's
-        // gradient, send the distinct gradients; `pooled`: add the partial sums and
-        // scale the gradients per example.
-        let ask_rows = (2.0 * b * v * a + 2.0 * u * a) / m.mem_bw + b * v * m.lookup_s;
-        let ask_pooled = (ps.len() as f64 + 1.0) * b * d4 / m.mem_bw + b * v * m.lookup_s;
+        let dedup = b * v * m.lookup_s;
+        match mode {
+            OutputMode::Rows => {
+                let a = m.access(ts.dim);
+                (2.0 * b * v * a + 2.0 * u * a) / m.mem_bw + dedup
+            }
+            OutputMode::Pooled => {
+                let k = pieces(ts.vocab, ts.dim, self.world, p).len() as f64;
+                (k + 1.0) * b * 4.0 * ts.dim as f64 / m.mem_bw + dedup
+            }
+        }
+    }
+
+    /// Both output modes of table `t` under placement `p`, over all ranks per step,
+    /// the asking ranks' work included.
+    pub(super) fn mode_costs(&self, t: usize, p: &Placement) -> ModeCosts {
+        let (ts, st) = (&self.spec.tables[t], &self.stats[t]);
+        let n = self.world as f64;
+        let u = st.unique_per_rank_batch;
+        let ps = pieces(ts.vocab, ts.dim, self.world, p);
         let mut c = ModeCosts {
-            rows_seconds: n * ask_rows,
-            pooled_seconds: n * ask_pooled,
+            rows_seconds: n * self.ask_cost(t, p, OutputMode::Rows),
+            pooled_seconds: n * self.ask_cost(t, p, OutputMode::Pooled),
             ..ModeCosts::default()
         };
         for pc in &ps {
@@ -223,24 +239,46 @@ impl Ctx<'_> {
             .collect()
     }
 
-    /// Per table, the cheaper output mode under `tables` and both modes' costs.
-    pub(super) fn choose_modes(&self, tables: &[Placement]) -> (Vec<OutputMode>, Vec<ModeCosts>) {
+    /// Both modes' costs of every table under `tables`.
+    pub(super) fn all_mode_costs(&self, tables: &[Placement]) -> Vec<ModeCosts> {
         tables
             .iter()
             .enumerate()
-            .map(|(t, p)| {
-                let c = self.mode_costs(t, p);
-                let pooled = *p != Placement::DataParallel && c.pooled_seconds < c.rows_seconds;
-                (
-                    if pooled {
-                        OutputMode::Pooled
-                    } else {
-                        OutputMode::Rows
-                    },
-                    c,
-                )
+            .map(|(t, p)| self.mode_costs(t, p))
+            .collect()
+    }
+
+    /// Output modes for `tables`: from all `rows`, tables whose `pooled` mode saves
+    /// the most (over all ranks) first, each switched when that lowers the plan's
+    /// (maximum, total) cost, so the result is never worse than all `rows`.
+    pub(super) fn choose_modes(&self, tables: Vec<Placement>) -> Plan {
+        let costs = self.all_mode_costs(&tables);
+        let mut plan = self.plan(tables).with_modes(OutputMode::Rows);
+        let mut order: Vec<usize> = (0..costs.len())
+            .filter(|&t| {
+                plan.tables[t] != Placement::DataParallel
+                    && costs[t].pooled_seconds < costs[t].rows_seconds
             })
-            .unzip()
+            .collect();
+        order.sort_by(|&a, &b| {
+            let gain = |t: usize| costs[t].rows_seconds - costs[t].pooled_seconds;
+            gain(b).total_cmp(&gain(a)).then(a.cmp(&b))
+        });
+        let mut best = report(self, &plan);
+        for t in order {
+            plan.modes[t] = OutputMode::Pooled;
+            let r = report(self, &plan);
+            if r.max_cost
+                .total_cmp(&best.max_cost)
+                .then(r.total_cost.total_cmp(&best.total_cost))
+                == std::cmp::Ordering::Less
+            {
+                best = r;
+            } else {
+                plan.modes[t] = OutputMode::Rows;
+            }
+        }
+        plan
     }
 
     /// Bytes of the whole table with its optimizer state.
@@ -321,7 +359,7 @@ pub fn mode_costs(
         state: state_per_row,
         model,
     };
-    ctx.choose_modes(&plan.tables).1
+    ctx.all_mode_costs(&plan.tables)
 }
 
 pub(super) fn check_inputs<'a>(
@@ -393,9 +431,12 @@ pub(super) fn check_inputs<'a>(
 pub(super) fn report(ctx: &Ctx, plan: &Plan) -> PlanReport {
     let mut cost = vec![0.0; ctx.world];
     for (t, p) in plan.tables.iter().enumerate() {
-        for (r, c, _) in ctx.contrib_mode(t, p, plan.mode(t)) {
+        let mode = plan.mode(t);
+        for (r, c, _) in ctx.contrib_mode(t, p, mode) {
             cost[r] += c;
         }
+        let ask = ctx.ask_cost(t, p, mode);
+        cost.iter_mut().for_each(|c| *c += ask);
     }
     PlanReport::new(cost, plan.bytes_per_rank(ctx.spec, ctx.state))
 }

@@ -42,6 +42,24 @@
 //! not deduplicate ids across sources, so [`TableStats::unique_per_global_batch`] is
 //! not used, and the stats' `world` need not be the world planned for.
 //!
+//! # Output modes
+//!
+//! A sharded table's lookups come back as rows (`rows`, the model above) or as one
+//! pooled vector per example (`pooled`, see `embed::pooled`). Per piece, `pooled` brings
+//! `n_in` distinct ids, `o_in = N b v f` occurrences and `E = N b` examples to the owner:
+//! `4 n_in + 4 o_in + 4 E + 8 E w` bytes exchanged (ids, occurrence indices, per-example
+//! counts; the pooled vectors out and their gradients in), `o_in (a(w) + 4 w) + n_in
+//! (2 a(w) + 4 s)` bytes of memory (pool every occurrence from the table, add its
+//! gradient; update each distinct row) and `o_in + n_in` lookups. The asking side is
+//! no longer the same under both modes, so every rank is also charged, per sharded
+//! table, its asking work: deduplicating its `b v` ids (`lookup_s` each) and, for
+//! `rows`, `2 b v + 2 U` row accesses (pool the occurrences and add their gradients;
+//! place the distinct rows and read their gradients), for `pooled`, `(k + 1) b 4 d`
+//! bytes (add the partials of the table's `k` pieces, scale the gradients). Modes are
+//! chosen after the placements: from all `rows`, tables in order of the modelled
+//! saving, each switched to `pooled` when that lowers the plan's (maximum, total)
+//! cost. `torusrec plan` prints each table's mode with both modes' bytes and seconds.
+//!
 //! # Planner
 //!
 //! [`plan_auto`] runs a deterministic local search from three starts and keeps the
@@ -202,7 +220,7 @@ mod tests {
     use super::cost::{check_inputs, pieces, Piece};
     use super::search::candidates;
     use super::*;
-    use crate::embed::placement::{ColumnShard, Placement, Plan};
+    use crate::embed::placement::{ColumnShard, OutputMode, Placement, Plan};
     use crate::embed::spec::{preset, Pooling, TableSpec, ValencyDist};
     use crate::embed::stats::{synthetic_stats, SCHEMA};
     use crate::embed::stats::{BatchStats, TableStats};
@@ -273,6 +291,38 @@ mod tests {
     }
 
     #[test]
+    fn the_planner_pools_long_bags_and_keeps_rows_for_hot_single_ids() {
+        // "bags": 30 ids per example, almost all distinct; "hot": one id per example
+        // from 50 hot rows.
+        let spec = spec_of(vec![
+            table("bags", 1_000_000, 64, 30.0),
+            table("hot", 100, 64, 1.0),
+        ]);
+        let stats = stats_of(
+            &spec,
+            2,
+            2048,
+            &[(30.0, 58_000.0, 110_000.0), (1.0, 50.0, 60.0)],
+        );
+        let opts = PlanOptions::new(2, u64::MAX);
+        let (plan, rep) = plan_auto(&spec, &stats, &opts).unwrap();
+        assert_eq!(plan.mode(0), OutputMode::Pooled, "{plan:?}");
+        assert_eq!(plan.mode(1), OutputMode::Rows, "{plan:?}");
+        let mc = mode_costs(&spec, &stats, &plan, &opts.model, opts.state_per_row);
+        assert!(mc[0].pooled_bytes < mc[0].rows_bytes / 10.0, "{mc:?}");
+        assert!(mc[1].rows_bytes < mc[1].pooled_bytes / 10.0, "{mc:?}");
+        // Never worse than the same placements with every table in rows mode.
+        let rows = evaluate(
+            &spec,
+            &stats,
+            &plan.clone().with_modes(OutputMode::Rows),
+            &opts.model,
+            opts.state_per_row,
+        );
+        assert!(rep.max_cost < rows.max_cost, "{rep:?} vs {rows:?}");
+    }
+
+    #[test]
     fn evaluate_matches_the_formulas_by_hand() {
         let spec = spec_of(vec![table("a", 1000, 16, 3.0), table("b", 10, 2, 1.0)]);
         let stats = stats_of(&spec, 2, 50, &[(3.0, 100.0, 300.0), (1.0, 8.0, 10.0)]);
@@ -297,13 +347,20 @@ mod tests {
         let a_half = secs(100.0 * 132.0, 100.0 * 196.0, 200.0);
         // b: n_in = 2 * 8 = 16; width 2 moves 8 bytes but an access costs 64.
         let b_whole = secs(16.0 * (4.0 + 16.0), 16.0 * (3.0 * 64.0 + 4.0), 32.0);
-        assert!(close(r.cost_per_rank[0], a_half + b_whole), "{r:?}");
-        assert!(close(r.cost_per_rank[1], a_half), "{r:?}");
+        // Every rank also asks (rows mode): for a, 50 x 3 occurrences pooled and
+        // their gradients added (2 x 150 accesses of 64 bytes), 100 distinct rows
+        // placed and their gradients read (2 x 100), 150 ids deduplicated; for b,
+        // 2 x 50 and 2 x 8 accesses, 50 ids.
+        let ask_a = (2.0 * 150.0 * 64.0 + 2.0 * 100.0 * 64.0) / 10e9 + 150.0 * 20e-9;
+        let ask_b = (2.0 * 50.0 * 64.0 + 2.0 * 8.0 * 64.0) / 10e9 + 50.0 * 20e-9;
+        let ask = ask_a + ask_b;
+        assert!(close(r.cost_per_rank[0], a_half + b_whole + ask), "{r:?}");
+        assert!(close(r.cost_per_rank[1], a_half + ask), "{r:?}");
         assert_eq!(
             r.bytes_per_rank,
             vec![500 * 17 * 4 + 10 * 3 * 4, 500 * 17 * 4]
         );
-        let (hi, lo) = (a_half + b_whole, a_half);
+        let (hi, lo) = (a_half + b_whole + ask, a_half + ask);
         assert!(close(r.max_cost, hi));
         assert!(close(r.imbalance, 2.0 * hi / (hi + lo)));
         assert!(close(r.balance, lo / hi));
@@ -335,8 +392,9 @@ mod tests {
         // b's replica: all-reduce 2 * 10 * 2 * 4 * 1/2 bytes; pooling reads 50 * 1
         // rows of 64 bytes; dense update of 10 rows at 196 bytes; 50 lookups.
         let dp = secs(80.0, 50.0 * 64.0 + 10.0 * 196.0, 50.0);
-        assert!(close(r.cost_per_rank[0], col4 + dp), "{r:?}");
-        assert!(close(r.cost_per_rank[1], col12 + dp), "{r:?}");
+        // b is replicated: only a is asked for.
+        assert!(close(r.cost_per_rank[0], col4 + dp + ask_a), "{r:?}");
+        assert!(close(r.cost_per_rank[1], col12 + dp + ask_a), "{r:?}");
         assert_eq!(
             r.bytes_per_rank,
             vec![1000 * 5 * 4 + 120, 1000 * 13 * 4 + 120]

@@ -330,8 +330,7 @@ pub fn plan_auto(
         ))
     })?;
     // Output modes last: each table's cheaper one under the placements found.
-    let (modes, _) = ctx.choose_modes(&plan.tables);
-    let plan = Plan { modes, ..plan };
+    let plan = ctx.choose_modes(plan.tables);
     let r = report(&ctx, &plan);
     plan.validate(spec, opts.world, "auto")?;
     Ok((plan, r))
