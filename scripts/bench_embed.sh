@@ -50,19 +50,21 @@ print(f'{ex / s:,.0f} | {s / st:.3f} | {per_step("bytes_per_step")/1e6:.1f} | '
       f'{per_step("lookup_bytes_per_step")/1e6:.1f} | {per_step("backward_bytes_per_step")/1e6:.1f} | '
       f'{per_step("allreduce_bytes_per_step")/1e6:.1f} | {sum(occ)/len(occ):.2f} | '
       f'{max(r["owner_imbalance"] for r in iv):.3f} | '
-      f'{sum(r["seconds_lookup"] for r in iv)/st:.3f} | {sum(r["seconds_dense"] for r in iv)/st:.3f} | '
-      f'{sum(r["seconds_backward"] for r in iv)/st:.3f} | {sum(r["seconds_allreduce"] for r in iv)/st:.3f} | '
+      f'{sum(r["seconds_lookup"] for r in iv)/st:.3f} | {sum(r.get("seconds_pool", 0) for r in iv)/st:.3f} | '
+      f'{sum(r["seconds_dense"] for r in iv)/st:.3f} | '
+      f'{sum(r["seconds_backward"] for r in iv)/st:.3f} | {sum(r.get("seconds_update", 0) for r in iv)/st:.3f} | '
+      f'{sum(r["seconds_allreduce"] for r in iv)/st:.3f} | '
       f'{fin["auc"]:.4f} | {fin["peak_rss_bytes"]/2**20:,.0f} MiB')
 PY
 }
-HEAD="| examples/s | s/step | MB sent/step (all ranks) | lookup MB | backward MB | all-reduce MB | dedup ratio | owner imbalance | lookup s | dense s | backward s | all-reduce s | eval AUC | peak RSS/rank |"
-SEP="|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+HEAD="| examples/s | s/step | MB sent/step (all ranks) | lookup MB | backward MB | all-reduce MB | dedup ratio | owner imbalance | lookup s | pool s | dense s | backward s | update s | all-reduce s | eval AUC | peak RSS/rank |"
+SEP="|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 
 table=bench/embed.md
 {
   echo "# Sharded embedding benchmark"
   echo
-  echo "Workload: preset torchrec-peer (TorchRec peer's definition, seed 1), batch 2048 per rank, examples preloaded into memory before the first step (--preload, as the peer does), row-wise Adagrad (lr 0.02) for tables, Adagrad (lr 0.002) for the MLP, $WARM warm-up + $STEPS timed steps (the first log interval is not counted). $(date -u +%Y-%m-%d), $(nproc) cores."
+  echo "Workload: preset torchrec-peer (TorchRec peer's definition, seed 1), batch 2048 per rank, examples preloaded into memory before the first step (--preload, as the peer does), row-wise Adagrad (lr 0.02) for tables, Adagrad (lr 0.002) for the MLP, $WARM warm-up + $STEPS timed steps (the first log interval is not counted). Measured $(date -u +%Y-%m-%d) at commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo ' (with uncommitted changes)'), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs))."
   echo
 } > "$table"
 
@@ -120,31 +122,52 @@ planner)
     echo
   } >> "$table" ;;
 peer)
+  # Per shape and table optimizer: torusrec with every sharded table in `rows`, in
+  # `pooled`, and with the planner's mix (`auto`), then TorchRec, one after another.
   {
     echo "## Side by side with TorchRec (same workload definition, same machine, one run)"
     echo
-    echo "| P x threads | tables' optimizer | torusrec examples/s | TorchRec examples/s | ratio |"
-    echo "|---|---|---|---|---|"
+    echo "Output modes: \`rows\` (distinct rows come back, pooled by the asking rank), \`pooled\` (owners pool each example's rows and return one vector per example and table), \`auto\` (the planner's choice per table). Ratios are torusrec's examples/s over TorchRec's, measured one after the other in this run."
+    echo
+    echo "| P x threads | tables' optimizer | rows ex/s | pooled ex/s | auto ex/s (pooled tables) | TorchRec ex/s | rows / TorchRec | pooled / TorchRec | auto / TorchRec |"
+    echo "|---|---|---|---|---|---|---|---|---|"
   } >> "$table"
+  phases=$(mktemp)
   for cfg in "2 1 rowwise_adagrad" "1 2 rowwise_adagrad" "2 1 sgd" "1 2 sgd"; do
     read -r np th opt <<< "$cfg"
     ours_opt=rowwise-adagrad; [[ $opt == sgd ]] && ours_opt=sgd
-    run "peer-ours-$np-$th-$opt" "$np" "$th" --plan auto --stats "$OUT/stats-$np.json" --table-opt "$ours_opt"
-    ours=$(python3 -c "
+    declare -A ex=()
+    for mode in rows pooled auto; do
+      name="peer-ours-$np-$th-$opt-$mode"
+      run "$name" "$np" "$th" --plan auto --stats "$OUT/stats-$np.json" --table-opt "$ours_opt" --output-mode "$mode"
+      ex[$mode]=$(python3 -c "
 import json
-rows=[json.loads(l) for l in open('$OUT/peer-ours-$np-$th-$opt.jsonl') if l.strip()]
+rows=[json.loads(l) for l in open('$OUT/$name.jsonl') if l.strip()]
 iv=[r for r in rows if not r.get('final')][1:]
 print(round(sum(r['examples'] for r in iv)/sum(r['seconds'] for r in iv)))")
-    theirs=n/a; ratio=n/a
+      echo "| ${np}x${th} | $opt | $mode $(summary "$name") |" >> "$phases"
+    done
+    pooled_tables=$(grep -o 'output [0-9]* pooled' "$OUT/peer-ours-$np-$th-$opt-auto.log" | head -1 | grep -o '[0-9]*')
+    theirs=n/a
     if [[ -x $PEER_PY ]] && "$PEER_PY" -c 'import torchrec' 2>/dev/null; then
       (cd /tmp && OMP_NUM_THREADS=$th "$PEER_PY" "$OLDPWD/$PEER" --procs "$np" --threads "$th" \
           --emb-opt "$opt" --steps "$STEPS" --warmup "$WARM") > "$OUT/peer-$np-$th-$opt.log" 2>&1 || true
       theirs=$(grep -o 'torchrec examples/s=[0-9]*' "$OUT/peer-$np-$th-$opt.log" | grep -o '[0-9]*$' || echo n/a)
-      [[ $theirs != n/a && -n $theirs ]] && ratio=$(awk -v a="$ours" -v b="$theirs" 'BEGIN{printf "%.2fx", a/b}')
+      [[ -z $theirs ]] && theirs=n/a
     fi
-    echo "| ${np}x${th} | $opt | $ours | ${theirs:-n/a} | $ratio |" >> "$table"
+    ratio() { [[ $theirs == n/a ]] && echo n/a || awk -v a="$1" -v b="$theirs" 'BEGIN{printf "%.2fx", a/b}'; }
+    echo "| ${np}x${th} | $opt | ${ex[rows]} | ${ex[pooled]} | ${ex[auto]} ($pooled_tables of 26) | $theirs | $(ratio "${ex[rows]}") | $(ratio "${ex[pooled]}") | $(ratio "${ex[auto]}") |" >> "$table"
   done
-  echo >> "$table" ;;
+  {
+    echo
+    echo "### Per phase (seconds per step, the slowest rank's), bytes per step, of the runs above"
+    echo
+    echo "| P x threads | tables' optimizer | output $HEAD"
+    echo "|---|---|---$SEP"
+    cat "$phases"
+    echo
+  } >> "$table"
+  rm -f "$phases" ;;
 esac
 done
 cat "$table"

@@ -117,8 +117,10 @@ pub struct ExchangeCounts {
     /// Ids sent to owners by the lookup (a column-wise table sends an id to each of
     /// its shards); the backward sends the same ids once more.
     pub sent: u64,
-    /// Rows this rank served or updated as an owner.
+    /// Rows this rank served (pooled: rows it pooled) or updated as an owner.
     pub owner_rows: u64,
+    /// Seconds this rank spent applying the optimizer to its rows.
+    pub update_seconds: f64,
 }
 
 impl std::ops::AddAssign for ExchangeCounts {
@@ -126,6 +128,7 @@ impl std::ops::AddAssign for ExchangeCounts {
         self.occurrences += o.occurrences;
         self.sent += o.sent;
         self.owner_rows += o.owner_rows;
+        self.update_seconds += o.update_seconds;
     }
 }
 
@@ -885,6 +888,7 @@ pub fn global_backward<C: Comm>(
         .iter()
         .map(|&s| store.spec.tables[store.slots[s].table].dim as f64)
         .collect();
+    let t_update = std::time::Instant::now();
     store.local.par_iter_mut().zip(job).for_each(|(ls, j)| {
         let Some(j) = j else { return };
         let (w, ss) = (widths[j], &sums[j]);
@@ -899,6 +903,7 @@ pub fn global_backward<C: Comm>(
             );
         }
     });
+    counts.update_seconds += t_update.elapsed().as_secs_f64();
     Ok(counts)
 }
 

@@ -172,9 +172,14 @@ pub struct IntervalReport {
     pub dedup_ratio: f64,
     /// `P * max / sum` of the rows each owner served and updated.
     pub owner_imbalance: f64,
+    /// Over the interval, the slowest rank's seconds in: the lookup exchange (with the
+    /// owners' pooling of pooled tables), pooling the MLP input, the dense step, the
+    /// backward exchange (with the owners' summing), the table update, the all-reduce.
     pub seconds_lookup: f64,
+    pub seconds_pool: f64,
     pub seconds_dense: f64,
     pub seconds_backward: f64,
+    pub seconds_update: f64,
     pub seconds_allreduce: f64,
     pub eval_auc: Option<f64>,
     pub eval_logloss: Option<f64>,
@@ -288,6 +293,7 @@ struct Accum {
     loss: f64,
     counts: ExchangeCounts,
     t_lookup: f64,
+    t_pool: f64,
     t_dense: f64,
     t_backward: f64,
     t_allreduce: f64,
@@ -395,7 +401,9 @@ impl EmbedTrainer {
             }
         };
         let mut x = Vec::new();
+        let t = Instant::now();
         pool(&self.store, &current.batch, &current.lookup, &mut x);
+        self.acc.t_pool += t.elapsed().as_secs_f64();
         let n = current.batch.n;
         let mut dx = vec![0.0f32; n * width];
 
@@ -524,7 +532,16 @@ impl EmbedTrainer {
         ];
         comm.all_reduce_sum(&mut sums);
         let owner = comm.all_gather_v(&[a.counts.owner_rows])?.data;
-        let mut times = [a.t_lookup, a.t_dense, a.t_backward, a.t_allreduce, seconds];
+        let update = a.counts.update_seconds;
+        let mut times = [
+            a.t_lookup,
+            a.t_dense,
+            a.t_backward - update,
+            a.t_allreduce,
+            seconds,
+            a.t_pool,
+            update,
+        ];
         let mut tmax = times;
         // Seconds: the slowest rank's.
         for v in tmax.iter_mut() {
@@ -554,8 +571,10 @@ impl EmbedTrainer {
                 comm.size() as f64 * owner_max as f64 / owner_sum as f64
             },
             seconds_lookup: times[0],
+            seconds_pool: times[5],
             seconds_dense: times[1],
             seconds_backward: times[2],
+            seconds_update: times[6],
             seconds_allreduce: times[3],
             eval_auc: None,
             eval_logloss: None,
