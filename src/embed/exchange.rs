@@ -18,7 +18,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use rayon::prelude::*;
 
 use super::clicks::Batch;
-use super::kernels::{pool as pool_kernel, scatter, Bag, Isa};
+use super::kernels::{pool as pool_kernel, prefetch_row, scatter, Bag, Isa, PREFETCH_AHEAD};
 use super::placement::{OutputMode, Placement};
 use super::pooled::{self, Served};
 use super::spec::Pooling;
@@ -261,6 +261,7 @@ pub fn global_lookup<C: Comm>(
     };
 
     // Serve: the rows asked for, slot by slot.
+    let isa = Isa::detect();
     let mine = &store.owned[me];
     let mut resp: Vec<f32> = Vec::new();
     let mut resp_counts = vec![0usize; p];
@@ -270,7 +271,14 @@ pub fn global_lookup<C: Comm>(
         let mut k = 0;
         for (j, &s) in mine.iter().enumerate() {
             let ls = &store.local[store.slot_local[s].expect("owned slot is local")];
-            for &r in &rows[k..k + hdr[j]] {
+            let asked = &rows[k..k + hdr[j]];
+            let w = ls.shard.width();
+            for (i, &r) in asked.iter().enumerate() {
+                if let Some(&ahead) = asked.get(i + PREFETCH_AHEAD) {
+                    if (ahead as u64) < ls.rows {
+                        prefetch_row(isa, &ls.data, w, ahead as usize);
+                    }
+                }
                 if r as u64 >= ls.rows {
                     protocol_violation(format!(
                         "rank {q} asked for row {r} of a {}-row shard of table {}",
@@ -889,11 +897,18 @@ pub fn global_backward<C: Comm>(
         .map(|&s| store.spec.tables[store.slots[s].table].dim as f64)
         .collect();
     let t_update = std::time::Instant::now();
+    let isa = Isa::detect();
     store.local.par_iter_mut().zip(job).for_each(|(ls, j)| {
         let Some(j) = j else { return };
         let (w, ss) = (widths[j], &sums[j]);
         for (k, &row) in ss.rows.iter().enumerate() {
             let r = row as usize;
+            if let Some(&ahead) = ss.rows.get(k + PREFETCH_AHEAD) {
+                prefetch_row(isa, &ls.data, w, ahead as usize);
+                if sp > 0 {
+                    prefetch_row(isa, &ls.state, sp, ahead as usize);
+                }
+            }
             let stat = if sp > 0 { totals[j][k] / dims[j] } else { 0.0 };
             opt.apply(
                 &mut ls.data[r * w..(r + 1) * w],

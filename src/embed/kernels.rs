@@ -89,14 +89,100 @@ pub fn scatter(isa: Isa, g: &[f32], w: usize, bag: Bag, acc: &mut [f32]) {
     }
 }
 
+/// Bags of many examples: example `e` is `idx[offsets[e]..offsets[e + 1]]`, each
+/// index a row of `base` (or of `map`, as in [`Bag`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Bags<'a> {
+    pub offsets: &'a [u32],
+    pub idx: &'a [u32],
+    pub map: Option<&'a [u32]>,
+}
+
+impl<'a> Bags<'a> {
+    pub fn len(&self) -> usize {
+        self.offsets.len().saturating_sub(1)
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    #[inline(always)]
+    pub fn bag(&self, e: usize) -> Bag<'a> {
+        Bag {
+            idx: &self.idx[self.offsets[e] as usize..self.offsets[e + 1] as usize],
+            map: self.map,
+        }
+    }
+    #[inline(always)]
+    fn row_at(&self, k: usize) -> usize {
+        let i = self.idx[k] as usize;
+        match self.map {
+            Some(m) => m[i] as usize,
+            None => i,
+        }
+    }
+}
+
+/// Occurrences ahead whose rows are prefetched (across example boundaries).
+pub const PREFETCH_AHEAD: usize = 8;
+
+/// [`pool`] for every example of `bags` into `out` (`bags.len() x w`), prefetching
+/// the rows of the next occurrences whatever example they belong to. The same bits
+/// as [`pool_ref`] per example.
+pub fn pool_bags(isa: Isa, base: &[f32], w: usize, bags: Bags, out: &mut [f32]) {
+    assert!(out.len() >= bags.len() * w);
+    for (e, o) in out.chunks_exact_mut(w.max(1)).take(bags.len()).enumerate() {
+        let k0 = bags.offsets[e] as usize;
+        let k1 = bags.offsets[e + 1] as usize;
+        #[cfg(target_arch = "x86_64")]
+        if isa == Isa::Avx2 {
+            for k in k0 + PREFETCH_AHEAD..(k1 + PREFETCH_AHEAD).min(bags.idx.len()) {
+                // SAFETY: the prefetch reads nothing; the row is inside `base`.
+                unsafe { avx2::prefetch(base, w, bags.row_at(k)) };
+            }
+        }
+        let _ = (k0, k1);
+        pool(isa, base, w, bags.bag(e), o);
+    }
+}
+
+/// [`scatter`] of `g`'s row `e` (`bags.len() x w`) to the rows of bag `e`, for every
+/// example in order, prefetching ahead. The same bits as [`scatter_ref`] per example.
+pub fn scatter_bags(isa: Isa, g: &[f32], w: usize, bags: Bags, acc: &mut [f32]) {
+    assert!(g.len() >= bags.len() * w);
+    for e in 0..bags.len() {
+        let k0 = bags.offsets[e] as usize;
+        let k1 = bags.offsets[e + 1] as usize;
+        #[cfg(target_arch = "x86_64")]
+        if isa == Isa::Avx2 {
+            for k in k0 + PREFETCH_AHEAD..(k1 + PREFETCH_AHEAD).min(bags.idx.len()) {
+                // SAFETY: the prefetch reads nothing; the row is inside `acc`.
+                unsafe { avx2::prefetch(acc, w, bags.row_at(k)) };
+            }
+        }
+        let _ = (k0, k1);
+        scatter(isa, &g[e * w..(e + 1) * w], w, bags.bag(e), acc);
+    }
+}
+
+/// Prefetch row `r` (`w` floats) of `base` if the CPU has the instruction.
+#[inline(always)]
+pub fn prefetch_row(isa: Isa, base: &[f32], w: usize, r: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && (r + 1) * w <= base.len() {
+        // SAFETY: the prefetch reads nothing; the row is inside `base`.
+        unsafe { avx2::prefetch(base, w, r) };
+    }
+    let _ = (isa, base, w, r);
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use super::Bag;
     use std::arch::x86_64::*;
 
-    /// Prefetch the cache lines of row `r` (`w` floats) of `base`.
+    /// Prefetch the cache lines of row `r` (`w` floats) of `base` (which holds it).
     #[inline(always)]
-    unsafe fn prefetch(base: &[f32], w: usize, r: usize) {
+    pub(super) unsafe fn prefetch(base: &[f32], w: usize, r: usize) {
         let p = base.as_ptr().add(r * w).cast::<i8>();
         let mut off = 0;
         while off < w * 4 {
@@ -209,6 +295,38 @@ mod tests {
                     );
                 }
             }
+        }
+        // Many bags at once (prefetching across examples): the same bits.
+        for &w in &[8usize, 64, 13] {
+            let rows = 40;
+            let base = data(rows * w, 3 + w as u64);
+            let lens = [3usize, 0, 15, 1, 40, 7];
+            let mut offsets = vec![0u32];
+            let mut idx = Vec::new();
+            for &l in &lens {
+                idx.extend((0..l).map(|_| (r.next_u64() % rows as u64) as u32));
+                offsets.push(idx.len() as u32);
+            }
+            let bags = Bags {
+                offsets: &offsets,
+                idx: &idx,
+                map: None,
+            };
+            let mut a = vec![0.0f32; lens.len() * w];
+            let mut b = vec![1.0f32; lens.len() * w];
+            for e in 0..lens.len() {
+                pool_ref(&base, w, bags.bag(e), &mut a[e * w..(e + 1) * w]);
+            }
+            pool_bags(isa, &base, w, bags, &mut b);
+            assert_eq!(a, b, "pool_bags w={w}");
+            let g = data(lens.len() * w, 11);
+            let mut a = data(rows * w, 12);
+            let mut b = a.clone();
+            for e in 0..lens.len() {
+                scatter_ref(&g[e * w..(e + 1) * w], w, bags.bag(e), &mut a);
+            }
+            scatter_bags(isa, &g, w, bags, &mut b);
+            assert_eq!(a, b, "scatter_bags w={w}");
         }
         // The reference itself: a sum from zero, in bag order.
         let base = [1.0f32, 2.0, 10.0, 20.0, 100.0, 200.0];

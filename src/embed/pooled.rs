@@ -20,7 +20,7 @@ use rayon::prelude::*;
 
 use super::clicks::Batch;
 use super::exchange::{is_pooled_table, protocol_violation, ExchangeCounts};
-use super::kernels::{pool, scatter, Bag, Isa};
+use super::kernels::{pool_bags, scatter_bags, Bags, Isa};
 use super::placement::{OutputMode, Placement};
 use super::tables::Store;
 use crate::comm::Comm;
@@ -38,10 +38,12 @@ pub struct ServedBags {
 }
 
 impl ServedBags {
-    fn bag(&self, e: usize) -> Bag<'_> {
-        Bag {
-            idx: &self.idx[self.offsets[e] as usize..self.offsets[e + 1] as usize],
-            map: Some(&self.rows),
+    /// The bags, each index mapped through `rows` (`true`) or into `rows` (`false`).
+    fn bags(&self, mapped: bool) -> Bags<'_> {
+        Bags {
+            offsets: &self.offsets,
+            idx: &self.idx,
+            map: mapped.then_some(&self.rows[..]),
         }
     }
     fn examples(&self) -> usize {
@@ -240,9 +242,7 @@ pub fn global_forward<C: Comm>(
             let w = ls.shard.width();
             let sb = &served.bags[j][q];
             let mut out = vec![0.0f32; sb.examples() * w];
-            for (e, o) in out.chunks_exact_mut(w.max(1)).enumerate() {
-                pool(isa, &ls.data, w, sb.bag(e), o);
-            }
+            pool_bags(isa, &ls.data, w, sb.bags(true), &mut out);
             out
         })
         .collect();
@@ -377,13 +377,7 @@ pub fn global_backward<C: Comm>(
                 .zip(&inputs[j])
                 .map(|(sb, g)| {
                     let mut acc = vec![0.0f32; sb.rows.len() * w];
-                    for (e, ge) in g.chunks_exact(w.max(1)).enumerate() {
-                        let bag = Bag {
-                            idx: sb.bag(e).idx,
-                            map: None,
-                        };
-                        scatter(isa, ge, w, bag, &mut acc);
-                    }
+                    scatter_bags(isa, g, w, sb.bags(false), &mut acc);
                     (sb.rows.clone(), acc)
                 })
                 .collect();
