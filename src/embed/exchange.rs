@@ -48,11 +48,74 @@ impl Hasher for IdHasher {
 
 type IdMap = HashMap<u32, u32, BuildHasherDefault<IdHasher>>;
 
+/// A map from ids (below `u32::MAX`, which marks an empty slot) to positions: open
+/// addressing with linear probing in a power-of-two table at most half full.
+struct OpenMap {
+    keys: Vec<u32>,
+    vals: Vec<u32>,
+    shift: u32,
+    len: usize,
+}
+
+impl OpenMap {
+    fn with_capacity(n: usize) -> OpenMap {
+        let cap = (2 * n.max(8)).next_power_of_two();
+        OpenMap {
+            keys: vec![u32::MAX; cap],
+            vals: vec![0; cap],
+            shift: 64 - cap.trailing_zeros(),
+            len: 0,
+        }
+    }
+
+    #[inline(always)]
+    fn slot(&self, id: u32) -> usize {
+        ((id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
+    }
+
+    #[inline]
+    fn get_or_insert(&mut self, id: u32, next: u32) -> u32 {
+        debug_assert!(id != u32::MAX);
+        let mask = self.keys.len() - 1;
+        let mut h = self.slot(id);
+        loop {
+            let k = self.keys[h];
+            if k == id {
+                return self.vals[h];
+            }
+            if k == u32::MAX {
+                self.keys[h] = id;
+                self.vals[h] = next;
+                self.len += 1;
+                if 2 * self.len > self.keys.len() {
+                    self.grow();
+                }
+                return next;
+            }
+            h = (h + 1) & mask;
+        }
+    }
+
+    fn grow(&mut self) {
+        let old = std::mem::replace(self, OpenMap::with_capacity(self.keys.len()));
+        for (&k, &v) in old.keys.iter().zip(&old.vals) {
+            if k != u32::MAX {
+                self.get_or_insert(k, v);
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        self.keys.fill(u32::MAX);
+        self.len = 0;
+    }
+}
+
 /// Position of each id in a first-seen list: a dense array for tables (or shards)
-/// of up to 2^25 rows, a hash map beyond.
+/// of up to 2^25 rows, an open-addressing map beyond.
 enum Index {
     Dense(Vec<u32>),
-    Sparse(IdMap),
+    Sparse(OpenMap),
 }
 
 impl Index {
@@ -64,7 +127,7 @@ impl Index {
         if rows <= Self::DENSE_MAX && rows <= 8 * inserts.max(4096) as u64 {
             Index::Dense(vec![u32::MAX; rows as usize])
         } else {
-            Index::Sparse(IdMap::with_capacity_and_hasher(inserts, Default::default()))
+            Index::Sparse(OpenMap::with_capacity(inserts))
         }
     }
 
@@ -79,7 +142,7 @@ impl Index {
                 }
                 *slot
             }
-            Index::Sparse(m) => *m.entry(id).or_insert(next),
+            Index::Sparse(m) => m.get_or_insert(id, next),
         }
     }
 
@@ -942,6 +1005,36 @@ pub fn local_apply_replicated(store: &mut Store, grads: &StepGrads) {
                 g,
                 stat,
             );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_open_map_keeps_first_positions_through_growth_and_clear() {
+        // Capacity for 8, then 10,000 distinct ids (grows many times), each seen twice.
+        let mut m = OpenMap::with_capacity(8);
+        let ids: Vec<u32> = (0..10_000u32)
+            .map(|i| i.wrapping_mul(2_654_435_761) % (u32::MAX - 1))
+            .collect();
+        for (p, &id) in ids.iter().enumerate() {
+            assert_eq!(m.get_or_insert(id, p as u32), p as u32);
+        }
+        for (p, &id) in ids.iter().enumerate() {
+            assert_eq!(m.get_or_insert(id, 99), p as u32, "id {id}");
+        }
+        assert_eq!(m.len, ids.len());
+        m.clear();
+        assert_eq!(m.get_or_insert(ids[5], 7), 7);
+        // The dense and the hashed index agree.
+        let mut d = Index::new(100, 1 << 20);
+        let mut h = Index::new(1 << 30, 4);
+        assert!(matches!(d, Index::Dense(_)) && matches!(h, Index::Sparse(_)));
+        for (k, id) in [5u32, 9, 5, 0, 9, 99].into_iter().enumerate() {
+            assert_eq!(d.get_or_insert(id, k as u32), h.get_or_insert(id, k as u32));
         }
     }
 }
