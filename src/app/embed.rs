@@ -448,7 +448,8 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
     let (cfg, source) = comm.agree(setup)?;
     let mut out = RunOutput::global_open(comm, a.metrics.as_deref())?;
 
-    let per_rank = cfg.micro.div_ceil(comm.size());
+    // A step looks up its K micro-batches at once: plan for the step's batch.
+    let per_rank = cfg.micro.div_ceil(comm.size()) * cfg.accumulate;
     let plan = global_resolve_plan(
         comm,
         &a.plan,
