@@ -137,7 +137,9 @@ impl Ctx<'_> {
         let exchanged = 4.0 * n_in + 4.0 * o_in + 4.0 * examples + 8.0 * examples * w;
         let memory = o_in * (m.access(p.width) + 4.0 * w)
             + n_in * (2.0 * m.access(p.width) + 4.0 * self.state as f64);
-        let lookups = o_in + n_in;
+        // Distinct rows are looked up (a likely miss) once to pool and once to update;
+        // repeated occurrences hit the cache, as in the asking side of `rows`.
+        let lookups = 2.0 * n_in;
         (
             exchanged / m.net_bw + memory / m.mem_bw + lookups * m.lookup_s + m.shard_s,
             exchanged,

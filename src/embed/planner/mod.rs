@@ -50,7 +50,8 @@
 //! `4 n_in + 4 o_in + 4 E + 8 E w` bytes exchanged (ids, occurrence indices, per-example
 //! counts; the pooled vectors out and their gradients in), `o_in (a(w) + 4 w) + n_in
 //! (2 a(w) + 4 s)` bytes of memory (pool every occurrence from the table, add its
-//! gradient; update each distinct row) and `o_in + n_in` lookups. The asking side is
+//! gradient; update each distinct row) and `2 n_in` lookups (each distinct row is a
+//! likely miss when pooled and when updated; repeated occurrences hit the cache). The asking side is
 //! no longer the same under both modes, so every rank is also charged, per sharded
 //! table, its asking work: deduplicating its `b v` ids (`lookup_s` each) and, for
 //! `rows`, `2 b v + 2 U` row accesses (pool the occurrences and add their gradients;
