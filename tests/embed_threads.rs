@@ -360,3 +360,21 @@ fn pooled_mode_handles_mixed_plans_empty_batches_and_no_dedup() {
         assert_eq!(on, off, "pooled {kind}: dedup changed the bits");
     }
 }
+
+#[test]
+fn pipelining_works_with_pooled_tables() {
+    let spec = preset("tiny", 1.0).unwrap();
+    let opt = TableOpt::Sgd { lr: 0.5 };
+    let mut cfg = config(&spec, opt, 24, 2, 4);
+    let exact = train(2, &cfg, with_mode(&spec, "row_block", OutputMode::Pooled));
+    cfg.pipeline = true;
+    let piped = train(2, &cfg, with_mode(&spec, "row_block", OutputMode::Pooled));
+    let piped_rows = train(2, &cfg, with_mode(&spec, "row_block", OutputMode::Rows));
+    // One-step-stale lookups change the bits but not the picture; pooled and rows see
+    // the same stale tables.
+    assert_ne!(exact, piped);
+    for t in 0..exact.tables.len() {
+        assert!(max_rel(&exact.tables[t], &piped.tables[t]) < 0.2);
+    }
+    assert_close(&piped, &piped_rows, 1e-6, "pipelined pooled vs rows");
+}
