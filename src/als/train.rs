@@ -16,6 +16,7 @@ use crate::bf16::TableElem;
 use crate::ckpt::{self, faults, signals::Preemption};
 use crate::comm::Comm;
 use crate::error::{Error, Result};
+use crate::h5::Attr;
 use crate::rng::{stream, SplitMix64};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -762,23 +763,18 @@ impl<T: TableScalar> Trainer<T> {
                 data: &self.h,
             },
         ];
-        let mut f64_attrs = vec![("epochs", self.pos.epoch as f64), ("loss", report.loss)];
+        let mut attrs = vec![
+            ("format", Attr::Str("torusrec-als-model".into())),
+            ("config", Attr::Str(cfg_json)),
+            ("checksum", Attr::Str(format!("{:016x}", report.checksum))),
+            ("epochs", Attr::F64(self.pos.epoch as f64)),
+            ("loss", Attr::F64(report.loss)),
+        ];
         if let Some(r) = report.recall {
-            f64_attrs.push(("recall_at_20", r.at20));
-            f64_attrs.push(("recall_at_50", r.at50));
+            attrs.push(("recall_at_20", Attr::F64(r.at20)));
+            attrs.push(("recall_at_50", Attr::F64(r.at50)));
         }
-        global_write_tables(
-            comm,
-            out,
-            self.cfg.dim,
-            &tables,
-            &[
-                ("format", "torusrec-als-model".to_string()),
-                ("config", cfg_json),
-                ("checksum", format!("{:016x}", report.checksum)),
-            ],
-            &f64_attrs,
-        )
+        global_write_tables(comm, out, self.cfg.dim, &tables, &attrs)
     }
 
     pub fn rows_side(&self) -> &Side {

@@ -7,6 +7,7 @@
 //! an atomic rename, so a visible checkpoint is always complete; older checkpoints are
 //! deleted (retention) only after the new one is committed.
 
+pub mod commit;
 pub mod faults;
 pub mod policy;
 pub mod signals;
