@@ -15,7 +15,7 @@
 //! a file of another run is a hold ([`Error::Hold`]), a damaged one corrupt
 //! ([`Error::Corrupt`]); both exit 76 naming the file and both values.
 
-use super::{apply_retention, file_name, now_secs, SCHEMA};
+use super::{apply_retention, file_name, SCHEMA};
 use crate::comm::Comm;
 use crate::data::dataset::{open_h5, temp_path};
 use crate::error::{Error, Result};
