@@ -112,9 +112,10 @@ fn part_sizes(s: &LocalSplit) -> [u64; PART_FIELDS] {
 }
 
 /// Collective: every rank must call. Writes the dataset to `out` through a temporary
-/// file: rank 0 creates it with the global shapes, then every rank writes its part
-/// in rank order, then rank 0 renames it into place. On any failure every rank
-/// returns an error and the temporary is removed; an existing `out` is untouched.
+/// file ([`crate::ckpt::commit::global_write_atomic`]): rank 0 creates it with the
+/// global shapes, then every rank writes its part in rank order, then rank 0 renames it
+/// into place. On any failure every rank returns an error and the temporary is
+/// removed; an existing `out` is untouched.
 pub fn global_write_dataset<C: Comm>(
     comm: &C,
     out: &Path,
@@ -122,7 +123,6 @@ pub fn global_write_dataset<C: Comm>(
     part: &LocalSplit,
 ) -> Result<()> {
     let _phase = comm.stats().phase("write");
-    let tmp = temp_path(out);
     let sizes = comm.all_gather_v(&part_sizes(part))?.data;
     let p = comm.size();
     let field = |f: usize| -> Vec<usize> {
@@ -136,31 +136,13 @@ pub fn global_write_dataset<C: Comm>(
     let total = |f: usize| offs[f][p];
     let me = comm.rank();
 
-    let created = if me == 0 {
-        create_layout(&tmp, meta, total)
-    } else {
-        Ok(())
-    };
-    let mut result = comm.agree(created);
-    if result.is_ok() {
-        // Serial HDF5: ranks take turns, each opening, writing and closing the file.
-        let mut mine = Ok(());
-        for turn in 0..p {
-            comm.barrier();
-            if turn == me {
-                mine = write_part(&tmp, part, &|f| offs[f][me], meta.num_rows);
-            }
-        }
-        result = comm.agree(mine);
-    }
-    if result.is_ok() && me == 0 {
-        result = std::fs::rename(&tmp, out).map_err(|e| Error::io(out, e));
-    }
-    let result = comm.agree(result);
-    if result.is_err() && me == 0 {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+    // Serial HDF5: ranks take turns, each opening, writing and closing the file.
+    crate::ckpt::commit::global_write_atomic(
+        comm,
+        out,
+        |tmp| create_layout(tmp, meta, total),
+        |tmp| write_part(tmp, part, &|f| offs[f][me], meta.num_rows),
+    )
 }
 
 fn create_layout(tmp: &Path, meta: &SplitMeta, total: impl Fn(usize) -> usize) -> Result<()> {
