@@ -5,8 +5,7 @@ use super::graph::LocalRows;
 use super::prepare::{LocalSplit, SplitMeta};
 use crate::comm::{prefix_offsets, Comm};
 use crate::error::{Error, Result};
-use crate::h5::ctx as h5;
-use hdf5::types::VarLenUnicode;
+use crate::h5::{ctx as h5, read_str_attr, read_u64_attr, write_attrs, Attr};
 use hdf5::H5Type;
 use std::path::{Path, PathBuf};
 
@@ -145,6 +144,21 @@ pub fn global_write_dataset<C: Comm>(
     )
 }
 
+/// The root attributes of a prepared dataset (see [`read_meta`]).
+pub(crate) fn meta_attrs(meta: &SplitMeta) -> Vec<(&'static str, Attr)> {
+    vec![
+        ("format", Attr::Str(FORMAT.into())),
+        ("version", Attr::U64(VERSION)),
+        ("num_rows", Attr::U64(meta.num_rows)),
+        ("num_cols", Attr::U64(meta.num_cols)),
+        ("min_links", Attr::U64(meta.min_links)),
+        ("seed", Attr::U64(meta.seed)),
+        ("source", Attr::Str(meta.source.clone())),
+        ("source_nodes", Attr::U64(meta.source_nodes)),
+        ("source_arcs", Attr::U64(meta.source_arcs)),
+    ]
+}
+
 fn create_layout(tmp: &Path, meta: &SplitMeta, total: impl Fn(usize) -> usize) -> Result<()> {
     let f = h5(tmp, "create", hdf5::File::create(tmp))?;
     for g in ["train", "train_t", "test", "test/fold", "test/holdout"] {
@@ -161,36 +175,7 @@ fn create_layout(tmp: &Path, meta: &SplitMeta, total: impl Fn(usize) -> usize) -
     for (name, n) in U32_DATASETS.iter().zip(shapes_u32) {
         h5(tmp, *name, f.new_dataset::<u32>().shape(n).create(*name))?;
     }
-    let str_attr = |k: &str, v: &str| -> Result<()> {
-        let v: VarLenUnicode = v
-            .parse()
-            .map_err(|e| Error::Config(format!("attribute {k}: {e}")))?;
-        h5(
-            tmp,
-            format!("attribute {k}"),
-            f.new_attr::<VarLenUnicode>()
-                .create(k)
-                .and_then(|a| a.write_scalar(&v)),
-        )
-    };
-    let u64_attr = |k: &str, v: u64| -> Result<()> {
-        h5(
-            tmp,
-            format!("attribute {k}"),
-            f.new_attr::<u64>()
-                .create(k)
-                .and_then(|a| a.write_scalar(&v)),
-        )
-    };
-    str_attr("format", FORMAT)?;
-    u64_attr("version", VERSION)?;
-    u64_attr("num_rows", meta.num_rows)?;
-    u64_attr("num_cols", meta.num_cols)?;
-    u64_attr("min_links", meta.min_links)?;
-    u64_attr("seed", meta.seed)?;
-    str_attr("source", &meta.source)?;
-    u64_attr("source_nodes", meta.source_nodes)?;
-    u64_attr("source_arcs", meta.source_arcs)?;
+    write_attrs(&f, tmp, &meta_attrs(meta))?;
     h5(tmp, "close", f.close())
 }
 
@@ -324,31 +309,6 @@ fn read_vec<T: H5Type>(f: &hdf5::File, path: &Path, name: &str) -> Result<Vec<T>
         .map_err(|_| Error::layout(path, name, "missing"))?
         .size() as u64;
     read_range(f, path, name, 0, len)
-}
-
-fn read_u64_attr(f: &hdf5::File, path: &Path, name: &str) -> Result<u64> {
-    f.attr(name)
-        .and_then(|a| a.read_scalar::<u64>())
-        .map_err(|_| {
-            Error::layout(
-                path,
-                format!("/ attribute {name}"),
-                "missing or not a u64 scalar",
-            )
-        })
-}
-
-fn read_str_attr(f: &hdf5::File, path: &Path, name: &str) -> Result<String> {
-    f.attr(name)
-        .and_then(|a| a.read_scalar::<VarLenUnicode>())
-        .map(|s| s.as_str().to_string())
-        .map_err(|_| {
-            Error::layout(
-                path,
-                format!("/ attribute {name}"),
-                "missing or not a string",
-            )
-        })
 }
 
 /// Read and check the root attributes: the file must be a torusrec dataset, version 1.
