@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use crate::app::als::resolve_threads;
 use crate::app::group;
 use crate::ckpt::signals::Preemption;
+use crate::ckpt::{CheckpointConfig, Resume};
 use crate::cli::{DenseOptKind, EmbedArgs, GenerateClicksArgs, ModelArgs, PlanArgs, TableOptKind};
 use crate::comm::Comm;
 use crate::embed::clicklog::{write_click_log, ClickLog};
@@ -17,8 +18,9 @@ use crate::embed::planner::{Heuristic, PlanOptions};
 use crate::embed::spec::{preset, ModelSpec};
 use crate::embed::stats::{BatchStats, SampledBatch, SampledTable};
 use crate::embed::tables::TableOpt;
-use crate::embed::train::{EmbedConfig, EmbedTrainer, IntervalReport, Source, StepStatus};
-use crate::metrics::{human_bytes, peak_rss_bytes};
+use crate::embed::driver::{global_train, Event, RunConfig, Summary};
+use crate::embed::train::{EmbedConfig, IntervalReport, Source};
+use crate::metrics::human_bytes;
 use crate::{Error, Result};
 
 /// `8G`, `512M`, `64k` or plain bytes.
@@ -328,18 +330,8 @@ fn interval_line(r: &IntervalReport, steps: u64) -> String {
     s
 }
 
-/// What a finished run reports (rank 0's view).
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct EmbedReport {
-    pub steps: u64,
-    pub auc: Option<f64>,
-    pub logloss: Option<f64>,
-    pub checksum: String,
-    pub last: Option<IntervalReport>,
-}
-
 /// Collective: every rank must call. `torusrec embed`.
-pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Result<EmbedReport> {
+pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Result<Summary> {
     let threads = resolve_threads(a.threads);
     let root = comm.rank() == 0;
     let setup = (|| -> Result<(EmbedConfig, Source)> {
@@ -488,166 +480,69 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         a.dense_opt,
         tables,
     ))?;
-    let rank = comm.rank();
     let steps = cfg.steps;
-    let (log_every, eval_every) = (cfg.log_every, cfg.eval_every);
-    let ck = crate::als::CheckpointConfig {
-        dir: a.checkpoint_dir.clone(),
-        every: a.checkpoint_every,
-        keep: a.keep.max(1),
-        resume: match a.resume.as_deref() {
-            None => crate::als::Resume::No,
-            Some("auto") => crate::als::Resume::Auto,
-            Some(p) => crate::als::Resume::Path(PathBuf::from(p)),
+    let run = RunConfig {
+        checkpoint: CheckpointConfig {
+            dir: a.checkpoint_dir.clone(),
+            every: a.checkpoint_every,
+            keep: a.keep.max(1),
+            resume: match a.resume.as_deref() {
+                None => Resume::No,
+                Some("auto") => Resume::Auto,
+                Some(p) => Resume::Path(PathBuf::from(p)),
+            },
+            release_hold: a.release_hold,
+            wait_for_data: 0.0,
         },
-        release_hold: a.release_hold,
-        wait_for_data: 0.0,
+        preload: a.preload,
+        out: a.out.clone(),
     };
-    if ck.dir.is_none() && ck.resume != crate::als::Resume::No {
-        return comm.agree(Err(Error::Config("--resume needs --checkpoint-dir".into())));
-    }
-    let resume = crate::ckpt::global_prepare_checkpoints(comm, &ck)?;
-    comm.agree(match &ck.resume {
-        crate::als::Resume::Path(p) if !p.exists() => {
-            Err(Error::input(p, "--resume: no such checkpoint"))
-        }
-        _ => Ok(()),
-    })?;
-    let mut tr = comm.agree(EmbedTrainer::new(cfg, source, &plan, rank))?;
-    let hold = |comm: &C, reason: String, rank: Option<usize>, step: u64| -> Error {
-        if comm.rank() == 0 {
-            let h = crate::ckpt::Hold {
-                reason: reason.clone(),
-                rank,
-                epoch: None,
-                step: Some(step),
-                time: crate::ckpt::now_secs(),
-            };
-            crate::ckpt::write_hold_logged(ck.dir.as_deref(), &h);
-        }
-        Error::Hold(reason)
-    };
-    let t = std::time::Instant::now();
-    let fall_back = ck.resume == crate::als::Resume::Auto;
-    match crate::ckpt::global_restore_newest(comm, &resume, fall_back, |p| {
-        crate::embed::checkpoint::global_restore(comm, &mut tr, p)
-    }) {
-        Ok(Some((path, m))) => {
+    let on_event = |e: Event| match e {
+        Event::Resumed {
+            path,
+            manifest,
+            seconds,
+        } => {
             if root {
                 println!(
-                    "resumed from {} (written by {} rank(s)) at step {} in {:.2} s",
+                    "resumed from {} (written by {} rank(s)) at step {} in {seconds:.2} s",
                     path.display(),
-                    m.world_size,
-                    m.step,
-                    t.elapsed().as_secs_f64()
+                    manifest.world_size,
+                    manifest.step,
                 );
             }
         }
-        Ok(None) => {}
-        Err(Error::Hold(r) | Error::Corrupt(r)) => return Err(hold(comm, r, None, 0)),
-        Err(e) => return Err(e),
-    }
-    let checkpoint = |comm: &C, tr: &EmbedTrainer| -> Result<Option<PathBuf>> {
-        match &ck.dir {
-            Some(dir) => {
-                crate::embed::checkpoint::global_write_checkpoint(comm, tr, dir, ck.keep).map(Some)
+        Event::Preloaded { from, to, seconds } => {
+            if root {
+                println!("preloaded the examples of steps {from}..{to} in {seconds:.1} s");
             }
-            None => Ok(None),
+        }
+        Event::Step { done, steps } => out.progress(done, steps),
+        Event::Interval(r) => {
+            out.line(&interval_line(r, steps));
+            out.record(r);
         }
     };
-    if a.preload {
-        let t = std::time::Instant::now();
-        let (p, r, from) = (comm.size(), comm.rank(), tr.step);
-        comm.agree(tr.local_preload(p, r, from, steps))?;
-        if root {
-            println!(
-                "preloaded the examples of steps {from}..{steps} in {:.1} s",
-                t.elapsed().as_secs_f64()
-            );
-        }
-    }
-    let mut last = None;
-    while tr.step < steps {
-        let flag = preempt.is_set() || crate::ckpt::faults::preempt_at() == Some(tr.step + 1);
-        let status = tr.global_step(comm, flag)?;
-        if let StepStatus::NonFinite { rank } = status {
-            return Err(hold(
-                comm,
-                format!(
-                    "non-finite loss or gradient on rank {rank} at step {}",
-                    tr.step + 1
-                ),
-                Some(rank),
-                tr.step + 1,
-            ));
-        }
-        let done = tr.step;
-        if done % log_every != 0 {
-            out.progress(done, steps);
-        }
-        if done % log_every == 0 || done == steps || status == StepStatus::Preempt {
-            let mut r = tr.global_interval(comm)?;
-            if eval_every > 0 && done % eval_every == 0 && done != steps {
-                let (auc, ll) = tr.global_evaluate(comm)?;
-                r.eval_auc = auc;
-                r.eval_logloss = ll;
-            }
-            out.line(&interval_line(&r, steps));
-            out.record(&r);
-            last = Some(r);
-        }
-        if status == StepStatus::Preempt {
-            let since = preempt
-                .seconds_since()
-                .map(|s| format!(", {s:.2} s after the signal"))
-                .unwrap_or_default();
-            return Err(match checkpoint(comm, &tr)? {
-                Some(p) => Error::Preempted(format!(
-                    "checkpoint {} written after step {done}{since}",
-                    p.display()
-                )),
-                None => Error::Interrupted(format!(
-                    "signal received after step {done}; no --checkpoint-dir, so nothing was saved (exit 1, not 75: there is nothing to resume)"
-                )),
-            });
-        }
-        if ck.every > 0 && done % ck.every == 0 && done != steps {
-            checkpoint(comm, &tr)?;
-        }
-    }
-    if tr.step > 0 {
-        checkpoint(comm, &tr)?;
-    }
-    let (auc, ll) = tr.global_evaluate(comm)?;
-    let checksum = format!("{:016x}", tr.global_checksum(comm)?);
-    if let Some(out) = &a.out {
-        let eval = crate::embed::model::Evaluation { auc, logloss: ll };
-        crate::embed::model::global_write_model(comm, &tr, out, eval)?;
-        if root {
+    let eval_examples = cfg.eval_examples;
+    let s = global_train(comm, cfg, source, &plan, &run, preempt, on_event)?;
+    if root {
+        if let Some(out) = &a.out {
             println!("wrote the model to {}", out.display());
         }
-    }
-    let peak = comm.all_reduce_max(peak_rss_bytes().unwrap_or(0));
-    if root {
         println!(
-            "final: eval AUC {}  logloss {}  over {} held-out examples  after {} steps  checksum {checksum}  peak RSS {} per rank",
-            auc.map_or("n/a".into(), |v| format!("{v:.4}")),
-            ll.map_or("n/a".into(), |v| format!("{v:.5}")),
-            group(tr.cfg.eval_examples),
-            tr.step,
-            human_bytes(peak)
+            "final: eval AUC {}  logloss {}  over {} held-out examples  after {} steps  checksum {}  peak RSS {} per rank",
+            s.auc.map_or("n/a".into(), |v| format!("{v:.4}")),
+            s.logloss.map_or("n/a".into(), |v| format!("{v:.5}")),
+            group(eval_examples),
+            s.steps,
+            s.checksum,
+            human_bytes(s.peak_rss_bytes)
         );
-        let v = serde_json::json!({"final": true, "auc": auc, "logloss": ll, "steps": tr.step,
-            "checksum": checksum, "peak_rss_bytes": peak, "ranks": comm.size(), "threads": threads});
+        let v = serde_json::json!({"final": true, "auc": s.auc, "logloss": s.logloss, "steps": s.steps,
+            "checksum": s.checksum, "peak_rss_bytes": s.peak_rss_bytes, "ranks": comm.size(), "threads": threads});
         out.record(&v);
     }
-    Ok(EmbedReport {
-        steps: tr.step,
-        auc,
-        logloss: ll,
-        checksum,
-        last,
-    })
+    Ok(s)
 }
 
 /// Largest `plan --ranks` (a torus of 2^16 chips is beyond any this project models).

@@ -5,6 +5,7 @@
 pub mod checkpoint;
 pub mod clicklog;
 pub mod clicks;
+pub mod driver;
 pub mod exchange;
 pub mod metrics;
 pub mod mlp;
