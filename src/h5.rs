@@ -1,4 +1,5 @@
-//! HDF5 helpers every reader and writer shares: error context and scalar attributes.
+//! HDF5 helpers every reader and writer shares: error context, scalar attributes and
+//! element-type checks.
 
 use crate::error::{Error, Result};
 use hdf5::types::VarLenUnicode;
@@ -76,4 +77,21 @@ pub fn read_str_attr(loc: &hdf5::Location, path: &Path, name: &str) -> Result<St
 /// The u64 attribute `name` of `loc` (see [`read_attr`]).
 pub fn read_u64_attr(loc: &hdf5::Location, path: &Path, name: &str) -> Result<u64> {
     read_attr::<u64>(loc, path, name, "u64")
+}
+
+/// Refuse (layout error) a dataset whose element type is not `T`, naming both.
+pub fn check_elem_type<T: H5Type>(ds: &hdf5::Dataset, path: &Path, name: &str) -> Result<()> {
+    let want = T::type_descriptor();
+    let have = ds
+        .dtype()
+        .and_then(|t| t.to_descriptor())
+        .map_err(|e| Error::layout(path, name, format!("unreadable type: {e}")))?;
+    if have != want {
+        return Err(Error::layout(
+            path,
+            name,
+            format!("element type {have}, expected {want}"),
+        ));
+    }
+    Ok(())
 }

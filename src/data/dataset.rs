@@ -5,7 +5,7 @@ use super::graph::LocalRows;
 use super::prepare::{LocalSplit, SplitMeta};
 use crate::comm::{prefix_offsets, Comm};
 use crate::error::{Error, Result};
-use crate::h5::{ctx as h5, read_str_attr, read_u64_attr, write_attrs, Attr};
+use crate::h5::{check_elem_type, ctx as h5, read_str_attr, read_u64_attr, write_attrs, Attr};
 use hdf5::H5Type;
 use std::path::{Path, PathBuf};
 
@@ -263,18 +263,7 @@ pub fn read_range<T: H5Type>(
             format!("expected 1 dimension, found {}", ds.ndim()),
         ));
     }
-    let want = T::type_descriptor();
-    let have = ds
-        .dtype()
-        .and_then(|t| t.to_descriptor())
-        .map_err(|e| Error::layout(path, name, format!("unreadable type: {e}")))?;
-    if have != want {
-        return Err(Error::layout(
-            path,
-            name,
-            format!("element type {have}, expected {want}"),
-        ));
-    }
+    check_elem_type::<T>(&ds, path, name)?;
     let len = ds.size() as u64;
     if lo > hi || hi > len {
         return Err(Error::layout(

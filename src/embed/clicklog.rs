@@ -27,7 +27,7 @@ use ndarray::ArrayView2;
 use super::clicks::{Bags, Batch, ClickGen};
 use super::spec::ModelSpec;
 use crate::data::dataset::{check_output, open_h5, read_range, temp_path};
-use crate::h5::{ctx as h5, read_str_attr, read_u64_attr, write_attrs, Attr};
+use crate::h5::{check_elem_type, ctx as h5, read_str_attr, read_u64_attr, write_attrs, Attr};
 use crate::{Error, Result};
 
 /// The value of the `schema` attribute.
@@ -228,18 +228,7 @@ fn dataset<T: H5Type>(
     let ds = f
         .dataset(name)
         .map_err(|_| Error::layout(path, name, "missing"))?;
-    let want = T::type_descriptor();
-    let have = ds
-        .dtype()
-        .and_then(|t| t.to_descriptor())
-        .map_err(|e| Error::layout(path, name, format!("unreadable type: {e}")))?;
-    if have != want {
-        return Err(Error::layout(
-            path,
-            name,
-            format!("element type {have}, expected {want}"),
-        ));
-    }
+    check_elem_type::<T>(&ds, path, name)?;
     match shape {
         Some(s) if ds.shape() != s => Err(Error::layout(
             path,
