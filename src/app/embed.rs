@@ -11,14 +11,14 @@ use crate::cli::{DenseOptKind, EmbedArgs, GenerateClicksArgs, ModelArgs, PlanArg
 use crate::comm::Comm;
 use crate::embed::clicklog::{write_click_log, ClickLog};
 use crate::embed::clicks::ClickGen;
+use crate::embed::driver::{global_train, Event, RunConfig, Summary};
 use crate::embed::mlp::DenseOpt;
 use crate::embed::placement::Plan;
 use crate::embed::planner;
 use crate::embed::planner::{Heuristic, PlanOptions};
 use crate::embed::spec::{preset, ModelSpec};
-use crate::embed::stats::{BatchStats, SampledBatch, SampledTable};
+use crate::embed::stats::load_or_measure_stats;
 use crate::embed::tables::TableOpt;
-use crate::embed::driver::{global_train, Event, RunConfig, Summary};
 use crate::embed::train::{EmbedConfig, IntervalReport, Source};
 use crate::metrics::human_bytes;
 use crate::{Error, Result};
@@ -172,60 +172,6 @@ pub fn global_generate_clicks<C: Comm>(comm: &C, a: &GenerateClicksArgs) -> Resu
         Ok(())
     })();
     comm.agree(res)
-}
-
-/// Statistics for the planner: the file's when it matches, else measured on
-/// `sample` sampled global batches (and written to the file when one is named).
-pub fn load_or_measure_stats(
-    spec: &ModelSpec,
-    source: &Source,
-    seed: u64,
-    world: usize,
-    batch_per_rank: usize,
-    sample: usize,
-    path: Option<&Path>,
-) -> Result<(BatchStats, &'static str)> {
-    let digest = spec.digest();
-    if let Some(p) = path {
-        if let Some(s) = BatchStats::load(p)? {
-            if s.matches(&digest, seed, batch_per_rank, world) {
-                return Ok((s, "reused"));
-            }
-        }
-    }
-    let g = (world * batch_per_rank) as u64;
-    let mut batches = Vec::with_capacity(sample);
-    for b in 0..sample as u64 {
-        // Sample from the training examples (wrapping around a finite log).
-        let first = match source.train_examples() {
-            Some(n) if n > 0 => (b * g) % n,
-            _ => b * g,
-        };
-        let n = match source.train_examples() {
-            Some(n) => g.min(n - first),
-            None => g,
-        };
-        batches.push(source.batch(first, n as usize)?);
-    }
-    let sampled: Vec<SampledBatch> = batches
-        .iter()
-        .map(|b| SampledBatch {
-            n: b.n,
-            tables: b
-                .bags
-                .iter()
-                .map(|bg| SampledTable {
-                    offsets: bg.offsets.iter().map(|&o| o as usize).collect(),
-                    ids: bg.ids.clone(),
-                })
-                .collect(),
-        })
-        .collect();
-    let s = crate::embed::stats::from_samples(spec, seed, world, batch_per_rank, &sampled)?;
-    if let Some(p) = path {
-        s.save(p)?;
-    }
-    Ok((s, "measured"))
 }
 
 fn plan_summary(spec: &ModelSpec, plan: &Plan, state: u64) -> String {
