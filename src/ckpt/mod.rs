@@ -58,6 +58,36 @@ impl Default for CheckpointConfig {
     }
 }
 
+impl CheckpointConfig {
+    /// Refuse (exit 2) settings no run can use; call on every rank before any work.
+    pub fn validate(&self) -> Result<()> {
+        if self.dir.is_none() && self.resume != Resume::No {
+            return Err(Error::Config(
+                "--resume needs --checkpoint-dir (where the resumed run writes its checkpoints and its hold)"
+                    .into(),
+            ));
+        }
+        let wait = self.wait_for_data;
+        if !(wait.is_finite() && (0.0..=MAX_WAIT_SECS).contains(&wait)) {
+            return Err(Error::Config(format!(
+                "--wait-for-data {wait}: must be a number of seconds from 0 to {MAX_WAIT_SECS} (a week)"
+            )));
+        }
+        if let Resume::Path(p) = &self.resume {
+            if !p.is_file() {
+                return Err(Error::Config(format!(
+                    "--resume {}: no such checkpoint file",
+                    p.display()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The longest `--wait-for-data` (a week).
+pub const MAX_WAIT_SECS: f64 = 7.0 * 24.0 * 3600.0;
+
 pub const HOLD_FILE: &str = "HOLD.json";
 
 /// The file name of the checkpoint at `step`.

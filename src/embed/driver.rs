@@ -71,14 +71,8 @@ pub fn global_train<C: Comm>(
     mut on_event: impl FnMut(Event<'_>),
 ) -> Result<Summary> {
     let ck = &run.checkpoint;
-    if ck.dir.is_none() && ck.resume != Resume::No {
-        return comm.agree(Err(Error::Config("--resume needs --checkpoint-dir".into())));
-    }
+    comm.agree(ck.validate())?;
     let resume = ckpt::global_prepare_checkpoints(comm, ck)?;
-    comm.agree(match &ck.resume {
-        Resume::Path(p) if !p.exists() => Err(Error::input(p, "--resume: no such checkpoint")),
-        _ => Ok(()),
-    })?;
     let steps = cfg.steps;
     let (log_every, eval_every) = (cfg.log_every, cfg.eval_every);
     let mut tr = comm.agree(EmbedTrainer::new(cfg, source, plan, comm.rank()))?;
@@ -174,8 +168,7 @@ pub fn global_train<C: Comm>(
     if let Some(out) = &run.out {
         global_write_model(comm, &tr, out, Evaluation { auc, logloss })?;
     }
-    let peak_rss_bytes =
-        comm.all_reduce_max(crate::metrics::peak_rss_bytes().unwrap_or(0));
+    let peak_rss_bytes = comm.all_reduce_max(crate::metrics::peak_rss_bytes().unwrap_or(0));
     Ok(Summary {
         steps: tr.step,
         auc,
