@@ -12,6 +12,7 @@ use crate::comm::Comm;
 use crate::embed::clicklog::{write_click_log, ClickLog};
 use crate::embed::clicks::ClickGen;
 use crate::embed::driver::{global_train, Event, RunConfig, Summary};
+use crate::embed::memory;
 use crate::embed::mlp::DenseOpt;
 use crate::embed::placement::Plan;
 use crate::embed::planner;
@@ -58,75 +59,6 @@ pub fn parse_bytes(s: &str) -> Result<u64> {
         )));
     }
     Ok((v * mult as f64) as u64)
-}
-
-/// An upper bound of what one embed rank holds: `tables` bytes of its table shards
-/// with their optimizer state, the MLP (weights, gradient, accumulated gradient,
-/// optimizer state), a micro-batch's activations (forward values, pre-activations
-/// and gradients of every layer) and its lookups (ids and looked-up rows, sent and
-/// received, as if one rank served the whole micro-batch). Pure arithmetic.
-pub fn embed_estimate(
-    spec: &ModelSpec,
-    micro: usize,
-    ranks: usize,
-    dense: DenseOptKind,
-    tables: u64,
-) -> crate::als::memory::MemEstimate {
-    let f = 4.0f64;
-    let layers = spec.mlp_layers();
-    let params: f64 = layers
-        .windows(2)
-        .map(|w| (w[0] as f64 + 1.0) * w[1] as f64)
-        .sum();
-    let state = match dense {
-        DenseOptKind::Adagrad => 1.0,
-        DenseOptKind::Adam => 2.0,
-    };
-    let per_rank = micro.div_ceil(ranks.max(1)) as f64;
-    let width: f64 = layers.iter().map(|&l| l as f64).sum();
-    let ids: f64 = spec.tables.iter().map(|t| t.valency).sum();
-    let row_floats: f64 = spec.tables.iter().map(|t| t.valency * t.dim as f64).sum();
-    let b = |x: f64| {
-        if x >= u64::MAX as f64 {
-            u64::MAX
-        } else {
-            x as u64
-        }
-    };
-    crate::als::memory::MemEstimate {
-        parts: vec![
-            ("tables", tables),
-            ("MLP", b(params * f * (3.0 + state))),
-            ("activations", b(per_rank * width * f * 3.0)),
-            ("lookups", b(micro as f64 * (ids + row_floats) * f * 2.0)),
-            ("base", crate::als::memory::BASE_BYTES),
-        ],
-    }
-}
-
-/// Refuse (exit 2) a model and batch whose [`embed_estimate`] exceeds the node's
-/// memory divided by the ranks on it (`--mem-per-rank` bounds the tables alone).
-fn check_embed_memory(
-    spec: &ModelSpec,
-    micro: usize,
-    ranks: usize,
-    dense: DenseOptKind,
-    tables: u64,
-) -> Result<()> {
-    let est = embed_estimate(spec, micro, ranks, dense, tables);
-    let total = est
-        .parts
-        .iter()
-        .fold(0u64, |acc, p| acc.saturating_add(p.1));
-    match crate::als::memory::limit(None) {
-        Some(limit) if total > limit => Err(Error::Config(format!(
-            "this model and batch need an estimated {} per rank, more than {} (the node's memory divided by the {} rank(s) on it); use a smaller --batch, smaller tables or hidden layers, or more ranks",
-            est.describe(),
-            human_bytes(limit),
-            crate::als::memory::ranks_on_node()
-        ))),
-        _ => Ok(()),
-    }
 }
 
 /// The model named by `--preset` or `--tables`.
@@ -356,7 +288,11 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
             )));
         }
         // What does not depend on the placement, before the plan samples batches.
-        check_embed_memory(&spec, micro, comm.size(), a.dense_opt, 0)?;
+        let dense_opt = match a.dense_opt {
+            DenseOptKind::Adagrad => DenseOpt::adagrad(a.dense_lr),
+            DenseOptKind::Adam => DenseOpt::adam(a.dense_lr),
+        };
+        memory::check(&spec, micro, comm.size(), &dense_opt, 0)?;
         let cfg = EmbedConfig {
             spec,
             seed: a.seed,
@@ -364,10 +300,7 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
             accumulate: a.accumulate,
             steps: a.steps,
             table_opt: table_opt(a.table_opt, a.table_lr),
-            dense_opt: match a.dense_opt {
-                DenseOptKind::Adagrad => DenseOpt::adagrad(a.dense_lr),
-                DenseOptKind::Adam => DenseOpt::adam(a.dense_lr),
-            },
+            dense_opt,
             dedup: !a.no_dedup,
             pipeline: a.pipeline,
             eval_examples: a.eval_examples,
@@ -419,11 +352,11 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         .into_iter()
         .max()
         .unwrap_or(0);
-    comm.agree(check_embed_memory(
+    comm.agree(memory::check(
         &cfg.spec,
         cfg.micro,
         comm.size(),
-        a.dense_opt,
+        &cfg.dense_opt,
         tables,
     ))?;
     let steps = cfg.steps;

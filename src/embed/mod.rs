@@ -7,6 +7,7 @@ pub mod clicklog;
 pub mod clicks;
 pub mod driver;
 pub mod exchange;
+pub mod memory;
 pub mod metrics;
 pub mod mlp;
 pub mod model;
