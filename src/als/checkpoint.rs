@@ -1,14 +1,13 @@
 //! iALS checkpoints: both tables by global id plus a manifest with everything exact
-//! resume needs. Restores on any number of ranks; refuses (training hold) when the
-//! manifest, the data or a checksum does not match.
+//! resume needs, committed and verified by the shared protocol of
+//! [`crate::ckpt::commit`]. Restores on any number of ranks; refuses (training hold)
+//! when the manifest, the data or a checksum does not match.
 
-use super::model::{
-    global_write_tables, local_checksum, local_read_rows, read_str_attr, TablePart, TableScalar,
-};
+use super::model::{global_write_tables, local_checksum, local_read_rows, TablePart, TableScalar};
 use super::AlsConfig;
+use crate::ckpt::commit::{self, Header};
 use crate::ckpt::{self, SCHEMA};
 use crate::comm::Comm;
-use crate::data::dataset::open_h5;
 use crate::data::prepare::SplitMeta;
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
@@ -64,6 +63,17 @@ pub struct Manifest {
     pub written_at: u64,
 }
 
+impl commit::Manifest for Manifest {
+    const WORKLOAD: &'static str = "als";
+    fn header(&self) -> Header<'_> {
+        Header {
+            schema: self.schema,
+            workload: &self.workload,
+            config_hash: &self.config_hash,
+        }
+    }
+}
+
 /// What a checkpoint holds of a training run, lent by the trainer (this module does
 /// not depend on the training loop): its configuration, data, position, and this
 /// rank's rows `w_rows` of W and `h_rows` of H.
@@ -100,53 +110,52 @@ fn global_sums<C: Comm>(comm: &C, w: u64, h: u64) -> [u64; 2] {
 }
 
 /// Collective: every rank must call. Writes `ckpt-<step>.h5` atomically into the
-/// checkpoint directory, then applies the retention policy.
+/// checkpoint directory, then applies the retention policy ([`ckpt::commit`]).
 pub fn global_write_checkpoint<C: Comm, T: TableScalar>(
     comm: &C,
     tr: &RunState<T>,
     step: u64,
 ) -> Result<PathBuf> {
-    let t0 = std::time::Instant::now();
     let dir = tr
         .cfg
         .checkpoint
         .dir
         .clone()
         .ok_or_else(|| Error::Config("no --checkpoint-dir".into()))?;
-    let path = dir.join(ckpt::file_name(step));
     let d = tr.cfg.dim;
-    let cw = local_checksum(tr.w, tr.w_rows.start, d, 1);
-    let ch = local_checksum(tr.h, tr.h_rows.start, d, 2);
-    let [sw, sh] = global_sums(comm, cw, ch);
     let m = tr.meta;
-    let manifest = Manifest {
-        schema: SCHEMA,
-        workload: "als".into(),
-        config: tr.cfg.clone(),
-        config_hash: tr.cfg.result_hash(),
-        data: identity(comm, tr),
-        position: tr.pos.clone(),
-        global_step: step,
-        steps_per_half: tr.steps_per_half,
-        world_size: comm.size(),
-        seed: tr.cfg.seed,
-        datasets: vec![
-            DatasetSum {
-                name: "W".into(),
-                rows: m.num_rows,
-                cols: d,
-                checksum: format!("{sw:016x}"),
-            },
-            DatasetSum {
-                name: "H".into(),
-                rows: m.num_cols,
-                cols: d,
-                checksum: format!("{sh:016x}"),
-            },
-        ],
-        written_at: ckpt::now_secs(),
+    let manifest = || -> Result<Manifest> {
+        let cw = local_checksum(tr.w, tr.w_rows.start, d, 1);
+        let ch = local_checksum(tr.h, tr.h_rows.start, d, 2);
+        let [sw, sh] = global_sums(comm, cw, ch);
+        Ok(Manifest {
+            schema: SCHEMA,
+            workload: "als".into(),
+            config: tr.cfg.clone(),
+            config_hash: tr.cfg.result_hash(),
+            data: identity(comm, tr),
+            position: tr.pos.clone(),
+            global_step: step,
+            steps_per_half: tr.steps_per_half,
+            world_size: comm.size(),
+            seed: tr.cfg.seed,
+            datasets: vec![
+                DatasetSum {
+                    name: "W".into(),
+                    rows: m.num_rows,
+                    cols: d,
+                    checksum: format!("{sw:016x}"),
+                },
+                DatasetSum {
+                    name: "H".into(),
+                    rows: m.num_cols,
+                    cols: d,
+                    checksum: format!("{sh:016x}"),
+                },
+            ],
+            written_at: ckpt::now_secs(),
+        })
     };
-    let json = serde_json::to_string(&manifest).map_err(|e| Error::Config(e.to_string()))?;
     let tables = [
         TablePart {
             name: "W",
@@ -161,49 +170,21 @@ pub fn global_write_checkpoint<C: Comm, T: TableScalar>(
             data: tr.h,
         },
     ];
-    global_write_tables(
+    let p = tr.pos;
+    commit::global_write_checkpoint(
         comm,
-        &path,
-        d,
-        &tables,
-        &[("format", "torusrec-checkpoint".into()), ("manifest", json)],
-        &[],
-    )?;
-    let retained = if comm.rank() == 0 {
-        ckpt::apply_retention(&dir, tr.cfg.checkpoint.keep).map(|_| ())
-    } else {
-        Ok(())
-    };
-    comm.agree(retained)?;
-    if comm.rank() == 0 {
-        let secs = t0.elapsed().as_secs_f64();
-        let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
-        log::info!(
-            "checkpoint {} (epoch {}, half {}, step {}): {:.1} MB in {secs:.3} s, {:.0} MB/s",
-            path.display(),
-            tr.pos.epoch,
-            tr.pos.half,
-            tr.pos.step,
-            bytes as f64 / 1e6,
-            bytes as f64 / 1e6 / secs.max(1e-9)
-        );
-    }
-    Ok(path)
+        &dir,
+        step,
+        tr.cfg.checkpoint.keep,
+        &format!("epoch {}, half {}, step {}", p.epoch, p.half, p.step),
+        manifest,
+        |path, attrs| global_write_tables(comm, path, d, &tables, attrs),
+    )
 }
 
-/// Rank-local: read and check the manifest of `path` against this run.
+/// Rank-local: read the manifest of `path` (format checked).
 pub fn local_read_manifest(path: &Path) -> Result<Manifest> {
-    let f = open_h5(path).map_err(|e| Error::Corrupt(format!("checkpoint {e}")))?;
-    let format = read_str_attr(&f, path, "format")?;
-    if format != "torusrec-checkpoint" {
-        return Err(Error::Corrupt(format!(
-            "{}: not a torusrec checkpoint (format {format:?})",
-            path.display()
-        )));
-    }
-    let text = read_str_attr(&f, path, "manifest")?;
-    serde_json::from_str(&text)
-        .map_err(|e| Error::Corrupt(format!("{}: unreadable manifest: {e}", path.display())))
+    commit::local_read_manifest(path)
 }
 
 /// Collective: every rank must call. Read the checkpoint at `path` for this trainer's
@@ -220,42 +201,41 @@ pub fn global_restore<C: Comm, T: TableScalar>(
     let want_data = identity(comm, tr);
     let local = (|| -> Result<(Manifest, Vec<T>, Vec<T>)> {
         let m = local_read_manifest(path)?;
-        let where_ = path.display();
-        if m.schema != SCHEMA || m.workload != "als" {
-            return Err(Error::Hold(format!(
-                "{where_}: schema {} workload {:?}, expected {SCHEMA} \"als\"",
-                m.schema, m.workload
-            )));
-        }
+        commit::check_workload(path, &m)?;
         if m.config.table_dtype != tr.cfg.table_dtype {
-            return Err(Error::Hold(format!(
-                "{where_}: the checkpoint's tables are {}, this run asks for {} (--table-dtype {}); resume with --table-dtype {}",
+            return Err(commit::hold(path, format!(
+                "the checkpoint's tables are {}, this run asks for {} (--table-dtype {}); resume with --table-dtype {}",
                 m.config.table_dtype,
                 tr.cfg.table_dtype,
                 tr.cfg.table_dtype,
                 m.config.table_dtype
             )));
         }
-        if m.config_hash != tr.cfg.result_hash() {
-            return Err(Error::Hold(format!(
-                "{where_}: the checkpoint's configuration (hash {}) differs from this run's ({}): dim, reg, unobserved weight, solver, CG steps, seed, init std, hub chunk and step size must match",
-                m.config_hash,
-                tr.cfg.result_hash()
-            )));
-        }
+        commit::check_config_hash(
+            path,
+            &m,
+            &tr.cfg.result_hash(),
+            "dim, reg, unobserved weight, solver, CG steps, seed, init std, hub chunk and step size",
+        )?;
         if m.data != want_data {
-            return Err(Error::Hold(format!(
-                "{where_}: written for data {:?}, but this run's data is {want_data:?}",
-                m.data
-            )));
+            return Err(commit::hold(
+                path,
+                format!(
+                    "written for data {:?}, but this run's data is {want_data:?}",
+                    m.data
+                ),
+            ));
         }
         if m.steps_per_half != tr.steps_per_half {
-            return Err(Error::Hold(format!(
-                "{where_}: {} steps per half-epoch, this run has {}",
-                m.steps_per_half, tr.steps_per_half
-            )));
+            return Err(commit::hold(
+                path,
+                format!(
+                    "{} steps per half-epoch, this run has {}",
+                    m.steps_per_half, tr.steps_per_half
+                ),
+            ));
         }
-        let f = open_h5(path).map_err(|e| Error::Corrupt(format!("checkpoint {e}")))?;
+        let f = commit::local_open(path)?;
         let w = local_read_rows(&f, path, "W", tr.w_rows.start, tr.w_rows.end, d)?;
         let h = local_read_rows(&f, path, "H", tr.h_rows.start, tr.h_rows.end, d)?;
         Ok((m, w, h))
@@ -271,12 +251,12 @@ pub fn global_restore<C: Comm, T: TableScalar>(
             .find(|x| x.name == name)
             .map(|x| x.checksum.clone())
             .unwrap_or_default();
-        if format!("{got:016x}") != want {
-            return Err(Error::Corrupt(format!(
-                "{}: dataset /{name}: checksum {got:016x} does not match the manifest's {want}: the file is corrupt",
-                path.display()
-            )));
-        }
+        commit::check_checksum(
+            path,
+            &format!("dataset /{name}"),
+            &format!("{got:016x}"),
+            &want,
+        )?;
     }
     Ok((m, w, h))
 }

@@ -62,10 +62,7 @@ pub struct AlsConfig {
     pub mem_per_rank: Option<u64>,
 }
 
-pub use crate::ckpt::{CheckpointConfig, Resume};
-
-/// The longest `--wait-for-data` accepted (a week).
-pub const MAX_WAIT_SECS: f64 = 7.0 * 24.0 * 3600.0;
+pub use crate::ckpt::{CheckpointConfig, Resume, MAX_WAIT_SECS};
 
 impl AlsConfig {
     /// Check values that do not depend on the data (rank-local, identical everywhere).
@@ -110,26 +107,7 @@ impl AlsConfig {
         if self.step_nnz == 0 {
             return Err(Config("--step-nnz 0: must be positive".into()));
         }
-        if self.checkpoint.dir.is_none() && self.checkpoint.resume != Resume::No {
-            return Err(Config(
-                "--resume needs --checkpoint-dir (where the resumed run writes its checkpoints and its hold)"
-                    .into(),
-            ));
-        }
-        let wait = self.checkpoint.wait_for_data;
-        if !(wait.is_finite() && (0.0..=MAX_WAIT_SECS).contains(&wait)) {
-            return Err(Config(format!(
-                "--wait-for-data {wait}: must be a number of seconds from 0 to {MAX_WAIT_SECS} (a week)"
-            )));
-        }
-        if let Resume::Path(p) = &self.checkpoint.resume {
-            if !p.is_file() {
-                return Err(Config(format!(
-                    "--resume {}: no such checkpoint file",
-                    p.display()
-                )));
-            }
-        }
+        self.checkpoint.validate()?;
         if self.eval_rows == eval::EvalRows::Sample(0) {
             return Err(Config(
                 "--eval-rows 0: evaluate at least one row (or `all`)".into(),

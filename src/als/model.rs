@@ -1,11 +1,12 @@
-//! Tables by global id in HDF5: the trained model (`/W`, `/H`) and, later, checkpoints.
-//! Written through a temporary name by every rank in turn, then renamed by rank 0.
+//! Tables by global id in HDF5: the trained model (`/W`, `/H`) and the checkpoints.
+//! Committed by [`crate::ckpt::commit::global_write_atomic`]: through a temporary name,
+//! written by every rank in turn, renamed by rank 0.
 
 use crate::bf16::{Bf16, TableDtype, TableElem};
+use crate::ckpt::commit::global_write_atomic;
 use crate::comm::{Comm, Elem};
-use crate::data::dataset::temp_path;
 use crate::error::{Error, Result};
-use crate::h5::ctx as h5;
+use crate::h5::{ctx as h5, write_attr, write_attrs, Attr};
 use crate::rng::mix64;
 use hdf5::types::VarLenUnicode;
 use std::path::Path;
@@ -109,91 +110,39 @@ pub fn stored_dtype(ds: &hdf5::Dataset) -> TableDtype {
     }
 }
 
-/// Collective: every rank must call. Writes `tables` and string/number attributes to
-/// `out` atomically (temporary file, rank-ordered writes, rename by rank 0).
+/// Collective: every rank must call. Writes `tables` with the root attribute
+/// `table_dtype` and `attrs` to `out` atomically ([`crate::ckpt::commit`]: temporary
+/// file, rank-ordered writes, rename by rank 0).
 pub fn global_write_tables<C: Comm, T: StoredElem>(
     comm: &C,
     out: &Path,
     d: usize,
     tables: &[TablePart<T>],
-    str_attrs: &[(&str, String)],
-    f64_attrs: &[(&str, f64)],
+    attrs: &[(&str, Attr)],
 ) -> Result<()> {
     let _p = comm.stats().phase("io");
-    let tmp = temp_path(out);
-    let created = if comm.rank() == 0 {
-        (|| -> Result<()> {
-            let f = h5(&tmp, "create", hdf5::File::create(&tmp))?;
-            for t in tables {
-                h5(&tmp, t.name, T::create(&f, t.name, t.n as usize, d))?;
-            }
-            let dtype: VarLenUnicode = T::DTYPE
-                .name()
-                .parse()
-                .map_err(|e| Error::Config(format!("attribute table_dtype: {e}")))?;
-            h5(
-                &tmp,
-                "table_dtype",
-                f.new_attr::<VarLenUnicode>()
-                    .create("table_dtype")
-                    .and_then(|a| a.write_scalar(&dtype)),
-            )?;
-            for (k, v) in str_attrs {
-                let v: VarLenUnicode = v
-                    .parse()
-                    .map_err(|e| Error::Config(format!("attribute {k}: {e}")))?;
-                h5(
-                    &tmp,
-                    *k,
-                    f.new_attr::<VarLenUnicode>()
-                        .create(*k)
-                        .and_then(|a| a.write_scalar(&v)),
-                )?;
-            }
-            for (k, v) in f64_attrs {
-                h5(
-                    &tmp,
-                    *k,
-                    f.new_attr::<f64>()
-                        .create(*k)
-                        .and_then(|a| a.write_scalar(v)),
-                )?;
-            }
-            h5(&tmp, "close", f.close())
-        })()
-    } else {
-        Ok(())
-    };
-    comm.agree(created)?;
-    let mut mine = Ok(());
-    for turn in 0..comm.size() {
-        comm.barrier();
-        if turn == comm.rank() {
-            mine = (|| -> Result<()> {
-                let f = h5(&tmp, "open", hdf5::File::open_rw(&tmp))?;
-                for t in tables {
-                    let rows = t.data.len() / d;
-                    if rows == 0 {
-                        continue;
-                    }
-                    let ds = h5(&tmp, t.name, f.dataset(t.name))?;
-                    h5(&tmp, t.name, T::write(&ds, t.data, rows, d, t.lo as usize))?;
-                }
-                h5(&tmp, "close", f.close())
-            })();
-            crate::ckpt::faults::point("after-shard-write", comm.rank());
+    let create = |tmp: &Path| -> Result<()> {
+        let f = h5(tmp, "create", hdf5::File::create(tmp))?;
+        for t in tables {
+            h5(tmp, t.name, T::create(&f, t.name, t.n as usize, d))?;
         }
-    }
-    let mut result = comm.agree(mine);
-    if result.is_ok() && comm.rank() == 0 {
-        crate::ckpt::faults::point("before-commit", 0);
-        result = std::fs::rename(&tmp, out).map_err(|e| Error::io(out, e));
-    }
-    let result = comm.agree(result);
-    if result.is_err() && comm.rank() == 0 {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+        write_attr(&f, tmp, "table_dtype", &Attr::Str(T::DTYPE.name().into()))?;
+        write_attrs(&f, tmp, attrs)?;
+        h5(tmp, "close", f.close())
+    };
+    let write = |tmp: &Path| -> Result<()> {
+        let f = h5(tmp, "open", hdf5::File::open_rw(tmp))?;
+        for t in tables {
+            let rows = t.data.len() / d;
+            if rows == 0 {
+                continue;
+            }
+            let ds = h5(tmp, t.name, f.dataset(t.name))?;
+            h5(tmp, t.name, T::write(&ds, t.data, rows, d, t.lo as usize))?;
+        }
+        h5(tmp, "close", f.close())
+    };
+    global_write_atomic(comm, out, create, write)
 }
 
 /// An order-independent checksum of a table part by global row id (sum over rows of a
@@ -250,17 +199,4 @@ pub fn local_read_rows<T: StoredElem>(
             path.display()
         ))
     })
-}
-
-/// Rank-local: a string attribute of the root group.
-pub fn read_str_attr(f: &hdf5::File, path: &Path, name: &str) -> Result<String> {
-    f.attr(name)
-        .and_then(|a| a.read_scalar::<VarLenUnicode>())
-        .map(|s| s.as_str().to_string())
-        .map_err(|e| {
-            Error::Corrupt(format!(
-                "{}: attribute {name} is missing or unreadable: {e}",
-                path.display()
-            ))
-        })
 }

@@ -13,9 +13,10 @@ use super::solve::{
 };
 use super::{AlsConfig, Resume, SolverKind};
 use crate::bf16::TableElem;
-use crate::ckpt::{self, faults, signals::Preemption};
+use crate::ckpt::{self, faults, signals::Preemption, status::StepStatus};
 use crate::comm::Comm;
 use crate::error::{Error, Result};
+use crate::h5::Attr;
 use crate::rng::{stream, SplitMix64};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -234,10 +235,6 @@ pub fn merge_ranges(mut r: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
     out
 }
 
-const STATUS_OK: u64 = 0;
-const STATUS_PREEMPT: u64 = 1;
-const STATUS_NONFINITE: u64 = 2;
-
 /// The distributed model state of one rank, with tables stored as `T` (f32 or bf16).
 pub struct Trainer<T: TableScalar = f32> {
     pub cfg: AlsConfig,
@@ -430,7 +427,7 @@ impl<T: TableScalar> Trainer<T> {
             // count that is exactly step j's rows; after resuming on another count it
             // also catches up the rows the old layout had not reached.
             let (a, b) = (lo, lo + side.step_bounds[j + 1]);
-            let mut status = STATUS_OK;
+            let mut non_finite = false;
             let g32: Vec<f32> = if self.cfg.solver == SolverKind::Cg {
                 gram_fixed.iter().map(|&x| x as f32).collect()
             } else {
@@ -475,9 +472,7 @@ impl<T: TableScalar> Trainer<T> {
                     acc.observed += terms.observed;
                     acc.reg += terms.reg;
                 }
-                if solve_err.is_err() || !finite {
-                    status = STATUS_NONFINITE;
-                }
+                non_finite |= solve_err.is_err() || !finite;
             }
             times.solve += t.elapsed().as_secs_f64();
             self.local_done = merge_ranges([self.local_done.clone(), vec![(a, b)]].concat());
@@ -485,16 +480,8 @@ impl<T: TableScalar> Trainer<T> {
             if comm.rank() == 0 && faults::preempt_at() == Some(self.global_step()) {
                 self.preempt.raise();
             }
-            if status == STATUS_OK && self.preempt.is_set() {
-                status = STATUS_PREEMPT;
-            }
-            let worst = comm.all_reduce_max(if status == 0 {
-                0
-            } else {
-                (status << 32) | (u32::MAX as u64 - comm.rank() as u64)
-            });
-            if worst >> 32 == STATUS_NONFINITE {
-                let rank = (u32::MAX as u64 - (worst & 0xffff_ffff)) as usize;
+            let status = StepStatus::global_agree(comm, non_finite, self.preempt.is_set());
+            if let StepStatus::NonFinite { rank } = status {
                 let what = match &solve_err {
                     Err(e) if comm.rank() == rank => e.to_string(),
                     _ => "a non-finite value".to_string(),
@@ -510,7 +497,7 @@ impl<T: TableScalar> Trainer<T> {
                     Some(rank),
                 ));
             }
-            if worst >> 32 == STATUS_PREEMPT {
+            if status == StepStatus::Preempt {
                 return Err(self.global_preempt(comm, times));
             }
         }
@@ -580,17 +567,11 @@ impl<T: TableScalar> Trainer<T> {
     /// Collective: every rank must call. Record a hold (rank 0 writes HOLD.json next
     /// to the checkpoints) and return the error that stops every rank with exit 76.
     fn global_hold<C: Comm>(&self, comm: &C, reason: String, rank: Option<usize>) -> Error {
-        if comm.rank() == 0 {
-            let hold = ckpt::Hold {
-                reason: reason.clone(),
-                rank,
-                epoch: Some(self.pos.epoch + 1),
-                step: None,
-                time: ckpt::now_secs(),
-            };
-            ckpt::write_hold_logged(self.cfg.checkpoint.dir.as_deref(), &hold);
-        }
-        Error::Hold(reason)
+        let hold = ckpt::Hold {
+            epoch: Some(self.pos.epoch + 1),
+            ..ckpt::Hold::new(reason, rank)
+        };
+        ckpt::global_hold(comm, self.cfg.checkpoint.dir.as_deref(), hold)
     }
 
     /// Collective: every rank must call. Write a checkpoint after a preemption signal
@@ -762,23 +743,18 @@ impl<T: TableScalar> Trainer<T> {
                 data: &self.h,
             },
         ];
-        let mut f64_attrs = vec![("epochs", self.pos.epoch as f64), ("loss", report.loss)];
+        let mut attrs = vec![
+            ("format", Attr::Str("torusrec-als-model".into())),
+            ("config", Attr::Str(cfg_json)),
+            ("checksum", Attr::Str(format!("{:016x}", report.checksum))),
+            ("epochs", Attr::F64(self.pos.epoch as f64)),
+            ("loss", Attr::F64(report.loss)),
+        ];
         if let Some(r) = report.recall {
-            f64_attrs.push(("recall_at_20", r.at20));
-            f64_attrs.push(("recall_at_50", r.at50));
+            attrs.push(("recall_at_20", Attr::F64(r.at20)));
+            attrs.push(("recall_at_50", Attr::F64(r.at50)));
         }
-        global_write_tables(
-            comm,
-            out,
-            self.cfg.dim,
-            &tables,
-            &[
-                ("format", "torusrec-als-model".to_string()),
-                ("config", cfg_json),
-                ("checksum", format!("{:016x}", report.checksum)),
-            ],
-            &f64_attrs,
-        )
+        global_write_tables(comm, out, self.cfg.dim, &tables, &attrs)
     }
 
     pub fn rows_side(&self) -> &Side {

@@ -6,21 +6,24 @@ use std::path::{Path, PathBuf};
 use crate::app::als::resolve_threads;
 use crate::app::group;
 use crate::ckpt::signals::Preemption;
+use crate::ckpt::{CheckpointConfig, Resume};
 use crate::cli::{
     DenseOptKind, EmbedArgs, GenerateClicksArgs, ModelArgs, OutputModeArg, PlanArgs, TableOptKind,
 };
 use crate::comm::Comm;
 use crate::embed::clicklog::{write_click_log, ClickLog};
 use crate::embed::clicks::ClickGen;
+use crate::embed::driver::{global_train, Event, RunConfig, Summary};
+use crate::embed::memory;
 use crate::embed::mlp::DenseOpt;
 use crate::embed::placement::{OutputMode, Plan};
 use crate::embed::planner;
 use crate::embed::planner::{Heuristic, PlanOptions};
 use crate::embed::spec::{preset, ModelSpec};
-use crate::embed::stats::{BatchStats, SampledBatch, SampledTable};
+use crate::embed::stats::load_or_measure_stats;
 use crate::embed::tables::TableOpt;
-use crate::embed::train::{EmbedConfig, EmbedTrainer, IntervalReport, Source, StepStatus};
-use crate::metrics::{human_bytes, peak_rss_bytes};
+use crate::embed::train::{EmbedConfig, IntervalReport, Source};
+use crate::metrics::human_bytes;
 use crate::{Error, Result};
 
 /// `8G`, `512M`, `64k` or plain bytes.
@@ -58,75 +61,6 @@ pub fn parse_bytes(s: &str) -> Result<u64> {
         )));
     }
     Ok((v * mult as f64) as u64)
-}
-
-/// An upper bound of what one embed rank holds: `tables` bytes of its table shards
-/// with their optimizer state, the MLP (weights, gradient, accumulated gradient,
-/// optimizer state), a micro-batch's activations (forward values, pre-activations
-/// and gradients of every layer) and its lookups (ids and looked-up rows, sent and
-/// received, as if one rank served the whole micro-batch). Pure arithmetic.
-pub fn embed_estimate(
-    spec: &ModelSpec,
-    micro: usize,
-    ranks: usize,
-    dense: DenseOptKind,
-    tables: u64,
-) -> crate::als::memory::MemEstimate {
-    let f = 4.0f64;
-    let layers = spec.mlp_layers();
-    let params: f64 = layers
-        .windows(2)
-        .map(|w| (w[0] as f64 + 1.0) * w[1] as f64)
-        .sum();
-    let state = match dense {
-        DenseOptKind::Adagrad => 1.0,
-        DenseOptKind::Adam => 2.0,
-    };
-    let per_rank = micro.div_ceil(ranks.max(1)) as f64;
-    let width: f64 = layers.iter().map(|&l| l as f64).sum();
-    let ids: f64 = spec.tables.iter().map(|t| t.valency).sum();
-    let row_floats: f64 = spec.tables.iter().map(|t| t.valency * t.dim as f64).sum();
-    let b = |x: f64| {
-        if x >= u64::MAX as f64 {
-            u64::MAX
-        } else {
-            x as u64
-        }
-    };
-    crate::als::memory::MemEstimate {
-        parts: vec![
-            ("tables", tables),
-            ("MLP", b(params * f * (3.0 + state))),
-            ("activations", b(per_rank * width * f * 3.0)),
-            ("lookups", b(micro as f64 * (ids + row_floats) * f * 2.0)),
-            ("base", crate::als::memory::BASE_BYTES),
-        ],
-    }
-}
-
-/// Refuse (exit 2) a model and batch whose [`embed_estimate`] exceeds the node's
-/// memory divided by the ranks on it (`--mem-per-rank` bounds the tables alone).
-fn check_embed_memory(
-    spec: &ModelSpec,
-    micro: usize,
-    ranks: usize,
-    dense: DenseOptKind,
-    tables: u64,
-) -> Result<()> {
-    let est = embed_estimate(spec, micro, ranks, dense, tables);
-    let total = est
-        .parts
-        .iter()
-        .fold(0u64, |acc, p| acc.saturating_add(p.1));
-    match crate::als::memory::limit(None) {
-        Some(limit) if total > limit => Err(Error::Config(format!(
-            "this model and batch need an estimated {} per rank, more than {} (the node's memory divided by the {} rank(s) on it); use a smaller --batch, smaller tables or hidden layers, or more ranks",
-            est.describe(),
-            human_bytes(limit),
-            crate::als::memory::ranks_on_node()
-        ))),
-        _ => Ok(()),
-    }
 }
 
 /// The model named by `--preset` or `--tables`.
@@ -172,60 +106,6 @@ pub fn global_generate_clicks<C: Comm>(comm: &C, a: &GenerateClicksArgs) -> Resu
         Ok(())
     })();
     comm.agree(res)
-}
-
-/// Statistics for the planner: the file's when it matches, else measured on
-/// `sample` sampled global batches (and written to the file when one is named).
-pub fn load_or_measure_stats(
-    spec: &ModelSpec,
-    source: &Source,
-    seed: u64,
-    world: usize,
-    batch_per_rank: usize,
-    sample: usize,
-    path: Option<&Path>,
-) -> Result<(BatchStats, &'static str)> {
-    let digest = spec.digest();
-    if let Some(p) = path {
-        if let Some(s) = BatchStats::load(p)? {
-            if s.matches(&digest, seed, batch_per_rank, world) {
-                return Ok((s, "reused"));
-            }
-        }
-    }
-    let g = (world * batch_per_rank) as u64;
-    let mut batches = Vec::with_capacity(sample);
-    for b in 0..sample as u64 {
-        // Sample from the training examples (wrapping around a finite log).
-        let first = match source.train_examples() {
-            Some(n) if n > 0 => (b * g) % n,
-            _ => b * g,
-        };
-        let n = match source.train_examples() {
-            Some(n) => g.min(n - first),
-            None => g,
-        };
-        batches.push(source.batch(first, n as usize)?);
-    }
-    let sampled: Vec<SampledBatch> = batches
-        .iter()
-        .map(|b| SampledBatch {
-            n: b.n,
-            tables: b
-                .bags
-                .iter()
-                .map(|bg| SampledTable {
-                    offsets: bg.offsets.iter().map(|&o| o as usize).collect(),
-                    ids: bg.ids.clone(),
-                })
-                .collect(),
-        })
-        .collect();
-    let s = crate::embed::stats::from_samples(spec, seed, world, batch_per_rank, &sampled)?;
-    if let Some(p) = path {
-        s.save(p)?;
-    }
-    Ok((s, "measured"))
 }
 
 fn plan_summary(spec: &ModelSpec, plan: &Plan, state: u64) -> String {
@@ -334,18 +214,8 @@ fn interval_line(r: &IntervalReport, steps: u64) -> String {
     s
 }
 
-/// What a finished run reports (rank 0's view).
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct EmbedReport {
-    pub steps: u64,
-    pub auc: Option<f64>,
-    pub logloss: Option<f64>,
-    pub checksum: String,
-    pub last: Option<IntervalReport>,
-}
-
 /// Collective: every rank must call. `torusrec embed`.
-pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Result<EmbedReport> {
+pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Result<Summary> {
     let threads = resolve_threads(a.threads);
     let root = comm.rank() == 0;
     let setup = (|| -> Result<(EmbedConfig, Source)> {
@@ -424,7 +294,11 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
             )));
         }
         // What does not depend on the placement, before the plan samples batches.
-        check_embed_memory(&spec, micro, comm.size(), a.dense_opt, 0)?;
+        let dense_opt = match a.dense_opt {
+            DenseOptKind::Adagrad => DenseOpt::adagrad(a.dense_lr),
+            DenseOptKind::Adam => DenseOpt::adam(a.dense_lr),
+        };
+        memory::check(&spec, micro, comm.size(), &dense_opt, 0)?;
         let cfg = EmbedConfig {
             spec,
             seed: a.seed,
@@ -432,10 +306,7 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
             accumulate: a.accumulate,
             steps: a.steps,
             table_opt: table_opt(a.table_opt, a.table_lr),
-            dense_opt: match a.dense_opt {
-                DenseOptKind::Adagrad => DenseOpt::adagrad(a.dense_lr),
-                DenseOptKind::Adam => DenseOpt::adam(a.dense_lr),
-            },
+            dense_opt,
             dedup: !a.no_dedup,
             pipeline: a.pipeline,
             eval_examples: a.eval_examples,
@@ -493,173 +364,76 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         .into_iter()
         .max()
         .unwrap_or(0);
-    comm.agree(check_embed_memory(
+    comm.agree(memory::check(
         &cfg.spec,
         cfg.micro,
         comm.size(),
-        a.dense_opt,
+        &cfg.dense_opt,
         tables,
     ))?;
-    let rank = comm.rank();
     let steps = cfg.steps;
-    let (log_every, eval_every) = (cfg.log_every, cfg.eval_every);
-    let ck = crate::als::CheckpointConfig {
-        dir: a.checkpoint_dir.clone(),
-        every: a.checkpoint_every,
-        keep: a.keep.max(1),
-        resume: match a.resume.as_deref() {
-            None => crate::als::Resume::No,
-            Some("auto") => crate::als::Resume::Auto,
-            Some(p) => crate::als::Resume::Path(PathBuf::from(p)),
+    let run = RunConfig {
+        checkpoint: CheckpointConfig {
+            dir: a.checkpoint_dir.clone(),
+            every: a.checkpoint_every,
+            keep: a.keep.max(1),
+            resume: match a.resume.as_deref() {
+                None => Resume::No,
+                Some("auto") => Resume::Auto,
+                Some(p) => Resume::Path(PathBuf::from(p)),
+            },
+            release_hold: a.release_hold,
+            wait_for_data: 0.0,
         },
-        release_hold: a.release_hold,
-        wait_for_data: 0.0,
+        preload: a.preload,
+        out: a.out.clone(),
     };
-    if ck.dir.is_none() && ck.resume != crate::als::Resume::No {
-        return comm.agree(Err(Error::Config("--resume needs --checkpoint-dir".into())));
-    }
-    let resume = crate::ckpt::global_prepare_checkpoints(comm, &ck)?;
-    comm.agree(match &ck.resume {
-        crate::als::Resume::Path(p) if !p.exists() => {
-            Err(Error::input(p, "--resume: no such checkpoint"))
-        }
-        _ => Ok(()),
-    })?;
-    let mut tr = comm.agree(EmbedTrainer::new(cfg, source, &plan, rank))?;
-    let hold = |comm: &C, reason: String, rank: Option<usize>, step: u64| -> Error {
-        if comm.rank() == 0 {
-            let h = crate::ckpt::Hold {
-                reason: reason.clone(),
-                rank,
-                epoch: None,
-                step: Some(step),
-                time: crate::ckpt::now_secs(),
-            };
-            crate::ckpt::write_hold_logged(ck.dir.as_deref(), &h);
-        }
-        Error::Hold(reason)
-    };
-    let t = std::time::Instant::now();
-    let fall_back = ck.resume == crate::als::Resume::Auto;
-    match crate::ckpt::global_restore_newest(comm, &resume, fall_back, |p| {
-        crate::embed::checkpoint::global_restore(comm, &mut tr, p)
-    }) {
-        Ok(Some((path, m))) => {
+    let on_event = |e: Event| match e {
+        Event::Resumed {
+            path,
+            manifest,
+            seconds,
+        } => {
             if root {
                 println!(
-                    "resumed from {} (written by {} rank(s)) at step {} in {:.2} s",
+                    "resumed from {} (written by {} rank(s)) at step {} in {seconds:.2} s",
                     path.display(),
-                    m.world_size,
-                    m.step,
-                    t.elapsed().as_secs_f64()
+                    manifest.world_size,
+                    manifest.step,
                 );
             }
         }
-        Ok(None) => {}
-        Err(Error::Hold(r) | Error::Corrupt(r)) => return Err(hold(comm, r, None, 0)),
-        Err(e) => return Err(e),
-    }
-    let checkpoint = |comm: &C, tr: &EmbedTrainer| -> Result<Option<PathBuf>> {
-        match &ck.dir {
-            Some(dir) => {
-                crate::embed::checkpoint::global_write_checkpoint(comm, tr, dir, ck.keep).map(Some)
+        Event::Preloaded { from, to, seconds } => {
+            if root {
+                println!("preloaded the examples of steps {from}..{to} in {seconds:.1} s");
             }
-            None => Ok(None),
+        }
+        Event::Step { done, steps } => out.progress(done, steps),
+        Event::Interval(r) => {
+            out.line(&interval_line(r, steps));
+            out.record(r);
         }
     };
-    if a.preload {
-        let t = std::time::Instant::now();
-        let (p, r, from) = (comm.size(), comm.rank(), tr.step);
-        comm.agree(tr.local_preload(p, r, from, steps))?;
-        if root {
-            println!(
-                "preloaded the examples of steps {from}..{steps} in {:.1} s",
-                t.elapsed().as_secs_f64()
-            );
-        }
-    }
-    let mut last = None;
-    while tr.step < steps {
-        let flag = preempt.is_set() || crate::ckpt::faults::preempt_at() == Some(tr.step + 1);
-        let status = tr.global_step(comm, flag)?;
-        if let StepStatus::NonFinite { rank } = status {
-            return Err(hold(
-                comm,
-                format!(
-                    "non-finite loss or gradient on rank {rank} at step {}",
-                    tr.step + 1
-                ),
-                Some(rank),
-                tr.step + 1,
-            ));
-        }
-        let done = tr.step;
-        if done % log_every != 0 {
-            out.progress(done, steps);
-        }
-        if done % log_every == 0 || done == steps || status == StepStatus::Preempt {
-            let mut r = tr.global_interval(comm)?;
-            if eval_every > 0 && done % eval_every == 0 && done != steps {
-                let (auc, ll) = tr.global_evaluate(comm)?;
-                r.eval_auc = auc;
-                r.eval_logloss = ll;
-            }
-            out.line(&interval_line(&r, steps));
-            out.record(&r);
-            last = Some(r);
-        }
-        if status == StepStatus::Preempt {
-            let since = preempt
-                .seconds_since()
-                .map(|s| format!(", {s:.2} s after the signal"))
-                .unwrap_or_default();
-            return Err(match checkpoint(comm, &tr)? {
-                Some(p) => Error::Preempted(format!(
-                    "checkpoint {} written after step {done}{since}",
-                    p.display()
-                )),
-                None => Error::Interrupted(format!(
-                    "signal received after step {done}; no --checkpoint-dir, so nothing was saved (exit 1, not 75: there is nothing to resume)"
-                )),
-            });
-        }
-        if ck.every > 0 && done % ck.every == 0 && done != steps {
-            checkpoint(comm, &tr)?;
-        }
-    }
-    if tr.step > 0 {
-        checkpoint(comm, &tr)?;
-    }
-    let (auc, ll) = tr.global_evaluate(comm)?;
-    let checksum = format!("{:016x}", tr.global_checksum(comm)?);
-    if let Some(out) = &a.out {
-        let eval = crate::embed::model::Evaluation { auc, logloss: ll };
-        crate::embed::model::global_write_model(comm, &tr, out, eval)?;
-        if root {
+    let eval_examples = cfg.eval_examples;
+    let s = global_train(comm, cfg, source, &plan, &run, preempt, on_event)?;
+    if root {
+        if let Some(out) = &a.out {
             println!("wrote the model to {}", out.display());
         }
-    }
-    let peak = comm.all_reduce_max(peak_rss_bytes().unwrap_or(0));
-    if root {
         println!(
-            "final: eval AUC {}  logloss {}  over {} held-out examples  after {} steps  checksum {checksum}  peak RSS {} per rank",
-            auc.map_or("n/a".into(), |v| format!("{v:.4}")),
-            ll.map_or("n/a".into(), |v| format!("{v:.5}")),
-            group(tr.cfg.eval_examples),
-            tr.step,
-            human_bytes(peak)
+            "final: eval AUC {}  logloss {}  over {} held-out examples  after {} steps  checksum {}  peak RSS {} per rank",
+            s.auc.map_or("n/a".into(), |v| format!("{v:.4}")),
+            s.logloss.map_or("n/a".into(), |v| format!("{v:.5}")),
+            group(eval_examples),
+            s.steps,
+            s.checksum,
+            human_bytes(s.peak_rss_bytes)
         );
-        let v = serde_json::json!({"final": true, "auc": auc, "logloss": ll, "steps": tr.step,
-            "checksum": checksum, "peak_rss_bytes": peak, "ranks": comm.size(), "threads": threads});
+        let v = serde_json::json!({"final": true, "auc": s.auc, "logloss": s.logloss, "steps": s.steps,
+            "checksum": s.checksum, "peak_rss_bytes": s.peak_rss_bytes, "ranks": comm.size(), "threads": threads});
         out.record(&v);
     }
-    Ok(EmbedReport {
-        steps: tr.step,
-        auc,
-        logloss: ll,
-        checksum,
-        last,
-    })
+    Ok(s)
 }
 
 /// Largest `plan --ranks` (a torus of 2^16 chips is beyond any this project models).

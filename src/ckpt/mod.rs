@@ -1,5 +1,6 @@
 //! Checkpoint machinery shared by every workload: the directory of committed
-//! checkpoints, the manifest, the training hold, preemption signals, retention and
+//! checkpoints, the commit protocol and the manifest ([`commit`]), the training hold,
+//! the agreement on how a step ended ([`status`]), preemption signals, retention and
 //! fault injection.
 //!
 //! A checkpoint is one HDF5 file `ckpt-<global step>.h5` holding the tables by global
@@ -7,9 +8,11 @@
 //! an atomic rename, so a visible checkpoint is always complete; older checkpoints are
 //! deleted (retention) only after the new one is committed.
 
+pub mod commit;
 pub mod faults;
 pub mod policy;
 pub mod signals;
+pub mod status;
 
 use crate::comm::Comm;
 use crate::error::{Error, Result};
@@ -54,6 +57,36 @@ impl Default for CheckpointConfig {
         }
     }
 }
+
+impl CheckpointConfig {
+    /// Refuse (exit 2) settings no run can use; call on every rank before any work.
+    pub fn validate(&self) -> Result<()> {
+        if self.dir.is_none() && self.resume != Resume::No {
+            return Err(Error::Config(
+                "--resume needs --checkpoint-dir (where the resumed run writes its checkpoints and its hold)"
+                    .into(),
+            ));
+        }
+        let wait = self.wait_for_data;
+        if !(wait.is_finite() && (0.0..=MAX_WAIT_SECS).contains(&wait)) {
+            return Err(Error::Config(format!(
+                "--wait-for-data {wait}: must be a number of seconds from 0 to {MAX_WAIT_SECS} (a week)"
+            )));
+        }
+        if let Resume::Path(p) = &self.resume {
+            if !p.is_file() {
+                return Err(Error::Config(format!(
+                    "--resume {}: no such checkpoint file",
+                    p.display()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The longest `--wait-for-data` (a week).
+pub const MAX_WAIT_SECS: f64 = 7.0 * 24.0 * 3600.0;
 
 pub const HOLD_FILE: &str = "HOLD.json";
 
@@ -206,6 +239,16 @@ pub fn global_prepare_checkpoints<C: Comm>(
         .collect())
 }
 
+/// Collective: every rank must call. Record the hold `hold` (rank 0 writes it next to
+/// the checkpoints, when there is a directory) and return the error that stops every
+/// rank with exit 76.
+pub fn global_hold<C: Comm>(comm: &C, dir: Option<&Path>, hold: Hold) -> Error {
+    if comm.rank() == 0 {
+        write_hold_logged(dir, &hold);
+    }
+    Error::Hold(hold.reason)
+}
+
 /// Rank 0 of a failing run: write the hold next to the checkpoints (when there is a
 /// directory) and log where, or why it could not be written.
 pub fn write_hold_logged(dir: Option<&Path>, hold: &Hold) {
@@ -261,7 +304,19 @@ pub struct Hold {
     pub time: u64,
 }
 
-/// Write `HOLD.json` into `dir` (atomically).
+impl Hold {
+    /// A hold for `reason` (seen on `rank`, if one), now; the caller adds the position.
+    pub fn new(reason: String, rank: Option<usize>) -> Self {
+        Hold {
+            reason,
+            rank,
+            epoch: None,
+            step: None,
+            time: now_secs(),
+        }
+    }
+}
+
 /// Create the checkpoint directory (and its parents). A path where no directory
 /// can be made is the user's error (exit 2), found before any work is done.
 pub fn create_dir(dir: &Path) -> Result<()> {
@@ -270,6 +325,7 @@ pub fn create_dir(dir: &Path) -> Result<()> {
     crate::data::dataset::probe_writable(&dir.join("probe"))
 }
 
+/// Write `HOLD.json` into `dir` (atomically).
 pub fn write_hold(dir: &Path, hold: &Hold) -> Result<PathBuf> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let path = dir.join(HOLD_FILE);

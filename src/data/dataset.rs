@@ -5,8 +5,7 @@ use super::graph::LocalRows;
 use super::prepare::{LocalSplit, SplitMeta};
 use crate::comm::{prefix_offsets, Comm};
 use crate::error::{Error, Result};
-use crate::h5::ctx as h5;
-use hdf5::types::VarLenUnicode;
+use crate::h5::{check_elem_type, ctx as h5, read_str_attr, read_u64_attr, write_attrs, Attr};
 use hdf5::H5Type;
 use std::path::{Path, PathBuf};
 
@@ -112,9 +111,10 @@ fn part_sizes(s: &LocalSplit) -> [u64; PART_FIELDS] {
 }
 
 /// Collective: every rank must call. Writes the dataset to `out` through a temporary
-/// file: rank 0 creates it with the global shapes, then every rank writes its part
-/// in rank order, then rank 0 renames it into place. On any failure every rank
-/// returns an error and the temporary is removed; an existing `out` is untouched.
+/// file ([`crate::ckpt::commit::global_write_atomic`]): rank 0 creates it with the
+/// global shapes, then every rank writes its part in rank order, then rank 0 renames it
+/// into place. On any failure every rank returns an error and the temporary is
+/// removed; an existing `out` is untouched.
 pub fn global_write_dataset<C: Comm>(
     comm: &C,
     out: &Path,
@@ -122,7 +122,6 @@ pub fn global_write_dataset<C: Comm>(
     part: &LocalSplit,
 ) -> Result<()> {
     let _phase = comm.stats().phase("write");
-    let tmp = temp_path(out);
     let sizes = comm.all_gather_v(&part_sizes(part))?.data;
     let p = comm.size();
     let field = |f: usize| -> Vec<usize> {
@@ -136,31 +135,28 @@ pub fn global_write_dataset<C: Comm>(
     let total = |f: usize| offs[f][p];
     let me = comm.rank();
 
-    let created = if me == 0 {
-        create_layout(&tmp, meta, total)
-    } else {
-        Ok(())
-    };
-    let mut result = comm.agree(created);
-    if result.is_ok() {
-        // Serial HDF5: ranks take turns, each opening, writing and closing the file.
-        let mut mine = Ok(());
-        for turn in 0..p {
-            comm.barrier();
-            if turn == me {
-                mine = write_part(&tmp, part, &|f| offs[f][me], meta.num_rows);
-            }
-        }
-        result = comm.agree(mine);
-    }
-    if result.is_ok() && me == 0 {
-        result = std::fs::rename(&tmp, out).map_err(|e| Error::io(out, e));
-    }
-    let result = comm.agree(result);
-    if result.is_err() && me == 0 {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+    // Serial HDF5: ranks take turns, each opening, writing and closing the file.
+    crate::ckpt::commit::global_write_atomic(
+        comm,
+        out,
+        |tmp| create_layout(tmp, meta, total),
+        |tmp| write_part(tmp, part, &|f| offs[f][me], meta.num_rows),
+    )
+}
+
+/// The root attributes of a prepared dataset (see [`read_meta`]).
+pub(crate) fn meta_attrs(meta: &SplitMeta) -> Vec<(&'static str, Attr)> {
+    vec![
+        ("format", Attr::Str(FORMAT.into())),
+        ("version", Attr::U64(VERSION)),
+        ("num_rows", Attr::U64(meta.num_rows)),
+        ("num_cols", Attr::U64(meta.num_cols)),
+        ("min_links", Attr::U64(meta.min_links)),
+        ("seed", Attr::U64(meta.seed)),
+        ("source", Attr::Str(meta.source.clone())),
+        ("source_nodes", Attr::U64(meta.source_nodes)),
+        ("source_arcs", Attr::U64(meta.source_arcs)),
+    ]
 }
 
 fn create_layout(tmp: &Path, meta: &SplitMeta, total: impl Fn(usize) -> usize) -> Result<()> {
@@ -179,36 +175,7 @@ fn create_layout(tmp: &Path, meta: &SplitMeta, total: impl Fn(usize) -> usize) -
     for (name, n) in U32_DATASETS.iter().zip(shapes_u32) {
         h5(tmp, *name, f.new_dataset::<u32>().shape(n).create(*name))?;
     }
-    let str_attr = |k: &str, v: &str| -> Result<()> {
-        let v: VarLenUnicode = v
-            .parse()
-            .map_err(|e| Error::Config(format!("attribute {k}: {e}")))?;
-        h5(
-            tmp,
-            format!("attribute {k}"),
-            f.new_attr::<VarLenUnicode>()
-                .create(k)
-                .and_then(|a| a.write_scalar(&v)),
-        )
-    };
-    let u64_attr = |k: &str, v: u64| -> Result<()> {
-        h5(
-            tmp,
-            format!("attribute {k}"),
-            f.new_attr::<u64>()
-                .create(k)
-                .and_then(|a| a.write_scalar(&v)),
-        )
-    };
-    str_attr("format", FORMAT)?;
-    u64_attr("version", VERSION)?;
-    u64_attr("num_rows", meta.num_rows)?;
-    u64_attr("num_cols", meta.num_cols)?;
-    u64_attr("min_links", meta.min_links)?;
-    u64_attr("seed", meta.seed)?;
-    str_attr("source", &meta.source)?;
-    u64_attr("source_nodes", meta.source_nodes)?;
-    u64_attr("source_arcs", meta.source_arcs)?;
+    write_attrs(&f, tmp, &meta_attrs(meta))?;
     h5(tmp, "close", f.close())
 }
 
@@ -296,18 +263,7 @@ pub fn read_range<T: H5Type>(
             format!("expected 1 dimension, found {}", ds.ndim()),
         ));
     }
-    let want = T::type_descriptor();
-    let have = ds
-        .dtype()
-        .and_then(|t| t.to_descriptor())
-        .map_err(|e| Error::layout(path, name, format!("unreadable type: {e}")))?;
-    if have != want {
-        return Err(Error::layout(
-            path,
-            name,
-            format!("element type {have}, expected {want}"),
-        ));
-    }
+    check_elem_type::<T>(&ds, path, name)?;
     let len = ds.size() as u64;
     if lo > hi || hi > len {
         return Err(Error::layout(
@@ -342,31 +298,6 @@ fn read_vec<T: H5Type>(f: &hdf5::File, path: &Path, name: &str) -> Result<Vec<T>
         .map_err(|_| Error::layout(path, name, "missing"))?
         .size() as u64;
     read_range(f, path, name, 0, len)
-}
-
-fn read_u64_attr(f: &hdf5::File, path: &Path, name: &str) -> Result<u64> {
-    f.attr(name)
-        .and_then(|a| a.read_scalar::<u64>())
-        .map_err(|_| {
-            Error::layout(
-                path,
-                format!("/ attribute {name}"),
-                "missing or not a u64 scalar",
-            )
-        })
-}
-
-fn read_str_attr(f: &hdf5::File, path: &Path, name: &str) -> Result<String> {
-    f.attr(name)
-        .and_then(|a| a.read_scalar::<VarLenUnicode>())
-        .map(|s| s.as_str().to_string())
-        .map_err(|_| {
-            Error::layout(
-                path,
-                format!("/ attribute {name}"),
-                "missing or not a string",
-            )
-        })
 }
 
 /// Read and check the root attributes: the file must be a torusrec dataset, version 1.

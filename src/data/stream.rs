@@ -38,8 +38,7 @@ use super::readers::{bv_for_each_chunk, SourceInfo};
 use super::webgraph_gen::{generate_degrees, generate_rows, HostLayout, WebGraphSpec};
 use crate::comm::{prefix_offsets, Comm};
 use crate::error::{Error, Result};
-use crate::h5::ctx as h5;
-use hdf5::types::VarLenUnicode;
+use crate::h5::{ctx as h5, write_attrs};
 use rayon::prelude::*;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -372,36 +371,7 @@ fn create_allocated_layout(
             })?;
         }
     }
-    let str_attr = |k: &str, v: &str| -> Result<()> {
-        let v: VarLenUnicode = v
-            .parse()
-            .map_err(|e| Error::Config(format!("attribute {k}: {e}")))?;
-        h5(
-            tmp,
-            format!("attribute {k}"),
-            f.new_attr::<VarLenUnicode>()
-                .create(k)
-                .and_then(|a| a.write_scalar(&v)),
-        )
-    };
-    let u64_attr = |k: &str, v: u64| -> Result<()> {
-        h5(
-            tmp,
-            format!("attribute {k}"),
-            f.new_attr::<u64>()
-                .create(k)
-                .and_then(|a| a.write_scalar(&v)),
-        )
-    };
-    str_attr("format", super::dataset::FORMAT)?;
-    u64_attr("version", super::dataset::VERSION)?;
-    u64_attr("num_rows", meta.num_rows)?;
-    u64_attr("num_cols", meta.num_cols)?;
-    u64_attr("min_links", meta.min_links)?;
-    u64_attr("seed", meta.seed)?;
-    str_attr("source", &meta.source)?;
-    u64_attr("source_nodes", meta.source_nodes)?;
-    u64_attr("source_arcs", meta.source_arcs)?;
+    write_attrs(&f, tmp, &super::dataset::meta_attrs(meta))?;
     h5(tmp, "close", f.close())?;
     Ok(offs)
 }

@@ -7,23 +7,23 @@
 //! `/tables/<t>/state` [vocab, s] f32 (s = optimizer floats per row, absent for SGD),
 //! `/mlp/params` [n] f32, `/mlp/state` [m] f32 (the layout and the writer of
 //! [`super::model`]); root attributes `format` ("torusrec-checkpoint") and `manifest`
-//! (JSON). Written through `*.partial`: rank 0 creates it, every rank writes its shards
-//! in turn (replicas: rank 0), rank 0 renames it; restore checks the manifest and the
+//! (JSON). Committed and verified by the shared protocol of [`crate::ckpt::commit`]:
+//! written through `*.partial` (rank 0 creates it, every rank writes its shards in
+//! turn, replicas: rank 0; rank 0 renames it); restore checks the manifest and the
 //! checksum (exit 76 otherwise).
 
 use std::path::{Path, PathBuf};
 
-use hdf5::types::VarLenUnicode;
 use ndarray::s;
 use serde::{Deserialize, Serialize};
 
 use super::mlp::DenseOptState;
-use super::model::{global_write_state, row_slab, Attr};
+use super::model::{global_write_state, row_slab};
 use super::train::EmbedTrainer;
+use crate::ckpt::commit::{self, corrupt, Header};
 use crate::ckpt::{self, SCHEMA};
 use crate::comm::Comm;
-use crate::data::dataset::open_h5;
-use crate::{Error, Result};
+use crate::Result;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EmbedManifest {
@@ -39,6 +39,17 @@ pub struct EmbedManifest {
     pub seed: u64,
     pub checksum: String,
     pub written_at: u64,
+}
+
+impl commit::Manifest for EmbedManifest {
+    const WORKLOAD: &'static str = "embed";
+    fn header(&self) -> Header<'_> {
+        Header {
+            schema: self.schema,
+            workload: &self.workload,
+            config_hash: &self.config_hash,
+        }
+    }
 }
 
 /// The configuration hash of a run: model, seed, the global batch schedule (so a
@@ -60,92 +71,42 @@ pub fn config_hash(tr: &EmbedTrainer) -> String {
     format!("{:016x}", ckpt::hash_str(&key))
 }
 
-/// Collective: every rank must call. Writes `ckpt-<step>.h5` into `dir`.
+/// Collective: every rank must call. Writes `ckpt-<step>.h5` into `dir` and applies
+/// the retention policy (`keep`).
 pub fn global_write_checkpoint<C: Comm>(
     comm: &C,
     tr: &EmbedTrainer,
     dir: &Path,
     keep: usize,
 ) -> Result<PathBuf> {
-    let t0 = std::time::Instant::now();
-    let _p = comm.stats().phase("io");
-    let path = dir.join(ckpt::file_name(tr.step));
-    let checksum = format!("{:016x}", tr.global_checksum(comm)?);
-    let spec = &tr.cfg.spec;
-    let manifest = EmbedManifest {
-        schema: SCHEMA,
-        workload: "embed".into(),
-        config_hash: config_hash(tr),
-        spec_digest: spec.digest(),
-        step: tr.step,
-        dense_step: tr.dense_state.step(),
-        world_size: comm.size(),
-        seed: tr.cfg.seed,
-        checksum,
-        written_at: ckpt::now_secs(),
+    let manifest = || -> Result<EmbedManifest> {
+        Ok(EmbedManifest {
+            schema: SCHEMA,
+            workload: "embed".into(),
+            config_hash: config_hash(tr),
+            spec_digest: tr.cfg.spec.digest(),
+            step: tr.step,
+            dense_step: tr.dense_state.step(),
+            world_size: comm.size(),
+            seed: tr.cfg.seed,
+            checksum: format!("{:016x}", tr.global_checksum(comm)?),
+            written_at: ckpt::now_secs(),
+        })
     };
-    let manifest = serde_json::to_string(&manifest).map_err(|e| Error::Config(e.to_string()))?;
-    let made = if comm.rank() == 0 {
-        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))
-    } else {
-        Ok(())
-    };
-    comm.agree(made)?;
-    global_write_state(
+    commit::global_write_checkpoint(
         comm,
-        tr,
-        &path,
-        &[
-            ("format", Attr::Str("torusrec-checkpoint".into())),
-            ("manifest", Attr::Str(manifest)),
-        ],
-    )?;
-    let retained = if comm.rank() == 0 {
-        ckpt::apply_retention(dir, keep).map(|_| ())
-    } else {
-        Ok(())
-    };
-    comm.agree(retained)?;
-    if comm.rank() == 0 {
-        let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
-        let secs = t0.elapsed().as_secs_f64();
-        log::info!(
-            "checkpoint {} (step {}): {:.1} MB in {secs:.3} s",
-            path.display(),
-            tr.step,
-            bytes as f64 / 1e6
-        );
-    }
-    Ok(path)
+        dir,
+        tr.step,
+        keep,
+        &format!("step {}", tr.step),
+        manifest,
+        |path, attrs| global_write_state(comm, tr, path, attrs),
+    )
 }
 
-fn hold(path: &Path, msg: impl std::fmt::Display) -> Error {
-    Error::Hold(format!("{}: {msg}", path.display()))
-}
-
-fn corrupt(path: &Path, msg: impl std::fmt::Display) -> Error {
-    Error::Corrupt(format!("{}: {msg}", path.display()))
-}
-
-/// Rank-local: the manifest of a checkpoint file.
+/// Rank-local: the manifest of a checkpoint file (format checked).
 pub fn local_read_manifest(path: &Path) -> Result<EmbedManifest> {
-    let f = open_h5(path).map_err(|e| Error::Corrupt(format!("checkpoint {e}")))?;
-    let attr = |name: &str| {
-        f.attr(name)
-            .and_then(|a| a.read_scalar::<VarLenUnicode>())
-            .map(|s| s.as_str().to_string())
-            .map_err(|e| {
-                corrupt(
-                    path,
-                    format!("attribute {name} is missing or unreadable: {e}"),
-                )
-            })
-    };
-    if attr("format")? != "torusrec-checkpoint" {
-        return Err(corrupt(path, "not a torusrec checkpoint"));
-    }
-    serde_json::from_str(&attr("manifest")?)
-        .map_err(|e| corrupt(path, format!("unreadable manifest: {e}")))
+    commit::local_read_manifest(path)
 }
 
 /// Collective: every rank must call. Load the checkpoint into `tr` (whose plan and
@@ -160,22 +121,14 @@ pub fn global_restore<C: Comm>(
     let sp = tr.store.opt.state_per_row();
     let local = (|| -> Result<EmbedManifest> {
         let m = local_read_manifest(path)?;
-        if m.schema != SCHEMA || m.workload != "embed" {
-            return Err(hold(
-                path,
-                format!(
-                    "schema {} workload {:?}, expected {SCHEMA} \"embed\"",
-                    m.schema, m.workload
-                ),
-            ));
-        }
-        if m.config_hash != want_hash {
-            return Err(hold(path, format!(
-                "the checkpoint's configuration (hash {}) differs from this run's ({want_hash}): model, seed, batch, accumulation, optimizers and pipelining must match",
-                m.config_hash
-            )));
-        }
-        let f = open_h5(path).map_err(|e| Error::Corrupt(format!("checkpoint {e}")))?;
+        commit::check_workload(path, &m)?;
+        commit::check_config_hash(
+            path,
+            &m,
+            &want_hash,
+            "model, seed, batch, accumulation, optimizers and pipelining",
+        )?;
+        let f = commit::local_open(path)?;
         let read2 = |name: &str,
                      sel: (usize, usize, usize),
                      cols: std::ops::Range<usize>,
@@ -234,11 +187,6 @@ pub fn global_restore<C: Comm>(
     let m = comm.agree(local)?;
     tr.step = m.step;
     let got = format!("{:016x}", tr.global_checksum(comm)?);
-    if got != m.checksum {
-        return Err(corrupt(path, format!(
-            "checksum {got} of the tables and MLP does not match the manifest's {}: the file is corrupt",
-            m.checksum
-        )));
-    }
+    commit::check_checksum(path, "the tables and MLP", &got, &m.checksum)?;
     Ok(m)
 }

@@ -21,14 +21,13 @@
 
 use std::path::{Path, PathBuf};
 
-use hdf5::types::VarLenUnicode;
 use hdf5::H5Type;
 use ndarray::ArrayView2;
 
 use super::clicks::{Bags, Batch, ClickGen};
 use super::spec::ModelSpec;
 use crate::data::dataset::{check_output, open_h5, read_range, temp_path};
-use crate::h5::ctx as h5;
+use crate::h5::{check_elem_type, ctx as h5, read_str_attr, read_u64_attr, write_attrs, Attr};
 use crate::{Error, Result};
 
 /// The value of the `schema` attribute.
@@ -105,33 +104,18 @@ fn write_into(
     chunk: usize,
 ) -> Result<LogSummary> {
     let f = h5(tmp, "create", hdf5::File::create(tmp))?;
-    let str_attr = |k: &str, v: &str| -> Result<()> {
-        let v: VarLenUnicode = v
-            .parse()
-            .map_err(|e| Error::Config(format!("attribute {k}: {e}")))?;
-        h5(
-            tmp,
-            format!("attribute {k}"),
-            f.new_attr::<VarLenUnicode>()
-                .create(k)
-                .and_then(|a| a.write_scalar(&v)),
-        )
-    };
-    let u64_attr = |k: &str, v: u64| -> Result<()> {
-        h5(
-            tmp,
-            format!("attribute {k}"),
-            f.new_attr::<u64>()
-                .create(k)
-                .and_then(|a| a.write_scalar(&v)),
-        )
-    };
     let json = serde_json::to_string(spec)
         .map_err(|e| Error::Config(format!("click log: spec to JSON: {e}")))?;
-    str_attr("schema", SCHEMA)?;
-    str_attr("spec_json", &json)?;
-    u64_attr("seed", seed)?;
-    u64_attr("examples", n as u64)?;
+    write_attrs(
+        &f,
+        tmp,
+        &[
+            ("schema", Attr::Str(SCHEMA.into())),
+            ("spec_json", Attr::Str(json)),
+            ("seed", Attr::U64(seed)),
+            ("examples", Attr::U64(n as u64)),
+        ],
+    )?;
 
     let nd = spec.n_dense;
     let dense = h5(
@@ -234,22 +218,6 @@ pub struct ClickLog {
     nnz: Vec<u64>,
 }
 
-fn read_attr<T: H5Type>(f: &hdf5::File, path: &Path, name: &str, kind: &str) -> Result<T> {
-    f.attr(name)
-        .and_then(|a| a.read_scalar::<T>())
-        .map_err(|_| {
-            Error::layout(
-                path,
-                format!("/ attribute {name}"),
-                format!("missing or not a {kind} scalar"),
-            )
-        })
-}
-
-fn read_str_attr(f: &hdf5::File, path: &Path, name: &str) -> Result<String> {
-    read_attr::<VarLenUnicode>(f, path, name, "string").map(|s| s.as_str().to_string())
-}
-
 /// The dataset `name`, checked for element type and shape.
 fn dataset<T: H5Type>(
     f: &hdf5::File,
@@ -260,18 +228,7 @@ fn dataset<T: H5Type>(
     let ds = f
         .dataset(name)
         .map_err(|_| Error::layout(path, name, "missing"))?;
-    let want = T::type_descriptor();
-    let have = ds
-        .dtype()
-        .and_then(|t| t.to_descriptor())
-        .map_err(|e| Error::layout(path, name, format!("unreadable type: {e}")))?;
-    if have != want {
-        return Err(Error::layout(
-            path,
-            name,
-            format!("element type {have}, expected {want}"),
-        ));
-    }
+    check_elem_type::<T>(&ds, path, name)?;
     match shape {
         Some(s) if ds.shape() != s => Err(Error::layout(
             path,
@@ -306,8 +263,8 @@ impl ClickLog {
             .map_err(|e| Error::layout(path, "/ attribute spec_json", e.to_string()))?;
         spec.validate("model")
             .map_err(|e| Error::layout(path, "/ attribute spec_json", e.to_string()))?;
-        let seed = read_attr::<u64>(f, path, "seed", "u64")?;
-        let examples = read_attr::<u64>(f, path, "examples", "u64")?;
+        let seed = read_u64_attr(f, path, "seed")?;
+        let examples = read_u64_attr(f, path, "examples")?;
         let n = usize::try_from(examples)
             .ok()
             .filter(|&n| n < usize::MAX)
@@ -493,6 +450,7 @@ impl ClickLog {
 mod tests {
     use super::*;
     use crate::embed::spec::preset;
+    use hdf5::types::VarLenUnicode;
 
     fn tiny() -> ModelSpec {
         preset("tiny", 1.0).unwrap()

@@ -5,8 +5,10 @@
 pub mod checkpoint;
 pub mod clicklog;
 pub mod clicks;
+pub mod driver;
 pub mod exchange;
 pub mod kernels;
+pub mod memory;
 pub mod metrics;
 pub mod mlp;
 pub mod model;

@@ -12,35 +12,27 @@
 //! checksum of the tables, their state, the MLP and its state), and `auc`, `logloss`
 //! when they were evaluated.
 //!
-//! Written through `<path>.partial`: rank 0 creates it, every rank writes its shards in
-//! turn (a replicated table: rank 0 only; column shards: their columns; the row state:
-//! the first column shard), rank 0 renames it. Nothing is written to `path` until the
-//! file is complete.
+//! Committed by [`crate::ckpt::commit::global_write_atomic`]: rank 0 creates
+//! `<path>.partial`, every rank writes its shards in turn (a replicated table: rank 0
+//! only; column shards: their columns; the row state: the first column shard), rank 0
+//! renames it. Nothing is written to `path` until the file is complete.
 
 use std::path::Path;
 
-use hdf5::types::VarLenUnicode;
 use ndarray::{s, ArrayView2};
 
 use super::placement::Rows;
 use super::train::EmbedTrainer;
+use crate::ckpt::commit::global_write_atomic;
 use crate::comm::Comm;
-use crate::data::dataset::temp_path;
 pub(crate) use crate::h5::ctx as h5;
+use crate::h5::{write_attr, write_attrs, Attr};
 use crate::{Error, Result};
 
 /// The `format` attribute of a model file.
 pub const FORMAT: &str = "torusrec-embed-model";
 /// The `version` attribute of a model file.
 pub const VERSION: u64 = 1;
-
-/// A root attribute's value.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Attr {
-    Str(String),
-    U64(u64),
-    F64(f64),
-}
 
 /// The rows of a shard as a hyperslab of the global table: `(start, step, count)`.
 pub(crate) fn row_slab(rows: Rows, n: u64) -> (usize, usize, usize) {
@@ -49,28 +41,6 @@ pub(crate) fn row_slab(rows: Rows, n: u64) -> (usize, usize, usize) {
         Rows::Block { lo, .. } => (lo as usize, 1, n as usize),
         Rows::Cyclic { modulus, residue } => (residue as usize, modulus as usize, n as usize),
     }
-}
-
-fn write_attr(loc: &hdf5::Location, path: &Path, k: &str, v: &Attr) -> Result<()> {
-    let r = match v {
-        Attr::Str(s) => {
-            let v: VarLenUnicode = s
-                .parse()
-                .map_err(|e| Error::Config(format!("attribute {k}: {e}")))?;
-            loc.new_attr::<VarLenUnicode>()
-                .create(k)
-                .and_then(|a| a.write_scalar(&v))
-        }
-        Attr::U64(x) => loc
-            .new_attr::<u64>()
-            .create(k)
-            .and_then(|a| a.write_scalar(x)),
-        Attr::F64(x) => loc
-            .new_attr::<f64>()
-            .create(k)
-            .and_then(|a| a.write_scalar(x)),
-    };
-    h5(path, format!("attribute {k}"), r)
 }
 
 /// Rank 0: create `tmp` with every dataset (the MLP's written) and the attributes.
@@ -123,9 +93,7 @@ fn local_create(tr: &EmbedTrainer, tmp: &Path, attrs: &[(&str, Attr)]) -> Result
             .with_data(tr.dense_state.state())
             .create("state"),
     )?;
-    for (k, v) in attrs {
-        write_attr(&f, tmp, k, v)?;
-    }
+    write_attrs(&f, tmp, attrs)?;
     h5(tmp, "close", f.close())
 }
 
@@ -166,42 +134,22 @@ fn local_write_shards<C: Comm>(comm: &C, tr: &EmbedTrainer, tmp: &Path) -> Resul
 }
 
 /// Collective: every rank must call. Writes the whole state of `tr` (see the module
-/// docs) with the root attributes `attrs` to `path`, atomically: through
-/// `<path>.partial`, renamed by rank 0 once every rank has written its shards. On
-/// failure `path` is untouched and the temporary is removed.
+/// docs) with the root attributes `attrs` to `path`, atomically
+/// ([`crate::ckpt::commit::global_write_atomic`]): through `<path>.partial`, renamed by
+/// rank 0 once every rank has written its shards. On failure `path` is untouched and
+/// the temporary is removed.
 pub(crate) fn global_write_state<C: Comm>(
     comm: &C,
     tr: &EmbedTrainer,
     path: &Path,
     attrs: &[(&str, Attr)],
 ) -> Result<()> {
-    let tmp = temp_path(path);
-    let created = if comm.rank() == 0 {
-        local_create(tr, &tmp, attrs)
-    } else {
-        Ok(())
-    };
-    let mut result = comm.agree(created);
-    if result.is_ok() {
-        let mut mine = Ok(());
-        for turn in 0..comm.size() {
-            comm.barrier();
-            if turn == comm.rank() {
-                mine = local_write_shards(comm, tr, &tmp);
-                crate::ckpt::faults::point("after-shard-write", comm.rank());
-            }
-        }
-        result = comm.agree(mine);
-        if result.is_ok() && comm.rank() == 0 {
-            crate::ckpt::faults::point("before-commit", 0);
-            result = std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e));
-        }
-        result = comm.agree(result);
-    }
-    if result.is_err() && comm.rank() == 0 {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+    global_write_atomic(
+        comm,
+        path,
+        |tmp| local_create(tr, tmp, attrs),
+        |tmp| local_write_shards(comm, tr, tmp),
+    )
 }
 
 /// What the run measured at the end, for the model's attributes.

@@ -7,18 +7,74 @@
 //! expected number of distinct values among `m` Zipf draws), so that many table tasks
 //! can be planned without generating data. Measured stats are kept in a JSON file
 //! ([`BatchStats::save`], [`BatchStats::load`]) and reused only when
-//! [`BatchStats::matches`] the model, seed, batch size and world.
+//! [`BatchStats::matches`] the model, seed, batch size and world
+//! ([`load_or_measure_stats`]).
 
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use super::spec::ModelSpec;
+use super::train::Source;
 use crate::data::graph::block_range;
 use crate::{Error, Result};
 
 /// The `schema` of a stats file.
 pub const SCHEMA: &str = "torusrec-batch-stats-v1";
+
+/// Statistics for the planner: the file's when it matches, else measured on
+/// `sample` sampled global batches (and written to the file when one is named).
+pub fn load_or_measure_stats(
+    spec: &ModelSpec,
+    source: &Source,
+    seed: u64,
+    world: usize,
+    batch_per_rank: usize,
+    sample: usize,
+    path: Option<&Path>,
+) -> Result<(BatchStats, &'static str)> {
+    let digest = spec.digest();
+    if let Some(p) = path {
+        if let Some(s) = BatchStats::load(p)? {
+            if s.matches(&digest, seed, batch_per_rank, world) {
+                return Ok((s, "reused"));
+            }
+        }
+    }
+    let g = (world * batch_per_rank) as u64;
+    let mut batches = Vec::with_capacity(sample);
+    for b in 0..sample as u64 {
+        // Sample from the training examples (wrapping around a finite log).
+        let first = match source.train_examples() {
+            Some(n) if n > 0 => (b * g) % n,
+            _ => b * g,
+        };
+        let n = match source.train_examples() {
+            Some(n) => g.min(n - first),
+            None => g,
+        };
+        batches.push(source.batch(first, n as usize)?);
+    }
+    let sampled: Vec<SampledBatch> = batches
+        .iter()
+        .map(|b| SampledBatch {
+            n: b.n,
+            tables: b
+                .bags
+                .iter()
+                .map(|bg| SampledTable {
+                    offsets: bg.offsets.iter().map(|&o| o as usize).collect(),
+                    ids: bg.ids.clone(),
+                })
+                .collect(),
+        })
+        .collect();
+    let s = from_samples(spec, seed, world, batch_per_rank, &sampled)?;
+    if let Some(p) = path {
+        s.save(p)?;
+    }
+    Ok((s, "measured"))
+}
 
 /// The statistics of one table.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -6,9 +6,10 @@
 //! MLP forward/backward with the loss weighted by `1 / examples in the step`, dense
 //! gradients added into one local buffer, embedding gradients summed per id at the
 //! source. Per step: one backward exchange (tables updated once per id), one fused
-//! all-reduce (MLP gradients and the data-parallel tables' gradients), one small f64
-//! all-reduce of the loss and the status (non-finite values, preemption). The result
-//! equals one step on the concatenated batch.
+//! all-reduce (MLP gradients and the data-parallel tables' gradients), the status
+//! (non-finite values, preemption) agreed as every workload does
+//! ([`crate::ckpt::status`]), one small f64 all-reduce of the loss. The result equals
+//! one step on the concatenated batch.
 
 use std::time::Instant;
 
@@ -24,6 +25,7 @@ use super::mlp::{DenseOpt, DenseOptState, Mlp, Workspace};
 use super::placement::Plan;
 use super::spec::ModelSpec;
 use super::tables::{Store, TableOpt};
+pub use crate::ckpt::status::StepStatus;
 use crate::comm::Comm;
 use crate::data::graph::block_range;
 use crate::rng::mix64;
@@ -472,19 +474,12 @@ impl EmbedTrainer {
         }
         // Status first: nothing is applied when any rank saw a non-finite value.
         let finite = loss.is_finite() && fused[..n_params].iter().all(|v| v.is_finite());
-        let mut status = [
-            loss,
-            f64::from(u8::from(!finite)),
-            f64::from(u8::from(preempt_flag)),
-        ];
-        comm.all_reduce_sum(&mut status);
-        if status[1] > 0.0 {
-            // The lowest rank that saw it, for the hold's reason.
-            let first = comm.all_reduce_max(if finite { 0 } else { (p - rank) as u64 });
-            return Ok(StepStatus::NonFinite {
-                rank: p - first as usize,
-            });
+        let status = StepStatus::global_agree(comm, !finite, preempt_flag);
+        if let StepStatus::NonFinite { .. } = status {
+            return Ok(status);
         }
+        let mut loss_sum = [loss];
+        comm.all_reduce_sum(&mut loss_sum);
 
         let t = Instant::now();
         counts += global_backward(comm, &mut self.store, &grads, &current.lookup.served)?;
@@ -508,13 +503,9 @@ impl EmbedTrainer {
         self.step += 1;
         self.acc.steps += 1;
         self.acc.examples += count;
-        self.acc.loss += status[0];
+        self.acc.loss += loss_sum[0];
         self.acc.counts += counts;
-        Ok(if status[2] > 0.0 {
-            StepStatus::Preempt
-        } else {
-            StepStatus::Done
-        })
+        Ok(status)
     }
 
     /// Collective: every rank must call. The interval's report (global sums), and
@@ -665,19 +656,6 @@ impl EmbedTrainer {
         let labels = comm.all_gather_v(&labels)?.data;
         Ok((auc(&logits, &labels), logloss(&logits, &labels)))
     }
-}
-
-/// How a step ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StepStatus {
-    Done,
-    /// A preemption signal reached some rank; the step was applied.
-    Preempt,
-    /// Some rank saw NaN/Inf (`rank` is the lowest that did); nothing of the step was
-    /// applied.
-    NonFinite {
-        rank: usize,
-    },
 }
 
 #[cfg(test)]

@@ -1,0 +1,106 @@
+//! How much memory one rank of the embedding model needs, estimated before anything
+//! large is allocated, and the check against the node's memory divided by the ranks on
+//! it. Pure arithmetic besides reading the node's memory size.
+
+use super::mlp::DenseOpt;
+use super::spec::ModelSpec;
+use crate::als::memory::{self, MemEstimate};
+use crate::metrics::human_bytes;
+use crate::{Error, Result};
+
+/// An upper bound of what one embed rank holds: `tables` bytes of its table shards
+/// with their optimizer state, the MLP (weights, gradient, accumulated gradient,
+/// optimizer state), a micro-batch's activations (forward values, pre-activations
+/// and gradients of every layer) and its lookups (ids and looked-up rows, sent and
+/// received, as if one rank served the whole micro-batch). Pure arithmetic.
+pub fn estimate(
+    spec: &ModelSpec,
+    micro: usize,
+    ranks: usize,
+    dense: &DenseOpt,
+    tables: u64,
+) -> MemEstimate {
+    let f = 4.0f64;
+    let layers = spec.mlp_layers();
+    let params: f64 = layers
+        .windows(2)
+        .map(|w| (w[0] as f64 + 1.0) * w[1] as f64)
+        .sum();
+    // Optimizer floats per parameter (Adagrad 1, Adam 2).
+    let state = dense.state_len(1) as f64;
+    let per_rank = micro.div_ceil(ranks.max(1)) as f64;
+    let width: f64 = layers.iter().map(|&l| l as f64).sum();
+    let ids: f64 = spec.tables.iter().map(|t| t.valency).sum();
+    let row_floats: f64 = spec.tables.iter().map(|t| t.valency * t.dim as f64).sum();
+    let b = |x: f64| {
+        if x >= u64::MAX as f64 {
+            u64::MAX
+        } else {
+            x as u64
+        }
+    };
+    MemEstimate {
+        parts: vec![
+            ("tables", tables),
+            ("MLP", b(params * f * (3.0 + state))),
+            ("activations", b(per_rank * width * f * 3.0)),
+            ("lookups", b(micro as f64 * (ids + row_floats) * f * 2.0)),
+            ("base", memory::BASE_BYTES),
+        ],
+    }
+}
+
+/// Refuse (exit 2) a model and batch whose [`estimate`] exceeds the node's
+/// memory divided by the ranks on it (`--mem-per-rank` bounds the tables alone).
+pub fn check(
+    spec: &ModelSpec,
+    micro: usize,
+    ranks: usize,
+    dense: &DenseOpt,
+    tables: u64,
+) -> Result<()> {
+    let est = estimate(spec, micro, ranks, dense, tables);
+    let total = est
+        .parts
+        .iter()
+        .fold(0u64, |acc, p| acc.saturating_add(p.1));
+    match memory::limit(None) {
+        Some(limit) if total > limit => Err(Error::Config(format!(
+            "this model and batch need an estimated {} per rank, more than {} (the node's memory divided by the {} rank(s) on it); use a smaller --batch, smaller tables or hidden layers, or more ranks",
+            est.describe(),
+            human_bytes(limit),
+            memory::ranks_on_node()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::embed::spec::preset;
+
+    #[test]
+    fn adam_holds_one_more_float_per_mlp_parameter_than_adagrad() {
+        let spec = preset("tiny", 1.0).unwrap();
+        let mlp = |opt: &DenseOpt| {
+            estimate(&spec, 64, 2, opt, 0)
+                .parts
+                .iter()
+                .find(|p| p.0 == "MLP")
+                .unwrap()
+                .1
+        };
+        let params: u64 = spec
+            .mlp_layers()
+            .windows(2)
+            .map(|w| (w[0] as u64 + 1) * w[1] as u64)
+            .sum();
+        assert!(params > 0);
+        assert_eq!(
+            mlp(&DenseOpt::adam(0.01)) - mlp(&DenseOpt::adagrad(0.01)),
+            params * 4
+        );
+        assert_eq!(mlp(&DenseOpt::adagrad(0.01)), params * 4 * 4);
+    }
+}
