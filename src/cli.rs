@@ -18,6 +18,14 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "AxB[xC]")]
     pub torus: Option<String>,
 
+    /// Collective algorithms: torus (neighbour exchanges only: bidirectional rings per
+    /// dimension for all-reduce and all-gather, dimension-ordered routing for
+    /// all-to-all-v, as a TPU's interconnect runs them) or mpi (the MPI library's;
+    /// per-link traffic then computed under dimension-ordered routing). Default: torus
+    /// when a dimension has 3 or more ranks, else mpi.
+    #[arg(long, global = true, value_name = "torus|mpi")]
+    pub collectives: Option<String>,
+
     #[command(subcommand)]
     pub command: Command,
 }

@@ -5,7 +5,7 @@ use clap::Parser;
 use std::io::Write;
 use torusrec::cli::Cli;
 use torusrec::comm::mpi_backend::{MpiComm, MpiWorld};
-use torusrec::comm::{global_stats_summary, parse_torus, Comm};
+use torusrec::comm::{global_link_summary, global_stats_summary, parse_torus, Collectives, Comm};
 use torusrec::error::{exit, Error};
 use torusrec::metrics::human_bytes;
 
@@ -118,6 +118,18 @@ fn real_main() -> i32 {
             return exit::OTHER;
         }
     };
+    let collectives = match cli.collectives.as_deref().map(str::parse::<Collectives>) {
+        Some(Ok(c)) => c,
+        Some(Err(e)) => {
+            if rank == 0 {
+                eprintln!("torusrec: --collectives: {e}");
+            }
+            return exit::USAGE;
+        }
+        None if dims.iter().any(|&n| n >= 3) => Collectives::Torus,
+        None => Collectives::Mpi,
+    };
+    comm.stats().set_collectives(collectives);
     install_panic_abort(size);
     log::debug!(
         "torus {} coords {:?} neighbours {:?}",
@@ -195,6 +207,32 @@ fn print_comm_summary(comm: &MpiComm) {
         }
         Ok(_) => {}
         Err(e) => log::warn!("comm summary: {e}"),
+    }
+    match global_link_summary(comm) {
+        Ok(phases) if comm.rank() == 0 => {
+            log::info!(
+                "links (torus {}, {}): per phase, the busiest outgoing link and the mean over links",
+                comm.torus().shape(),
+                match comm.stats().collectives() {
+                    Collectives::Torus => "torus collectives, measured",
+                    Collectives::Mpi => "MPI collectives; computed as the torus algorithms would route them",
+                },
+            );
+            for (name, s) in phases {
+                log::info!(
+                    "links {name}: busiest {} {} on rank {}, mean {}{}",
+                    s.busiest_link,
+                    human_bytes(s.busiest_bytes),
+                    s.busiest_rank,
+                    human_bytes(s.mean_bytes as u64),
+                    s.mean_hops
+                        .map(|h| format!(", all-to-all {h:.2} hops"))
+                        .unwrap_or_default()
+                );
+            }
+        }
+        Ok(_) => {}
+        Err(e) => log::warn!("link summary: {e}"),
     }
 }
 

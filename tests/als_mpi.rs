@@ -353,3 +353,35 @@ fn a_fetch_in_many_small_rounds_gives_the_same_tables() {
         many.dump()
     );
 }
+
+#[test]
+fn torus_and_mpi_collectives_give_the_same_recall_and_report_links() {
+    let dir = tempdir();
+    let data = prepare(dir.path(), 10);
+    for (np, shape) in [(4, "2x2"), (3, "3x1")] {
+        let run = |c: &str| {
+            let out = dir.path().join(format!("m-{np}-{c}.h5"));
+            train(
+                np,
+                &data,
+                &out,
+                &["--torus", shape, "--collectives", c, "--force"],
+            )
+        };
+        let (t, m) = (run("torus"), run("mpi"));
+        let (rt, rm) = (final_recall(&t), final_recall(&m));
+        assert!((rt - rm).abs() < 5e-5, "{shape}: torus {rt} vs mpi {rm}");
+        t.stderr_has(&[
+            "links (torus ",
+            "torus collectives, measured",
+            "links exchange: busiest",
+        ]);
+        m.stderr_has(&["MPI collectives; computed", "all-to-all"]);
+    }
+    // An unknown algorithm is a usage error on every rank.
+    TestCommand::new(Launcher::Mpirun(2))
+        .args(["--collectives", "ring", "als", "--data"])
+        .arg(&data)
+        .run()
+        .expect_code(2);
+}

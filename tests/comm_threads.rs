@@ -3,7 +3,7 @@
 //! distributed prepare pipeline giving the same dataset at every rank count.
 
 use torusrec::comm::threads::{run, run_on};
-use torusrec::comm::{selftest::global_selftest, Comm};
+use torusrec::comm::{selftest::global_selftest, Collectives, Comm};
 use torusrec::data::graph::{block_range, LocalRows};
 use torusrec::data::prepare::global_prepare;
 use torusrec::data::readers::SourceInfo;
@@ -248,4 +248,148 @@ fn filter_that_empties_the_graph_fails_on_every_rank() {
         out[1],
         Err(torusrec::Error::Remote { rank: 0, code: 2 })
     ));
+}
+
+/// Shapes the torus collectives are checked on: rings, 2-D and 3-D tori, odd sizes.
+const SHAPES: [&[usize]; 8] = [
+    &[2, 1],
+    &[3, 1],
+    &[1, 5],
+    &[2, 2],
+    &[2, 4],
+    &[3, 3],
+    &[2, 2, 2],
+    &[4, 1, 3],
+];
+
+/// Every counted collective, with the given algorithms, on random data of rank `r`:
+/// (sums f64, sums u64, max, all-to-all result and counts, all-gather result and counts).
+#[allow(clippy::type_complexity)]
+fn collectives_on<C: Comm>(
+    c: &C,
+    mode: Collectives,
+) -> (
+    Vec<f64>,
+    Vec<u64>,
+    u64,
+    Vec<u32>,
+    Vec<usize>,
+    Vec<f32>,
+    Vec<usize>,
+) {
+    c.stats().set_collectives(mode);
+    let p = c.size();
+    let r = c.rank();
+    let mut rng = SplitMix64::new(1000 + r as u64);
+    let mut f: Vec<f64> = (0..1003).map(|_| rng.next_f64() - 0.5).collect();
+    c.all_reduce_sum(&mut f);
+    let mut u: Vec<u64> = (0..7).map(|i| (r * 10 + i) as u64).collect();
+    c.all_reduce_sum(&mut u);
+    let m = c.all_reduce_max((r as u64 * 7919) % 13);
+    let counts: Vec<usize> = (0..p).map(|_| rng.below(5) as usize).collect();
+    let send: Vec<u32> = (0..counts.iter().sum::<usize>())
+        .map(|i| (r * 1000 + i) as u32)
+        .collect();
+    let got = c.all_to_all_v(&send, &counts).unwrap();
+    let part: Vec<f32> = (0..r % 3).map(|i| (r * 10 + i) as f32).collect();
+    let all = c.all_gather_v(&part).unwrap();
+    (f, u, m, got.data, got.counts, all.data, all.counts)
+}
+
+#[test]
+fn torus_collectives_equal_mpi_style_ones_on_every_shape() {
+    for dims in SHAPES {
+        let torus = run_on(dims, |c| collectives_on(&c, Collectives::Torus));
+        let raw = run_on(dims, |c| collectives_on(&c, Collectives::Mpi));
+        for (rank, (t, m)) in torus.iter().zip(&raw).enumerate() {
+            let what = format!("{dims:?} rank {rank}");
+            // Sums: the same up to reassociation; integers exactly.
+            for (a, b) in t.0.iter().zip(&m.0) {
+                assert!(
+                    (a - b).abs() <= 1e-12 * (1.0 + b.abs()),
+                    "{what}: {a} vs {b}"
+                );
+            }
+            assert_eq!(t.1, m.1, "{what}");
+            assert_eq!(t.2, m.2, "{what}");
+            assert_eq!((&t.3, &t.4), (&m.3, &m.4), "{what}: all-to-all");
+            assert_eq!((&t.5, &t.6), (&m.5, &m.6), "{what}: all-gather");
+            // Every rank ends an all-reduce with the same bits.
+            assert_eq!(
+                t.0.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                torus[0].0.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "{what}: ranks disagree"
+            );
+        }
+        // Deterministic: the same shape gives the same bits again.
+        let again = run_on(dims, |c| collectives_on(&c, Collectives::Torus));
+        assert_eq!(
+            again[0].0.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            torus[0].0.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
+    }
+}
+
+#[test]
+fn link_counters_of_torus_runs_equal_the_routing_model() {
+    // All-reduce of 1000 f32 and an all-to-all with known counts: the measured
+    // (torus) payload bytes per link equal the model computed for MPI runs, on the
+    // all-reduce exactly; the all-to-all's torus run also carries headers.
+    for dims in [&[2usize, 2][..], &[2, 4], &[2, 2, 2], &[3, 3]] {
+        let links = |mode: Collectives| {
+            run_on(dims, move |c| {
+                c.stats().set_collectives(mode);
+                {
+                    let _p = c.stats().phase("reduce");
+                    let mut f = vec![1.0f32; 1000];
+                    c.all_reduce_sum(&mut f);
+                }
+                {
+                    let _p = c.stats().phase("a2a");
+                    let counts: Vec<usize> = (0..c.size()).map(|d| 10 + d).collect();
+                    let send = vec![7u32; counts.iter().sum()];
+                    c.all_to_all_v(&send, &counts).unwrap();
+                }
+                c.stats().links()
+            })
+        };
+        let torus = links(Collectives::Torus);
+        let model = links(Collectives::Mpi);
+        for (rank, (t, m)) in torus.iter().zip(&model).enumerate() {
+            let get = |v: &Vec<(String, torusrec::comm::Links)>, ph: &str| {
+                v.iter()
+                    .find(|(n, _)| n == ph)
+                    .map(|(_, l)| *l)
+                    .unwrap_or_default()
+            };
+            let (tr, mr) = (get(t, "reduce"), get(m, "reduce"));
+            for l in 0..6 {
+                assert_eq!(tr[l].bytes, mr[l].bytes, "{dims:?} rank {rank} link {l}");
+            }
+            // Every link a torus dimension has carries all-reduce traffic.
+            let used: usize = dims.iter().filter(|&&n| n > 1).count();
+            assert!(
+                tr[..2 * used].iter().all(|s| s.bytes > 0),
+                "{dims:?}: {tr:?}"
+            );
+        }
+        let total = |v: &Vec<Vec<(String, torusrec::comm::Links)>>| -> u64 {
+            v.iter()
+                .flat_map(|r| r.iter().filter(|(n, _)| n == "a2a"))
+                .flat_map(|(_, l)| l.iter().map(|s| s.bytes))
+                .sum()
+        };
+        let p: usize = dims.iter().product();
+        let (tt, mt) = (total(&torus), total(&model));
+        assert!(tt >= mt, "{dims:?}: torus {tt} < model {mt}");
+        // Headers: 3 u64 per message per hop at most.
+        let (hops, _) = (0..p)
+            .map(|r| {
+                let counts: Vec<usize> = (0..p).map(|d| 10 + d).collect();
+                torusrec::comm::torus_coll::routed_hops(dims, r, &counts)
+            })
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        assert_eq!(mt, 4 * hops, "{dims:?}: the model counts payload x hops");
+        assert!(tt - mt <= 24 * (p * p) as u64 * dims.iter().sum::<usize>() as u64);
+    }
 }

@@ -17,9 +17,11 @@ mod stats;
 #[cfg(any(test, feature = "testing"))]
 pub mod threads;
 mod torus;
+pub mod torus_coll;
 
-pub use stats::{CommStats, PhaseGuard, PhaseStats};
+pub use stats::{link_name, CommStats, LinkStats, Links, PhaseGuard, PhaseStats, MAX_DIMS};
 pub use torus::{dims_create, parse_torus, Torus};
+pub use torus_coll::Collectives;
 
 use crate::error::{Error, Result};
 use std::time::Instant;
@@ -153,6 +155,15 @@ pub trait Comm {
     fn raw_all_gather_u64(&self, value: u64) -> Vec<u64>;
     fn raw_all_gather_v<T: Elem>(&self, send: &[T], counts: &[usize]) -> Result<Vec<T>>;
     fn raw_broadcast<T: Elem>(&self, root: usize, buf: &mut [T]) -> Result<()>;
+    /// Collective: every rank must call. Send `send` to the neighbour one step along
+    /// `dim` (up: `+1`, else `-1`) and return what the neighbour one step the other
+    /// way sent here (lengths may differ between ranks).
+    fn raw_shift<T: Elem>(&self, dim: usize, up: bool, send: &[T]) -> Result<Vec<T>>;
+
+    /// Whether the counted collectives run on neighbour exchanges.
+    fn on_torus(&self) -> bool {
+        self.size() > 1 && self.stats().collectives() == Collectives::Torus
+    }
 
     // ---- counted collectives ----
 
@@ -167,7 +178,15 @@ pub trait Comm {
     /// Element-wise sum over ranks, in place.
     fn all_reduce_sum<T: Summable>(&self, buf: &mut [T]) {
         let t = Instant::now();
-        self.raw_all_reduce_sum(buf);
+        if self.on_torus() {
+            // A failed neighbour exchange is a broken job, not an input error.
+            torus_coll::all_reduce_sum(self, buf).expect("torus all-reduce");
+        } else {
+            self.raw_all_reduce_sum(buf);
+            if self.size() > 1 {
+                torus_coll::record_all_reduce_links(self, buf.len(), std::mem::size_of::<T>());
+            }
+        }
         let b = if self.size() > 1 {
             bytes_of::<T>(buf.len())
         } else {
@@ -179,7 +198,11 @@ pub trait Comm {
     /// Collective: every rank must call. The maximum of `value` over ranks.
     fn all_reduce_max(&self, value: u64) -> u64 {
         let t = Instant::now();
-        let v = self.raw_all_reduce_max_u64(value);
+        let v = if self.on_torus() {
+            torus_coll::all_reduce_max_u64(self, value).expect("torus all-reduce max")
+        } else {
+            self.raw_all_reduce_max_u64(value)
+        };
         let b = if self.size() > 1 { 8 } else { 0 };
         self.stats().record(b, b, t.elapsed());
         v
@@ -207,8 +230,14 @@ pub trait Comm {
             });
         }
         let t = Instant::now();
-        let recv_counts = self.raw_all_to_all_counts(send_counts)?;
-        let data = self.raw_all_to_all_v(send, send_counts, &recv_counts)?;
+        let (data, recv_counts) = if self.on_torus() {
+            torus_coll::all_to_all_v(self, send, send_counts)?
+        } else {
+            let recv_counts = self.raw_all_to_all_counts(send_counts)?;
+            let data = self.raw_all_to_all_v(send, send_counts, &recv_counts)?;
+            torus_coll::record_routed_links(self, send_counts, std::mem::size_of::<T>());
+            (data, recv_counts)
+        };
         let me = self.rank();
         let off = |c: &[usize]| {
             c.iter()
@@ -217,6 +246,9 @@ pub trait Comm {
                 .map(|(_, &n)| n)
                 .sum::<usize>()
         };
+        let (hop_elems, elems) = torus_coll::routed_hops(&self.torus().dims, me, send_counts);
+        let size = std::mem::size_of::<T>() as u64;
+        self.stats().record_hops(hop_elems * size, elems * size);
         let counts_bytes = if p > 1 { 8 * (p as u64 - 1) } else { 0 };
         self.stats().record(
             bytes_of::<T>(off(send_counts)) + counts_bytes,
@@ -233,12 +265,20 @@ pub trait Comm {
     /// rank's `send` (which may be empty); the counts are gathered first.
     fn all_gather_v<T: Elem>(&self, send: &[T]) -> Result<Received<T>> {
         let t = Instant::now();
-        let counts: Vec<usize> = self
-            .raw_all_gather_u64(send.len() as u64)
-            .into_iter()
-            .map(|c| c as usize)
-            .collect();
-        let data = self.raw_all_gather_v(send, &counts)?;
+        let (data, counts) = if self.on_torus() {
+            torus_coll::all_gather_v(self, send)?
+        } else {
+            let counts: Vec<usize> = self
+                .raw_all_gather_u64(send.len() as u64)
+                .into_iter()
+                .map(|c| c as usize)
+                .collect();
+            let data = self.raw_all_gather_v(send, &counts)?;
+            if self.size() > 1 {
+                torus_coll::record_all_gather_links(self, &counts, std::mem::size_of::<T>());
+            }
+            (data, counts)
+        };
         let p = self.size() as u64;
         let sent = bytes_of::<T>(send.len()) * (p - 1) + 8 * (p - 1);
         let recv = bytes_of::<T>(data.len() - send.len()) + 8 * (p - 1);
@@ -330,4 +370,77 @@ pub fn global_stats_summary<C: Comm>(comm: &C) -> Result<Vec<(String, PhaseStats
         }
     }
     Ok(merged)
+}
+
+/// The link traffic of one phase over the whole job.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LinkSummary {
+    /// The busiest outgoing link: its rank, name (`+x`, ...) and bytes.
+    pub busiest_rank: usize,
+    pub busiest_link: String,
+    pub busiest_bytes: u64,
+    /// Mean bytes over the links the torus has (2 per dimension of size > 1, per rank).
+    pub mean_bytes: f64,
+    pub messages: u64,
+    /// Mean hops of the phase's all-to-all bytes under dimension-ordered routing.
+    pub mean_hops: Option<f64>,
+}
+
+/// Collective: every rank must call. Per phase, the link traffic of all ranks (for
+/// the end-of-run summary and the final metrics). Not itself counted.
+pub fn global_link_summary<C: Comm>(comm: &C) -> Result<Vec<(String, LinkSummary)>> {
+    let mine = serde_json::to_vec(&(comm.stats().links(), comm.stats().hops()))
+        .map_err(|e| Error::Comm(format!("link stats: {e}")))?;
+    let counts: Vec<usize> = comm
+        .raw_all_gather_u64(mine.len() as u64)
+        .into_iter()
+        .map(|c| c as usize)
+        .collect();
+    let all = comm.raw_all_gather_v(&mine, &counts)?;
+    let live = 2 * comm.torus().dims.iter().filter(|&&n| n > 1).count();
+    let mut out: Vec<(String, LinkSummary, f64, [u64; 2])> = Vec::new();
+    let mut at = 0;
+    for (r, &c) in counts.iter().enumerate() {
+        #[allow(clippy::type_complexity)]
+        let (links, hops): (Vec<(String, Links)>, Vec<(String, [u64; 2])>) =
+            serde_json::from_slice(&all[at..at + c])
+                .map_err(|e| Error::Comm(format!("link stats from rank {r}: {e}")))?;
+        at += c;
+        let entry = |out: &mut Vec<(String, LinkSummary, f64, [u64; 2])>, name: &str| -> usize {
+            match out.iter().position(|(n, ..)| n == name) {
+                Some(i) => i,
+                None => {
+                    out.push((name.to_string(), LinkSummary::default(), 0.0, [0, 0]));
+                    out.len() - 1
+                }
+            }
+        };
+        for (name, l) in links {
+            let i = entry(&mut out, &name);
+            for (k, s) in l.iter().enumerate() {
+                let e = &mut out[i];
+                e.2 += s.bytes as f64;
+                e.1.messages += s.messages;
+                if s.bytes > e.1.busiest_bytes {
+                    e.1.busiest_bytes = s.bytes;
+                    e.1.busiest_rank = r;
+                    e.1.busiest_link = link_name(k);
+                }
+            }
+        }
+        for (name, h) in hops {
+            let i = entry(&mut out, &name);
+            out[i].3[0] += h[0];
+            out[i].3[1] += h[1];
+        }
+    }
+    let links_total = (live * comm.size()).max(1) as f64;
+    Ok(out
+        .into_iter()
+        .map(|(n, mut s, total, h)| {
+            s.mean_bytes = total / links_total;
+            s.mean_hops = (h[1] > 0).then(|| h[0] as f64 / h[1] as f64);
+            (n, s)
+        })
+        .collect())
 }

@@ -275,6 +275,15 @@ impl Comm for MpiComm {
             Ok(unsafe { retype::<U, T>(v) })
         })
     }
+    fn raw_shift<T: Elem>(&self, dim: usize, up: bool, send: &[T]) -> Result<Vec<T>> {
+        let (down, upn) = self.torus.neighbours[dim];
+        let (dst, src) = if up { (upn, down) } else { (down, upn) };
+        with_concrete!(T, T::KIND, |U| {
+            // SAFETY: U is T (sealed kinds).
+            let v = shift_typed::<U>(&self.cart, dst, src, unsafe { cast::<T, U>(send) })?;
+            Ok(unsafe { retype::<U, T>(v) })
+        })
+    }
     fn raw_broadcast<T: Elem>(&self, root: usize, buf: &mut [T]) -> Result<()> {
         count(buf.len(), "broadcast")?;
         if buf.is_empty() {
@@ -289,6 +298,39 @@ impl Comm for MpiComm {
             Ok(())
         })
     }
+}
+
+/// Send `send` to `dst` and receive from `src` (lengths first, then the data).
+fn shift_typed<U: Equivalence + Copy + Default>(
+    cart: &CartesianCommunicator,
+    dst: usize,
+    src: usize,
+    send: &[U],
+) -> Result<Vec<U>> {
+    use mpi::point_to_point as p2p;
+    let to = cart.process_at_rank(dst as Count);
+    let from = cart.process_at_rank(src as Count);
+    let mut n = 0u64;
+    p2p::send_receive_into(&(send.len() as u64), &to, &mut n, &from);
+    let n = usize::try_from(n).map_err(|_| Error::Comm("shift: length".into()))?;
+    count(n, "shift")?;
+    let mut recv = vec![U::default(); n];
+    // Both sides always exchange the data message, empty or not (a receive of 0
+    // elements still matches a message). Empty slices are cut from a local array so
+    // that MPI never sees a dangling pointer.
+    let mut dummy_in = [U::default(); 1];
+    let dummy_out = [U::default(); 1];
+    let out: &[U] = if send.is_empty() {
+        &dummy_out[..0]
+    } else {
+        send
+    };
+    if recv.is_empty() {
+        p2p::send_receive_into(out, &to, &mut dummy_in[..0], &from);
+    } else {
+        p2p::send_receive_into(out, &to, &mut recv[..], &from);
+    }
+    Ok(recv)
 }
 
 /// # Safety

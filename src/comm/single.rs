@@ -57,4 +57,7 @@ impl Comm for SingleComm {
     fn raw_broadcast<T: Elem>(&self, _root: usize, _buf: &mut [T]) -> Result<()> {
         Ok(())
     }
+    fn raw_shift<T: Elem>(&self, _dim: usize, _up: bool, send: &[T]) -> Result<Vec<T>> {
+        Ok(send.to_vec())
+    }
 }

@@ -22,10 +22,37 @@ impl PhaseStats {
     }
 }
 
+/// Bytes and messages this rank put on one outgoing link (`+d` or `-d`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct LinkStats {
+    pub bytes: u64,
+    pub messages: u64,
+}
+
+/// Most torus dimensions (and so 2 x this many links per rank).
+pub const MAX_DIMS: usize = 3;
+
+/// Per link, index `2 d` for `+d` and `2 d + 1` for `-d`.
+pub type Links = [LinkStats; 2 * MAX_DIMS];
+
+/// The name of link `i` (`+x`, `-x`, `+y`, ...).
+pub fn link_name(i: usize) -> String {
+    format!(
+        "{}{}",
+        if i.is_multiple_of(2) { '+' } else { '-' },
+        ['x', 'y', 'z'][(i / 2).min(2)]
+    )
+}
+
 #[derive(Debug)]
 struct Inner {
     current: &'static str,
     phases: Vec<(&'static str, PhaseStats)>,
+    links: Vec<(&'static str, Links)>,
+    /// Per phase: all-to-all bytes sent to other ranks times their hops under
+    /// dimension-ordered routing, and those bytes.
+    hops: Vec<(&'static str, [u64; 2])>,
+    collectives: super::torus_coll::Collectives,
 }
 
 /// Counters of one rank, grouped by the phase that was current at each call.
@@ -40,6 +67,9 @@ impl Default for CommStats {
             inner: RefCell::new(Inner {
                 current: "other",
                 phases: Vec::new(),
+                links: Vec::new(),
+                hops: Vec::new(),
+                collectives: Default::default(),
             }),
         }
     }
@@ -88,6 +118,72 @@ impl CommStats {
         s.bytes_sent += bytes_sent;
         s.bytes_recv += bytes_recv;
         s.seconds += elapsed.as_secs_f64();
+    }
+
+    /// Which algorithms the counted collectives of this rank's communicator use.
+    pub fn collectives(&self) -> super::torus_coll::Collectives {
+        self.inner.borrow().collectives
+    }
+
+    /// Choose the collectives' algorithms (every rank must choose the same).
+    pub fn set_collectives(&self, c: super::torus_coll::Collectives) {
+        self.inner.borrow_mut().collectives = c;
+    }
+
+    /// Add one message of `bytes` on link (`dim`, `up`) to the current phase.
+    pub fn record_link(&self, dim: usize, up: bool, bytes: u64) {
+        self.record_links(&[(2 * dim.min(MAX_DIMS - 1) + usize::from(!up), bytes, 1)]);
+    }
+
+    /// Add `(link, bytes, messages)` to the current phase.
+    pub fn record_links(&self, adds: &[(usize, u64, u64)]) {
+        let mut inner = self.inner.borrow_mut();
+        let cur = inner.current;
+        let slot = match inner.links.iter().position(|(n, _)| *n == cur) {
+            Some(i) => i,
+            None => {
+                inner.links.push((cur, Links::default()));
+                inner.links.len() - 1
+            }
+        };
+        for &(l, b, m) in adds {
+            let s = &mut inner.links[slot].1[l];
+            s.bytes += b;
+            s.messages += m;
+        }
+    }
+
+    /// Add all-to-all traffic: `bytes` to other ranks, `hop_bytes` = bytes x hops.
+    pub fn record_hops(&self, hop_bytes: u64, bytes: u64) {
+        let mut inner = self.inner.borrow_mut();
+        let cur = inner.current;
+        match inner.hops.iter_mut().find(|(n, _)| *n == cur) {
+            Some((_, h)) => {
+                h[0] += hop_bytes;
+                h[1] += bytes;
+            }
+            None => inner.hops.push((cur, [hop_bytes, bytes])),
+        }
+    }
+
+    /// Every phase's all-to-all `[hop_bytes, bytes]`.
+    pub fn hops(&self) -> Vec<(String, [u64; 2])> {
+        self.inner
+            .borrow()
+            .hops
+            .iter()
+            .map(|(n, h)| (n.to_string(), *h))
+            .collect()
+    }
+
+    /// Every phase's per-link counters, in the order phases first used a link.
+    pub fn links(&self) -> Vec<(String, Links)> {
+        self.inner
+            .borrow()
+            .links
+            .iter()
+            .map(|(n, l)| (n.to_string(), *l))
+            .collect()
     }
 
     /// The counters of one phase (zero if it never communicated).

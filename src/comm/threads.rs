@@ -202,4 +202,10 @@ impl Comm for ThreadComm {
         buf.copy_from_slice(&all[root]);
         Ok(())
     }
+    fn raw_shift<T: Elem>(&self, dim: usize, up: bool, send: &[T]) -> Result<Vec<T>> {
+        let all = self.exchange(send.to_vec());
+        // From the neighbour one step the other way.
+        let (down, upn) = self.torus.neighbours[dim];
+        Ok(all[if up { down } else { upn }].to_vec())
+    }
 }
