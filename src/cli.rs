@@ -52,7 +52,18 @@ pub enum Command {
     Plan(PlanArgs),
     /// Check the communicator: collectives with answers known from rank and size,
     /// and each rank's torus coordinates and neighbours.
-    Selftest,
+    Selftest(SelftestArgs),
+}
+
+/// `torusrec selftest`.
+#[derive(Debug, Args)]
+pub struct SelftestArgs {
+    /// Also time all-reduce and all-to-all-v of 64 kB to 64 MB per rank with the MPI
+    /// and the torus algorithms (mean of --reps calls, the slowest rank's).
+    #[arg(long)]
+    pub bench: bool,
+    #[arg(long, default_value_t = 5)]
+    pub reps: usize,
 }
 
 /// `embed --output-mode`.

@@ -35,7 +35,7 @@ pub fn run<C: Comm>(
         Command::Embed(args) => embed::global_run(comm, args, preempt).map(|_| ()),
         Command::Plan(args) => embed::global_plan(comm, args),
         Command::Inspect(args) => inspect::global_run(comm, &args.path).map(|_| ()),
-        Command::Selftest => {
+        Command::Selftest(args) => {
             let lines = crate::comm::selftest::global_selftest(comm)?;
             if comm.rank() == 0 {
                 println!("torus {} ({} ranks)", comm.torus().shape(), comm.size());
@@ -43,6 +43,27 @@ pub fn run<C: Comm>(
                     println!("  {l}");
                 }
                 println!("selftest passed: all-reduce, all-to-all-v (and its inverse), all-gather-v, broadcast, torus neighbours");
+            }
+            if args.bench {
+                if args.reps == 0 || args.reps > 1000 {
+                    return Err(crate::Error::Config("--reps must be in 1..=1000".into()));
+                }
+                let sizes = [64 << 10, 1 << 20, 16 << 20, 64 << 20];
+                let rows = crate::comm::selftest::global_collective_bench(comm, &sizes, args.reps)?;
+                if comm.rank() == 0 {
+                    println!("| op | bytes per rank | collectives | ms per call | GB/s per rank |");
+                    println!("|---|---|---|---|---|");
+                    for r in rows {
+                        println!(
+                            "| {} | {} | {:?} | {:.3} | {:.2} |",
+                            r.op,
+                            crate::metrics::human_bytes(r.bytes as u64),
+                            r.collectives,
+                            r.seconds * 1e3,
+                            r.bytes as f64 / r.seconds.max(1e-12) / 1e9
+                        );
+                    }
+                }
             }
             Ok(())
         }

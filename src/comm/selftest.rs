@@ -146,3 +146,65 @@ pub fn global_selftest<C: Comm>(comm: &C) -> Result<Vec<String>> {
     comm.agree(local)?;
     Ok(lines)
 }
+
+/// One collective microbenchmark result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CollBench {
+    pub op: &'static str,
+    /// Bytes per rank (all-reduce: the buffer; all-to-all-v: what each rank sends).
+    pub bytes: usize,
+    pub collectives: super::Collectives,
+    /// Mean seconds per call, the slowest rank's.
+    pub seconds: f64,
+}
+
+/// Collective: every rank must call. Times all-reduce (f32) and a uniform
+/// all-to-all-v of each size in `sizes` (bytes per rank) with both algorithms, `reps`
+/// calls each after one warm-up call, and restores the algorithm in use.
+pub fn global_collective_bench<C: Comm>(
+    comm: &C,
+    sizes: &[usize],
+    reps: usize,
+) -> Result<Vec<CollBench>> {
+    use super::Collectives;
+    let keep = comm.stats().collectives();
+    let p = comm.size();
+    let mut out = Vec::new();
+    for &bytes in sizes {
+        let n = (bytes / 4).max(1);
+        for mode in [Collectives::Mpi, Collectives::Torus] {
+            comm.stats().set_collectives(mode);
+            let mut buf = vec![1.0f32; n];
+            let per = n / p.max(1);
+            let counts = vec![per; p];
+            let send = vec![2u32; per * p];
+            for op in ["all-reduce", "all-to-all-v"] {
+                let mut run = || -> Result<()> {
+                    match op {
+                        "all-reduce" => comm.all_reduce_sum(&mut buf),
+                        _ => {
+                            comm.all_to_all_v(&send, &counts)?;
+                        }
+                    }
+                    Ok(())
+                };
+                run()?;
+                comm.barrier();
+                let t = std::time::Instant::now();
+                for _ in 0..reps {
+                    run()?;
+                }
+                let secs = t.elapsed().as_secs_f64() / reps.max(1) as f64;
+                let slowest = f64::from_bits(comm.all_reduce_max(secs.to_bits()));
+                out.push(CollBench {
+                    op,
+                    bytes,
+                    collectives: mode,
+                    seconds: slowest,
+                });
+            }
+        }
+    }
+    comm.stats().set_collectives(keep);
+    Ok(out)
+}
