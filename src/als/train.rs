@@ -57,6 +57,10 @@ pub struct EpochReport {
     /// The largest rank's peak resident memory so far (bytes).
     #[serde(default)]
     pub peak_rss_bytes: u64,
+    /// Per communication phase, the link traffic since the run started (busiest
+    /// outgoing link, mean over links, all-to-all hops).
+    #[serde(default)]
+    pub links: Vec<(String, crate::comm::LinkSummary)>,
 }
 
 /// The end of a run.
@@ -639,7 +643,13 @@ impl<T: TableScalar> Trainer<T> {
         let mut sums = [train_bytes, self.rows.shard.nnz()];
         comm.all_reduce_sum(&mut sums);
         let peak_rss_bytes = comm.all_reduce_max(crate::metrics::peak_rss_bytes().unwrap_or(0));
+        let links = if comm.size() > 1 {
+            crate::comm::global_link_summary(comm)?
+        } else {
+            Vec::new()
+        };
         Ok(EpochReport {
+            links,
             peak_rss_bytes,
             epoch: self.pos.epoch,
             loss_rows,

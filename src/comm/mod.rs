@@ -372,8 +372,8 @@ pub fn global_stats_summary<C: Comm>(comm: &C) -> Result<Vec<(String, PhaseStats
     Ok(merged)
 }
 
-/// The link traffic of one phase over the whole job.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// The link traffic of one phase over the whole job (so far).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LinkSummary {
     /// The busiest outgoing link: its rank, name (`+x`, ...) and bytes.
     pub busiest_rank: usize,

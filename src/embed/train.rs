@@ -185,6 +185,10 @@ pub struct IntervalReport {
     pub seconds_allreduce: f64,
     pub eval_auc: Option<f64>,
     pub eval_logloss: Option<f64>,
+    /// Per communication phase, the link traffic since the run started (busiest
+    /// outgoing link, mean over links, all-to-all hops).
+    #[serde(default)]
+    pub links: Vec<(String, crate::comm::LinkSummary)>,
 }
 
 /// A micro-batch with its rows, fetched ahead.
@@ -569,6 +573,11 @@ impl EmbedTrainer {
             seconds_allreduce: times[3],
             eval_auc: None,
             eval_logloss: None,
+            links: if comm.size() > 1 {
+                crate::comm::global_link_summary(comm)?
+            } else {
+                Vec::new()
+            },
         })
     }
 
