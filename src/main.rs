@@ -89,6 +89,16 @@ fn real_main() -> i32 {
             return code;
         }
     };
+    // Drawing charts is one process's work: no MPI, no torus.
+    if let torusrec::cli::Command::Plot(args) = &cli.command {
+        return match torusrec::app::plot::run(args) {
+            Ok(()) => exit::OK,
+            Err(e) => {
+                eprintln!("torusrec: {}", error_chain(&e));
+                e.exit_code()
+            }
+        };
+    }
     let world = match MpiWorld::init() {
         Ok(w) => w,
         Err(e) => {
