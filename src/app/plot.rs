@@ -375,7 +375,7 @@ impl Axis {
         }
     }
 
-    /// Ticks at powers of ten, with 2 and 5 (then every digit) when too few fall inside.
+    /// Ticks at powers of ten, with 2 and 5 (then evenly spaced) when too few fall inside.
     fn log(lo: f64, hi: f64) -> Self {
         let (a, b) = (lo.log10().floor() as i32, hi.log10().ceil() as i32);
         let at = |mults: &[f64]| -> Vec<f64> {
@@ -389,7 +389,11 @@ impl Axis {
             ticks = at(&[1.0, 2.0, 5.0]);
         }
         if ticks.len() < 3 {
-            ticks = at(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]);
+            // Less than a decade or so: evenly spaced values read better.
+            let step = nice_step(hi - lo, 5.0);
+            let first = (lo / step).ceil() as i64;
+            let last = (hi / step).floor() as i64;
+            ticks = (first..=last).map(|k| k as f64 * step).collect();
         }
         Axis {
             lo,
@@ -1064,8 +1068,12 @@ mod tests {
         assert_eq!(Axis::linear(0.0, 100.0, false).ticks.len(), 6);
         assert_eq!(Axis::log(0.8, 1200.0).ticks, [1.0, 10.0, 100.0, 1000.0]);
         assert_eq!(Axis::log(3.0, 40.0).ticks, [5.0, 10.0, 20.0]);
+        assert_eq!(Axis::log(0.0075, 0.042).ticks.len(), 7); // 0.01, 0.015, .., 0.04
         let g = Axis::groups(vec!["a".into(), "b".into()]);
-        assert_eq!((g.format_ext(&1.0), g.format_ext(&0.5)), ("b".into(), String::new()));
+        assert_eq!(
+            (g.format_ext(&1.0), g.format_ext(&0.5)),
+            ("b".into(), String::new())
+        );
     }
 
     #[test]
