@@ -45,8 +45,24 @@ pub enum Command {
     /// Check the communicator: collectives with answers known from rank and size,
     /// and each rank's torus coordinates and neighbours.
     Selftest,
-    /// Draw charts (SVG) of training runs or of a small benchmark table. Runs on one
-    /// process; needs no MPI.
+    /// Draw SVG charts of training runs or of a benchmark table (one process, no MPI).
+    ///
+    /// Runs: `torusrec plot a.jsonl b.jsonl --out run.svg` reads metrics files written by
+    /// `als --metrics` (lines with "epoch") or `embed --metrics` (lines with "step"; all
+    /// files of one kind) and draws one panel each for the loss, the quality (Recall@20
+    /// for als, eval AUC for embed, when present) and the throughput (edges/s, examples/s)
+    /// against the epoch or step, one series per file (legend: the file's stem, or
+    /// --label).
+    ///
+    /// Table: `torusrec plot --table t.tsv --x P --y seconds --series variant --out t.svg`
+    /// reads a table with a header row (tab-separated, or comma-separated for .csv; lines
+    /// starting with # are skipped) and draws --y against --x, one series per distinct
+    /// value of --series: lines when x is numeric, else grouped bars (--kind). Cells that
+    /// are empty, "-" or "n/a" are left out; --where COL=VALUE keeps matching rows only.
+    ///
+    /// Output: SVG only (no fonts embedded; text is drawn by the viewer). An existing
+    /// --out is refused without --force.
+    #[command(verbatim_doc_comment)]
     Plot(PlotArgs),
 }
 
@@ -320,25 +336,8 @@ pub enum ChartKind {
     Bar,
 }
 
-/// `torusrec plot`: charts of runs or of a table.
-///
-/// Runs: `torusrec plot a.jsonl b.jsonl --out run.svg` reads metrics files written by
-/// `als --metrics` (lines with "epoch") or `embed --metrics` (lines with "step"; all
-/// files of one kind) and draws one panel each for the loss, the quality (Recall@20
-/// for als, eval AUC for embed, when present) and the throughput (edges/s, examples/s)
-/// against the epoch or step, one series per file (legend: the file's stem, or
-/// --label).
-///
-/// Table: `torusrec plot --table t.tsv --x P --y seconds --series variant --out t.svg`
-/// reads a table with a header row (tab-separated, or comma-separated for .csv; lines
-/// starting with # are skipped) and draws --y against --x, one series per distinct
-/// value of --series: lines when x is numeric, else grouped bars (--kind). Cells that
-/// are empty, "-" or "n/a" are left out; --where COL=VALUE keeps matching rows only.
-///
-/// Output: SVG only (no fonts embedded; text is drawn by the viewer). An existing
-/// --out is refused without --force.
+/// `torusrec plot` (the help text is on `Command::Plot`).
 #[derive(Debug, Args, Clone)]
-#[command(verbatim_doc_comment)]
 pub struct PlotArgs {
     /// Metrics files (JSON lines) of `als --metrics` or `embed --metrics`.
     #[arg(value_name = "RUN.jsonl", conflicts_with = "table")]

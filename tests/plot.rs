@@ -538,3 +538,16 @@ fn table_bars_and_lines() {
     )]);
     assert!(!out.exists());
 }
+
+#[test]
+fn under_mpirun_one_rank_draws() {
+    let r = runs();
+    let dir = tempdir();
+    let out = dir.path().join("mpi.svg");
+    TestCommand::mpirun(2)
+        .args(["plot", s(&r.f32), "--out", s(&out)])
+        .run()
+        .expect_code(0)
+        .occurs("wrote", 1);
+    check_svg(&out, (800.0, 900.0), &["f32", "loss by epoch"]);
+}
