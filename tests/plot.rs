@@ -330,7 +330,10 @@ fn bad_run_files_exit_2_naming_file_and_line() {
     );
     plot(&[s(&mixed), "--out", s(&out)])
         .expect_code(2)
-        .stderr_has(&[&format!("{}:2: a embed line", mixed.display())]);
+        .stderr_has(&[&format!(
+            "{}:2: embed metrics (\"step\") after als metrics (\"epoch\" on line 1)",
+            mixed.display()
+        )]);
     let nothing = write(
         "nothing.jsonl",
         "{\"epoch\":1}\n{\"epoch\":2,\"loss\":null}\n",

@@ -138,9 +138,11 @@ pub fn load_run(path: &Path) -> Result<Run> {
                 return Err(parse(
                     line,
                     format!(
-                        "a {} line in a file of {} lines (line {})",
+                        "{} metrics (\"{}\") after {} metrics (\"{}\" on line {})",
                         this.name(),
+                        this.x_key(),
                         k.name(),
+                        k.x_key(),
                         run.first_line
                     ),
                 ))
