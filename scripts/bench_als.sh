@@ -5,6 +5,9 @@
 #   scripts/bench_als.sh                 # full run -> bench/als.md
 #   QUICK=1 scripts/bench_als.sh         # smoke run: cnr-2000 K=10, d=64, 3 epochs, P=1,2
 #   GRID=1 scripts/bench_als.sh          # tuning grids on cnr-2000 K=1, d=128 -> bench/als-grid.md
+# Charts next to the table (`torusrec plot`): bench/als-time.svg (s/epoch by variant and P,
+# ours and implicit), bench/als-bytes.svg (bytes exchanged, dedup vs allgather),
+# bench/als-runs.svg (loss and edges/s by epoch of one case's runs); data in bench/als.tsv.
 #
 # Datasets (prepared into $OUT if missing): cnr-k1, cnr-k10 (cnr-2000 at K = 1 and 10)
 # and in-dense (`generate webgraph --preset in-dense --scale $SCALE`).
@@ -302,7 +305,8 @@ for name in "${datasets[@]}"; do
     done
 done
 
-DESCRIBE="$(describe)" MANIFEST="$MANIFEST" EPOCHS="$EPOCHS" REG="$REG" ALPHA="$ALPHA" \
+RUNS_LIST="$OUT/chart-runs.tsv"
+DESCRIBE="$(describe)" MANIFEST="$MANIFEST" RUNS_LIST="$RUNS_LIST" EPOCHS="$EPOCHS" REG="$REG" ALPHA="$ALPHA" \
     IREG="$IREG" IALPHA="$IALPHA" CG_STEPS="$CG_STEPS" CORES="$CORES" SCALE="$SCALE" \
     "$PYTHON" - <<'EOF'
 import json, os, sys
@@ -413,8 +417,58 @@ for ds, d in sorted(keys, key=lambda k: k != headline):
                          f"({human(b['bytes'])} vs {human(a['bytes'])} per epoch)")
     if parts:
         out.append(f"- {ds}, d={d}, CG {env['CG_STEPS']} steps{mark}: " + "; ".join(parts) + ".")
+
+# The charts' data (drawn below with `torusrec plot --table`): one row per run; "-"
+# where a value does not apply (no exchange at P=1 or in implicit).
+with open("bench/als.tsv", "w") as t:
+    t.write("case\tvariant\tP\ts_per_epoch\texchange_bytes\tedges_per_s\trecall_at_20\n")
+    for r in rows:
+        if not r["ok"]:
+            continue
+        if r["system"] == "torusrec":
+            variant = f"torusrec P={r['P']} {r['exchange']}"
+        else:
+            variant = f"implicit {r['threads']} threads"
+        moved = r["bytes"] if r["system"] == "torusrec" and r["P"] > 1 and r["bytes"] else None
+        t.write("\t".join([f"{r['dataset']} d={r['d']}", variant, str(r["P"]), f(r["spe"], ".6g"),
+                            f(moved, ".6g"), f(r["eps"], ".6g"), f(r["r20"], ".6g")]) + "\n")
+# The runs overlaid in bench/als-runs.svg: torusrec's runs of the headline case (or of
+# the first case that ran), labelled by variant.
+case = headline if any(r["ok"] and (r["dataset"], r["d"]) == headline for r in rows) else \
+    next(((r["dataset"], r["d"]) for r in rows if r["ok"]), None)
+with open(env["RUNS_LIST"], "w") as rl:
+    for r, line in zip(rows, open(env["MANIFEST"])):
+        if r["ok"] and r["system"] == "torusrec" and (r["dataset"], r["d"]) == case:
+            rl.write(f"{line.split(chr(9))[6]}\tP={r['P']} {r['exchange']}\n")
+out += ["", "## Charts", "",
+        "![seconds per epoch by variant and P, torusrec and implicit](als-time.svg)", "",
+        "![bytes exchanged per epoch, dedup vs allgather](als-bytes.svg)", ""]
+if case:
+    out += [f"![loss and edges/s by epoch, {case[0]} d={case[1]}](als-runs.svg)", ""]
+out.append("The charts' data: `bench/als.tsv` (drawn by `torusrec plot --table`).")
 text = "\n".join(out) + "\n"
 open("bench/als.md", "w").write(text)
 print(text)
 EOF
 log "wrote bench/als.md"
+
+# --- charts next to the table (torusrec plot) -------------------------------------------
+chart() { # out.svg plot-args...: a chart that fails is reported, never fatal
+    local out=$1
+    shift
+    "$BIN" plot --force --out "$out" "$@" >&2 || log "chart $out failed"
+}
+chart bench/als-time.svg --table bench/als.tsv --x case --y s_per_epoch --series variant \
+    --kind bar --log-y --ylabel "s/epoch (log scale)" \
+    --title "iALS seconds per epoch by variant and P: torusrec vs implicit"
+chart bench/als-bytes.svg --table bench/als.tsv --x case --y exchange_bytes --series variant \
+    --kind bar --log-y --ylabel "bytes per epoch (log scale)" \
+    --title "iALS bytes exchanged per epoch: dedup vs allgather"
+runs=() labels=()
+while IFS=$'\t' read -r path label; do
+    runs+=("$path") labels+=(--label "$label")
+done < "$RUNS_LIST"
+if ((${#runs[@]} > 0)); then
+    chart bench/als-runs.svg "${runs[@]}" "${labels[@]}" --title "iALS runs of one case"
+fi
+log "wrote bench/als-time.svg, bench/als-bytes.svg, bench/als-runs.svg"

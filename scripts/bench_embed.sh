@@ -10,6 +10,10 @@
 #   5. side by side with TorchRec (if PEER_PY points at a python with torchrec; see
 #      scripts/install_peer.sh), same machine, same run.
 # Writes bench/embed.md. STEPS (default 30) timed steps after WARM (default 10).
+# Charts next to it (`torusrec plot`, data in bench/embed-*.tsv), for the sections run:
+# bench/embed-dedup.svg (bytes per step with and without dedup), bench/embed-peer.svg
+# (examples/s against TorchRec), bench/embed-planner.svg (planner imbalance against the
+# heuristics), bench/embed-runs.svg (loss and examples/s by step of the peer runs at 2x1).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 STEPS="${STEPS:-30}"
@@ -57,6 +61,25 @@ print(f'{ex / s:,.0f} | {s / st:.3f} | {per_step("bytes_per_step")/1e6:.1f} | '
       f'{fin["auc"]:.4f} | {fin["peak_rss_bytes"]/2**20:,.0f} MiB')
 PY
 }
+# numbers NAME: "examples/s<TAB>MB sent per step" of a run's timed intervals (chart data).
+numbers() {
+  python3 - "$OUT/$1.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+iv = [r for r in rows if not r.get("final")][1:]
+st = sum(r["steps"] for r in iv)
+print(f'{sum(r["examples"] for r in iv) / sum(r["seconds"] for r in iv):.6g}\t'
+      f'{sum(r["bytes_per_step"] * r["steps"] for r in iv) / st / 1e6:.6g}')
+PY
+}
+
+# chart OUT.svg PLOT-ARGS...: one chart with `torusrec plot`; a failure is reported, not fatal.
+charts=()
+chart() {
+  local out=$1; shift
+  if "$BIN" plot --force --out "$out" "$@" >&2; then charts+=("$out"); else echo "chart $out failed" >&2; fi
+}
+
 HEAD="| examples/s | s/step | MB sent/step (all ranks) | lookup MB | backward MB | all-reduce MB | dedup ratio | owner imbalance | lookup s | pool s | dense s | backward s | update s | all-reduce s | eval AUC | peak RSS/rank |"
 SEP="|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 
@@ -77,13 +100,18 @@ dedup)
     echo "| P x threads | dedup $HEAD"
     echo "|---|---$SEP"
   } >> "$table"
+  printf 'P x threads\tdedup\texamples_per_s\tmb_per_step\n' > bench/embed-dedup.tsv
   for np in 2 4; do
     for d in on off; do
       flag=(); [[ $d == off ]] && flag=(--no-dedup)
       run "dedup-$np-$d" "$np" 1 --plan auto --stats "$OUT/stats-$np.json" "${flag[@]}"
       echo "| ${np}x1 | $d | $(summary "dedup-$np-$d") |" >> "$table"
+      printf '%sx1\tdedup %s\t%s\n' "$np" "$d" "$(numbers "dedup-$np-$d")" >> bench/embed-dedup.tsv
     done
   done
+  chart bench/embed-dedup.svg --table bench/embed-dedup.tsv --x "P x threads" --y mb_per_step \
+    --series dedup --kind bar --ylabel "MB sent per step (all ranks)" \
+    --title "Embedding: bytes exchanged per step, dedup on and off"
   echo >> "$table" ;;
 accumulate)
   {
@@ -117,10 +145,20 @@ planner)
     echo "## Planner vs heuristics: 10 table tasks sampled from dlrm-synthetic (scale 0.1), 4 ranks"
     echo
     echo '```'
-    "$BIN" plan --preset dlrm-synthetic --scale 0.1 --ranks 4 --batch 2048 --tasks 10 --estimate
+    "$BIN" plan --preset dlrm-synthetic --scale 0.1 --ranks 4 --batch 2048 --tasks 10 --estimate \
+      | tee "$OUT/plan-tasks.md"
     echo '```'
     echo
-  } >> "$table" ;;
+  } >> "$table"
+  # The Markdown table (task | tables | planner | 4 heuristics | ...) in long form.
+  awk -F'|' 'NR == 1 { for (i = 4; i <= 8; i++) { h[i] = $i; gsub(/ /, "", h[i]) }
+                       print "task\tmethod\timbalance"; next }
+             { t = $2; gsub(/ /, "", t) }
+             t ~ /^([0-9]+|mean)$/ { for (i = 4; i <= 8; i++) { v = $i; gsub(/ /, "", v); print t "\t" h[i] "\t" v } }' \
+    "$OUT/plan-tasks.md" > bench/embed-planner.tsv
+  chart bench/embed-planner.svg --table bench/embed-planner.tsv --x task --y imbalance \
+    --series method --kind bar --ylabel "imbalance (P max / sum of rank costs)" \
+    --title "Planner vs heuristics: imbalance per sampled task (1 is perfect)" ;;
 peer)
   # Per shape and table optimizer: torusrec with every sharded table in `rows`, in
   # `pooled`, and with the planner's mix (`auto`), then TorchRec, one after another.
@@ -133,6 +171,7 @@ peer)
     echo "|---|---|---|---|---|---|---|---|---|"
   } >> "$table"
   phases=$(mktemp)
+  printf 'config\tsystem\texamples_per_s\n' > bench/embed-peer.tsv
   for cfg in "2 1 rowwise_adagrad" "1 2 rowwise_adagrad" "2 1 sgd" "1 2 sgd"; do
     read -r np th opt <<< "$cfg"
     ours_opt=rowwise-adagrad; [[ $opt == sgd ]] && ours_opt=sgd
@@ -155,6 +194,10 @@ print(round(sum(r['examples'] for r in iv)/sum(r['seconds'] for r in iv)))")
       theirs=$(grep -o 'torchrec examples/s=[0-9]*' "$OUT/peer-$np-$th-$opt.log" | grep -o '[0-9]*$' || echo n/a)
       [[ -z $theirs ]] && theirs=n/a
     fi
+    for mode in rows pooled auto; do
+      printf '%sx%s %s\ttorusrec %s\t%s\n' "$np" "$th" "$opt" "$mode" "${ex[$mode]}" >> bench/embed-peer.tsv
+    done
+    printf '%sx%s %s\tTorchRec\t%s\n' "$np" "$th" "$opt" "$theirs" >> bench/embed-peer.tsv
     ratio() { [[ $theirs == n/a ]] && echo n/a || awk -v a="$1" -v b="$theirs" 'BEGIN{printf "%.2fx", a/b}'; }
     echo "| ${np}x${th} | $opt | ${ex[rows]} | ${ex[pooled]} | ${ex[auto]} ($pooled_tables of 26) | $theirs | $(ratio "${ex[rows]}") | $(ratio "${ex[pooled]}") | $(ratio "${ex[auto]}") |" >> "$table"
   done
@@ -167,7 +210,20 @@ print(round(sum(r['examples'] for r in iv)/sum(r['seconds'] for r in iv)))")
     cat "$phases"
     echo
   } >> "$table"
-  rm -f "$phases" ;;
+  rm -f "$phases"
+  chart bench/embed-peer.svg --table bench/embed-peer.tsv --x config --y examples_per_s \
+    --series system --kind bar --ylabel "examples/s" \
+    --title "Embedding: examples/s, torusrec output modes and TorchRec"
+  chart bench/embed-runs.svg "$OUT"/peer-ours-2-1-rowwise_adagrad-{rows,pooled,auto}.jsonl \
+    --label rows --label pooled --label auto --title "Embedding runs at 2x1 (rowwise Adagrad)" ;;
 esac
 done
+if ((${#charts[@]} > 0)); then
+  {
+    echo "## Charts"
+    echo
+    for c in "${charts[@]}"; do echo "![${c#bench/}](${c#bench/})"; echo; done
+    echo "The charts' data: bench/embed-*.tsv (drawn by \`torusrec plot --table\`)."
+  } >> "$table"
+fi
 cat "$table"

@@ -53,6 +53,25 @@ pub enum Command {
     /// Check the communicator: collectives with answers known from rank and size,
     /// and each rank's torus coordinates and neighbours.
     Selftest(SelftestArgs),
+    /// Draw SVG charts of training runs or of a benchmark table (one process, no MPI).
+    ///
+    /// Runs: `torusrec plot a.jsonl b.jsonl --out run.svg` reads metrics files written by
+    /// `als --metrics` (lines with "epoch") or `embed --metrics` (lines with "step"; all
+    /// files of one kind) and draws one panel each for the loss, the quality (Recall@20
+    /// for als, eval AUC for embed, when present) and the throughput (edges/s, examples/s)
+    /// against the epoch or step, one series per file (legend: the file's stem, or
+    /// --label).
+    ///
+    /// Table: `torusrec plot --table t.tsv --x P --y seconds --series variant --out t.svg`
+    /// reads a table with a header row (tab-separated, or comma-separated for .csv; lines
+    /// starting with # are skipped) and draws --y against --x, one series per distinct
+    /// value of --series: lines when x is numeric, else grouped bars (--kind). Cells that
+    /// are empty, "-" or "n/a" are left out; --where COL=VALUE keeps matching rows only.
+    ///
+    /// Output: SVG only (no fonts embedded; text is drawn by the viewer). An existing
+    /// --out is refused without --force.
+    #[command(verbatim_doc_comment)]
+    Plot(PlotArgs),
 }
 
 /// `torusrec selftest`.
@@ -323,6 +342,65 @@ pub struct GenerateWebgraphArgs {
     #[arg(long, value_name = "D.h5")]
     pub out: PathBuf,
     /// Overwrite an existing output.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// `plot --kind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ChartKind {
+    /// Lines when every x value is a number, else bars.
+    Auto,
+    Line,
+    Bar,
+}
+
+/// `torusrec plot` (the help text is on `Command::Plot`).
+#[derive(Debug, Args, Clone)]
+pub struct PlotArgs {
+    /// Metrics files (JSON lines) of `als --metrics` or `embed --metrics`.
+    #[arg(value_name = "RUN.jsonl", conflicts_with = "table")]
+    pub runs: Vec<PathBuf>,
+    /// A series label per run file, in order (default: the file's stem).
+    #[arg(long, value_name = "NAME")]
+    pub label: Vec<String>,
+    /// Plot a table (TSV, or CSV for .csv) instead of runs.
+    #[arg(long, value_name = "T.tsv")]
+    pub table: Option<PathBuf>,
+    /// Table mode: the column on the x axis.
+    #[arg(long, value_name = "COL", requires = "table")]
+    pub x: Option<String>,
+    /// Table mode: the column on the y axis (numbers).
+    #[arg(long, value_name = "COL", requires = "table")]
+    pub y: Option<String>,
+    /// Table mode: one series (colour) per distinct value of this column.
+    #[arg(long, value_name = "COL", requires = "table")]
+    pub series: Option<String>,
+    /// Table mode: keep only rows whose COL equals VALUE (repeatable; all must hold).
+    #[arg(long = "where", value_name = "COL=VALUE", requires = "table")]
+    pub filter: Vec<String>,
+    /// Table mode: line or bar chart.
+    #[arg(long, value_enum, default_value_t = ChartKind::Auto, requires = "table")]
+    pub kind: ChartKind,
+    /// Logarithmic y axis (values <= 0 are left out).
+    #[arg(long)]
+    pub log_y: bool,
+    /// Chart title (runs: above the first panel).
+    #[arg(long)]
+    pub title: Option<String>,
+    /// Table mode: the y axis title (default: the --y column).
+    #[arg(long, value_name = "TEXT", requires = "table")]
+    pub ylabel: Option<String>,
+    /// Width of the picture in pixels.
+    #[arg(long, default_value_t = 800)]
+    pub width: u32,
+    /// Height of one panel (runs) or of the chart (table) in pixels.
+    #[arg(long, default_value_t = 300)]
+    pub height: u32,
+    /// Output picture (.svg).
+    #[arg(long, value_name = "FILE.svg")]
+    pub out: PathBuf,
+    /// Overwrite an existing --out.
     #[arg(long)]
     pub force: bool,
 }

@@ -89,6 +89,20 @@ fn real_main() -> i32 {
             return code;
         }
     };
+    // Drawing charts is one process's work: no MPI, no torus. Under a launcher, the
+    // first rank draws and the others exit at once.
+    if let torusrec::cli::Command::Plot(args) = &cli.command {
+        if launcher_rank() != 0 {
+            return exit::OK;
+        }
+        return match torusrec::app::plot::run(args) {
+            Ok(()) => exit::OK,
+            Err(e) => {
+                eprintln!("torusrec: {}", error_chain(&e));
+                e.exit_code()
+            }
+        };
+    }
     let world = match MpiWorld::init() {
         Ok(w) => w,
         Err(e) => {

@@ -6,6 +6,7 @@ pub mod als;
 pub mod embed;
 pub mod inspect;
 pub mod output;
+pub mod plot;
 pub mod prepare;
 
 use crate::cli::{Command, GenerateCommand};
@@ -34,6 +35,13 @@ pub fn run<C: Comm>(
         Command::Als(args) => als::global_run(comm, args, preempt).map(|_| ()),
         Command::Embed(args) => embed::global_run(comm, args, preempt).map(|_| ()),
         Command::Plan(args) => embed::global_plan(comm, args),
+        // One process's work (main runs it before MPI starts); under a launcher, rank 0
+        // draws and every rank returns its result.
+        Command::Plot(args) => comm.agree(if comm.rank() == 0 {
+            plot::run(args)
+        } else {
+            Ok(())
+        }),
         Command::Inspect(args) => inspect::global_run(comm, &args.path).map(|_| ()),
         Command::Selftest(args) => {
             let lines = crate::comm::selftest::global_selftest(comm)?;
