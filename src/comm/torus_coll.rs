@@ -8,8 +8,9 @@
 //!   `n`). Each chunk is reduced in a fixed order (its ring position order) and then
 //!   copied, so every rank ends with the same bits, and the same shape gives the same
 //!   bits on every run.
-//! - **All-gather**: per dimension in turn, a ring: every step forwards the blocks
-//!   received in the previous step to the `+` neighbour.
+//! - **All-gather**: per dimension in turn, a bidirectional ring: every block's first
+//!   half is forwarded around the ring in the `+` direction, its second half in the
+//!   `-` direction, each step passing on what arrived in the previous one.
 //! - **All-to-all-v**: dimension-ordered routing: messages travel along dimension 0
 //!   until their coordinate matches the destination's, then along dimension 1, ...;
 //!   each hop goes the shorter way around the ring (ties: `+`). A rank forwards what
@@ -190,7 +191,7 @@ pub fn record_routed_links<C: Comm + ?Sized>(comm: &C, send_counts: &[usize], si
 }
 
 /// For MPI's all-gather-v: the payload bytes the torus ring algorithm would put on
-/// this rank's `+d` links (`counts` elements of `size` bytes per rank).
+/// this rank's `+d` and `-d` links (`counts` elements of `size` bytes per rank).
 pub fn record_all_gather_links<C: Comm + ?Sized>(comm: &C, counts: &[usize], size: usize) {
     let t = comm.torus();
     let dims = &t.dims;
@@ -199,20 +200,28 @@ pub fn record_all_gather_links<C: Comm + ?Sized>(comm: &C, counts: &[usize], siz
         if n < 2 {
             continue;
         }
-        let mut bytes = 0u64;
-        for s in 0..n - 1 {
-            // At step s this rank forwards the blocks held by its ring predecessor at
-            // distance s before dimension d: ranks equal to it in dimensions >= d.
-            let mut from = t.coords.clone();
-            from[d] = (from[d] + n - s) % n;
-            for (r, &c) in counts.iter().enumerate() {
-                let rc = super::torus::rank_to_coords(dims, r);
-                if (d..dims.len()).all(|k| rc[k] == from[k]) {
-                    bytes += (c * size) as u64;
+        // The + ring carries each block's first half, the - ring its second half.
+        for (up, part) in [(true, 0usize), (false, 1)] {
+            let mut bytes = 0u64;
+            for s in 0..n - 1 {
+                // At step s this rank forwards the halves held by its ring predecessor
+                // at distance s before dimension d: ranks equal to it in dims >= d.
+                let mut from = t.coords.clone();
+                from[d] = if up {
+                    (from[d] + n - s) % n
+                } else {
+                    (from[d] + s) % n
+                };
+                for (r, &c) in counts.iter().enumerate() {
+                    let rc = super::torus::rank_to_coords(dims, r);
+                    if (d..dims.len()).all(|k| rc[k] == from[k]) {
+                        let h = if part == 0 { c / 2 } else { c - c / 2 };
+                        bytes += (h * size) as u64;
+                    }
                 }
             }
+            adds.push((2 * d + usize::from(!up), bytes, n as u64 - 1));
         }
-        adds.push((2 * d, bytes, n as u64 - 1));
     }
     comm.stats().record_links(&adds);
 }
@@ -294,32 +303,41 @@ pub fn all_gather_v<C: Comm + ?Sized, T: Elem>(
     let p = comm.size();
     let me = comm.rank();
     let dims = comm.torus().dims.clone();
-    let mut have: Vec<Option<Vec<T>>> = vec![None; p];
-    have[me] = Some(send.to_vec());
+    // Every block travels as two halves: the first around each ring in the `+`
+    // direction, the second in the `-` direction (a bidirectional ring).
+    let half = send.len() / 2;
+    let mut have: [Vec<Option<Vec<T>>>; 2] = [vec![None; p], vec![None; p]];
+    have[0][me] = Some(send[..half].to_vec());
+    have[1][me] = Some(send[half..].to_vec());
     for (d, &n) in dims.iter().enumerate() {
-        // Forward, n - 1 times, what arrived last (first: everything held).
-        let mut last = Packets::new();
-        for (r, b) in have.iter().enumerate() {
-            if let Some(b) = b {
-                last.push(r, r, b);
-            }
-        }
-        for _ in 0..n.saturating_sub(1) {
-            let got = last.shift(comm, d, true)?;
-            for (src, _, b) in got.iter() {
-                if src >= p || have[src].is_some() {
-                    return Err(Error::Comm(format!("torus all-gather: block {src} twice")));
+        for (side, up) in [(0usize, true), (1, false)] {
+            // Forward, n - 1 times, what arrived last (first: everything held).
+            let mut last = Packets::new();
+            for (r, b) in have[side].iter().enumerate() {
+                if let Some(b) = b {
+                    last.push(r, r, b);
                 }
-                have[src] = Some(b.to_vec());
             }
-            last = got;
+            for _ in 0..n.saturating_sub(1) {
+                let got = last.shift(comm, d, up)?;
+                for (src, _, b) in got.iter() {
+                    if src >= p || have[side][src].is_some() {
+                        return Err(Error::Comm(format!("torus all-gather: block {src} twice")));
+                    }
+                    have[side][src] = Some(b.to_vec());
+                }
+                last = got;
+            }
         }
     }
+    let [lo, hi] = have;
     let mut data = Vec::new();
     let mut counts = Vec::with_capacity(p);
-    for (r, b) in have.into_iter().enumerate() {
-        let b = b.ok_or_else(|| Error::Comm(format!("torus all-gather: no block of {r}")))?;
-        counts.push(b.len());
+    for (r, (a, b)) in lo.into_iter().zip(hi).enumerate() {
+        let missing = || Error::Comm(format!("torus all-gather: no block of {r}"));
+        let (a, b) = (a.ok_or_else(missing)?, b.ok_or_else(missing)?);
+        counts.push(a.len() + b.len());
+        data.extend(a);
         data.extend(b);
     }
     Ok((data, counts))
