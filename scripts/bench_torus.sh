@@ -33,6 +33,7 @@ table=bench/torus.md
   echo
 } > "$table"
 
+printf 'shape\top\tcollectives\tmb_per_rank\tms_per_call\n' > bench/torus.tsv
 for shape in 2x2 2x4 2x2x2; do
   np=$(( ${shape//x/*} ))
   {
@@ -43,6 +44,11 @@ for shape in 2x2 2x4 2x2x2; do
       > "$OUT/coll-$shape.log" 2>&1 || { tail -20 "$OUT/coll-$shape.log"; exit 1; }
   grep '^|' "$OUT/coll-$shape.log" >> "$table"
   echo >> "$table"
+  # Chart data: rows "| op | size | mode | ms | GB/s |" with sizes like 65.5 kB / 1.0 MB.
+  grep '^| all-' "$OUT/coll-$shape.log" | awk -F'|' -v s="$shape" '{
+      gsub(/^ +| +$/, "", $2); gsub(/^ +| +$/, "", $3); gsub(/^ +| +$/, "", $4); gsub(/ /, "", $5)
+      split($3, v, " "); mb = v[1]; if (v[2] == "kB") mb = v[1] / 1000; if (v[2] == "GB") mb = v[1] * 1000
+      printf "%s\t%s\t%s\t%s\t%s\n", s, $2, tolower($4), mb, $5 }' >> bench/torus.tsv
 done
 
 {
@@ -70,4 +76,19 @@ PY
   echo "| $c | $secs | $r20 | $links |" >> "$table"
 done
 echo >> "$table"
+charts=()
+for op in all-reduce all-to-all-v; do
+  for shape in 2x2 2x4 2x2x2; do
+    out="bench/torus-$op-$shape.svg"
+    if "$BIN" plot --force --table bench/torus.tsv --where "shape=$shape" --where "op=$op" \
+        --x mb_per_rank --y ms_per_call --series collectives --log-y \
+        --title "$op at $shape: ms per call against MB per rank" --out "$out" >&2; then
+      charts+=("$out")
+    fi
+  done
+done
+if ((${#charts[@]} > 0)); then
+  { echo "## Charts"; echo; for c in "${charts[@]}"; do echo "![${c#bench/}](${c#bench/})"; echo; done
+    echo "The charts' data: bench/torus.tsv."; echo; } >> "$table"
+fi
 cat "$table"
