@@ -337,24 +337,39 @@ pub trait Comm {
     }
 }
 
-/// Collective: every rank must call. Every phase's counters summed over ranks
-/// (calls are rank 0's; seconds are the maximum over ranks), for the end-of-run
-/// summary. Not itself counted.
-pub fn global_stats_summary<C: Comm>(comm: &C) -> Result<Vec<(String, PhaseStats)>> {
-    let mine = serde_json::to_vec(&comm.stats().snapshot())
-        .map_err(|e| Error::Comm(format!("stats: {e}")))?;
+/// Collective: every rank must call. Every rank's `value` (as JSON), in rank order,
+/// through the uncounted primitives (for summaries of the counters themselves).
+fn raw_gather_json<C: Comm, T: serde::Serialize + serde::de::DeserializeOwned>(
+    comm: &C,
+    value: &T,
+) -> Result<Vec<T>> {
+    let mine = serde_json::to_vec(value).map_err(|e| Error::Comm(format!("stats: {e}")))?;
     let counts: Vec<usize> = comm
         .raw_all_gather_u64(mine.len() as u64)
         .into_iter()
         .map(|c| c as usize)
         .collect();
     let all = comm.raw_all_gather_v(&mine, &counts)?;
-    let mut merged: Vec<(String, PhaseStats)> = Vec::new();
     let mut at = 0;
-    for (r, &c) in counts.iter().enumerate() {
-        let part: Vec<(String, PhaseStats)> = serde_json::from_slice(&all[at..at + c])
-            .map_err(|e| Error::Comm(format!("stats from rank {r}: {e}")))?;
-        at += c;
+    counts
+        .iter()
+        .enumerate()
+        .map(|(r, &c)| {
+            let part = serde_json::from_slice(&all[at..at + c])
+                .map_err(|e| Error::Comm(format!("stats from rank {r}: {e}")));
+            at += c;
+            part
+        })
+        .collect()
+}
+
+/// Collective: every rank must call. Every phase's counters summed over ranks
+/// (calls are rank 0's; seconds are the maximum over ranks), for the end-of-run
+/// summary. Not itself counted.
+pub fn global_stats_summary<C: Comm>(comm: &C) -> Result<Vec<(String, PhaseStats)>> {
+    let parts: Vec<Vec<(String, PhaseStats)>> = raw_gather_json(comm, &comm.stats().snapshot())?;
+    let mut merged: Vec<(String, PhaseStats)> = Vec::new();
+    for (r, part) in parts.into_iter().enumerate() {
         for (name, s) in part {
             match merged.iter_mut().find(|(n, _)| *n == name) {
                 Some((_, m)) => {
@@ -389,23 +404,12 @@ pub struct LinkSummary {
 /// Collective: every rank must call. Per phase, the link traffic of all ranks (for
 /// the end-of-run summary and the final metrics). Not itself counted.
 pub fn global_link_summary<C: Comm>(comm: &C) -> Result<Vec<(String, LinkSummary)>> {
-    let mine = serde_json::to_vec(&(comm.stats().links(), comm.stats().hops()))
-        .map_err(|e| Error::Comm(format!("link stats: {e}")))?;
-    let counts: Vec<usize> = comm
-        .raw_all_gather_u64(mine.len() as u64)
-        .into_iter()
-        .map(|c| c as usize)
-        .collect();
-    let all = comm.raw_all_gather_v(&mine, &counts)?;
+    #[allow(clippy::type_complexity)]
+    let parts: Vec<(Vec<(String, Links)>, Vec<(String, [u64; 2])>)> =
+        raw_gather_json(comm, &(comm.stats().links(), comm.stats().hops()))?;
     let live = 2 * comm.torus().dims.iter().filter(|&&n| n > 1).count();
     let mut out: Vec<(String, LinkSummary, f64, [u64; 2])> = Vec::new();
-    let mut at = 0;
-    for (r, &c) in counts.iter().enumerate() {
-        #[allow(clippy::type_complexity)]
-        let (links, hops): (Vec<(String, Links)>, Vec<(String, [u64; 2])>) =
-            serde_json::from_slice(&all[at..at + c])
-                .map_err(|e| Error::Comm(format!("link stats from rank {r}: {e}")))?;
-        at += c;
+    for (r, (links, hops)) in parts.into_iter().enumerate() {
         let entry = |out: &mut Vec<(String, LinkSummary, f64, [u64; 2])>, name: &str| -> usize {
             match out.iter().position(|(n, ..)| n == name) {
                 Some(i) => i,

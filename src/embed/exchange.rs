@@ -800,8 +800,7 @@ pub fn global_backward<C: Comm>(
         let _p = comm.stats().phase("backward");
         comm.all_to_all_v(&send, &send_counts)?
     };
-    let pooled_grads: Vec<Vec<f32>> = grads.tables.iter().map(|t| t.pooled.clone()).collect();
-    let from_bags = pooled::global_backward(comm, store, &pooled_grads, served)?;
+    let from_bags = pooled::global_backward(comm, store, &grads.tables, served)?;
 
     // Sum per slot over sources in rank order.
     let mine = store.owned[me].clone();
@@ -845,12 +844,15 @@ pub fn global_backward<C: Comm>(
         .zip(&widths)
         .zip(&shard_rows)
         .zip(&needs_order)
-        .map(|((((pc, bags), &w), &n), &sorted)| match bags {
-            // A pooled slot: the owner's per-source sums, summed like the rows mode's.
+        .enumerate()
+        .map(|(j, ((((pc, bags), &w), &n), &sorted))| match bags {
+            // A pooled slot: the owner's per-source sums of each source's distinct
+            // rows, summed like the rows mode's.
             Some(per_source) => {
-                let pc: Vec<(&[u32], &[f32])> = per_source
+                let pc: Vec<(&[u32], &[f32])> = served.bags[j]
                     .iter()
-                    .map(|(r, g)| (r.as_slice(), g.as_slice()))
+                    .zip(per_source)
+                    .map(|(b, g)| (b.rows.as_slice(), g.as_slice()))
                     .collect();
                 sum_slot(&pc, w, dedup, n, sorted)
             }

@@ -131,16 +131,7 @@ pub const PREFETCH_AHEAD: usize = 8;
 pub fn pool_bags(isa: Isa, base: &[f32], w: usize, bags: Bags, out: &mut [f32]) {
     assert!(out.len() >= bags.len() * w);
     for (e, o) in out.chunks_exact_mut(w.max(1)).take(bags.len()).enumerate() {
-        let k0 = bags.offsets[e] as usize;
-        let k1 = bags.offsets[e + 1] as usize;
-        #[cfg(target_arch = "x86_64")]
-        if isa == Isa::Avx2 {
-            for k in k0 + PREFETCH_AHEAD..(k1 + PREFETCH_AHEAD).min(bags.idx.len()) {
-                // SAFETY: the prefetch reads nothing; the row is inside `base`.
-                unsafe { avx2::prefetch(base, w, bags.row_at(k)) };
-            }
-        }
-        let _ = (k0, k1);
+        prefetch_ahead(isa, base, w, bags, e);
         pool(isa, base, w, bags.bag(e), o);
     }
 }
@@ -150,17 +141,18 @@ pub fn pool_bags(isa: Isa, base: &[f32], w: usize, bags: Bags, out: &mut [f32]) 
 pub fn scatter_bags(isa: Isa, g: &[f32], w: usize, bags: Bags, acc: &mut [f32]) {
     assert!(g.len() >= bags.len() * w);
     for e in 0..bags.len() {
-        let k0 = bags.offsets[e] as usize;
-        let k1 = bags.offsets[e + 1] as usize;
-        #[cfg(target_arch = "x86_64")]
-        if isa == Isa::Avx2 {
-            for k in k0 + PREFETCH_AHEAD..(k1 + PREFETCH_AHEAD).min(bags.idx.len()) {
-                // SAFETY: the prefetch reads nothing; the row is inside `acc`.
-                unsafe { avx2::prefetch(acc, w, bags.row_at(k)) };
-            }
-        }
-        let _ = (k0, k1);
+        prefetch_ahead(isa, acc, w, bags, e);
         scatter(isa, &g[e * w..(e + 1) * w], w, bags.bag(e), acc);
+    }
+}
+
+/// Prefetch the rows of the occurrences [`PREFETCH_AHEAD`] past those of example `e`
+/// (whatever example they belong to), if the CPU has the instruction.
+#[inline(always)]
+fn prefetch_ahead(isa: Isa, base: &[f32], w: usize, bags: Bags, e: usize) {
+    let (k0, k1) = (bags.offsets[e] as usize, bags.offsets[e + 1] as usize);
+    for k in k0 + PREFETCH_AHEAD..(k1 + PREFETCH_AHEAD).min(bags.idx.len()) {
+        prefetch_row(isa, base, w, bags.row_at(k));
     }
 }
 

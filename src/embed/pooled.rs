@@ -19,9 +19,9 @@
 use rayon::prelude::*;
 
 use super::clicks::Batch;
-use super::exchange::{is_pooled_table, protocol_violation, ExchangeCounts};
+use super::exchange::{is_pooled_table, protocol_violation, ExchangeCounts, TableGrad};
 use super::kernels::{pool_bags, scatter_bags, Bags, Isa};
-use super::placement::{OutputMode, Placement};
+use super::placement::Placement;
 use super::tables::Store;
 use crate::comm::Comm;
 use crate::Result;
@@ -70,7 +70,7 @@ fn take<'a>(msg: &mut &'a [u32], k: usize, q: usize, s: usize) -> &'a [u32] {
 
 /// Whether slot `s` is served in the pooled mode.
 pub fn is_pooled(store: &Store, s: usize) -> bool {
-    store.plan.mode(store.slots[s].table) == OutputMode::Pooled
+    is_pooled_table(store, store.slots[s].table)
 }
 
 /// Per slot of a pooled table, this source's bags: `ids[t]` are table `t`'s ids in
@@ -310,19 +310,18 @@ pub fn global_forward<C: Comm>(
 /// Collective: every rank must call. The pooled tables' backward: sends every
 /// pooled slot's owner the batch's pooled gradients (`grads[t]`, `n x dim`, already
 /// scaled for mean pooling) and returns, per slot this rank owns (the order of
-/// `store.owned[me]`; `None` for `rows` slots), per source rank, the source's
-/// distinct local rows and their summed gradients.
-#[allow(clippy::type_complexity)]
+/// `store.owned[me]`; `None` for `rows` slots), per source rank, the summed
+/// gradients of the source's distinct rows (`served.bags[j][q].rows`, in that order).
 pub fn global_backward<C: Comm>(
     comm: &C,
     store: &Store,
-    grads: &[Vec<f32>],
+    grads: &[TableGrad],
     served: &Served,
-) -> Result<Vec<Option<Vec<(Vec<u32>, Vec<f32>)>>>> {
+) -> Result<Vec<Option<Vec<Vec<f32>>>>> {
     let p = comm.size();
     let me = comm.rank();
     let nt = store.spec.tables.len();
-    let mut out: Vec<Option<Vec<(Vec<u32>, Vec<f32>)>>> = vec![None; store.owned[me].len()];
+    let mut out: Vec<Option<Vec<Vec<f32>>>> = vec![None; store.owned[me].len()];
     let any = (0..nt).any(|t| is_pooled_table(store, t));
     if !any {
         return Ok(out);
@@ -335,7 +334,7 @@ pub fn global_backward<C: Comm>(
         for &s in owned.iter().filter(|&&s| is_pooled(store, s)) {
             let sh = &store.slots[s];
             let dim = store.spec.tables[sh.table].dim;
-            for g in grads[sh.table].chunks_exact(dim.max(1)) {
+            for g in grads[sh.table].pooled.chunks_exact(dim.max(1)) {
                 send.extend_from_slice(&g[sh.cols.clone()]);
             }
         }
@@ -368,7 +367,7 @@ pub fn global_backward<C: Comm>(
             ));
         }
     }
-    let sums: Vec<(usize, Vec<(Vec<u32>, Vec<f32>)>)> = mine
+    let sums: Vec<(usize, Vec<Vec<f32>>)> = mine
         .par_iter()
         .map(|&j| {
             let w = store.slots[store.owned[me][j]].width();
@@ -378,7 +377,7 @@ pub fn global_backward<C: Comm>(
                 .map(|(sb, g)| {
                     let mut acc = vec![0.0f32; sb.rows.len() * w];
                     scatter_bags(isa, g, w, sb.bags(false), &mut acc);
-                    (sb.rows.clone(), acc)
+                    acc
                 })
                 .collect();
             (j, per_source)

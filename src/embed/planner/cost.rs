@@ -119,7 +119,24 @@ pub(super) struct Ctx<'a> {
     model: &'a CostModel,
 }
 
-impl Ctx<'_> {
+impl<'a> Ctx<'a> {
+    fn new(
+        spec: &'a ModelSpec,
+        stats: &'a BatchStats,
+        world: usize,
+        state: u64,
+        model: &'a CostModel,
+    ) -> Self {
+        Ctx {
+            spec,
+            stats: &stats.tables,
+            world,
+            batch_per_rank: stats.batch_per_rank as f64,
+            state,
+            model,
+        }
+    }
+
     pub(super) fn n_tables(&self) -> usize {
         self.spec.tables.len()
     }
@@ -330,14 +347,7 @@ pub fn evaluate(
 ) -> PlanReport {
     assert_eq!(stats.tables.len(), spec.tables.len(), "stats per table");
     assert_eq!(plan.tables.len(), spec.tables.len(), "placements per table");
-    let ctx = Ctx {
-        spec,
-        stats: &stats.tables,
-        world: plan.world,
-        batch_per_rank: stats.batch_per_rank as f64,
-        state: state_per_row,
-        model,
-    };
+    let ctx = Ctx::new(spec, stats, plan.world, state_per_row, model);
     report(&ctx, plan)
 }
 
@@ -353,14 +363,7 @@ pub fn mode_costs(
     state_per_row: u64,
 ) -> Vec<ModeCosts> {
     assert_eq!(stats.tables.len(), spec.tables.len(), "stats per table");
-    let ctx = Ctx {
-        spec,
-        stats: &stats.tables,
-        world: plan.world,
-        batch_per_rank: stats.batch_per_rank as f64,
-        state: state_per_row,
-        model,
-    };
+    let ctx = Ctx::new(spec, stats, plan.world, state_per_row, model);
     ctx.all_mode_costs(&plan.tables)
 }
 
@@ -408,14 +411,7 @@ pub(super) fn check_inputs<'a>(
     {
         return bad(format!("cost model constants out of range: {m:?}"));
     }
-    let ctx = Ctx {
-        spec,
-        stats: &stats.tables,
-        world: opts.world,
-        batch_per_rank: stats.batch_per_rank as f64,
-        state: opts.state_per_row,
-        model: &opts.model,
-    };
+    let ctx = Ctx::new(spec, stats, opts.world, opts.state_per_row, &opts.model);
     let total: u128 = (0..ctx.n_tables())
         .map(|t| ctx.table_bytes(t) as u128)
         .sum();
