@@ -72,6 +72,121 @@ pub enum Command {
     /// --out is refused without --force.
     #[command(verbatim_doc_comment)]
     Plot(PlotArgs),
+    /// Project iALS onto TPU-like tori: per-link bytes of every phase (exact from a
+    /// prepared dataset, or expected under the WebGraph generator's degree model),
+    /// time per epoch split into compute and communication, and memory per chip, for
+    /// a range of torus shapes of a chip preset (v3, v4, v5e) or of this machine.
+    /// `project measure` (under mpirun) calibrates this machine and checks the
+    /// projection against a measured run.
+    #[command(subcommand)]
+    Project(ProjectCommand),
+}
+
+/// `torusrec project ...`.
+#[derive(Debug, Subcommand)]
+pub enum ProjectCommand {
+    /// Project iALS epochs onto torus shapes (one process does the work).
+    Als(ProjectAlsArgs),
+    /// Under mpirun at the shape to measure: fit this machine's link latency and
+    /// bandwidth, its matrix-multiply peak and iALS solve rate; train a few epochs with
+    /// the torus collectives and compare every rank's per-link bytes and messages, and
+    /// the communication seconds, with the projection of the same run. Writes the
+    /// calibration (JSON) that `project als --calibration` reads. Exit 1 if the
+    /// projected link bytes differ from the measured ones.
+    Measure(ProjectMeasureArgs),
+}
+
+#[derive(Debug, Args, Clone)]
+#[command(group(clap::ArgGroup::new("workload").required(true).args(["data", "webgraph"])))]
+pub struct ProjectAlsArgs {
+    /// A prepared dataset: exact per-link bytes from its training arcs.
+    #[arg(long, value_name = "D.h5")]
+    pub data: Option<PathBuf>,
+    /// A WebGraph preset (in-dense, in-sparse, de-dense, de-sparse, dense, sparse):
+    /// expected bytes under the generator's degree model.
+    #[arg(long, value_name = "PRESET")]
+    pub webgraph: Option<String>,
+    /// Scale of the preset's sizes.
+    #[arg(long, default_value_t = 1.0, requires = "webgraph")]
+    pub scale: f64,
+    /// The generator's seed (as `generate webgraph --seed`).
+    #[arg(long, default_value_t = 42, requires = "webgraph")]
+    pub seed: u64,
+    /// Chip preset (v3, v4, v5e) or `here` (this machine, from --calibration).
+    #[arg(long, default_value = "v3")]
+    pub chip: String,
+    /// Calibration from `project measure`: the solve rate (scaled by the chip's peak)
+    /// and, for --chip here, the link parameters. Without it, no compute time.
+    #[arg(long, value_name = "C.json")]
+    pub calibration: Option<PathBuf>,
+    /// Torus shapes, comma-separated (e.g. 4x4,8x8,8x16). Default: from 2x2 (2x2x1)
+    /// doubling up to the chip's pod.
+    #[arg(long, value_name = "AxB,...")]
+    pub shapes: Option<String>,
+    #[arg(long, default_value_t = 128)]
+    pub dim: usize,
+    #[arg(long, value_enum, default_value_t = crate::bf16::TableDtype::F32)]
+    pub table_dtype: crate::bf16::TableDtype,
+    /// Exchange schemes to project (dedup: ours; allgather: ALX's).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "dedup,allgather"
+    )]
+    pub exchange: Vec<crate::als::ExchangeKind>,
+    #[arg(long, default_value_t = 3)]
+    pub cg_steps: usize,
+    /// As `als --step-nnz` (one agreement per step).
+    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
+    pub step_nnz: u64,
+    /// Override the chip's peak (TFLOP/s).
+    #[arg(long, value_name = "X")]
+    pub peak_tflops: Option<f64>,
+    /// Override the chip's memory (GiB).
+    #[arg(long, value_name = "X")]
+    pub memory_gib: Option<f64>,
+    /// Override the chip's memory bandwidth (GB/s), which bounds the solve's row
+    /// gathers.
+    #[arg(long, value_name = "X")]
+    pub memory_gbs: Option<f64>,
+    /// Override the one-way bandwidth of a link (GB/s).
+    #[arg(long, value_name = "X")]
+    pub link_gbs: Option<f64>,
+    /// Override the latency of a message on a link (microseconds).
+    #[arg(long, value_name = "X")]
+    pub link_latency_us: Option<f64>,
+    /// Also write the table as TSV (for `torusrec plot --table`).
+    #[arg(long, value_name = "T.tsv")]
+    pub tsv: Option<PathBuf>,
+    /// Overwrite an existing --tsv.
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct ProjectMeasureArgs {
+    /// A prepared dataset to train on.
+    #[arg(long, value_name = "D.h5")]
+    pub data: PathBuf,
+    #[arg(long, default_value_t = 64)]
+    pub dim: usize,
+    /// Epochs measured (after the set-up).
+    #[arg(long, default_value_t = 2)]
+    pub epochs: usize,
+    #[arg(long, default_value_t = 3)]
+    pub cg_steps: usize,
+    #[arg(long, value_enum, default_value_t = crate::als::ExchangeKind::Dedup)]
+    pub exchange: crate::als::ExchangeKind,
+    /// Rayon threads per rank (default: the cores divided by the ranks on the node).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Write the calibration here (JSON).
+    #[arg(long, value_name = "C.json")]
+    pub out: PathBuf,
+    /// Overwrite an existing --out.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// `torusrec selftest`.

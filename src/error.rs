@@ -60,6 +60,11 @@ pub enum Error {
         source: hdf5::Error,
     },
 
+    /// A self-check that failed: what was computed disagrees with what was measured
+    /// (exit 1).
+    #[error("check failed: {0}")]
+    Check(String),
+
     /// Communication failure or a collective used wrongly (exit 1).
     #[error("communicator: {0}")]
     Comm(String),
@@ -99,9 +104,11 @@ impl Error {
             | Error::Input { .. }
             | Error::Layout { .. }
             | Error::OutputExists(_) => exit::USAGE,
-            Error::Io { .. } | Error::Hdf5 { .. } | Error::Comm(_) | Error::Interrupted(_) => {
-                exit::OTHER
-            }
+            Error::Io { .. }
+            | Error::Hdf5 { .. }
+            | Error::Comm(_)
+            | Error::Check(_)
+            | Error::Interrupted(_) => exit::OTHER,
             Error::Hold(_) | Error::Corrupt(_) => exit::HOLD,
             Error::Preempted(_) => exit::PREEMPTED,
             Error::Remote { code, .. } => *code,

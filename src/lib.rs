@@ -17,6 +17,7 @@ pub mod error;
 pub mod h5;
 pub mod metrics;
 pub mod panic_guard;
+pub mod project;
 pub mod rng;
 
 pub use error::{Error, Result};

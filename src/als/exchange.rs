@@ -19,10 +19,10 @@ use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 
 /// The most a rank sends in one round of a dedup fetch (split over the other ranks).
-/// Tests lower it with `TORUSREC_FETCH_ROUND_BYTES` to exercise many rounds.
+/// Tests lower it with `TORUSREC_FETCH_ROUND_BYTES` to exercise many rounds ([`round_bytes`]).
 pub const FETCH_ROUND_BYTES: usize = 128 << 20;
 
-fn round_bytes() -> usize {
+pub fn round_bytes() -> usize {
     std::env::var("TORUSREC_FETCH_ROUND_BYTES")
         .ok()
         .and_then(|v| v.parse::<usize>().ok())

@@ -8,6 +8,7 @@ pub mod inspect;
 pub mod output;
 pub mod plot;
 pub mod prepare;
+pub mod project;
 
 use crate::cli::{Command, GenerateCommand};
 use crate::comm::Comm;
@@ -42,6 +43,7 @@ pub fn run<C: Comm>(
         } else {
             Ok(())
         }),
+        Command::Project(c) => project::global_run(comm, c, preempt),
         Command::Inspect(args) => inspect::global_run(comm, &args.path).map(|_| ()),
         Command::Selftest(args) => {
             let lines = crate::comm::selftest::global_selftest(comm)?;

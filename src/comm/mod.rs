@@ -20,7 +20,7 @@ mod torus;
 pub mod torus_coll;
 
 pub use stats::{link_name, CommStats, LinkStats, Links, PhaseGuard, PhaseStats, MAX_DIMS};
-pub use torus::{dims_create, parse_torus, Torus};
+pub use torus::{coords_to_rank, dims_create, parse_torus, rank_to_coords, Torus};
 pub use torus_coll::Collectives;
 
 use crate::error::{Error, Result};
@@ -160,6 +160,16 @@ pub trait Comm {
     /// way sent here (lengths may differ between ranks).
     fn raw_shift<T: Elem>(&self, dim: usize, up: bool, send: &[T]) -> Result<Vec<T>>;
 
+    /// The start of a counted collective's time. With [`CommStats::set_sync_timing`],
+    /// after an uncounted barrier, so that a rank's wait for slower ones is not
+    /// counted as communication (for `project measure`).
+    fn timer_start(&self) -> Instant {
+        if self.stats().sync_timing() {
+            self.raw_barrier();
+        }
+        Instant::now()
+    }
+
     /// Whether the counted collectives run on neighbour exchanges.
     fn on_torus(&self) -> bool {
         self.size() > 1 && self.stats().collectives() == Collectives::Torus
@@ -169,7 +179,7 @@ pub trait Comm {
 
     /// Collective: every rank must call. Waits for all ranks.
     fn barrier(&self) {
-        let t = Instant::now();
+        let t = self.timer_start();
         self.raw_barrier();
         self.stats().record(0, 0, t.elapsed());
     }
@@ -177,7 +187,7 @@ pub trait Comm {
     /// Collective: every rank must call with a buffer of the same length.
     /// Element-wise sum over ranks, in place.
     fn all_reduce_sum<T: Summable>(&self, buf: &mut [T]) {
-        let t = Instant::now();
+        let t = self.timer_start();
         if self.on_torus() {
             // A failed neighbour exchange is a broken job, not an input error.
             torus_coll::all_reduce_sum(self, buf).expect("torus all-reduce");
@@ -197,7 +207,7 @@ pub trait Comm {
 
     /// Collective: every rank must call. The maximum of `value` over ranks.
     fn all_reduce_max(&self, value: u64) -> u64 {
-        let t = Instant::now();
+        let t = self.timer_start();
         let v = if self.on_torus() {
             torus_coll::all_reduce_max_u64(self, value).expect("torus all-reduce max")
         } else {
@@ -229,7 +239,7 @@ pub trait Comm {
                 counts: send_counts.to_vec(),
             });
         }
-        let t = Instant::now();
+        let t = self.timer_start();
         let (data, recv_counts) = if self.on_torus() {
             torus_coll::all_to_all_v(self, send, send_counts)?
         } else {
@@ -264,7 +274,7 @@ pub trait Comm {
     /// Collective: every rank must call. Concatenation, in rank order, of every
     /// rank's `send` (which may be empty); the counts are gathered first.
     fn all_gather_v<T: Elem>(&self, send: &[T]) -> Result<Received<T>> {
-        let t = Instant::now();
+        let t = self.timer_start();
         let (data, counts) = if self.on_torus() {
             torus_coll::all_gather_v(self, send)?
         } else {
@@ -289,7 +299,7 @@ pub trait Comm {
     /// Collective: every rank must call. Rank `root`'s `buf` is copied into every
     /// rank's `buf` (all must have the same length).
     fn broadcast<T: Elem>(&self, root: usize, buf: &mut [T]) -> Result<()> {
-        let t = Instant::now();
+        let t = self.timer_start();
         self.raw_broadcast(root, buf)?;
         let (s, r) = match (self.size(), self.rank() == root) {
             (1, _) => (0, 0),
@@ -339,7 +349,7 @@ pub trait Comm {
 
 /// Collective: every rank must call. Every rank's `value` (as JSON), in rank order,
 /// through the uncounted primitives (for summaries of the counters themselves).
-fn raw_gather_json<C: Comm, T: serde::Serialize + serde::de::DeserializeOwned>(
+pub fn raw_gather_json<C: Comm, T: serde::Serialize + serde::de::DeserializeOwned>(
     comm: &C,
     value: &T,
 ) -> Result<Vec<T>> {

@@ -53,6 +53,7 @@ struct Inner {
     /// dimension-ordered routing, and those bytes.
     hops: Vec<(&'static str, [u64; 2])>,
     collectives: super::torus_coll::Collectives,
+    sync_timing: bool,
 }
 
 /// Counters of one rank, grouped by the phase that was current at each call.
@@ -70,6 +71,7 @@ impl Default for CommStats {
                 links: Vec::new(),
                 hops: Vec::new(),
                 collectives: Default::default(),
+                sync_timing: false,
             }),
         }
     }
@@ -128,6 +130,17 @@ impl CommStats {
     /// Choose the collectives' algorithms (every rank must choose the same).
     pub fn set_collectives(&self, c: super::torus_coll::Collectives) {
         self.inner.borrow_mut().collectives = c;
+    }
+
+    /// Whether counted collectives start their clock after a barrier.
+    pub fn sync_timing(&self) -> bool {
+        self.inner.borrow().sync_timing
+    }
+
+    /// Start every counted collective's clock after an (uncounted) barrier, so that
+    /// its seconds are communication, not waiting for slower ranks.
+    pub fn set_sync_timing(&self, on: bool) {
+        self.inner.borrow_mut().sync_timing = on;
     }
 
     /// Add one message of `bytes` on link (`dim`, `up`) to the current phase.

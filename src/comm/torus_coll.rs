@@ -55,7 +55,7 @@ fn shift<C: Comm + ?Sized, T: Elem>(comm: &C, dim: usize, up: bool, data: &[T]) 
 }
 
 /// Chunk `i` of `n` of a buffer of `len` elements (contiguous, sizes differing by 1).
-fn chunk(len: usize, n: usize, i: usize) -> std::ops::Range<usize> {
+pub fn chunk(len: usize, n: usize, i: usize) -> std::ops::Range<usize> {
     let (q, r) = (len / n, len % n);
     let start = i * q + i.min(r);
     start..start + q + usize::from(i < r)

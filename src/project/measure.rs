@@ -1,0 +1,305 @@
+//! `project measure`: on this machine, at the launched torus shape, measure what the
+//! projection needs (link latency and bandwidth, the solve's FLOP rate, one rank's
+//! matrix-multiply peak) and check the projection against a real run: train iALS
+//! with the torus collectives and compare every rank's per-link bytes and messages
+//! with the projected ones, and the measured communication seconds with the projected.
+
+use super::als::{AlsModel, AlsParams, EpochProjection};
+use super::chip::Calibration;
+use super::traffic::Traffic;
+use crate::als::train::Trainer;
+use crate::als::AlsConfig;
+use crate::ckpt::signals::Preemption;
+use crate::comm::{raw_gather_json, Collectives, Comm, Links};
+use crate::data::dataset::{check_indptr, dataset_len, open_h5, read_range};
+use crate::error::{Error, Result};
+use std::path::Path;
+use std::time::Instant;
+
+/// Rank-local: the exact iALS model of a prepared dataset at `p` ranks (reads
+/// `/train` and `/train_t/indptr` whole).
+pub fn local_read_model(path: &Path, p: usize) -> Result<AlsModel> {
+    let f = open_h5(path)?;
+    let meta = crate::data::dataset::read_meta(&f, path)?;
+    let read_ip = |name: &str, rows: u64| -> Result<Vec<u64>> {
+        let ip = read_range::<u64>(&f, path, &format!("{name}/indptr"), 0, rows + 1)?;
+        let nnz = dataset_len(&f, path, &format!("{name}/indices"))?;
+        check_indptr(path, name, &ip, rows, nnz)?;
+        Ok(ip)
+    };
+    let ip = read_ip("train", meta.num_rows)?;
+    let col_ip = read_ip("train_t", meta.num_cols)?;
+    let nnz = ip[ip.len() - 1];
+    let indices = read_range::<u32>(&f, path, "train/indices", 0, nnz)?;
+    if let Some(&bad) = indices.iter().find(|&&c| c as u64 >= meta.num_cols) {
+        return Err(Error::layout(
+            path,
+            "train/indices",
+            format!("column {bad} outside 0..{}", meta.num_cols),
+        ));
+    }
+    Ok(AlsModel::from_csr(
+        &path.display().to_string(),
+        &ip,
+        &indices,
+        &col_ip,
+        p,
+    ))
+}
+
+/// Link parameters fitted to shifts along the first dimension of size > 1, each
+/// started after a barrier as the counted collectives are timed by `project measure`
+/// (so the fit sees the same scheduling as the run): the latency is the intercept and
+/// the bandwidth the slope of a least-squares line through (bytes, seconds) of
+/// messages from 8 bytes to 8 MB (the slowest rank's mean of `reps` shifts each).
+pub fn global_link_fit<C: Comm>(comm: &C, reps: usize) -> Result<(f64, f64)> {
+    let dim = match comm.torus().dims.iter().position(|&n| n > 1) {
+        Some(d) => d,
+        None => return Ok((0.0, f64::INFINITY)),
+    };
+    let sizes = [8usize, 64 << 10, 1 << 20, 4 << 20, 8 << 20];
+    let mut points = Vec::new();
+    for &bytes in &sizes {
+        let buf = vec![0u8; bytes];
+        comm.raw_shift(dim, true, &buf)?;
+        let mut total = 0.0;
+        for _ in 0..reps {
+            comm.raw_barrier();
+            let t = Instant::now();
+            comm.raw_shift(dim, true, &buf)?;
+            total += t.elapsed().as_secs_f64();
+        }
+        let s = total / reps.max(1) as f64;
+        points.push((
+            bytes as f64,
+            f64::from_bits(comm.raw_all_reduce_max_u64(s.to_bits())),
+        ));
+    }
+    let n = points.len() as f64;
+    let (mx, my) = (
+        points.iter().map(|p| p.0).sum::<f64>() / n,
+        points.iter().map(|p| p.1).sum::<f64>() / n,
+    );
+    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    let sxx: f64 = points.iter().map(|p| (p.0 - mx) * (p.0 - mx)).sum();
+    let slope = (sxy / sxx).max(1e-15);
+    let latency = (my - slope * mx).max(points[0].1.min(my));
+    Ok((latency.max(0.0), 1.0 / slope))
+}
+
+/// One rank's f32 matrix-multiply rate (FLOP/s) with `threads` threads.
+pub fn local_gemm_peak(threads: usize) -> f64 {
+    use ndarray::Array2;
+    let n = 384;
+    let a = Array2::<f32>::from_elem((n, n), 0.5);
+    let b = Array2::<f32>::from_elem((n, n), 0.25);
+    let mut c = Array2::<f32>::zeros((n, n));
+    crate::blas_single_thread();
+    let mut best = f64::INFINITY;
+    for _ in 0..5 {
+        let t = Instant::now();
+        ndarray::linalg::general_mat_mul(1.0, &a, &b, 0.0, &mut c);
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    std::hint::black_box(&c);
+    2.0 * (n * n * n) as f64 / best * threads as f64
+}
+
+/// One phase, measured against projected.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PhaseCheck {
+    pub phase: String,
+    /// Every rank's per-link bytes and messages equal the projection's.
+    pub links_equal: bool,
+    pub measured_busiest: u64,
+    pub projected_busiest: u64,
+    pub measured_mean: f64,
+    pub projected_mean: f64,
+    /// Per epoch (the plan: once).
+    pub measured_seconds: f64,
+    pub projected_seconds: f64,
+}
+
+/// What `project measure` found.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Measured {
+    pub calibration: Calibration,
+    pub epochs: usize,
+    pub checks: Vec<PhaseCheck>,
+    /// Measured and projected communication seconds per epoch (the epoch phases).
+    pub comm_seconds: f64,
+    pub projected_comm_seconds: f64,
+    pub epoch_seconds: f64,
+    pub projected_epoch_seconds: f64,
+}
+
+fn links_of(stats: &[(String, Links)], phase: &str) -> Links {
+    stats
+        .iter()
+        .find(|(n, _)| n == phase)
+        .map(|(_, l)| *l)
+        .unwrap_or_default()
+}
+
+fn seconds_of(stats: &[(String, crate::comm::PhaseStats)], phase: &str) -> f64 {
+    stats
+        .iter()
+        .find(|(n, _)| n == phase)
+        .map_or(0.0, |(_, s)| s.seconds)
+}
+
+/// Collective: every rank must call. Measures this machine at the launched shape and
+/// checks the projection of `cfg`'s run against `epochs` measured epochs (rank 0
+/// gets `Some`). The run uses the torus collectives.
+pub fn global_measure<C: Comm>(
+    comm: &C,
+    cfg: &AlsConfig,
+    threads: usize,
+    preempt: Preemption,
+) -> Result<Option<Measured>> {
+    let p = comm.size();
+    if p < 2 {
+        return comm.agree(Err(Error::Config(
+            "project measure needs at least 2 ranks (launch it with mpirun at the shape to measure)"
+                .into(),
+        )));
+    }
+    comm.agree(cfg.validate())?;
+    let keep = comm.stats().collectives();
+    comm.stats().set_collectives(Collectives::Torus);
+    comm.stats().set_sync_timing(true);
+    let result = measure_inner(comm, cfg, threads, preempt);
+    comm.stats().set_sync_timing(false);
+    comm.stats().set_collectives(keep);
+    result
+}
+
+fn measure_inner<C: Comm>(
+    comm: &C,
+    cfg: &AlsConfig,
+    threads: usize,
+    preempt: Preemption,
+) -> Result<Option<Measured>> {
+    let p = comm.size();
+    let (latency, bandwidth) = global_link_fit(comm, 20)?;
+    let peak = local_gemm_peak(threads);
+    let peak = f64::from_bits(comm.raw_all_reduce_max_u64(peak.to_bits()));
+    // The model, on rank 0 (the whole training CSR).
+    let model = comm.agree(if comm.rank() == 0 {
+        local_read_model(&cfg.data, p).map(Some)
+    } else {
+        Ok(None)
+    })?;
+    let stats0 = comm.stats().links();
+    let mut tr = Trainer::<f32>::global_new(comm, cfg, preempt.clone())?;
+    let after_setup = comm.stats().links();
+    let secs_setup = comm.stats().snapshot();
+    let mut solve = 0.0f64;
+    let t = Instant::now();
+    for _ in 0..cfg.epochs {
+        let rep = tr.global_epoch(comm, false)?;
+        solve += rep.phases.solve;
+    }
+    let epoch_seconds = t.elapsed().as_secs_f64() / cfg.epochs as f64;
+    let after = comm.stats().links();
+    let secs_after = comm.stats().snapshot();
+    let solve = f64::from_bits(comm.raw_all_reduce_max_u64(solve.to_bits())) / cfg.epochs as f64;
+    let phases = ["plan", "exchange", "gramian", "loss"];
+    // Per rank and phase: (links measured, seconds measured) over the epochs (plan:
+    // the set-up).
+    let mine: Vec<(Links, f64)> = phases
+        .iter()
+        .map(|&ph| {
+            let (a, b, sa, sb) = if ph == "plan" {
+                (&stats0, &after_setup, 0.0, seconds_of(&secs_setup, ph))
+            } else {
+                (
+                    &after_setup,
+                    &after,
+                    seconds_of(&secs_setup, ph),
+                    seconds_of(&secs_after, ph),
+                )
+            };
+            let (la, lb) = (links_of(a, ph), links_of(b, ph));
+            let mut l = Links::default();
+            for k in 0..l.len() {
+                l[k].bytes = lb[k].bytes - la[k].bytes;
+                l[k].messages = lb[k].messages - la[k].messages;
+            }
+            (l, sb - sa)
+        })
+        .collect();
+    let all: Vec<Vec<(Links, f64)>> = raw_gather_json(comm, &mine)?;
+    let Some(model) = model else {
+        return Ok(None);
+    };
+    let params = AlsParams {
+        dim: cfg.dim,
+        elem: 4,
+        exchange: cfg.exchange,
+        cg_steps: cfg.cg_steps,
+        step_nnz: cfg.step_nnz,
+        round_bytes: crate::als::exchange::round_bytes() as u64,
+    };
+    let dims = comm.torus().dims.clone();
+    let proj: EpochProjection = model.project(&dims, &params);
+    let mut checks = Vec::new();
+    let (mut comm_m, mut comm_p) = (0.0, 0.0);
+    for (i, &ph) in phases.iter().enumerate() {
+        let times = if ph == "plan" { 1 } else { cfg.epochs as u64 };
+        let projected = proj
+            .phase(ph)
+            .cloned()
+            .unwrap_or_else(|| Traffic::new(&dims))
+            .times(times);
+        let mut measured = Traffic::new(&dims);
+        let mut secs = 0.0f64;
+        for (r, per_rank) in all.iter().enumerate() {
+            measured.links[r] = per_rank[i].0;
+            secs = secs.max(per_rank[i].1);
+        }
+        let (mr, ml, mb, mm) = measured.summary();
+        let (_, _, pb, pm) = projected.summary();
+        let _ = (mr, ml);
+        let ps = projected.seconds(latency, bandwidth) / times as f64;
+        let ms = secs / times as f64;
+        if ph != "plan" {
+            comm_m += ms;
+            comm_p += ps;
+        }
+        checks.push(PhaseCheck {
+            phase: ph.to_string(),
+            links_equal: measured.links == projected.links,
+            measured_busiest: mb / times,
+            projected_busiest: pb / times,
+            measured_mean: mm / times as f64,
+            projected_mean: pm / times as f64,
+            measured_seconds: ms,
+            projected_seconds: ps,
+        });
+    }
+    let solve_flops = proj.flops / solve.max(1e-9);
+    let mem = crate::als::memory::node_memory_bytes().unwrap_or(0)
+        / crate::als::memory::ranks_on_node().max(1) as u64;
+    let calibration = Calibration {
+        shape: comm.torus().shape(),
+        link_latency: latency,
+        link_bandwidth: bandwidth,
+        solve_flops,
+        peak_flops: peak,
+        memory_bytes: mem,
+        threads,
+    };
+    let status = proj
+        .phase("status")
+        .map_or(0.0, |t| t.seconds(latency, bandwidth));
+    Ok(Some(Measured {
+        projected_epoch_seconds: proj.flops / solve_flops + comm_p + status,
+        calibration,
+        epochs: cfg.epochs,
+        checks,
+        comm_seconds: comm_m,
+        projected_comm_seconds: comm_p,
+        epoch_seconds,
+    }))
+}

@@ -1,0 +1,347 @@
+//! `torusrec project`: the projected per-link bytes and messages of every training
+//! phase equal what a run with the torus collectives counts, rank by rank and link by
+//! link (thread backend at 2x2, 2x4, 2x2x2, 4x1, 3x3; f32 and bf16; dedup in one and
+//! several rounds, and ALX's all-gather); the degree model against exact counts; the
+//! command line (tables, TSV, refusals) and `project measure` under mpirun.
+
+mod util;
+
+use std::path::{Path, PathBuf};
+use torusrec::als::model::TableScalar;
+use torusrec::als::train::Trainer;
+use torusrec::als::{AlsConfig, ExchangeKind, SolverKind};
+use torusrec::app::prepare::{global_run as prepare, PrepareConfig, Source};
+use torusrec::bf16::{Bf16, TableDtype};
+use torusrec::ckpt::signals::Preemption;
+use torusrec::comm::single::SingleComm;
+use torusrec::comm::threads::run_on;
+use torusrec::comm::{Collectives, Comm, Links};
+use torusrec::data::webgraph_gen::WebGraphSpec;
+use torusrec::project::als::{AlsModel, AlsParams, DegreeSample};
+use torusrec::project::measure::local_read_model;
+use util::TestCommand;
+
+fn make_dataset(dir: &Path, nodes: u64, arcs: u64, seed: u64) -> PathBuf {
+    let out = dir.join(format!("g{nodes}_{arcs}_{seed}.h5"));
+    let cfg = PrepareConfig {
+        source: Source::Synthetic {
+            preset: "test".into(),
+            scale: 1.0,
+            spec: WebGraphSpec::new(nodes, arcs).unwrap(),
+        },
+        min_links: 0,
+        seed,
+        out: out.clone(),
+        force: false,
+    };
+    prepare(&SingleComm::new(), &cfg).unwrap();
+    out
+}
+
+fn config(data: &Path, dim: usize, exchange: ExchangeKind, dtype: TableDtype) -> AlsConfig {
+    AlsConfig {
+        data: data.to_path_buf(),
+        dim,
+        epochs: 2,
+        reg: 0.05,
+        unobserved_weight: 0.05,
+        solver: SolverKind::Cg,
+        cg_steps: 2,
+        exchange,
+        eval_every: 0,
+        eval_rows: torusrec::als::eval::EvalRows::All,
+        seed: 3,
+        init_std: 0.1,
+        hub_chunk: 64,
+        out: None,
+        metrics: None,
+        force: false,
+        step_nnz: 5000,
+        loss_every_half: false,
+        checkpoint: Default::default(),
+        table_dtype: dtype,
+        mem_per_rank: None,
+    }
+}
+
+const PHASES: [&str; 4] = ["plan", "exchange", "gramian", "loss"];
+
+fn phase_links(all: &[(String, Links)], name: &str) -> Links {
+    all.iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, l)| *l)
+        .unwrap_or_default()
+}
+
+/// Per rank: the links of each phase in PHASES (the plan over the set-up, the others
+/// over `cfg.epochs` epochs after it), from a run with the torus collectives.
+fn measured<T: TableScalar>(dims: &[usize], cfg: &AlsConfig) -> Vec<Vec<Links>> {
+    run_on(dims, |c| {
+        c.stats().set_collectives(Collectives::Torus);
+        let before = c.stats().links();
+        let mut tr = Trainer::<T>::global_new(&c, cfg, Preemption::default()).unwrap();
+        let setup = c.stats().links();
+        for _ in 0..cfg.epochs {
+            tr.global_epoch(&c, false).unwrap();
+        }
+        let after = c.stats().links();
+        PHASES
+            .iter()
+            .map(|&ph| {
+                let (a, b) = if ph == "plan" {
+                    (&before, &setup)
+                } else {
+                    (&setup, &after)
+                };
+                let (a, b) = (phase_links(a, ph), phase_links(b, ph));
+                let mut d = Links::default();
+                for k in 0..d.len() {
+                    d[k].bytes = b[k].bytes - a[k].bytes;
+                    d[k].messages = b[k].messages - a[k].messages;
+                }
+                d
+            })
+            .collect()
+    })
+}
+
+fn check_shape<T: TableScalar>(data: &Path, dims: &[usize], cfg: &AlsConfig, round_bytes: u64) {
+    let p: usize = dims.iter().product();
+    let got = measured::<T>(dims, cfg);
+    let model = local_read_model(data, p).unwrap();
+    let params = AlsParams {
+        dim: cfg.dim,
+        elem: std::mem::size_of::<T>() as u64,
+        exchange: cfg.exchange,
+        cg_steps: cfg.cg_steps,
+        step_nnz: cfg.step_nnz,
+        round_bytes,
+    };
+    let proj = model.project(dims, &params);
+    for (i, ph) in PHASES.iter().enumerate() {
+        let times = if *ph == "plan" { 1 } else { cfg.epochs as u64 };
+        let want = proj.phase(ph).unwrap().times(times);
+        let total: u64 = want.links.iter().flatten().map(|l| l.bytes).sum();
+        assert!(total > 0 || (*ph == "plan" && cfg.exchange == ExchangeKind::Allgather));
+        assert_eq!(got.len(), p);
+        for (r, (mine, want)) in got.iter().zip(&want.links).enumerate() {
+            assert_eq!(
+                mine[i],
+                *want,
+                "{dims:?} {:?} {} phase {ph}, rank {r}",
+                cfg.exchange,
+                T::DTYPE
+            );
+        }
+    }
+}
+
+#[test]
+fn projected_link_traffic_equals_the_measured_counters() {
+    let dir = util::tempdir();
+    let data = make_dataset(dir.path(), 900, 9000, 5);
+    let f32s = config(&data, 8, ExchangeKind::Dedup, TableDtype::F32);
+    let rb = torusrec::als::exchange::FETCH_ROUND_BYTES as u64;
+    for dims in [&[2usize, 2][..], &[2, 4], &[2, 2, 2], &[4, 1], &[3, 3]] {
+        check_shape::<f32>(&data, dims, &f32s, rb);
+    }
+    let bf = config(&data, 8, ExchangeKind::Dedup, TableDtype::Bf16);
+    check_shape::<Bf16>(&data, &[2, 4], &bf, rb);
+    let ag = config(&data, 8, ExchangeKind::Allgather, TableDtype::F32);
+    check_shape::<f32>(&data, &[2, 2, 2], &ag, rb);
+    // Many rounds: at most 4 KiB per rank and round.
+    std::env::set_var("TORUSREC_FETCH_ROUND_BYTES", "4096");
+    assert_eq!(torusrec::als::exchange::round_bytes(), 4096);
+    check_shape::<f32>(&data, &[2, 2], &f32s, 4096);
+    std::env::remove_var("TORUSREC_FETCH_ROUND_BYTES");
+}
+
+#[test]
+fn degree_model_is_close_to_the_exact_counts() {
+    let dir = util::tempdir();
+    let data = make_dataset(dir.path(), 40_000, 800_000, 42);
+    let spec = WebGraphSpec::new(40_000, 800_000).unwrap();
+    let sample = DegreeSample::new(&spec, 42);
+    for p in [4usize, 16] {
+        let exact = local_read_model(&data, p).unwrap();
+        let model = AlsModel::from_webgraph("m", &spec, &sample, p);
+        for half in 0..2 {
+            let off = |m: &AlsModel| -> u64 {
+                (0..p * p)
+                    .filter(|i| i / p != i % p)
+                    .map(|i| m.need[half][i])
+                    .sum()
+            };
+            let (e, m) = (off(&exact) as f64, off(&model) as f64);
+            let ratio = m / e;
+            eprintln!("P={p} half {half}: rows sent exact {e}, model {m} ({ratio:.3})");
+            assert!(
+                (0.85..=1.15).contains(&ratio),
+                "P={p} half {half}: the model's {m} rows against {e} exact"
+            );
+        }
+    }
+}
+
+#[test]
+fn project_als_prints_a_table_writes_tsv_and_refuses_bad_input() {
+    let dir = util::tempdir();
+    let data = make_dataset(dir.path(), 900, 9000, 5);
+    let tsv = dir.path().join("p.tsv");
+    let out = TestCommand::direct()
+        .args(["project", "als", "--data"])
+        .arg(&data)
+        .args([
+            "--chip",
+            "v4",
+            "--shapes",
+            "2x2x1,2x2x2",
+            "--dim",
+            "16",
+            "--tsv",
+        ])
+        .arg(&tsv)
+        .run();
+    out.expect_code(0);
+    assert!(
+        out.stdout.contains("| 2x2x2 | 8 | 16 | dedup |"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("allgather"), "{}", out.stdout);
+    assert!(out.stdout.contains("no --calibration"), "{}", out.stdout);
+    let text = std::fs::read_to_string(&tsv).unwrap();
+    assert_eq!(text.lines().count(), 1 + 2 * 2, "{text}");
+    // The TSV exists now: refused without --force.
+    let again = TestCommand::direct()
+        .args(["project", "als", "--data"])
+        .arg(&data)
+        .args(["--shapes", "2x2", "--tsv"])
+        .arg(&tsv)
+        .run();
+    again.expect_code(2);
+    assert!(again.stderr.contains("--force"), "{}", again.stderr);
+    // The degree model on a preset: ALX's sparse on v3 at 8x16 (256 cores).
+    let sparse = TestCommand::direct()
+        .args([
+            "project",
+            "als",
+            "--webgraph",
+            "sparse",
+            "--shapes",
+            "8x16",
+            "--table-dtype",
+            "bf16",
+        ])
+        .run();
+    sparse.expect_code(0);
+    assert!(
+        sparse.stdout.contains("| 8x16 | 128 | 256 | dedup |"),
+        "{}",
+        sparse.stdout
+    );
+    let bad: &[(&[&str], &str)] = &[
+        (&["--data", "/nonexistent.h5"], "nonexistent"),
+        (&["--webgraph", "huge"], "unknown webgraph preset"),
+        (&["--webgraph", "in-dense", "--chip", "v9"], "--chip"),
+        (
+            &["--webgraph", "in-dense", "--chip", "here"],
+            "--calibration",
+        ),
+        (&["--webgraph", "in-dense", "--shapes", "2xq"], "2xq"),
+        (&["--webgraph", "in-dense", "--link-gbs", "0"], "--link-gbs"),
+        (&["--webgraph", "in-dense", "--dim", "0"], "--dim"),
+        (
+            &[
+                "--webgraph",
+                "in-dense",
+                "--calibration",
+                "/nonexistent.json",
+            ],
+            "nonexistent.json",
+        ),
+    ];
+    for (args, msg) in bad {
+        let o = TestCommand::direct()
+            .args(["project", "als"])
+            .args(*args)
+            .run();
+        o.expect_code(2);
+        assert!(o.stderr.contains(msg), "{args:?}: {}", o.stderr);
+    }
+    let notcal = dir.path().join("c.json");
+    std::fs::write(&notcal, "{\"x\": 1}").unwrap();
+    let o = TestCommand::direct()
+        .args(["project", "als", "--webgraph", "in-dense", "--calibration"])
+        .arg(&notcal)
+        .run();
+    o.expect_code(2);
+    assert!(o.stderr.contains("not a calibration"), "{}", o.stderr);
+}
+
+#[test]
+fn project_measure_under_mpirun_checks_the_projection_and_calibrates() {
+    let dir = util::tempdir();
+    let data = make_dataset(dir.path(), 900, 9000, 5);
+    let cal = dir.path().join("cal.json");
+    let out = TestCommand::mpirun(4)
+        .args(["--torus", "2x2", "project", "measure", "--data"])
+        .arg(&data)
+        .args(["--dim", "8", "--epochs", "2", "--threads", "1", "--out"])
+        .arg(&cal)
+        .run();
+    out.expect_code(0);
+    for ph in [
+        "plan (once)",
+        "exchange (per epoch)",
+        "gramian (per epoch)",
+        "loss (per epoch)",
+    ] {
+        assert!(
+            out.stdout.contains(&format!("| {ph} | equal |")),
+            "{ph}: {}",
+            out.stdout
+        );
+    }
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&cal).unwrap()).unwrap();
+    assert_eq!(v["calibration"]["shape"], "2x2");
+    assert!(v["calibration"]["link_bandwidth"].as_f64().unwrap() > 0.0);
+    // The calibration drives `--chip here`.
+    let here = TestCommand::direct()
+        .args(["project", "als", "--data"])
+        .arg(&data)
+        .args([
+            "--chip",
+            "here",
+            "--shapes",
+            "2x2",
+            "--dim",
+            "8",
+            "--calibration",
+        ])
+        .arg(&cal)
+        .run();
+    here.expect_code(0);
+    assert!(
+        here.stdout.contains("this machine (2x2)"),
+        "{}",
+        here.stdout
+    );
+    // One rank cannot measure links; an existing --out needs --force.
+    let one = TestCommand::direct()
+        .args(["project", "measure", "--data"])
+        .arg(&data)
+        .arg("--out")
+        .arg(dir.path().join("c1.json"))
+        .run();
+    one.expect_code(2);
+    assert!(one.stderr.contains("at least 2 ranks"), "{}", one.stderr);
+    let again = TestCommand::mpirun(2)
+        .args(["project", "measure", "--data"])
+        .arg(&data)
+        .arg("--out")
+        .arg(&cal)
+        .run();
+    again.expect_code(2);
+}
