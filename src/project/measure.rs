@@ -6,7 +6,7 @@
 
 use super::als::{AlsModel, AlsParams, EpochProjection};
 use super::chip::Calibration;
-use super::traffic::Traffic;
+use super::traffic::{self, Traffic};
 use crate::als::train::Trainer;
 use crate::als::AlsConfig;
 use crate::ckpt::signals::Preemption;
@@ -47,44 +47,71 @@ pub fn local_read_model(path: &Path, p: usize) -> Result<AlsModel> {
     ))
 }
 
-/// Link parameters fitted to shifts along the first dimension of size > 1, each
-/// started after a barrier as the counted collectives are timed by `project measure`
-/// (so the fit sees the same scheduling as the run): the latency is the intercept and
-/// the bandwidth the slope of a least-squares line through (bytes, seconds) of
-/// messages from 8 bytes to 8 MB (the slowest rank's mean of `reps` shifts each).
+/// Link parameters fitted to the torus collectives themselves on this shape, so that
+/// they include what a hop costs here beyond the bytes (packing, copies, scheduling):
+/// all-reduces of 16 kB to 4 MB and uniform all-to-alls of 64 kB to 8 MB per rank,
+/// each started after a barrier (as `project measure` times the run), the slowest
+/// rank's mean of `reps` calls; then the least-squares `(latency, bandwidth)` of
+/// `seconds = latency x shifts + bytes / bandwidth` over those calls, with `shifts`
+/// and `bytes` the chain the traffic model computes for each call.
 pub fn global_link_fit<C: Comm>(comm: &C, reps: usize) -> Result<(f64, f64)> {
-    let dim = match comm.torus().dims.iter().position(|&n| n > 1) {
-        Some(d) => d,
-        None => return Ok((0.0, f64::INFINITY)),
-    };
-    let sizes = [8usize, 64 << 10, 1 << 20, 4 << 20, 8 << 20];
-    let mut points = Vec::new();
-    for &bytes in &sizes {
-        let buf = vec![0u8; bytes];
-        comm.raw_shift(dim, true, &buf)?;
+    let p = comm.size();
+    if p < 2 {
+        return Ok((0.0, f64::INFINITY));
+    }
+    let _phase = comm.stats().phase("calibrate");
+    let dims = comm.torus().dims.clone();
+    // (shifts, bytes of the chain, seconds) per call kind.
+    let mut points: Vec<(f64, f64, f64)> = Vec::new();
+    let time = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
+        f()?;
         let mut total = 0.0;
         for _ in 0..reps {
             comm.raw_barrier();
             let t = Instant::now();
-            comm.raw_shift(dim, true, &buf)?;
+            f()?;
             total += t.elapsed().as_secs_f64();
         }
         let s = total / reps.max(1) as f64;
-        points.push((
-            bytes as f64,
-            f64::from_bits(comm.raw_all_reduce_max_u64(s.to_bits())),
-        ));
+        Ok(f64::from_bits(comm.raw_all_reduce_max_u64(s.to_bits())))
+    };
+    for bytes in [16usize << 10, 256 << 10, 4 << 20] {
+        let mut buf = vec![1.0f32; bytes / 4];
+        let s = time(&mut || {
+            comm.all_reduce_sum(&mut buf);
+            Ok(())
+        })?;
+        let t = traffic::all_reduce(&dims, bytes / 4, 4);
+        points.push((t.serial_messages as f64, t.serial_bytes as f64, s));
     }
-    let n = points.len() as f64;
-    let (mx, my) = (
-        points.iter().map(|p| p.0).sum::<f64>() / n,
-        points.iter().map(|p| p.1).sum::<f64>() / n,
-    );
-    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
-    let sxx: f64 = points.iter().map(|p| (p.0 - mx) * (p.0 - mx)).sum();
-    let slope = (sxy / sxx).max(1e-15);
-    let latency = (my - slope * mx).max(points[0].1.min(my));
-    Ok((latency.max(0.0), 1.0 / slope))
+    for bytes in [64usize << 10, 1 << 20, 8 << 20] {
+        let per = bytes / 4 / p;
+        let send = vec![2u32; per * p];
+        let counts = vec![per; p];
+        let s = time(&mut || comm.all_to_all_v(&send, &counts).map(|_| ()))?;
+        let t = traffic::all_to_all(&dims, &|a, b| if a == b { 0 } else { 4 * per as u64 });
+        points.push((t.serial_messages as f64, t.serial_bytes as f64, s));
+    }
+    // Normal equations of s = a m + c b (a: latency, c: 1 / bandwidth).
+    let (mut mm, mut mb, mut bb, mut ms, mut bs) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    for &(m, b, s) in &points {
+        mm += m * m;
+        mb += m * b;
+        bb += b * b;
+        ms += m * s;
+        bs += b * s;
+    }
+    let det = mm * bb - mb * mb;
+    let (mut a, mut c) = ((ms * bb - bs * mb) / det, (mm * bs - mb * ms) / det);
+    if !(a.is_finite() && c.is_finite()) || a < 0.0 || c <= 0.0 {
+        // Fall back to one parameter each, through the largest and the smallest call.
+        c = points.iter().map(|&(_, b, s)| s / b.max(1.0)).fold(f64::INFINITY, f64::min);
+        a = points
+            .iter()
+            .map(|&(m, b, s)| ((s - c * b) / m.max(1.0)).max(0.0))
+            .fold(f64::INFINITY, f64::min);
+    }
+    Ok((a, 1.0 / c))
 }
 
 /// One rank's f32 matrix-multiply rate (FLOP/s) with `threads` threads.
