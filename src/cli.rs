@@ -87,6 +87,10 @@ pub enum Command {
 pub enum ProjectCommand {
     /// Project iALS epochs onto torus shapes (one process does the work).
     Als(ProjectAlsArgs),
+    /// Project steps of the sharded embedding model onto torus shapes: the planner's
+    /// placement at each chip count, the expected per-link bytes of its lookups,
+    /// backward and dense all-reduce, compute and memory per chip.
+    Embed(ProjectEmbedArgs),
     /// Under mpirun at the shape to measure: fit this machine's link latency and
     /// bandwidth, its matrix-multiply peak and iALS solve rate; train a few epochs with
     /// the torus collectives and compare every rank's per-link bytes and messages, and
@@ -94,6 +98,44 @@ pub enum ProjectCommand {
     /// calibration (JSON) that `project als --calibration` reads. Exit 1 if the
     /// projected link bytes differ from the measured ones.
     Measure(ProjectMeasureArgs),
+}
+
+/// The chip, its torus shapes and the table output, shared by `project als|embed`.
+#[derive(Debug, Args, Clone)]
+pub struct ChipArgs {
+    /// Chip preset (v3, v4, v5e) or `here` (this machine, from --calibration).
+    #[arg(long, default_value = "v3")]
+    pub chip: String,
+    /// Calibration from `project measure`: the iALS solve rate (scaled by the chip's
+    /// peak) and, for --chip here, the link parameters. Without it, `als` prints no
+    /// compute time.
+    #[arg(long, value_name = "C.json")]
+    pub calibration: Option<PathBuf>,
+    /// Torus shapes, comma-separated (e.g. 4x4,8x8,8x16). Default: from 2x2 (2x2x1)
+    /// doubling up to the chip's pod.
+    #[arg(long, value_name = "AxB,...")]
+    pub shapes: Option<String>,
+    /// Override the chip's peak (TFLOP/s).
+    #[arg(long, value_name = "X")]
+    pub peak_tflops: Option<f64>,
+    /// Override the chip's memory (GiB).
+    #[arg(long, value_name = "X")]
+    pub memory_gib: Option<f64>,
+    /// Override the chip's memory bandwidth (GB/s), which bounds the row gathers.
+    #[arg(long, value_name = "X")]
+    pub memory_gbs: Option<f64>,
+    /// Override the one-way bandwidth of a link (GB/s).
+    #[arg(long, value_name = "X")]
+    pub link_gbs: Option<f64>,
+    /// Override the latency of a message on a link (microseconds).
+    #[arg(long, value_name = "X")]
+    pub link_latency_us: Option<f64>,
+    /// Also write the table as TSV (for `torusrec plot --table`).
+    #[arg(long, value_name = "T.tsv")]
+    pub tsv: Option<PathBuf>,
+    /// Overwrite an existing --tsv.
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Debug, Args, Clone)]
@@ -112,17 +154,6 @@ pub struct ProjectAlsArgs {
     /// The generator's seed (as `generate webgraph --seed`).
     #[arg(long, default_value_t = 42, requires = "webgraph")]
     pub seed: u64,
-    /// Chip preset (v3, v4, v5e) or `here` (this machine, from --calibration).
-    #[arg(long, default_value = "v3")]
-    pub chip: String,
-    /// Calibration from `project measure`: the solve rate (scaled by the chip's peak)
-    /// and, for --chip here, the link parameters. Without it, no compute time.
-    #[arg(long, value_name = "C.json")]
-    pub calibration: Option<PathBuf>,
-    /// Torus shapes, comma-separated (e.g. 4x4,8x8,8x16). Default: from 2x2 (2x2x1)
-    /// doubling up to the chip's pod.
-    #[arg(long, value_name = "AxB,...")]
-    pub shapes: Option<String>,
     #[arg(long, default_value_t = 128)]
     pub dim: usize,
     #[arg(long, value_enum, default_value_t = crate::bf16::TableDtype::F32)]
@@ -140,28 +171,29 @@ pub struct ProjectAlsArgs {
     /// As `als --step-nnz` (one agreement per step).
     #[arg(long, value_name = "N", default_value_t = 1_000_000)]
     pub step_nnz: u64,
-    /// Override the chip's peak (TFLOP/s).
-    #[arg(long, value_name = "X")]
-    pub peak_tflops: Option<f64>,
-    /// Override the chip's memory (GiB).
-    #[arg(long, value_name = "X")]
-    pub memory_gib: Option<f64>,
-    /// Override the chip's memory bandwidth (GB/s), which bounds the solve's row
-    /// gathers.
-    #[arg(long, value_name = "X")]
-    pub memory_gbs: Option<f64>,
-    /// Override the one-way bandwidth of a link (GB/s).
-    #[arg(long, value_name = "X")]
-    pub link_gbs: Option<f64>,
-    /// Override the latency of a message on a link (microseconds).
-    #[arg(long, value_name = "X")]
-    pub link_latency_us: Option<f64>,
-    /// Also write the table as TSV (for `torusrec plot --table`).
-    #[arg(long, value_name = "T.tsv")]
-    pub tsv: Option<PathBuf>,
-    /// Overwrite an existing --tsv.
+    #[command(flatten)]
+    pub chip: ChipArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ProjectEmbedArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Examples per chip and step.
+    #[arg(long, default_value_t = 2048)]
+    pub batch: usize,
+    /// The tables' optimizer (its state per row counts in memory).
+    #[arg(long, value_enum, default_value_t = TableOptKind::RowwiseAdagrad)]
+    pub table_opt: TableOptKind,
+    /// Batch statistics from the model's analytic estimate instead of sampling the
+    /// click generator.
     #[arg(long)]
-    pub force: bool,
+    pub estimate: bool,
+    /// Seed of the click generator sampled for the statistics.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    #[command(flatten)]
+    pub chip: ChipArgs,
 }
 
 #[derive(Debug, Args, Clone)]

@@ -345,3 +345,74 @@ fn project_measure_under_mpirun_checks_the_projection_and_calibrates() {
         .run();
     again.expect_code(2);
 }
+
+#[test]
+fn project_embed_plans_every_shape_and_projects_its_step() {
+    let out = TestCommand::direct()
+        .args([
+            "project",
+            "embed",
+            "--preset",
+            "tiny",
+            "--chip",
+            "v4",
+            "--shapes",
+            "2x2x1,2x2x2",
+            "--batch",
+            "256",
+        ])
+        .run();
+    out.expect_code(0);
+    assert!(out.stdout.contains("| 2x2x1 | 4 |"), "{}", out.stdout);
+    assert!(out.stdout.contains("| 2x2x2 | 8 |"), "{}", out.stdout);
+    let o = TestCommand::direct()
+        .args(["project", "embed", "--preset", "tiny", "--batch", "0"])
+        .run();
+    o.expect_code(2);
+    assert!(o.stderr.contains("--batch"), "{}", o.stderr);
+}
+
+#[test]
+fn embed_step_bytes_are_the_planners_exchange_without_self_traffic() {
+    use torusrec::embed::placement::{OutputMode, Plan};
+    use torusrec::embed::spec::preset;
+    use torusrec::embed::stats::synthetic_stats;
+    use torusrec::project::embed::project_step;
+    use torusrec::project::traffic::HEADER_BYTES;
+    let spec = preset("tiny", 1.0).unwrap();
+    let stats = synthetic_stats(&spec, 4, 128);
+    let plan = Plan::uniform(&spec, 4, "table")
+        .unwrap()
+        .with_modes(OutputMode::Rows);
+    let proj = project_step(&spec, &stats, &plan, &[2, 2], 128, 0);
+    // Payload over links: each pair's bytes once per hop; at 2x2 a message to the
+    // diagonal neighbour takes two hops, so compare with the routed hop count.
+    let payload = |name: &str| -> f64 {
+        let t = &proj.phases.iter().find(|(n, _)| *n == name).unwrap().1;
+        let bytes: u64 = t.links.iter().flatten().map(|l| l.bytes).sum();
+        // One header per packet and hop: 4 sources x (2 neighbours x 1 hop + the
+        // diagonal x 2 hops) = 16 per all-to-all (the lookup has two).
+        (bytes - 16 * HEADER_BYTES * if name == "lookup" { 2 } else { 1 }) as f64
+    };
+    // The planner's model: per table, every other chip's distinct ids once to the
+    // owner (4 bytes each), the rows back and the gradients in (4 w each); at 2x2 two
+    // of the three sources are one hop from the owner and one is two hops away.
+    let mut want_lookup = 0.0;
+    let mut want_backward = 0.0;
+    for (t, ts) in spec.tables.iter().enumerate() {
+        let u = stats.tables[t].unique_per_rank_batch;
+        let pairs_hops = 1.0 + 1.0 + 2.0;
+        want_lookup += pairs_hops * (4.0 * u + 4.0 * ts.dim as f64 * u);
+        want_backward += pairs_hops * 4.0 * ts.dim as f64 * u;
+    }
+    let (l, b) = (payload("lookup"), payload("backward"));
+    assert!(
+        (l - want_lookup).abs() <= 4.0 * 64.0,
+        "lookup {l} vs {want_lookup}"
+    );
+    assert!(
+        (b - want_backward).abs() <= 4.0 * 64.0,
+        "backward {b} vs {want_backward}"
+    );
+    assert!(proj.flops > 0.0 && proj.memory > 0);
+}

@@ -74,6 +74,11 @@ pub fn resolve_model(m: &ModelArgs) -> Result<ModelSpec> {
     }
 }
 
+/// Optimizer floats per table row under `kind`.
+pub fn table_state_per_row(kind: TableOptKind) -> u64 {
+    table_opt(kind, 0.01).state_per_row() as u64
+}
+
 fn table_opt(kind: TableOptKind, lr: f32) -> TableOpt {
     match kind {
         TableOptKind::Sgd => TableOpt::Sgd { lr },

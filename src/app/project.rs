@@ -2,7 +2,7 @@
 
 use crate::als::ExchangeKind;
 use crate::ckpt::signals::Preemption;
-use crate::cli::{ProjectAlsArgs, ProjectCommand, ProjectMeasureArgs};
+use crate::cli::{ChipArgs, ProjectAlsArgs, ProjectCommand, ProjectEmbedArgs, ProjectMeasureArgs};
 use crate::comm::{parse_torus, Comm};
 use crate::data::webgraph_gen::WebGraphSpec;
 use crate::error::{quote, Error, Result};
@@ -17,6 +17,11 @@ pub fn global_run<C: Comm>(comm: &C, cmd: &ProjectCommand, preempt: Preemption) 
     match cmd {
         ProjectCommand::Als(args) => comm.agree(if comm.rank() == 0 {
             run_als(args, &preempt)
+        } else {
+            Ok(())
+        }),
+        ProjectCommand::Embed(args) => comm.agree(if comm.rank() == 0 {
+            run_embed(args, &preempt)
         } else {
             Ok(())
         }),
@@ -42,7 +47,7 @@ fn read_calibration(path: &Path) -> Result<Calibration> {
     Ok(c)
 }
 
-fn chip_of(args: &ProjectAlsArgs, cal: Option<&Calibration>) -> Result<Chip> {
+fn chip_of(args: &ChipArgs, cal: Option<&Calibration>) -> Result<Chip> {
     let mut chip = if args.chip == "here" {
         cal.ok_or_else(|| {
             Error::Config(
@@ -90,7 +95,7 @@ fn chip_of(args: &ProjectAlsArgs, cal: Option<&Calibration>) -> Result<Chip> {
     Ok(chip)
 }
 
-fn shapes_of(args: &ProjectAlsArgs, chip: &Chip) -> Result<Vec<Vec<usize>>> {
+fn shapes_of(args: &ChipArgs, chip: &Chip) -> Result<Vec<Vec<usize>>> {
     match &args.shapes {
         None => Ok(default_shapes(&chip.max_shape)),
         Some(list) => list
@@ -145,16 +150,7 @@ fn run_als(args: &ProjectAlsArgs, preempt: &Preemption) -> Result<()> {
     if args.step_nnz == 0 {
         return Err(Error::Config("--step-nnz must be positive".into()));
     }
-    let cal = args
-        .calibration
-        .as_deref()
-        .map(read_calibration)
-        .transpose()?;
-    let chip = chip_of(args, cal.as_ref())?;
-    let shapes = shapes_of(args, &chip)?;
-    if let Some(t) = &args.tsv {
-        crate::data::dataset::check_output(t, args.force)?;
-    }
+    let (cal, chip, shapes) = setup(&args.chip)?;
     let elem = match args.table_dtype {
         crate::bf16::TableDtype::F32 => 4,
         crate::bf16::TableDtype::Bf16 => 2,
@@ -231,7 +227,7 @@ fn run_als(args: &ProjectAlsArgs, preempt: &Preemption) -> Result<()> {
                 step_nnz: args.step_nnz,
                 // A chip fetches a half's rows in one round (this machine's round
                 // limit exists for its memory, not a TPU's).
-                round_bytes: if args.chip == "here" {
+                round_bytes: if args.chip.chip == "here" {
                     crate::als::exchange::round_bytes() as u64
                 } else {
                     u64::MAX / 4
@@ -284,8 +280,129 @@ fn run_als(args: &ProjectAlsArgs, preempt: &Preemption) -> Result<()> {
             );
         }
     }
-    if let Some(t) = &args.tsv {
+    if let Some(t) = &args.chip.tsv {
         crate::app::plot::write_atomic(t, &render_tsv(&rows))?;
+        println!("table written to {}", t.display());
+    }
+    Ok(())
+}
+
+/// The calibration, the chip and its shapes; an existing --tsv refused.
+#[allow(clippy::type_complexity)]
+fn setup(args: &ChipArgs) -> Result<(Option<Calibration>, Chip, Vec<Vec<usize>>)> {
+    let cal = args
+        .calibration
+        .as_deref()
+        .map(read_calibration)
+        .transpose()?;
+    let chip = chip_of(args, cal.as_ref())?;
+    let shapes = shapes_of(args, &chip)?;
+    if let Some(t) = &args.tsv {
+        crate::data::dataset::check_output(t, args.force)?;
+    }
+    Ok((cal, chip, shapes))
+}
+
+fn run_embed(args: &ProjectEmbedArgs, preempt: &Preemption) -> Result<()> {
+    use crate::embed::planner::{plan_auto, PlanOptions};
+    use crate::embed::stats::{load_or_measure_stats, synthetic_stats};
+    let spec = super::embed::resolve_model(&args.model)?;
+    if args.batch == 0 || args.batch > 1 << 20 {
+        return Err(Error::Config(format!(
+            "--batch {}: must be in 1..=1048576",
+            args.batch
+        )));
+    }
+    let (_, chip, shapes) = setup(&args.chip)?;
+    let state = super::embed::table_state_per_row(args.table_opt);
+    // The planner uses the distinct ids of one chip's batch, which do not depend on
+    // the chip count: measured (or estimated) once.
+    let (stats, how) = if args.estimate {
+        (synthetic_stats(&spec, 1, args.batch), "estimated")
+    } else {
+        let src = crate::embed::train::Source::Generated(crate::embed::clicks::ClickGen::new(
+            &spec, args.seed,
+        ));
+        load_or_measure_stats(&spec, &src, args.seed, 1, args.batch, 4, None)?
+    };
+    println!(
+        "project embed: {} tables, {} rows, MLP {:?}, {} examples per chip, batch statistics {how}; chip {}: {:.0} TFLOP/s peak, {:.1} GiB, {} GB/s memory, links {:.1} GB/s one way, {:.2} us per message",
+        spec.tables.len(),
+        super::group(spec.tables.iter().map(|t| t.vocab).sum()),
+        spec.mlp_layers(),
+        args.batch,
+        chip.name,
+        chip.peak_flops / 1e12,
+        chip.memory_bytes as f64 / (1u64 << 30) as f64,
+        chip.memory_bandwidth.map_or("-".into(), |b| format!("{:.0}", b / 1e9)),
+        chip.link_bandwidth / 1e9,
+        chip.link_latency * 1e6
+    );
+    let mut table = String::from("| shape | chips | memory/chip GiB | fits | lookup MB busiest link | compute ms | comm ms | step ms | examples/s |\n|---|---|---|---|---|---|---|---|---|\n");
+    let mut tsv = String::from(
+        "shape\tchips\tmemory_gib\tfits\tcompute_ms\tcomm_ms\tstep_ms\texamples_per_s\n",
+    );
+    for dims in &shapes {
+        if preempt.is_set() {
+            return Err(Error::Interrupted("project: signal received".into()));
+        }
+        let p: usize = dims.iter().product();
+        let mut opts = PlanOptions::new(p, chip.memory_bytes);
+        opts.state_per_row = state;
+        let shape = dims
+            .iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join("x");
+        let plan = match plan_auto(&spec, &stats, &opts) {
+            Ok((plan, _)) => plan,
+            Err(Error::Config(msg)) => {
+                let _ = writeln!(
+                    table,
+                    "| {shape} | {p} | - | no ({msg}) | - | - | - | - | - |"
+                );
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let proj =
+            crate::project::embed::project_step(&spec, &stats, &plan, dims, args.batch, state);
+        let mut t = crate::project::traffic::Traffic::new(dims);
+        for (_, ph) in &proj.phases {
+            t.add(ph);
+        }
+        let comm = t.seconds(chip.link_latency, chip.link_bandwidth);
+        let compute = proj.flops / chip.peak_flops
+            + chip
+                .memory_bandwidth
+                .map_or(0.0, |b| proj.memory_traffic / b);
+        let step = comm + compute;
+        let fits = proj.memory <= chip.memory_bytes;
+        let (_, _, busiest, _) = proj.phases[0].1.summary();
+        let eps = (p * args.batch) as f64 / step;
+        let _ = writeln!(
+            table,
+            "| {shape} | {p} | {:.2} | {} | {:.2} | {:.3} | {:.3} | {:.3} | {:.0} |",
+            proj.memory as f64 / (1u64 << 30) as f64,
+            if fits { "yes" } else { "no" },
+            busiest as f64 / 1e6,
+            compute * 1e3,
+            comm * 1e3,
+            step * 1e3,
+            eps
+        );
+        let _ = writeln!(
+            tsv,
+            "{shape}\t{p}\t{:.3}\t{fits}\t{:.4}\t{:.4}\t{:.4}\t{eps:.0}",
+            proj.memory as f64 / (1u64 << 30) as f64,
+            compute * 1e3,
+            comm * 1e3,
+            step * 1e3
+        );
+    }
+    print!("{table}");
+    if let Some(t) = &args.chip.tsv {
+        crate::app::plot::write_atomic(t, &tsv)?;
         println!("table written to {}", t.display());
     }
     Ok(())

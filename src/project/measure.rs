@@ -105,7 +105,10 @@ pub fn global_link_fit<C: Comm>(comm: &C, reps: usize) -> Result<(f64, f64)> {
     let (mut a, mut c) = ((ms * bb - bs * mb) / det, (mm * bs - mb * ms) / det);
     if !(a.is_finite() && c.is_finite()) || a < 0.0 || c <= 0.0 {
         // Fall back to one parameter each, through the largest and the smallest call.
-        c = points.iter().map(|&(_, b, s)| s / b.max(1.0)).fold(f64::INFINITY, f64::min);
+        c = points
+            .iter()
+            .map(|&(_, b, s)| s / b.max(1.0))
+            .fold(f64::INFINITY, f64::min);
         a = points
             .iter()
             .map(|&(m, b, s)| ((s - c * b) / m.max(1.0)).max(0.0))

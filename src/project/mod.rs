@@ -14,5 +14,6 @@
 
 pub mod als;
 pub mod chip;
+pub mod embed;
 pub mod measure;
 pub mod traffic;

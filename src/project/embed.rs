@@ -1,0 +1,116 @@
+//! The embedding workload of a projection: one optimizer step of the sharded
+//! embedding model under the planner's placement for `P` chips, as link traffic,
+//! work and memory per chip.
+//!
+//! Traffic per step, from the batch statistics (the mean distinct ids `U` of a table
+//! in one chip's batch of `b` examples, its mean valency `v`) and the plan's shards
+//! (a shard of `rows` of a table's `V` rows and `w` columns serves the fraction
+//! `f = rows / V` of its ids, as in the planner's cost model, `embed::planner`):
+//! - request (chip -> owner): `rows` mode, the distinct ids `4 U f`; `pooled` mode,
+//!   also the occurrences and per-example counts `4 b v f + 4 b`;
+//! - response (owner -> chip): `4 w U f` rows, or `4 w b` pooled vectors;
+//! - backward (chip -> owner): the gradients, the same sizes as the response;
+//! - dense: the MLP gradient all-reduced (4 bytes per parameter), and every
+//!   data-parallel table's full gradient.
+//!
+//! Every all-to-all is the torus algorithm's (`traffic::all_to_all`), with these
+//! expected bytes rounded to whole bytes per pair. Compute: the MLP's
+//! `6 b params` FLOPs at the chip's peak (a dense matrix product, which reaches it)
+//! plus the rows pooled, scattered and updated at the chip's memory bandwidth;
+//! memory: the plan's rows and optimizer state per chip plus the MLP with its
+//! optimizer state (three copies).
+
+use super::traffic::{self, Traffic};
+use crate::embed::placement::{OutputMode, Plan};
+use crate::embed::spec::ModelSpec;
+use crate::embed::stats::BatchStats;
+
+/// One optimizer step on one torus shape.
+#[derive(Debug, Clone)]
+pub struct StepProjection {
+    pub dims: Vec<usize>,
+    /// `lookup` (ids out, rows or pooled vectors back), `backward`, `dense`.
+    pub phases: Vec<(&'static str, Traffic)>,
+    /// The MLP's FLOPs on one chip per step.
+    pub flops: f64,
+    /// The busiest chip's table bytes read and written per step.
+    pub memory_traffic: f64,
+    /// The largest chip's resident bytes.
+    pub memory: u64,
+}
+
+/// One step of `spec` under `plan` on torus `dims` with `b` examples per chip and
+/// `state` optimizer floats per row.
+pub fn project_step(
+    spec: &ModelSpec,
+    stats: &BatchStats,
+    plan: &Plan,
+    dims: &[usize],
+    b: usize,
+    state: u64,
+) -> StepProjection {
+    let p: usize = dims.iter().product();
+    assert_eq!(plan.world, p, "plan and shape disagree");
+    let b = b as f64;
+    // Per (source, owner): bytes of the request, the response and the backward.
+    let mut req = vec![0f64; p * p];
+    let mut resp = vec![0f64; p * p];
+    let mut dp_floats = 0f64;
+    let mut mem_traffic = vec![0f64; p];
+    for (t, ts) in spec.tables.iter().enumerate() {
+        let st = &stats.tables[t];
+        let (u, v) = (st.unique_per_rank_batch, st.mean_valency);
+        let pooled = plan.mode(t) == OutputMode::Pooled;
+        // The asking side pools every occurrence and adds its gradient.
+        for m in mem_traffic.iter_mut() {
+            *m += 2.0 * b * v * 4.0 * ts.dim as f64;
+        }
+        for sh in plan.table_shards(spec, t) {
+            let w = sh.width() as f64;
+            if sh.replica {
+                if sh.rank == 0 {
+                    dp_floats += ts.vocab as f64 * w;
+                }
+                mem_traffic[sh.rank] += ts.vocab as f64 * (3.0 * 4.0 * w + 4.0 * state as f64);
+                continue;
+            }
+            let f = sh.rows.len(ts.vocab) as f64 / ts.vocab as f64;
+            // Every chip's distinct rows of this shard are read, then updated.
+            mem_traffic[sh.rank] += p as f64 * u * f * (3.0 * 4.0 * w + 4.0 * state as f64);
+            for src in 0..p {
+                if src == sh.rank {
+                    continue;
+                }
+                let at = src * p + sh.rank;
+                if pooled {
+                    req[at] += 4.0 * u * f + 4.0 * b * v * f + 4.0 * b;
+                    resp[at] += 4.0 * w * b;
+                } else {
+                    req[at] += 4.0 * u * f;
+                    resp[at] += 4.0 * w * u * f;
+                }
+            }
+        }
+    }
+    let round = |x: f64| x.round() as u64;
+    let mut lookup = traffic::all_to_all(dims, &|s, d| round(req[s * p + d]));
+    lookup.add(&traffic::all_to_all(dims, &|s, d| round(resp[d * p + s])));
+    let backward = traffic::all_to_all(dims, &|s, d| round(resp[s * p + d]));
+    let layers = spec.mlp_layers();
+    let params: usize = layers.windows(2).map(|w| w[0] * w[1] + w[1]).sum();
+    let mut dense = Traffic::new(dims);
+    if p > 1 {
+        dense.add(&traffic::all_reduce(dims, params, 4));
+        if dp_floats > 0.0 {
+            dense.add(&traffic::all_reduce(dims, dp_floats as usize, 4));
+        }
+    }
+    let rows = plan.bytes_per_rank(spec, state);
+    StepProjection {
+        dims: dims.to_vec(),
+        phases: vec![("lookup", lookup), ("backward", backward), ("dense", dense)],
+        flops: 6.0 * b * params as f64,
+        memory_traffic: mem_traffic.iter().copied().fold(0.0, f64::max),
+        memory: rows.iter().copied().max().unwrap_or(0) + 3 * 4 * params as u64,
+    }
+}
