@@ -8,6 +8,7 @@ pub mod inspect;
 pub mod output;
 pub mod plot;
 pub mod prepare;
+pub mod recommend;
 
 use crate::cli::{Command, GenerateCommand};
 use crate::comm::Comm;
@@ -43,6 +44,7 @@ pub fn run<C: Comm>(
             Ok(())
         }),
         Command::Inspect(args) => inspect::global_run(comm, &args.path).map(|_| ()),
+        Command::Recommend(args) => recommend::global_run(comm, args, preempt),
         Command::Selftest(args) => {
             let lines = crate::comm::selftest::global_selftest(comm)?;
             if comm.rank() == 0 {
