@@ -79,6 +79,14 @@ fn train(data: &Path, out: &Path) {
         .expect_code(0);
 }
 
+/// A row's reference: every unseen column's score by original id, the full ranking
+/// (score down, id up), and the seen arcs' original ids.
+struct Ranking {
+    score: HashMap<u64, f64>,
+    order: Vec<(u64, f64)>,
+    seen: Vec<u64>,
+}
+
 /// The brute-force reference.
 struct Reference {
     ds: Dataset,
@@ -219,9 +227,8 @@ impl Reference {
         }
     }
 
-    /// Every unseen column's score (by original id) and the full ranking (score
-    /// down, id up).
-    fn ranking(&self, r: usize) -> (HashMap<u64, f64>, Vec<(u64, f64)>, Vec<u64>) {
+    /// The row's [`Ranking`].
+    fn ranking(&self, r: usize) -> Ranking {
         let d = self.d;
         let (x, seen) = self.vector(r);
         let n_cols = self.h.len() / d;
@@ -234,7 +241,11 @@ impl Reference {
             .collect();
         all.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         let seen_ids = seen.iter().map(|&c| self.ds.node_ids[c as usize]).collect();
-        (all.iter().copied().collect(), all, seen_ids)
+        Ranking {
+            score: all.iter().copied().collect(),
+            order: all,
+            seen: seen_ids,
+        }
     }
 
     /// Check one row's recommendations (original ids, best first) against the
@@ -243,7 +254,11 @@ impl Reference {
     #[track_caller]
     fn check(&self, node: u64, got: &[(u64, f32)], k: usize) {
         let r = self.row_of(node);
-        let (score, ranking, seen) = self.ranking(r);
+        let Ranking {
+            score,
+            order: ranking,
+            seen,
+        } = self.ranking(r);
         assert_eq!(got.len(), k.min(ranking.len()), "node {node}: {got:?}");
         let mut ids: Vec<u64> = got.iter().map(|g| g.0).collect();
         ids.sort_unstable();

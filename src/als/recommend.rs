@@ -303,15 +303,8 @@ impl<T: TableScalar> Recommender<T> {
         } else {
             Ok(())
         };
-        // Identical on every rank: rank 0 says it.
-        comm.agree(if comm.rank() == 0 {
-            check
-        } else {
-            check.map_err(|e| Error::Remote {
-                rank: 0,
-                code: e.exit_code(),
-            })
-        })?;
+        // Identical on every rank: `agree` leaves the message to rank 0 alone.
+        comm.agree(check)?;
         let (r, d) = (comm.rank(), info.dim);
         let loaded = (|| -> Result<_> {
             let ids = NodeIds::local_read(data, shards.meta.num_rows)?;
@@ -396,7 +389,8 @@ impl<T: TableScalar> Recommender<T> {
     /// internal ids, the same on every rank, and (for [`Which::All`]) how many rows
     /// were left out for having nothing to fold in. An id that is not a node, or a
     /// row with nothing to fold in (no training arc and not a test row), fails on
-    /// every rank with exit 2, naming the ids (rank 0 reports).
+    /// every rank with exit 2, naming the ids (rank 0 reports: the error is the same
+    /// everywhere and [`Comm::agree`] keeps the lowest rank's).
     pub fn global_resolve<C: Comm>(&self, comm: &C, which: &Which) -> Result<(Vec<u32>, u64)> {
         let s = &self.shards.rows;
         let empty_here = |row: u32| -> bool {
@@ -405,7 +399,6 @@ impl<T: TableScalar> Recommender<T> {
                 s.indptr[i] == s.indptr[i + 1]
             }
         };
-        let root = comm.rank() == 0;
         match which {
             Which::Test => Ok((self.all_test.clone(), 0)),
             Which::All => {
@@ -438,14 +431,7 @@ impl<T: TableScalar> Recommender<T> {
                         list_ids(&unknown)
                     )))
                 };
-                comm.agree(if root {
-                    bad
-                } else {
-                    bad.map_err(|e| Error::Remote {
-                        rank: 0,
-                        code: e.exit_code(),
-                    })
-                })?;
+                comm.agree(bad)?;
                 // Rows with nothing to fold in: each rank checks the rows it holds.
                 let mine: Vec<u64> = rows
                     .iter()
@@ -463,14 +449,7 @@ impl<T: TableScalar> Recommender<T> {
                         list_ids(&empty)
                     )))
                 };
-                comm.agree(if root {
-                    bad
-                } else {
-                    bad.map_err(|e| Error::Remote {
-                        rank: 0,
-                        code: e.exit_code(),
-                    })
-                })?;
+                comm.agree(bad)?;
                 Ok((rows, 0))
             }
         }
