@@ -61,7 +61,7 @@ fn prepare(dir: &Path, name: &str, n: u64) -> PathBuf {
     out
 }
 
-fn train(data: &Path, out: &Path) {
+fn train(data: &Path, out: &Path, extra: &[&str]) {
     TestCommand::direct()
         .args(["als", "--data"])
         .arg(data)
@@ -75,8 +75,27 @@ fn train(data: &Path, out: &Path) {
             "--out",
         ])
         .arg(out)
+        .args(extra)
         .run()
         .expect_code(0);
+}
+
+/// A table of the model as f32 (bf16 tables are u16 bit patterns tagged `dtype`).
+fn read_table(f: &hdf5::File, name: &str) -> Vec<f32> {
+    let ds = f.dataset(name).unwrap();
+    let bf16 = ds
+        .attr("dtype")
+        .and_then(|a| a.read_scalar::<hdf5::types::VarLenUnicode>())
+        .is_ok_and(|v| v.as_str() == "bf16");
+    if bf16 {
+        ds.read_raw::<u16>()
+            .unwrap()
+            .iter()
+            .map(|&b| f32::from_bits((b as u32) << 16))
+            .collect()
+    } else {
+        ds.read_raw::<f32>().unwrap()
+    }
 }
 
 /// A row's reference: every unseen column's score by original id, the full ranking
@@ -127,8 +146,8 @@ impl Reference {
     fn load(data: &Path, model: &Path) -> Self {
         let ds = Dataset::read(data).unwrap();
         let f = hdf5::File::open(model).unwrap();
-        let w = f.dataset("W").unwrap().read_raw::<f32>().unwrap();
-        let h = f.dataset("H").unwrap().read_raw::<f32>().unwrap();
+        let w = read_table(&f, "W");
+        let h = read_table(&f, "H");
         let d = f.dataset("H").unwrap().shape()[1];
         let cfg: serde_json::Value = serde_json::from_str(
             f.attr("config")
@@ -295,10 +314,14 @@ struct Fixture {
 }
 
 fn fixture() -> Fixture {
+    fixture_with(&[])
+}
+
+fn fixture_with(train_args: &[&str]) -> Fixture {
     let dir = tempdir();
     let data = prepare(dir.path(), "g", 90);
     let model = dir.path().join("m.h5");
-    train(&data, &model);
+    train(&data, &model, train_args);
     let reference = Reference::load(&data, &model);
     assert!(reference.ds.test_rows.len() >= 5, "a few test rows");
     Fixture {
@@ -467,6 +490,28 @@ fn nodes_nodes_file_and_test_match_brute_force() {
             .collect()
     };
     assert_eq!(ids(&texts[0]), ids(&texts[1]), "P=4 and P=1");
+}
+
+#[test]
+fn bf16_model_matches_brute_force_on_its_values() {
+    let fx = fixture_with(&["--table-dtype", "bf16"]);
+    let r = &fx.reference;
+    let o = recommend(&fx, 3, &["--test", "-k", "5", "--block-rows", "3"]);
+    o.expect_code(0).stderr_has(&["tables=bf16"]);
+    let got = parse_tsv(&o.stdout);
+    assert_eq!(got.len(), r.ds.test_rows.len());
+    for (node, list) in &got {
+        r.check(*node, list, 5);
+    }
+    let o = recommend(
+        &fx,
+        2,
+        &["--nodes", &format!("{},{}", orig(3), orig(9)), "-k", "7"],
+    );
+    o.expect_code(0);
+    for (node, list) in &parse_tsv(&o.stdout) {
+        r.check(*node, list, 7);
+    }
 }
 
 #[test]
