@@ -168,6 +168,14 @@ impl NodeIds {
                 format!("{len} entries, expected num_rows = {n}"),
             ));
         }
+        Self::from_ids(ids).map_err(|dup| {
+            Error::layout(path, "node_ids", format!("original id {dup} appears twice"))
+        })
+    }
+
+    /// The map of `ids` (the original id of each internal id); a repeated original
+    /// id is returned as the error.
+    pub fn from_ids(ids: Vec<u64>) -> std::result::Result<Self, u64> {
         let by_original = if ids.windows(2).all(|w| w[0] < w[1]) {
             None
         } else {
@@ -178,18 +186,14 @@ impl NodeIds {
                 .collect();
             v.sort_unstable();
             if let Some(w) = v.windows(2).find(|w| w[0].0 == w[1].0) {
-                return Err(Error::layout(
-                    path,
-                    "node_ids",
-                    format!("original id {} appears twice", w[0].0),
-                ));
+                return Err(w[0].0);
             }
             Some(v)
         };
         Ok(Self {
+            n: ids.len() as u64,
             ids: Some(ids),
             by_original,
-            n,
         })
     }
 
@@ -617,5 +621,39 @@ impl<T: TableScalar> Recommender<T> {
             }
         }
         Ok(Some(b))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_ids_cuts_at_ten_with_a_count() {
+        assert_eq!(list_ids(&[3, 1]), "3, 1");
+        let many: Vec<u32> = (0..13).collect();
+        assert_eq!(list_ids(&many), "0, 1, 2, 3, 4, 5, 6, 7, 8, 9 (and 3 more)");
+    }
+
+    #[test]
+    fn node_ids_map_both_ways_sorted_or_not() {
+        for ids in [vec![7u64, 1007, 2007, 9000], vec![2007, 7, 9000, 1007]] {
+            let m = NodeIds::from_ids(ids.clone()).unwrap();
+            for (i, &o) in ids.iter().enumerate() {
+                assert_eq!(m.original(i as u32), o);
+                assert_eq!(m.internal(o), Some(i as u32));
+            }
+            assert_eq!(m.internal(8), None);
+            assert_eq!(m.internal(u64::MAX), None);
+        }
+        assert_eq!(NodeIds::from_ids(vec![5, 3, 5]).err(), Some(5));
+        let identity = NodeIds {
+            ids: None,
+            by_original: None,
+            n: 4,
+        };
+        assert_eq!(identity.internal(3), Some(3));
+        assert_eq!(identity.internal(4), None);
+        assert_eq!(identity.original(2), 2);
     }
 }
