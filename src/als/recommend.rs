@@ -14,6 +14,7 @@
 //! [`Recommender::block_rows`]. For each block, every row's owner (the rank holding
 //! its training arcs or its test split) computes its vector and mask; the vectors and
 //! masks are all-gathered; every rank scores the block against its own shard of H
+//! (H is read in equal column ranges, so that every rank scores as many columns)
 //! and keeps `k` candidates per row; rank 0 merges the `k` candidates of every rank
 //! into each row's exact top `k` and hands the block, in the asked order and in
 //! original ids, to a [`RecSink`]. Memory per rank is bounded by the block
@@ -253,7 +254,10 @@ pub struct Recommender<T: TableScalar> {
     all_test: Vec<u32>,
     test_bounds: Vec<u64>,
     ids: NodeIds,
-    /// This rank's rows of W (`row_bounds`) and of H (`col_bounds`).
+    /// Boundaries of H over ranks: equal column counts (scoring costs the same per
+    /// column whatever its non-zeros, unlike training's `col_bounds`).
+    h_bounds: Vec<u64>,
+    /// This rank's rows of W (`row_bounds`) and of H (`h_bounds`).
     w: Vec<T>,
     h: Vec<T>,
     gram_h: Vec<f64>,
@@ -309,28 +313,25 @@ impl<T: TableScalar> Recommender<T> {
         };
         // Identical on every rank: `agree` leaves the message to rank 0 alone.
         comm.agree(check)?;
-        let (r, d) = (comm.rank(), info.dim);
+        let (r, d, p) = (comm.rank(), info.dim, comm.size());
+        let bounds = |n: u64| -> Vec<u64> {
+            (0..=p)
+                .map(|q| if q == p { n } else { block_range(n, p, q).0 })
+                .collect()
+        };
+        let h_bounds = bounds(shards.meta.num_cols);
         let loaded = (|| -> Result<_> {
             let ids = NodeIds::local_read(data, shards.meta.num_rows)?;
             let f = open_h5(model)?;
             let (w0, w1) = (shards.row_bounds[r], shards.row_bounds[r + 1]);
-            let (h0, h1) = (shards.col_bounds[r], shards.col_bounds[r + 1]);
+            let (h0, h1) = (h_bounds[r], h_bounds[r + 1]);
             let w = local_read_rows::<T>(&f, model, "W", w0, w1, d)?;
             let h = local_read_rows::<T>(&f, model, "H", h0, h1, d)?;
             Ok((ids, w, h))
         })();
         let (ids, w, h) = comm.agree(loaded)?;
         let all_test = comm.all_gather_v(&shards.test_rows)?.data;
-        let p = comm.size();
-        let test_bounds: Vec<u64> = (0..=p)
-            .map(|q| {
-                if q == p {
-                    shards.num_test
-                } else {
-                    block_range(shards.num_test, p, q).0
-                }
-            })
-            .collect();
+        let test_bounds = bounds(shards.num_test);
         let gram_h = global_gramian(comm, &h, d);
         let params = SolveParams {
             reg: info.config.reg,
@@ -343,6 +344,7 @@ impl<T: TableScalar> Recommender<T> {
             shards,
             all_test,
             test_bounds,
+            h_bounds,
             ids,
             w,
             h,
@@ -531,7 +533,7 @@ impl<T: TableScalar> Recommender<T> {
                 fold_ip.push(fold.len() as u64);
             }
         }
-        let plan = FoldPlan::global_build(comm, fold_ip, &fold, &self.shards.col_bounds)?;
+        let plan = FoldPlan::global_build(comm, fold_ip, &fold, &self.h_bounds)?;
         let (folded, _) = plan.global_fold_in(comm, &self.h, d, &self.gram_h, self.params)?;
         drop(fold);
         // Vectors and masks (seen arcs, increasing) in block order.
@@ -584,7 +586,7 @@ impl<T: TableScalar> Recommender<T> {
                     mask_cols: &mask_all,
                 },
                 &self.h,
-                self.shards.col_bounds[me],
+                self.h_bounds[me],
                 d,
                 k,
             )
