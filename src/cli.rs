@@ -80,6 +80,12 @@ pub enum Command {
     /// projection against a measured run.
     #[command(subcommand)]
     Project(ProjectCommand),
+    /// The top-K columns (neighbours) of rows of a trained model (`als --out`): rows
+    /// given by original node id (--nodes, --nodes-file), every test row (--test) or
+    /// every row (--all); seen arcs excluded, test rows folded in as evaluation does.
+    /// Output: TSV `node rank neighbour score` (stdout or --out F.tsv) or HDF5
+    /// (--out F.h5: /rows, /topk, /scores).
+    Recommend(crate::app::recommend::RecommendArgs),
 }
 
 /// `torusrec project ...`.
@@ -650,7 +656,7 @@ pub struct AlsArgs {
 
 /// Threads per rank: at least 1, at most 8 per core of this machine (more only
 /// thrash; a typo like 100000 would spawn them all).
-fn parse_threads(s: &str) -> std::result::Result<usize, String> {
+pub(crate) fn parse_threads(s: &str) -> std::result::Result<usize, String> {
     let n: usize = s
         .parse()
         .map_err(|_| format!("not a thread count: {}", crate::error::quote(s)))?;

@@ -8,6 +8,7 @@ pub mod eval;
 pub mod exchange;
 pub mod memory;
 pub mod model;
+pub mod recommend;
 pub mod shard;
 pub mod solve;
 pub mod train;

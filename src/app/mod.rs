@@ -9,6 +9,7 @@ pub mod output;
 pub mod plot;
 pub mod prepare;
 pub mod project;
+pub mod recommend;
 
 use crate::cli::{Command, GenerateCommand};
 use crate::comm::Comm;
@@ -45,6 +46,7 @@ pub fn run<C: Comm>(
         }),
         Command::Project(c) => project::global_run(comm, c, preempt),
         Command::Inspect(args) => inspect::global_run(comm, &args.path).map(|_| ()),
+        Command::Recommend(args) => recommend::global_run(comm, args, preempt),
         Command::Selftest(args) => {
             let lines = crate::comm::selftest::global_selftest(comm)?;
             if comm.rank() == 0 {

@@ -71,7 +71,7 @@ pub fn global_write_atomic<C: Comm>(
 /// Rank 0: make the complete temporary durable, rename it into place, and make the
 /// rename durable (a directory that cannot be synced, as on some file systems, is
 /// not an error: the rename itself is atomic).
-fn local_commit(tmp: &Path, path: &Path) -> Result<()> {
+pub fn local_commit(tmp: &Path, path: &Path) -> Result<()> {
     std::fs::File::open(tmp)
         .and_then(|f| f.sync_all())
         .map_err(|e| Error::io(tmp, e))?;

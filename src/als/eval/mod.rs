@@ -189,11 +189,11 @@ fn process_cpu_seconds() -> f64 {
     tv(u.ru_utime) + tv(u.ru_stime)
 }
 
-/// The evaluated test rows as one rank sees them.
-pub struct EvalSet {
-    /// The evaluated test rows this rank owns (global row ids).
-    rows: Vec<u32>,
-    /// Their visible arcs as positions in `needed` (arc order of the dataset).
+/// The fold-in of some rows from their visible arcs: the exact solve against H from
+/// zero, with the rows of H it needs fetched from their owners (each distinct column
+/// once). Shared by evaluation and by `recommend`.
+pub struct FoldPlan {
+    /// The rows' visible arcs as positions in `needed` (arc order of the input).
     fold_indptr: Vec<u64>,
     fold_pos: Vec<u32>,
     /// Distinct columns the fold-in needs, increasing (so grouped by owner), and how
@@ -201,6 +201,121 @@ pub struct EvalSet {
     needed_counts: Vec<usize>,
     /// The columns every rank asked this rank for, in its order.
     serve: Received<u32>,
+    col_bounds: Vec<u64>,
+}
+
+/// This rank's seconds of one fold-in.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FoldTimes {
+    pub fetch: f64,
+    pub solve: f64,
+    pub solve_cpu: f64,
+}
+
+impl FoldPlan {
+    /// Collective: every rank must call. Plans the fold-in of this rank's rows, whose
+    /// visible arcs (global column ids) are `fold[fold_indptr[i]..fold_indptr[i + 1]]`;
+    /// `col_bounds` are the boundaries of H over ranks.
+    pub fn global_build<C: Comm>(
+        comm: &C,
+        fold_indptr: Vec<u64>,
+        fold: &[u32],
+        col_bounds: &[u64],
+    ) -> Result<Self> {
+        let mut needed = fold.to_vec();
+        needed.sort_unstable();
+        needed.dedup();
+        let fold_pos: Vec<u32> = fold
+            .iter()
+            .map(|c| needed.partition_point(|v| v < c) as u32)
+            .collect();
+        let mut needed_counts = vec![0usize; comm.size()];
+        for &c in &needed {
+            needed_counts[owner_of(col_bounds, c as u64)] += 1;
+        }
+        let serve = comm.all_to_all_v(&needed, &needed_counts)?;
+        Ok(Self {
+            fold_indptr,
+            fold_pos,
+            needed_counts,
+            serve,
+            col_bounds: col_bounds.to_vec(),
+        })
+    }
+
+    /// How many rows this rank folds in.
+    pub fn num_rows(&self) -> usize {
+        self.fold_indptr.len().saturating_sub(1)
+    }
+
+    /// Collective: every rank must call. The fold-in rows of H, widened to f32, in
+    /// `needed` order. `h_local` is this rank's shard (`col_bounds[rank]..`).
+    fn global_fetch<C: Comm, T: TableElem>(
+        &self,
+        comm: &C,
+        h_local: &[T],
+        d: usize,
+    ) -> Result<Vec<f32>> {
+        let lo = self.col_bounds[comm.rank()];
+        let mut send = vec![0f32; self.serve.data.len() * d];
+        for (k, &id) in self.serve.data.iter().enumerate() {
+            let i = (id as u64 - lo) as usize;
+            crate::bf16::widen(&h_local[i * d..(i + 1) * d], &mut send[k * d..(k + 1) * d]);
+        }
+        let counts: Vec<usize> = self.serve.counts.iter().map(|c| c * d).collect();
+        let got = comm.all_to_all_v(&send, &counts)?;
+        let want: Vec<usize> = self.needed_counts.iter().map(|c| c * d).collect();
+        if got.counts != want {
+            return Err(Error::Comm(format!(
+                "fold-in fetch: received {:?} values per rank, expected {want:?}",
+                got.counts
+            )));
+        }
+        Ok(got.data)
+    }
+
+    /// Collective: every rank must call. The folded-in rows (`num_rows x d`): each
+    /// row's exact solve against H (`h_local`: this rank's shard, f32 or bf16;
+    /// `gram_h`: the all-reduced Gramian of H) from zero, its visible arcs as `I_u`.
+    pub fn global_fold_in<C: Comm, T: TableElem>(
+        &self,
+        comm: &C,
+        h_local: &[T],
+        d: usize,
+        gram_h: &[f64],
+        params: SolveParams,
+    ) -> Result<(Vec<f32>, FoldTimes)> {
+        let mut times = FoldTimes::default();
+        let t = Instant::now();
+        let h_fold = {
+            let _p = comm.stats().phase("exchange");
+            self.global_fetch(comm, h_local, d)?
+        };
+        times.fetch = t.elapsed().as_secs_f64();
+        let _p = comm.stats().phase("eval");
+        let t = Instant::now();
+        let cpu0 = process_cpu_seconds();
+        let mut x = vec![0f32; self.num_rows() * d];
+        let view = RowsView {
+            indptr: &self.fold_indptr,
+            indices: &self.fold_pos,
+        };
+        crate::blas_single_thread();
+        let solved = cholesky_solve(&mut x, view, &h_fold, d, gram_h, params)
+            .map_err(|e| Error::Comm(format!("fold-in: {e}")));
+        times.solve_cpu = process_cpu_seconds() - cpu0;
+        comm.agree(solved)?;
+        times.solve = t.elapsed().as_secs_f64();
+        Ok((x, times))
+    }
+}
+
+/// The evaluated test rows as one rank sees them.
+pub struct EvalSet {
+    /// The evaluated test rows this rank owns (global row ids).
+    rows: Vec<u32>,
+    /// Their fold-in.
+    fold: FoldPlan,
     /// Every evaluated row's visible arcs (global column ids, increasing per row), in
     /// row order over all ranks: the mask while scoring.
     all_fold_indptr: Vec<usize>,
@@ -210,7 +325,6 @@ pub struct EvalSet {
     /// Owned evaluated rows' held-out arcs.
     holdout_indptr: Vec<usize>,
     holdout: Vec<u32>,
-    col_bounds: Vec<u64>,
 }
 
 impl EvalSet {
@@ -249,20 +363,7 @@ impl EvalSet {
             holdout_indptr.push(holdout.len());
         }
         let rows: Vec<u32> = mine.iter().map(|&i| s.test_rows[i]).collect();
-        // The fetch plan: distinct needed columns, grouped by owner.
-        let mut needed = fold.clone();
-        needed.sort_unstable();
-        needed.dedup();
-        let fold_pos: Vec<u32> = fold
-            .iter()
-            .map(|c| needed.partition_point(|v| v < c) as u32)
-            .collect();
-        let p = comm.size();
-        let mut needed_counts = vec![0usize; p];
-        for &c in &needed {
-            needed_counts[owner_of(&s.col_bounds, c as u64)] += 1;
-        }
-        let serve = comm.all_to_all_v(&needed, &needed_counts)?;
+        let fold = FoldPlan::global_build(comm, fold_indptr, &fold, &s.col_bounds)?;
         let lens = comm.all_gather_v(&mask_lens)?;
         let rows_per_rank = lens.counts.clone();
         let all_fold_indptr =
@@ -270,16 +371,12 @@ impl EvalSet {
         let all_fold = comm.all_gather_v(&mask)?.data;
         Ok(Self {
             rows,
-            fold_indptr,
-            fold_pos,
-            needed_counts,
-            serve,
+            fold,
             all_fold_indptr,
             all_fold,
             rows_per_rank,
             holdout_indptr,
             holdout,
-            col_bounds: s.col_bounds.clone(),
         })
     }
 
@@ -291,32 +388,6 @@ impl EvalSet {
     /// How many rows an evaluation scores (all ranks).
     pub fn num_rows(&self) -> usize {
         self.rows_per_rank.iter().sum()
-    }
-
-    /// Collective: every rank must call. The fold-in rows of H, widened to f32, in
-    /// `needed` order. `h_local` is this rank's shard (`col_bounds[rank]..`).
-    fn global_fetch<C: Comm, T: TableElem>(
-        &self,
-        comm: &C,
-        h_local: &[T],
-        d: usize,
-    ) -> Result<Vec<f32>> {
-        let lo = self.col_bounds[comm.rank()];
-        let mut send = vec![0f32; self.serve.data.len() * d];
-        for (k, &id) in self.serve.data.iter().enumerate() {
-            let i = (id as u64 - lo) as usize;
-            crate::bf16::widen(&h_local[i * d..(i + 1) * d], &mut send[k * d..(k + 1) * d]);
-        }
-        let counts: Vec<usize> = self.serve.counts.iter().map(|c| c * d).collect();
-        let got = comm.all_to_all_v(&send, &counts)?;
-        let want: Vec<usize> = self.needed_counts.iter().map(|c| c * d).collect();
-        if got.counts != want {
-            return Err(Error::Comm(format!(
-                "eval fetch: received {:?} values per rank, expected {want:?}",
-                got.counts
-            )));
-        }
-        Ok(got.data)
     }
 
     /// Collective: every rank must call. `h_local` is this rank's H shard (columns
@@ -347,28 +418,11 @@ impl EvalSet {
         params: SolveParams,
     ) -> Result<(Recall, EvalTimes)> {
         let mut times = EvalTimes::default();
-        let t = Instant::now();
-        let h_fold = {
-            let _p = comm.stats().phase("exchange");
-            self.global_fetch(comm, h_local, d)?
-        };
-        times.fetch = t.elapsed().as_secs_f64();
+        let (x, ft) = self.fold.global_fold_in(comm, h_local, d, gram_h, params)?;
+        times.fetch = ft.fetch;
+        times.fold_in = ft.solve;
+        times.fold_in_cpu = ft.solve_cpu;
         let _p = comm.stats().phase("eval");
-        // Fold-in: the exact solve against H from zero.
-        let t = Instant::now();
-        let cpu0 = process_cpu_seconds();
-        let mut x = vec![0f32; self.rows.len() * d];
-        let view = RowsView {
-            indptr: &self.fold_indptr,
-            indices: &self.fold_pos,
-        };
-        crate::blas_single_thread();
-        let solved = cholesky_solve(&mut x, view, &h_fold, d, gram_h, params)
-            .map_err(|e| Error::Comm(format!("fold-in: {e}")));
-        times.fold_in_cpu = process_cpu_seconds() - cpu0;
-        comm.agree(solved)?;
-        drop(h_fold);
-        times.fold_in = t.elapsed().as_secs_f64();
         let t = Instant::now();
         let x_all = comm.all_gather_v(&x)?.data;
         times.gather = t.elapsed().as_secs_f64();
@@ -388,47 +442,62 @@ impl EvalSet {
 
         let t = Instant::now();
         let counts: Vec<usize> = self.rows_per_rank.iter().map(|n| n * MAX_K).collect();
-        let sums = global_merge(comm, &cands, &counts, |i| {
-            &self.holdout[self.holdout_indptr[i]..self.holdout_indptr[i + 1]]
-        })?;
+        let merged = global_merge_topk(comm, &cands, &counts, MAX_K)?;
         drop(cands);
+        let mut sums = RecallSums::new();
+        for (i, ranking) in merged.chunks_exact(MAX_K).enumerate() {
+            sums.add(
+                ranking,
+                &self.holdout[self.holdout_indptr[i]..self.holdout_indptr[i + 1]],
+            );
+        }
         let recall = sums.global_finish(comm);
         times.merge = t.elapsed().as_secs_f64();
         Ok((recall, times))
     }
 }
 
-/// Collective: every rank must call. Sends each row's `MAX_K` candidates (`cands`,
-/// rows in order over all ranks, `counts` values per owner) to the row's owner, which
-/// merges them and adds the row's recall.
-fn global_merge<'a, C: Comm>(
+/// Collective: every rank must call. Sends each row's `k` candidates (`cands`, rows
+/// in order over all ranks, `counts` values per owner: `k` per row) to the row's
+/// owner, which merges them into the row's exact top `k` over all columns. Returns
+/// this rank's rows in order, `k` each, best first, padded with [`Cand::NONE`].
+pub fn global_merge_topk<C: Comm>(
     comm: &C,
     cands: &[Cand],
     counts: &[usize],
-    holdout: impl Fn(usize) -> &'a [u32],
-) -> Result<RecallSums> {
+    k: usize,
+) -> Result<Vec<Cand>> {
     let p = comm.size();
     let scores: Vec<f32> = cands.iter().map(|c| c.score).collect();
     let cols: Vec<u32> = cands.iter().map(|c| c.col).collect();
     let got_s = comm.all_to_all_v(&scores, counts)?;
     let got_c = comm.all_to_all_v(&cols, counts)?;
-    let t_local = got_s.counts.first().copied().unwrap_or(0) / MAX_K;
-    let mut sums = RecallSums::new();
+    if k == 0 {
+        return Ok(Vec::new());
+    }
+    let t_local = got_s.counts.first().copied().unwrap_or(0) / k;
+    if got_s.counts.iter().any(|&c| c != t_local * k) {
+        return Err(Error::Comm(format!(
+            "top-k merge: received {:?} candidates per rank, expected {} from each",
+            got_s.counts,
+            t_local * k
+        )));
+    }
+    let offsets = got_s.offsets();
+    let mut out = Vec::with_capacity(t_local * k);
     for i in 0..t_local {
-        let mut top = TopK::new(MAX_K);
-        for src in 0..p {
-            let s = got_s.from_rank(src);
-            let c = got_c.from_rank(src);
-            for k in i * MAX_K..(i + 1) * MAX_K {
+        let mut top = TopK::new(k);
+        for &off in &offsets[..p] {
+            for j in off + i * k..off + (i + 1) * k {
                 top.push(Cand {
-                    score: s[k],
-                    col: c[k],
+                    score: got_s.data[j],
+                    col: got_c.data[j],
                 });
             }
         }
-        sums.add(&top.into_sorted(), holdout(i));
+        out.extend(top.into_padded());
     }
-    Ok(sums)
+    Ok(out)
 }
 
 /// Collective: every rank must call. The reference evaluation over every test row,
@@ -512,9 +581,14 @@ pub fn global_evaluate_all_ref<C: Comm>(
             (b - a) as usize * MAX_K
         })
         .collect();
-    let sums = global_merge(comm, &cands, &counts, |i| {
-        &s.holdout.indices[s.holdout.indptr[i] as usize..s.holdout.indptr[i + 1] as usize]
-    })?;
+    let merged = global_merge_topk(comm, &cands, &counts, MAX_K)?;
+    let mut sums = RecallSums::new();
+    for (i, ranking) in merged.chunks_exact(MAX_K).enumerate() {
+        sums.add(
+            ranking,
+            &s.holdout.indices[s.holdout.indptr[i] as usize..s.holdout.indptr[i + 1] as usize],
+        );
+    }
     Ok(sums.global_finish(comm))
 }
 

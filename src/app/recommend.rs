@@ -1,0 +1,476 @@
+//! `torusrec recommend`: the top-K columns of rows of a trained model, as TSV or HDF5
+//! (the algorithm is [`crate::als::recommend`]; this file is the command line and the
+//! output files).
+//!
+//! Output: TSV `node rank neighbour score` (header line first; ranks from 1; original
+//! ids; a row with fewer than K unseen columns has fewer lines), on stdout when there
+//! is no `--out`; or HDF5 with `/rows` (u64 [n], original ids), `/topk` (u64 [n, K],
+//! original ids, best first; `u64::MAX` pads) and `/scores` (f32 [n, K]; NaN pads),
+//! root attributes `format = "torusrec-recommendations"`, `k`, `model`, `data`. Files
+//! are written by rank 0 under `<out>.partial` and renamed when complete.
+
+use super::output::RunOutput;
+use crate::als::model::TableScalar;
+use crate::als::recommend::{
+    list_ids, local_read_model_info, RecBlock, RecSink, Recommender, Which, DEFAULT_BLOCK_ROWS,
+};
+use crate::bf16::{Bf16, TableDtype};
+use crate::ckpt::commit::local_commit;
+use crate::ckpt::signals::Preemption;
+use crate::comm::Comm;
+use crate::data::dataset::{check_output, temp_path};
+use crate::error::{quote, Error, Result};
+use crate::h5::{ctx as h5, write_attrs, Attr};
+use crate::metrics::{human_bytes, peak_rss_bytes};
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// The `format` attribute of an HDF5 recommendations file.
+pub const FORMAT: &str = "torusrec-recommendations";
+
+/// `torusrec recommend`.
+#[derive(Debug, clap::Args)]
+#[command(group(
+    clap::ArgGroup::new("rows")
+        .required(true)
+        .args(["nodes", "nodes_file", "test", "all"])
+))]
+pub struct RecommendArgs {
+    /// The trained model (`als --out`).
+    #[arg(long, value_name = "model.h5")]
+    pub model: PathBuf,
+    /// The prepared dataset the model was trained on.
+    #[arg(long, value_name = "D.h5")]
+    pub data: PathBuf,
+    /// Rows to recommend for: original node ids, comma-separated.
+    #[arg(long, value_name = "ID,ID,...")]
+    pub nodes: Option<String>,
+    /// Rows to recommend for: a file of original node ids, one per line (`#` starts a
+    /// comment).
+    #[arg(long, value_name = "FILE")]
+    pub nodes_file: Option<PathBuf>,
+    /// Every test row (folded in from its visible arcs, as evaluation does).
+    #[arg(long)]
+    pub test: bool,
+    /// Every row with training arcs or visible test arcs (needs --out F.h5).
+    #[arg(long)]
+    pub all: bool,
+    /// Columns per row.
+    #[arg(short = 'k', long = "k", value_name = "K", default_value_t = 20)]
+    pub k: usize,
+    /// Output: .tsv or .h5 (default: TSV on stdout; --all needs .h5).
+    #[arg(long, value_name = "F.tsv|F.h5")]
+    pub out: Option<PathBuf>,
+    /// Overwrite an existing --out.
+    #[arg(long)]
+    pub force: bool,
+    /// Rayon threads per rank (default: cores divided by the ranks on this node).
+    #[arg(long, value_parser = crate::cli::parse_threads)]
+    pub threads: Option<usize>,
+    /// Rows per block (memory is bounded by a block).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_BLOCK_ROWS, hide = true)]
+    pub block_rows: usize,
+}
+
+/// The output's kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OutKind {
+    Tsv,
+    H5,
+}
+
+/// A validated `recommend` command line.
+#[derive(Debug, Clone)]
+struct Config {
+    which: Which,
+    out: Option<(PathBuf, OutKind)>,
+}
+
+/// Original ids from `--nodes` (tokens separated by commas or blanks).
+fn parse_nodes(list: &str) -> Result<Vec<u64>> {
+    let mut ids = Vec::new();
+    let mut bad = Vec::new();
+    for tok in list
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|t| !t.is_empty())
+    {
+        match tok.parse::<u64>() {
+            Ok(v) => ids.push(v),
+            Err(_) => bad.push(quote(tok)),
+        }
+    }
+    if !bad.is_empty() {
+        return Err(Error::Config(format!(
+            "--nodes: {} token(s) are not node ids: {}",
+            bad.len(),
+            list_ids(&bad)
+        )));
+    }
+    if ids.is_empty() {
+        return Err(Error::Config("--nodes: no node ids given".into()));
+    }
+    Ok(ids)
+}
+
+/// Original ids from `--nodes-file`: one per line, `#` comments, blank lines skipped.
+fn read_nodes_file(path: &Path) -> Result<Vec<u64>> {
+    let text = crate::error::read_text(path)?;
+    let mut ids = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let tok = line.split('#').next().unwrap_or("").trim();
+        if tok.is_empty() {
+            continue;
+        }
+        ids.push(tok.parse::<u64>().map_err(|_| Error::Parse {
+            path: path.into(),
+            line: i as u64 + 1,
+            msg: format!("not a node id: {}", quote(tok)),
+        })?);
+    }
+    if ids.is_empty() {
+        return Err(Error::input(path, "no node ids in the file"));
+    }
+    Ok(ids)
+}
+
+impl RecommendArgs {
+    /// Rank-local, identical on every rank: check everything that does not need the
+    /// model or the dataset.
+    fn validate(&self) -> Result<Config> {
+        if self.k == 0 {
+            return Err(Error::Config("--k 0: recommend at least one column".into()));
+        }
+        if self.block_rows == 0 {
+            return Err(Error::Config("--block-rows 0: must be positive".into()));
+        }
+        let out = match &self.out {
+            None => None,
+            Some(p) => {
+                let ext = p.extension().and_then(|e| e.to_str()).unwrap_or("");
+                let kind = match ext.to_ascii_lowercase().as_str() {
+                    "tsv" => OutKind::Tsv,
+                    "h5" | "hdf5" => OutKind::H5,
+                    _ => {
+                        return Err(Error::Config(format!(
+                            "--out {}: expected a .tsv or .h5 file",
+                            crate::error::short_path(p)
+                        )))
+                    }
+                };
+                Some((p.clone(), kind))
+            }
+        };
+        if self.all && !matches!(out, Some((_, OutKind::H5))) {
+            return Err(Error::Config(
+                "--all writes one row per node: give --out F.h5 (TSV is for --nodes, --nodes-file and --test)"
+                    .into(),
+            ));
+        }
+        if let Some((p, _)) = &out {
+            check_output(p, self.force)?;
+        }
+        let which = if let Some(list) = &self.nodes {
+            Which::Nodes(parse_nodes(list)?)
+        } else if let Some(f) = &self.nodes_file {
+            Which::Nodes(read_nodes_file(f)?)
+        } else if self.test {
+            Which::Test
+        } else {
+            Which::All
+        };
+        Ok(Config { which, out })
+    }
+}
+
+/// Where rank 0 writes: TSV (a file or stdout) or HDF5, and the progress bar.
+enum Writer {
+    Tsv(std::io::BufWriter<Box<dyn Write>>),
+    H5 {
+        file: hdf5::File,
+        rows: hdf5::Dataset,
+        topk: hdf5::Dataset,
+        scores: hdf5::Dataset,
+    },
+}
+
+struct Sink<'a> {
+    writer: Writer,
+    /// The temporary being written (None: stdout).
+    tmp: Option<PathBuf>,
+    k: usize,
+    out: &'a RunOutput,
+    done: usize,
+}
+
+impl Sink<'_> {
+    fn path(&self) -> PathBuf {
+        self.tmp
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("<stdout>"))
+    }
+}
+
+impl RecSink for Sink<'_> {
+    fn block(&mut self, b: &RecBlock, total: usize) -> Result<()> {
+        let k = self.k;
+        let n = b.nodes.len();
+        let path = self.path();
+        match &mut self.writer {
+            Writer::Tsv(w) => {
+                let mut write = || -> std::io::Result<()> {
+                    for (i, &node) in b.nodes.iter().enumerate() {
+                        for j in 0..k {
+                            let c = b.topk[i * k + j];
+                            if c == u64::MAX {
+                                break;
+                            }
+                            writeln!(w, "{node}\t{}\t{c}\t{}", j + 1, b.scores[i * k + j])?;
+                        }
+                    }
+                    Ok(())
+                };
+                write().map_err(|e| Error::io(&path, e))?;
+            }
+            Writer::H5 {
+                rows, topk, scores, ..
+            } => {
+                let (a, z) = (b.first, b.first + n);
+                h5(&path, "rows", rows.write_slice(&b.nodes, a..z))?;
+                let view = |v| ndarray::ArrayView2::from_shape((n, k), v);
+                let t = view(&b.topk).map_err(|e| Error::Comm(e.to_string()))?;
+                h5(&path, "topk", topk.write_slice(t, ndarray::s![a..z, ..]))?;
+                let s = ndarray::ArrayView2::from_shape((n, k), &b.scores[..])
+                    .map_err(|e| Error::Comm(e.to_string()))?;
+                h5(
+                    &path,
+                    "scores",
+                    scores.write_slice(s, ndarray::s![a..z, ..]),
+                )?;
+            }
+        }
+        self.done += n;
+        self.out.progress(self.done as u64, total as u64);
+        Ok(())
+    }
+}
+
+/// Rank 0: open the output (a temporary next to `--out`, or stdout).
+fn local_open<'a>(
+    cfg: &Config,
+    args: &RecommendArgs,
+    n: usize,
+    k: usize,
+    out: &'a RunOutput,
+) -> Result<Sink<'a>> {
+    let header =
+        |w: &mut std::io::BufWriter<Box<dyn Write>>| writeln!(w, "node\trank\tneighbour\tscore");
+    let (writer, tmp) = match &cfg.out {
+        None => {
+            let mut w = std::io::BufWriter::new(Box::new(std::io::stdout()) as Box<dyn Write>);
+            header(&mut w).map_err(|e| Error::io("<stdout>", e))?;
+            (Writer::Tsv(w), None)
+        }
+        Some((p, OutKind::Tsv)) => {
+            let tmp = temp_path(p);
+            let f = std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+            let mut w = std::io::BufWriter::new(Box::new(f) as Box<dyn Write>);
+            header(&mut w).map_err(|e| Error::io(&tmp, e))?;
+            (Writer::Tsv(w), Some(tmp))
+        }
+        Some((p, OutKind::H5)) => {
+            let tmp = temp_path(p);
+            let file = h5(&tmp, "create", hdf5::File::create(&tmp))?;
+            let rows = h5(
+                &tmp,
+                "rows",
+                file.new_dataset::<u64>().shape(n).create("rows"),
+            )?;
+            let topk = h5(
+                &tmp,
+                "topk",
+                file.new_dataset::<u64>().shape((n, k)).create("topk"),
+            )?;
+            let scores = h5(
+                &tmp,
+                "scores",
+                file.new_dataset::<f32>().shape((n, k)).create("scores"),
+            )?;
+            write_attrs(
+                &file,
+                &tmp,
+                &[
+                    ("format", Attr::Str(FORMAT.into())),
+                    ("k", Attr::U64(k as u64)),
+                    ("model", Attr::Str(args.model.display().to_string())),
+                    ("data", Attr::Str(args.data.display().to_string())),
+                ],
+            )?;
+            (
+                Writer::H5 {
+                    file,
+                    rows,
+                    topk,
+                    scores,
+                },
+                Some(tmp),
+            )
+        }
+    };
+    Ok(Sink {
+        writer,
+        tmp,
+        k,
+        out,
+        done: 0,
+    })
+}
+
+/// Rank 0: flush and close the output and rename it into place.
+fn local_finish(sink: Sink<'_>, cfg: &Config) -> Result<()> {
+    let path = sink.path();
+    match sink.writer {
+        Writer::Tsv(mut w) => {
+            w.flush().map_err(|e| Error::io(&path, e))?;
+            drop(w);
+        }
+        Writer::H5 {
+            file,
+            rows,
+            topk,
+            scores,
+        } => {
+            drop((rows, topk, scores));
+            h5(&path, "close", file.close())?;
+        }
+    }
+    match (&sink.tmp, &cfg.out) {
+        (Some(tmp), Some((out, _))) => local_commit(tmp, out),
+        _ => Ok(()),
+    }
+}
+
+/// Collective: every rank must call.
+pub fn global_run<C: Comm>(comm: &C, args: &RecommendArgs, preempt: Preemption) -> Result<()> {
+    let cfg = comm.agree(args.validate())?;
+    let threads = super::als::resolve_threads(args.threads);
+    // The global pool can be set once per process; tests may have set it already.
+    let _ = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build_global();
+    let info = comm.agree(local_read_model_info(&args.model))?;
+    match info.dtype {
+        TableDtype::F32 => run_as::<C, f32>(comm, args, &cfg, &info, threads, preempt),
+        TableDtype::Bf16 => run_as::<C, Bf16>(comm, args, &cfg, &info, threads, preempt),
+    }
+}
+
+fn run_as<C: Comm, T: TableScalar>(
+    comm: &C,
+    args: &RecommendArgs,
+    cfg: &Config,
+    info: &crate::als::recommend::ModelInfo,
+    threads: usize,
+    preempt: Preemption,
+) -> Result<()> {
+    let root = comm.rank() == 0;
+    // Human lines go to stderr when the recommendations go to stdout.
+    let say = |s: &str| {
+        if !root {
+        } else if cfg.out.is_none() {
+            eprintln!("{s}");
+        } else {
+            println!("{s}");
+        }
+    };
+    let t0 = Instant::now();
+    let mut rec = Recommender::<T>::global_load(comm, &args.model, info, &args.data)?;
+    rec.block_rows = args.block_rows;
+    let k = args.k;
+    comm.agree(if k as u64 > rec.num_cols() {
+        Err(Error::Config(format!(
+            "--k {k}: the dataset has only {} columns",
+            rec.num_cols()
+        )))
+    } else {
+        Ok(())
+    })?;
+    let (rows, left_out) = rec.global_resolve(comm, &cfg.which)?;
+    let load = t0.elapsed().as_secs_f64();
+    say(&format!(
+        "recommend: {} rows of {} (d={} tables={} rows={} cols={} test={}) k={k} on {} rank(s) x {threads} thread(s); loaded in {load:.2} s",
+        rows.len(),
+        crate::error::short_path(&args.model),
+        info.dim,
+        info.dtype,
+        rec.num_rows(),
+        rec.num_cols(),
+        rec.num_test(),
+        comm.size()
+    ));
+    if left_out > 0 {
+        say(&format!(
+            "recommend: {left_out} row(s) with nothing to fold in (no training arc, not a test row) are left out"
+        ));
+    }
+    let out = RunOutput::global_open(comm, None)?;
+    let opened = if root {
+        local_open(cfg, args, rows.len(), k, &out).map(Some)
+    } else {
+        Ok(None)
+    };
+    let mut sink = comm.agree(opened)?;
+    let t1 = Instant::now();
+    struct NoSink;
+    impl RecSink for NoSink {
+        fn block(&mut self, _: &RecBlock, _: usize) -> Result<()> {
+            Ok(())
+        }
+    }
+    let ran = match sink.as_mut() {
+        Some(s) => rec.global_run(comm, &rows, k, &preempt, s),
+        None => rec.global_run(comm, &rows, k, &preempt, &mut NoSink),
+    };
+    let finished = match (ran, sink) {
+        (Ok(times), Some(s)) => {
+            let tmp = s.tmp.clone();
+            let r = local_finish(s, cfg).map(|_| times);
+            if r.is_err() {
+                if let Some(t) = tmp {
+                    let _ = std::fs::remove_file(t);
+                }
+            }
+            r
+        }
+        (Ok(times), None) => Ok(times),
+        (Err(e), s) => {
+            if let Some(t) = s.and_then(|s| s.tmp) {
+                let _ = std::fs::remove_file(t);
+            }
+            Err(e)
+        }
+    };
+    let times = comm.agree(finished)?;
+    let secs = t1.elapsed().as_secs_f64();
+    let peak = comm.all_reduce_max(peak_rss_bytes().unwrap_or(0));
+    if root && std::io::stderr().is_terminal() {
+        // Clear the progress bar.
+        eprint!("\r\x1b[K");
+    }
+    say(&format!(
+        "recommend: {} rows in {secs:.2} s ({:.0} rows/s): fold-in {:.2} s, gather {:.2} s, score {:.2} s, merge {:.2} s, write {:.2} s (rank 0); peak RSS {} per rank{}",
+        rows.len(),
+        rows.len() as f64 / secs.max(1e-9),
+        times.fold_in,
+        times.gather,
+        times.score,
+        times.merge,
+        times.sink,
+        human_bytes(peak),
+        cfg.out
+            .as_ref()
+            .map(|(p, _)| format!("; wrote {}", p.display()))
+            .unwrap_or_default()
+    ));
+    Ok(())
+}
