@@ -19,6 +19,8 @@ MPI=(mpirun --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS)
     --scale "$SCALE" --seed 42 --out "$OUT/in-dense.h5"
 
 table=bench/ckpt.md
+tsv=bench/ckpt.tsv
+printf 'case\toperation\tseconds\n' > "$tsv"
 {
   echo "| dataset | P | file MB | write s | write MB/s | restore (read + verify) s | restore MB/s | signal -> checkpoint committed s | signal -> mpirun exit 75 s |"
   echo "|---|---|---|---|---|---|---|---|---|"
@@ -55,6 +57,13 @@ for ds in cnr-k1 in-dense; do
     rr=$(echo "$r" | grep -o '[0-9]* MB/s' | grep -o '^[0-9]*')
     total=$(awk -v a="$t_sig" -v b="$t_exit" 'BEGIN{printf "%.2f", b-a}')
     echo "| $ds | $np | $mb | $ws | $wr | $rs | $rr | $since | $total |" >> "$table"
+    printf '%s P=%s\twrite\t%s\n%s P=%s\trestore\t%s\n%s P=%s\tsignal to exit 75\t%s\n' \
+      "$ds" "$np" "$ws" "$ds" "$np" "$rs" "$ds" "$np" "$total" >> "$tsv"
   done
 done
+# A chart next to the table: seconds of each operation per dataset and P.
+if "$BIN" plot --force --table "$tsv" --x case --y seconds --series operation --kind bar \
+    --title "Checkpoint write, restore and signal-to-exit (s)" --out bench/ckpt.svg >&2; then
+  { echo; echo "![ckpt.svg](ckpt.svg)"; echo; echo "The chart's data: bench/ckpt.tsv."; } >> "$table"
+fi
 cat "$table"

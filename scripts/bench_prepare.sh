@@ -21,6 +21,8 @@ table=bench/prepare.md
   echo "| job | ranks | wall s | peak RSS per rank | result |"
   echo "|---|---|---|---|---|"
 } > "$table"
+tsv=bench/prepare.tsv
+printf 'job\tranks\tseconds\n' > "$tsv"
 
 run() { # name np args...
   local name=$1 np=$2; shift 2
@@ -31,7 +33,10 @@ run() { # name np args...
   local rss kept
   rss=$(grep -o 'peak RSS [0-9.]* [kMG]*B' "$log" | tail -1 | sed 's/peak RSS //')
   kept=$(grep -o -- '-> K = .*' "$log" | head -1 | sed 's/-> //')
-  printf '| %s | %s | %.1f | %s | %s |\n' "$name" "$np" "$(awk -v a="$t0" -v b="$t1" 'BEGIN{print b-a}')" "$rss" "$kept" >> "$table"
+  local secs
+  secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}')
+  printf '| %s | %s | %s | %s | %s |\n' "$name" "$np" "$secs" "$rss" "$kept" >> "$table"
+  printf '%s\t%s ranks\t%s\n' "$name" "$np" "$secs" >> "$tsv"
 }
 
 for np in 1 2; do
@@ -42,4 +47,9 @@ for np in 1 2; do
   run "generate in-dense scale=$SCALE" "$np" generate webgraph --preset in-dense --scale "$SCALE" \
       --seed 42 --out "$OUT/in-dense.h5" --force
 done
+# A chart next to the table: wall seconds per job and rank count.
+if "$BIN" plot --force --table "$tsv" --x job --y seconds --series ranks --kind bar \
+    --title "prepare and generate: wall seconds" --out bench/prepare.svg >&2; then
+  { echo; echo "![prepare.svg](prepare.svg)"; echo; echo "The chart's data: bench/prepare.tsv."; } >> "$table"
+fi
 cat "$table"

@@ -118,4 +118,11 @@ DESCRIBE="report written at torusrec $commit, $(date -u +%Y-%m-%dT%H:%MZ), $(get
 MANIFEST="$MANIFEST" NP="$NP" THREADS="$THREADS" DIM="$DIM" EPOCHS="$EPOCHS" REG="$REG" ALPHA0="$ALPHA0" \
 CG_STEPS="$CG_STEPS" EVAL_ROWS="$EVAL_ROWS" IREG="$IREG" IALPHA="$IALPHA" CORES="$CORES" \
     "$PYTHON" scripts/bench_webgraph_report.py > bench/webgraph.md
+# A chart next to the table: every run's loss, Recall@20 and edges/s by epoch (one
+# series per variant and table dtype).
+mapfile -t runs < <(awk -F'\t' '$5 ~ /\.jsonl$/ && $6 == 0 && (system("test -s " $5) == 0) {print $5}' "$MANIFEST")
+if ((${#runs[@]} > 0)) && "$BIN" plot --force "${runs[@]}" \
+    --title "WebGraph variants: loss, Recall@20 and edges/s by epoch" --out bench/webgraph-runs.svg >&2; then
+  { echo; echo "![webgraph-runs.svg](webgraph-runs.svg)"; echo; } >> bench/webgraph.md
+fi
 cat bench/webgraph.md
