@@ -11,6 +11,7 @@ pub mod model;
 pub mod shard;
 pub mod solve;
 pub mod train;
+pub mod tune;
 
 pub use exchange::ExchangeKind;
 use serde::{Deserialize, Serialize};
