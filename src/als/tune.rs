@@ -269,7 +269,8 @@ pub struct ValStats {
     pub holdout_arcs: u64,
     /// Training arcs left for the search.
     pub train_arcs: u64,
-    /// Wrapping sum of `mix64(row)` over the validation rows: equal digests, equal sets.
+    /// Wrapping sum of mixes of every validation row and held-out arc (src/als/tune.rs;
+    /// scripts/tune_implicit.py computes the same): equal digests, equal splits.
     pub digest: u64,
 }
 
@@ -348,9 +349,20 @@ pub fn global_validation_shards<C: Comm>(
             sums[2], sums[3]
         )));
     }
-    let digest = all_val.iter().fold(0u64, |a, &r| {
-        a.wrapping_add(crate::rng::mix64(r as u64 ^ 0x5851_f42d_4c95_7f2d))
-    });
+    // Each rank's wrapping sum over its rows and held-out arcs, gathered and summed.
+    let mut mine = 0u64;
+    for (i, &r) in val_rows.iter().enumerate() {
+        mine = mine.wrapping_add(crate::rng::mix64(r as u64 ^ 0x5851_f42d_4c95_7f2d));
+        for &c in &holdout.indices[holdout.indptr[i] as usize..holdout.indptr[i + 1] as usize] {
+            let arc = ((r as u64) << 32) | c as u64;
+            mine = mine.wrapping_add(crate::rng::mix64(arc ^ 0x2545_f491_4f6c_dd1d));
+        }
+    }
+    let digest = comm
+        .all_gather_v(&[mine])?
+        .data
+        .iter()
+        .fold(0u64, |a, &x| a.wrapping_add(x));
     let stats = ValStats {
         rows: all_val.len() as u64,
         visible_arcs: sums[0],

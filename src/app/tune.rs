@@ -71,6 +71,10 @@ pub struct TuneArgs {
     /// Epochs of the final training (and of the printed command; default: --epochs).
     #[arg(long, value_name = "E")]
     pub final_epochs: Option<usize>,
+    /// Test rows the final evaluation scores (and the printed command's --eval-rows;
+    /// default: --eval-rows).
+    #[arg(long, value_name = "N|all")]
+    pub final_eval_rows: Option<crate::als::eval::EvalRows>,
     /// With --train-final: write the final model here (HDF5), as `als --out`.
     #[arg(long, value_name = "model.h5")]
     pub out: Option<PathBuf>,
@@ -93,8 +97,8 @@ pub struct TuneArgs {
     /// Rayon threads per rank (default: cores divided by the ranks on this node).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Rows each evaluation scores (validation rows in the search, test rows in the
-    /// final run): a seeded sample of N, or `all`.
+    /// Validation rows each point's evaluation scores: a seeded sample of N (the same
+    /// rows for every point and at any rank count), or `all`.
     #[arg(long, value_name = "N|all", default_value = "10000")]
     pub eval_rows: crate::als::eval::EvalRows,
     /// Seed of the initial tables (the same for every point).
@@ -183,6 +187,7 @@ impl TuneArgs {
         let final_epochs = self.final_epochs.unwrap_or(self.epochs);
         let final_cfg = AlsConfig {
             epochs: final_epochs,
+            eval_rows: self.final_eval_rows.unwrap_or(self.eval_rows),
             out: self.out.clone(),
             ..base.clone()
         };
