@@ -443,3 +443,30 @@ fn every_point_of_the_table_is_printed_and_the_best_is_marked() {
     let points = o.stdout.lines().filter(|l| l.starts_with("point ")).count();
     assert_eq!(points, 6, "{}", o.dump());
 }
+
+#[test]
+fn a_preempted_tune_exits_75_on_every_rank_and_saves_nothing() {
+    let dir = tempdir();
+    let data = prepare_cnr(dir.path());
+    let codes = dir.path().join("codes");
+    std::fs::create_dir_all(&codes).unwrap();
+    let json = dir.path().join("tune.json");
+    let o = TestCommand::mpirun(2)
+        .arg("tune")
+        .arg("--data")
+        .arg(&data)
+        .args(["--dim", "8", "--epochs", "2", "--threads", "1"])
+        .args(["--reg", "1e-3,1e-1", "--unobserved-weight", "1e-2"])
+        .arg("--out-json")
+        .arg(&json)
+        .env("TORUSREC_PREEMPT_AT", "1")
+        .record_rank_codes(&codes)
+        .timeout(Duration::from_secs(300))
+        .run();
+    o.expect_code(0); // the rank-recording wrapper exits 0
+    let got = util::rank_codes(&codes, 2);
+    assert!(got.iter().all(|c| *c == Some(75)), "{got:?}\n{}", o.dump());
+    o.stderr_has(&["preempted", "a rerun starts over"]);
+    assert!(!o.stdout.contains("best:"), "{}", o.dump());
+    assert!(!json.exists(), "a preempted tune wrote its JSON");
+}
