@@ -23,6 +23,7 @@
 # Knobs (environment): REGS=1e-5:1e-2:4 WEIGHTS=1e-4:1e-2:3 IREGS=1e-2:1e2:4 IALPHAS=100:1e4:3
 #   EPOCHS=8 DIM=128 CG_STEPS=3 CORES=2 VAL_ROWS=5000 VAL_FRACTION=0.1 VAL_SEED=1
 #   DATASETS="cnr-k1 in-dense" SCALE=0.1 OUT=out/bench PYTHON=python3 TIMEOUT=3600
+#   REPORT=bench/tune: the report's path without extension (.md, .tsv, .svg);
 #   REUSE=1: keep a run whose JSON result exists;  BUILD=0: skip `cargo build --release`;
 #   BIN=path of the torusrec binary
 #
@@ -49,6 +50,7 @@ OUT="${OUT:-out/bench}"
 PYTHON="${PYTHON:-python3}"
 TIMEOUT="${TIMEOUT:-3600}"
 REUSE="${REUSE:-0}"
+REPORT="${REPORT:-bench/tune}"
 SEED=42
 if [[ "$QUICK" == 1 ]]; then
     DATASETS=cnr-k10 DIM=32 EPOCHS=2 REGS=1e-4:1e-2:2 WEIGHTS=1e-3:1e-2:2 IREGS=0.01:1:2 IALPHAS=10:100:2
@@ -71,7 +73,7 @@ if [[ "${BUILD:-1}" == 1 ]]; then
     cargo build --release --quiet
 fi
 [[ -x "$BIN" ]] || die "$BIN not found or not executable"
-mkdir -p "$OUT" bench
+mkdir -p "$OUT" "$(dirname "$REPORT")"
 START=$(date +%s)
 
 data_path() {
@@ -135,7 +137,7 @@ COMMIT=$(git rev-parse --short HEAD)
 DIRTY=$(git status --porcelain --untracked-files=no | grep -q . && echo " (with uncommitted changes)" || true)
 ELAPSED=$(($(date +%s) - START))
 DATASETS_RUN="$DATASETS"
-export REGS WEIGHTS IREGS IALPHAS EPOCHS DIM CG_STEPS CORES VAL_ROWS VAL_FRACTION VAL_SEED DATASETS SCALE QUICK DATASETS_RUN
+export REGS WEIGHTS IREGS IALPHAS EPOCHS DIM CG_STEPS CORES VAL_ROWS VAL_FRACTION VAL_SEED DATASETS SCALE QUICK DATASETS_RUN REPORT
 "$PYTHON" - "$OUT" "$COMMIT$DIRTY" "$ELAPSED" "$SCALE" <<'EOF'
 import json, os, sys, platform
 out, commit, elapsed, scale = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
@@ -207,13 +209,13 @@ md = ["# Tuning: `torusrec tune` vs benfred/implicit tuned the same way", "",
       "| dataset | system | grid | best | val R@20 | test R@20 | test R@50 | tuning s | ratio |",
       "|---|---|---|---|---|---|---|---|---|"] + rows + [
       "", "Target: torusrec's tuned test Recall@20 >= implicit's on both datasets (ratio >= 1).", "",
-      "![test recall](tune.svg)", "", "## Grids", ""] + grids + [
+      f"![test recall]({os.path.basename(os.environ['REPORT'])}.svg)", "", "## Grids", ""] + grids + [
       "Tuning seconds: the whole search (training and validation of every point); both systems "
       "ran on the same machine, which other work may have shared: they show scale, not speed."]
-open("bench/tune.md", "w").write("\n".join(md) + "\n")
-open("bench/tune.tsv", "w").write("\n".join(tsv) + "\n")
+open(os.environ["REPORT"] + ".md", "w").write("\n".join(md) + "\n")
+open(os.environ["REPORT"] + ".tsv", "w").write("\n".join(tsv) + "\n")
 EOF
-"$BIN" plot --force --out bench/tune.svg --table bench/tune.tsv --x dataset --y test_r20 --series system \
+"$BIN" plot --force --out "$REPORT.svg" --table "$REPORT.tsv" --x dataset --y test_r20 --series system \
     --kind bar --ylabel "test Recall@20" --title "Tuned iALS: test Recall@20 of each system's best setting" >&2 \
-    || log "chart bench/tune.svg failed"
-log "wrote bench/tune.md, bench/tune.tsv, bench/tune.svg in ${ELAPSED} s"
+    || log "chart $REPORT.svg failed"
+log "wrote $REPORT.md, $REPORT.tsv, $REPORT.svg in ${ELAPSED} s"
