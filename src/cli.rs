@@ -43,6 +43,11 @@ pub enum Command {
     Inspect(InspectArgs),
     /// Train iALS (ALX objective) on a prepared dataset.
     Als(AlsArgs),
+    /// Search iALS's --reg and --unobserved-weight by Recall@20 on a validation split
+    /// of the training rows (grid or successive halving within an epoch budget); print
+    /// the table and the `als` command of the best; --train-final trains it and reports
+    /// its test recall. A preempted tune exits 75 and restarts from scratch when rerun.
+    Tune(crate::app::tune::TuneArgs),
     /// Train the sharded embedding (click-through) model: tables placed by table, row
     /// or column across ranks, deduplicated all-to-all lookups, data-parallel MLP
     /// with gradient accumulation.

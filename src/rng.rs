@@ -37,6 +37,9 @@ pub mod stream {
     pub const PLAN_RANDOM: u64 = 12;
     /// The sample of test rows that `als --eval-rows N` scores.
     pub const EVAL_ROWS: u64 = 13;
+    /// `tune`'s validation rows and the shuffle of their arcs.
+    pub const VAL_ROWS: u64 = 14;
+    pub const VAL_HOLDOUT_SHUFFLE: u64 = 15;
 }
 
 /// SplitMix64: a small, fast, statistically sound sequential generator.

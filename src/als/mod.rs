@@ -12,6 +12,7 @@ pub mod recommend;
 pub mod shard;
 pub mod solve;
 pub mod train;
+pub mod tune;
 
 pub use exchange::ExchangeKind;
 use serde::{Deserialize, Serialize};

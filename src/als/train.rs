@@ -239,6 +239,31 @@ pub fn merge_ranges(mut r: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
     out
 }
 
+/// Collective: every rank must call. Reads this rank's shards of `cfg.data`, refusing
+/// (before the large arrays are read) a share whose estimated memory exceeds the limit.
+pub fn global_read_shards_for<C: Comm>(comm: &C, cfg: &AlsConfig) -> Result<Shards> {
+    let root = comm.rank() == 0;
+    let admit = |sizes: &super::shard::ShardSizes| -> Result<()> {
+        let est = super::memory::estimate(
+            sizes,
+            cfg.dim,
+            cfg.table_dtype,
+            cfg.exchange == super::ExchangeKind::Allgather,
+            cfg.step_nnz,
+        );
+        let limit = super::memory::limit(cfg.mem_per_rank);
+        if root {
+            log::info!(
+                "memory estimate for rank 0: {}; limit {}",
+                est.describe(),
+                limit.map_or("none".into(), crate::metrics::human_bytes)
+            );
+        }
+        super::memory::check(&est, limit, cfg.mem_per_rank.is_some()).map_err(Error::Config)
+    };
+    global_read_shards_admitted(comm, &cfg.data, &admit)
+}
+
 /// The distributed model state of one rank, with tables stored as `T` (f32 or bf16).
 pub struct Trainer<T: TableScalar = f32> {
     pub cfg: AlsConfig,
@@ -272,26 +297,18 @@ impl<T: TableScalar> Trainer<T> {
     /// Collective: every rank must call. Reads the shards, builds the exchange plans
     /// and initializes both tables from (seed, global id).
     pub fn global_new<C: Comm>(comm: &C, cfg: &AlsConfig, preempt: Preemption) -> Result<Self> {
-        let root = comm.rank() == 0;
-        let admit = |sizes: &super::shard::ShardSizes| -> Result<()> {
-            let est = super::memory::estimate(
-                sizes,
-                cfg.dim,
-                cfg.table_dtype,
-                cfg.exchange == super::ExchangeKind::Allgather,
-                cfg.step_nnz,
-            );
-            let limit = super::memory::limit(cfg.mem_per_rank);
-            if root {
-                log::info!(
-                    "memory estimate for rank 0: {}; limit {}",
-                    est.describe(),
-                    limit.map_or("none".into(), crate::metrics::human_bytes)
-                );
-            }
-            super::memory::check(&est, limit, cfg.mem_per_rank.is_some()).map_err(Error::Config)
-        };
-        let shards = global_read_shards_admitted(comm, &cfg.data, &admit)?;
+        let shards = global_read_shards_for(comm, cfg)?;
+        Self::global_from_shards(comm, cfg, shards, preempt)
+    }
+
+    /// Collective: every rank must call. [`Trainer::global_new`] on shards already read
+    /// (or derived from them, as `tune`'s validation split is).
+    pub fn global_from_shards<C: Comm>(
+        comm: &C,
+        cfg: &AlsConfig,
+        shards: Shards,
+        preempt: Preemption,
+    ) -> Result<Self> {
         let d = cfg.dim;
         let mut shards = shards;
         // The training CSRs move into the two sides (no second copy stays in `shards`).

@@ -10,6 +10,7 @@ pub mod plot;
 pub mod prepare;
 pub mod project;
 pub mod recommend;
+pub mod tune;
 
 use crate::cli::{Command, GenerateCommand};
 use crate::comm::Comm;
@@ -35,6 +36,7 @@ pub fn run<C: Comm>(
             embed::global_generate_clicks(comm, args)
         }
         Command::Als(args) => als::global_run(comm, args, preempt).map(|_| ()),
+        Command::Tune(args) => tune::global_run(comm, args, preempt),
         Command::Embed(args) => embed::global_run(comm, args, preempt).map(|_| ()),
         Command::Plan(args) => embed::global_plan(comm, args),
         // One process's work (main runs it before MPI starts); under a launcher, rank 0

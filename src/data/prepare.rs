@@ -200,8 +200,19 @@ pub fn global_prepare<C: Comm>(
 /// Split one test row's arcs into (visible fold-in, held out): shuffle with the
 /// generator of `(seed, row)`, hold out the first `max(1, floor(n/4))`.
 pub fn split_test_row(arcs: &[u32], seed: u64, row: u64) -> (Vec<u32>, Vec<u32>) {
+    split_row_in(arcs, seed, stream::HOLDOUT_SHUFFLE, row)
+}
+
+/// [`split_test_row`] with the shuffle drawn from another stream (the validation
+/// split of `tune` uses its own, so it never repeats the test split's draws).
+pub fn split_row_in(
+    arcs: &[u32],
+    seed: u64,
+    shuffle_stream: u64,
+    row: u64,
+) -> (Vec<u32>, Vec<u32>) {
     let mut a = arcs.to_vec();
-    SplitMix64::for_id(seed, stream::HOLDOUT_SHUFFLE, row).shuffle(&mut a);
+    SplitMix64::for_id(seed, shuffle_stream, row).shuffle(&mut a);
     let h = (a.len() / 4).max(1).min(a.len());
     let fold = a.split_off(h);
     (fold, a)
@@ -228,7 +239,22 @@ pub fn global_select_test_rows_by<C: Comm>(
     nonempty: &[bool],
     seed: u64,
 ) -> Result<Vec<bool>> {
-    let key = |i: usize| hash3(seed, stream::TEST_ROWS, lo + i as u64);
+    global_select_rows_by(comm, lo, nonempty, seed, stream::TEST_ROWS, |r| r / 10)
+}
+
+/// Collective: every rank must call. Marks, among the owned rows `lo, lo + 1, ..`, the
+/// `count(r)` non-empty rows (of the r non-empty rows globally) with the smallest
+/// `(hash3(seed, key_stream, row), row)`: the test split's rule with another stream
+/// and count (`tune`'s validation split). The same rows at any rank count.
+pub fn global_select_rows_by<C: Comm>(
+    comm: &C,
+    lo: u64,
+    nonempty: &[bool],
+    seed: u64,
+    key_stream: u64,
+    count: impl Fn(u64) -> u64,
+) -> Result<Vec<bool>> {
+    let key = |i: usize| hash3(seed, key_stream, lo + i as u64);
     let num_rows = nonempty.len();
     let mut hist = vec![0u64; 1 << HIST_BITS];
     for (i, _) in nonempty.iter().enumerate().filter(|(_, &ne)| ne) {
@@ -236,7 +262,7 @@ pub fn global_select_test_rows_by<C: Comm>(
     }
     comm.all_reduce_sum(&mut hist);
     let r: u64 = hist.iter().sum();
-    let k = r / 10;
+    let k = count(r).min(r);
     // Bucket b where the k-th smallest key lies: all of buckets < b are test rows.
     let mut below = 0u64;
     let mut b = hist.len();

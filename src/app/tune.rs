@@ -1,0 +1,496 @@
+//! `torusrec tune`: search iALS's reg and unobserved weight on a validation split of
+//! the training rows (`als::tune`), print the table and the `als` command line of the
+//! best setting, and optionally train it on the full training rows and report its
+//! test recall — the only time the test rows are looked at.
+
+use super::als::resolve_threads;
+use crate::als::train::{global_read_shards_for, global_train_as, EpochReport};
+use crate::als::tune::{
+    global_search, global_validation_shards, grid_points, schedule, Point, PointResult,
+    SearchReport, Strategy, ValSpec, ValStats, Values,
+};
+use crate::als::{AlsConfig, SolverKind};
+use crate::bf16::{Bf16, TableDtype};
+use crate::ckpt::signals::Preemption;
+use crate::comm::Comm;
+use crate::error::{Error, Result};
+use clap::Args;
+use std::path::PathBuf;
+
+/// `torusrec tune`.
+///
+/// Searches `--reg` x `--unobserved-weight` by validation Recall@20. The validation rows
+/// are a seeded `--val-fraction` of the training rows with arcs, split into visible and
+/// held-out arcs like the test rows (docs/design.md); they leave training during the
+/// search and are folded in at evaluation. The test rows are read only by
+/// `--train-final`, which trains the best setting on the full training rows and reports
+/// its test Recall@20/50. Every point starts from the same initial tables (`--seed`).
+///
+/// A preemption signal stops the tune with exit 75 and saves nothing: a tune cannot be
+/// resumed; a requeued job starts the search over.
+#[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
+pub struct TuneArgs {
+    /// Prepared dataset (.h5), from `prepare` or `generate webgraph`.
+    #[arg(long, value_name = "D.h5")]
+    pub data: PathBuf,
+    /// lambda values: a list (1e-4,1e-3) or LO:HI:N, N log-spaced points.
+    #[arg(long, value_name = "LIST|LO:HI:N", default_value = "1e-5:1e-2:4")]
+    pub reg: Values,
+    /// alpha0 values: a list or LO:HI:N (log-spaced).
+    #[arg(long, value_name = "LIST|LO:HI:N", default_value = "1e-4:1e-2:3")]
+    pub unobserved_weight: Values,
+    /// grid: every point for min(budget / points, --epochs) epochs; halving:
+    /// successive halving over epochs, keeping the best 1/eta per rung, each rung eta
+    /// times longer, the last --epochs (or less if --budget is short); survivors
+    /// retrain from the initial tables and the budget counts every epoch run.
+    #[arg(long, value_enum, default_value_t = Strategy::Grid)]
+    pub strategy: Strategy,
+    /// Epochs for the whole search, all points together (default: points x --epochs
+    /// for grid; for halving, what its rungs need for the last to train --epochs).
+    #[arg(long, value_name = "EPOCHS")]
+    pub budget: Option<usize>,
+    /// The most epochs any one point trains.
+    #[arg(long, default_value_t = 8)]
+    pub epochs: usize,
+    /// Halving: keep the best 1/eta of each rung.
+    #[arg(long, default_value_t = 3)]
+    pub eta: usize,
+    /// Fraction of the training rows with arcs that become validation rows, in (0, 1).
+    #[arg(long, value_name = "F", default_value_t = 0.1)]
+    pub val_fraction: f64,
+    /// Seed of the validation rows and of their held-out arcs.
+    #[arg(long, default_value_t = 1)]
+    pub val_seed: u64,
+    /// Write the table, the best setting and its command line (JSON) here.
+    #[arg(long, value_name = "F.json")]
+    pub out_json: Option<PathBuf>,
+    /// Train the best setting on the full training rows and report its test recall.
+    #[arg(long)]
+    pub train_final: bool,
+    /// Epochs of the final training (and of the printed command; default: --epochs).
+    #[arg(long, value_name = "E")]
+    pub final_epochs: Option<usize>,
+    /// Test rows the final evaluation scores (and the printed command's --eval-rows;
+    /// default: --eval-rows).
+    #[arg(long, value_name = "N|all")]
+    pub final_eval_rows: Option<crate::als::eval::EvalRows>,
+    /// With --train-final: write the final model here (HDF5), as `als --out`.
+    #[arg(long, value_name = "model.h5")]
+    pub out: Option<PathBuf>,
+    /// Overwrite an existing --out or --out-json.
+    #[arg(long)]
+    pub force: bool,
+    // The options below mean what they mean for `als`.
+    /// Embedding dimension d.
+    #[arg(long, default_value_t = 128)]
+    pub dim: usize,
+    /// Row solver.
+    #[arg(long, value_enum, default_value_t = SolverKind::Cg)]
+    pub solver: SolverKind,
+    /// CG iterations per half-epoch.
+    #[arg(long, default_value_t = 3)]
+    pub cg_steps: usize,
+    /// Embedding exchange.
+    #[arg(long, value_enum, default_value_t = crate::als::ExchangeKind::Dedup)]
+    pub exchange: crate::als::ExchangeKind,
+    /// Rayon threads per rank (default: cores divided by the ranks on this node).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Validation rows each point's evaluation scores: a seeded sample of N (the same
+    /// rows for every point and at any rank count), or `all`.
+    #[arg(long, value_name = "N|all", default_value = "10000")]
+    pub eval_rows: crate::als::eval::EvalRows,
+    /// Seed of the initial tables (the same for every point).
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    #[arg(long, default_value_t = 0.1)]
+    pub init_std: f32,
+    #[arg(long, default_value_t = 8192)]
+    pub hub_chunk: usize,
+    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
+    pub step_nnz: u64,
+    /// Element type of the tables.
+    #[arg(long, value_enum, default_value_t = TableDtype::F32)]
+    pub table_dtype: TableDtype,
+}
+
+/// A validated tune: the points, the schedule and the training options.
+#[derive(Debug, Clone)]
+pub struct TuneConfig {
+    pub base: AlsConfig,
+    pub points: Vec<Point>,
+    pub rungs: Vec<crate::als::tune::Rung>,
+    pub val: ValSpec,
+    pub final_cfg: AlsConfig,
+    pub threads: Option<usize>,
+}
+
+impl TuneArgs {
+    /// Validate (rank-local, identical everywhere).
+    pub fn to_config(&self) -> Result<TuneConfig> {
+        let points = grid_points(&self.reg.0, &self.unobserved_weight.0);
+        let base = AlsConfig {
+            data: self.data.clone(),
+            dim: self.dim,
+            epochs: self.epochs,
+            reg: self.reg.0.first().copied().unwrap_or(0.0),
+            unobserved_weight: self.unobserved_weight.0.first().copied().unwrap_or(0.0),
+            solver: self.solver,
+            cg_steps: self.cg_steps,
+            exchange: self.exchange,
+            eval_every: 0,
+            eval_rows: self.eval_rows,
+            seed: self.seed,
+            init_std: self.init_std,
+            hub_chunk: self.hub_chunk,
+            out: None,
+            metrics: None,
+            force: self.force,
+            step_nnz: self.step_nnz,
+            loss_every_half: false,
+            checkpoint: Default::default(),
+            table_dtype: self.table_dtype,
+            mem_per_rank: None,
+        };
+        if self.epochs == 0 {
+            return Err(Error::Config("--epochs 0: train at least one epoch".into()));
+        }
+        for p in &points {
+            AlsConfig {
+                reg: p.reg,
+                unobserved_weight: p.unobserved_weight,
+                ..base.clone()
+            }
+            .validate()?;
+        }
+        let val = ValSpec {
+            fraction: self.val_fraction,
+            seed: self.val_seed,
+        };
+        val.validate()?;
+        let rungs = schedule(
+            self.strategy,
+            points.len(),
+            self.budget,
+            self.epochs,
+            self.eta,
+        )?;
+        if self.out.is_some() && !self.train_final {
+            return Err(Error::Config(
+                "--out writes the final model: it needs --train-final".into(),
+            ));
+        }
+        if let Some(j) = &self.out_json {
+            crate::data::dataset::check_output(j, self.force)?;
+        }
+        let final_epochs = self.final_epochs.unwrap_or(self.epochs);
+        let final_cfg = AlsConfig {
+            epochs: final_epochs,
+            eval_rows: self.final_eval_rows.unwrap_or(self.eval_rows),
+            out: self.out.clone(),
+            ..base.clone()
+        };
+        final_cfg.validate()?;
+        if self.threads == Some(0) {
+            return Err(Error::Config("--threads 0: need at least one".into()));
+        }
+        Ok(TuneConfig {
+            base,
+            points,
+            rungs,
+            val,
+            final_cfg,
+            threads: self.threads,
+        })
+    }
+}
+
+/// Quote a shell word when it needs it.
+fn shell_word(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// The `torusrec als` command line that trains `cfg` (as the final run of a tune does).
+pub fn als_command(cfg: &AlsConfig, threads: Option<usize>) -> String {
+    let mut a: Vec<String> = vec![
+        "torusrec".into(),
+        "als".into(),
+        "--data".into(),
+        shell_word(&cfg.data.display().to_string()),
+        format!("--dim {}", cfg.dim),
+        format!("--epochs {}", cfg.epochs),
+        format!("--reg {}", cfg.reg),
+        format!("--unobserved-weight {}", cfg.unobserved_weight),
+        format!("--solver {}", vname(&cfg.solver)),
+        format!("--cg-steps {}", cfg.cg_steps),
+        format!("--exchange {}", vname(&cfg.exchange)),
+        format!("--eval-rows {}", cfg.eval_rows),
+        format!("--seed {}", cfg.seed),
+        format!("--init-std {}", cfg.init_std),
+        format!("--hub-chunk {}", cfg.hub_chunk),
+        format!("--step-nnz {}", cfg.step_nnz),
+        format!("--table-dtype {}", vname(&cfg.table_dtype)),
+    ];
+    if let Some(t) = threads {
+        a.push(format!("--threads {t}"));
+    }
+    if let Some(o) = &cfg.out {
+        a.push(format!("--out {}", shell_word(&o.display().to_string())));
+    }
+    a.join(" ")
+}
+
+/// The value name of a clap enum, for the command line.
+fn vname<T: clap::ValueEnum>(v: &T) -> String {
+    v.to_possible_value()
+        .map(|v| v.get_name().to_string())
+        .unwrap_or_default()
+}
+
+fn point_line(r: &PointResult, total: usize) -> String {
+    format!(
+        "point {:>3}/{total}  rung {}  reg {:<10} weight {:<10} epochs {:>3}  val R@20 {:.4}  R@50 {:.4}  loss {:.6e}  {:.1} s",
+        r.index + 1,
+        r.rung,
+        r.point.reg,
+        r.point.unobserved_weight,
+        r.epochs,
+        r.recall.at20,
+        r.recall.at50,
+        r.loss,
+        r.seconds
+    )
+}
+
+/// The table of a search, best first (markdown).
+pub fn table(report: &SearchReport) -> Vec<String> {
+    let mut order: Vec<usize> = (0..report.results.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (x, y) = (&report.results[a], &report.results[b]);
+        (y.epochs, y.recall.at20, y.recall.at50)
+            .partial_cmp(&(x.epochs, x.recall.at20, x.recall.at50))
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then(x.index.cmp(&y.index))
+    });
+    let mut out = vec![
+        "| | reg | weight | epochs | val R@20 | val R@50 | seconds |".to_string(),
+        "|---|---|---|---|---|---|---|".to_string(),
+    ];
+    for i in order {
+        let r = &report.results[i];
+        out.push(format!(
+            "| {} | {} | {} | {} | {:.4} | {:.4} | {:.1} |",
+            if i == report.best { "best" } else { "" },
+            r.point.reg,
+            r.point.unobserved_weight,
+            r.epochs,
+            r.recall.at20,
+            r.recall.at50,
+            r.seconds
+        ));
+    }
+    out
+}
+
+/// Collective: every rank must call.
+pub fn global_run<C: Comm>(comm: &C, args: &TuneArgs, preempt: Preemption) -> Result<()> {
+    let cfg = comm.agree(args.to_config())?;
+    let threads = resolve_threads(cfg.threads);
+    let _ = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build_global();
+    let root = comm.rank() == 0;
+    let b = &cfg.base;
+    if root {
+        println!(
+            "tune: {} d={} tables={} solver={:?} cg_steps={} eval_rows={} strategy={:?} on {} rank(s) x {threads} thread(s)",
+            b.data.display(), b.dim, b.table_dtype, b.solver, b.cg_steps, b.eval_rows,
+            args.strategy, comm.size()
+        );
+        let rungs: Vec<String> = cfg
+            .rungs
+            .iter()
+            .map(|r| format!("{} x {} epochs", r.points, r.epochs))
+            .collect();
+        println!(
+            "grid: reg {:?} x weight {:?} = {} points; rungs: {}; {} epochs in all",
+            args.reg.0,
+            args.unobserved_weight.0,
+            cfg.points.len(),
+            rungs.join(", "),
+            crate::als::tune::total_epochs(&cfg.rungs)
+        );
+    }
+    let full = global_read_shards_for(comm, b)?;
+    let (val, stats) = global_validation_shards(comm, &full, cfg.val)?;
+    drop(full);
+    if root {
+        println!(
+            "validation: {} rows (fraction {}, seed {}, digest {:016x}), {} visible and {} held-out arcs; {} training arcs left",
+            stats.rows, cfg.val.fraction, cfg.val.seed, stats.digest, stats.visible_arcs,
+            stats.holdout_arcs, stats.train_arcs
+        );
+    }
+    if stats.rows == 0 {
+        return Err(Error::Config(format!(
+            "--val-fraction {}: no validation rows on this dataset",
+            cfg.val.fraction
+        )));
+    }
+    let total = cfg.points.len();
+    let on_point = |r: &PointResult| {
+        if root {
+            println!("{}", point_line(r, total));
+        }
+    };
+    let report = match b.table_dtype {
+        TableDtype::F32 => global_search::<C, f32>(
+            comm,
+            b,
+            val,
+            &cfg.points,
+            &cfg.rungs,
+            preempt.clone(),
+            on_point,
+        )?,
+        TableDtype::Bf16 => global_search::<C, Bf16>(
+            comm,
+            b,
+            val,
+            &cfg.points,
+            &cfg.rungs,
+            preempt.clone(),
+            on_point,
+        )?,
+    };
+    let best = report.results[report.best].clone();
+    let mut final_cfg = cfg.final_cfg.clone();
+    final_cfg.reg = best.point.reg;
+    final_cfg.unobserved_weight = best.point.unobserved_weight;
+    let command = als_command(&final_cfg, cfg.threads);
+    if root {
+        println!(
+            "searched {} point-runs, {} epochs in {:.1} s",
+            report.results.len(),
+            report.epochs_run,
+            report.seconds
+        );
+        for l in table(&report) {
+            println!("{l}");
+        }
+        println!(
+            "best: reg {} unobserved weight {}  validation Recall@20 {:.4}  Recall@50 {:.4} ({} epochs)",
+            best.point.reg, best.point.unobserved_weight, best.recall.at20, best.recall.at50, best.epochs
+        );
+        println!("train it with: {command}");
+    }
+    let mut json = serde_json::json!({
+        "data": b.data, "strategy": args.strategy, "rungs": report.rungs,
+        "epochs_run": report.epochs_run, "seconds": report.seconds,
+        "validation": {"fraction": cfg.val.fraction, "seed": cfg.val.seed, "stats": stats_json(&stats)},
+        "results": report.results, "best": best, "command": command,
+    });
+    if args.train_final {
+        if root {
+            println!(
+                "final run: reg {} weight {} on the full training rows for {} epochs",
+                final_cfg.reg, final_cfg.unobserved_weight, final_cfg.epochs
+            );
+        }
+        let epochs = final_cfg.epochs;
+        let on_epoch = |r: &EpochReport| {
+            if root {
+                println!(
+                    "final epoch {:>3}/{epochs}  loss {:.6e}  {:.2} s",
+                    r.epoch, r.loss, r.seconds
+                );
+            }
+        };
+        let rep = match final_cfg.table_dtype {
+            TableDtype::F32 => global_train_as::<C, f32>(comm, &final_cfg, preempt, on_epoch)?.1,
+            TableDtype::Bf16 => global_train_as::<C, Bf16>(comm, &final_cfg, preempt, on_epoch)?.1,
+        };
+        let r = rep.recall.expect("the last epoch evaluates");
+        if root {
+            println!(
+                "final: test Recall@20 {:.4}  Recall@50 {:.4}  over {} test rows  loss {:.6e}  checksum {:016x}",
+                r.at20, r.at50, r.test_rows, rep.loss, rep.checksum
+            );
+        }
+        json["final"] = serde_json::json!({"epochs": epochs, "test_recall_at_20": r.at20,
+            "test_recall_at_50": r.at50, "test_rows": r.test_rows, "loss": rep.loss,
+            "checksum": format!("{:016x}", rep.checksum)});
+    }
+    let written = match (&args.out_json, root) {
+        (Some(path), true) => {
+            let text =
+                serde_json::to_string_pretty(&json).map_err(|e| Error::Config(e.to_string()));
+            text.and_then(|t| {
+                std::fs::write(path, t + "\n").map_err(|source| Error::Io {
+                    path: path.clone(),
+                    source,
+                })
+            })
+        }
+        _ => Ok(()),
+    };
+    comm.agree(written)
+}
+
+fn stats_json(s: &ValStats) -> serde_json::Value {
+    serde_json::json!({"rows": s.rows, "visible_arcs": s.visible_arcs, "holdout_arcs": s.holdout_arcs,
+        "train_arcs": s.train_arcs, "digest": format!("{:016x}", s.digest)})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_line_parses_back_to_the_same_config() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct W {
+            #[command(subcommand)]
+            c: crate::cli::Command,
+        }
+        let als = |words: &[String]| match W::parse_from(words).c {
+            crate::cli::Command::Als(a) => a,
+            _ => panic!("not als: {words:?}"),
+        };
+        let defaults = als(&["x", "als", "--data", "my data.h5"].map(String::from));
+        let cfg = AlsConfig {
+            reg: 3.1622776e-4,
+            unobserved_weight: 1e-3,
+            ..defaults.to_config()
+        };
+        let line = als_command(&cfg, Some(2));
+        assert!(line.contains("'my data.h5'"), "{line}");
+        // Split like a shell would (the only quoted word is the path).
+        let mut words: Vec<String> = Vec::new();
+        let mut rest = line.as_str();
+        while !rest.is_empty() {
+            rest = rest.trim_start();
+            if let Some(r) = rest.strip_prefix('\'') {
+                let end = r.find('\'').unwrap();
+                words.push(r[..end].to_string());
+                rest = &r[end + 1..];
+            } else {
+                let end = rest.find(' ').unwrap_or(rest.len());
+                words.push(rest[..end].to_string());
+                rest = &rest[end..];
+            }
+        }
+        let a = als(&words);
+        assert_eq!(a.to_config(), cfg);
+        assert_eq!(a.threads, Some(2));
+    }
+}

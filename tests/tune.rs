@@ -1,0 +1,472 @@
+//! `torusrec tune`: the validation split (disjoint from the test rows, the test
+//! protocol applied to training rows, the same at 1-3 ranks), the search (every grid
+//! point scored as a fresh training of it would be, the arg-max chosen; halving within
+//! its budget), and the binary end to end (the printed `als` command reproduces the
+//! final training; bad options exit 2; the same split under mpirun at 1-3 ranks).
+
+mod util;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use torusrec::als::shard::global_read_shards;
+use torusrec::als::train::Trainer;
+use torusrec::als::tune::{
+    global_search, global_validation_shards, grid_points, schedule, total_epochs, Strategy, ValSpec,
+};
+use torusrec::als::{AlsConfig, ExchangeKind, SolverKind};
+use torusrec::app::prepare::{global_run as prepare, PrepareConfig, Source};
+use torusrec::ckpt::signals::Preemption;
+use torusrec::comm::single::SingleComm;
+use torusrec::comm::threads::run;
+use torusrec::data::dataset::Dataset;
+use torusrec::data::webgraph_gen::WebGraphSpec;
+use util::{cnr2000, tempdir, TestCommand};
+
+fn make_dataset(dir: &Path, nodes: u64, arcs: u64, seed: u64) -> PathBuf {
+    let out = dir.join(format!("g{nodes}_{arcs}_{seed}.h5"));
+    let spec = WebGraphSpec::new(nodes, arcs).unwrap();
+    let cfg = PrepareConfig {
+        source: Source::Synthetic {
+            preset: "test".into(),
+            scale: 1.0,
+            spec,
+        },
+        min_links: 0,
+        seed,
+        out: out.clone(),
+        force: false,
+    };
+    prepare(&SingleComm::new(), &cfg).unwrap();
+    out
+}
+
+fn config(data: &Path) -> AlsConfig {
+    AlsConfig {
+        data: data.to_path_buf(),
+        dim: 8,
+        epochs: 2,
+        reg: 0.05,
+        unobserved_weight: 0.05,
+        solver: SolverKind::Cg,
+        cg_steps: 3,
+        exchange: ExchangeKind::Dedup,
+        eval_every: 0,
+        eval_rows: torusrec::als::eval::EvalRows::All,
+        seed: 3,
+        init_std: 0.1,
+        hub_chunk: 64,
+        out: None,
+        metrics: None,
+        force: false,
+        step_nnz: 2000,
+        loss_every_half: false,
+        checkpoint: Default::default(),
+        table_dtype: Default::default(),
+        mem_per_rank: None,
+    }
+}
+
+/// What one rank derived: its validation rows with their visible and held-out arcs,
+/// its rows' training arcs, its columns' training rows, and the split's sizes.
+type RankSplit = (
+    Vec<(u32, Vec<u32>, Vec<u32>)>,
+    Vec<(u64, Vec<u32>)>,
+    Vec<(u64, Vec<u32>)>,
+    torusrec::als::tune::ValStats,
+);
+
+fn split_at(p: usize, data: &Path, spec: ValSpec) -> Vec<RankSplit> {
+    run(p, |c| {
+        let full = global_read_shards(&c, data).unwrap();
+        let (v, stats) = global_validation_shards(&c, &full, spec).unwrap();
+        let row = |s: &torusrec::als::shard::CsrShard, i: usize| {
+            s.indices[s.indptr[i] as usize..s.indptr[i + 1] as usize].to_vec()
+        };
+        let val = (0..v.test_rows.len())
+            .map(|i| (v.test_rows[i], row(&v.fold, i), row(&v.holdout, i)))
+            .collect();
+        let rows = (0..v.rows.num_rows())
+            .map(|i| (v.rows.lo + i as u64, row(&v.rows, i)))
+            .collect();
+        let cols = (0..v.cols.num_rows())
+            .map(|i| (v.cols.lo + i as u64, row(&v.cols, i)))
+            .collect();
+        (val, rows, cols, stats)
+    })
+}
+
+#[test]
+fn validation_rows_avoid_the_test_rows_and_are_the_same_at_1_to_3_ranks() {
+    let dir = tempdir();
+    let data = make_dataset(dir.path(), 700, 9000, 1);
+    let ds = Dataset::read(&data).unwrap();
+    let spec = ValSpec {
+        fraction: 0.2,
+        seed: 7,
+    };
+    let nonempty: Vec<u32> = (0..ds.meta.num_rows as usize)
+        .filter(|&i| !ds.train.row(i).is_empty())
+        .map(|i| i as u32)
+        .collect();
+    let mut reference = None;
+    for p in 1..=3 {
+        let parts = split_at(p, &data, spec);
+        let val: Vec<(u32, Vec<u32>, Vec<u32>)> = parts.iter().flat_map(|x| x.0.clone()).collect();
+        let rows: Vec<(u64, Vec<u32>)> = parts.iter().flat_map(|x| x.1.clone()).collect();
+        let cols: Vec<(u64, Vec<u32>)> = parts.iter().flat_map(|x| x.2.clone()).collect();
+        assert!(
+            parts.iter().all(|x| x.3 == parts[0].3),
+            "stats differ by rank"
+        );
+        let stats = parts[0].3;
+        assert_eq!(val.len() as u64, stats.rows);
+        assert_eq!(val.len(), (nonempty.len() as f64 * 0.2).floor() as usize);
+        assert!(
+            val.windows(2).all(|w| w[0].0 < w[1].0),
+            "validation rows out of order"
+        );
+        for (r, fold, hold) in &val {
+            assert!(
+                ds.test_rows.binary_search(r).is_err(),
+                "test row {r} chosen"
+            );
+            let arcs = ds.train.row(*r as usize);
+            assert!(!arcs.is_empty(), "row {r} has no training arc");
+            assert_eq!(hold.len(), (arcs.len() / 4).max(1), "row {r}");
+            let mut both: Vec<u32> = fold.iter().chain(hold).copied().collect();
+            both.sort_unstable();
+            assert_eq!(both, arcs, "row {r}: visible + held out != its arcs");
+        }
+        // Training keeps every other row whole and drops the validation rows entirely.
+        assert_eq!(rows.len() as u64, ds.meta.num_rows);
+        for (r, arcs) in &rows {
+            let is_val = val.binary_search_by_key(&(*r as u32), |v| v.0).is_ok();
+            let want: &[u32] = if is_val {
+                &[]
+            } else {
+                ds.train.row(*r as usize)
+            };
+            assert_eq!(arcs.as_slice(), want, "row {r}");
+        }
+        // The column side is the transpose of the row side.
+        let mut t: Vec<Vec<u32>> = vec![Vec::new(); ds.meta.num_cols as usize];
+        for (r, arcs) in &rows {
+            for &c in arcs {
+                t[c as usize].push(*r as u32);
+            }
+        }
+        assert_eq!(cols.len() as u64, ds.meta.num_cols);
+        for (c, rs) in &cols {
+            assert_eq!(rs, &t[*c as usize], "column {c}");
+        }
+        assert_eq!(
+            stats.train_arcs,
+            rows.iter().map(|r| r.1.len() as u64).sum::<u64>()
+        );
+        match &reference {
+            None => reference = Some((val, stats)),
+            Some((v1, s1)) => {
+                assert_eq!(&val, v1, "validation split differs at {p} ranks");
+                assert_eq!(&stats, s1);
+            }
+        }
+    }
+    // Another seed picks other rows.
+    let other = split_at(
+        1,
+        &data,
+        ValSpec {
+            fraction: 0.2,
+            seed: 8,
+        },
+    );
+    assert_ne!(other[0].3.digest, reference.unwrap().1.digest);
+}
+
+#[test]
+fn grid_scores_every_point_as_a_fresh_training_and_picks_the_arg_max() {
+    let dir = tempdir();
+    let data = make_dataset(dir.path(), 600, 8000, 2);
+    let cfg = config(&data);
+    let spec = ValSpec {
+        fraction: 0.1,
+        seed: 1,
+    };
+    let points = grid_points(&[1e-3, 1e-1], &[1e-3, 1e-1]);
+    let rungs = schedule(Strategy::Grid, points.len(), Some(8), 4, 3).unwrap();
+    assert_eq!(rungs[0].epochs, 2);
+    let c = SingleComm::new();
+    let full = global_read_shards(&c, &data).unwrap();
+    let (val, _) = global_validation_shards(&c, &full, spec).unwrap();
+    let report = global_search::<_, f32>(
+        &c,
+        &cfg,
+        val.clone(),
+        &points,
+        &rungs,
+        Preemption::manual(),
+        |_| {},
+    )
+    .unwrap();
+    assert_eq!(report.results.len(), 4);
+    assert_eq!(report.epochs_run, 8);
+    let idx: Vec<usize> = report.results.iter().map(|r| r.index).collect();
+    assert_eq!(idx, vec![0, 1, 2, 3]);
+    // Each point scores what training it alone, from scratch, scores.
+    for r in &report.results {
+        let mut one = cfg.clone();
+        one.reg = r.point.reg;
+        one.unobserved_weight = r.point.unobserved_weight;
+        let mut tr =
+            Trainer::<f32>::global_from_shards(&c, &one, val.clone(), Preemption::manual())
+                .unwrap();
+        let mut last = None;
+        for e in 0..2 {
+            last = Some(tr.global_epoch(&c, e == 1).unwrap());
+        }
+        let last = last.unwrap();
+        assert_eq!(last.recall.unwrap(), r.recall, "point {}", r.index);
+        assert_eq!(last.loss, r.loss, "point {}", r.index);
+    }
+    let distinct: std::collections::BTreeSet<u64> = report
+        .results
+        .iter()
+        .map(|r| r.recall.at20.to_bits())
+        .collect();
+    assert!(
+        distinct.len() > 1,
+        "every point scored the same: {report:?}"
+    );
+    let best = &report.results[report.best];
+    for r in &report.results {
+        assert!(
+            (best.recall.at20, best.recall.at50) >= (r.recall.at20, r.recall.at50),
+            "{best:?} is not the best: {r:?}"
+        );
+    }
+}
+
+#[test]
+fn halving_keeps_the_best_and_stays_within_the_budget() {
+    let dir = tempdir();
+    let data = make_dataset(dir.path(), 600, 8000, 3);
+    let cfg = config(&data);
+    let regs = [1e-4, 1e-3, 1e-2, 1e-1];
+    let points = grid_points(&regs, &[1e-3, 1e-1]);
+    let budget = 30;
+    let rungs = schedule(Strategy::Halving, points.len(), Some(budget), 4, 2).unwrap();
+    let sizes: Vec<(usize, usize)> = rungs.iter().map(|r| (r.points, r.epochs)).collect();
+    assert_eq!(sizes, vec![(8, 1), (4, 2), (2, 4)]);
+    let c = SingleComm::new();
+    let full = global_read_shards(&c, &data).unwrap();
+    let (val, _) = global_validation_shards(
+        &c,
+        &full,
+        ValSpec {
+            fraction: 0.1,
+            seed: 1,
+        },
+    )
+    .unwrap();
+    let mut seen = Vec::new();
+    let report =
+        global_search::<_, f32>(&c, &cfg, val, &points, &rungs, Preemption::manual(), |r| {
+            seen.push(r.clone())
+        })
+        .unwrap();
+    assert_eq!(seen, report.results);
+    assert_eq!(report.epochs_run, total_epochs(&rungs));
+    assert!(report.epochs_run <= budget);
+    for (k, rung) in rungs.iter().enumerate() {
+        let here: Vec<_> = report.results.iter().filter(|r| r.rung == k).collect();
+        assert_eq!(here.len(), rung.points, "rung {k}");
+        assert!(here.iter().all(|r| r.epochs == rung.epochs));
+        if k > 0 {
+            // The survivors are the previous rung's best `rung.points`.
+            let mut prev: Vec<_> = report.results.iter().filter(|r| r.rung == k - 1).collect();
+            prev.sort_by(|a, b| {
+                (b.recall.at20, b.recall.at50)
+                    .partial_cmp(&(a.recall.at20, a.recall.at50))
+                    .unwrap()
+                    .then(a.index.cmp(&b.index))
+            });
+            let mut want: Vec<usize> = prev[..rung.points].iter().map(|r| r.index).collect();
+            want.sort_unstable();
+            let got: Vec<usize> = here.iter().map(|r| r.index).collect();
+            assert_eq!(got, want, "rung {k}");
+        }
+    }
+    let best = &report.results[report.best];
+    assert_eq!(best.rung, rungs.len() - 1);
+}
+
+#[test]
+fn bad_options_exit_2_with_a_message() {
+    let dir = tempdir();
+    let data = make_dataset(dir.path(), 300, 3000, 4);
+    let cases: [(&[&str], &str); 6] = [
+        (&["--reg", ""], "empty"),
+        (&["--reg=-0.1"], ">= 0"),
+        (&["--unobserved-weight", "1e-3:1e-2:0"], "empty grid"),
+        (&["--budget", "3"], "--budget 3"),
+        (&["--val-fraction", "0"], "--val-fraction 0"),
+        (&["--val-fraction", "1.5"], "--val-fraction 1.5"),
+    ];
+    for (extra, needle) in cases {
+        let o = TestCommand::direct()
+            .arg("tune")
+            .arg("--data")
+            .arg(&data)
+            .args(["--dim", "4", "--epochs", "2", "--threads", "1"])
+            .args(extra)
+            .timeout(Duration::from_secs(60))
+            .run();
+        o.expect_code(2).stderr_has(&[needle]);
+    }
+}
+
+fn prepare_cnr(dir: &Path) -> PathBuf {
+    let out = dir.join("cnr-k50.h5");
+    TestCommand::direct()
+        .arg("prepare")
+        .arg("--input")
+        .arg(cnr2000())
+        .args(["--format", "bv", "--min-links", "50", "--out"])
+        .arg(&out)
+        .run()
+        .expect_code(0);
+    out
+}
+
+fn tune(np: usize, data: &Path, extra: &[&str]) -> util::Output {
+    let o = TestCommand::mpirun(np)
+        .arg("tune")
+        .arg("--data")
+        .arg(data)
+        .args(["--dim", "8", "--epochs", "2", "--threads", "1"])
+        .args(["--reg", "1e-3,1e-1", "--unobserved-weight", "1e-2"])
+        .args(["--eval-rows", "all"])
+        .args(extra)
+        .timeout(Duration::from_secs(300))
+        .run();
+    o.expect_code(0);
+    o
+}
+
+fn line_with<'a>(o: &'a util::Output, prefix: &str) -> &'a str {
+    o.stdout
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no `{prefix}` line\n{}", o.dump()))
+}
+
+#[test]
+fn mpirun_split_is_the_same_at_1_to_3_ranks_and_the_printed_command_reproduces_the_final_run() {
+    let dir = tempdir();
+    let data = prepare_cnr(dir.path());
+    let json = dir.path().join("tune.json");
+    let o1 = TestCommand::mpirun(1)
+        .arg("tune")
+        .arg("--data")
+        .arg(&data)
+        .args(["--dim", "8", "--epochs", "2", "--threads", "1"])
+        .args(["--reg", "1e-3,1e-1", "--unobserved-weight", "1e-2"])
+        .args(["--eval-rows", "all", "--train-final", "--final-epochs", "3"])
+        .arg("--out-json")
+        .arg(&json)
+        .timeout(Duration::from_secs(300))
+        .run();
+    o1.expect_code(0);
+    let split = line_with(&o1, "validation:").to_string();
+    for np in [2, 3] {
+        let o = tune(np, &data, &[]);
+        assert_eq!(line_with(&o, "validation:"), split, "at {np} ranks");
+        // The search's choice does not depend on the rank count either.
+        assert_eq!(
+            line_with(&o, "best:"),
+            line_with(&o1, "best:"),
+            "at {np} ranks"
+        );
+    }
+    // The printed command, run as is, trains what --train-final trained.
+    let cmd = line_with(&o1, "train it with: ")
+        .trim_start_matches("train it with: ")
+        .to_string();
+    let words: Vec<&str> = cmd.split_whitespace().collect();
+    assert_eq!(&words[..2], &["torusrec", "als"], "{cmd}");
+    assert!(cmd.contains("--epochs 3"), "{cmd}");
+    let als = TestCommand::direct()
+        .args(&words[1..])
+        .timeout(Duration::from_secs(300))
+        .run();
+    als.expect_code(0);
+    assert_eq!(als.final_checksum(), o1.final_checksum());
+    let loss = |o: &util::Output, prefix: &str| {
+        line_with(o, prefix)
+            .split("loss ")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(loss(&als, "final:"), loss(&o1, "final: test"));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["command"].as_str().unwrap(), cmd);
+    assert_eq!(v["results"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        v["final"]["checksum"].as_str().unwrap(),
+        als.final_checksum()
+    );
+}
+
+#[test]
+fn every_point_of_the_table_is_printed_and_the_best_is_marked() {
+    let dir = tempdir();
+    let data = make_dataset(dir.path(), 400, 5000, 5);
+    let o = TestCommand::direct()
+        .arg("tune")
+        .arg("--data")
+        .arg(&data)
+        .args(["--dim", "4", "--epochs", "2", "--threads", "1"])
+        .args(["--reg", "1e-3:1e-1:3", "--unobserved-weight", "1e-3,1e-1"])
+        .timeout(Duration::from_secs(120))
+        .run();
+    o.expect_code(0);
+    o.occurs("| best |", 1);
+    let rows = o
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("| best |") || l.starts_with("|  |"))
+        .count();
+    assert_eq!(rows, 6, "{}", o.dump());
+    let points = o.stdout.lines().filter(|l| l.starts_with("point ")).count();
+    assert_eq!(points, 6, "{}", o.dump());
+}
+
+#[test]
+fn a_preempted_tune_exits_75_on_every_rank_and_saves_nothing() {
+    let dir = tempdir();
+    let data = prepare_cnr(dir.path());
+    let codes = dir.path().join("codes");
+    std::fs::create_dir_all(&codes).unwrap();
+    let json = dir.path().join("tune.json");
+    let o = TestCommand::mpirun(2)
+        .arg("tune")
+        .arg("--data")
+        .arg(&data)
+        .args(["--dim", "8", "--epochs", "2", "--threads", "1"])
+        .args(["--reg", "1e-3,1e-1", "--unobserved-weight", "1e-2"])
+        .arg("--out-json")
+        .arg(&json)
+        .env("TORUSREC_PREEMPT_AT", "1")
+        .record_rank_codes(&codes)
+        .timeout(Duration::from_secs(300))
+        .run();
+    o.expect_code(0); // the rank-recording wrapper exits 0
+    let got = util::rank_codes(&codes, 2);
+    assert!(got.iter().all(|c| *c == Some(75)), "{got:?}\n{}", o.dump());
+    o.stderr_has(&["preempted", "a rerun starts over"]);
+    assert!(!o.stdout.contains("best:"), "{}", o.dump());
+    assert!(!json.exists(), "a preempted tune wrote its JSON");
+}
