@@ -51,8 +51,8 @@ pub fn local_read_model(path: &Path, p: usize) -> Result<AlsModel> {
 /// they include what a hop costs here beyond the bytes (packing, copies, scheduling):
 /// all-reduces of 16 kB to 4 MB and uniform all-to-alls of 64 kB to 8 MB per rank,
 /// each started after a barrier (as `project measure` times the run), the slowest
-/// rank's mean of `reps` calls; then the least-squares `(latency, bandwidth)` of
-/// `seconds = latency x shifts + bytes / bandwidth` over those calls, with `shifts`
+/// rank's mean of `reps` calls; then the `(latency, bandwidth)` of least relative
+/// squares of `seconds = latency x shifts + bytes / bandwidth` over those calls, with `shifts`
 /// and `bytes` the chain the traffic model computes for each call.
 pub fn global_link_fit<C: Comm>(comm: &C, reps: usize) -> Result<(f64, f64)> {
     let p = comm.size();
@@ -97,9 +97,12 @@ pub fn global_link_fit<C: Comm>(comm: &C, reps: usize) -> Result<(f64, f64)> {
         let t = traffic::all_to_all(&dims, &|a, b| if a == b { 0 } else { 4 * per as u64 });
         points.push((t.serial_messages as f64, t.serial_bytes as f64, s));
     }
-    // Normal equations of s = a m + c b (a: latency, c: 1 / bandwidth).
+    // Normal equations of s = a m + c b (a: latency, c: 1 / bandwidth) in relative
+    // error (each call's equation divided by its seconds), so that the small calls,
+    // which fix the latency, weigh as much as the large ones.
     let (mut mm, mut mb, mut bb, mut ms, mut bs) = (0.0, 0.0, 0.0, 0.0, 0.0);
     for &(m, b, s) in &points {
+        let (m, b, s) = (m / s.max(1e-12), b / s.max(1e-12), 1.0);
         mm += m * m;
         mb += m * b;
         bb += b * b;
