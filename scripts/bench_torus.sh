@@ -13,8 +13,10 @@
 #   4. `torusrec project als`: WebGraph in-dense, de-dense, dense and sparse at d=128
 #      (bf16 tables) on TPU v3 shapes up to 2048 cores, ours (dedup) and ALX's scheme
 #      (all-gather), with the compute rate calibrated by step 3 at 2x2; a chart of the
-#      projected time per epoch against chips.
-# Sections 1-3 are measured; section 4 is projected (and says so). Writes bench/torus.md.
+#      projected time per epoch against chips;
+#   5. `torusrec project embed`: the torchrec-peer and dlrm-synthetic presets on TPU v4
+#      shapes (the planner's placement per chip count).
+# Sections 1-3 are measured; sections 4-5 are projected (and say so). Writes bench/torus.md.
 #   REPS=5 DIM=64 EPOCHS=3 OUT=out/bench-torus
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -38,7 +40,7 @@ table=bench/torus.md
 {
   echo "# Torus collectives"
   echo
-  echo "Measured $(date -u +%Y-%m-%d) at commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo ' (with uncommitted changes)') on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)); every rank is a process on this one machine (oversubscribed beyond 2 ranks), so a \"link\" is shared memory and these times say how the algorithms compare here, not what a TPU pod's links would do. \`torus\`: neighbour exchanges only (bidirectional ring all-reduce per dimension, ring all-gather, dimension-ordered all-to-all-v); \`mpi\`: Open MPI's own. Sections 1-3 are measured; section 4 (TPU pods) is projected."
+  echo "Measured $(date -u +%Y-%m-%d) at commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo ' (with uncommitted changes)') on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)); every rank is a process on this one machine (oversubscribed beyond 2 ranks), so a \"link\" is shared memory and these times say how the algorithms compare here, not what a TPU pod's links would do. \`torus\`: neighbour exchanges only (bidirectional ring all-reduce per dimension, ring all-gather, dimension-ordered all-to-all-v); \`mpi\`: Open MPI's own. Sections 1-3 are measured; sections 4-5 (TPU pods) are projected."
   echo
 } > "$table"
 
@@ -156,4 +158,18 @@ if "$BIN" plot --force --table bench/torus-projection.tsv --where exchange=dedup
     --title "Projected iALS epoch on TPU v3 against chips (d=128, bf16)" --out bench/torus-projection.svg >&2; then
   { echo "![torus-projection.svg](torus-projection.svg)"; echo; echo "Data: bench/torus-projection.tsv (both schemes)."; echo; } >> "$table"
 fi
+
+# 5. The embedding presets projected onto TPU v4 shapes.
+{
+  echo "## Projected: embedding presets on TPU v4 (2048 examples per chip, row-wise Adagrad)"
+  echo
+  echo "Projected, not measured: the planner's placement at each chip count (\`plan_auto\`, the chip's memory per rank), the expected bytes of its lookups, backward and dense all-reduce from the batch statistics (measured from the click generator), routed by the torus algorithms at 45 GB/s per link and 1 us per message; compute: the MLP at the chip's peak plus the table rows touched at its memory bandwidth (src/project/embed.rs)."
+  echo
+} >> "$table"
+for spec in "torchrec-peer 2x2x1,2x2x2,2x2x4,2x4x4,4x4x4,4x4x8,4x8x8,8x8x8" "dlrm-synthetic 2x2x4,4x4x4,4x4x8,8x8x8"; do
+  set -- $spec
+  log="$OUT/project-embed-$1.log"
+  "$BIN" project embed --preset "$1" --chip v4 --shapes "$2" > "$log" 2>&1 || { tail -20 "$log"; exit 1; }
+  { echo "### $1"; echo; cat "$log"; echo; } >> "$table"
+done
 cat "$table"
