@@ -156,16 +156,14 @@ fn run_als(args: &ProjectAlsArgs, preempt: &Preemption) -> Result<()> {
         crate::bf16::TableDtype::Bf16 => 2,
     };
     let rate = cal.as_ref().map(|c| c.solve_rate_on(&chip));
-    // The workload: exact from a file (read once), or the degree model.
-    enum Source {
-        Csr(Box<dyn Fn(usize) -> Result<AlsModel>>),
-    }
-    let (what, Source::Csr(model_at)) = match (&args.data, &args.webgraph) {
+    // The workload at P chips: exact from a file, or the degree model.
+    type ModelAt = Box<dyn Fn(usize) -> Result<AlsModel>>;
+    let (what, model_at): (String, ModelAt) = match (&args.data, &args.webgraph) {
         (Some(path), _) => {
             let path = path.clone();
             (
                 format!("{} (exact, from its training arcs)", path.display()),
-                Source::Csr(Box::new(move |p| local_read_model(&path, p))),
+                Box::new(move |p| local_read_model(&path, p)),
             )
         }
         (None, Some(name)) => {
@@ -179,9 +177,7 @@ fn run_als(args: &ProjectAlsArgs, preempt: &Preemption) -> Result<()> {
                     super::group(spec.nodes),
                     super::group(spec.arcs)
                 ),
-                Source::Csr(Box::new(move |p| {
-                    Ok(AlsModel::from_webgraph(&label, &spec, &sample, p))
-                })),
+                Box::new(move |p| Ok(AlsModel::from_webgraph(&label, &spec, &sample, p))),
             )
         }
         (None, None) => unreachable!("clap requires --data or --webgraph"),
