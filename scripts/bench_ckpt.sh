@@ -22,6 +22,10 @@ table=bench/ckpt.md
 tsv=bench/ckpt.tsv
 printf 'case\toperation\tseconds\n' > "$tsv"
 {
+  echo "# iALS checkpoints: write, restore and signal-to-exit"
+  echo
+  echo "Measured at $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo ' (with uncommitted changes)') on $(date -u +%Y-%m-%d) ($(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(free -g | awk '/Mem:/{print $2}') GiB) with \`$0\`."
+  echo
   echo "| dataset | P | file MB | write s | write MB/s | restore (read + verify) s | restore MB/s | signal -> checkpoint committed s | signal -> mpirun exit 75 s |"
   echo "|---|---|---|---|---|---|---|---|---|"
 } > "$table"

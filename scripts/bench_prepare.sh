@@ -18,6 +18,10 @@ BIN=target/release/torusrec
 
 table=bench/prepare.md
 {
+  echo "# prepare and generate: wall time and memory"
+  echo
+  echo "Measured at $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo ' (with uncommitted changes)') on $(date -u +%Y-%m-%d) ($(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(free -g | awk '/Mem:/{print $2}') GiB) with \`$0\`."
+  echo
   echo "| job | ranks | wall s | peak RSS per rank | result |"
   echo "|---|---|---|---|---|"
 } > "$table"
