@@ -2,38 +2,20 @@
 //! `--eval-rows` sample (the same rows and recall bits at every rank count), `all`
 //! against the reference full evaluation, and a bf16 H against the same values in f32.
 
-use std::path::{Path, PathBuf};
+mod util;
+
+use std::path::Path;
 use torusrec::als::eval::{
     global_evaluate_all_ref, local_score_topk, local_score_topk_ref, local_score_topk_tiled, Cand,
     EvalRows, EvalSet, Recall, ScoreRows, TopK,
 };
 use torusrec::als::shard::global_read_shards;
 use torusrec::als::solve::{gramian, SolveParams};
-use torusrec::app::prepare::{global_run as prepare, PrepareConfig, Source};
 use torusrec::bf16::{Bf16, TableElem};
 use torusrec::comm::single::SingleComm;
 use torusrec::comm::threads::run;
 use torusrec::comm::Comm;
-use torusrec::data::webgraph_gen::WebGraphSpec;
 use torusrec::rng::{hash3, SplitMix64};
-
-fn make_dataset(dir: &Path, nodes: u64, arcs: u64, seed: u64) -> PathBuf {
-    let out = dir.join(format!("g{nodes}_{arcs}_{seed}.h5"));
-    let spec = WebGraphSpec::new(nodes, arcs).unwrap();
-    let cfg = PrepareConfig {
-        source: Source::Synthetic {
-            preset: "test".into(),
-            scale: 1.0,
-            spec,
-        },
-        min_links: 0,
-        seed,
-        out: out.clone(),
-        force: false,
-    };
-    prepare(&SingleComm::new(), &cfg).unwrap();
-    out
-}
 
 /// A value in {-1, -0.75, ..., 1}: dot products of a few of them are exact in f32 in
 /// any order (so sgemm and the reference agree bit for bit) and tie often.
@@ -247,7 +229,7 @@ fn reference(data: &Path, p: usize, h_all: &[f32], d: usize) -> Recall {
 #[test]
 fn sample_is_the_same_rows_and_bits_at_every_rank_count() {
     let dir = tempfile::tempdir().unwrap();
-    let data = make_dataset(dir.path(), 900, 12000, 4);
+    let data = util::synthetic_dataset(dir.path(), 900, 12000, 4);
     let d = 8;
     let s = global_read_shards(&SingleComm::new(), &data).unwrap();
     let t = s.num_test as usize;
@@ -291,7 +273,7 @@ fn sample_is_the_same_rows_and_bits_at_every_rank_count() {
 #[test]
 fn all_equals_the_reference_full_evaluation() {
     let dir = tempfile::tempdir().unwrap();
-    let data = make_dataset(dir.path(), 700, 9000, 1);
+    let data = util::synthetic_dataset(dir.path(), 700, 9000, 1);
     let d = 8;
     let s = global_read_shards(&SingleComm::new(), &data).unwrap();
     let h = table(s.meta.num_cols, d, 3);
@@ -307,7 +289,7 @@ fn all_equals_the_reference_full_evaluation() {
 #[test]
 fn more_rows_than_the_test_set_evaluates_all_of_them() {
     let dir = tempfile::tempdir().unwrap();
-    let data = make_dataset(dir.path(), 700, 9000, 2);
+    let data = util::synthetic_dataset(dir.path(), 700, 9000, 2);
     let d = 6;
     let s = global_read_shards(&SingleComm::new(), &data).unwrap();
     let h = table(s.meta.num_cols, d, 5);
@@ -323,7 +305,7 @@ fn more_rows_than_the_test_set_evaluates_all_of_them() {
 #[test]
 fn bf16_table_equals_its_values_in_f32() {
     let dir = tempfile::tempdir().unwrap();
-    let data = make_dataset(dir.path(), 700, 9000, 3);
+    let data = util::synthetic_dataset(dir.path(), 700, 9000, 3);
     let d = 8;
     let s = global_read_shards(&SingleComm::new(), &data).unwrap();
     let hb: Vec<Bf16> = table(s.meta.num_cols, d, 6)

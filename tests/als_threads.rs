@@ -4,35 +4,14 @@
 
 mod util;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use torusrec::als::train::{global_train, TrainReport};
 use torusrec::als::{AlsConfig, ExchangeKind, SolverKind};
-use torusrec::app::prepare::{global_run as prepare, PrepareConfig, Source};
 use torusrec::ckpt::signals::Preemption;
-use torusrec::comm::single::SingleComm;
 use torusrec::comm::threads::run;
 use torusrec::comm::Comm;
 use torusrec::data::dataset::Dataset;
-use torusrec::data::webgraph_gen::WebGraphSpec;
 use util::max_rel_diff;
-
-fn make_dataset(dir: &Path, nodes: u64, arcs: u64, seed: u64) -> PathBuf {
-    let out = dir.join(format!("g{nodes}_{arcs}_{seed}.h5"));
-    let spec = WebGraphSpec::new(nodes, arcs).unwrap();
-    let cfg = PrepareConfig {
-        source: Source::Synthetic {
-            preset: "test".into(),
-            scale: 1.0,
-            spec,
-        },
-        min_links: 0,
-        seed,
-        out: out.clone(),
-        force: false,
-    };
-    prepare(&SingleComm::new(), &cfg).unwrap();
-    out
-}
 
 fn config(data: &Path) -> AlsConfig {
     AlsConfig {
@@ -77,7 +56,7 @@ fn train(p: usize, cfg: &AlsConfig) -> (Vec<f32>, Vec<f32>, TrainReport, u64) {
 #[test]
 fn distributed_equals_single_process_with_cholesky() {
     let dir = tempfile::tempdir().unwrap();
-    let data = make_dataset(dir.path(), 700, 9000, 1);
+    let data = util::synthetic_dataset(dir.path(), 700, 9000, 1);
     let cfg = config(&data);
     let (w1, h1, r1, _) = train(1, &cfg);
     for p in 2..=4 {
@@ -106,7 +85,7 @@ fn distributed_equals_single_process_with_cholesky() {
 #[test]
 fn distributed_cg_is_bitwise_reproducible_and_close_to_single() {
     let dir = tempfile::tempdir().unwrap();
-    let data = make_dataset(dir.path(), 600, 8000, 2);
+    let data = util::synthetic_dataset(dir.path(), 600, 8000, 2);
     let mut cfg = config(&data);
     cfg.solver = SolverKind::Cg;
     let (w1, h1, _, _) = train(1, &cfg);
@@ -121,7 +100,7 @@ fn distributed_cg_is_bitwise_reproducible_and_close_to_single() {
 #[test]
 fn dedup_and_allgather_give_the_same_tables_and_dedup_moves_less() {
     let dir = tempfile::tempdir().unwrap();
-    let data = make_dataset(dir.path(), 800, 12000, 3);
+    let data = util::synthetic_dataset(dir.path(), 800, 12000, 3);
     let mut cfg = config(&data);
     cfg.solver = SolverKind::Cg;
     cfg.epochs = 2;
@@ -142,7 +121,7 @@ fn dedup_and_allgather_give_the_same_tables_and_dedup_moves_less() {
 #[test]
 fn loss_never_increases_with_the_exact_solver() {
     let dir = tempfile::tempdir().unwrap();
-    let data = make_dataset(dir.path(), 500, 7000, 4);
+    let data = util::synthetic_dataset(dir.path(), 500, 7000, 4);
     let mut cfg = config(&data);
     cfg.epochs = 6;
     cfg.loss_every_half = true;
@@ -184,7 +163,7 @@ fn popularity_recall(ds: &Dataset, k: usize) -> f64 {
 #[test]
 fn recall_beats_popularity_on_a_planted_web_graph() {
     let dir = tempfile::tempdir().unwrap();
-    let data = make_dataset(dir.path(), 3000, 60000, 5);
+    let data = util::synthetic_dataset(dir.path(), 3000, 60000, 5);
     let ds = Dataset::read(&data).unwrap();
     let baseline = popularity_recall(&ds, 20);
     let mut cfg = config(&data);
@@ -204,7 +183,7 @@ fn recall_beats_popularity_on_a_planted_web_graph() {
 #[test]
 fn bad_configs_fail_on_every_rank_with_exit_code_2() {
     let dir = tempfile::tempdir().unwrap();
-    let data = make_dataset(dir.path(), 300, 3000, 6);
+    let data = util::synthetic_dataset(dir.path(), 300, 3000, 6);
     let mut cfg = config(&data);
     cfg.dim = 0;
     for r in run(3, |c| {

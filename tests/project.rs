@@ -6,37 +6,18 @@
 
 mod util;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use torusrec::als::model::TableScalar;
 use torusrec::als::train::Trainer;
 use torusrec::als::{AlsConfig, ExchangeKind, SolverKind};
-use torusrec::app::prepare::{global_run as prepare, PrepareConfig, Source};
 use torusrec::bf16::{Bf16, TableDtype};
 use torusrec::ckpt::signals::Preemption;
-use torusrec::comm::single::SingleComm;
 use torusrec::comm::threads::run_on;
 use torusrec::comm::{Collectives, Comm, Links};
 use torusrec::data::webgraph_gen::WebGraphSpec;
 use torusrec::project::als::{AlsModel, AlsParams, DegreeSample};
 use torusrec::project::measure::local_read_model;
 use util::TestCommand;
-
-fn make_dataset(dir: &Path, nodes: u64, arcs: u64, seed: u64) -> PathBuf {
-    let out = dir.join(format!("g{nodes}_{arcs}_{seed}.h5"));
-    let cfg = PrepareConfig {
-        source: Source::Synthetic {
-            preset: "test".into(),
-            scale: 1.0,
-            spec: WebGraphSpec::new(nodes, arcs).unwrap(),
-        },
-        min_links: 0,
-        seed,
-        out: out.clone(),
-        force: false,
-    };
-    prepare(&SingleComm::new(), &cfg).unwrap();
-    out
-}
 
 fn config(data: &Path, dim: usize, exchange: ExchangeKind, dtype: TableDtype) -> AlsConfig {
     AlsConfig {
@@ -139,7 +120,7 @@ fn check_shape<T: TableScalar>(data: &Path, dims: &[usize], cfg: &AlsConfig, rou
 #[test]
 fn projected_link_traffic_equals_the_measured_counters() {
     let dir = util::tempdir();
-    let data = make_dataset(dir.path(), 900, 9000, 5);
+    let data = util::synthetic_dataset(dir.path(), 900, 9000, 5);
     let f32s = config(&data, 8, ExchangeKind::Dedup, TableDtype::F32);
     let rb = torusrec::als::exchange::FETCH_ROUND_BYTES as u64;
     for dims in [&[2usize, 2][..], &[2, 4], &[2, 2, 2], &[4, 1], &[3, 3]] {
@@ -159,7 +140,7 @@ fn projected_link_traffic_equals_the_measured_counters() {
 #[test]
 fn degree_model_is_close_to_the_exact_counts() {
     let dir = util::tempdir();
-    let data = make_dataset(dir.path(), 40_000, 800_000, 42);
+    let data = util::synthetic_dataset(dir.path(), 40_000, 800_000, 42);
     let spec = WebGraphSpec::new(40_000, 800_000).unwrap();
     let sample = DegreeSample::new(&spec, 42);
     for p in [4usize, 16] {
@@ -186,7 +167,7 @@ fn degree_model_is_close_to_the_exact_counts() {
 #[test]
 fn project_als_prints_a_table_writes_tsv_and_refuses_bad_input() {
     let dir = util::tempdir();
-    let data = make_dataset(dir.path(), 900, 9000, 5);
+    let data = util::synthetic_dataset(dir.path(), 900, 9000, 5);
     let tsv = dir.path().join("p.tsv");
     let out = TestCommand::direct()
         .args(["project", "als", "--data"])
@@ -282,7 +263,7 @@ fn project_als_prints_a_table_writes_tsv_and_refuses_bad_input() {
 #[test]
 fn project_measure_under_mpirun_checks_the_projection_and_calibrates() {
     let dir = util::tempdir();
-    let data = make_dataset(dir.path(), 900, 9000, 5);
+    let data = util::synthetic_dataset(dir.path(), 900, 9000, 5);
     let cal = dir.path().join("cal.json");
     let out = TestCommand::mpirun(4)
         .args(["--torus", "2x2", "project", "measure", "--data"])

@@ -14,31 +14,11 @@ use torusrec::als::tune::{
     global_search, global_validation_shards, grid_points, schedule, total_epochs, Strategy, ValSpec,
 };
 use torusrec::als::{AlsConfig, ExchangeKind, SolverKind};
-use torusrec::app::prepare::{global_run as prepare, PrepareConfig, Source};
 use torusrec::ckpt::signals::Preemption;
 use torusrec::comm::single::SingleComm;
 use torusrec::comm::threads::run;
 use torusrec::data::dataset::Dataset;
-use torusrec::data::webgraph_gen::WebGraphSpec;
 use util::{cnr2000, tempdir, TestCommand};
-
-fn make_dataset(dir: &Path, nodes: u64, arcs: u64, seed: u64) -> PathBuf {
-    let out = dir.join(format!("g{nodes}_{arcs}_{seed}.h5"));
-    let spec = WebGraphSpec::new(nodes, arcs).unwrap();
-    let cfg = PrepareConfig {
-        source: Source::Synthetic {
-            preset: "test".into(),
-            scale: 1.0,
-            spec,
-        },
-        min_links: 0,
-        seed,
-        out: out.clone(),
-        force: false,
-    };
-    prepare(&SingleComm::new(), &cfg).unwrap();
-    out
-}
 
 fn config(data: &Path) -> AlsConfig {
     AlsConfig {
@@ -98,7 +78,7 @@ fn split_at(p: usize, data: &Path, spec: ValSpec) -> Vec<RankSplit> {
 #[test]
 fn validation_rows_avoid_the_test_rows_and_are_the_same_at_1_to_3_ranks() {
     let dir = tempdir();
-    let data = make_dataset(dir.path(), 700, 9000, 1);
+    let data = util::synthetic_dataset(dir.path(), 700, 9000, 1);
     let ds = Dataset::read(&data).unwrap();
     let spec = ValSpec {
         fraction: 0.2,
@@ -186,7 +166,7 @@ fn validation_rows_avoid_the_test_rows_and_are_the_same_at_1_to_3_ranks() {
 #[test]
 fn grid_scores_every_point_as_a_fresh_training_and_picks_the_arg_max() {
     let dir = tempdir();
-    let data = make_dataset(dir.path(), 600, 8000, 2);
+    let data = util::synthetic_dataset(dir.path(), 600, 8000, 2);
     let cfg = config(&data);
     let spec = ValSpec {
         fraction: 0.1,
@@ -249,7 +229,7 @@ fn grid_scores_every_point_as_a_fresh_training_and_picks_the_arg_max() {
 #[test]
 fn halving_keeps_the_best_and_stays_within_the_budget() {
     let dir = tempdir();
-    let data = make_dataset(dir.path(), 600, 8000, 3);
+    let data = util::synthetic_dataset(dir.path(), 600, 8000, 3);
     let cfg = config(&data);
     let regs = [1e-4, 1e-3, 1e-2, 1e-1];
     let points = grid_points(&regs, &[1e-3, 1e-1]);
@@ -303,7 +283,7 @@ fn halving_keeps_the_best_and_stays_within_the_budget() {
 #[test]
 fn bad_options_exit_2_with_a_message() {
     let dir = tempdir();
-    let data = make_dataset(dir.path(), 300, 3000, 4);
+    let data = util::synthetic_dataset(dir.path(), 300, 3000, 4);
     let cases: [(&[&str], &str); 6] = [
         (&["--reg", ""], "empty"),
         (&["--reg=-0.1"], ">= 0"),
@@ -423,7 +403,7 @@ fn mpirun_split_is_the_same_at_1_to_3_ranks_and_the_printed_command_reproduces_t
 #[test]
 fn every_point_of_the_table_is_printed_and_the_best_is_marked() {
     let dir = tempdir();
-    let data = make_dataset(dir.path(), 400, 5000, 5);
+    let data = util::synthetic_dataset(dir.path(), 400, 5000, 5);
     let o = TestCommand::direct()
         .arg("tune")
         .arg("--data")

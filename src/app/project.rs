@@ -8,7 +8,7 @@ use crate::data::webgraph_gen::WebGraphSpec;
 use crate::error::{quote, Error, Result};
 use crate::project::als::{AlsModel, AlsParams, DegreeSample};
 use crate::project::chip::{default_shapes, preset, Calibration, Chip, PRESETS};
-use crate::project::measure::{global_measure, local_read_model};
+use crate::project::measure::{global_measure, TrainArcs};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -160,10 +160,11 @@ fn run_als(args: &ProjectAlsArgs, preempt: &Preemption) -> Result<()> {
     type ModelAt = Box<dyn Fn(usize) -> Result<AlsModel>>;
     let (what, model_at): (String, ModelAt) = match (&args.data, &args.webgraph) {
         (Some(path), _) => {
-            let path = path.clone();
+            // Read once; the model is rebuilt per chip count.
+            let arcs = TrainArcs::local_read(path)?;
             (
                 format!("{} (exact, from its training arcs)", path.display()),
-                Box::new(move |p| local_read_model(&path, p)),
+                Box::new(move |p| Ok(arcs.model(p))),
             )
         }
         (None, Some(name)) => {

@@ -72,8 +72,6 @@ pub struct EpochProjection {
     pub gather_bytes: f64,
     /// The largest rank's resident bytes while training.
     pub memory: u64,
-    /// Distinct fixed-table rows sent to other ranks per epoch, all ranks.
-    pub rows_sent: u64,
 }
 
 impl EpochProjection {
@@ -315,7 +313,6 @@ impl AlsModel {
             setup: vec![("plan", setup)],
             flops,
             memory: (0..p).map(|r| self.memory(r, a)).max().unwrap_or(0),
-            rows_sent: self.rows_sent(),
         }
     }
 

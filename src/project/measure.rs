@@ -16,35 +16,60 @@ use crate::error::{Error, Result};
 use std::path::Path;
 use std::time::Instant;
 
-/// Rank-local: the exact iALS model of a prepared dataset at `p` ranks (reads
-/// `/train` and `/train_t/indptr` whole).
-pub fn local_read_model(path: &Path, p: usize) -> Result<AlsModel> {
-    let f = open_h5(path)?;
-    let meta = crate::data::dataset::read_meta(&f, path)?;
-    let read_ip = |name: &str, rows: u64| -> Result<Vec<u64>> {
-        let ip = read_range::<u64>(&f, path, &format!("{name}/indptr"), 0, rows + 1)?;
-        let nnz = dataset_len(&f, path, &format!("{name}/indices"))?;
-        check_indptr(path, name, &ip, rows, nnz)?;
-        Ok(ip)
-    };
-    let ip = read_ip("train", meta.num_rows)?;
-    let col_ip = read_ip("train_t", meta.num_cols)?;
-    let nnz = ip[ip.len() - 1];
-    let indices = read_range::<u32>(&f, path, "train/indices", 0, nnz)?;
-    if let Some(&bad) = indices.iter().find(|&&c| c as u64 >= meta.num_cols) {
-        return Err(Error::layout(
-            path,
-            "train/indices",
-            format!("column {bad} outside 0..{}", meta.num_cols),
-        ));
+/// A prepared dataset's training arcs, read whole (`/train` and `/train_t/indptr`),
+/// from which [`TrainArcs::model`] builds the exact iALS model at any rank count.
+pub struct TrainArcs {
+    source: String,
+    indptr: Vec<u64>,
+    indices: Vec<u32>,
+    col_indptr: Vec<u64>,
+}
+
+impl TrainArcs {
+    /// Rank-local: read and check the arcs once.
+    pub fn local_read(path: &Path) -> Result<Self> {
+        let f = open_h5(path)?;
+        let meta = crate::data::dataset::read_meta(&f, path)?;
+        let read_ip = |name: &str, rows: u64| -> Result<Vec<u64>> {
+            let ip = read_range::<u64>(&f, path, &format!("{name}/indptr"), 0, rows + 1)?;
+            let nnz = dataset_len(&f, path, &format!("{name}/indices"))?;
+            check_indptr(path, name, &ip, rows, nnz)?;
+            Ok(ip)
+        };
+        let indptr = read_ip("train", meta.num_rows)?;
+        let col_indptr = read_ip("train_t", meta.num_cols)?;
+        let nnz = indptr[indptr.len() - 1];
+        let indices = read_range::<u32>(&f, path, "train/indices", 0, nnz)?;
+        if let Some(&bad) = indices.iter().find(|&&c| c as u64 >= meta.num_cols) {
+            return Err(Error::layout(
+                path,
+                "train/indices",
+                format!("column {bad} outside 0..{}", meta.num_cols),
+            ));
+        }
+        Ok(TrainArcs {
+            source: path.display().to_string(),
+            indptr,
+            indices,
+            col_indptr,
+        })
     }
-    Ok(AlsModel::from_csr(
-        &path.display().to_string(),
-        &ip,
-        &indices,
-        &col_ip,
-        p,
-    ))
+
+    /// The exact model at `p` ranks.
+    pub fn model(&self, p: usize) -> AlsModel {
+        AlsModel::from_csr(
+            &self.source,
+            &self.indptr,
+            &self.indices,
+            &self.col_indptr,
+            p,
+        )
+    }
+}
+
+/// Rank-local: the exact iALS model of a prepared dataset at `p` ranks.
+pub fn local_read_model(path: &Path, p: usize) -> Result<AlsModel> {
+    Ok(TrainArcs::local_read(path)?.model(p))
 }
 
 /// Link parameters fitted to the torus collectives themselves on this shape, so that
@@ -296,9 +321,8 @@ fn measure_inner<C: Comm>(
             measured.links[r] = per_rank[i].0;
             secs = secs.max(per_rank[i].1);
         }
-        let (mr, ml, mb, mm) = measured.summary();
+        let (_, _, mb, mm) = measured.summary();
         let (_, _, pb, pm) = projected.summary();
-        let _ = (mr, ml);
         let ps = projected.seconds(latency, bandwidth) / times as f64;
         let ms = secs / times as f64;
         if ph != "plan" {

@@ -13,7 +13,7 @@
 
 use crate::comm::torus_coll::{chunk, ring_steps};
 use crate::comm::{coords_to_rank, rank_to_coords};
-use crate::comm::{LinkStats, Links, MAX_DIMS};
+use crate::comm::{Links, MAX_DIMS};
 
 /// Bytes of a routed packet's header (`[source, destination, length]` as u64).
 pub const HEADER_BYTES: u64 = 24;
@@ -110,20 +110,6 @@ impl Traffic {
         let mean = total / ((live * self.size()).max(1) as f64);
         (best.0, best.1, best.2, mean)
     }
-
-    /// Total messages over all links.
-    pub fn messages(&self) -> u64 {
-        self.links
-            .iter()
-            .flatten()
-            .map(|s: &LinkStats| s.messages)
-            .sum()
-    }
-}
-
-/// Rank of `coords` on a torus of `dims` (row-major, as `comm::torus`).
-fn rank_of(dims: &[usize], coords: &[usize]) -> usize {
-    coords_to_rank(dims, coords)
 }
 
 /// `torus_coll::all_reduce_sum` of `len` elements of `elem` bytes.
@@ -204,7 +190,7 @@ pub fn all_to_all(dims: &[usize], bytes: &dyn Fn(usize, usize) -> u64) -> Traffi
                 pos[d..].copy_from_slice(&coords[src][d..]);
                 let down = s < 0;
                 for k in 0..s.unsigned_abs() {
-                    let r = rank_of(dims, &pos);
+                    let r = coords_to_rank(dims, &pos);
                     head[at(k, down, r)] += HEADER_BYTES;
                     data[at(k, down, r)] += b;
                     pos[d] = if down {

@@ -384,3 +384,23 @@ pub fn max_rel_diff(a: &[f32], b: &[f32]) -> f64 {
         .fold(0.0, f64::max)
         / scale
 }
+
+/// A synthetic WebGraph of `nodes` and about `arcs` arcs, prepared (K = 0, split seed
+/// `seed`) into `dir` by one process.
+pub fn synthetic_dataset(dir: &Path, nodes: u64, arcs: u64, seed: u64) -> PathBuf {
+    use torusrec::app::prepare::{global_run, PrepareConfig, Source};
+    let out = dir.join(format!("g{nodes}_{arcs}_{seed}.h5"));
+    let cfg = PrepareConfig {
+        source: Source::Synthetic {
+            preset: "test".into(),
+            scale: 1.0,
+            spec: torusrec::data::webgraph_gen::WebGraphSpec::new(nodes, arcs).unwrap(),
+        },
+        min_links: 0,
+        seed,
+        out: out.clone(),
+        force: false,
+    };
+    global_run(&torusrec::comm::single::SingleComm::new(), &cfg).unwrap();
+    out
+}
