@@ -15,6 +15,7 @@ pub mod data;
 pub mod embed;
 pub mod error;
 pub mod h5;
+pub mod hugepages;
 pub mod metrics;
 pub mod panic_guard;
 pub mod project;

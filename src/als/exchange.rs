@@ -192,7 +192,7 @@ impl ExchangePlan {
             ExchangeKind::Dedup => {
                 let (me, p) = (comm.rank(), comm.size());
                 let need_off = prefix_offsets(&self.need_counts);
-                let mut out = vec![T::default(); self.needed.len() * d];
+                let mut out = crate::hugepages::huge_vec(self.needed.len() * d, T::default());
                 // Our own rows: a copy (they are `needed[need_off[me]..]`, in the order
                 // we asked ourselves for them).
                 for (k, &id) in self.serve.from_rank(me).iter().enumerate() {

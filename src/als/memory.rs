@@ -8,6 +8,7 @@
 //! plans, the evaluation's fold-in rows, and a fixed allowance for the program, MPI and
 //! HDF5. Pure arithmetic: no I/O, no communication.
 
+use super::solve::{GATHER_FLOATS, LONG_GATHER_FLOATS};
 use crate::bf16::TableDtype;
 use crate::metrics::human_bytes;
 
@@ -28,6 +29,9 @@ pub struct ShardSizes {
     pub fold_nnz_local: u64,
     /// Training non-zeros of the whole matrix (they fix the steps of a half-epoch).
     pub nnz_total: u64,
+    /// Non-zeros of the longest owned row or column (its item vectors are gathered
+    /// into one f32 copy by the solve).
+    pub max_row_nnz: u64,
 }
 
 /// The parts of the estimate, in bytes.
@@ -59,13 +63,15 @@ impl MemEstimate {
 }
 
 /// The estimate for `d`-wide tables stored as `dtype`, with the all-gather baseline's
-/// dense buffers when `allgather`, and steps of about `step_nnz` non-zeros.
+/// dense buffers when `allgather`, steps of about `step_nnz` non-zeros and `threads`
+/// solver threads.
 pub fn estimate(
     s: &ShardSizes,
     d: usize,
     dtype: TableDtype,
     allgather: bool,
     step_nnz: u64,
+    threads: usize,
 ) -> MemEstimate {
     let d = d as u64;
     let b = dtype.bytes() as u64;
@@ -110,6 +116,15 @@ pub fn estimate(
     } else {
         0
     };
+    // Every solver thread gathers a batch's item vectors into an f32 copy: a few rows'
+    // worth, or a whole long row (an f32 table's rows past LONG_GATHER_FLOATS are read
+    // in place instead; a bf16 table's are always widened).
+    let long = s.max_row_nnz * d;
+    let long = match dtype {
+        TableDtype::F32 if long > LONG_GATHER_FLOATS as u64 => 0,
+        _ => long,
+    };
+    let cg = threads.max(1) as u64 * long.max(GATHER_FLOATS as u64) * 4;
     MemEstimate {
         parts: vec![
             ("tables", tables),
@@ -117,6 +132,7 @@ pub fn estimate(
             ("exchange", exchange.max(eval)),
             ("plans", plans),
             ("f32 scratch", scratch),
+            ("solver copies", cg),
             ("base", BASE_BYTES),
         ],
     }
@@ -193,13 +209,14 @@ mod tests {
             test_rows: 100,
             fold_nnz_local: 500,
             nnz_total: 20_000,
+            max_row_nnz: 90,
         }
     }
 
     #[test]
     fn bf16_halves_the_tables_and_one_rank_exchanges_nothing() {
-        let f = estimate(&sizes(2), 64, TableDtype::F32, false, 1000);
-        let b = estimate(&sizes(2), 64, TableDtype::Bf16, false, 1000);
+        let f = estimate(&sizes(2), 64, TableDtype::F32, false, 1000, 1);
+        let b = estimate(&sizes(2), 64, TableDtype::Bf16, false, 1000, 1);
         let part = |e: &MemEstimate, k: &str| e.parts.iter().find(|p| p.0 == k).unwrap().1;
         assert_eq!(part(&f, "tables"), 2 * part(&b, "tables"));
         assert_eq!(part(&f, "tables"), 1000 * 64 * 4);
@@ -207,20 +224,47 @@ mod tests {
         // buffers of one round.
         let round = 2 * crate::als::exchange::FETCH_ROUND_BYTES as u64;
         assert_eq!(part(&f, "exchange"), 1000 * 64 * 4 + round);
-        let one = estimate(&sizes(1), 64, TableDtype::F32, false, 1000);
+        let one = estimate(&sizes(1), 64, TableDtype::F32, false, 1000, 1);
         assert_eq!(part(&one, "plans"), 0);
         // One rank: only the evaluation's fold-in rows and test rows.
         assert_eq!(part(&one, "exchange"), (500 + 100) * 64 * 4);
         // 20 steps of 500 rows: the f32 copy of a step is 4 x 25 rows wide at most.
         assert_eq!(part(&b, "f32 scratch"), 100 * 64 * 4);
         // ALX's all-gather holds a dense f32 buffer of every rank's ids instead.
-        let ag = estimate(&sizes(2), 64, TableDtype::F32, true, 1000);
+        let ag = estimate(&sizes(2), 64, TableDtype::F32, true, 1000, 1);
         assert_eq!(part(&ag, "exchange"), 1000 * 64 * 4 + 2 * 1000 * 64 * 4);
     }
 
     #[test]
+    fn solver_copies_hold_the_longest_row_per_thread() {
+        let part = |e: &MemEstimate, k: &str| e.parts.iter().find(|p| p.0 == k).unwrap().1;
+        // Short rows: one batch budget per thread.
+        let e = estimate(&sizes(2), 64, TableDtype::F32, false, 1000, 3);
+        assert_eq!(part(&e, "solver copies"), 3 * GATHER_FLOATS as u64 * 4);
+        // A row longer than the budget is copied whole, per thread.
+        let long = ShardSizes {
+            max_row_nnz: 10_000,
+            ..sizes(2)
+        };
+        let e = estimate(&long, 64, TableDtype::F32, false, 1000, 2);
+        assert_eq!(part(&e, "solver copies"), 2 * 10_000 * 64 * 4);
+        // Past the cap an f32 table's row is read in place; a bf16 one is still widened.
+        let hub = ShardSizes {
+            max_row_nnz: LONG_GATHER_FLOATS as u64,
+            ..sizes(2)
+        };
+        let f = estimate(&hub, 64, TableDtype::F32, false, 1000, 1);
+        assert_eq!(part(&f, "solver copies"), GATHER_FLOATS as u64 * 4);
+        let b = estimate(&hub, 64, TableDtype::Bf16, false, 1000, 1);
+        assert_eq!(
+            part(&b, "solver copies"),
+            LONG_GATHER_FLOATS as u64 * 64 * 4
+        );
+    }
+
+    #[test]
     fn check_refuses_above_the_limit_and_names_the_flag() {
-        let e = estimate(&sizes(2), 64, TableDtype::F32, false, 1000);
+        let e = estimate(&sizes(2), 64, TableDtype::F32, false, 1000, 1);
         assert!(check(&e, Some(e.total()), true).is_ok());
         assert!(check(&e, None, false).is_ok());
         let msg = check(&e, Some(e.total() - 1), true).unwrap_err();

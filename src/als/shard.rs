@@ -174,6 +174,13 @@ pub fn local_read_shards(
     }
     let (tlo, thi) = block_range(num_test, size, rank);
     let nnz = |ip: &[u64], b: &[u64]| ip[b[rank + 1] as usize] - ip[b[rank] as usize];
+    let max_len = |ip: &[u64], b: &[u64]| {
+        ip[b[rank] as usize..=b[rank + 1] as usize]
+            .windows(2)
+            .map(|w| w[1].saturating_sub(w[0]))
+            .max()
+            .unwrap_or(0)
+    };
     admit(&ShardSizes {
         ranks: size,
         num_rows: meta.num_rows,
@@ -185,6 +192,7 @@ pub fn local_read_shards(
         test_rows: num_test,
         fold_nnz_local: fold_ip[thi as usize] - fold_ip[tlo as usize],
         nnz_total: nnz_rows,
+        max_row_nnz: max_len(&row_ip, &row_bounds).max(max_len(&col_ip, &col_bounds)),
     })?;
     let (r0, r1) = (row_bounds[rank], row_bounds[rank + 1]);
     let rows = read_csr(&f, path, "train", &row_ip, r0, r1, meta.num_cols)?;

@@ -89,7 +89,7 @@ pub fn init_table<T: TableElem>(
     init_std: f32,
 ) -> Vec<T> {
     let scale = init_std as f64 / (d as f64).sqrt();
-    let mut t = vec![T::default(); n * d];
+    let mut t = crate::hugepages::huge_vec(n * d, T::default());
     for (i, row) in t.chunks_exact_mut(d.max(1)).enumerate() {
         let mut g = SplitMix64::for_id(seed, which, lo + i as u64);
         for x in row {
@@ -250,6 +250,7 @@ pub fn global_read_shards_for<C: Comm>(comm: &C, cfg: &AlsConfig) -> Result<Shar
             cfg.table_dtype,
             cfg.exchange == super::ExchangeKind::Allgather,
             cfg.step_nnz,
+            rayon::current_num_threads(),
         );
         let limit = super::memory::limit(cfg.mem_per_rank);
         if root {

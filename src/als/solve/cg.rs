@@ -15,15 +15,26 @@ use crate::bf16::TableElem;
 pub(super) struct Plan {
     /// Most rows in one batch (the `B` of the `[B x d] x [d x d]` Gramian product).
     pub(super) batch_rows: usize,
-    /// Most floats of item vectors gathered for one batch; a row with more items than
-    /// fit is a batch on its own and reads the fixed table in place.
+    /// Most floats of item vectors gathered for one batch of several rows; a row with
+    /// more items than fit is a batch on its own.
     pub(super) gather_floats: usize,
+    /// Most floats of item vectors gathered for a batch of one long row; a longer row
+    /// of an f32 table reads the table in place at every step (a bf16 table is always
+    /// widened into a copy).
+    pub(super) long_gather_floats: usize,
 }
 
 pub(super) const CG_PLAN: Plan = Plan {
     batch_rows: 128,
-    gather_floats: 1 << 17,
+    gather_floats: GATHER_FLOATS,
+    long_gather_floats: LONG_GATHER_FLOATS,
 };
+
+/// [`Plan::gather_floats`] of the solves (512 KiB of f32 per thread).
+pub const GATHER_FLOATS: usize = 1 << 17;
+
+/// [`Plan::long_gather_floats`] of the solves (64 MiB of f32 per thread).
+pub const LONG_GATHER_FLOATS: usize = 1 << 24;
 
 /// The plan of the solves: [`CG_PLAN`], or its gather budget from
 /// `TORUSREC_CG_GATHER_KB` (for experiments; results are the same, only speed changes).
@@ -70,10 +81,13 @@ fn plan_batches(rows: &RowsView, d: usize, hub_chunk: usize, plan: Plan) -> Vec<
             items = 0;
         }
         if alone {
+            // A long row is still gathered once (read from the table once, then
+            // streamed from the contiguous copy by every step) unless the copy would
+            // pass `long_gather_floats`; such a row is read in place at every step.
             out.push(Batch {
                 r0: r,
                 r1: r + 1,
-                gathered: false,
+                gathered: n * d <= plan.long_gather_floats,
             });
             r0 = r + 1;
         } else {
@@ -558,8 +572,24 @@ fn cg_batch<T: TableElem>(
         // SAFETY: `Isa::Avx2Fma` is only constructed after detecting avx2 and fma.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2Fma => unsafe { cg_batch_fma(sh, b, xb, s) },
+        // SAFETY: `Isa::Avx512Fma` is only constructed after detecting its features.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Fma => unsafe { cg_batch_avx512(sh, b, xb, s) },
         Isa::Plain => cg_batch_body::<false, T>(sh, b, xb, s),
     }
+}
+
+/// [`cg_batch_body`] compiled with AVX-512: the same arithmetic, so the same bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+#[allow(clippy::incompatible_msrv)]
+unsafe fn cg_batch_avx512<T: TableElem>(
+    sh: &CgShared<T>,
+    b: Batch,
+    xb: &mut [f32],
+    s: &mut CgScratch,
+) -> LossTerms {
+    cg_batch_body::<true, T>(sh, b, xb, s)
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -56,7 +56,7 @@ mod loss;
 #[cfg(test)]
 mod tests;
 
-pub use cg::{cg_solve, cg_solve_with_loss};
+pub use cg::{cg_solve, cg_solve_with_loss, GATHER_FLOATS, LONG_GATHER_FLOATS};
 pub use cholesky::cholesky_solve;
 pub use gramian::{gramian, gramian_ref};
 pub use loss::{all_pairs_term, local_loss_terms};

@@ -315,6 +315,13 @@ fn cholesky_reports_the_first_failing_row() {
 const SMALL_PLAN: Plan = Plan {
     batch_rows: 5,
     gather_floats: 16 * 40,
+    long_gather_floats: 16 * 100,
+};
+
+/// The default batches, but every long row read in place (never gathered).
+const IN_PLACE_PLAN: Plan = Plan {
+    long_gather_floats: 0,
+    ..CG_PLAN
 };
 
 #[test]
@@ -475,6 +482,7 @@ fn cg_is_deterministic_and_hub_chunking_agrees() {
     }
     // The plan only regroups rows: each row's arithmetic is the same.
     assert_eq!(run(2, 50, CG_PLAN), run(2, 50, SMALL_PLAN));
+    assert_eq!(run(2, 50, CG_PLAN), run(2, 50, IN_PLACE_PLAN));
     // The portable kernel (no FMA) agrees with the detected one, and is deterministic.
     let plain = run_isa(1, 50, CG_PLAN, Isa::Plain);
     assert_eq!(plain, run_isa(3, 50, CG_PLAN, Isa::Plain));
@@ -671,7 +679,7 @@ fn gram_term_matches_the_per_element_reference_bitwise() {
                 "plain {nb}x{d}"
             );
             #[cfg(target_arch = "x86_64")]
-            if Isa::detect() == Isa::Avx2Fma {
+            if Isa::detect() != Isa::Plain {
                 let mut q = vec![f32::NAN; nb * d];
                 // SAFETY: avx2 and fma were detected.
                 unsafe { gram_term_fma_for_test(&v, &g, &mut q, nb, d, alpha0) };
@@ -1009,4 +1017,78 @@ fn bench_cnr2000_sized() {
             gflop / tb
         );
     });
+}
+
+#[test]
+fn dot64_vector_kernel_gives_the_plain_bits() {
+    use crate::bf16::Bf16;
+    let mut rng = SplitMix64::new(77);
+    for len in (0..41).chain([127, 128, 129, 256]) {
+        let a: Vec<f32> = (0..len).map(|_| rng.next_normal() as f32).collect();
+        // Mixed magnitudes, so that the order of the f64 sums matters.
+        let b: Vec<f32> = (0..len)
+            .map(|i| (rng.next_normal() * if i % 3 == 0 { 1e4 } else { 1e-3 }) as f32)
+            .collect();
+        let b16: Vec<Bf16> = b.iter().map(|&v| Bf16::from_f32(v)).collect();
+        assert_eq!(
+            dot64(&a, &b).to_bits(),
+            dot64_plain(&a, &b).to_bits(),
+            "f32, len {len}"
+        );
+        assert_eq!(
+            dot64(&a, &b16).to_bits(),
+            dot64_plain(&a, &b16).to_bits(),
+            "bf16, len {len}"
+        );
+        let exact: f64 = a
+            .iter()
+            .zip(&b)
+            .map(|(&x, &y)| f64::from(x) * f64::from(y))
+            .sum();
+        let scale: f64 = a
+            .iter()
+            .zip(&b)
+            .map(|(&x, &y)| (f64::from(x) * f64::from(y)).abs())
+            .sum();
+        assert!(
+            (dot64(&a, &b) - exact).abs() <= 1e-12 * scale.max(1e-300),
+            "len {len}"
+        );
+    }
+}
+
+#[test]
+fn avx512_cg_gives_the_avx2_bits() {
+    #[cfg(target_arch = "x86_64")]
+    if Isa::detect() == Isa::Avx512Fma {
+        let pb = Problem::new(91, 64, 300, &mixed_lens(5, 200, 900));
+        // A symmetric, diagonally dominant Gramian.
+        let gram: Vec<f32> = (0..64 * 64)
+            .map(|i| {
+                if i % 65 == 0 {
+                    2.0
+                } else {
+                    0.01 * (((i / 64 + i % 64) % 7) as f32 - 3.0)
+                }
+            })
+            .collect();
+        let run = |isa| {
+            let mut x = random_x(3, pb.n_rows() * 64, 0.1);
+            let loss = cg_solve_planned(
+                &mut x,
+                pb.rows(),
+                &pb.fixed,
+                64,
+                &gram,
+                pb.params(),
+                3,
+                50,
+                CG_PLAN,
+                isa,
+                true,
+            );
+            (x, loss.observed.to_bits(), loss.reg.to_bits())
+        };
+        assert_eq!(run(Isa::Avx512Fma), run(Isa::Avx2Fma));
+    }
 }
