@@ -104,7 +104,14 @@ fn plan_batches(rows: &RowsView, d: usize, hub_chunk: usize, plan: Plan) -> Vec<
     out
 }
 
-/// Per-batch scratch, reused across the batches a rayon job runs.
+thread_local! {
+    /// Each thread's batch scratch, kept across solves: a half-epoch runs many solves
+    /// (one per step), and a fresh scratch would fault its pages in again every time
+    /// (up to [`LONG_GATHER_FLOATS`] floats for a long row).
+    static SCRATCH: std::cell::RefCell<CgScratch> = std::cell::RefCell::new(CgScratch::default());
+}
+
+/// Per-batch scratch, reused across the batches a thread runs.
 #[derive(Default)]
 struct CgScratch {
     r: Vec<f32>,
@@ -283,7 +290,14 @@ pub(super) fn cg_solve_planned<T: TableElem>(
     }
     let parts: Vec<LossTerms> = jobs
         .into_par_iter()
-        .map_init(CgScratch::default, |s, (b, xb)| cg_batch(&shared, b, xb, s))
+        .map(|(b, xb)| {
+            SCRATCH.with(|cell| match cell.try_borrow_mut() {
+                Ok(mut s) => cg_batch(&shared, b, xb, &mut s),
+                // A batch that rayon started on this thread while it waited inside
+                // another batch's parallel hub row: a scratch of its own.
+                Err(_) => cg_batch(&shared, b, xb, &mut CgScratch::default()),
+            })
+        })
         .collect();
     parts.into_iter().fold(LossTerms::default(), LossTerms::add)
 }
