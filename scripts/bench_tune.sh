@@ -8,19 +8,22 @@
 #
 # Datasets (prepared into $OUT if missing): cnr-k1 (cnr-2000 at K = 1, as bench_als.sh)
 # and in-dense (`generate webgraph --preset in-dense --scale $SCALE`).
-# Ours: `torusrec tune --strategy grid` over --reg $REGS x --unobserved-weight $WEIGHTS,
-#   $EPOCHS epochs per point, d = $DIM, CG $CG_STEPS steps, P = 1 rank x $CORES threads,
-#   validation Recall@20 over $VAL_ROWS validation rows, then --train-final with the best
-#   (test recall over all test rows).
-# implicit: scripts/tune_implicit.py over regularization $IREGS x alpha $IALPHAS (the same
-#   number of points), the same d, epochs, CG steps, threads, validation split
+# Ours: `torusrec tune --strategy $STRATEGY` (refine: the grid --reg $REGS x
+#   --unobserved-weight $WEIGHTS, then compass-search points inside its box) with
+#   --budget = (implicit's grid points) x $EPOCHS: the same number of full trainings as
+#   implicit, $EPOCHS epochs each, d = $DIM, CG $CG_STEPS steps, P = 1 rank x $CORES
+#   threads, validation Recall@20 over $VAL_ROWS validation rows, then --train-final with
+#   the best (test recall over all test rows).
+# implicit: scripts/tune_implicit.py over regularization $IREGS x alpha $IALPHAS (per
+#   dataset: IREGS_CNR_K1, IALPHAS_IN_DENSE, ... override them), the same d, epochs, CG
+#   steps, threads, validation split
 #   (--val-fraction $VAL_FRACTION --val-seed $VAL_SEED; the script checks that both
-#   print the same split digest) and evaluation rows. implicit's alpha grid is the
-#   reciprocal of our weight grid (implicit weights an observed cell alpha and any other
-#   1, ours 1 and alpha0: the same model at alpha = 1/alpha0); its regularization is
-#   unscaled, so its grid spans 1e-2..1e2, around the unscaled size of ours.
+#   print the same split digest) and evaluation rows. implicit's alpha is the reciprocal
+#   of our weight (implicit weights an observed cell alpha and any other 1, ours 1 and
+#   alpha0: the same model at alpha = 1/alpha0); its regularization is unscaled.
 #
-# Knobs (environment): REGS=1e-5:1e-2:4 WEIGHTS=1e-4:1e-2:3 IREGS=1e-2:1e2:4 IALPHAS=100:1e4:3
+# Knobs (environment): STRATEGY=refine REGS=1e-8:1e-2:3 WEIGHTS=1e-5:1:3 (REGS_<DATASET>,
+#   WEIGHTS_<DATASET> per dataset) IREGS=1e-2:1e2:4 IALPHAS=100:1e4:3
 #   EPOCHS=8 DIM=128 CG_STEPS=3 CORES=2 VAL_ROWS=5000 VAL_FRACTION=0.1 VAL_SEED=1
 #   DATASETS="cnr-k1 in-dense" SCALE=0.1 OUT=out/bench PYTHON=python3 TIMEOUT=3600
 #   REPORT=bench/tune: the report's path without extension (.md, .tsv, .svg);
@@ -33,8 +36,9 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 QUICK="${QUICK:-0}"
-REGS="${REGS:-1e-5:1e-2:4}"
-WEIGHTS="${WEIGHTS:-1e-4:1e-2:3}"
+STRATEGY="${STRATEGY:-refine}"
+REGS="${REGS:-1e-8:1e-2:3}"
+WEIGHTS="${WEIGHTS:-1e-5:1:3}"
 IREGS="${IREGS:-1e-2:1e2:4}"
 IALPHAS="${IALPHAS:-100:1e4:3}"
 EPOCHS="${EPOCHS:-8}"
@@ -101,16 +105,30 @@ ensure_data() {
         || { cat "$OUT/prepare-$name.log" >&2; rm -f "$path"; die "preparing $name failed"; }
 }
 
+# The value of knob $1 for dataset $2: ${1}_<DATASET> (cnr-k1 -> CNR_K1) or $1.
+knob() {
+    local key
+    key="${1}_$(tr 'a-z-' 'A-Z_' <<< "$2")"
+    echo "${!key:-${!1}}"
+}
+# Points of a --reg style value: LO:HI:N or a comma list.
+count() { if [[ "$1" == *:* ]]; then echo "${1##*:}"; else tr ',' '\n' <<< "$1" | grep -c .; fi; }
+
+GRIDS=""
 for name in $DATASETS; do
     ensure_data "$name"
     data=$(data_path "$name")
+    regs=$(knob REGS "$name") weights=$(knob WEIGHTS "$name")
+    iregs=$(knob IREGS "$name") ialphas=$(knob IALPHAS "$name")
+    trainings=$(($(count "$iregs") * $(count "$ialphas")))
+    GRIDS+="$name: torusrec --strategy $STRATEGY --reg $regs --unobserved-weight $weights --budget $((trainings * EPOCHS)); implicit --regs $iregs --alphas $ialphas. "
     ours="$OUT/tune-ours-$name.json" theirs="$OUT/tune-implicit-$name.json"
     if [[ "$REUSE" == 1 && -s "$ours" ]]; then
         log "reuse $ours"
     else
         log "torusrec tune on $name"
-        timeout "$TIMEOUT" "$BIN" tune --data "$data" --strategy grid --reg "$REGS" \
-            --unobserved-weight "$WEIGHTS" --epochs "$EPOCHS" --dim "$DIM" --cg-steps "$CG_STEPS" \
+        timeout "$TIMEOUT" "$BIN" tune --data "$data" --strategy "$STRATEGY" --reg "$regs" \
+            --unobserved-weight "$weights" --budget $((trainings * EPOCHS)) --epochs "$EPOCHS" --dim "$DIM" --cg-steps "$CG_STEPS" \
             --threads "$CORES" --seed "$SEED" --val-fraction "$VAL_FRACTION" --val-seed "$VAL_SEED" \
             --eval-rows "$VAL_ROWS" --final-eval-rows all --train-final --out-json "$ours" --force \
             > "$OUT/tune-ours-$name.log" 2>&1 || { tail -n 20 "$OUT/tune-ours-$name.log" >&2; die "torusrec tune on $name failed"; }
@@ -120,7 +138,7 @@ for name in $DATASETS; do
         log "reuse $theirs"
     else
         log "implicit tune on $name"
-        timeout "$TIMEOUT" "$PYTHON" scripts/tune_implicit.py "$data" --regs "$IREGS" --alphas "$IALPHAS" \
+        timeout "$TIMEOUT" "$PYTHON" scripts/tune_implicit.py "$data" --regs "$iregs" --alphas "$ialphas" \
             --epochs "$EPOCHS" --dim "$DIM" --cg-steps "$CG_STEPS" --threads "$CORES" --seed "$SEED" \
             --val-fraction "$VAL_FRACTION" --val-seed "$VAL_SEED" --eval-rows "$VAL_ROWS" \
             --final-eval-rows all --json "$theirs" \
@@ -137,11 +155,11 @@ COMMIT=$(git rev-parse --short HEAD)
 DIRTY=$(git status --porcelain --untracked-files=no | grep -q . && echo " (with uncommitted changes)" || true)
 ELAPSED=$(($(date +%s) - START))
 DATASETS_RUN="$DATASETS"
-export REGS WEIGHTS IREGS IALPHAS EPOCHS DIM CG_STEPS CORES VAL_ROWS VAL_FRACTION VAL_SEED DATASETS SCALE QUICK DATASETS_RUN REPORT
+export GRIDS STRATEGY REGS WEIGHTS IREGS IALPHAS EPOCHS DIM CG_STEPS CORES VAL_ROWS VAL_FRACTION VAL_SEED DATASETS SCALE QUICK DATASETS_RUN REPORT
 "$PYTHON" - "$OUT" "$COMMIT$DIRTY" "$ELAPSED" "$SCALE" <<'EOF'
 import json, os, sys, platform
 out, commit, elapsed, scale = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-env = {k: os.environ.get(k, "") for k in ("REGS", "WEIGHTS", "IREGS", "IALPHAS", "EPOCHS", "DIM",
+env = {k: os.environ.get(k, "") for k in ("STRATEGY", "REGS", "WEIGHTS", "IREGS", "IALPHAS", "EPOCHS", "DIM",
                                           "CG_STEPS", "CORES", "VAL_ROWS", "VAL_FRACTION", "VAL_SEED",
                                           "DATASETS", "SCALE", "QUICK")}
 datasets = os.environ.get("DATASETS_RUN", "").split()
@@ -155,8 +173,11 @@ for name in datasets:
     npo = len(o["results"])
     npi = len(i["results"])
     ratio = of["test_recall_at_20"] / if_["test_recall_at_20"] if if_["test_recall_at_20"] else float("nan")
-    rows.append(f"| {label} | torusrec | {len(set(r['point']['reg'] for r in o['results']))} reg x "
-                f"{len(set(r['point']['unobserved_weight'] for r in o['results']))} weight = {npo} | "
+    ngrid = sum(1 for r in o["results"] if r["rung"] == 0)
+    shape = (f"{ngrid} grid + {npo - ngrid} refined = {npo}" if o["strategy"] == "Refine" else
+             f"{len(set(r['point']['reg'] for r in o['results']))} reg x "
+             f"{len(set(r['point']['unobserved_weight'] for r in o['results']))} weight = {npo}")
+    rows.append(f"| {label} | torusrec | {shape} | "
                 f"reg {ob['point']['reg']:g} / weight {ob['point']['unobserved_weight']:g} | "
                 f"{ob['recall']['at20']:.4f} | {of['test_recall_at_20']:.4f} | {of['test_recall_at_50']:.4f} | "
                 f"{o['seconds']:.0f} | {ratio:.3f} |")
@@ -171,15 +192,14 @@ for name in datasets:
          f"{st['visible_arcs']} visible and {st['holdout_arcs']} held-out arcs, {st['train_arcs']} training arcs "
          f"left; Recall over {o['results'][0]['recall']['test_rows']} sampled validation rows; "
          f"test recall over {of['test_rows']} test rows.", "",
-         "torusrec (validation Recall@20 / @50; rows reg, columns unobserved weight):", ""]
-    regs = sorted(set(r["point"]["reg"] for r in o["results"]))
-    ws = sorted(set(r["point"]["unobserved_weight"] for r in o["results"]))
-    cell = {(r["point"]["reg"], r["point"]["unobserved_weight"]): r for r in o["results"]}
-    g.append("| reg \\ weight | " + " | ".join(f"{w:g}" for w in ws) + " |")
-    g.append("|---" * (len(ws) + 1) + "|")
-    for rg in regs:
-        g.append(f"| {rg:g} | " + " | ".join(
-            f"{cell[(rg, w)]['recall']['at20']:.4f} / {cell[(rg, w)]['recall']['at50']:.4f}" for w in ws) + " |")
+         "torusrec, every training in the order run (validation Recall@20 / @50; stage: grid, or "
+         "refined = a compass-search point):", "",
+         "| # | stage | reg | weight | val R@20 | val R@50 |", "|---|---|---|---|---|---|"]
+    for k, r in enumerate(o["results"]):
+        best = " **best**" if r == ob else ""
+        g.append(f"| {k + 1} | {'grid' if r['rung'] == 0 or o['strategy'] != 'Refine' else 'refined'}{best} | "
+                 f"{r['point']['reg']:.3g} | {r['point']['unobserved_weight']:.3g} | "
+                 f"{r['recall']['at20']:.4f} | {r['recall']['at50']:.4f} |")
     g += ["", "implicit (validation Recall@20 / @50; rows regularization, columns alpha):", ""]
     cell = {(r["reg"], r["alpha"]): r for r in i["results"]}
     g.append("| reg \\ alpha | " + " | ".join(f"{a:g}" for a in i["grid"]["alphas"]) + " |")
@@ -192,9 +212,10 @@ for name in datasets:
     grids += g
 md = ["# Tuning: `torusrec tune` vs benfred/implicit tuned the same way", "",
       f"Measured at commit `{commit}` by `scripts/bench_tune.sh` "
-      f"({' '.join(f'{k}={v}' for k, v in env.items() if v)}); {elapsed} s in all, "
+      f"({' '.join(f'{k}={v}' for k, v in env.items() if v)}; per dataset: {os.environ.get('GRIDS', '').strip()}); "
+      f"{elapsed} s in all, "
       f"on {os.cpu_count()} cores ({platform.processor() or platform.machine()}).", "",
-      f"Each system searches a grid of the same size at d={os.environ.get('DIM')}, "
+      f"Each system trains the same number of points at d={os.environ.get('DIM')}, "
       f"{os.environ.get('EPOCHS')} epochs per point, CG {os.environ.get('CG_STEPS')} steps, "
       f"{os.environ.get('CORES')} threads, on one validation split of the training rows "
       f"(fraction {os.environ.get('VAL_FRACTION')}, seed {os.environ.get('VAL_SEED')}: the test protocol "
@@ -202,7 +223,7 @@ md = ["# Tuning: `torusrec tune` vs benfred/implicit tuned the same way", "",
       "checks the digests agree); the point with the best validation Recall@20 is then trained on the "
       "full training rows for the same epochs and scored on all test rows (exact Recall, docs/design.md). "
       "The test rows are never seen by either search. Ratio: torusrec's test Recall@20 over implicit's. "
-      "implicit's alpha grid is the reciprocal of torusrec's weight grid (implicit weights an observed "
+      "implicit's alpha is the reciprocal of torusrec's weight (implicit weights an observed "
       "cell alpha and any other 1, torusrec 1 and alpha0: the same model at alpha = 1/alpha0); its "
       "regularization is unscaled, so its grid is placed around the unscaled size of torusrec's "
       "reg x (|I_u| + alpha0 n).", "",

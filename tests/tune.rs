@@ -11,7 +11,8 @@ use std::time::Duration;
 use torusrec::als::shard::global_read_shards;
 use torusrec::als::train::Trainer;
 use torusrec::als::tune::{
-    global_search, global_validation_shards, grid_points, schedule, total_epochs, Strategy, ValSpec,
+    arg_best, global_refine, global_search, global_validation_shards, grid_points, schedule,
+    total_epochs, Refiner, Strategy, ValSpec,
 };
 use torusrec::als::{AlsConfig, ExchangeKind, SolverKind};
 use torusrec::ckpt::signals::Preemption;
@@ -280,12 +281,120 @@ fn halving_keeps_the_best_and_stays_within_the_budget() {
     assert_eq!(best.rung, rungs.len() - 1);
 }
 
+/// A refine search on `data` at `p` ranks (threads): every rank's report.
+fn refine_at(
+    p: usize,
+    cfg: &AlsConfig,
+    regs: &[f32],
+    weights: &[f32],
+    trainings: usize,
+) -> Vec<torusrec::als::tune::SearchReport> {
+    run(p, |c| {
+        let full = global_read_shards(&c, &cfg.data).unwrap();
+        let spec = ValSpec {
+            fraction: 0.1,
+            seed: 1,
+        };
+        let (val, _) = global_validation_shards(&c, &full, spec).unwrap();
+        global_refine::<_, f32>(
+            &c,
+            cfg,
+            val,
+            regs,
+            weights,
+            trainings,
+            2,
+            Preemption::manual(),
+            |_| {},
+        )
+        .unwrap()
+    })
+}
+
+#[test]
+fn refine_trains_the_budget_inside_the_box_picks_the_arg_max_and_is_the_same_at_1_and_2_ranks() {
+    let dir = tempdir();
+    let data = util::synthetic_dataset(dir.path(), 600, 8000, 6);
+    let cfg = config(&data);
+    let (regs, weights) = ([1e-4f32, 1e-1], [1e-3f32, 1e-1]);
+    let trainings = 9;
+    let one = refine_at(1, &cfg, &regs, &weights, trainings).remove(0);
+    let res = &one.results;
+    assert_eq!(res.len(), trainings, "one training per budgeted point");
+    assert_eq!(one.epochs_run, trainings * 2);
+    // The grid first, in order, then refinement points: new, inside the box.
+    let grid = grid_points(&regs, &weights);
+    let pts: Vec<_> = res.iter().map(|r| r.point).collect();
+    assert_eq!(&pts[..4], grid.as_slice());
+    assert!(res[..4].iter().all(|r| r.rung == 0) && res[4..].iter().all(|r| r.rung == 1));
+    let rf = Refiner::new(&regs, &weights, trainings).unwrap();
+    for (i, p) in pts.iter().enumerate() {
+        assert!(rf.inside(*p), "{p:?} outside the box");
+        assert!(!pts[..i].contains(p), "{p:?} trained twice");
+        assert!((1e-4..=1e-1).contains(&p.reg) && (1e-3..=1e-1).contains(&p.unobserved_weight));
+        assert_eq!(res[i].index, i);
+        assert_eq!(res[i].epochs, 2);
+    }
+    // The best is the arg-max over every point trained.
+    assert_eq!(Some(one.best), arg_best(res));
+    let best = &res[one.best];
+    for r in res {
+        assert!((best.recall.at20, best.recall.at50) >= (r.recall.at20, r.recall.at50));
+    }
+    // A refinement point scores what training it alone, from scratch, scores.
+    let last = &res[res.len() - 1];
+    let c = SingleComm::new();
+    let full = global_read_shards(&c, &data).unwrap();
+    let (val, _) = global_validation_shards(
+        &c,
+        &full,
+        ValSpec {
+            fraction: 0.1,
+            seed: 1,
+        },
+    )
+    .unwrap();
+    let mut solo = cfg.clone();
+    solo.reg = last.point.reg;
+    solo.unobserved_weight = last.point.unobserved_weight;
+    let mut tr = Trainer::<f32>::global_from_shards(&c, &solo, val, Preemption::manual()).unwrap();
+    tr.global_epoch(&c, false).unwrap();
+    let rep = tr.global_epoch(&c, true).unwrap();
+    assert_eq!(rep.recall.unwrap(), last.recall);
+    // Two ranks propose and pick the same points (every rank the same).
+    let two = refine_at(2, &cfg, &regs, &weights, trainings);
+    for rep in &two {
+        let p2: Vec<_> = rep.results.iter().map(|r| r.point).collect();
+        assert_eq!(p2, pts, "the points differ at 2 ranks");
+        assert_eq!(rep.best, one.best);
+        for (a, b) in rep.results.iter().zip(res) {
+            assert!(
+                (a.recall.at20 - b.recall.at20).abs() < 1e-9,
+                "{a:?} vs {b:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn bad_options_exit_2_with_a_message() {
     let dir = tempdir();
     let data = util::synthetic_dataset(dir.path(), 300, 3000, 4);
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 10] = [
         (&["--reg", ""], "empty"),
+        (&["--eta", "2"], "--eta is for --strategy halving"),
+        (
+            &["--strategy", "grid", "--eta", "2"],
+            "--eta is for --strategy halving",
+        ),
+        (
+            &["--reg", "1e-3", "--unobserved-weight", "1e-2"],
+            "needs at least two values",
+        ),
+        (
+            &["--reg", "0,1e-3", "--unobserved-weight", "1e-2"],
+            "must be > 0",
+        ),
         (&["--reg=-0.1"], ">= 0"),
         (&["--unobserved-weight", "1e-3:1e-2:0"], "empty grid"),
         (&["--budget", "3"], "--budget 3"),
@@ -393,7 +502,8 @@ fn mpirun_split_is_the_same_at_1_to_3_ranks_and_the_printed_command_reproduces_t
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(v["command"].as_str().unwrap(), cmd);
-    assert_eq!(v["results"].as_array().unwrap().len(), 2);
+    // refine (the default): the 2 grid points, then 2 refined (twice the grid).
+    assert_eq!(v["results"].as_array().unwrap().len(), 4);
     assert_eq!(
         v["final"]["checksum"].as_str().unwrap(),
         als.final_checksum()
@@ -410,6 +520,7 @@ fn every_point_of_the_table_is_printed_and_the_best_is_marked() {
         .arg(&data)
         .args(["--dim", "4", "--epochs", "2", "--threads", "1"])
         .args(["--reg", "1e-3:1e-1:3", "--unobserved-weight", "1e-3,1e-1"])
+        .args(["--strategy", "grid"])
         .timeout(Duration::from_secs(120))
         .run();
     o.expect_code(0);

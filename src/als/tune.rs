@@ -36,6 +36,19 @@
 //! arg-max of validation Recall@20 (then Recall@50, then the earlier point) over the
 //! last rung.
 //!
+//! `refine` (the default) trains the grid, then runs an opportunistic compass search in
+//! (log10 reg, log10 weight) inside the grid's box (from its smallest to its largest
+//! value on each axis), every point for `max_epochs`, `budget / max_epochs` trainings in
+//! all ([`Refiner`]): it polls the best point so far at plus and minus one step on each
+//! axis (the first step half the grid's spacing; the poll's points ordered by the score
+//! of the nearest point already trained, best first; points outside the box or trained
+//! already are skipped), moves to the first poll point that beats every earlier point
+//! and polls again from there at the same step, and halves the steps when a whole poll
+//! finds nothing better. Every point trains the same epochs, so the best is the arg-max
+//! over all of them. Recall surfaces of iALS are steep in the unobserved weight (a
+//! decade apart, the best of a grid depends on where the grid happens to fall), which
+//! is what the refinement points are for.
+//!
 //! A preemption signal, between or inside points, stops every rank with
 //! [`Error::Preempted`] (exit 75): nothing is saved and a requeued tune starts over.
 
@@ -153,6 +166,8 @@ pub enum Strategy {
     Grid,
     /// Successive halving over epochs: keep the best 1/eta per rung.
     Halving,
+    /// The grid, then a compass search in log space around the best point so far.
+    Refine,
 }
 
 /// One rung of a schedule: how many points train, for how many epochs each.
@@ -190,6 +205,13 @@ pub fn schedule(
         ))
     };
     match strategy {
+        Strategy::Refine => {
+            let t = refine_trainings(points, budget, max_epochs)?;
+            Ok(vec![Rung {
+                points: t,
+                epochs: max_epochs,
+            }])
+        }
         Strategy::Grid => {
             let b = budget.unwrap_or(points.saturating_mul(max_epochs));
             let e = (b / points).min(max_epochs);
@@ -233,6 +255,205 @@ pub fn schedule(
                 .map(build)
                 .find(|r| total_epochs(r) <= b)
                 .ok_or_else(|| too_small(total_epochs(&build(1)), b))
+        }
+    }
+}
+
+/// Trainings of a refine search over a grid of `points`: `budget / max_epochs` (every
+/// training runs `max_epochs`), by default twice the grid; refused (exit 2) when the
+/// budget does not cover the grid.
+pub fn refine_trainings(points: usize, budget: Option<usize>, max_epochs: usize) -> Result<usize> {
+    let t = match budget {
+        None => points.saturating_mul(2),
+        Some(b) => b / max_epochs,
+    };
+    if t < points {
+        return Err(Error::Config(format!(
+            "--budget {}: too small; refine trains the {points} grid points first, {max_epochs} epochs each, so it needs at least {} epochs",
+            budget.unwrap_or(0),
+            points.saturating_mul(max_epochs)
+        )));
+    }
+    Ok(t)
+}
+
+/// Steps below this (in decades) are not refined further.
+pub const MIN_STEP_DECADES: f64 = 1e-3;
+
+/// The refine strategy's proposals (module doc): the grid first, then an opportunistic
+/// compass search in (log10 reg, log10 weight) inside the grid's box. Pure and
+/// deterministic: the same scores give the same points.
+#[derive(Debug, Clone)]
+pub struct Refiner {
+    grid: Vec<Point>,
+    trainings: usize,
+    /// The box, in the values themselves (f32) and in decades.
+    lo: [f32; 2],
+    hi: [f32; 2],
+    /// The grid's spacing per axis in decades (0: one value, the axis is not searched).
+    spacing: [f64; 2],
+    step: [f64; 2],
+    tried: Vec<(Point, Recall)>,
+    queue: Vec<Point>,
+    /// A poll is under way (its points are queued or were tried without improving).
+    polling: bool,
+}
+
+fn coords(p: Point) -> [f64; 2] {
+    [(p.reg as f64).log10(), (p.unobserved_weight as f64).log10()]
+}
+
+fn better(a: &Recall, b: &Recall) -> bool {
+    (a.at20, a.at50) > (b.at20, b.at50)
+}
+
+impl Refiner {
+    /// Refine around the grid `regs` x `weights` (reg major) with `trainings` in all.
+    pub fn new(regs: &[f32], weights: &[f32], trainings: usize) -> Result<Self> {
+        let axes = [regs, weights];
+        let mut lo = [0f32; 2];
+        let mut hi = [0f32; 2];
+        let mut spacing = [0f64; 2];
+        for (k, v) in axes.iter().enumerate() {
+            if v.iter().any(|&x| x <= 0.0) {
+                return Err(Error::Config(format!(
+                    "--strategy refine searches in log space: every {} value must be > 0",
+                    ["--reg", "--unobserved-weight"][k]
+                )));
+            }
+            lo[k] = v.iter().copied().fold(f32::INFINITY, f32::min);
+            hi[k] = v.iter().copied().fold(0.0, f32::max);
+            if v.len() > 1 {
+                spacing[k] =
+                    ((hi[k] as f64).log10() - (lo[k] as f64).log10()) / (v.len() - 1) as f64;
+            }
+        }
+        if spacing == [0.0, 0.0] {
+            return Err(Error::Config(
+                "--strategy refine needs at least two values of --reg or --unobserved-weight (the box it refines in)".into(),
+            ));
+        }
+        let grid = grid_points(regs, weights);
+        if trainings < grid.len() {
+            return Err(Error::Config(format!(
+                "refine: {trainings} trainings do not cover the {} grid points",
+                grid.len()
+            )));
+        }
+        Ok(Refiner {
+            grid,
+            trainings,
+            lo,
+            hi,
+            spacing,
+            step: [spacing[0] / 2.0, spacing[1] / 2.0],
+            tried: Vec::new(),
+            queue: Vec::new(),
+            polling: false,
+        })
+    }
+
+    /// Whether `p` lies in the box.
+    pub fn inside(&self, p: Point) -> bool {
+        (self.lo[0]..=self.hi[0]).contains(&p.reg)
+            && (self.lo[1]..=self.hi[1]).contains(&p.unobserved_weight)
+    }
+
+    fn best(&self) -> Option<usize> {
+        let mut b: Option<usize> = None;
+        for (i, (_, r)) in self.tried.iter().enumerate() {
+            if b.is_none_or(|j| better(r, &self.tried[j].1)) {
+                b = Some(i);
+            }
+        }
+        b
+    }
+
+    fn known(&self, p: Point) -> bool {
+        self.tried.iter().any(|(q, _)| *q == p) || self.queue.contains(&p)
+    }
+
+    /// The score expected at `c`: that of the nearest tried point other than `center`
+    /// (distance in grid spacings), for the order of a poll.
+    fn predicted(&self, c: [f64; 2], center: usize) -> (f64, f64) {
+        let mut best: Option<(f64, usize)> = None;
+        for (i, (q, _)) in self.tried.iter().enumerate() {
+            if i == center {
+                continue;
+            }
+            let x = coords(*q);
+            let d: f64 = (0..2)
+                .filter(|&k| self.spacing[k] > 0.0)
+                .map(|k| ((x[k] - c[k]) / self.spacing[k]).powi(2))
+                .sum();
+            if best.is_none_or(|(bd, _)| d < bd) {
+                best = Some((d, i));
+            }
+        }
+        best.map_or((f64::NEG_INFINITY, f64::NEG_INFINITY), |(_, i)| {
+            let r = &self.tried[i].1;
+            (r.at20, r.at50)
+        })
+    }
+
+    /// The next point to train, or `None` when the trainings are spent (or every step
+    /// has shrunk below [`MIN_STEP_DECADES`]).
+    pub fn propose(&mut self) -> Option<Point> {
+        let n = self.tried.len();
+        if n >= self.trainings {
+            return None;
+        }
+        if n < self.grid.len() {
+            return Some(self.grid[n]);
+        }
+        loop {
+            if !self.queue.is_empty() {
+                return Some(self.queue.remove(0));
+            }
+            if self.polling {
+                // The last poll found nothing better: look closer.
+                self.step = [self.step[0] / 2.0, self.step[1] / 2.0];
+            }
+            if (0..2).all(|k| self.spacing[k] == 0.0 || self.step[k] < MIN_STEP_DECADES) {
+                return None;
+            }
+            self.polling = true;
+            let center = self.best().expect("the grid was tried");
+            let c = coords(self.tried[center].0);
+            let mut cands: Vec<(Point, (f64, f64))> = Vec::new();
+            for k in 0..2 {
+                if self.spacing[k] == 0.0 {
+                    continue;
+                }
+                for sign in [1.0, -1.0] {
+                    let mut x = c;
+                    x[k] += sign * self.step[k];
+                    let mut p = self.tried[center].0;
+                    let v = 10f64.powf(x[k]) as f32;
+                    if k == 0 {
+                        p.reg = v;
+                    } else {
+                        p.unobserved_weight = v;
+                    }
+                    if self.inside(p) && !self.known(p) && !cands.iter().any(|(q, _)| *q == p) {
+                        cands.push((p, self.predicted(x, center)));
+                    }
+                }
+            }
+            // Most promising first; ties keep the order reg up, reg down, weight up, down.
+            cands.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap_or(std::cmp::Ordering::Equal));
+            self.queue = cands.into_iter().map(|(p, _)| p).collect();
+        }
+    }
+
+    /// Record what `p` (the last proposal) scored. A refinement point that beats every
+    /// earlier one becomes the centre of the next poll, at the same step.
+    pub fn record(&mut self, p: Point, r: Recall) {
+        let was = self.best();
+        self.tried.push((p, r));
+        if self.tried.len() > self.grid.len() && was.is_some_and(|b| better(&r, &self.tried[b].1)) {
+            self.queue.clear();
+            self.polling = false;
         }
     }
 }
@@ -444,6 +665,91 @@ fn global_check_preempt<C: Comm>(comm: &C, preempt: &Preemption, what: &str) -> 
     Ok(())
 }
 
+/// One model, reset to the same initial tables for every point it trains.
+struct PointTrainer<T: TableScalar> {
+    tr: Trainer<T>,
+    w0: Vec<T>,
+    h0: Vec<T>,
+    gram_h0: Vec<f64>,
+    preempt: Preemption,
+}
+
+impl<T: TableScalar> PointTrainer<T> {
+    /// Collective.
+    fn global_new<C: Comm>(
+        comm: &C,
+        base: &AlsConfig,
+        val: Shards,
+        first: Point,
+        preempt: Preemption,
+    ) -> Result<Self> {
+        let mut cfg = base.clone();
+        cfg.out = None;
+        cfg.metrics = None;
+        cfg.eval_every = 0;
+        cfg.checkpoint = Default::default();
+        cfg.reg = first.reg;
+        cfg.unobserved_weight = first.unobserved_weight;
+        let tr = Trainer::<T>::global_from_shards(comm, &cfg, val, preempt.clone())?;
+        let (w0, h0) = (tr.w.clone(), tr.h.clone());
+        let gram_h0 = global_gramian(comm, &h0, cfg.dim);
+        Ok(PointTrainer {
+            tr,
+            w0,
+            h0,
+            gram_h0,
+            preempt,
+        })
+    }
+
+    /// Collective: train `p` from the initial tables for `epochs` and score it.
+    fn global_train<C: Comm>(
+        &mut self,
+        comm: &C,
+        index: usize,
+        rung: usize,
+        p: Point,
+        epochs: usize,
+    ) -> Result<PointResult> {
+        global_check_preempt(comm, &self.preempt, "between tune points")?;
+        let t = Instant::now();
+        let tr = &mut self.tr;
+        tr.cfg.reg = p.reg;
+        tr.cfg.unobserved_weight = p.unobserved_weight;
+        tr.cfg.epochs = epochs;
+        tr.restore(
+            super::checkpoint::Position::default(),
+            self.w0.clone(),
+            self.h0.clone(),
+            Vec::new(),
+            self.gram_h0.clone(),
+        );
+        let mut last = None;
+        for e in 0..epochs {
+            let rep = tr.global_epoch(comm, e + 1 == epochs).map_err(|e| match e {
+                Error::Interrupted(_) => Error::Preempted(format!(
+                    "signal received while training tune point {} (reg {}, weight {}); a tune saves nothing, a rerun starts over",
+                    index + 1,
+                    p.reg,
+                    p.unobserved_weight
+                )),
+                other => other,
+            })?;
+            last = Some(rep);
+        }
+        let rep = last.expect("a point trains at least one epoch");
+        Ok(PointResult {
+            index,
+            rung,
+            point: p,
+            epochs,
+            recall: rep.recall.expect("the last epoch evaluates"),
+            loss: rep.loss,
+            seconds: t.elapsed().as_secs_f64(),
+        })
+    }
+}
+
 /// Collective: every rank must call. Runs the search on the validation shards `val`:
 /// `base` gives every option but reg, weight and epochs; `on_point` sees every result
 /// (on every rank) as it is scored.
@@ -457,16 +763,10 @@ pub fn global_search<C: Comm, T: TableScalar>(
     mut on_point: impl FnMut(&PointResult),
 ) -> Result<SearchReport> {
     let t0 = Instant::now();
-    let mut cfg = base.clone();
-    cfg.out = None;
-    cfg.metrics = None;
-    cfg.eval_every = 0;
-    cfg.checkpoint = Default::default();
-    cfg.reg = points[0].reg;
-    cfg.unobserved_weight = points[0].unobserved_weight;
-    let mut tr = Trainer::<T>::global_from_shards(comm, &cfg, val, preempt.clone())?;
-    let (w0, h0) = (tr.w.clone(), tr.h.clone());
-    let gram_h0 = global_gramian(comm, &h0, cfg.dim);
+    if points.is_empty() {
+        return Err(Error::Config("an empty grid".into()));
+    }
+    let mut pt = PointTrainer::<T>::global_new(comm, base, val, points[0], preempt)?;
     let mut results: Vec<PointResult> = Vec::new();
     let mut alive: Vec<usize> = (0..points.len()).collect();
     let mut last_rung: Vec<usize> = Vec::new();
@@ -486,43 +786,8 @@ pub fn global_search<C: Comm, T: TableScalar>(
         }
         last_rung.clear();
         for &idx in &alive {
-            global_check_preempt(comm, &preempt, "between tune points")?;
-            let p = points[idx];
-            let t = Instant::now();
-            tr.cfg.reg = p.reg;
-            tr.cfg.unobserved_weight = p.unobserved_weight;
-            tr.cfg.epochs = rung.epochs;
-            tr.restore(
-                super::checkpoint::Position::default(),
-                w0.clone(),
-                h0.clone(),
-                Vec::new(),
-                gram_h0.clone(),
-            );
-            let mut last = None;
-            for e in 0..rung.epochs {
-                let rep = tr.global_epoch(comm, e + 1 == rung.epochs).map_err(|e| match e {
-                    Error::Interrupted(_) => Error::Preempted(format!(
-                        "signal received while training tune point {} (reg {}, weight {}); a tune saves nothing, a rerun starts over",
-                        idx + 1,
-                        p.reg,
-                        p.unobserved_weight
-                    )),
-                    other => other,
-                })?;
-                last = Some(rep);
-            }
+            let r = pt.global_train(comm, idx, k, points[idx], rung.epochs)?;
             epochs_run += rung.epochs;
-            let rep = last.expect("a rung trains at least one epoch");
-            let r = PointResult {
-                index: idx,
-                rung: k,
-                point: p,
-                epochs: rung.epochs,
-                recall: rep.recall.expect("the last epoch evaluates"),
-                loss: rep.loss,
-                seconds: t.elapsed().as_secs_f64(),
-            };
             on_point(&r);
             last_rung.push(results.len());
             results.push(r);
@@ -535,6 +800,57 @@ pub fn global_search<C: Comm, T: TableScalar>(
         best: last_rung[b],
         results,
         epochs_run,
+        seconds: t0.elapsed().as_secs_f64(),
+    })
+}
+
+/// Collective: every rank must call. The refine strategy: the grid `regs` x `weights`,
+/// then the [`Refiner`]'s compass search, `trainings` points in all, each trained
+/// `epochs`. A result's `index` is its place in the training order, its `rung` 0 for a
+/// grid point and 1 for a refinement point; the best is the arg-max over all of them
+/// (every point trains the same epochs). Every rank sees the same scores, so every rank
+/// proposes the same points.
+#[allow(clippy::too_many_arguments)]
+pub fn global_refine<C: Comm, T: TableScalar>(
+    comm: &C,
+    base: &AlsConfig,
+    val: Shards,
+    regs: &[f32],
+    weights: &[f32],
+    trainings: usize,
+    epochs: usize,
+    preempt: Preemption,
+    mut on_point: impl FnMut(&PointResult),
+) -> Result<SearchReport> {
+    let t0 = Instant::now();
+    let mut rf = Refiner::new(regs, weights, trainings)?;
+    let grid = grid_points(regs, weights).len();
+    let first = rf.propose().expect("a grid has a point");
+    let mut pt = PointTrainer::<T>::global_new(comm, base, val, first, preempt)?;
+    let mut results: Vec<PointResult> = Vec::new();
+    let mut next = Some(first);
+    while let Some(p) = next {
+        let n = results.len();
+        let r = pt.global_train(comm, n, usize::from(n >= grid), p, epochs)?;
+        rf.record(p, r.recall);
+        on_point(&r);
+        results.push(r);
+        next = rf.propose();
+    }
+    let best = arg_best(&results).ok_or_else(|| Error::Config("an empty grid".into()))?;
+    let points = |rung: usize| results.iter().filter(|r| r.rung == rung).count();
+    let rungs: Vec<Rung> = (0..2)
+        .map(|k| Rung {
+            points: points(k),
+            epochs,
+        })
+        .filter(|r| r.points > 0)
+        .collect();
+    Ok(SearchReport {
+        epochs_run: results.len() * epochs,
+        rungs,
+        best,
+        results,
         seconds: t0.elapsed().as_secs_f64(),
     })
 }
@@ -659,5 +975,95 @@ mod tests {
         ];
         assert_eq!(arg_best(&v), Some(2));
         assert_eq!(arg_best(&[]), None);
+    }
+
+    /// Drive a refiner with `score` until it stops; the points in proposal order.
+    fn drive(rf: &mut Refiner, score: impl Fn(Point) -> f64) -> Vec<(Point, Recall)> {
+        let mut out = Vec::new();
+        while let Some(p) = rf.propose() {
+            let s = score(p);
+            let r = Recall {
+                at20: s,
+                at50: s / 2.0,
+                test_rows: 1,
+            };
+            rf.record(p, r);
+            out.push((p, r));
+        }
+        out
+    }
+
+    #[test]
+    fn refine_tries_the_grid_then_climbs_inside_the_box() {
+        let regs = parse_values("1e-6:1e-2:3").unwrap();
+        let weights = parse_values("1e-5:1e-2:3").unwrap();
+        // A peak at reg 3e-5, weight 2e-4 (between grid points), steep in weight.
+        let peak = |p: Point| {
+            let (x, y) = ((p.reg as f64).log10(), (p.unobserved_weight as f64).log10());
+            1.0 - 0.02 * (x - 3e-5f64.log10()).powi(2) - 0.2 * (y - 2e-4f64.log10()).powi(2)
+        };
+        let grid = grid_points(&regs, &weights);
+        let mut rf = Refiner::new(&regs, &weights, 12).unwrap();
+        let got = drive(&mut rf, peak);
+        assert_eq!(got.len(), 12, "one training per budgeted point");
+        let ps: Vec<Point> = got.iter().map(|g| g.0).collect();
+        assert_eq!(&ps[..9], grid.as_slice(), "the grid comes first, in order");
+        for (i, p) in ps.iter().enumerate() {
+            assert!(rf.inside(*p), "{p:?} outside the box");
+            assert!(!ps[..i].contains(p), "{p:?} trained twice");
+        }
+        let best_grid = grid.iter().map(|&p| peak(p)).fold(f64::MIN, f64::max);
+        let best = got.iter().map(|g| g.1.at20).fold(f64::MIN, f64::max);
+        assert!(best > best_grid, "refinement found nothing better: {got:?}");
+        // The same scores propose the same points.
+        let again = drive(&mut Refiner::new(&regs, &weights, 12).unwrap(), peak);
+        assert_eq!(again, got);
+        // A peak on the box's corner: refinement stays inside and stops shrinking at
+        // MIN_STEP_DECADES, so a long budget can end early.
+        let corner = |p: Point| -(p.reg as f64) - (p.unobserved_weight as f64);
+        let mut rf = Refiner::new(&regs, &weights, 1000).unwrap();
+        let got = drive(&mut rf, corner);
+        assert!(got.len() < 1000 && got.len() > 9);
+        assert!(got.iter().all(|g| rf.inside(g.0)));
+    }
+
+    #[test]
+    fn refine_along_one_axis_and_refusals() {
+        let regs = [1e-3f32];
+        let weights = parse_values("1e-4:1:5").unwrap();
+        let mut rf = Refiner::new(&regs, &weights, 9).unwrap();
+        let got = drive(&mut rf, |p| {
+            -((p.unobserved_weight as f64).log10() + 1.7).abs()
+        });
+        assert_eq!(got.len(), 9);
+        assert!(got.iter().all(|g| g.0.reg == 1e-3));
+        let best = got
+            .iter()
+            .max_by(|a, b| a.1.at20.partial_cmp(&b.1.at20).unwrap())
+            .unwrap();
+        assert!(((best.0.unobserved_weight as f64).log10() + 1.7).abs() < 0.3);
+        assert!(
+            Refiner::new(&[1e-3], &[1e-2], 4).is_err(),
+            "nothing to refine"
+        );
+        assert!(
+            Refiner::new(&[0.0, 1e-3], &[1e-2], 4).is_err(),
+            "0 has no log"
+        );
+        assert!(
+            Refiner::new(&[1e-3, 1e-2], &[1e-2], 1).is_err(),
+            "budget under the grid"
+        );
+        assert_eq!(refine_trainings(6, None, 8).unwrap(), 12);
+        assert_eq!(refine_trainings(6, Some(100), 8).unwrap(), 12);
+        assert!(refine_trainings(6, Some(47), 8).is_err());
+        let r = schedule(Strategy::Refine, 6, Some(96), 8, 3).unwrap();
+        assert_eq!(
+            r,
+            vec![Rung {
+                points: 12,
+                epochs: 8
+            }]
+        );
     }
 }

@@ -6,8 +6,8 @@
 use super::als::resolve_threads;
 use crate::als::train::{global_read_shards_for, global_train_as, EpochReport};
 use crate::als::tune::{
-    global_search, global_validation_shards, grid_points, schedule, Point, PointResult,
-    SearchReport, Strategy, ValSpec, ValStats, Values,
+    global_refine, global_search, global_validation_shards, grid_points, refine_trainings,
+    schedule, Point, PointResult, SearchReport, Strategy, ValSpec, ValStats, Values,
 };
 use crate::als::{AlsConfig, SolverKind};
 use crate::bf16::{Bf16, TableDtype};
@@ -34,28 +34,33 @@ pub struct TuneArgs {
     /// Prepared dataset (.h5), from `prepare` or `generate webgraph`.
     #[arg(long, value_name = "D.h5")]
     pub data: PathBuf,
-    /// lambda values: a list (1e-4,1e-3) or LO:HI:N, N log-spaced points.
-    #[arg(long, value_name = "LIST|LO:HI:N", default_value = "1e-5:1e-2:4")]
+    /// lambda values: a list (1e-4,1e-3) or LO:HI:N, N log-spaced points (refine: the
+    /// grid it starts from; its smallest and largest values bound the search).
+    #[arg(long, value_name = "LIST|LO:HI:N", default_value = "1e-8:1e-2:3")]
     pub reg: Values,
-    /// alpha0 values: a list or LO:HI:N (log-spaced).
-    #[arg(long, value_name = "LIST|LO:HI:N", default_value = "1e-4:1e-2:3")]
+    /// alpha0 values: a list or LO:HI:N (log-spaced; refine: as for --reg).
+    #[arg(long, value_name = "LIST|LO:HI:N", default_value = "1e-5:1:3")]
     pub unobserved_weight: Values,
-    /// grid: every point for min(budget / points, --epochs) epochs; halving:
-    /// successive halving over epochs, keeping the best 1/eta per rung, each rung eta
-    /// times longer, the last --epochs (or less if --budget is short); survivors
-    /// retrain from the initial tables and the budget counts every epoch run.
-    #[arg(long, value_enum, default_value_t = Strategy::Grid)]
+    /// refine: the grid, then a compass search in log space around the best point so
+    /// far (steps of half the grid spacing, halved when a poll finds nothing better),
+    /// inside the grid's box, budget / --epochs trainings in all; grid: every point for
+    /// min(budget / points, --epochs) epochs; halving: successive halving over epochs,
+    /// keeping the best 1/eta per rung, each rung eta times longer, the last --epochs (or
+    /// less if --budget is short); survivors retrain from the initial tables and the
+    /// budget counts every epoch run.
+    #[arg(long, value_enum, default_value_t = Strategy::Refine)]
     pub strategy: Strategy,
-    /// Epochs for the whole search, all points together (default: points x --epochs
-    /// for grid; for halving, what its rungs need for the last to train --epochs).
+    /// Epochs for the whole search, all points together (default: refine, twice the
+    /// grid's points x --epochs; grid, points x --epochs; halving, what its rungs need
+    /// for the last to train --epochs).
     #[arg(long, value_name = "EPOCHS")]
     pub budget: Option<usize>,
-    /// The most epochs any one point trains.
+    /// The most epochs any one point trains (refine and grid: every point).
     #[arg(long, default_value_t = 8)]
     pub epochs: usize,
-    /// Halving: keep the best 1/eta of each rung.
-    #[arg(long, default_value_t = 3)]
-    pub eta: usize,
+    /// Halving only: keep the best 1/eta of each rung (default 3).
+    #[arg(long)]
+    pub eta: Option<usize>,
     /// Fraction of the training rows with arcs that become validation rows, in (0, 1).
     #[arg(long, value_name = "F", default_value_t = 0.1)]
     pub val_fraction: f64,
@@ -169,13 +174,27 @@ impl TuneArgs {
             seed: self.val_seed,
         };
         val.validate()?;
+        if self.eta.is_some() && self.strategy != Strategy::Halving {
+            return Err(Error::Config(format!(
+                "--eta is for --strategy halving, not {}",
+                vname(&self.strategy)
+            )));
+        }
         let rungs = schedule(
             self.strategy,
             points.len(),
             self.budget,
             self.epochs,
-            self.eta,
+            self.eta.unwrap_or(3),
         )?;
+        if self.strategy == Strategy::Refine {
+            // Refused here (exit 2), not after the data is read.
+            crate::als::tune::Refiner::new(
+                &self.reg.0,
+                &self.unobserved_weight.0,
+                refine_trainings(points.len(), self.budget, self.epochs)?,
+            )?;
+        }
         if self.out.is_some() && !self.train_final {
             return Err(Error::Config(
                 "--out writes the final model: it needs --train-final".into(),
@@ -320,14 +339,27 @@ pub fn global_run<C: Comm>(comm: &C, args: &TuneArgs, preempt: Preemption) -> Re
             .iter()
             .map(|r| format!("{} x {} epochs", r.points, r.epochs))
             .collect();
-        println!(
-            "grid: reg {:?} x weight {:?} = {} points; rungs: {}; {} epochs in all",
-            args.reg.0,
-            args.unobserved_weight.0,
-            cfg.points.len(),
-            rungs.join(", "),
-            crate::als::tune::total_epochs(&cfg.rungs)
-        );
+        if args.strategy == Strategy::Refine {
+            let t = cfg.rungs[0].points;
+            println!(
+                "grid: reg {:?} x weight {:?} = {} points, then {} refinement points inside its box; {t} trainings x {} epochs = {} epochs in all",
+                args.reg.0,
+                args.unobserved_weight.0,
+                cfg.points.len(),
+                t - cfg.points.len(),
+                cfg.rungs[0].epochs,
+                t * cfg.rungs[0].epochs
+            );
+        } else {
+            println!(
+                "grid: reg {:?} x weight {:?} = {} points; rungs: {}; {} epochs in all",
+                args.reg.0,
+                args.unobserved_weight.0,
+                cfg.points.len(),
+                rungs.join(", "),
+                crate::als::tune::total_epochs(&cfg.rungs)
+            );
+        }
     }
     let full = global_read_shards_for(comm, b)?;
     let (val, stats) = global_validation_shards(comm, &full, cfg.val)?;
@@ -345,14 +377,37 @@ pub fn global_run<C: Comm>(comm: &C, args: &TuneArgs, preempt: Preemption) -> Re
             cfg.val.fraction
         )));
     }
-    let total = cfg.points.len();
+    let total = cfg.rungs.iter().map(|r| r.points).max().unwrap_or(0);
     let on_point = |r: &PointResult| {
         if root {
             println!("{}", point_line(r, total));
         }
     };
-    let report = match b.table_dtype {
-        TableDtype::F32 => global_search::<C, f32>(
+    let (regs, weights) = (&args.reg.0, &args.unobserved_weight.0);
+    let report = match (args.strategy, b.table_dtype) {
+        (Strategy::Refine, TableDtype::F32) => global_refine::<C, f32>(
+            comm,
+            b,
+            val,
+            regs,
+            weights,
+            cfg.rungs[0].points,
+            cfg.rungs[0].epochs,
+            preempt.clone(),
+            on_point,
+        )?,
+        (Strategy::Refine, TableDtype::Bf16) => global_refine::<C, Bf16>(
+            comm,
+            b,
+            val,
+            regs,
+            weights,
+            cfg.rungs[0].points,
+            cfg.rungs[0].epochs,
+            preempt.clone(),
+            on_point,
+        )?,
+        (_, TableDtype::F32) => global_search::<C, f32>(
             comm,
             b,
             val,
@@ -361,7 +416,7 @@ pub fn global_run<C: Comm>(comm: &C, args: &TuneArgs, preempt: Preemption) -> Re
             preempt.clone(),
             on_point,
         )?,
-        TableDtype::Bf16 => global_search::<C, Bf16>(
+        (_, TableDtype::Bf16) => global_search::<C, Bf16>(
             comm,
             b,
             val,
