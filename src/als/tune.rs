@@ -36,18 +36,24 @@
 //! arg-max of validation Recall@20 (then Recall@50, then the earlier point) over the
 //! last rung.
 //!
-//! `refine` (the default) trains the grid, then runs an opportunistic compass search in
-//! (log10 reg, log10 weight) inside the grid's box (from its smallest to its largest
-//! value on each axis), every point for `max_epochs`, `budget / max_epochs` trainings in
-//! all ([`Refiner`]): it polls the best point so far at plus and minus one step on each
-//! axis (the first step half the grid's spacing; the poll's points ordered by the score
-//! of the nearest point already trained, best first; points outside the box or trained
-//! already are skipped), moves to the first poll point that beats every earlier point
-//! and polls again from there at the same step, and halves the steps when a whole poll
-//! finds nothing better. Every point trains the same epochs, so the best is the arg-max
-//! over all of them. Recall surfaces of iALS are steep in the unobserved weight (a
-//! decade apart, the best of a grid depends on where the grid happens to fall), which
-//! is what the refinement points are for.
+//! `refine` (the default) searches in (log10 reg, log10 weight) inside the grid's box
+//! (from its smallest to its largest value on each axis), every point for `max_epochs`,
+//! `budget / max_epochs` trainings in all ([`Refiner`]). It first trains the centres of
+//! the grid's cells (in log space: the geometric mean of each pair of neighbouring
+//! values; an axis with one value keeps it), a 2 x 2 design for the default 3 x 3 grid,
+//! so that most of the budget is left for the search; then it runs an opportunistic
+//! compass search: it polls the best point so far at plus and minus one step on each
+//! axis (the first step half the grid's spacing, so a centre's poll reaches the grid's
+//! points around it; after a move the direction that succeeded is tried first again,
+//! the rest of the poll ordered by the score of the nearest point already trained, best
+//! first; points outside the box or trained already are skipped), moves to the first
+//! poll point that beats every earlier point and polls again from there at the same
+//! step, and halves the steps when a whole poll finds nothing better. Every point trains
+//! the same epochs, so the best is the arg-max over all of them. Recall surfaces of iALS
+//! are steep in the unobserved weight (a decade apart, the best of a grid depends on
+//! where the grid happens to fall), which is why the search spends its trainings on
+//! steps rather than on the edges and corners of a wide box, where the optimum seldom
+//! is (a poll still reaches them).
 //!
 //! A preemption signal, between or inside points, stops every rank with
 //! [`Error::Preempted`] (exit 75): nothing is saved and a requeued tune starts over.
@@ -259,17 +265,18 @@ pub fn schedule(
     }
 }
 
-/// Trainings of a refine search over a grid of `points`: `budget / max_epochs` (every
-/// training runs `max_epochs`), by default twice the grid; refused (exit 2) when the
-/// budget does not cover the grid.
+/// Trainings of a refine search whose first design ([`refine_design`]) has `points`:
+/// `budget / max_epochs` (every training runs `max_epochs`), by default three times the
+/// design (12 for the default 2 x 2); refused (exit 2) when the budget does not cover
+/// the design.
 pub fn refine_trainings(points: usize, budget: Option<usize>, max_epochs: usize) -> Result<usize> {
     let t = match budget {
-        None => points.saturating_mul(2),
+        None => points.saturating_mul(3),
         Some(b) => b / max_epochs,
     };
     if t < points {
         return Err(Error::Config(format!(
-            "--budget {}: too small; refine trains the {points} grid points first, {max_epochs} epochs each, so it needs at least {} epochs",
+            "--budget {}: too small; refine trains the {points} centres of the grid's cells first, {max_epochs} epochs each, so it needs at least {} epochs",
             budget.unwrap_or(0),
             points.saturating_mul(max_epochs)
         )));
@@ -280,12 +287,30 @@ pub fn refine_trainings(points: usize, budget: Option<usize>, max_epochs: usize)
 /// Steps below this (in decades) are not refined further.
 pub const MIN_STEP_DECADES: f64 = 1e-3;
 
-/// The refine strategy's proposals (module doc): the grid first, then an opportunistic
-/// compass search in (log10 reg, log10 weight) inside the grid's box. Pure and
-/// deterministic: the same scores give the same points.
+/// The centres of the cells between neighbouring values of one axis, in log space (the
+/// geometric means, increasing); one value: itself. Values must be > 0.
+fn cell_centres(v: &[f32]) -> Vec<f32> {
+    let mut s: Vec<f64> = v.iter().map(|&x| x as f64).collect();
+    s.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    s.dedup();
+    if s.len() == 1 {
+        return vec![s[0] as f32];
+    }
+    s.windows(2).map(|w| (w[0] * w[1]).sqrt() as f32).collect()
+}
+
+/// The points a refine search trains first: the centres of the grid's cells (module
+/// doc), reg major. Values must be > 0.
+pub fn refine_design(regs: &[f32], weights: &[f32]) -> Vec<Point> {
+    grid_points(&cell_centres(regs), &cell_centres(weights))
+}
+
+/// The refine strategy's proposals (module doc): the centres of the grid's cells first,
+/// then an opportunistic compass search in (log10 reg, log10 weight) inside the grid's
+/// box. Pure and deterministic: the same scores give the same points.
 #[derive(Debug, Clone)]
 pub struct Refiner {
-    grid: Vec<Point>,
+    design: Vec<Point>,
     trainings: usize,
     /// The box, in the values themselves (f32) and in decades.
     lo: [f32; 2],
@@ -297,6 +322,8 @@ pub struct Refiner {
     queue: Vec<Point>,
     /// A poll is under way (its points are queued or were tried without improving).
     polling: bool,
+    /// The axis and sign of the last move (tried first in the next poll).
+    last_move: Option<(usize, f64)>,
 }
 
 fn coords(p: Point) -> [f64; 2] {
@@ -333,15 +360,15 @@ impl Refiner {
                 "--strategy refine needs at least two values of --reg or --unobserved-weight (the box it refines in)".into(),
             ));
         }
-        let grid = grid_points(regs, weights);
-        if trainings < grid.len() {
+        let design = refine_design(regs, weights);
+        if trainings < design.len() {
             return Err(Error::Config(format!(
-                "refine: {trainings} trainings do not cover the {} grid points",
-                grid.len()
+                "refine: {trainings} trainings do not cover the {} centres of the grid's cells",
+                design.len()
             )));
         }
         Ok(Refiner {
-            grid,
+            design,
             trainings,
             lo,
             hi,
@@ -350,7 +377,13 @@ impl Refiner {
             tried: Vec::new(),
             queue: Vec::new(),
             polling: false,
+            last_move: None,
         })
+    }
+
+    /// The first design: the centres of the grid's cells, reg major.
+    pub fn design(&self) -> &[Point] {
+        &self.design
     }
 
     /// Whether `p` lies in the box.
@@ -403,8 +436,8 @@ impl Refiner {
         if n >= self.trainings {
             return None;
         }
-        if n < self.grid.len() {
-            return Some(self.grid[n]);
+        if n < self.design.len() {
+            return Some(self.design[n]);
         }
         loop {
             if !self.queue.is_empty() {
@@ -420,7 +453,7 @@ impl Refiner {
             self.polling = true;
             let center = self.best().expect("the grid was tried");
             let c = coords(self.tried[center].0);
-            let mut cands: Vec<(Point, (f64, f64))> = Vec::new();
+            let mut cands: Vec<(Point, (bool, f64, f64))> = Vec::new();
             for k in 0..2 {
                 if self.spacing[k] == 0.0 {
                     continue;
@@ -436,24 +469,33 @@ impl Refiner {
                         p.unobserved_weight = v;
                     }
                     if self.inside(p) && !self.known(p) && !cands.iter().any(|(q, _)| *q == p) {
-                        cands.push((p, self.predicted(x, center)));
+                        let (s20, s50) = self.predicted(x, center);
+                        cands.push((p, (self.last_move == Some((k, sign)), s20, s50)));
                     }
                 }
             }
-            // Most promising first; ties keep the order reg up, reg down, weight up, down.
+            // The last move's direction, then the most promising; ties keep the order
+            // reg up, reg down, weight up, weight down.
             cands.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap_or(std::cmp::Ordering::Equal));
             self.queue = cands.into_iter().map(|(p, _)| p).collect();
         }
     }
 
     /// Record what `p` (the last proposal) scored. A refinement point that beats every
-    /// earlier one becomes the centre of the next poll, at the same step.
+    /// earlier one becomes the centre of the next poll, at the same step, and the
+    /// direction it moved in is tried first there.
     pub fn record(&mut self, p: Point, r: Recall) {
         let was = self.best();
         self.tried.push((p, r));
-        if self.tried.len() > self.grid.len() && was.is_some_and(|b| better(&r, &self.tried[b].1)) {
-            self.queue.clear();
-            self.polling = false;
+        if self.tried.len() > self.design.len() {
+            if let Some(b) = was.filter(|&b| better(&r, &self.tried[b].1)) {
+                let (from, to) = (coords(self.tried[b].0), coords(p));
+                self.last_move = (0..2)
+                    .find(|&k| from[k] != to[k])
+                    .map(|k| (k, if to[k] > from[k] { 1.0 } else { -1.0 }));
+                self.queue.clear();
+                self.polling = false;
+            }
         }
     }
 }
@@ -804,10 +846,10 @@ pub fn global_search<C: Comm, T: TableScalar>(
     })
 }
 
-/// Collective: every rank must call. The refine strategy: the grid `regs` x `weights`,
-/// then the [`Refiner`]'s compass search, `trainings` points in all, each trained
-/// `epochs`. A result's `index` is its place in the training order, its `rung` 0 for a
-/// grid point and 1 for a refinement point; the best is the arg-max over all of them
+/// Collective: every rank must call. The refine strategy: the centres of the cells of
+/// the grid `regs` x `weights`, then the [`Refiner`]'s compass search, `trainings`
+/// points in all, each trained `epochs`. A result's `index` is its place in the training
+/// order, its `rung` 0 for a design point and 1 for a compass-search point; the best is the arg-max over all of them
 /// (every point trains the same epochs). Every rank sees the same scores, so every rank
 /// proposes the same points.
 #[allow(clippy::too_many_arguments)]
@@ -824,8 +866,8 @@ pub fn global_refine<C: Comm, T: TableScalar>(
 ) -> Result<SearchReport> {
     let t0 = Instant::now();
     let mut rf = Refiner::new(regs, weights, trainings)?;
-    let grid = grid_points(regs, weights).len();
-    let first = rf.propose().expect("a grid has a point");
+    let grid = rf.design().len();
+    let first = rf.propose().expect("a design has a point");
     let mut pt = PointTrainer::<T>::global_new(comm, base, val, first, preempt)?;
     let mut results: Vec<PointResult> = Vec::new();
     let mut next = Some(first);

@@ -6,8 +6,9 @@
 use super::als::resolve_threads;
 use crate::als::train::{global_read_shards_for, global_train_as, EpochReport};
 use crate::als::tune::{
-    global_refine, global_search, global_validation_shards, grid_points, refine_trainings,
-    schedule, Point, PointResult, SearchReport, Strategy, ValSpec, ValStats, Values,
+    global_refine, global_search, global_validation_shards, grid_points, refine_design,
+    refine_trainings, schedule, Point, PointResult, SearchReport, Strategy, ValSpec, ValStats,
+    Values,
 };
 use crate::als::{AlsConfig, SolverKind};
 use crate::bf16::{Bf16, TableDtype};
@@ -180,9 +181,26 @@ impl TuneArgs {
                 vname(&self.strategy)
             )));
         }
+        // refine starts from the centres of the grid's cells, not from the grid.
+        let searched = if self.strategy == Strategy::Refine {
+            if self
+                .reg
+                .0
+                .iter()
+                .chain(&self.unobserved_weight.0)
+                .any(|&v| v <= 0.0)
+            {
+                // Refiner::new below says why.
+                points.len()
+            } else {
+                refine_design(&self.reg.0, &self.unobserved_weight.0).len()
+            }
+        } else {
+            points.len()
+        };
         let rungs = schedule(
             self.strategy,
-            points.len(),
+            searched,
             self.budget,
             self.epochs,
             self.eta.unwrap_or(3),
@@ -192,7 +210,7 @@ impl TuneArgs {
             crate::als::tune::Refiner::new(
                 &self.reg.0,
                 &self.unobserved_weight.0,
-                refine_trainings(points.len(), self.budget, self.epochs)?,
+                refine_trainings(searched, self.budget, self.epochs)?,
             )?;
         }
         if self.out.is_some() && !self.train_final {
@@ -341,12 +359,12 @@ pub fn global_run<C: Comm>(comm: &C, args: &TuneArgs, preempt: Preemption) -> Re
             .collect();
         if args.strategy == Strategy::Refine {
             let t = cfg.rungs[0].points;
+            let design = refine_design(&args.reg.0, &args.unobserved_weight.0).len();
             println!(
-                "grid: reg {:?} x weight {:?} = {} points, then {} refinement points inside its box; {t} trainings x {} epochs = {} epochs in all",
+                "grid: reg {:?} x weight {:?}: its box, first the {design} centres of its cells, then {} compass-search points inside the box; {t} trainings x {} epochs = {} epochs in all",
                 args.reg.0,
                 args.unobserved_weight.0,
-                cfg.points.len(),
-                t - cfg.points.len(),
+                t - design,
                 cfg.rungs[0].epochs,
                 t * cfg.rungs[0].epochs
             );
