@@ -8,8 +8,8 @@
 #
 # Datasets (prepared into $OUT if missing): cnr-k1 (cnr-2000 at K = 1, as bench_als.sh)
 # and in-dense (`generate webgraph --preset in-dense --scale $SCALE`).
-# Ours: `torusrec tune --strategy $STRATEGY` (refine: the grid --reg $REGS x
-#   --unobserved-weight $WEIGHTS, then compass-search points inside its box) with
+# Ours: `torusrec tune --strategy $STRATEGY` (refine: the centres of the cells of the grid
+#   --reg $REGS x --unobserved-weight $WEIGHTS, then compass-search points inside its box) with
 #   --budget = (implicit's grid points) x $EPOCHS: the same number of full trainings as
 #   implicit, $EPOCHS epochs each, d = $DIM, CG $CG_STEPS steps, P = 1 rank x $CORES
 #   threads, validation Recall@20 over $VAL_ROWS validation rows, then --train-final with
@@ -174,7 +174,7 @@ for name in datasets:
     npi = len(i["results"])
     ratio = of["test_recall_at_20"] / if_["test_recall_at_20"] if if_["test_recall_at_20"] else float("nan")
     ngrid = sum(1 for r in o["results"] if r["rung"] == 0)
-    shape = (f"{ngrid} grid + {npo - ngrid} refined = {npo}" if o["strategy"] == "Refine" else
+    shape = (f"{ngrid} cell centres + {npo - ngrid} compass = {npo}" if o["strategy"] == "Refine" else
              f"{len(set(r['point']['reg'] for r in o['results']))} reg x "
              f"{len(set(r['point']['unobserved_weight'] for r in o['results']))} weight = {npo}")
     rows.append(f"| {label} | torusrec | {shape} | "
@@ -192,12 +192,14 @@ for name in datasets:
          f"{st['visible_arcs']} visible and {st['holdout_arcs']} held-out arcs, {st['train_arcs']} training arcs "
          f"left; Recall over {o['results'][0]['recall']['test_rows']} sampled validation rows; "
          f"test recall over {of['test_rows']} test rows.", "",
-         "torusrec, every training in the order run (validation Recall@20 / @50; stage: grid, or "
-         "refined = a compass-search point):", "",
+         "torusrec, every training in the order run (validation Recall@20 / @50; stage: grid; for "
+         "refine, centre = a centre of the grid's cells (the first design) or compass = a "
+         "compass-search point):", "",
          "| # | stage | reg | weight | val R@20 | val R@50 |", "|---|---|---|---|---|---|"]
     for k, r in enumerate(o["results"]):
         best = " **best**" if r == ob else ""
-        g.append(f"| {k + 1} | {'grid' if r['rung'] == 0 or o['strategy'] != 'Refine' else 'refined'}{best} | "
+        stage = "grid" if o["strategy"] != "Refine" else ("centre" if r["rung"] == 0 else "compass")
+        g.append(f"| {k + 1} | {stage}{best} | "
                  f"{r['point']['reg']:.3g} | {r['point']['unobserved_weight']:.3g} | "
                  f"{r['recall']['at20']:.4f} | {r['recall']['at50']:.4f} |")
     g += ["", "implicit (validation Recall@20 / @50; rows regularization, columns alpha):", ""]

@@ -322,12 +322,19 @@ fn refine_trains_the_budget_inside_the_box_picks_the_arg_max_and_is_the_same_at_
     let res = &one.results;
     assert_eq!(res.len(), trainings, "one training per budgeted point");
     assert_eq!(one.epochs_run, trainings * 2);
-    // The grid first, in order, then refinement points: new, inside the box.
-    let grid = grid_points(&regs, &weights);
-    let pts: Vec<_> = res.iter().map(|r| r.point).collect();
-    assert_eq!(&pts[..4], grid.as_slice());
-    assert!(res[..4].iter().all(|r| r.rung == 0) && res[4..].iter().all(|r| r.rung == 1));
+    // The centres of the grid's cells first (one cell here), in order, then compass
+    // points: new, inside the box.
     let rf = Refiner::new(&regs, &weights, trainings).unwrap();
+    let design = rf.design().to_vec();
+    assert_eq!(design.len(), 1);
+    assert!((design[0].reg / 10f32.powf(-2.5) - 1.0).abs() < 1e-5);
+    assert!((design[0].unobserved_weight / 1e-2 - 1.0).abs() < 1e-5);
+    let pts: Vec<_> = res.iter().map(|r| r.point).collect();
+    assert_eq!(&pts[..1], design.as_slice());
+    assert!(res[..1].iter().all(|r| r.rung == 0) && res[1..].iter().all(|r| r.rung == 1));
+    // A poll at half the spacing from the centre reaches the grid's corners.
+    let grid = grid_points(&regs, &weights);
+    assert!(pts.iter().any(|p| grid.contains(p)), "{pts:?}");
     for (i, p) in pts.iter().enumerate() {
         assert!(rf.inside(*p), "{p:?} outside the box");
         assert!(!pts[..i].contains(p), "{p:?} trained twice");
@@ -502,8 +509,9 @@ fn mpirun_split_is_the_same_at_1_to_3_ranks_and_the_printed_command_reproduces_t
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(v["command"].as_str().unwrap(), cmd);
-    // refine (the default): the 2 grid points, then 2 refined (twice the grid).
-    assert_eq!(v["results"].as_array().unwrap().len(), 4);
+    // refine (the default): the one centre of the grid's cell (reg 1e-2), then two
+    // compass points (three times the design).
+    assert_eq!(v["results"].as_array().unwrap().len(), 3);
     assert_eq!(
         v["final"]["checksum"].as_str().unwrap(),
         als.final_checksum()

@@ -1036,37 +1036,107 @@ mod tests {
     }
 
     #[test]
-    fn refine_tries_the_grid_then_climbs_inside_the_box() {
+    fn refine_design_is_the_centres_of_the_grid_cells() {
+        let c = |v: &[f32]| cell_centres(v);
+        let close = |a: &[f32], b: &[f64]| {
+            a.len() == b.len()
+                && a.iter()
+                    .zip(b)
+                    .all(|(x, y)| ((*x as f64) / y - 1.0).abs() < 1e-5)
+        };
+        assert!(close(
+            &c(&parse_values("1e-8:1e-2:3").unwrap()),
+            &[10f64.powf(-6.5), 10f64.powf(-3.5)]
+        ));
+        assert!(close(
+            &c(&parse_values("1e-5:1:3").unwrap()),
+            &[10f64.powf(-3.75), 10f64.powf(-1.25)]
+        ));
+        // Unsorted lists and duplicates: the cells between sorted neighbours.
+        assert!(close(&c(&[1e-1, 1e-3, 1e-1]), &[1e-2]));
+        assert!(close(&c(&[4.0, 1.0, 16.0]), &[2.0, 8.0]));
+        assert_eq!(c(&[0.5]), vec![0.5]);
+        let d = refine_design(&[1e-8, 1e-5, 1e-2], &[1e-5, 3.1622776e-3, 1.0]);
+        assert_eq!(d.len(), 4);
+        assert_eq!(d[0].reg, d[1].reg, "reg major");
+        let rf = Refiner::new(&[1e-8, 1e-5, 1e-2], &[1e-5, 3.1622776e-3, 1.0], 4).unwrap();
+        assert_eq!(rf.design(), d.as_slice());
+        assert!(d.iter().all(|&p| rf.inside(p)));
+    }
+
+    /// A smooth peak at (log10 reg, log10 weight) = `at`, `steep` times steeper in weight.
+    fn peak(at: [f64; 2], steep: f64) -> impl Fn(Point) -> f64 {
+        move |p: Point| {
+            let x = coords(p);
+            1.0 - 0.02 * (x[0] - at[0]).powi(2) - 0.02 * steep * (x[1] - at[1]).powi(2)
+        }
+    }
+
+    #[test]
+    fn refine_trains_the_design_then_climbs_inside_the_box() {
         let regs = parse_values("1e-6:1e-2:3").unwrap();
         let weights = parse_values("1e-5:1e-2:3").unwrap();
-        // A peak at reg 3e-5, weight 2e-4 (between grid points), steep in weight.
-        let peak = |p: Point| {
-            let (x, y) = ((p.reg as f64).log10(), (p.unobserved_weight as f64).log10());
-            1.0 - 0.02 * (x - 3e-5f64.log10()).powi(2) - 0.2 * (y - 2e-4f64.log10()).powi(2)
-        };
-        let grid = grid_points(&regs, &weights);
+        // A peak at reg 3e-5, weight 2e-4 (between the design's points), steep in weight.
+        let f = peak([3e-5f64.log10(), 2e-4f64.log10()], 10.0);
         let mut rf = Refiner::new(&regs, &weights, 12).unwrap();
-        let got = drive(&mut rf, peak);
+        let design = rf.design().to_vec();
+        let got = drive(&mut rf, &f);
         assert_eq!(got.len(), 12, "one training per budgeted point");
         let ps: Vec<Point> = got.iter().map(|g| g.0).collect();
-        assert_eq!(&ps[..9], grid.as_slice(), "the grid comes first, in order");
+        assert_eq!(
+            &ps[..4],
+            design.as_slice(),
+            "the design comes first, in order"
+        );
         for (i, p) in ps.iter().enumerate() {
             assert!(rf.inside(*p), "{p:?} outside the box");
             assert!(!ps[..i].contains(p), "{p:?} trained twice");
         }
-        let best_grid = grid.iter().map(|&p| peak(p)).fold(f64::MIN, f64::max);
+        let best_design = design.iter().map(|&p| f(p)).fold(f64::MIN, f64::max);
         let best = got.iter().map(|g| g.1.at20).fold(f64::MIN, f64::max);
-        assert!(best > best_grid, "refinement found nothing better: {got:?}");
+        assert!(
+            best > best_design,
+            "the search found nothing better: {got:?}"
+        );
         // The same scores propose the same points.
-        let again = drive(&mut Refiner::new(&regs, &weights, 12).unwrap(), peak);
+        let again = drive(&mut Refiner::new(&regs, &weights, 12).unwrap(), &f);
         assert_eq!(again, got);
-        // A peak on the box's corner: refinement stays inside and stops shrinking at
-        // MIN_STEP_DECADES, so a long budget can end early.
+        // A peak on the box's corner: the search reaches it, stays inside and stops
+        // shrinking at MIN_STEP_DECADES, so a long budget can end early.
         let corner = |p: Point| -(p.reg as f64) - (p.unobserved_weight as f64);
         let mut rf = Refiner::new(&regs, &weights, 1000).unwrap();
         let got = drive(&mut rf, corner);
-        assert!(got.len() < 1000 && got.len() > 9);
+        assert!(got.len() < 1000 && got.len() > 4);
         assert!(got.iter().all(|g| rf.inside(g.0)));
+        assert!(got
+            .iter()
+            .any(|g| g.0.reg == regs[0] && g.0.unobserved_weight == weights[0]));
+    }
+
+    #[test]
+    fn refine_at_12_trainings_ends_above_the_3x3_grid_on_peaks_off_the_grid() {
+        // The default box; peaks spread over it, none on a point of its 3 x 3 grid.
+        let regs = parse_values("1e-8:1e-2:3").unwrap();
+        let weights = parse_values("1e-5:1:3").unwrap();
+        let grid = grid_points(&regs, &weights);
+        let mut wins = 0;
+        let mut cases = 0;
+        for &x in &[-7.3, -5.7, -4.2, -2.9] {
+            for &y in &[-4.4, -3.7, -2.0, -0.5] {
+                for steep in [1.0, 10.0] {
+                    let f = peak([x, y], steep);
+                    let got = drive(&mut Refiner::new(&regs, &weights, 12).unwrap(), &f);
+                    let best = got.iter().map(|g| g.1.at20).fold(f64::MIN, f64::max);
+                    let grid_best = grid.iter().map(|&p| f(p)).fold(f64::MIN, f64::max);
+                    cases += 1;
+                    wins += usize::from(best > grid_best);
+                }
+            }
+        }
+        // 12 trainings from the 2 x 2 centres end above the best of the 9-point grid on
+        // at least 90% of these peaks (the grid's points are not tried unless a poll
+        // reaches them).
+        assert!(wins * 10 >= cases * 9, "{wins} of {cases}");
     }
 
     #[test]
@@ -1093,10 +1163,10 @@ mod tests {
             "0 has no log"
         );
         assert!(
-            Refiner::new(&[1e-3, 1e-2], &[1e-2], 1).is_err(),
-            "budget under the grid"
+            Refiner::new(&[1e-3, 1e-2, 1e-1], &[1e-2, 1e-1], 1).is_err(),
+            "budget under the design"
         );
-        assert_eq!(refine_trainings(6, None, 8).unwrap(), 12);
+        assert_eq!(refine_trainings(6, None, 8).unwrap(), 18);
         assert_eq!(refine_trainings(6, Some(100), 8).unwrap(), 12);
         assert!(refine_trainings(6, Some(47), 8).is_err());
         let r = schedule(Strategy::Refine, 6, Some(96), 8, 3).unwrap();

@@ -35,24 +35,25 @@ pub struct TuneArgs {
     /// Prepared dataset (.h5), from `prepare` or `generate webgraph`.
     #[arg(long, value_name = "D.h5")]
     pub data: PathBuf,
-    /// lambda values: a list (1e-4,1e-3) or LO:HI:N, N log-spaced points (refine: the
-    /// grid it starts from; its smallest and largest values bound the search).
+    /// lambda values: a list (1e-4,1e-3) or LO:HI:N, N log-spaced points (refine: its
+    /// smallest and largest values bound the search, which starts from the centres of
+    /// the grid's cells).
     #[arg(long, value_name = "LIST|LO:HI:N", default_value = "1e-8:1e-2:3")]
     pub reg: Values,
     /// alpha0 values: a list or LO:HI:N (log-spaced; refine: as for --reg).
     #[arg(long, value_name = "LIST|LO:HI:N", default_value = "1e-5:1:3")]
     pub unobserved_weight: Values,
-    /// refine: the grid, then a compass search in log space around the best point so
-    /// far (steps of half the grid spacing, halved when a poll finds nothing better),
-    /// inside the grid's box, budget / --epochs trainings in all; grid: every point for
+    /// refine: the centres of the grid's cells, then a compass search in log space
+    /// around the best point so far (steps of half the grid spacing, halved when a poll
+    /// finds nothing better), inside the grid's box, budget / --epochs trainings in all; grid: every point for
     /// min(budget / points, --epochs) epochs; halving: successive halving over epochs,
     /// keeping the best 1/eta per rung, each rung eta times longer, the last --epochs (or
     /// less if --budget is short); survivors retrain from the initial tables and the
     /// budget counts every epoch run.
     #[arg(long, value_enum, default_value_t = Strategy::Refine)]
     pub strategy: Strategy,
-    /// Epochs for the whole search, all points together (default: refine, twice the
-    /// grid's points x --epochs; grid, points x --epochs; halving, what its rungs need
+    /// Epochs for the whole search, all points together (default: refine, three times
+    /// the centres of the grid's cells x --epochs (12 x --epochs for the default grid); grid, points x --epochs; halving, what its rungs need
     /// for the last to train --epochs).
     #[arg(long, value_name = "EPOCHS")]
     pub budget: Option<usize>,
