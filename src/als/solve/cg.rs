@@ -429,7 +429,17 @@ unsafe fn gram_term_avx2(v: &[f32], g: &[f32], q: &mut [f32], nb: usize, d: usiz
         for r0 in (0..full_r).step_by(GT_ROWS) {
             gram_block_avx2::<GT_ROWS>(v, g, q, r0, c0, d, alpha0);
         }
-        for r0 in full_r..nb {
+        // The last rows in blocks of 3, 2 and 1 (see gram_term_avx512).
+        let mut r0 = full_r;
+        if nb - r0 >= 3 {
+            gram_block_avx2::<3>(v, g, q, r0, c0, d, alpha0);
+            r0 += 3;
+        }
+        if nb - r0 >= 2 {
+            gram_block_avx2::<2>(v, g, q, r0, c0, d, alpha0);
+            r0 += 2;
+        }
+        if nb > r0 {
             gram_block_avx2::<1>(v, g, q, r0, c0, d, alpha0);
         }
     }
@@ -497,7 +507,18 @@ unsafe fn gram_term_avx512(v: &[f32], g: &[f32], q: &mut [f32], nb: usize, d: us
         for r0 in (0..full_r).step_by(GT512_ROWS) {
             gram_block_avx512::<GT512_ROWS>(v, g, q, r0, c0, d, alpha0);
         }
-        for r0 in full_r..nb {
+        // The last rows in blocks of 4, 2 and 1 (a batch of long rows has only a few
+        // rows: one-row blocks would load G once per row).
+        let mut r0 = full_r;
+        if nb - r0 >= 4 {
+            gram_block_avx512::<4>(v, g, q, r0, c0, d, alpha0);
+            r0 += 4;
+        }
+        if nb - r0 >= 2 {
+            gram_block_avx512::<2>(v, g, q, r0, c0, d, alpha0);
+            r0 += 2;
+        }
+        if nb > r0 {
             gram_block_avx512::<1>(v, g, q, r0, c0, d, alpha0);
         }
     }

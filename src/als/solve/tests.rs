@@ -667,6 +667,11 @@ fn gram_term_matches_the_per_element_reference_bitwise() {
         (128, 128),
         (7, 40),
         (12, 17),
+        (2, 64),
+        (3, 64),
+        (4, 64),
+        (5, 64),
+        (15, 64),
     ] {
         let v: Vec<f32> = (0..nb * d).map(|_| rng.next_normal() as f32).collect();
         let g: Vec<f32> = (0..d * d).map(|_| rng.next_normal() as f32).collect();
