@@ -8,7 +8,7 @@ mod util;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use torusrec::als::shard::global_read_shards;
+use torusrec::als::shard::{global_read_shards, Shards};
 use torusrec::als::train::Trainer;
 use torusrec::als::tune::{
     arg_best, global_refine, global_search, global_validation_shards, grid_points, schedule,
@@ -55,6 +55,17 @@ type RankSplit = (
     Vec<(u64, Vec<u32>)>,
     torusrec::als::tune::ValStats,
 );
+
+/// The validation shards of `data` on one rank (fraction 0.1, seed 1).
+fn one_rank_validation(data: &Path) -> Shards {
+    let c = SingleComm::new();
+    let full = global_read_shards(&c, data).unwrap();
+    let spec = ValSpec {
+        fraction: 0.1,
+        seed: 1,
+    };
+    global_validation_shards(&c, &full, spec).unwrap().0
+}
 
 fn split_at(p: usize, data: &Path, spec: ValSpec) -> Vec<RankSplit> {
     run(p, |c| {
@@ -239,16 +250,7 @@ fn halving_keeps_the_best_and_stays_within_the_budget() {
     let sizes: Vec<(usize, usize)> = rungs.iter().map(|r| (r.points, r.epochs)).collect();
     assert_eq!(sizes, vec![(8, 1), (4, 2), (2, 4)]);
     let c = SingleComm::new();
-    let full = global_read_shards(&c, &data).unwrap();
-    let (val, _) = global_validation_shards(
-        &c,
-        &full,
-        ValSpec {
-            fraction: 0.1,
-            seed: 1,
-        },
-    )
-    .unwrap();
+    let val = one_rank_validation(&data);
     let mut seen = Vec::new();
     let report =
         global_search::<_, f32>(&c, &cfg, val, &points, &rungs, Preemption::manual(), |r| {
@@ -351,16 +353,7 @@ fn refine_trains_the_budget_inside_the_box_picks_the_arg_max_and_is_the_same_at_
     // A refinement point scores what training it alone, from scratch, scores.
     let last = &res[res.len() - 1];
     let c = SingleComm::new();
-    let full = global_read_shards(&c, &data).unwrap();
-    let (val, _) = global_validation_shards(
-        &c,
-        &full,
-        ValSpec {
-            fraction: 0.1,
-            seed: 1,
-        },
-    )
-    .unwrap();
+    let val = one_rank_validation(&data);
     let mut solo = cfg.clone();
     solo.reg = last.point.reg;
     solo.unobserved_weight = last.point.unobserved_weight;

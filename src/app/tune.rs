@@ -4,6 +4,8 @@
 //! test recall — the only time the test rows are looked at.
 
 use super::als::resolve_threads;
+use crate::als::model::TableScalar;
+use crate::als::shard::Shards;
 use crate::als::train::{global_read_shards_for, global_train_as, EpochReport};
 use crate::als::tune::{
     global_refine, global_search, global_validation_shards, grid_points, refine_design,
@@ -402,48 +404,13 @@ pub fn global_run<C: Comm>(comm: &C, args: &TuneArgs, preempt: Preemption) -> Re
             println!("{}", point_line(r, total));
         }
     };
-    let (regs, weights) = (&args.reg.0, &args.unobserved_weight.0);
-    let report = match (args.strategy, b.table_dtype) {
-        (Strategy::Refine, TableDtype::F32) => global_refine::<C, f32>(
-            comm,
-            b,
-            val,
-            regs,
-            weights,
-            cfg.rungs[0].points,
-            cfg.rungs[0].epochs,
-            preempt.clone(),
-            on_point,
-        )?,
-        (Strategy::Refine, TableDtype::Bf16) => global_refine::<C, Bf16>(
-            comm,
-            b,
-            val,
-            regs,
-            weights,
-            cfg.rungs[0].points,
-            cfg.rungs[0].epochs,
-            preempt.clone(),
-            on_point,
-        )?,
-        (_, TableDtype::F32) => global_search::<C, f32>(
-            comm,
-            b,
-            val,
-            &cfg.points,
-            &cfg.rungs,
-            preempt.clone(),
-            on_point,
-        )?,
-        (_, TableDtype::Bf16) => global_search::<C, Bf16>(
-            comm,
-            b,
-            val,
-            &cfg.points,
-            &cfg.rungs,
-            preempt.clone(),
-            on_point,
-        )?,
+    let report = match b.table_dtype {
+        TableDtype::F32 => {
+            search_as::<C, f32>(comm, b, val, args, &cfg, preempt.clone(), on_point)?
+        }
+        TableDtype::Bf16 => {
+            search_as::<C, Bf16>(comm, b, val, args, &cfg, preempt.clone(), on_point)?
+        }
     };
     let best = report.results[report.best].clone();
     let mut final_cfg = cfg.final_cfg.clone();
@@ -517,6 +484,32 @@ pub fn global_run<C: Comm>(comm: &C, args: &TuneArgs, preempt: Preemption) -> Re
         _ => Ok(()),
     };
     comm.agree(written)
+}
+
+/// The search `args.strategy` names, on tables of `T`.
+fn search_as<C: Comm, T: TableScalar>(
+    comm: &C,
+    base: &AlsConfig,
+    val: Shards,
+    args: &TuneArgs,
+    cfg: &TuneConfig,
+    preempt: Preemption,
+    on_point: impl FnMut(&PointResult),
+) -> Result<SearchReport> {
+    match args.strategy {
+        Strategy::Refine => global_refine::<C, T>(
+            comm,
+            base,
+            val,
+            &args.reg.0,
+            &args.unobserved_weight.0,
+            cfg.rungs[0].points,
+            cfg.rungs[0].epochs,
+            preempt,
+            on_point,
+        ),
+        _ => global_search::<C, T>(comm, base, val, &cfg.points, &cfg.rungs, preempt, on_point),
+    }
 }
 
 fn stats_json(s: &ValStats) -> serde_json::Value {

@@ -368,6 +368,21 @@ fn batch_observed<const FMA: bool, T: TableElem>(
     }
 }
 
+/// The rows `from..nb` left after the full register blocks, cut greedily into blocks of
+/// the `sizes` (largest first, ending with 1): `(first row, rows)`. A batch of long rows
+/// has only a few rows, and one-row blocks would load `G` once per row.
+fn tail_blocks(from: usize, nb: usize, sizes: &[usize]) -> Vec<(usize, usize)> {
+    let mut r0 = from;
+    let mut out = Vec::with_capacity(sizes.len());
+    for &size in sizes {
+        if nb.saturating_sub(r0) >= size {
+            out.push((r0, size));
+            r0 += size;
+        }
+    }
+    out
+}
+
 /// Rows per register block of the Gramian term (AVX2 kernel).
 const GT_ROWS: usize = 6;
 /// Columns per register block of the Gramian term (two 8-float vectors).
@@ -425,22 +440,17 @@ pub(super) fn gram_term_body<const FMA: bool>(
 unsafe fn gram_term_avx2(v: &[f32], g: &[f32], q: &mut [f32], nb: usize, d: usize, alpha0: f32) {
     let full_c = d / GT_COLS * GT_COLS;
     let full_r = nb / GT_ROWS * GT_ROWS;
+    let tail = tail_blocks(full_r, nb, &[3, 2, 1]);
     for c0 in (0..full_c).step_by(GT_COLS) {
         for r0 in (0..full_r).step_by(GT_ROWS) {
             gram_block_avx2::<GT_ROWS>(v, g, q, r0, c0, d, alpha0);
         }
-        // The last rows in blocks of 3, 2 and 1 (see gram_term_avx512).
-        let mut r0 = full_r;
-        if nb - r0 >= 3 {
-            gram_block_avx2::<3>(v, g, q, r0, c0, d, alpha0);
-            r0 += 3;
-        }
-        if nb - r0 >= 2 {
-            gram_block_avx2::<2>(v, g, q, r0, c0, d, alpha0);
-            r0 += 2;
-        }
-        if nb > r0 {
-            gram_block_avx2::<1>(v, g, q, r0, c0, d, alpha0);
+        for &(r0, rows) in &tail {
+            match rows {
+                3 => gram_block_avx2::<3>(v, g, q, r0, c0, d, alpha0),
+                2 => gram_block_avx2::<2>(v, g, q, r0, c0, d, alpha0),
+                _ => gram_block_avx2::<1>(v, g, q, r0, c0, d, alpha0),
+            }
         }
     }
     for r in 0..nb {
@@ -503,23 +513,17 @@ const GT512_COLS: usize = 32;
 unsafe fn gram_term_avx512(v: &[f32], g: &[f32], q: &mut [f32], nb: usize, d: usize, alpha0: f32) {
     let full_c = d / GT512_COLS * GT512_COLS;
     let full_r = nb / GT512_ROWS * GT512_ROWS;
+    let tail = tail_blocks(full_r, nb, &[4, 2, 1]);
     for c0 in (0..full_c).step_by(GT512_COLS) {
         for r0 in (0..full_r).step_by(GT512_ROWS) {
             gram_block_avx512::<GT512_ROWS>(v, g, q, r0, c0, d, alpha0);
         }
-        // The last rows in blocks of 4, 2 and 1 (a batch of long rows has only a few
-        // rows: one-row blocks would load G once per row).
-        let mut r0 = full_r;
-        if nb - r0 >= 4 {
-            gram_block_avx512::<4>(v, g, q, r0, c0, d, alpha0);
-            r0 += 4;
-        }
-        if nb - r0 >= 2 {
-            gram_block_avx512::<2>(v, g, q, r0, c0, d, alpha0);
-            r0 += 2;
-        }
-        if nb > r0 {
-            gram_block_avx512::<1>(v, g, q, r0, c0, d, alpha0);
+        for &(r0, rows) in &tail {
+            match rows {
+                4 => gram_block_avx512::<4>(v, g, q, r0, c0, d, alpha0),
+                2 => gram_block_avx512::<2>(v, g, q, r0, c0, d, alpha0),
+                _ => gram_block_avx512::<1>(v, g, q, r0, c0, d, alpha0),
+            }
         }
     }
     if full_c < d {

@@ -241,7 +241,13 @@ pub(super) enum Isa {
 }
 
 impl Isa {
+    /// Detected once per process (`TORUSREC_NO_AVX512` is read then).
     pub(super) fn detect() -> Isa {
+        static ISA: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
+        *ISA.get_or_init(Isa::probe)
+    }
+
+    fn probe() -> Isa {
         #[cfg(target_arch = "x86_64")]
         {
             let avx2 =
