@@ -657,6 +657,13 @@ pub struct AlsArgs {
     /// 512M; default: the node's memory divided by the ranks on the node).
     #[arg(long, value_name = "BYTES", value_parser = parse_mem)]
     pub mem_per_rank: Option<u64>,
+    /// The basis the tables are trained in: `eigen` rotates both tables into the
+    /// eigenbasis of the fixed side's Gramian before each half-epoch (CG's Gramian term
+    /// becomes diagonal; the same model, turned back into the starting basis at the end);
+    /// `fixed` keeps the starting basis; `auto` is `eigen` for CG with f32 tables and at
+    /// least 2 steps.
+    #[arg(long, value_enum, default_value_t = crate::als::BasisKind::Auto)]
+    pub basis: crate::als::BasisKind,
 }
 
 /// Threads per rank: at least 1, at most 8 per core of this machine (more only
@@ -715,6 +722,7 @@ impl AlsArgs {
             },
             table_dtype: self.table_dtype,
             mem_per_rank: self.mem_per_rank,
+            basis: self.basis,
         }
     }
 }

@@ -36,6 +36,7 @@ fn config(data: &Path) -> AlsConfig {
         checkpoint: Default::default(),
         table_dtype: Default::default(),
         mem_per_rank: None,
+        basis: torusrec::als::BasisKind::Auto,
     }
 }
 

@@ -42,6 +42,7 @@ fn config(data: &Path, dim: usize, exchange: ExchangeKind, dtype: TableDtype) ->
         checkpoint: Default::default(),
         table_dtype: dtype,
         mem_per_rank: None,
+        basis: torusrec::als::BasisKind::Auto,
     }
 }
 

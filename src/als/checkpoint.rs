@@ -25,6 +25,59 @@ pub struct Position {
     pub loss_rows: Option<f64>,
 }
 
+/// The basis the tables of a checkpoint are in, when training in the eigenbasis
+/// (`--basis eigen`, see `solve::basis`), as f64 bit patterns (an exact JSON round
+/// trip). Both empty: the starting basis (and every checkpoint written before this
+/// existed).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BasisState {
+    /// The accumulated rotation `R` (row-major `d x d`): the tables are the
+    /// starting-basis tables times `R`.
+    #[serde(default)]
+    pub rotation: Vec<u64>,
+    /// The fixed side's Gramian, diagonal in this basis, of the half under way once its
+    /// rotation is done.
+    #[serde(default)]
+    pub fixed_diag: Vec<u64>,
+}
+
+/// The basis the tables are in, in memory (see [`BasisState`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Basis {
+    /// The accumulated rotation `R` (row-major `d x d`; `None`: the starting basis).
+    pub rotation: Option<Vec<f64>>,
+    /// The fixed side's diagonal Gramian, once the half under way has rotated.
+    pub fixed_diag: Option<Vec<f64>>,
+}
+
+impl BasisState {
+    pub fn new(b: &Basis) -> Self {
+        let bits = |v: &Option<Vec<f64>>| {
+            v.as_ref()
+                .map_or(Vec::new(), |v| v.iter().map(|x| x.to_bits()).collect())
+        };
+        BasisState {
+            rotation: bits(&b.rotation),
+            fixed_diag: bits(&b.fixed_diag),
+        }
+    }
+
+    /// The basis in memory, its lengths checked against `d`.
+    pub fn to_basis(&self, d: usize) -> std::result::Result<Basis, String> {
+        let val = |v: &[u64], n: usize, what: &str| match v.len() {
+            0 => Ok(None),
+            k if k == n => Ok(Some(v.iter().map(|&b| f64::from_bits(b)).collect())),
+            k => Err(format!(
+                "the manifest's basis {what} has {k} values, expected {n}"
+            )),
+        };
+        Ok(Basis {
+            rotation: val(&self.rotation, d * d, "rotation")?,
+            fixed_diag: val(&self.fixed_diag, d, "diagonal")?,
+        })
+    }
+}
+
 /// What identifies the prepared data a checkpoint belongs to.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DataIdentity {
@@ -61,6 +114,9 @@ pub struct Manifest {
     pub seed: u64,
     pub datasets: Vec<DatasetSum>,
     pub written_at: u64,
+    /// The basis the tables are in (`--basis eigen`).
+    #[serde(default)]
+    pub basis: BasisState,
 }
 
 impl commit::Manifest for Manifest {
@@ -88,6 +144,7 @@ pub struct RunState<'a, T> {
     pub h_rows: std::ops::Range<u64>,
     pub w: &'a [T],
     pub h: &'a [T],
+    pub basis: BasisState,
 }
 
 fn identity<C: Comm, T>(comm: &C, tr: &RunState<T>) -> DataIdentity {
@@ -154,6 +211,7 @@ pub fn global_write_checkpoint<C: Comm, T: TableScalar>(
                 },
             ],
             written_at: ckpt::now_secs(),
+            basis: tr.basis.clone(),
         })
     };
     let tables = [
@@ -215,7 +273,7 @@ pub fn global_restore<C: Comm, T: TableScalar>(
             path,
             &m,
             &tr.cfg.result_hash(),
-            "dim, reg, unobserved weight, solver, CG steps, seed, init std, hub chunk and step size",
+            "dim, reg, unobserved weight, solver, CG steps, seed, init std, hub chunk, step size and basis",
         )?;
         if m.data != want_data {
             return Err(commit::hold(
@@ -225,6 +283,9 @@ pub fn global_restore<C: Comm, T: TableScalar>(
                     m.data
                 ),
             ));
+        }
+        if let Err(e) = m.basis.to_basis(d) {
+            return Err(Error::Corrupt(format!("{}: {e}", path.display())));
         }
         if m.steps_per_half != tr.steps_per_half {
             return Err(commit::hold(

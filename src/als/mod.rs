@@ -26,6 +26,21 @@ pub enum SolverKind {
     Cholesky,
 }
 
+/// The basis the tables are trained in (`--basis`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum BasisKind {
+    /// `eigen` where it applies (CG with f32 tables and at least 2 steps), else `fixed`.
+    #[default]
+    Auto,
+    /// Before each half-epoch rotate both tables into the eigenbasis of the fixed
+    /// side's Gramian, so CG's Gramian term is diagonal (the same model and objective;
+    /// the tables are turned back into the starting basis when training ends).
+    Eigen,
+    /// Keep the starting basis; every CG matvec multiplies by the dense Gramian.
+    Fixed,
+}
+
 /// A validated training configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AlsConfig {
@@ -62,6 +77,9 @@ pub struct AlsConfig {
     /// many bytes (`None`: the node's memory divided by the ranks on it).
     #[serde(default)]
     pub mem_per_rank: Option<u64>,
+    /// The basis the tables are trained in.
+    #[serde(default)]
+    pub basis: BasisKind,
 }
 
 pub use crate::ckpt::{CheckpointConfig, Resume, MAX_WAIT_SECS};
@@ -106,6 +124,19 @@ impl AlsConfig {
                 self.init_std
             )));
         }
+        if self.basis == BasisKind::Eigen {
+            if self.solver != SolverKind::Cg {
+                return Err(Config(
+                    "--basis eigen: only the CG solver uses it (Cholesky forms each A_u in full); use --basis fixed or auto".into(),
+                ));
+            }
+            if self.table_dtype != crate::bf16::TableDtype::F32 {
+                return Err(Config(format!(
+                    "--basis eigen with --table-dtype {}: rotating the stored tables would round them again every half-epoch; use --basis fixed or auto",
+                    self.table_dtype
+                )));
+            }
+        }
         if self.step_nnz == 0 {
             return Err(Config("--step-nnz 0: must be positive".into()));
         }
@@ -129,6 +160,21 @@ impl AlsConfig {
 }
 
 impl AlsConfig {
+    /// Whether the tables are trained in the eigenbasis of the fixed side's Gramian
+    /// (`--basis`; `auto`: CG with f32 tables and at least 2 steps, where one rotation
+    /// per row replaces `cg_steps + 1` dense Gramian products).
+    pub fn eigenbasis(&self) -> bool {
+        match self.basis {
+            BasisKind::Eigen => true,
+            BasisKind::Fixed => false,
+            BasisKind::Auto => {
+                self.solver == SolverKind::Cg
+                    && self.cg_steps >= 2
+                    && self.table_dtype == crate::bf16::TableDtype::F32
+            }
+        }
+    }
+
     /// A hash of the settings that change the numbers: resuming under another value
     /// of any of them would not continue the same run.
     pub fn result_hash(&self) -> String {
@@ -140,6 +186,9 @@ impl AlsConfig {
         // f32 runs keep the hashes they had before bf16 tables existed.
         if self.table_dtype != crate::bf16::TableDtype::F32 {
             key["table_dtype"] = serde_json::json!(self.table_dtype);
+        }
+        if self.eigenbasis() {
+            key["basis"] = serde_json::json!("eigen");
         }
         format!("{:016x}", crate::ckpt::hash_str(&key.to_string()))
     }

@@ -2,14 +2,16 @@
 //! steps (row batches) at whose boundaries the ranks agree on preemption and on
 //! non-finite values.
 
-use super::checkpoint::{global_restore, global_write_checkpoint, Manifest, Position, RunState};
+use super::checkpoint::{
+    global_restore, global_write_checkpoint, Basis, BasisState, Manifest, Position, RunState,
+};
 use super::eval::{EvalSet, Recall};
 use super::exchange::ExchangePlan;
 use super::model::{global_write_tables, local_checksum, TablePart};
 use super::shard::{balance_by_nnz, global_read_shards_admitted, CsrShard, Shards};
 use super::solve::{
-    all_pairs_term, cg_solve, cg_solve_with_loss, cholesky_solve, gramian, local_loss_terms,
-    LossTerms, RowsView, SolveParams,
+    all_pairs_term, cg_solve, cg_solve_with_loss, cholesky_solve, eigenbasis, gramian,
+    local_loss_terms, matmul64, rotate_rows, transpose64, LossTerms, RowsView, SolveParams,
 };
 use super::{AlsConfig, Resume, SolverKind};
 use crate::bf16::TableElem;
@@ -139,6 +141,9 @@ pub fn global_gramian<C: Comm, T: TableElem>(comm: &C, local: &[T], d: usize) ->
     g
 }
 
+/// `sum_u (|I_u| + alpha0 n_other) |x_u|^2` over a table shard: in parallel over blocks
+/// of a fixed size whose sums are added in block order (the same bits at any thread
+/// count).
 fn reg_norms<T: TableElem>(
     table: &[T],
     counts: &[u32],
@@ -146,16 +151,31 @@ fn reg_norms<T: TableElem>(
     alpha0: f32,
     n_other: f64,
 ) -> f64 {
-    table
-        .chunks_exact(d)
-        .zip(counts)
-        .map(|(x, &c)| {
-            (c as f64 + alpha0 as f64 * n_other)
-                * x.iter()
-                    .map(|&v| v.to_f32() as f64 * v.to_f32() as f64)
-                    .sum::<f64>()
+    use rayon::prelude::*;
+    const BLOCK: usize = 4096;
+    let parts: Vec<f64> = table
+        .par_chunks(BLOCK * d.max(1))
+        .zip(counts.par_chunks(BLOCK))
+        .map(|(rows, counts)| {
+            rows.chunks_exact(d)
+                .zip(counts)
+                .map(|(x, &c)| {
+                    (c as f64 + alpha0 as f64 * n_other)
+                        * x.iter()
+                            .map(|&v| v.to_f32() as f64 * v.to_f32() as f64)
+                            .sum::<f64>()
+                })
+                .sum()
         })
-        .sum()
+        .collect();
+    parts.into_iter().sum()
+}
+
+/// Whether every value is finite (in parallel; a branch-free scan per block).
+fn all_finite(x: &[f32]) -> bool {
+    use rayon::prelude::*;
+    x.par_chunks(1 << 16)
+        .all(|c| c.iter().fold(true, |ok, v| ok & v.is_finite()))
 }
 
 /// The loss pieces of a solved table shard by a separate pass over its observed cells
@@ -292,6 +312,20 @@ pub struct Trainer<T: TableScalar = f32> {
     /// half runs in this process (`None` after resuming inside a half: then the loss
     /// takes a separate pass over the observed cells).
     fused: Option<LossTerms>,
+    /// With `--basis eigen`: the rotation the tables are in, relative to the starting
+    /// basis, and the diagonal of the fixed side's Gramian once this half rotated the
+    /// tables into its eigenbasis.
+    basis: Basis,
+}
+
+/// A row-major `d x d` matrix with `diag` on its diagonal.
+fn diag_matrix(diag: &[f64]) -> Vec<f64> {
+    let d = diag.len();
+    let mut m = vec![0.0f64; d * d];
+    for (k, &x) in diag.iter().enumerate() {
+        m[k * d + k] = x;
+    }
+    m
 }
 
 impl<T: TableScalar> Trainer<T> {
@@ -357,6 +391,7 @@ impl<T: TableScalar> Trainer<T> {
             preempt,
             scratch: Vec::new(),
             fused: None,
+            basis: Basis::default(),
         })
     }
 
@@ -402,6 +437,92 @@ impl<T: TableScalar> Trainer<T> {
         self.gram_h = gram_h;
         self.fixed = None;
         self.fused = None;
+        self.basis = Basis::default();
+    }
+
+    /// After [`Trainer::restore`]: the basis a checkpoint's tables are in. A restored
+    /// diagonal replaces the fixed side's recomputed Gramian (the run it continues
+    /// solved and measured its loss with exactly that diagonal).
+    pub fn restore_basis(&mut self, basis: Basis) {
+        if let Some(diag) = &basis.fixed_diag {
+            let g = diag_matrix(diag);
+            if self.pos.half == 0 {
+                self.gram_h = g;
+            } else {
+                self.gram_w = g;
+            }
+        }
+        self.basis = basis;
+    }
+
+    /// Collective: every rank must call (no communication: `G` is the same on every
+    /// rank). Rotates both tables into the eigenbasis of the fixed side's Gramian
+    /// `G = V diag V^T`: `W <- W V`, `H <- H V`, so the fixed side's Gramian becomes the
+    /// diagonal `V^T G V` (computed in f64 with the f32 `V` applied; its off-diagonal
+    /// elements are at f32 rounding and dropped) and the solved side's warm start is in
+    /// the same basis. The model and the objective do not change (see `solve::basis`).
+    fn rotate_into_eigenbasis(&mut self) -> std::result::Result<(), String> {
+        let d = self.cfg.dim;
+        let g = if self.pos.half == 0 {
+            &self.gram_h
+        } else {
+            &self.gram_w
+        };
+        let (v, _) = eigenbasis(g, d)?;
+        let v32: Vec<f32> = v.iter().map(|&x| x as f32).collect();
+        let applied: Vec<f64> = v32.iter().map(|&x| f64::from(x)).collect();
+        // diag(V^T G V): column c is sum_k V[k, c] (G V)[k, c].
+        let gv = matmul64(g, &applied, d);
+        let mut diag = vec![0.0f64; d];
+        for (vk, gvk) in applied.chunks_exact(d).zip(gv.chunks_exact(d)) {
+            for ((s, &v), &x) in diag.iter_mut().zip(vk).zip(gvk) {
+                *s += v * x;
+            }
+        }
+        for table in [&mut self.w, &mut self.h] {
+            let t = T::as_f32_mut(table).ok_or("the eigenbasis needs f32 tables")?;
+            rotate_rows(t, d, &v32);
+        }
+        self.basis.rotation = Some(match &self.basis.rotation {
+            Some(r) => matmul64(r, &applied, d),
+            None => applied,
+        });
+        let gd = diag_matrix(&diag);
+        if self.pos.half == 0 {
+            self.gram_h = gd;
+        } else {
+            self.gram_w = gd;
+        }
+        self.basis.fixed_diag = Some(diag);
+        Ok(())
+    }
+
+    /// Collective: every rank must call. Turns the tables back into the starting basis
+    /// (`T <- T R^T`) and their Gramians with them.
+    fn global_to_starting_basis<C: Comm>(&mut self, comm: &C) {
+        let Some(r) = self.basis.rotation.take() else {
+            return;
+        };
+        let d = self.cfg.dim;
+        let back: Vec<f32> = transpose64(&r, d).iter().map(|&x| x as f32).collect();
+        for table in [&mut self.w, &mut self.h] {
+            if let Some(t) = T::as_f32_mut(table) {
+                rotate_rows(t, d, &back);
+            }
+        }
+        // H's Gramian as a restore computes it (the evaluation folds test rows in
+        // against H, and a run resumed after its last epoch evaluates the restored
+        // tables); W's, which nothing uses after the last epoch, turned in f64.
+        // The same bits as `global_gramian`, counted as the once-per-run phase "basis"
+        // (not part of an epoch's traffic).
+        let mut gram_h = gramian(&self.h, d);
+        {
+            let _p = comm.stats().phase("basis");
+            comm.all_reduce_sum(&mut gram_h);
+        }
+        self.gram_h = gram_h;
+        self.gram_w = matmul64(&matmul64(&r, &self.gram_w, d), &transpose64(&r, d), d);
+        self.basis.fixed_diag = None;
     }
 
     /// Collective: every rank must call. Runs the remaining steps of the current half;
@@ -421,6 +542,22 @@ impl<T: TableScalar> Trainer<T> {
         let want_loss = half == 1 || self.cfg.loss_every_half;
         if self.pos.step == 0 && self.local_done.is_empty() {
             self.fused = (want_loss && self.cfg.solver == SolverKind::Cg).then(LossTerms::default);
+            if self.cfg.eigenbasis() && self.basis.fixed_diag.is_none() {
+                let t = Instant::now();
+                let rotated = self.rotate_into_eigenbasis();
+                times.gramian += t.elapsed().as_secs_f64();
+                if let Err(e) = rotated {
+                    return Err(self.global_hold(
+                        comm,
+                        format!(
+                            "{e} (the {} table's Gramian, epoch {})",
+                            if half == 0 { "column (H)" } else { "row (W)" },
+                            self.pos.epoch + 1
+                        ),
+                        None,
+                    ));
+                }
+            }
         }
         if self.fixed.is_none() {
             let t = Instant::now();
@@ -450,10 +587,11 @@ impl<T: TableScalar> Trainer<T> {
             // also catches up the rows the old layout had not reached.
             let (a, b) = (lo, lo + side.step_bounds[j + 1]);
             let mut non_finite = false;
-            let g32: Vec<f32> = if self.cfg.solver == SolverKind::Cg {
-                gram_fixed.iter().map(|&x| x as f32).collect()
-            } else {
-                Vec::new()
+            // CG takes G as f32: its diagonal in the eigenbasis, else in full.
+            let g32: Vec<f32> = match (&self.basis.fixed_diag, self.cfg.solver) {
+                (Some(diag), _) => diag.iter().map(|&x| x as f32).collect(),
+                (None, SolverKind::Cg) => gram_fixed.iter().map(|&x| x as f32).collect(),
+                (None, SolverKind::Cholesky) => Vec::new(),
             };
             let mut solve_err = Ok(());
             for (x, y) in uncovered(a, b, &self.local_done) {
@@ -488,7 +626,7 @@ impl<T: TableScalar> Trainer<T> {
                     if nan && !x.is_empty() {
                         x[0] = f32::NAN;
                     }
-                    finite = x.iter().all(|v| v.is_finite());
+                    finite = all_finite(x);
                 });
                 if let Some(acc) = &mut self.fused {
                     acc.observed += terms.observed;
@@ -576,6 +714,7 @@ impl<T: TableScalar> Trainer<T> {
         self.pos.done.clear();
         self.local_done.clear();
         self.fixed = None;
+        self.basis.fixed_diag = None;
         match loss {
             Some(l) if !l.is_finite() => Err(self.global_hold(
                 comm,
@@ -649,6 +788,12 @@ impl<T: TableScalar> Trainer<T> {
         let loss_rows = self.pos.loss_rows;
         // The column half always computes the loss.
         let loss = self.global_half(comm, &mut times)?.unwrap_or(f64::NAN);
+        if self.pos.epoch >= self.cfg.epochs {
+            // Training is over: the model leaves in the basis it started in.
+            let t = Instant::now();
+            self.global_to_starting_basis(comm);
+            times.gramian += t.elapsed().as_secs_f64();
+        }
         self.global_maybe_checkpoint(comm, &mut times)?;
         // Training traffic only: the evaluation's fold-in fetch is not counted here.
         let train_bytes = comm.stats().get("exchange").bytes_sent - bytes0;
@@ -736,6 +881,7 @@ impl<T: TableScalar> Trainer<T> {
             h_rows: self.cols.shard.lo..self.cols.shard.hi,
             w: &self.w,
             h: &self.h,
+            basis: BasisState::new(&self.basis),
         }
     }
 
@@ -908,7 +1054,9 @@ pub fn global_train_as<C: Comm, T: TableScalar>(
             );
         }
         resumed_from = Some(manifest.position.clone());
+        let basis = manifest.basis.to_basis(d).map_err(Error::Corrupt)?;
         tr.restore(manifest.position, w, h, gram_w, gram_h);
+        tr.restore_basis(basis);
     }
     let mut epochs = Vec::with_capacity(cfg.epochs);
     while tr.pos.epoch < cfg.epochs {

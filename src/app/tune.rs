@@ -161,6 +161,7 @@ impl TuneArgs {
             checkpoint: Default::default(),
             table_dtype: self.table_dtype,
             mem_per_rank: None,
+            basis: crate::als::BasisKind::Auto,
         };
         if self.epochs == 0 {
             return Err(Error::Config("--epochs 0: train at least one epoch".into()));

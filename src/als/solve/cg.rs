@@ -177,8 +177,9 @@ const CG_TOL2: f64 = (f32::EPSILON as f64) * (f32::EPSILON as f64);
 /// one, or when `p . A p` is not positive (`A_u` not positive definite): nothing is
 /// ever divided by zero. `steps = 0` leaves `x` untouched.
 ///
-/// `gram` is the symmetric `G` as f32, `d * d`. Panics if the shapes disagree (`x.len() != rows * d`,
-/// `fixed.len()` not a multiple of `d`, `gram.len() != d * d`) or if `rows` is not a
+/// `gram` is the symmetric `G` as f32: `d * d`, or `d` (its diagonal) when `G` is
+/// diagonal in the tables' basis ([`super::basis`]). Panics if the shapes disagree (`x.len() != rows * d`,
+/// `fixed.len()` not a multiple of `d`, `gram` neither `d * d` nor `d`) or if `rows` is not a
 /// valid CSR over `fixed` (the caller validates its input when loading it).
 #[allow(clippy::too_many_arguments)]
 pub fn cg_solve<T: TableElem>(
@@ -256,7 +257,10 @@ pub(super) fn cg_solve_planned<T: TableElem>(
 ) -> LossTerms {
     let n_rows = rows.num_rows();
     assert_eq!(x.len(), n_rows * d, "cg_solve: x is not rows x d");
-    assert_eq!(gram.len(), d * d, "cg_solve: gram is not d x d");
+    assert!(
+        gram.len() == d * d || gram.len() == d,
+        "cg_solve: gram is neither d x d nor its diagonal"
+    );
     if d == 0 || steps == 0 || n_rows == 0 {
         if !loss {
             return LossTerms::default();
@@ -388,10 +392,12 @@ const GT_ROWS: usize = 6;
 /// Columns per register block of the Gramian term (two 8-float vectors).
 const GT_COLS: usize = 16;
 
-/// `q = alpha0 * v G` for the first `nb` rows of `v` (`G` symmetric `d x d`):
-/// `q[r, c] = alpha0 * s` with `s` one multiply-add chain `s = v[r, k] * G[k, c] + s`
-/// over `k = 0..d` in order from 0 (fused when `FMA`). The arithmetic of an element does
-/// not depend on `nb` or on the other rows, so a row gets the same bits in any batch.
+/// `q = alpha0 * v G` for the first `nb` rows of `v` (`G` a `d x d` matrix, or its
+/// diagonal when `g.len() == d`): `q[r, c] = alpha0 * s` with `s` one multiply-add chain
+/// `s = v[r, k] * G[k, c] + s` over `k = 0..d` in order from 0 (fused when `FMA`; for a
+/// diagonal `G` the chain is the one product `v[r, c] * G[c, c]`). The arithmetic of an
+/// element does not depend on `nb` or on the other rows, so a row gets the same bits in
+/// any batch.
 #[inline(always)]
 pub(super) fn gram_term_body<const FMA: bool>(
     v: &[f32],
@@ -405,7 +411,18 @@ pub(super) fn gram_term_body<const FMA: bool>(
         q[..nb * d].fill(0.0);
         return;
     }
-    assert!(v.len() >= nb * d && q.len() >= nb * d && g.len() == d * d);
+    assert!(v.len() >= nb * d && q.len() >= nb * d);
+    if g.len() != d * d {
+        // A diagonal G (the tables are in the eigenbasis of the Gramian: see
+        // `basis.rs`): `g` holds the diagonal, and the chain above has one term.
+        assert_eq!(g.len(), d, "gram_term: G is neither d x d nor its diagonal");
+        for (vr, qr) in v[..nb * d].chunks_exact(d).zip(q.chunks_exact_mut(d)) {
+            for ((o, &x), &gc) in qr.iter_mut().zip(vr).zip(g) {
+                *o = alpha0 * (x * gc);
+            }
+        }
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if FMA {
         if std::is_x86_feature_detected!("avx512f") {

@@ -40,6 +40,8 @@
 //! - `gramian.rs`: the Gramian of the fixed table ([`gramian`], [`gramian_ref`]).
 //! - `cg.rs`: the batched conjugate gradient ([`cg_solve`], [`cg_solve_with_loss`]): the
 //!   batch plan, scratch, the register-blocked Gramian term kernels, one batch's CG.
+//! - `basis.rs`: the eigenbasis of the fixed side's Gramian ([`eigenbasis`]) and the
+//!   rotation of a table into it ([`rotate_rows`]), which makes the Gramian term diagonal.
 //! - `cholesky.rs`: the exact solve ([`cholesky_solve`]).
 //! - `loss.rs`: the pieces of the exact loss ([`local_loss_terms`], [`all_pairs_term`]).
 //! - `tests.rs`: the unit tests (kernels against slow references, CG against Cholesky).
@@ -48,6 +50,7 @@
 
 use std::ops::Range;
 
+mod basis;
 mod cg;
 mod cholesky;
 mod gramian;
@@ -56,6 +59,7 @@ mod loss;
 #[cfg(test)]
 mod tests;
 
+pub use basis::{eigenbasis, matmul64, rotate_rows, transpose64};
 pub use cg::{cg_solve, cg_solve_with_loss, GATHER_FLOATS, LONG_GATHER_FLOATS};
 pub use cholesky::cholesky_solve;
 pub use gramian::{gramian, gramian_ref};
