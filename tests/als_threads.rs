@@ -6,7 +6,7 @@ mod util;
 
 use std::path::Path;
 use torusrec::als::train::{global_train, TrainReport};
-use torusrec::als::{AlsConfig, ExchangeKind, SolverKind};
+use torusrec::als::{AlsConfig, BasisKind, ExchangeKind, SolverKind};
 use torusrec::ckpt::signals::Preemption;
 use torusrec::comm::threads::run;
 use torusrec::comm::Comm;
@@ -213,4 +213,70 @@ fn bad_configs_fail_on_every_rank_with_exit_code_2() {
         "{first}"
     );
     assert_eq!(out[1].as_ref().unwrap_err().exit_code(), 2);
+}
+
+#[test]
+fn the_eigenbasis_trains_the_model_of_the_fixed_basis() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = util::synthetic_dataset(dir.path(), 700, 9000, 4);
+    let mut cfg = config(&data);
+    cfg.solver = SolverKind::Cg;
+    cfg.dim = 16;
+    cfg.epochs = 4;
+    cfg.basis = BasisKind::Fixed;
+    let (wf, hf, rf, _) = train(1, &cfg);
+    cfg.basis = BasisKind::Eigen;
+    for p in [1, 3] {
+        let (we, he, re, _) = train(p, &cfg);
+        // The same model in the starting basis (the eigenbasis is undone at the end),
+        // up to f32 rounding carried through four epochs of CG.
+        let (dw, dh) = (max_rel_diff(&wf, &we), max_rel_diff(&hf, &he));
+        assert!(dw < 1e-3 && dh < 1e-3, "P={p}: W {dw:.2e}, H {dh:.2e}");
+        assert!(
+            (rf.loss - re.loss).abs() <= 1e-5 * rf.loss.abs(),
+            "P={p}: loss {} vs {}",
+            rf.loss,
+            re.loss
+        );
+        let (a, b) = (rf.recall.unwrap(), re.recall.unwrap());
+        assert!(
+            (a.at20 - b.at20).abs() < 2e-3,
+            "P={p}: recall {a:?} vs {b:?}"
+        );
+    }
+    // Reproducible bit for bit at a given rank count, and not the fixed basis's bits
+    // (so the rotation did run).
+    let (wa, ha, _, _) = train(3, &cfg);
+    let (wb, hb, _, _) = train(3, &cfg);
+    assert_eq!((&wa, &ha), (&wb, &hb), "same P, same bits");
+    cfg.basis = BasisKind::Fixed;
+    let (w3, _, _, _) = train(3, &cfg);
+    assert_ne!(wa, w3, "--basis eigen gave the fixed basis's bits");
+}
+
+#[test]
+fn the_eigenbasis_is_refused_where_it_does_not_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = util::synthetic_dataset(dir.path(), 300, 3000, 6);
+    let mut cfg = config(&data);
+    cfg.basis = BasisKind::Eigen;
+    cfg.solver = SolverKind::Cholesky;
+    let e = run(1, |c| {
+        global_train(&c, &cfg, Preemption::manual(), |_| {}).map(|_| ())
+    })
+    .remove(0)
+    .unwrap_err();
+    assert_eq!(e.exit_code(), 2, "{e}");
+    assert!(e.to_string().contains("--basis eigen"), "{e}");
+    cfg.solver = SolverKind::Cg;
+    cfg.table_dtype = torusrec::bf16::TableDtype::Bf16;
+    let e = cfg.validate().unwrap_err();
+    assert!(e.to_string().contains("--table-dtype bf16"), "{e}");
+    // `auto` picks the eigenbasis only for CG with f32 tables and 2+ steps.
+    cfg.basis = BasisKind::Auto;
+    assert!(!cfg.eigenbasis());
+    cfg.table_dtype = torusrec::bf16::TableDtype::F32;
+    assert!(cfg.eigenbasis());
+    cfg.cg_steps = 1;
+    assert!(!cfg.eigenbasis());
 }

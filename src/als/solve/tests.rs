@@ -1107,3 +1107,104 @@ fn avx512_cg_gives_the_avx2_bits() {
         assert_eq!(run(Isa::Avx512Fma), run(Isa::Avx2Fma));
     }
 }
+
+#[test]
+fn rotate_rows_is_the_row_times_matrix_product_bitwise() {
+    let mut rng = SplitMix64::new(90);
+    for (n, d) in [(0, 4), (1, 1), (3, 7), (300, 16), (700, 33), (260, 128)] {
+        let t: Vec<f32> = (0..n * d).map(|_| rng.next_normal() as f32).collect();
+        let m: Vec<f32> = (0..d * d).map(|_| rng.next_normal() as f32).collect();
+        let want = if Isa::detect() == Isa::Plain {
+            gram_term_ref::<false>(&t, &m, n, d, 1.0)
+        } else {
+            gram_term_ref::<true>(&t, &m, n, d, 1.0)
+        };
+        for threads in [1, 3] {
+            let mut got = t.clone();
+            in_pool(threads, || rotate_rows(&mut got, d, &m));
+            assert_eq!(got, want, "{n} x {d}, {threads} threads");
+        }
+    }
+}
+
+#[test]
+fn eigenbasis_diagonalizes_the_gramian() {
+    let d = 24;
+    let mut rng = SplitMix64::new(91);
+    let t: Vec<f32> = (0..400 * d).map(|_| rng.next_normal() as f32).collect();
+    let g = gramian(&t, d);
+    let (v, l) = eigenbasis(&g, d).expect("a symmetric matrix");
+    assert!(l.windows(2).all(|w| w[0] <= w[1]), "ascending: {l:?}");
+    let vtgv = matmul64(&matmul64(&transpose64(&v, d), &g, d), &v, d);
+    let vtv = matmul64(&transpose64(&v, d), &v, d);
+    let scale = norm_inf(g.iter().copied());
+    for i in 0..d {
+        for j in 0..d {
+            let id = if i == j { 1.0 } else { 0.0 };
+            assert!((vtv[i * d + j] - id).abs() < 1e-12, "V^T V at ({i},{j})");
+            let want = if i == j { l[i] } else { 0.0 };
+            assert!(
+                (vtgv[i * d + j] - want).abs() < 1e-12 * scale,
+                "V^T G V at ({i},{j}): {} vs {want}",
+                vtgv[i * d + j]
+            );
+        }
+    }
+    let mut bad = g.clone();
+    bad[3] = f64::NAN;
+    assert!(eigenbasis(&bad, d).unwrap_err().contains("NaN"));
+    assert_eq!(eigenbasis(&[], 0).unwrap(), (Vec::new(), Vec::new()));
+}
+
+/// CG on both tables rotated into the Gramian's eigenbasis, with the diagonal Gramian,
+/// then rotated back, solves the same systems as CG with the dense Gramian.
+#[test]
+fn cg_in_the_eigenbasis_matches_cg_with_the_dense_gramian() {
+    let d = 32;
+    let lens = mixed_lens(92, 150, 300);
+    let pb = Problem::new(93, d, 400, &lens);
+    let p = pb.params();
+    let gram = gramian(&pb.fixed, d);
+    let x0 = random_x(94, pb.n_rows() * d, 0.3);
+    let mut dense = x0.clone();
+    let loss_dense = cg_solve_with_loss(
+        &mut dense,
+        pb.rows(),
+        &pb.fixed,
+        d,
+        &to_f32(&gram),
+        p,
+        3,
+        64,
+    );
+
+    let (v, _) = eigenbasis(&gram, d).unwrap();
+    let v32 = to_f32(&v);
+    let v64: Vec<f64> = v32.iter().map(|&x| f64::from(x)).collect();
+    let vtgv = matmul64(&matmul64(&transpose64(&v64, d), &gram, d), &v64, d);
+    let diag: Vec<f32> = (0..d).map(|k| vtgv[k * d + k] as f32).collect();
+    let (mut fixed, mut x) = (pb.fixed.clone(), x0.clone());
+    rotate_rows(&mut fixed, d, &v32);
+    rotate_rows(&mut x, d, &v32);
+    let loss_eigen = cg_solve_with_loss(&mut x, pb.rows(), &fixed, d, &diag, p, 3, 64);
+    rotate_rows(&mut x, d, &to_f32(&transpose64(&v64, d)));
+
+    let scale = norm_inf(dense.iter().map(|&v| f64::from(v)));
+    let err = norm_inf(
+        dense
+            .iter()
+            .zip(&x)
+            .map(|(&a, &b)| f64::from(a) - f64::from(b)),
+    );
+    assert!(
+        err <= 1e-4 * scale,
+        "max |difference| {err:.3e} of {scale:.3e}"
+    );
+    assert_ne!(dense, x, "the eigenbasis path did not run");
+    for (a, b) in [
+        (loss_dense.observed, loss_eigen.observed),
+        (loss_dense.reg, loss_eigen.reg),
+    ] {
+        assert!((a - b).abs() <= 1e-4 * a.abs(), "loss term {a} vs {b}");
+    }
+}
