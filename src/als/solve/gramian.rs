@@ -2,7 +2,7 @@
 
 use rayon::prelude::*;
 
-use super::kernels::as_f32;
+use super::kernels::{as_f32, Isa};
 use crate::bf16::TableElem;
 
 /// Rows per block of the Gramian (the unit of work and of the fixed summation order;
@@ -14,8 +14,8 @@ pub(super) const GRAM_WAVE: usize = 16;
 /// Gramian `T^T T` of a row-major table (`n x d`, f32 or bf16): `d * d`, row-major,
 /// exactly symmetric.
 ///
-/// Each block of [`GRAM_BLOCK`] rows is multiplied in f32 (single-precision `syrk`, on
-/// the table in place, or on a widened copy of a bf16 block), in parallel; the block
+/// Each block of [`GRAM_BLOCK`] rows is multiplied in f32 (on the table in place, or on
+/// a widened copy of a bf16 block; [`block_upper`]), in parallel; the block
 /// products are widened to f64 and added in block order, so the result does not depend
 /// on the thread count. An element's error is at most `(GRAM_BLOCK + 1) * 2^-24` times
 /// the sum of its products' magnitudes (f32 within a block, f64 across blocks): about
@@ -83,6 +83,16 @@ fn block_gramian<T: TableElem>(
         }
     };
     g32.resize(d * d, 0.0);
+    if block_upper(rows, nb, d, g32) {
+        for i in 0..d {
+            for j in i..d {
+                let v = f64::from(g32[i * d + j]);
+                out[i * d + j] = v;
+                out[j * d + i] = v;
+            }
+        }
+        return;
+    }
     // Symmetric rank-k update: half the flops of a general product. OpenBLAS is kept
     // single-threaded (crate::blas_single_thread), so the result is deterministic.
     let (n, k) = (d as c_int, nb as c_int);
@@ -146,4 +156,96 @@ pub fn gramian_ref<T: TableElem>(table: &[T], d: usize) -> Vec<f64> {
         }
     }
     g
+}
+
+/// Rows of `G` per register block of the AVX-512 Gramian kernel.
+const UP512_ROWS: usize = 8;
+/// Columns per register block of the AVX-512 Gramian kernel (two 16-float vectors).
+const UP512_COLS: usize = 32;
+/// Rows of `G` per register block of the AVX2 Gramian kernel.
+const UP2_ROWS: usize = 4;
+/// Columns per register block of the AVX2 Gramian kernel (two 8-float vectors).
+const UP2_COLS: usize = 16;
+
+/// The upper triangle (`i <= j`, and the rest of the register blocks the diagonal
+/// crosses) of `g = B^T B` for `nb` rows `B` (`nb x d`, row-major), where a vector
+/// kernel applies: `g[i, j]` is the fused multiply-add chain `s = B[r, i] * B[r, j] + s`
+/// over `r = 0..nb` in order, the same bits with AVX-512 (blocks of 8 x 32) and AVX2
+/// (4 x 16); only the blocks that meet the upper triangle are computed (at d = 128,
+/// 40 of 64). Returns false, touching nothing, where neither applies (no AVX2, or `d`
+/// not a multiple of the block's columns): the caller uses `syrk` then.
+pub(super) fn block_upper(b: &[f32], nb: usize, d: usize, g: &mut [f32]) -> bool {
+    assert!(b.len() >= nb * d && g.len() >= d * d);
+    match Isa::detect() {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Fma if d.is_multiple_of(UP512_COLS) => {
+            // SAFETY: the features were detected; the lengths are checked above.
+            unsafe { block_upper_avx512(b, nb, d, g) };
+            true
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Fma | Isa::Avx2Fma if d.is_multiple_of(UP2_COLS) => {
+            // SAFETY: avx2 and fma were detected; the lengths are checked above.
+            unsafe { block_upper_avx2(b, nb, d, g) };
+            true
+        }
+        _ => false,
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[allow(clippy::incompatible_msrv)]
+unsafe fn block_upper_avx512(b: &[f32], nb: usize, d: usize, g: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let bp = b.as_ptr();
+    for i0 in (0..d).step_by(UP512_ROWS) {
+        // Column blocks that reach the diagonal or beyond.
+        for c0 in (i0 / UP512_COLS * UP512_COLS..d).step_by(UP512_COLS) {
+            let mut acc = [[_mm512_setzero_ps(); 2]; UP512_ROWS];
+            for r in 0..nb {
+                let row = bp.add(r * d);
+                let b0 = _mm512_loadu_ps(row.add(c0));
+                let b1 = _mm512_loadu_ps(row.add(c0 + 16));
+                for (i, a) in acc.iter_mut().enumerate() {
+                    let s = _mm512_set1_ps(*row.add(i0 + i));
+                    a[0] = _mm512_fmadd_ps(s, b0, a[0]);
+                    a[1] = _mm512_fmadd_ps(s, b1, a[1]);
+                }
+            }
+            let gp = g.as_mut_ptr();
+            for (i, a) in acc.iter().enumerate() {
+                _mm512_storeu_ps(gp.add((i0 + i) * d + c0), a[0]);
+                _mm512_storeu_ps(gp.add((i0 + i) * d + c0 + 16), a[1]);
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn block_upper_avx2(b: &[f32], nb: usize, d: usize, g: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let bp = b.as_ptr();
+    // d is a multiple of 16, so of UP2_ROWS.
+    for i0 in (0..d).step_by(UP2_ROWS) {
+        for c0 in (i0 / UP2_COLS * UP2_COLS..d).step_by(UP2_COLS) {
+            let mut acc = [[_mm256_setzero_ps(); 2]; UP2_ROWS];
+            for r in 0..nb {
+                let row = bp.add(r * d);
+                let b0 = _mm256_loadu_ps(row.add(c0));
+                let b1 = _mm256_loadu_ps(row.add(c0 + 8));
+                for (i, a) in acc.iter_mut().enumerate() {
+                    let s = _mm256_broadcast_ss(&*row.add(i0 + i));
+                    a[0] = _mm256_fmadd_ps(s, b0, a[0]);
+                    a[1] = _mm256_fmadd_ps(s, b1, a[1]);
+                }
+            }
+            let gp = g.as_mut_ptr();
+            for (i, a) in acc.iter().enumerate() {
+                _mm256_storeu_ps(gp.add((i0 + i) * d + c0), a[0]);
+                _mm256_storeu_ps(gp.add((i0 + i) * d + c0 + 8), a[1]);
+            }
+        }
+    }
 }

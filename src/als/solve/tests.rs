@@ -1,6 +1,6 @@
 use super::cg::*;
 use super::cholesky::*;
-use super::gramian::*;
+use super::gramian::{self, *};
 use super::kernels::*;
 use super::loss::*;
 use super::*;
@@ -1207,4 +1207,54 @@ fn cg_in_the_eigenbasis_matches_cg_with_the_dense_gramian() {
     ] {
         assert!((a - b).abs() <= 1e-4 * a.abs(), "loss term {a} vs {b}");
     }
+}
+
+/// `g[i, j]` as the Gramian kernels define it: one fused multiply-add chain over the
+/// rows in order.
+fn gram_upper_ref(b: &[f32], nb: usize, d: usize) -> Vec<f32> {
+    let mut g = vec![0.0f32; d * d];
+    for i in 0..d {
+        for j in i..d {
+            let mut s = 0.0f32;
+            for r in 0..nb {
+                s = b[r * d + i].mul_add(b[r * d + j], s);
+            }
+            g[i * d + j] = s;
+        }
+    }
+    g
+}
+
+#[test]
+fn gramian_block_kernels_are_the_fma_chain_bitwise() {
+    let mut rng = SplitMix64::new(95);
+    for (nb, d) in [(0, 32), (1, 32), (7, 64), (300, 128), (1024, 96), (5, 48)] {
+        let b: Vec<f32> = (0..nb * d).map(|_| rng.next_normal() as f32).collect();
+        let want = gram_upper_ref(&b, nb, d);
+        let upper = |g: &[f32]| -> Vec<f32> {
+            let mut u = vec![0.0f32; d * d];
+            for i in 0..d {
+                for j in i..d {
+                    u[i * d + j] = g[i * d + j];
+                }
+            }
+            u
+        };
+        let mut g = vec![f32::NAN; d * d];
+        if gramian::block_upper(&b, nb, d, &mut g) {
+            assert_eq!(upper(&g), want, "dispatched kernel, {nb} x {d}");
+        } else {
+            assert!(g.iter().all(|v| v.is_nan()), "touched g without applying");
+        }
+        #[cfg(target_arch = "x86_64")]
+        if Isa::detect() != Isa::Plain && d % 16 == 0 {
+            let mut g = vec![f32::NAN; d * d];
+            // SAFETY: avx2 and fma were detected; d is a multiple of 16.
+            unsafe { gramian::block_upper_avx2(&b, nb, d, &mut g) };
+            assert_eq!(upper(&g), want, "avx2 kernel, {nb} x {d}");
+        }
+    }
+    // No kernel for a width that is not a multiple of 16 (syrk then).
+    let mut g = vec![0.0f32; 9];
+    assert!(!gramian::block_upper(&[1.0; 6], 2, 3, &mut g));
 }
