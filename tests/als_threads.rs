@@ -280,3 +280,39 @@ fn the_eigenbasis_is_refused_where_it_does_not_apply() {
     cfg.cg_steps = 1;
     assert!(!cfg.eigenbasis());
 }
+
+#[test]
+fn a_resume_with_fewer_epochs_leaves_the_tables_in_the_starting_basis() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = util::synthetic_dataset(dir.path(), 500, 6000, 7);
+    let mut cfg = config(&data);
+    cfg.solver = SolverKind::Cg;
+    cfg.dim = 16;
+    cfg.epochs = 1;
+    let (w1, h1, _, _) = train(1, &cfg);
+    // Three epochs with a checkpoint after each: the one after epoch 1 holds rotated
+    // tables (the run goes on), the rotation and no diagonal.
+    let ckpt = dir.path().join("ckpt");
+    cfg.epochs = 3;
+    cfg.checkpoint.dir = Some(ckpt.clone());
+    cfg.checkpoint.every = 2;
+    cfg.checkpoint.keep = 10;
+    train(1, &cfg);
+    let after_one = std::fs::read_dir(&ckpt)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.extension().is_some_and(|x| x == "h5")
+                && torusrec::als::checkpoint::local_read_manifest(p)
+                    .is_ok_and(|m| m.position.epoch == 1 && m.position.half == 0)
+        })
+        .expect("a checkpoint after epoch 1");
+    let m = torusrec::als::checkpoint::local_read_manifest(&after_one).unwrap();
+    assert_eq!(m.basis.rotation.len(), 16 * 16, "the checkpoint's rotation");
+    // Resumed from it with --epochs 1: no epoch runs, and the model written is the
+    // one-epoch run's, bit for bit (the same rotation back).
+    cfg.epochs = 1;
+    cfg.checkpoint.resume = torusrec::als::Resume::Path(after_one);
+    let (w, h, _, _) = train(1, &cfg);
+    assert_eq!((&w, &h), (&w1, &h1));
+}

@@ -33,6 +33,10 @@ pub struct PhaseTimes {
     pub loss: f64,
     pub eval: f64,
     pub checkpoint: f64,
+    /// `--basis eigen`: the eigendecompositions and the rotations of both tables (and,
+    /// after the last epoch, the rotation back).
+    #[serde(default)]
+    pub basis: f64,
 }
 
 /// What one epoch did.
@@ -512,7 +516,7 @@ impl<T: TableScalar> Trainer<T> {
 
     /// Collective: every rank must call. Turns the tables back into the starting basis
     /// (`T <- T R^T`) and their Gramians with them.
-    fn global_to_starting_basis<C: Comm>(&mut self, comm: &C) {
+    pub fn global_to_starting_basis<C: Comm>(&mut self, comm: &C) {
         let Some(r) = self.basis.rotation.take() else {
             return;
         };
@@ -558,7 +562,7 @@ impl<T: TableScalar> Trainer<T> {
             if self.cfg.eigenbasis() && self.basis.fixed_diag.is_none() {
                 let t = Instant::now();
                 let rotated = self.rotate_into_eigenbasis();
-                times.gramian += t.elapsed().as_secs_f64();
+                times.basis += t.elapsed().as_secs_f64();
                 if let Err(e) = rotated {
                     return Err(self.global_hold(
                         comm,
@@ -805,7 +809,7 @@ impl<T: TableScalar> Trainer<T> {
             // Training is over: the model leaves in the basis it started in.
             let t = Instant::now();
             self.global_to_starting_basis(comm);
-            times.gramian += t.elapsed().as_secs_f64();
+            times.basis += t.elapsed().as_secs_f64();
         }
         self.global_maybe_checkpoint(comm, &mut times)?;
         // Training traffic only: the evaluation's fold-in fetch is not counted here.
@@ -1079,6 +1083,9 @@ pub fn global_train_as<C: Comm, T: TableScalar>(
         on_epoch(&rep);
         epochs.push(rep);
     }
+    // Resumed from a checkpoint inside the run with fewer --epochs than it had reached:
+    // no epoch ran to undo the rotation (a no-op otherwise).
+    tr.global_to_starting_basis(comm);
     let recall = match epochs.last().and_then(|e| e.recall) {
         Some(r) => Some(r),
         None => {
