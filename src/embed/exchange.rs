@@ -443,7 +443,8 @@ pub fn pool(store: &Store, batch: &Batch, lk: &Lookup, x: &mut Vec<f32>) {
     let width = spec.mlp_input();
     let offs = input_offsets(store);
     let isa = Isa::detect();
-    x.clear();
+    // Every value below is written (pooled or copied), so a reused buffer needs no
+    // zero fill.
     x.resize(batch.n * width, 0.0);
     x.par_chunks_mut(width.max(1))
         .enumerate()
