@@ -187,7 +187,14 @@ pub fn global_forward<C: Comm>(
 
     // Requests: per destination, per slot it owns that is pooled:
     // [n, distinct, occurrences], rows, per-example counts, indices.
-    let mut send: Vec<u32> = Vec::new();
+    let total: usize = store
+        .owned
+        .iter()
+        .flatten()
+        .filter(|&&s| is_pooled(store, s))
+        .map(|&s| 3 + bags[s].rows.len() + n + bags[s].idx.len())
+        .sum();
+    let mut send: Vec<u32> = Vec::with_capacity(total);
     let mut send_counts = vec![0usize; p];
     for (d, owned) in store.owned.iter().enumerate() {
         let start = send.len();
@@ -259,34 +266,31 @@ pub fn global_forward<C: Comm>(
     let tasks: Vec<(usize, usize)> = (0..p)
         .flat_map(|q| mine.iter().map(move |&j| (q, j)))
         .collect();
-    let parts: Vec<Vec<f32>> = tasks
-        .par_iter()
-        .map(|&(q, j)| {
-            let s = store.owned[me][j];
-            let ls = &store.local[store.slot_local[s].expect("owned slot is local")];
-            let w = ls.shard.width();
-            let sb = &served.bags[j][q];
-            let mut out = vec![0.0f32; sb.examples() * w];
-            pool_bags(isa, &ls.data, w, sb.bags(true), &mut out);
-            out
-        })
-        .collect();
-    let mut resp: Vec<f32> = Vec::new();
+    // Each task pools straight into its part of the response (tasks are in its order).
+    let width_of = |j: usize| {
+        let s = store.owned[me][j];
+        store.local[store.slot_local[s].expect("owned slot is local")]
+            .shard
+            .width()
+    };
     let mut resp_counts = vec![0usize; p];
-    for (q, rc) in resp_counts.iter_mut().enumerate() {
-        let start = resp.len();
-        for (k, part) in parts
-            .iter()
-            .enumerate()
-            .skip(q * mine.len())
-            .take(mine.len())
-        {
-            debug_assert_eq!(tasks[k].0, q);
-            resp.extend_from_slice(part);
-        }
-        *rc = resp.len() - start;
+    for &(q, j) in &tasks {
+        resp_counts[q] += served.bags[j][q].examples() * width_of(j);
     }
-    drop(parts);
+    let mut resp = vec![0.0f32; resp_counts.iter().sum()];
+    let mut parts: Vec<&mut [f32]> = Vec::with_capacity(tasks.len());
+    let mut rest = &mut resp[..];
+    for &(q, j) in &tasks {
+        let (head, tail) = rest.split_at_mut(served.bags[j][q].examples() * width_of(j));
+        parts.push(head);
+        rest = tail;
+    }
+    tasks.par_iter().zip(parts).for_each(|(&(q, j), out)| {
+        let s = store.owned[me][j];
+        let ls = &store.local[store.slot_local[s].expect("owned slot is local")];
+        let sb = &served.bags[j][q];
+        pool_bags(isa, &ls.data, ls.shard.width(), sb.bags(true), out);
+    });
     let got = {
         let _p = comm.stats().phase("lookup");
         comm.all_to_all_v(&resp, &resp_counts)?
@@ -352,7 +356,18 @@ pub fn global_backward<C: Comm>(
         return Ok(out);
     }
     let mine = store.bags_order(me);
-    let mut send: Vec<f32> = Vec::new();
+    let total: usize = store
+        .owned
+        .iter()
+        .flatten()
+        .filter(|&&s| is_pooled(store, s))
+        .map(|&s| {
+            grads[store.slots[s].table].pooled.len()
+                / store.spec.tables[store.slots[s].table].dim.max(1)
+                * store.slots[s].width()
+        })
+        .sum();
+    let mut send: Vec<f32> = Vec::with_capacity(total);
     let mut send_counts = vec![0usize; p];
     for (d, owned) in store.owned.iter().enumerate() {
         let start = send.len();
