@@ -301,7 +301,13 @@ pub fn global_lookup<C: Comm>(
     let (pooled, served) = pooled::global_forward(comm, store, batch, &ids, &occ, &mut counts)?;
 
     // Requests: per destination, the counts of the slots it owns, then local rows.
-    let mut send: Vec<u32> = Vec::new();
+    let total: usize = store
+        .owned
+        .iter()
+        .flatten()
+        .map(|&s| 1 + members[s].len())
+        .sum();
+    let mut send: Vec<u32> = Vec::with_capacity(total);
     let mut send_counts = vec![0usize; p];
     for (d, owned) in store.owned.iter().enumerate() {
         let start = send.len();
@@ -323,20 +329,39 @@ pub fn global_lookup<C: Comm>(
         comm.all_to_all_v(&send, &send_counts)?
     };
 
-    // Serve: the rows asked for, slot by slot.
+    // Serve: the rows asked for, slot by slot; the (source, slot) blocks in parallel,
+    // each into its own part of the response.
     let isa = Isa::detect();
     let mine = &store.owned[me];
-    let mut resp: Vec<f32> = Vec::new();
+    let mut blocks: Vec<(usize, usize, &[u32])> = Vec::new();
     let mut resp_counts = vec![0usize; p];
     for (q, rc) in resp_counts.iter_mut().enumerate() {
         let (hdr, rows) = split_message(req.from_rank(q), mine.len(), |_| 1, |c| c as usize, q)?;
-        let start = resp.len();
         let mut k = 0;
         for (j, &s) in mine.iter().enumerate() {
             let ls = &store.local[store.slot_local[s].expect("owned slot is local")];
-            let asked = &rows[k..k + hdr[j]];
+            blocks.push((q, j, &rows[k..k + hdr[j]]));
+            *rc += hdr[j] * ls.shard.width();
+            k += hdr[j];
+        }
+        counts.owner_rows += rows.len() as u64;
+    }
+    let mut resp = vec![0.0f32; resp_counts.iter().sum()];
+    let mut parts: Vec<&mut [f32]> = Vec::with_capacity(blocks.len());
+    let mut rest = &mut resp[..];
+    for &(_, j, asked) in &blocks {
+        let ls = &store.local[store.slot_local[mine[j]].expect("owned slot is local")];
+        let (head, tail) = rest.split_at_mut(asked.len() * ls.shard.width());
+        parts.push(head);
+        rest = tail;
+    }
+    blocks
+        .par_iter()
+        .zip(parts)
+        .for_each(|(&(q, j, asked), out)| {
+            let ls = &store.local[store.slot_local[mine[j]].expect("owned slot is local")];
             let w = ls.shard.width();
-            for (i, &r) in asked.iter().enumerate() {
+            for (i, (&r, o)) in asked.iter().zip(out.chunks_exact_mut(w.max(1))).enumerate() {
                 if let Some(&ahead) = asked.get(i + PREFETCH_AHEAD) {
                     if (ahead as u64) < ls.rows {
                         prefetch_row(isa, &ls.data, w, ahead as usize);
@@ -348,28 +373,17 @@ pub fn global_lookup<C: Comm>(
                         ls.rows, ls.shard.table
                     ));
                 }
-                resp.extend_from_slice(ls.row(r as u64));
+                o.copy_from_slice(ls.row(r as u64));
             }
-            k += hdr[j];
-        }
-        counts.owner_rows += rows.len() as u64;
-        *rc = resp.len() - start;
-    }
+        });
     let got = {
         let _p = comm.stats().phase("lookup");
         comm.all_to_all_v(&resp, &resp_counts)?
     };
 
-    // Place the rows where the batch will pool them.
-    let mut rows: Vec<Vec<f32>> = (0..nt)
-        .map(|t| {
-            if pooled[t].is_empty() {
-                vec![0.0f32; ids[t].len() * spec.tables[t].dim]
-            } else {
-                Vec::new()
-            }
-        })
-        .collect();
+    // Place the rows where the batch will pool them: tables in parallel, each from
+    // its slots' parts of the response.
+    let mut per_table: Vec<Vec<(usize, &[f32])>> = vec![Vec::new(); nt];
     for (d, owned) in store.owned.iter().enumerate() {
         let data = got.from_rank(d);
         let want: usize = owned
@@ -384,16 +398,34 @@ pub fn global_lookup<C: Comm>(
         }
         let mut k = 0;
         for &s in owned {
-            let sh = &store.slots[s];
-            let (t, w, c0) = (sh.table, sh.width(), sh.cols.start);
-            let dim = spec.tables[t].dim;
-            for &i in &members[s] {
-                let o = i as usize * dim + c0;
-                rows[t][o..o + w].copy_from_slice(&data[k..k + w]);
-                k += w;
-            }
+            let len = members[s].len() * store.slots[s].width();
+            per_table[store.slots[s].table].push((s, &data[k..k + len]));
+            k += len;
         }
     }
+    let mut rows: Vec<Vec<f32>> = (0..nt)
+        .map(|t| {
+            if pooled[t].is_empty() {
+                vec![0.0f32; ids[t].len() * spec.tables[t].dim]
+            } else {
+                Vec::new()
+            }
+        })
+        .collect();
+    rows.par_iter_mut()
+        .zip(&per_table)
+        .enumerate()
+        .for_each(|(t, (rows_t, parts))| {
+            let dim = spec.tables[t].dim;
+            for &(s, data) in parts {
+                let sh = &store.slots[s];
+                let (w, c0) = (sh.width(), sh.cols.start);
+                for (&i, src) in members[s].iter().zip(data.chunks_exact(w.max(1))) {
+                    let o = i as usize * dim + c0;
+                    rows_t[o..o + w].copy_from_slice(src);
+                }
+            }
+        });
     for t in 0..nt {
         if let Some(li) = store.replica[t] {
             let ls = &store.local[li];
@@ -443,7 +475,8 @@ pub fn pool(store: &Store, batch: &Batch, lk: &Lookup, x: &mut Vec<f32>) {
     let width = spec.mlp_input();
     let offs = input_offsets(store);
     let isa = Isa::detect();
-    x.clear();
+    // Every value below is written (pooled or copied), so a reused buffer needs no
+    // zero fill.
     x.resize(batch.n * width, 0.0);
     x.par_chunks_mut(width.max(1))
         .enumerate()
@@ -539,13 +572,11 @@ impl StepGrads {
                     tg.pooled.is_empty(),
                     "a pooled table accumulates once per step"
                 );
-                tg.pooled = vec![0.0; batch.n * dim];
-                for (e, gp) in tg.pooled.chunks_exact_mut(dim.max(1)).enumerate() {
+                tg.pooled = Vec::with_capacity(batch.n * dim);
+                for e in 0..batch.n {
                     let scale = scale_of(e);
                     let g = &dx[e * width + offs[t]..e * width + offs[t] + dim];
-                    for (o, &gi) in gp.iter_mut().zip(g) {
-                        *o = scale * gi;
-                    }
+                    tg.pooled.extend(g.iter().map(|&gi| scale * gi));
                 }
                 return;
             }
@@ -770,7 +801,13 @@ pub fn global_backward<C: Comm>(
 
     // Per destination: counts of its slots, then per slot the local rows (as bits)
     // and their gradients' column slices.
-    let mut send: Vec<f32> = Vec::new();
+    let total: usize = store
+        .owned
+        .iter()
+        .flatten()
+        .map(|&s| 1 + members[s].len() * (1 + store.slots[s].width()))
+        .sum();
+    let mut send: Vec<f32> = Vec::with_capacity(total);
     let mut send_counts = vec![0usize; p];
     for (d, owned) in store.owned.iter().enumerate() {
         let start = send.len();

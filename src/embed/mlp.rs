@@ -16,6 +16,7 @@
 
 use ndarray::linalg::general_mat_mul;
 use ndarray::{ArrayView2, ArrayViewMut2};
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::metrics::{bce_with_logits, sigmoid};
@@ -362,6 +363,9 @@ pub fn forward_backward_ref(
     loss
 }
 
+/// Parameters per parallel block of an optimizer step (the update is element-wise).
+const OPT_BLOCK: usize = 1 << 14;
+
 /// A dense optimizer over the flat parameters, as in PyTorch.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -464,10 +468,17 @@ impl DenseOpt {
         st.step += 1;
         match *self {
             DenseOpt::Adagrad { lr, eps, .. } => {
-                for ((p, &g), acc) in params.iter_mut().zip(grad).zip(&mut st.state) {
-                    *acc += g * g;
-                    *p -= lr * (g / (acc.sqrt() + eps));
-                }
+                // Element by element: blocks in parallel give the same bits.
+                params
+                    .par_chunks_mut(OPT_BLOCK)
+                    .zip(grad.par_chunks(OPT_BLOCK))
+                    .zip(st.state.par_chunks_mut(OPT_BLOCK))
+                    .for_each(|((p, g), acc)| {
+                        for ((p, &g), acc) in p.iter_mut().zip(g).zip(acc) {
+                            *acc += g * g;
+                            *p -= lr * (g / (acc.sqrt() + eps));
+                        }
+                    });
             }
             DenseOpt::Adam {
                 lr,
@@ -482,12 +493,19 @@ impl DenseOpt {
                 let step_size = (lr as f64 / bc1) as f32;
                 let bc2_sqrt = bc2.sqrt() as f32;
                 let (m, v) = st.state.split_at_mut(np);
-                for (((p, &g), m), v) in params.iter_mut().zip(grad).zip(m).zip(v) {
-                    *m += (1.0 - beta1) * (g - *m);
-                    *v = beta2 * *v + (1.0 - beta2) * g * g;
-                    let denom = v.sqrt() / bc2_sqrt + eps;
-                    *p -= step_size * (*m / denom);
-                }
+                params
+                    .par_chunks_mut(OPT_BLOCK)
+                    .zip(grad.par_chunks(OPT_BLOCK))
+                    .zip(m.par_chunks_mut(OPT_BLOCK))
+                    .zip(v.par_chunks_mut(OPT_BLOCK))
+                    .for_each(|(((p, g), m), v)| {
+                        for (((p, &g), m), v) in p.iter_mut().zip(g).zip(m).zip(v) {
+                            *m += (1.0 - beta1) * (g - *m);
+                            *v = beta2 * *v + (1.0 - beta2) * g * g;
+                            let denom = v.sqrt() / bc2_sqrt + eps;
+                            *p -= step_size * (*m / denom);
+                        }
+                    });
             }
         }
     }

@@ -75,66 +75,91 @@ pub fn is_pooled(store: &Store, s: usize) -> bool {
 
 /// Per slot of a pooled table, this source's bags: `ids[t]` are table `t`'s ids in
 /// first-seen order (distinct with dedup), `occ[t][k]` occurrence `k`'s index in it.
+/// Tables in parallel (each table's slots are its own).
 fn local_bags(store: &Store, batch: &Batch, ids: &[Vec<u32>], occ: &[Vec<u32>]) -> Vec<ServedBags> {
-    let n = batch.n;
+    let per_table: Vec<Vec<(usize, ServedBags)>> = ids
+        .par_iter()
+        .enumerate()
+        .map(|(t, ids_t)| {
+            if is_pooled_table(store, t) {
+                table_bags(store, batch, t, ids_t, &occ[t])
+            } else {
+                Vec::new()
+            }
+        })
+        .collect();
     let mut out: Vec<ServedBags> = vec![ServedBags::default(); store.slots.len()];
-    for (t, ids_t) in ids.iter().enumerate() {
-        if !is_pooled_table(store, t) {
-            continue;
-        }
-        let slots = &store.table_slots[t];
-        let b = &batch.bags[t];
-        // Per distinct id: its slot (index into `slots`) and position there.
-        let (slot_of, pos): (Vec<u32>, Vec<u32>) = match store.plan.tables[t] {
-            Placement::Column { .. } => {
-                for &s in slots {
-                    let rows = store.slots[s].rows;
-                    out[s].rows = ids_t
-                        .iter()
-                        .map(|&id| rows.local(id as u64) as u32)
-                        .collect();
-                }
-                (vec![0; ids_t.len()], (0..ids_t.len() as u32).collect())
-            }
-            _ => {
-                let mut next = vec![0u32; slots.len()];
-                ids_t
-                    .iter()
-                    .map(|&id| {
-                        let s = store.row_slot(t, id as u64).expect("row placement");
-                        let j = slots.iter().position(|&x| x == s).expect("slot of table");
-                        out[s]
-                            .rows
-                            .push(store.slots[s].rows.local(id as u64) as u32);
-                        next[j] += 1;
-                        (j as u32, next[j] - 1)
-                    })
-                    .unzip()
-            }
-        };
-        let column = matches!(store.plan.tables[t], Placement::Column { .. });
-        for &s in slots {
-            out[s].offsets = Vec::with_capacity(n + 1);
-            out[s].offsets.push(0);
-        }
-        for e in 0..n {
-            for &i in &occ[t][b.offsets[e] as usize..b.offsets[e + 1] as usize] {
-                let i = i as usize;
-                if column {
-                    for &s in slots {
-                        out[s].idx.push(pos[i]);
-                    }
-                } else {
-                    out[slots[slot_of[i] as usize]].idx.push(pos[i]);
-                }
-            }
-            for &s in slots {
-                let len = out[s].idx.len() as u32;
-                out[s].offsets.push(len);
-            }
-        }
+    for (s, sb) in per_table.into_iter().flatten() {
+        out[s] = sb;
     }
     out
+}
+
+/// [`local_bags`] of one pooled table `t`: `(slot, bags)` for each of its slots.
+fn table_bags(
+    store: &Store,
+    batch: &Batch,
+    t: usize,
+    ids_t: &[u32],
+    occ_t: &[u32],
+) -> Vec<(usize, ServedBags)> {
+    let n = batch.n;
+    let slots = &store.table_slots[t];
+    let b = &batch.bags[t];
+    let mut out: Vec<ServedBags> = vec![ServedBags::default(); slots.len()];
+    // Per distinct id: its slot (index into `slots`) and position there.
+    let (slot_of, pos): (Vec<u32>, Vec<u32>) = match store.plan.tables[t] {
+        Placement::Column { .. } => {
+            for (j, &s) in slots.iter().enumerate() {
+                let rows = store.slots[s].rows;
+                out[j].rows = ids_t
+                    .iter()
+                    .map(|&id| rows.local(id as u64) as u32)
+                    .collect();
+            }
+            (vec![0; ids_t.len()], (0..ids_t.len() as u32).collect())
+        }
+        _ => {
+            let mut next = vec![0u32; slots.len()];
+            ids_t
+                .iter()
+                .map(|&id| {
+                    let s = store.row_slot(t, id as u64).expect("row placement");
+                    let j = slots.iter().position(|&x| x == s).expect("slot of table");
+                    out[j]
+                        .rows
+                        .push(store.slots[s].rows.local(id as u64) as u32);
+                    next[j] += 1;
+                    (j as u32, next[j] - 1)
+                })
+                .unzip()
+        }
+    };
+    let column = matches!(store.plan.tables[t], Placement::Column { .. });
+    for o in out.iter_mut() {
+        o.offsets = Vec::with_capacity(n + 1);
+        o.offsets.push(0);
+        if !column && slots.len() == 1 {
+            o.idx = Vec::with_capacity(occ_t.len());
+        }
+    }
+    for e in 0..n {
+        for &i in &occ_t[b.offsets[e] as usize..b.offsets[e + 1] as usize] {
+            let i = i as usize;
+            if column {
+                for o in out.iter_mut() {
+                    o.idx.push(pos[i]);
+                }
+            } else {
+                out[slot_of[i] as usize].idx.push(pos[i]);
+            }
+        }
+        for o in out.iter_mut() {
+            let len = o.idx.len() as u32;
+            o.offsets.push(len);
+        }
+    }
+    slots.iter().copied().zip(out).collect()
 }
 
 /// Collective: every rank must call. The pooled tables' forward: returns, per table,
@@ -162,7 +187,14 @@ pub fn global_forward<C: Comm>(
 
     // Requests: per destination, per slot it owns that is pooled:
     // [n, distinct, occurrences], rows, per-example counts, indices.
-    let mut send: Vec<u32> = Vec::new();
+    let total: usize = store
+        .owned
+        .iter()
+        .flatten()
+        .filter(|&&s| is_pooled(store, s))
+        .map(|&s| 3 + bags[s].rows.len() + n + bags[s].idx.len())
+        .sum();
+    let mut send: Vec<u32> = Vec::with_capacity(total);
     let mut send_counts = vec![0usize; p];
     for (d, owned) in store.owned.iter().enumerate() {
         let start = send.len();
@@ -234,34 +266,31 @@ pub fn global_forward<C: Comm>(
     let tasks: Vec<(usize, usize)> = (0..p)
         .flat_map(|q| mine.iter().map(move |&j| (q, j)))
         .collect();
-    let parts: Vec<Vec<f32>> = tasks
-        .par_iter()
-        .map(|&(q, j)| {
-            let s = store.owned[me][j];
-            let ls = &store.local[store.slot_local[s].expect("owned slot is local")];
-            let w = ls.shard.width();
-            let sb = &served.bags[j][q];
-            let mut out = vec![0.0f32; sb.examples() * w];
-            pool_bags(isa, &ls.data, w, sb.bags(true), &mut out);
-            out
-        })
-        .collect();
-    let mut resp: Vec<f32> = Vec::new();
+    // Each task pools straight into its part of the response (tasks are in its order).
+    let width_of = |j: usize| {
+        let s = store.owned[me][j];
+        store.local[store.slot_local[s].expect("owned slot is local")]
+            .shard
+            .width()
+    };
     let mut resp_counts = vec![0usize; p];
-    for (q, rc) in resp_counts.iter_mut().enumerate() {
-        let start = resp.len();
-        for (k, part) in parts
-            .iter()
-            .enumerate()
-            .skip(q * mine.len())
-            .take(mine.len())
-        {
-            debug_assert_eq!(tasks[k].0, q);
-            resp.extend_from_slice(part);
-        }
-        *rc = resp.len() - start;
+    for &(q, j) in &tasks {
+        resp_counts[q] += served.bags[j][q].examples() * width_of(j);
     }
-    drop(parts);
+    let mut resp = vec![0.0f32; resp_counts.iter().sum()];
+    let mut parts: Vec<&mut [f32]> = Vec::with_capacity(tasks.len());
+    let mut rest = &mut resp[..];
+    for &(q, j) in &tasks {
+        let (head, tail) = rest.split_at_mut(served.bags[j][q].examples() * width_of(j));
+        parts.push(head);
+        rest = tail;
+    }
+    tasks.par_iter().zip(parts).for_each(|(&(q, j), out)| {
+        let s = store.owned[me][j];
+        let ls = &store.local[store.slot_local[s].expect("owned slot is local")];
+        let sb = &served.bags[j][q];
+        pool_bags(isa, &ls.data, ls.shard.width(), sb.bags(true), out);
+    });
     let got = {
         let _p = comm.stats().phase("lookup");
         comm.all_to_all_v(&resp, &resp_counts)?
@@ -327,7 +356,18 @@ pub fn global_backward<C: Comm>(
         return Ok(out);
     }
     let mine = store.bags_order(me);
-    let mut send: Vec<f32> = Vec::new();
+    let total: usize = store
+        .owned
+        .iter()
+        .flatten()
+        .filter(|&&s| is_pooled(store, s))
+        .map(|&s| {
+            grads[store.slots[s].table].pooled.len()
+                / store.spec.tables[store.slots[s].table].dim.max(1)
+                * store.slots[s].width()
+        })
+        .sum();
+    let mut send: Vec<f32> = Vec::with_capacity(total);
     let mut send_counts = vec![0usize; p];
     for (d, owned) in store.owned.iter().enumerate() {
         let start = send.len();

@@ -182,10 +182,12 @@ impl Store {
             let mine = shard.rank == rank;
             let idx = if mine {
                 let rows = shard.rows.len(spec.tables[t].vocab);
+                // Rows are read and updated at random: on huge pages a shard spans a
+                // few TLB entries instead of one per row touched.
                 local.push(LocalShard {
                     rows,
-                    data: vec![0.0; rows as usize * shard.width()],
-                    state: vec![0.0; rows as usize * opt.state_per_row()],
+                    data: crate::hugepages::huge_vec(rows as usize * shard.width(), 0.0),
+                    state: crate::hugepages::huge_vec(rows as usize * opt.state_per_row(), 0.0),
                     shard: shard.clone(),
                 });
                 Some(local.len() - 1)

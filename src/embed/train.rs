@@ -288,6 +288,10 @@ pub struct EmbedTrainer {
     /// With `--pipeline`: the next step's first micro-batch, looked up before this
     /// step's update (one step stale).
     prefetched: Option<Fetched>,
+    /// The MLP input and its gradient (`n x width` each), kept across steps: a fresh
+    /// buffer per step cost a zero fill that the pooling and the MLP overwrite anyway.
+    x: Vec<f32>,
+    dx: Vec<f32>,
     acc: Accum,
 }
 
@@ -344,6 +348,8 @@ impl EmbedTrainer {
             ws: Workspace::default(),
             chunk_ws: Vec::new(),
             prefetched: None,
+            x: Vec::new(),
+            dx: Vec::new(),
             acc: Accum::default(),
         })
     }
@@ -406,12 +412,12 @@ impl EmbedTrainer {
                 f
             }
         };
-        let mut x = Vec::new();
         let t = Instant::now();
-        pool(&self.store, &current.batch, &current.lookup, &mut x);
+        pool(&self.store, &current.batch, &current.lookup, &mut self.x);
         self.acc.t_pool += t.elapsed().as_secs_f64();
         let n = current.batch.n;
-        let mut dx = vec![0.0f32; n * width];
+        // Every value is overwritten by the MLP's backward (its last product has beta 0).
+        self.dx.resize(n * width, 0.0);
 
         // The dense step, micro-batch by micro-batch (dense gradients summed locally).
         let next_parts = (self.cfg.pipeline && self.step + 1 < self.cfg.steps)
@@ -425,6 +431,7 @@ impl EmbedTrainer {
         }
         let ws = &mut self.ws;
         let chunk_ws = &mut self.chunk_ws;
+        let (x, dx) = (&self.x, &mut self.dx);
         let labels = &current.batch.labels;
         let sizes: Vec<usize> = parts.iter().map(|&(_, c)| c).collect();
         let grad_dense = &mut fused[..n_params];
@@ -471,7 +478,7 @@ impl EmbedTrainer {
             self.acc.t_lookup += (wall - t_dense).max(0.0);
             self.prefetched = Some(f);
         }
-        grads.accumulate(&self.store, &current.batch, &current.lookup, &dx);
+        grads.accumulate(&self.store, &current.batch, &current.lookup, &self.dx);
 
         if crate::ckpt::faults::inject_nan(self.step as usize + 1, comm.rank()) {
             loss = f64::NAN;
