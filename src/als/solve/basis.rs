@@ -39,50 +39,41 @@ pub fn eigenbasis(g: &[f64], d: usize) -> Result<(Vec<f64>, Vec<f64>), String> {
     // `g` is symmetric, so its row-major array is also its column-major one.
     let mut a = g.to_vec();
     let mut w = vec![0.0f64; d];
-    let mut info: c_int = 0;
-    let (mut work_len, mut iwork_len, query): (f64, c_int, c_int) = (0.0, 0, -1);
-    // SAFETY: a workspace query: `a` is d x d (lda = n), `w` has d values, and the
-    // one-element work arrays receive the sizes LAPACK needs.
-    unsafe {
-        dsyevd_(
-            &jobz,
-            &uplo,
-            &n,
-            a.as_mut_ptr(),
-            &n,
-            w.as_mut_ptr(),
-            &mut work_len,
-            &query,
-            &mut iwork_len,
-            &query,
-            &mut info,
-        );
-    }
+    // One call of dsyevd on `a` and `w` with the given work arrays; returns `info`.
+    let mut syevd = |work: &mut [f64], lwork: c_int, iwork: &mut [c_int], liwork: c_int| {
+        let mut info: c_int = 0;
+        // SAFETY: `a` is d x d (lda = n), `w` has d values, and `work` / `iwork` hold
+        // at least `lwork` / `liwork` values, or one each for the workspace query
+        // (lwork = liwork = -1).
+        unsafe {
+            dsyevd_(
+                &jobz,
+                &uplo,
+                &n,
+                a.as_mut_ptr(),
+                &n,
+                w.as_mut_ptr(),
+                work.as_mut_ptr(),
+                &lwork,
+                iwork.as_mut_ptr(),
+                &liwork,
+                &mut info,
+            );
+        }
+        info
+    };
+    let (mut work_len, mut iwork_len) = ([0.0f64], [0 as c_int]);
+    let info = syevd(&mut work_len, -1, &mut iwork_len, -1);
     if info != 0 {
         return Err(format!(
             "the eigendecomposition's workspace query failed (info {info})"
         ));
     }
-    let lwork = (work_len as c_int).max(1);
-    let liwork = iwork_len.max(1);
+    let lwork = (work_len[0] as c_int).max(1);
+    let liwork = iwork_len[0].max(1);
     let mut work = vec![0.0f64; lwork as usize];
     let mut iwork: Vec<c_int> = vec![0; liwork as usize];
-    // SAFETY: the same arrays, with work arrays of the sizes the query returned.
-    unsafe {
-        dsyevd_(
-            &jobz,
-            &uplo,
-            &n,
-            a.as_mut_ptr(),
-            &n,
-            w.as_mut_ptr(),
-            work.as_mut_ptr(),
-            &lwork,
-            iwork.as_mut_ptr(),
-            &liwork,
-            &mut info,
-        );
-    }
+    let info = syevd(&mut work, lwork, &mut iwork, liwork);
     if info != 0 {
         return Err(format!(
             "the eigendecomposition of the Gramian failed (LAPACK dsyevd info {info})"
