@@ -527,11 +527,11 @@ impl<T: TableScalar> Trainer<T> {
                 rotate_rows(t, d, &back);
             }
         }
-        // H's Gramian as a restore computes it (the evaluation folds test rows in
-        // against H, and a run resumed after its last epoch evaluates the restored
-        // tables); W's, which nothing uses after the last epoch, turned in f64.
-        // The same bits as `global_gramian`, counted as the once-per-run phase "basis"
-        // (not part of an epoch's traffic).
+        // H's Gramian as a restore computes it, the bits of `global_gramian` (the
+        // evaluation folds test rows in against H, and a run resumed after its last
+        // epoch evaluates the restored tables), its all-reduce counted as the
+        // once-per-run phase "basis"; W's, which nothing uses after the last epoch,
+        // turned in f64.
         let mut gram_h = gramian(&self.h, d);
         {
             let _p = comm.stats().phase("basis");

@@ -83,18 +83,22 @@ fn block_gramian<T: TableElem>(
         }
     };
     g32.resize(d * d, 0.0);
-    if block_upper(rows, nb, d, g32) {
-        for i in 0..d {
-            for j in i..d {
-                let v = f64::from(g32[i * d + j]);
-                out[i * d + j] = v;
-                out[j * d + i] = v;
-            }
-        }
-        return;
+    if !block_upper(rows, nb, d, g32) {
+        ssyrk_upper(rows, nb, d, g32);
     }
-    // Symmetric rank-k update: half the flops of a general product. OpenBLAS is kept
-    // single-threaded (crate::blas_single_thread), so the result is deterministic.
+    for i in 0..d {
+        for j in i..d {
+            let v = f64::from(g32[i * d + j]);
+            out[i * d + j] = v;
+            out[j * d + i] = v;
+        }
+    }
+}
+
+/// The upper triangle of `g = B^T B` for `nb` rows `B` by OpenBLAS `ssyrk` (symmetric
+/// rank-k update: half the flops of a general product; OpenBLAS is kept single-threaded
+/// by crate::blas_single_thread, so the result is deterministic).
+fn ssyrk_upper(rows: &[f32], nb: usize, d: usize, g32: &mut [f32]) {
     let (n, k) = (d as c_int, nb as c_int);
     // SAFETY: `rows` holds nb x d row-major f32 (lda = d) and `g32` d x d (ldc = d), as
     // cblas_ssyrk reads and writes them.
@@ -112,13 +116,6 @@ fn block_gramian<T: TableElem>(
             g32.as_mut_ptr(),
             n,
         );
-    }
-    for i in 0..d {
-        for j in i..d {
-            let v = f64::from(g32[i * d + j]);
-            out[i * d + j] = v;
-            out[j * d + i] = v;
-        }
     }
 }
 
