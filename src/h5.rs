@@ -6,6 +6,34 @@ use hdf5::types::VarLenUnicode;
 use hdf5::H5Type;
 use std::path::Path;
 
+/// The builder every torusrec file is opened through: without HDF5's own `flock` file
+/// locks. torusrec never shares a file while it is written (every writer writes a
+/// temporary name and renames it into place), so the locks protect nothing here, and
+/// they hurt: a process forked while a file is open (a launcher, a test's child) inherits
+/// the lock and holds it until it exits, so a later open of that file fails with
+/// `EAGAIN`; and `flock` fails outright on some parallel file systems, where HPC sites
+/// set `HDF5_USE_FILE_LOCKING=FALSE` for the same reason.
+fn unlocked() -> hdf5::FileBuilder {
+    let mut b = hdf5::File::with_options();
+    b.with_fapl(|p| p.file_locking(false));
+    b
+}
+
+/// Create (truncate) `path` for writing, without file locks.
+pub fn create(path: impl AsRef<Path>) -> hdf5::Result<hdf5::File> {
+    unlocked().create(path)
+}
+
+/// Open `path` read-only, without file locks.
+pub fn open(path: impl AsRef<Path>) -> hdf5::Result<hdf5::File> {
+    unlocked().open(path)
+}
+
+/// Open `path` for reading and writing, without file locks.
+pub fn open_rw(path: impl AsRef<Path>) -> hdf5::Result<hdf5::File> {
+    unlocked().open_rw(path)
+}
+
 /// An HDF5 result with the file and what was being done, for the error message.
 pub fn ctx<T>(path: &Path, what: impl Into<String>, r: hdf5::Result<T>) -> Result<T> {
     r.map_err(|e| Error::hdf5(path, what, e))
@@ -94,4 +122,38 @@ pub fn check_elem_type<T: H5Type>(ds: &hdf5::Dataset, path: &Path, name: &str) -
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    /// A process forked while a file is open inherits its descriptor; HDF5's default
+    /// `flock` then locks the file out of a later open for as long as the child lives.
+    #[test]
+    fn a_child_forked_while_a_file_is_open_does_not_lock_it_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ours, locked) = (dir.path().join("ours.h5"), dir.path().join("locked.h5"));
+        let files = (
+            super::create(&ours).unwrap(),
+            hdf5::File::create(&locked).unwrap(),
+        );
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        drop(files);
+        let reopened = (
+            super::open_rw(&ours).map(drop),
+            hdf5::File::open_rw(&locked).map(drop),
+        );
+        child.kill().unwrap();
+        child.wait().unwrap();
+        reopened.0.unwrap();
+        // The control: the hazard is real where the environment leaves locks on.
+        if std::env::var_os("HDF5_USE_FILE_LOCKING").is_none() {
+            let e = reopened
+                .1
+                .expect_err("a locked file reopened beside its child");
+            assert!(e.to_string().contains("unable to lock file"), "{e}");
+        }
+    }
 }

@@ -44,7 +44,7 @@ fn train(np: usize, data: &Path, out: &Path, extra: &[&str]) -> util::Output {
 }
 
 fn tables(path: &Path) -> (Vec<f32>, Vec<f32>) {
-    let f = hdf5::File::open(path).unwrap();
+    let f = torusrec::h5::open(path).unwrap();
     let w = f.dataset("W").unwrap().read_raw::<f32>().unwrap();
     let h = f.dataset("H").unwrap().read_raw::<f32>().unwrap();
     (w, h)
@@ -204,7 +204,7 @@ fn epoch_exchanged(o: &util::Output) -> f64 {
 }
 
 fn bf16_table(path: &Path, name: &str) -> Vec<f32> {
-    let f = hdf5::File::open(path).unwrap();
+    let f = torusrec::h5::open(path).unwrap();
     let ds = f.dataset(name).unwrap();
     let dtype: hdf5::types::VarLenUnicode = ds.attr("dtype").unwrap().read_scalar().unwrap();
     assert_eq!(dtype.as_str(), "bf16");

@@ -195,7 +195,7 @@ fn bad_configs_fail_on_every_rank_with_exit_code_2() {
     }
     // A file that is HDF5 but not a dataset.
     let bogus = dir.path().join("bogus.h5");
-    hdf5::File::create(&bogus)
+    torusrec::h5::create(&bogus)
         .unwrap()
         .new_attr::<u64>()
         .create("version")

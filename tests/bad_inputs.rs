@@ -171,7 +171,7 @@ fn props_with(key: &str, value: &str) -> Vec<u8> {
 }
 
 fn h5_read<T: hdf5::H5Type>(path: &Path, name: &str) -> Vec<T> {
-    let f = hdf5::File::open(path).unwrap();
+    let f = torusrec::h5::open(path).unwrap();
     f.dataset(name).unwrap().read_raw::<T>().unwrap()
 }
 
@@ -179,7 +179,7 @@ fn h5_read<T: hdf5::H5Type>(path: &Path, name: &str) -> Vec<T> {
 fn h5_with<T: hdf5::H5Type>(dir: &Path, tag: &str, src: &Path, name: &str, v: &[T]) -> String {
     let p = dir.join(format!("{tag}.h5"));
     std::fs::copy(src, &p).unwrap();
-    let f = hdf5::File::open_rw(&p).unwrap();
+    let f = torusrec::h5::open_rw(&p).unwrap();
     f.dataset(name).unwrap().write_raw(v).unwrap();
     s(&p)
 }
@@ -734,7 +734,7 @@ fn every_bad_input_exits_2_with_a_message() {
     let huge_rows = {
         let p = d.join("hugerows.h5");
         std::fs::copy(&good, &p).unwrap();
-        let f = hdf5::File::open_rw(&p).unwrap();
+        let f = torusrec::h5::open_rw(&p).unwrap();
         f.attr("num_rows").unwrap().write_scalar(&u64::MAX).unwrap();
         s(&p)
     };
@@ -1371,7 +1371,7 @@ fn sparse_tsv_ids_are_renumbered_and_keep_their_original_ids() {
     assert_eq!(ids_a.len(), n as usize);
     assert_eq!(ids_b, ids_a.iter().map(|&u| spread(u)).collect::<Vec<_>>());
     let source_nodes = |p: &Path| -> u64 {
-        hdf5::File::open(p)
+        torusrec::h5::open(p)
             .unwrap()
             .attr("source_nodes")
             .unwrap()

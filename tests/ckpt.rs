@@ -49,7 +49,7 @@ fn data() -> &'static Data {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("cnr2000-k10.h5");
         prepare(&path, 42);
-        let f = hdf5::File::open(&path).unwrap();
+        let f = torusrec::h5::open(&path).unwrap();
         let indptr = f
             .dataset("train/indptr")
             .unwrap()
@@ -564,7 +564,7 @@ struct Table {
 
 #[track_caller]
 fn read_table(path: &Path, name: &str) -> Table {
-    let f = hdf5::File::open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+    let f = torusrec::h5::open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
     let ds = f
         .dataset(name)
         .unwrap_or_else(|e| panic!("{}: /{name}: {e}", path.display()));
@@ -625,7 +625,7 @@ fn assert_resumed_equal(run: &Output, out: &Path, reference: &Reference, what: &
 /// Flip (xor 0xff) the byte `at` bytes into the raw data of dataset `name`.
 fn flip_byte_in_dataset(path: &Path, name: &str, at: u64) {
     let (offset, size) = {
-        let f = hdf5::File::open(path).unwrap();
+        let f = torusrec::h5::open(path).unwrap();
         let ds = f.dataset(name).unwrap();
         let offset = ds
             .offset()

@@ -57,7 +57,7 @@ struct Model {
 }
 
 fn read_model(path: &Path) -> Model {
-    let f = hdf5::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let f = torusrec::h5::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let n = f.group("tables").unwrap().member_names().unwrap().len();
     assert!(n > 0, "{}: no tables", path.display());
     let mut m = Model {
@@ -80,7 +80,7 @@ fn read_model(path: &Path) -> Model {
 }
 
 fn str_attr(path: &Path, name: &str) -> String {
-    let f = hdf5::File::open(path).unwrap();
+    let f = torusrec::h5::open(path).unwrap();
     f.attr(name)
         .and_then(|a| a.read_scalar::<hdf5::types::VarLenUnicode>())
         .map(|s| s.as_str().to_string())
@@ -88,14 +88,14 @@ fn str_attr(path: &Path, name: &str) -> String {
 }
 
 fn u64_attr(path: &Path, name: &str) -> u64 {
-    let f = hdf5::File::open(path).unwrap();
+    let f = torusrec::h5::open(path).unwrap();
     f.attr(name)
         .and_then(|a| a.read_scalar::<u64>())
         .unwrap_or_else(|e| panic!("{}: attribute {name}: {e}", path.display()))
 }
 
 fn has_attr(path: &Path, name: &str) -> bool {
-    hdf5::File::open(path).unwrap().attr(name).is_ok()
+    torusrec::h5::open(path).unwrap().attr(name).is_ok()
 }
 
 #[test]

@@ -145,7 +145,7 @@ fn solve(mut a: Vec<f64>, mut b: Vec<f64>, d: usize) -> Vec<f64> {
 impl Reference {
     fn load(data: &Path, model: &Path) -> Self {
         let ds = Dataset::read(data).unwrap();
-        let f = hdf5::File::open(model).unwrap();
+        let f = torusrec::h5::open(model).unwrap();
         let w = read_table(&f, "W");
         let h = read_table(&f, "H");
         let d = f.dataset("H").unwrap().shape()[1];
@@ -384,7 +384,7 @@ fn all_to_hdf5_matches_brute_force_at_1_to_4_ranks() {
             .arg(&out)
             .run();
         o.expect_code(0).occurs("left out", 1);
-        let f = hdf5::File::open(&out).unwrap();
+        let f = torusrec::h5::open(&out).unwrap();
         let fmt = f
             .attr("format")
             .unwrap()

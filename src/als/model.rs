@@ -122,7 +122,7 @@ pub fn global_write_tables<C: Comm, T: StoredElem>(
 ) -> Result<()> {
     let _p = comm.stats().phase("io");
     let create = |tmp: &Path| -> Result<()> {
-        let f = h5(tmp, "create", hdf5::File::create(tmp))?;
+        let f = h5(tmp, "create", crate::h5::create(tmp))?;
         for t in tables {
             h5(tmp, t.name, T::create(&f, t.name, t.n as usize, d))?;
         }
@@ -131,7 +131,7 @@ pub fn global_write_tables<C: Comm, T: StoredElem>(
         h5(tmp, "close", f.close())
     };
     let write = |tmp: &Path| -> Result<()> {
-        let f = h5(tmp, "open", hdf5::File::open_rw(tmp))?;
+        let f = h5(tmp, "open", crate::h5::open_rw(tmp))?;
         for t in tables {
             let rows = t.data.len() / d;
             if rows == 0 {

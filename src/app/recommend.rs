@@ -280,7 +280,7 @@ fn local_open<'a>(
         }
         Some((p, OutKind::H5)) => {
             let tmp = temp_path(p);
-            let file = h5(&tmp, "create", hdf5::File::create(&tmp))?;
+            let file = h5(&tmp, "create", crate::h5::create(&tmp))?;
             let rows = h5(
                 &tmp,
                 "rows",

@@ -41,7 +41,7 @@ pub fn open_h5(path: &Path) -> Result<hdf5::File> {
     if !is_h5 {
         return Err(Error::input(path, "not an HDF5 file"));
     }
-    hdf5::File::open(path).map_err(|e| Error::input(path, format!("cannot open as HDF5: {e}")))
+    crate::h5::open(path).map_err(|e| Error::input(path, format!("cannot open as HDF5: {e}")))
 }
 
 /// The temporary name a file is written under before it is renamed into place.
@@ -160,7 +160,7 @@ pub(crate) fn meta_attrs(meta: &SplitMeta) -> Vec<(&'static str, Attr)> {
 }
 
 fn create_layout(tmp: &Path, meta: &SplitMeta, total: impl Fn(usize) -> usize) -> Result<()> {
-    let f = h5(tmp, "create", hdf5::File::create(tmp))?;
+    let f = h5(tmp, "create", crate::h5::create(tmp))?;
     for g in ["train", "train_t", "test", "test/fold", "test/holdout"] {
         h5(tmp, format!("group {g}"), f.create_group(g))?;
     }
@@ -204,7 +204,7 @@ fn write_part(
     off: &dyn Fn(usize) -> usize,
     num_rows: u64,
 ) -> Result<()> {
-    let f = h5(tmp, "open for writing", hdf5::File::open_rw(tmp))?;
+    let f = h5(tmp, "open for writing", crate::h5::open_rw(tmp))?;
     // Each rank writes its indptr including its closing entry; neighbours agree on
     // the shared boundary value, so the overlap is harmless.
     write_slice(

@@ -346,7 +346,7 @@ fn create_allocated_layout(
     shapes: &[usize; NUM_DATASETS],
 ) -> Result<[u64; NUM_DATASETS]> {
     use hdf5::plist::dataset_create::AllocTime;
-    let f = h5(tmp, "create", hdf5::File::create(tmp))?;
+    let f = h5(tmp, "create", crate::h5::create(tmp))?;
     for g in ["train", "train_t", "test", "test/fold", "test/holdout"] {
         h5(tmp, format!("group {g}"), f.create_group(g))?;
     }

@@ -103,7 +103,7 @@ fn write_into(
     n: usize,
     chunk: usize,
 ) -> Result<LogSummary> {
-    let f = h5(tmp, "create", hdf5::File::create(tmp))?;
+    let f = h5(tmp, "create", crate::h5::create(tmp))?;
     let json = serde_json::to_string(spec)
         .map_err(|e| Error::Config(format!("click log: spec to JSON: {e}")))?;
     write_attrs(
@@ -544,7 +544,7 @@ mod tests {
 
     /// Where example `e`'s ids of table `t` start in the file.
     fn ids_start(p: &Path, t: usize, e: u64) -> u64 {
-        let f = hdf5::File::open(p).unwrap();
+        let f = crate::h5::open(p).unwrap();
         read_range::<u64>(&f, p, &offsets_name(t), e, e + 1).unwrap()[0]
     }
 
@@ -555,7 +555,7 @@ mod tests {
         write(&p, 3, 200);
         let at = ids_start(&p, 1, 17) as usize;
         {
-            let f = hdf5::File::open_rw(&p).unwrap();
+            let f = crate::h5::open_rw(&p).unwrap();
             let ds = f.dataset("/tables/1/ids").unwrap();
             ds.write_slice(&[50u32], at..at + 1).unwrap(); // vocab of table 1 is 50
         }
@@ -579,7 +579,7 @@ mod tests {
         write(&p, 4, 100);
         let at = ids_start(&p, 0, 80);
         {
-            let f = hdf5::File::open_rw(&p).unwrap();
+            let f = crate::h5::open_rw(&p).unwrap();
             f.dataset("/labels")
                 .unwrap()
                 .write_slice(&[0.5f32], 42..43)
@@ -615,7 +615,7 @@ mod tests {
         write(&p, 5, 100);
         let last = ids_start(&p, 2, 100);
         {
-            let f = hdf5::File::open_rw(&p).unwrap();
+            let f = crate::h5::open_rw(&p).unwrap();
             f.dataset("/tables/2/offsets")
                 .unwrap()
                 .write_slice(&[last - 1], 100..101)
@@ -629,7 +629,7 @@ mod tests {
 
         write_click_log(&p, &tiny(), 5, 100, true, 64).unwrap();
         {
-            let f = hdf5::File::open_rw(&p).unwrap();
+            let f = crate::h5::open_rw(&p).unwrap();
             f.unlink("labels").unwrap();
             f.new_dataset::<f32>().shape(99).create("labels").unwrap();
         }
@@ -638,7 +638,7 @@ mod tests {
 
         write_click_log(&p, &tiny(), 5, 100, true, 64).unwrap();
         {
-            let f = hdf5::File::open_rw(&p).unwrap();
+            let f = crate::h5::open_rw(&p).unwrap();
             f.unlink("tables/4/ids").unwrap();
         }
         let e = ClickLog::open(&p).unwrap_err().to_string();
@@ -651,7 +651,7 @@ mod tests {
         let p = dir.path().join("clicks.h5");
         write(&p, 6, 10);
         let set_str = |k: &str, v: &str| {
-            let f = hdf5::File::open_rw(&p).unwrap();
+            let f = crate::h5::open_rw(&p).unwrap();
             f.delete_attr(k).unwrap();
             let v: VarLenUnicode = v.parse().unwrap();
             f.new_attr::<VarLenUnicode>()
@@ -683,7 +683,7 @@ mod tests {
 
         // An HDF5 file without the attribute.
         let q = dir.path().join("other.h5");
-        hdf5::File::create(&q).unwrap();
+        crate::h5::create(&q).unwrap();
         let e = ClickLog::open(&q).unwrap_err().to_string();
         assert!(e.contains("other.h5") && e.contains("schema"), "{e}");
     }

@@ -47,7 +47,7 @@ pub(crate) fn row_slab(rows: Rows, n: u64) -> (usize, usize, usize) {
 fn local_create(tr: &EmbedTrainer, tmp: &Path, attrs: &[(&str, Attr)]) -> Result<()> {
     let spec = &tr.cfg.spec;
     let sp = tr.store.opt.state_per_row();
-    let f = h5(tmp, "create", hdf5::File::create(tmp))?;
+    let f = h5(tmp, "create", crate::h5::create(tmp))?;
     for (t, ts) in spec.tables.iter().enumerate() {
         let g = h5(tmp, "group", f.create_group(&format!("tables/{t}")))?;
         write_attr(&g, tmp, "name", &Attr::Str(ts.name.clone()))?;
@@ -100,7 +100,7 @@ fn local_create(tr: &EmbedTrainer, tmp: &Path, attrs: &[(&str, Attr)]) -> Result
 /// This rank's turn: write its shards (and their row state) into `tmp`.
 fn local_write_shards<C: Comm>(comm: &C, tr: &EmbedTrainer, tmp: &Path) -> Result<()> {
     let sp = tr.store.opt.state_per_row();
-    let f = h5(tmp, "open", hdf5::File::open_rw(tmp))?;
+    let f = h5(tmp, "open", crate::h5::open_rw(tmp))?;
     for ls in &tr.store.local {
         if (ls.shard.replica && comm.rank() != 0) || ls.rows == 0 {
             continue;
