@@ -184,7 +184,7 @@ import json
 rows=[json.loads(l) for l in open('$OUT/$name.jsonl') if l.strip()]
 iv=[r for r in rows if not r.get('final')][1:]
 print(round(sum(r['examples'] for r in iv)/sum(r['seconds'] for r in iv)))")
-      echo "| ${np}x${th} | $opt | $mode $(summary "$name") |" >> "$phases"
+      echo "| ${np}x${th} | $opt | $mode | $(summary "$name") |" >> "$phases"
     done
     pooled_tables=$(grep -o 'output [0-9]* pooled' "$OUT/peer-ours-$np-$th-$opt-auto.log" | head -1 | grep -o '[0-9]*')
     theirs=n/a
