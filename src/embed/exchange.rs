@@ -708,17 +708,21 @@ fn sum_slot<I: IdBits>(
 ) -> Result<SlotSum> {
     let total: usize = pieces.iter().map(|(ids, _)| ids.len()).sum();
     let mut index = Index::new(shard_rows, total);
-    let mut rows: Vec<u32> = Vec::new();
-    let mut grads: Vec<f32> = Vec::new();
+    // At most `total` rows: reserved once (growing would copy the sums again).
+    let mut rows: Vec<u32> = Vec::with_capacity(total);
+    let mut grads: Vec<f32> = Vec::with_capacity(total * w);
     let mut add = |row: u32, g: &[f32], index: &mut Index| {
         let n = rows.len() as u32;
         let p = index.get_or_insert(row, n) as usize;
         if p == n as usize {
+            // A new row: its sum from +0.0, as for every row (`0.0 + x` is `x`
+            // except that it turns -0.0 into +0.0).
             rows.push(row);
-            grads.resize(grads.len() + w, 0.0);
-        }
-        for (d, &x) in grads[p * w..(p + 1) * w].iter_mut().zip(g) {
-            *d += x;
+            grads.extend(g.iter().map(|&x| 0.0 + x));
+        } else {
+            for (d, &x) in grads[p * w..(p + 1) * w].iter_mut().zip(g) {
+                *d += x;
+            }
         }
     };
     let check = |row: u32| {
@@ -781,6 +785,66 @@ fn sum_slot<I: IdBits>(
             .iter()
             .flat_map(|&p| grads[p * w..(p + 1) * w].iter().copied())
             .collect(),
+    })
+}
+
+/// [`sum_slot`] of a pooled slot's per-source sums (`grads[q]`: one row of `w` per
+/// row of `rows[q]`, distinct within each source): the same rows in the same order
+/// and the same bits, without copying the first source's sums (every sum starts
+/// from +0.0, so it is never -0.0 and `0.0 + x == x`).
+fn sum_sources(
+    rows: &[&[u32]],
+    grads: Vec<Vec<f32>>,
+    w: usize,
+    shard_rows: u64,
+) -> Result<SlotSum> {
+    if let Some(&row) = rows
+        .iter()
+        .flat_map(|r| r.iter())
+        .find(|&&r| r as u64 >= shard_rows)
+    {
+        protocol_violation(format!(
+            "gradient for row {row} of a {shard_rows}-row shard"
+        ));
+    }
+    let mut sources = rows.iter().zip(grads);
+    let Some((&r0, mut sum)) = sources.next() else {
+        return Ok(SlotSum {
+            rows: Vec::new(),
+            grads: Vec::new(),
+        });
+    };
+    let total: usize = rows.iter().map(|r| r.len()).sum();
+    let mut out: Vec<u32> = Vec::with_capacity(total);
+    out.extend_from_slice(r0);
+    if rows.len() == 1 {
+        return Ok(SlotSum {
+            rows: out,
+            grads: sum,
+        });
+    }
+    sum.reserve((total - r0.len()) * w);
+    let mut index = Index::new(shard_rows, total);
+    for (p, &r) in r0.iter().enumerate() {
+        index.get_or_insert(r, p as u32);
+    }
+    for (&rq, gq) in sources {
+        for (&row, g) in rq.iter().zip(gq.chunks_exact(w.max(1))) {
+            let n = out.len() as u32;
+            let p = index.get_or_insert(row, n) as usize;
+            if p == n as usize {
+                out.push(row);
+                sum.extend(g.iter().map(|&x| 0.0 + x));
+            } else {
+                for (d, &x) in sum[p * w..(p + 1) * w].iter_mut().zip(g) {
+                    *d += x;
+                }
+            }
+        }
+    }
+    Ok(SlotSum {
+        rows: out,
+        grads: sum,
     })
 }
 
@@ -877,18 +941,23 @@ pub fn global_backward<C: Comm>(
         .collect();
     let sums: Vec<SlotSum> = pieces
         .par_iter()
-        .zip(&from_bags)
+        .zip(from_bags)
         .zip(&widths)
         .zip(&shard_rows)
         .zip(&needs_order)
         .enumerate()
         .map(|(j, ((((pc, bags), &w), &n), &sorted))| match bags {
+            // A pooled slot with dedup: the first source's sums are the start.
+            Some(per_source) if dedup && !sorted => {
+                let rows: Vec<&[u32]> = served.bags[j].iter().map(|b| b.rows.as_slice()).collect();
+                sum_sources(&rows, per_source, w, n)
+            }
             // A pooled slot: the owner's per-source sums of each source's distinct
             // rows, summed like the rows mode's.
             Some(per_source) => {
                 let pc: Vec<(&[u32], &[f32])> = served.bags[j]
                     .iter()
-                    .zip(per_source)
+                    .zip(&per_source)
                     .map(|(b, g)| (b.rows.as_slice(), g.as_slice()))
                     .collect();
                 sum_slot(&pc, w, dedup, n, sorted)
@@ -1051,6 +1120,58 @@ pub fn local_apply_replicated(store: &mut Store, grads: &StepGrads) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn summing_pooled_sources_in_place_gives_sum_slots_rows_and_bits() {
+        let mut r = crate::rng::SplitMix64::new(5);
+        for &(sources, w, shard_rows) in &[
+            (1usize, 64usize, 1000u64),
+            (2, 64, 1000),
+            (3, 8, 50),
+            (2, 16, 3_000_000),
+            (4, 64, 200),
+        ] {
+            // Per source: distinct rows (overlapping across sources) and their sums,
+            // negative zeros and values of mixed magnitude included.
+            let mut rows: Vec<Vec<u32>> = Vec::new();
+            let mut grads: Vec<Vec<f32>> = Vec::new();
+            for q in 0..sources {
+                let n = (r.next_u64() % 300) as usize + q;
+                let mut seen = std::collections::HashSet::new();
+                let rq: Vec<u32> = (0..n)
+                    .map(|_| (r.next_u64() % shard_rows.min(400)) as u32)
+                    .filter(|&x| seen.insert(x))
+                    .collect();
+                let gq: Vec<f32> = (0..rq.len() * w)
+                    .map(|i| match i % 7 {
+                        0 => 0.0,
+                        1 => (r.next_f64() as f32 - 0.5) * 1e-6,
+                        _ => (r.next_f64() as f32 - 0.5) * 1e3,
+                    })
+                    .collect();
+                rows.push(rq);
+                grads.push(gq);
+            }
+            let refs: Vec<&[u32]> = rows.iter().map(|v| v.as_slice()).collect();
+            let pieces: Vec<(&[u32], &[f32])> = rows
+                .iter()
+                .zip(&grads)
+                .map(|(a, b)| (a.as_slice(), b.as_slice()))
+                .collect();
+            let want = sum_slot(&pieces, w, true, shard_rows, false).unwrap();
+            let got = sum_sources(&refs, grads.clone(), w, shard_rows).unwrap();
+            assert_eq!(got.rows, want.rows, "{sources} sources, w {w}");
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&got.grads),
+                bits(&want.grads),
+                "{sources} sources, w {w}"
+            );
+        }
+        // No source at all: nothing.
+        let none = sum_sources(&[], Vec::new(), 8, 10).unwrap();
+        assert!(none.rows.is_empty() && none.grads.is_empty());
+    }
 
     #[test]
     fn the_open_map_keeps_first_positions_through_growth_and_clear() {

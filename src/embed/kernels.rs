@@ -130,6 +130,13 @@ pub const PREFETCH_AHEAD: usize = 8;
 /// as [`pool_ref`] per example.
 pub fn pool_bags(isa: Isa, base: &[f32], w: usize, bags: Bags, out: &mut [f32]) {
     assert!(out.len() >= bags.len() * w);
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && w.is_multiple_of(8) && (8..=64).contains(&w) {
+        // SAFETY: `Isa::Avx2` is only returned after detecting avx2; the width is
+        // checked; every index is checked inside.
+        unsafe { avx2::pool_bags(base, w, bags, out) };
+        return;
+    }
     for (e, o) in out.chunks_exact_mut(w.max(1)).take(bags.len()).enumerate() {
         prefetch_ahead(isa, base, w, bags, e);
         pool(isa, base, w, bags.bag(e), o);
@@ -169,7 +176,7 @@ pub fn prefetch_row(isa: Isa, base: &[f32], w: usize, r: usize) {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::Bag;
+    use super::{Bag, Bags};
     use std::arch::x86_64::*;
 
     /// Prefetch the cache lines of row `r` (`w` floats) of `base` (which holds it).
@@ -224,6 +231,51 @@ mod avx2 {
         while c0 < w {
             pool_cols::<1>(base, w, bag, c0, out);
             c0 += 8;
+        }
+    }
+
+    /// [`super::pool_bags`] for widths of 8..=64 (multiples of 8): example after
+    /// example, the sum in `N` registers, the row [`super::PREFETCH_AHEAD`]
+    /// occurrences ahead (whatever example it belongs to) prefetched once.
+    #[inline(always)]
+    unsafe fn pool_bags_n<const N: usize>(base: &[f32], bags: Bags, out: &mut [f32]) {
+        let w = 8 * N;
+        let total = bags.idx.len();
+        for e in 0..bags.len() {
+            let (k0, k1) = (bags.offsets[e] as usize, bags.offsets[e + 1] as usize);
+            let mut acc = [_mm256_setzero_ps(); N];
+            for k in k0..k1 {
+                if k + super::PREFETCH_AHEAD < total {
+                    let ahead = bags.row_at(k + super::PREFETCH_AHEAD);
+                    if (ahead + 1) * w <= base.len() {
+                        prefetch(base, w, ahead);
+                    }
+                }
+                let r = bags.row_at(k);
+                let row = &base[r * w..r * w + w];
+                for (j, a) in acc.iter_mut().enumerate() {
+                    *a = _mm256_add_ps(*a, _mm256_loadu_ps(row.as_ptr().add(8 * j)));
+                }
+            }
+            let o = &mut out[e * w..e * w + w];
+            for (j, a) in acc.iter().enumerate() {
+                _mm256_storeu_ps(o.as_mut_ptr().add(8 * j), *a);
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn pool_bags(base: &[f32], w: usize, bags: Bags, out: &mut [f32]) {
+        match w {
+            8 => pool_bags_n::<1>(base, bags, out),
+            16 => pool_bags_n::<2>(base, bags, out),
+            24 => pool_bags_n::<3>(base, bags, out),
+            32 => pool_bags_n::<4>(base, bags, out),
+            40 => pool_bags_n::<5>(base, bags, out),
+            48 => pool_bags_n::<6>(base, bags, out),
+            56 => pool_bags_n::<7>(base, bags, out),
+            64 => pool_bags_n::<8>(base, bags, out),
+            _ => unreachable!("pool_bags: width {w} is not 8..=64 in steps of 8"),
         }
     }
 
@@ -289,7 +341,7 @@ mod tests {
             }
         }
         // Many bags at once (prefetching across examples): the same bits.
-        for &w in &[8usize, 64, 13] {
+        for &w in &[8usize, 16, 24, 32, 40, 48, 56, 64, 13, 72] {
             let rows = 40;
             let base = data(rows * w, 3 + w as u64);
             let lens = [3usize, 0, 15, 1, 40, 7];
@@ -311,6 +363,17 @@ mod tests {
             }
             pool_bags(isa, &base, w, bags, &mut b);
             assert_eq!(a, b, "pool_bags w={w}");
+            // Through a map (the owners' distinct rows), as the pooled mode calls it.
+            let map: Vec<u32> = (0..rows as u32).rev().collect();
+            let mapped = Bags {
+                map: Some(&map),
+                ..bags
+            };
+            for e in 0..lens.len() {
+                pool_ref(&base, w, mapped.bag(e), &mut a[e * w..(e + 1) * w]);
+            }
+            pool_bags(isa, &base, w, mapped, &mut b);
+            assert_eq!(a, b, "pool_bags w={w} mapped");
             let g = data(lens.len() * w, 11);
             let mut a = data(rows * w, 12);
             let mut b = a.clone();

@@ -106,6 +106,19 @@ fn table_bags(
     let n = batch.n;
     let slots = &store.table_slots[t];
     let b = &batch.bags[t];
+    if let [s] = slots[..] {
+        // The whole table in one slot (table-wise): the bags are the batch's.
+        let rows = store.slots[s].rows;
+        let bags = ServedBags {
+            rows: ids_t
+                .iter()
+                .map(|&id| rows.local(id as u64) as u32)
+                .collect(),
+            offsets: b.offsets[..=n].iter().map(|&o| o - b.offsets[0]).collect(),
+            idx: occ_t[b.offsets[0] as usize..b.offsets[n] as usize].to_vec(),
+        };
+        return vec![(s, bags)];
+    }
     let mut out: Vec<ServedBags> = vec![ServedBags::default(); slots.len()];
     // Per distinct id: its slot (index into `slots`) and position there.
     let (slot_of, pos): (Vec<u32>, Vec<u32>) = match store.plan.tables[t] {

@@ -478,7 +478,10 @@ impl EmbedTrainer {
             self.acc.t_lookup += (wall - t_dense).max(0.0);
             self.prefetched = Some(f);
         }
+        // Expanding d loss / d input into the tables' gradients is the backward's.
+        let t = Instant::now();
         grads.accumulate(&self.store, &current.batch, &current.lookup, &self.dx);
+        self.acc.t_backward += t.elapsed().as_secs_f64();
 
         if crate::ckpt::faults::inject_nan(self.step as usize + 1, comm.rank()) {
             loss = f64::NAN;
