@@ -486,17 +486,23 @@ pub fn pool(store: &Store, batch: &Batch, lk: &Lookup, x: &mut Vec<f32>) {
                 let out = &mut xr[offs[t]..offs[t] + dim];
                 let b = &batch.bags[t];
                 let (lo, hi) = (b.offsets[e] as usize, b.offsets[e + 1] as usize);
+                let mean = ts.pooling == Pooling::Mean && hi > lo;
+                let s = if mean { 1.0 / (hi - lo) as f32 } else { 1.0 };
                 if is_pooled_table(store, t) {
-                    out.copy_from_slice(&lk.pooled[t][e * dim..(e + 1) * dim]);
-                } else {
-                    let bag = Bag {
-                        idx: &lk.occ[t][lo..hi],
-                        map: None,
-                    };
-                    pool_kernel(isa, &lk.rows[t], dim, bag, out);
+                    let src = &lk.pooled[t][e * dim..(e + 1) * dim];
+                    if mean {
+                        out.iter_mut().zip(src).for_each(|(o, &v)| *o = v * s);
+                    } else {
+                        out.copy_from_slice(src);
+                    }
+                    continue;
                 }
-                if ts.pooling == Pooling::Mean && hi > lo {
-                    let s = 1.0 / (hi - lo) as f32;
+                let bag = Bag {
+                    idx: &lk.occ[t][lo..hi],
+                    map: None,
+                };
+                pool_kernel(isa, &lk.rows[t], dim, bag, out);
+                if mean {
                     out.iter_mut().for_each(|o| *o *= s);
                 }
             }
