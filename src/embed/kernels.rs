@@ -153,6 +153,44 @@ pub fn scatter_bags(isa: Isa, g: &[f32], w: usize, bags: Bags, acc: &mut [f32]) 
     }
 }
 
+/// [`scatter_bags`] into sums that start empty, without zero filling them first: a
+/// row's first gradient is placed as `0.0 + g` (the bits [`scatter_bags`] gives on
+/// zeros), later ones added. It needs the bags' rows to appear first in the order
+/// 0, 1, 2, ... (rows numbered in first-seen order, as a deduplicated request has
+/// them); on return `acc` holds one sum per row seen. Returns `false`, `acc`
+/// unspecified, when a row appears before a lower one has (the caller falls back to
+/// [`scatter_bags`] on zeros).
+pub fn scatter_bags_fresh(isa: Isa, g: &[f32], w: usize, bags: Bags, acc: &mut Vec<f32>) -> bool {
+    assert!(g.len() >= bags.len() * w);
+    acc.clear();
+    if w == 0 {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && w.is_multiple_of(8) && (8..=64).contains(&w) {
+        // SAFETY: `Isa::Avx2` is only returned after detecting avx2; the width is
+        // checked; every index is checked inside.
+        return unsafe { avx2::scatter_bags_fresh(g, w, bags, acc) };
+    }
+    let _ = isa;
+    for e in 0..bags.len() {
+        let ge = &g[e * w..(e + 1) * w];
+        for k in bags.offsets[e] as usize..bags.offsets[e + 1] as usize {
+            let (r, n) = (bags.row_at(k), acc.len() / w);
+            if r == n {
+                acc.extend(ge.iter().map(|&x| 0.0 + x));
+            } else if r < n {
+                for (a, &v) in acc[r * w..(r + 1) * w].iter_mut().zip(ge) {
+                    *a += v;
+                }
+            } else {
+                return false;
+            }
+        }
+    }
+    true
+}
+
 /// Prefetch the rows of the occurrences [`PREFETCH_AHEAD`] past those of example `e`
 /// (whatever example they belong to), if the CPU has the instruction.
 #[inline(always)]
@@ -279,6 +317,63 @@ mod avx2 {
         }
     }
 
+    /// [`super::scatter_bags_fresh`] for widths of 8..=64 (multiples of 8).
+    #[inline(always)]
+    unsafe fn scatter_bags_fresh_n<const N: usize>(
+        g: &[f32],
+        bags: Bags,
+        acc: &mut Vec<f32>,
+    ) -> bool {
+        let w = 8 * N;
+        let zero = _mm256_setzero_ps();
+        for e in 0..bags.len() {
+            let ge = &g[e * w..e * w + w];
+            let mut gv = [zero; N];
+            for (j, v) in gv.iter_mut().enumerate() {
+                *v = _mm256_loadu_ps(ge.as_ptr().add(8 * j));
+            }
+            for k in bags.offsets[e] as usize..bags.offsets[e + 1] as usize {
+                let (r, n) = (bags.row_at(k), acc.len() / w);
+                if r == n {
+                    let mut first = [0.0f32; 64];
+                    for (j, v) in gv.iter().enumerate() {
+                        _mm256_storeu_ps(first.as_mut_ptr().add(8 * j), _mm256_add_ps(zero, *v));
+                    }
+                    acc.extend_from_slice(&first[..w]);
+                } else if r < n {
+                    let dst = &mut acc[r * w..r * w + w];
+                    for (j, v) in gv.iter().enumerate() {
+                        let p = dst.as_mut_ptr().add(8 * j);
+                        _mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), *v));
+                    }
+                } else {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn scatter_bags_fresh(
+        g: &[f32],
+        w: usize,
+        bags: Bags,
+        acc: &mut Vec<f32>,
+    ) -> bool {
+        match w {
+            8 => scatter_bags_fresh_n::<1>(g, bags, acc),
+            16 => scatter_bags_fresh_n::<2>(g, bags, acc),
+            24 => scatter_bags_fresh_n::<3>(g, bags, acc),
+            32 => scatter_bags_fresh_n::<4>(g, bags, acc),
+            40 => scatter_bags_fresh_n::<5>(g, bags, acc),
+            48 => scatter_bags_fresh_n::<6>(g, bags, acc),
+            56 => scatter_bags_fresh_n::<7>(g, bags, acc),
+            64 => scatter_bags_fresh_n::<8>(g, bags, acc),
+            _ => unreachable!("scatter_bags_fresh: width {w} is not 8..=64 in steps of 8"),
+        }
+    }
+
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn scatter(g: &[f32], w: usize, bag: Bag, acc: &mut [f32]) {
         assert!(g.len() >= w && w.is_multiple_of(8) && w <= 64);
@@ -382,6 +477,53 @@ mod tests {
             }
             scatter_bags(isa, &g, w, bags, &mut b);
             assert_eq!(a, b, "scatter_bags w={w}");
+        }
+        // Sums that start empty: the bits of scatter_bags on zeros when rows first
+        // appear in order 0, 1, 2, ...; refused otherwise.
+        for &w in &[8usize, 16, 24, 32, 40, 48, 56, 64, 13, 72] {
+            let lens = [3usize, 0, 15, 1, 40, 7];
+            let mut offsets = vec![0u32];
+            let mut idx = Vec::new();
+            let mut seen = 0u32;
+            for &l in &lens {
+                for _ in 0..l {
+                    // A new row (the next number) or one seen before.
+                    let i = if seen == 0 || r.next_u64() % 3 == 0 {
+                        seen += 1;
+                        seen - 1
+                    } else {
+                        (r.next_u64() % seen as u64) as u32
+                    };
+                    idx.push(i);
+                }
+                offsets.push(idx.len() as u32);
+            }
+            let bags = Bags {
+                offsets: &offsets,
+                idx: &idx,
+                map: None,
+            };
+            let g: Vec<f32> = data(lens.len() * w, 21)
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| if i % 5 == 0 { -0.0 } else { v })
+                .collect();
+            let mut want = vec![0.0f32; seen as usize * w];
+            scatter_bags(isa, &g, w, bags, &mut want);
+            for isa in [isa, Isa::Plain] {
+                let mut got = vec![5.0f32; 3];
+                assert!(scatter_bags_fresh(isa, &g, w, bags, &mut got), "w={w}");
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "scatter_bags_fresh w={w} {isa:?}");
+                // Row 1 before row 0: refused.
+                let bad_idx = [1u32, 0];
+                let bad = Bags {
+                    offsets: &[0, 2],
+                    idx: &bad_idx,
+                    map: None,
+                };
+                assert!(!scatter_bags_fresh(isa, &g[..w], w, bad, &mut got));
+            }
         }
         // The reference itself: a sum from zero, in bag order.
         let base = [1.0f32, 2.0, 10.0, 20.0, 100.0, 200.0];

@@ -20,7 +20,7 @@ use rayon::prelude::*;
 
 use super::clicks::Batch;
 use super::exchange::{is_pooled_table, protocol_violation, ExchangeCounts, TableGrad};
-use super::kernels::{pool_bags, scatter_bags, Bags, Isa};
+use super::kernels::{pool_bags, scatter_bags, scatter_bags_fresh, Bags, Isa};
 use super::placement::Placement;
 use super::tables::Store;
 use crate::comm::Comm;
@@ -435,8 +435,14 @@ pub fn global_backward<C: Comm>(
                 .iter()
                 .zip(&inputs[j])
                 .map(|(sb, g)| {
-                    let mut acc = vec![0.0f32; sb.rows.len() * w];
-                    scatter_bags(isa, g, w, sb.bags(false), &mut acc);
+                    // Rows numbered in first-seen order (dedup) need no zero fill.
+                    let mut acc = Vec::with_capacity(sb.rows.len() * w);
+                    let fresh = scatter_bags_fresh(isa, g, w, sb.bags(false), &mut acc);
+                    if !fresh || acc.len() != sb.rows.len() * w {
+                        acc.clear();
+                        acc.resize(sb.rows.len() * w, 0.0);
+                        scatter_bags(isa, g, w, sb.bags(false), &mut acc);
+                    }
                     acc
                 })
                 .collect();
