@@ -488,7 +488,7 @@ mod tests {
             for &l in &lens {
                 for _ in 0..l {
                     // A new row (the next number) or one seen before.
-                    let i = if seen == 0 || r.next_u64() % 3 == 0 {
+                    let i = if seen == 0 || r.next_u64().is_multiple_of(3) {
                         seen += 1;
                         seen - 1
                     } else {
