@@ -122,8 +122,15 @@ impl<'a> Bags<'a> {
     }
 }
 
-/// Occurrences ahead whose rows are prefetched (across example boundaries).
-pub const PREFETCH_AHEAD: usize = 8;
+/// Rows ahead (occurrences, across example boundaries) that the hot loops prefetch
+/// into L1. Measured on the torchrec-peer workload at 2x1 against 8: the owners'
+/// update 9.6 -> 9.0 ms per step.
+pub const PREFETCH_AHEAD: usize = 16;
+
+/// Occurrences ahead that [`pool_bags`] prefetches into L2 besides (more misses in
+/// flight than L1's fill buffers allow: with it the lookup went 25 -> 22 ms per step
+/// at 2x1 on that workload).
+pub const PREFETCH_AHEAD_L2: usize = 48;
 
 /// [`pool`] for every example of `bags` into `out` (`bags.len() x w`), prefetching
 /// the rows of the next occurrences whatever example they belong to. The same bits
@@ -272,9 +279,21 @@ mod avx2 {
         }
     }
 
+    /// Prefetch the cache lines of row `r` (`w` floats) of `base` into L2.
+    #[inline(always)]
+    unsafe fn prefetch_l2(base: &[f32], w: usize, r: usize) {
+        let p = base.as_ptr().add(r * w).cast::<i8>();
+        let mut off = 0;
+        while off < w * 4 {
+            _mm_prefetch::<_MM_HINT_T1>(p.add(off));
+            off += 64;
+        }
+    }
+
     /// [`super::pool_bags`] for widths of 8..=64 (multiples of 8): example after
-    /// example, the sum in `N` registers, the row [`super::PREFETCH_AHEAD`]
-    /// occurrences ahead (whatever example it belongs to) prefetched once.
+    /// example, the sum in `N` registers; the rows [`super::PREFETCH_AHEAD_L2`] and
+    /// [`super::PREFETCH_AHEAD`] occurrences ahead (whatever example they belong to)
+    /// prefetched into L2 and L1.
     #[inline(always)]
     unsafe fn pool_bags_n<const N: usize>(base: &[f32], bags: Bags, out: &mut [f32]) {
         let w = 8 * N;
@@ -283,6 +302,12 @@ mod avx2 {
             let (k0, k1) = (bags.offsets[e] as usize, bags.offsets[e + 1] as usize);
             let mut acc = [_mm256_setzero_ps(); N];
             for k in k0..k1 {
+                if k + super::PREFETCH_AHEAD_L2 < total {
+                    let ahead = bags.row_at(k + super::PREFETCH_AHEAD_L2);
+                    if (ahead + 1) * w <= base.len() {
+                        prefetch_l2(base, w, ahead);
+                    }
+                }
                 if k + super::PREFETCH_AHEAD < total {
                     let ahead = bags.row_at(k + super::PREFETCH_AHEAD);
                     if (ahead + 1) * w <= base.len() {
