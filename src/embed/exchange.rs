@@ -705,6 +705,30 @@ impl IdBits for f32 {
     }
 }
 
+/// Add `g` to the sum of `row` in a first-seen list (`rows`, and `grads` with `w`
+/// values per row, positions in `index`). A new row's sum starts from +0.0, as every
+/// sum does (`0.0 + x` is `x` except that it turns -0.0 into +0.0).
+#[inline]
+fn add_to_sum(
+    index: &mut Index,
+    rows: &mut Vec<u32>,
+    grads: &mut Vec<f32>,
+    w: usize,
+    row: u32,
+    g: &[f32],
+) {
+    let n = rows.len() as u32;
+    let p = index.get_or_insert(row, n) as usize;
+    if p == n as usize {
+        rows.push(row);
+        grads.extend(g.iter().map(|&x| 0.0 + x));
+    } else {
+        for (d, &x) in grads[p * w..(p + 1) * w].iter_mut().zip(g) {
+            *d += x;
+        }
+    }
+}
+
 fn sum_slot<I: IdBits>(
     pieces: &[(&[I], &[f32])],
     w: usize,
@@ -718,18 +742,7 @@ fn sum_slot<I: IdBits>(
     let mut rows: Vec<u32> = Vec::with_capacity(total);
     let mut grads: Vec<f32> = Vec::with_capacity(total * w);
     let mut add = |row: u32, g: &[f32], index: &mut Index| {
-        let n = rows.len() as u32;
-        let p = index.get_or_insert(row, n) as usize;
-        if p == n as usize {
-            // A new row: its sum from +0.0, as for every row (`0.0 + x` is `x`
-            // except that it turns -0.0 into +0.0).
-            rows.push(row);
-            grads.extend(g.iter().map(|&x| 0.0 + x));
-        } else {
-            for (d, &x) in grads[p * w..(p + 1) * w].iter_mut().zip(g) {
-                *d += x;
-            }
-        }
+        add_to_sum(index, &mut rows, &mut grads, w, row, g)
     };
     let check = |row: u32| {
         if row as u64 >= shard_rows {
@@ -836,16 +849,7 @@ fn sum_sources(
     }
     for (&rq, gq) in sources {
         for (&row, g) in rq.iter().zip(gq.chunks_exact(w.max(1))) {
-            let n = out.len() as u32;
-            let p = index.get_or_insert(row, n) as usize;
-            if p == n as usize {
-                out.push(row);
-                sum.extend(g.iter().map(|&x| 0.0 + x));
-            } else {
-                for (d, &x) in sum[p * w..(p + 1) * w].iter_mut().zip(g) {
-                    *d += x;
-                }
-            }
+            add_to_sum(&mut index, &mut out, &mut sum, w, row, g);
         }
     }
     Ok(SlotSum {
