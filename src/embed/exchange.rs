@@ -811,12 +811,7 @@ fn sum_slot<I: IdBits>(
 /// row of `rows[q]`, distinct within each source): the same rows in the same order
 /// and the same bits, without copying the first source's sums (every sum starts
 /// from +0.0, so it is never -0.0 and `0.0 + x == x`).
-fn sum_sources(
-    rows: &[&[u32]],
-    grads: Vec<Vec<f32>>,
-    w: usize,
-    shard_rows: u64,
-) -> Result<SlotSum> {
+fn sum_sources(rows: &[&[u32]], grads: Vec<Vec<f32>>, w: usize, shard_rows: u64) -> SlotSum {
     if let Some(&row) = rows
         .iter()
         .flat_map(|r| r.iter())
@@ -828,19 +823,19 @@ fn sum_sources(
     }
     let mut sources = rows.iter().zip(grads);
     let Some((&r0, mut sum)) = sources.next() else {
-        return Ok(SlotSum {
+        return SlotSum {
             rows: Vec::new(),
             grads: Vec::new(),
-        });
+        };
     };
     let total: usize = rows.iter().map(|r| r.len()).sum();
     let mut out: Vec<u32> = Vec::with_capacity(total);
     out.extend_from_slice(r0);
     if rows.len() == 1 {
-        return Ok(SlotSum {
+        return SlotSum {
             rows: out,
             grads: sum,
-        });
+        };
     }
     sum.reserve((total - r0.len()) * w);
     let mut index = Index::new(shard_rows, total);
@@ -852,10 +847,10 @@ fn sum_sources(
             add_to_sum(&mut index, &mut out, &mut sum, w, row, g);
         }
     }
-    Ok(SlotSum {
+    SlotSum {
         rows: out,
         grads: sum,
-    })
+    }
 }
 
 /// Collective: every rank must call. Sends this step's gradients to the owners and
@@ -960,7 +955,7 @@ pub fn global_backward<C: Comm>(
             // A pooled slot with dedup: the first source's sums are the start.
             Some(per_source) if dedup && !sorted => {
                 let rows: Vec<&[u32]> = served.bags[j].iter().map(|b| b.rows.as_slice()).collect();
-                sum_sources(&rows, per_source, w, n)
+                Ok(sum_sources(&rows, per_source, w, n))
             }
             // A pooled slot: the owner's per-source sums of each source's distinct
             // rows, summed like the rows mode's.
@@ -1169,7 +1164,7 @@ mod tests {
                 .map(|(a, b)| (a.as_slice(), b.as_slice()))
                 .collect();
             let want = sum_slot(&pieces, w, true, shard_rows, false).unwrap();
-            let got = sum_sources(&refs, grads.clone(), w, shard_rows).unwrap();
+            let got = sum_sources(&refs, grads.clone(), w, shard_rows);
             assert_eq!(got.rows, want.rows, "{sources} sources, w {w}");
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(
@@ -1179,7 +1174,7 @@ mod tests {
             );
         }
         // No source at all: nothing.
-        let none = sum_sources(&[], Vec::new(), 8, 10).unwrap();
+        let none = sum_sources(&[], Vec::new(), 8, 10);
         assert!(none.rows.is_empty() && none.grads.is_empty());
     }
 

@@ -224,6 +224,24 @@ mod avx2 {
     use super::{Bag, Bags};
     use std::arch::x86_64::*;
 
+    /// `f::<N>(args)` for a row width `w` of `8 * N` floats, N in 1..=8 (the callers
+    /// check the width).
+    macro_rules! by_width {
+        ($w:expr, $f:ident($($a:expr),*)) => {
+            match $w {
+                8 => $f::<1>($($a),*),
+                16 => $f::<2>($($a),*),
+                24 => $f::<3>($($a),*),
+                32 => $f::<4>($($a),*),
+                40 => $f::<5>($($a),*),
+                48 => $f::<6>($($a),*),
+                56 => $f::<7>($($a),*),
+                64 => $f::<8>($($a),*),
+                w => unreachable!("width {w} is not 8..=64 in steps of 8"),
+            }
+        };
+    }
+
     /// Prefetch the cache lines of row `r` (`w` floats) of `base` (which holds it).
     #[inline(always)]
     pub(super) unsafe fn prefetch(base: &[f32], w: usize, r: usize) {
@@ -329,17 +347,7 @@ mod avx2 {
 
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn pool_bags(base: &[f32], w: usize, bags: Bags, out: &mut [f32]) {
-        match w {
-            8 => pool_bags_n::<1>(base, bags, out),
-            16 => pool_bags_n::<2>(base, bags, out),
-            24 => pool_bags_n::<3>(base, bags, out),
-            32 => pool_bags_n::<4>(base, bags, out),
-            40 => pool_bags_n::<5>(base, bags, out),
-            48 => pool_bags_n::<6>(base, bags, out),
-            56 => pool_bags_n::<7>(base, bags, out),
-            64 => pool_bags_n::<8>(base, bags, out),
-            _ => unreachable!("pool_bags: width {w} is not 8..=64 in steps of 8"),
-        }
+        by_width!(w, pool_bags_n(base, bags, out))
     }
 
     /// [`super::scatter_bags_fresh`] for widths of 8..=64 (multiples of 8).
@@ -386,17 +394,7 @@ mod avx2 {
         bags: Bags,
         acc: &mut Vec<f32>,
     ) -> bool {
-        match w {
-            8 => scatter_bags_fresh_n::<1>(g, bags, acc),
-            16 => scatter_bags_fresh_n::<2>(g, bags, acc),
-            24 => scatter_bags_fresh_n::<3>(g, bags, acc),
-            32 => scatter_bags_fresh_n::<4>(g, bags, acc),
-            40 => scatter_bags_fresh_n::<5>(g, bags, acc),
-            48 => scatter_bags_fresh_n::<6>(g, bags, acc),
-            56 => scatter_bags_fresh_n::<7>(g, bags, acc),
-            64 => scatter_bags_fresh_n::<8>(g, bags, acc),
-            _ => unreachable!("scatter_bags_fresh: width {w} is not 8..=64 in steps of 8"),
-        }
+        by_width!(w, scatter_bags_fresh_n(g, bags, acc))
     }
 
     #[target_feature(enable = "avx2")]

@@ -310,19 +310,9 @@ pub fn global_forward<C: Comm>(
     };
 
     // Combine: a row-wise table's partials added in slot order, a column-wise table's
-    // slices placed.
-    // A table held whole by one slot takes its part as it is (`0.0 + x`, the bits of
-    // a sum from zero); the others start from zeros.
-    let whole = |t: usize| store.table_slots[t].len() == 1;
-    let mut pooled: Vec<Vec<f32>> = (0..nt)
-        .map(|t| {
-            if is_pooled_table(store, t) && !whole(t) {
-                vec![0.0f32; n * spec.tables[t].dim]
-            } else {
-                Vec::new()
-            }
-        })
-        .collect();
+    // slices placed. A full-width part that comes first is taken as it is (`0.0 + x`,
+    // the bits of adding it to zeros); the others start from zeros.
+    let mut pooled: Vec<Vec<f32>> = vec![Vec::new(); nt];
     for (d, owned) in store.owned.iter().enumerate() {
         let mut data = got.from_rank(d);
         for &s in owned.iter().filter(|&&s| is_pooled(store, s)) {
@@ -336,9 +326,12 @@ pub fn global_forward<C: Comm>(
             }
             let (part, rest) = data.split_at(n * w);
             data = rest;
-            if whole(t) {
-                pooled[t] = part.iter().map(|&x| 0.0 + x).collect();
-                continue;
+            if pooled[t].is_empty() {
+                if w == dim {
+                    pooled[t] = part.iter().map(|&x| 0.0 + x).collect();
+                    continue;
+                }
+                pooled[t] = vec![0.0f32; n * dim];
             }
             for (e, v) in part.chunks_exact(w.max(1)).enumerate() {
                 for (o, &x) in pooled[t][e * dim + c0..e * dim + c0 + w].iter_mut().zip(v) {
