@@ -5,6 +5,7 @@
 // Link the system OpenBLAS that ndarray's `blas` feature and ndarray-linalg call.
 extern crate openblas_src as _;
 
+pub mod allocs;
 pub mod als;
 pub mod app;
 pub mod bf16;

@@ -289,3 +289,63 @@ fn pooled_output_mode_trains_over_mpi_with_the_bits_of_rows() {
     o.expect_code(0)
         .stdout_has(&["output", "rows MB/step", "pooled MB/step"]);
 }
+
+/// `large_allocs_per_step` of every interval of a metrics file, in order.
+fn large_allocs(metrics: &Path) -> Vec<f64> {
+    std::fs::read_to_string(metrics)
+        .expect("metrics written")
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("a JSON line"))
+        .filter(|v| v.get("final").is_none())
+        .map(|v| {
+            v["large_allocs_per_step"]
+                .as_f64()
+                .expect("large_allocs_per_step")
+        })
+        .collect()
+}
+
+#[test]
+fn a_step_allocates_no_large_buffer_once_its_buffers_have_grown() {
+    let _g = serial();
+    let dir = tempdir();
+    // Per-table payloads of this shape are well above the 64 KiB that counts.
+    for (i, extra) in [
+        &["--output-mode", "auto"][..],
+        &["--output-mode", "rows"],
+        &["--output-mode", "pooled", "--table-opt", "sgd"],
+        &["--accumulate", "4"],
+        &["--pipeline"],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let m = dir.path().join(format!("m{i}.jsonl"));
+        let o = TestCommand::mpirun(2)
+            .args(["embed", "--preset", "torchrec-peer", "--scale", "0.05"])
+            .args([
+                "--global-batch",
+                "2048",
+                "--steps",
+                "24",
+                "--log-every",
+                "8",
+            ])
+            .args(["--eval-examples", "1024", "--threads", "1", "--seed", "1"])
+            .args(["--preload", "--metrics"])
+            .arg(&m)
+            .args(extra)
+            .run();
+        o.expect_code(0);
+        let a = large_allocs(&m);
+        assert_eq!(a.len(), 3, "{extra:?}: {a:?}");
+        // The first steps size the buffers (and show that the counter counts) ...
+        assert!(a[0] > 1.0, "{extra:?}: {a:?}");
+        // ... after which a step reuses them.
+        assert_eq!(
+            &a[1..],
+            &[0.0, 0.0],
+            "{extra:?}: large allocations per step"
+        );
+    }
+}

@@ -101,6 +101,15 @@ pub struct Received<T> {
     pub counts: Vec<usize>,
 }
 
+impl<T> Default for Received<T> {
+    fn default() -> Self {
+        Received {
+            data: Vec::new(),
+            counts: Vec::new(),
+        }
+    }
+}
+
 impl<T> Received<T> {
     /// The part that came from rank `r`.
     pub fn from_rank(&self, r: usize) -> &[T] {
@@ -152,6 +161,18 @@ pub trait Comm {
         send_counts: &[usize],
         recv_counts: &[usize],
     ) -> Result<Vec<T>>;
+    /// [`Comm::raw_all_to_all_v`] into `recv`, whose allocation is reused when it is
+    /// large enough (backends that can receive in place override this).
+    fn raw_all_to_all_v_into<T: Elem>(
+        &self,
+        send: &[T],
+        send_counts: &[usize],
+        recv_counts: &[usize],
+        recv: &mut Vec<T>,
+    ) -> Result<()> {
+        *recv = self.raw_all_to_all_v(send, send_counts, recv_counts)?;
+        Ok(())
+    }
     fn raw_all_gather_u64(&self, value: u64) -> Vec<u64>;
     fn raw_all_gather_v<T: Elem>(&self, send: &[T], counts: &[usize]) -> Result<Vec<T>>;
     fn raw_broadcast<T: Elem>(&self, root: usize, buf: &mut [T]) -> Result<()>;
@@ -222,6 +243,19 @@ pub trait Comm {
     /// elements for each rank r; returns what every rank sent here. Counts are
     /// exchanged first, then the payload; nothing is dropped.
     fn all_to_all_v<T: Elem>(&self, send: &[T], send_counts: &[usize]) -> Result<Received<T>> {
+        let mut out = Received::default();
+        self.all_to_all_v_into(send, send_counts, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Comm::all_to_all_v`] into `out`, reusing its buffers: a step that exchanges
+    /// the same amounts every time allocates nothing once they have grown.
+    fn all_to_all_v_into<T: Elem>(
+        &self,
+        send: &[T],
+        send_counts: &[usize],
+        out: &mut Received<T>,
+    ) -> Result<()> {
         let p = self.size();
         if send_counts.len() != p || send_counts.iter().sum::<usize>() != send.len() {
             return Err(Error::Comm(format!(
@@ -232,22 +266,25 @@ pub trait Comm {
                 send.len()
             )));
         }
+        out.counts.clear();
         if p == 1 {
             // Nothing to exchange: one copy, no library call.
-            return Ok(Received {
-                data: send.to_vec(),
-                counts: send_counts.to_vec(),
-            });
+            out.data.clear();
+            crate::allocs::reserve_with_room(&mut out.data, send.len());
+            out.data.extend_from_slice(send);
+            out.counts.extend_from_slice(send_counts);
+            return Ok(());
         }
         let t = self.timer_start();
-        let (data, recv_counts) = if self.on_torus() {
-            torus_coll::all_to_all_v(self, send, send_counts)?
+        if self.on_torus() {
+            let (data, recv_counts) = torus_coll::all_to_all_v(self, send, send_counts)?;
+            out.data = data;
+            out.counts = recv_counts;
         } else {
-            let recv_counts = self.raw_all_to_all_counts(send_counts)?;
-            let data = self.raw_all_to_all_v(send, send_counts, &recv_counts)?;
+            out.counts = self.raw_all_to_all_counts(send_counts)?;
+            self.raw_all_to_all_v_into(send, send_counts, &out.counts, &mut out.data)?;
             torus_coll::record_routed_links(self, send_counts, std::mem::size_of::<T>());
-            (data, recv_counts)
-        };
+        }
         let me = self.rank();
         let off = |c: &[usize]| {
             c.iter()
@@ -262,13 +299,10 @@ pub trait Comm {
         let counts_bytes = if p > 1 { 8 * (p as u64 - 1) } else { 0 };
         self.stats().record(
             bytes_of::<T>(off(send_counts)) + counts_bytes,
-            bytes_of::<T>(off(&recv_counts)) + counts_bytes,
+            bytes_of::<T>(off(&out.counts)) + counts_bytes,
             t.elapsed(),
         );
-        Ok(Received {
-            data,
-            counts: recv_counts,
-        })
+        Ok(())
     }
 
     /// Collective: every rank must call. Concatenation, in rank order, of every

@@ -15,6 +15,8 @@ pub struct MpiComm {
     cart: CartesianCommunicator,
     torus: Torus,
     stats: CommStats,
+    /// The all-reduce's copy of its input, kept between calls.
+    scratch: std::cell::RefCell<Vec<u128>>,
     _universe: mpi::environment::Universe,
 }
 
@@ -82,6 +84,7 @@ impl MpiWorld {
             cart,
             torus,
             stats: CommStats::default(),
+            scratch: Default::default(),
             _universe: self.universe,
         })
     }
@@ -163,8 +166,23 @@ unsafe fn cast_mut<T, U>(s: &mut [T]) -> &mut [U] {
     std::slice::from_raw_parts_mut(s.as_mut_ptr() as *mut U, s.len())
 }
 
-fn all_reduce_sum_typed<U: Equivalence + Copy>(cart: &CartesianCommunicator, buf: &mut [U]) {
-    let send = buf.to_vec();
+/// The sum into `buf`, its input copied to `scratch` first (the `mpi` crate has no
+/// `MPI_IN_PLACE`); `scratch`'s allocation is kept for the next call.
+fn all_reduce_sum_typed<U: Equivalence + Copy>(
+    cart: &CartesianCommunicator,
+    buf: &mut [U],
+    scratch: &mut Vec<u128>,
+) {
+    let bytes = std::mem::size_of_val(buf);
+    scratch.clear();
+    crate::allocs::reserve_with_room(scratch, bytes.div_ceil(16));
+    scratch.resize(bytes.div_ceil(16), 0);
+    debug_assert!(std::mem::align_of::<U>() <= 16);
+    // SAFETY: `scratch` holds at least `bytes` bytes, 16-aligned (enough for every
+    // element kind), and `U` is plain data (`Copy`, an MPI equivalence).
+    let send =
+        unsafe { std::slice::from_raw_parts_mut(scratch.as_mut_ptr().cast::<U>(), buf.len()) };
+    send.copy_from_slice(buf);
     cart.all_reduce_into(&send[..], buf, SystemOperation::sum());
 }
 
@@ -174,6 +192,19 @@ fn all_to_all_v_typed<U: Equivalence + Copy + Default>(
     send_counts: &[usize],
     recv_counts: &[usize],
 ) -> Result<Vec<U>> {
+    let mut recv = Vec::new();
+    all_to_all_v_typed_into(cart, send, send_counts, recv_counts, &mut recv)?;
+    Ok(recv)
+}
+
+/// Into `recv` (resized to the total; its allocation is reused when large enough).
+fn all_to_all_v_typed_into<U: Equivalence + Copy + Default>(
+    cart: &CartesianCommunicator,
+    send: &[U],
+    send_counts: &[usize],
+    recv_counts: &[usize],
+    recv: &mut Vec<U>,
+) -> Result<()> {
     let sc: Vec<Count> = send_counts
         .iter()
         .map(|&c| count(c, "all_to_all_v send"))
@@ -184,13 +215,16 @@ fn all_to_all_v_typed<U: Equivalence + Copy + Default>(
         .collect::<Result<_>>()?;
     let sd = displs(&sc)?;
     let rd = displs(&rc)?;
-    let mut recv = vec![U::default(); recv_counts.iter().sum()];
+    let n: usize = recv_counts.iter().sum();
+    recv.clear();
+    crate::allocs::reserve_with_room(recv, n);
+    recv.resize(n, U::default());
     {
         let sp = Partition::new(send, &sc[..], &sd[..]);
         let mut rp = PartitionMut::new(&mut recv[..], &rc[..], &rd[..]);
         cart.all_to_all_varcount_into(&sp, &mut rp);
     }
-    Ok(recv)
+    Ok(())
 }
 
 fn all_gather_v_typed<U: Equivalence + Copy + Default>(
@@ -229,9 +263,11 @@ impl Comm for MpiComm {
     }
     fn raw_all_reduce_sum<T: Summable>(&self, buf: &mut [T]) {
         // SAFETY: U is T (sealed kinds).
+        let mut scratch = self.scratch.borrow_mut();
         with_concrete!(T, T::KIND, |U| all_reduce_sum_typed::<U>(
             &self.cart,
-            unsafe { cast_mut::<T, U>(buf) }
+            unsafe { cast_mut::<T, U>(buf) },
+            &mut scratch
         ))
     }
     fn raw_all_reduce_max_u64(&self, value: u64) -> u64 {
@@ -261,6 +297,27 @@ impl Comm for MpiComm {
                 recv_counts,
             )?;
             Ok(unsafe { retype::<U, T>(v) })
+        })
+    }
+    fn raw_all_to_all_v_into<T: Elem>(
+        &self,
+        send: &[T],
+        send_counts: &[usize],
+        recv_counts: &[usize],
+        recv: &mut Vec<T>,
+    ) -> Result<()> {
+        with_concrete!(T, T::KIND, |U| {
+            // SAFETY: U is T (sealed kinds); the Vec<T> is lent as a Vec<U> and taken back.
+            let mut v: Vec<U> = unsafe { retype::<T, U>(std::mem::take(recv)) };
+            let r = all_to_all_v_typed_into::<U>(
+                &self.cart,
+                unsafe { cast::<T, U>(send) },
+                send_counts,
+                recv_counts,
+                &mut v,
+            );
+            *recv = unsafe { retype::<U, T>(v) };
+            r
         })
     }
     fn raw_all_gather_u64(&self, value: u64) -> Vec<u64> {

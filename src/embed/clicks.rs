@@ -24,6 +24,7 @@
 use rayon::prelude::*;
 
 use super::spec::{ModelSpec, ValencyDist};
+use crate::allocs::reserve_with_room as reserve_total;
 use crate::rng::{stream, SplitMix64};
 
 /// Ranks are scattered over a table by `id = (r * SCATTER_MUL + SCATTER_ADD) mod vocab`.
@@ -97,6 +98,43 @@ impl Batch {
         }
     }
 
+    /// No examples, keeping the shape and the buffers.
+    pub fn clear(&mut self) {
+        self.n = 0;
+        self.dense.clear();
+        self.labels.clear();
+        for b in &mut self.bags {
+            b.offsets.clear();
+            b.offsets.push(0);
+            b.ids.clear();
+        }
+    }
+
+    /// Make room for `others` appended after this batch's examples.
+    pub fn reserve_for(&mut self, others: &[&Batch]) {
+        let (nd, nl) = (self.dense.len(), self.labels.len());
+        reserve_total(
+            &mut self.dense,
+            nd + others.iter().map(|b| b.dense.len()).sum::<usize>(),
+        );
+        reserve_total(
+            &mut self.labels,
+            nl + others.iter().map(|b| b.labels.len()).sum::<usize>(),
+        );
+        for (t, mine) in self.bags.iter_mut().enumerate() {
+            let bags = || others.iter().filter_map(|b| b.bags.get(t));
+            let (no, ni) = (mine.offsets.len(), mine.ids.len());
+            reserve_total(
+                &mut mine.offsets,
+                no + bags().map(|b| b.offsets.len()).sum::<usize>(),
+            );
+            reserve_total(
+                &mut mine.ids,
+                ni + bags().map(|b| b.ids.len()).sum::<usize>(),
+            );
+        }
+    }
+
     /// Append `other`'s examples after this batch's. A default (shapeless) batch
     /// takes `other`'s shape.
     ///
@@ -113,6 +151,9 @@ impl Batch {
             "appending batches: table count"
         );
         self.n += other.n;
+        let (nd, nl) = (self.dense.len(), self.labels.len());
+        reserve_total(&mut self.dense, nd + other.dense.len());
+        reserve_total(&mut self.labels, nl + other.labels.len());
         self.dense.extend_from_slice(&other.dense);
         self.labels.extend_from_slice(&other.labels);
         for (mine, theirs) in self.bags.iter_mut().zip(&other.bags) {
@@ -121,6 +162,10 @@ impl Batch {
             }
             let base = mine.ids.len();
             let first = theirs.offsets.first().copied().unwrap_or(0) as usize;
+            let last = theirs.offsets.last().copied().unwrap_or(0) as usize;
+            let no = mine.offsets.len();
+            reserve_total(&mut mine.offsets, no + theirs.offsets.len());
+            reserve_total(&mut mine.ids, base + (last - first));
             mine.offsets.extend(
                 theirs
                     .offsets
@@ -128,7 +173,6 @@ impl Batch {
                     .skip(1)
                     .map(|&o| to_u32_offset(base + (o as usize - first))),
             );
-            let last = theirs.offsets.last().copied().unwrap_or(0) as usize;
             mine.ids.extend_from_slice(&theirs.ids[first..last]);
         }
     }

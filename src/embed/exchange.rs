@@ -23,7 +23,8 @@ use super::placement::{OutputMode, Placement};
 use super::pooled::{self, Served};
 use super::spec::Pooling;
 use super::tables::{sq_sum, Store};
-use crate::comm::Comm;
+use crate::allocs::reserve_with_room as reserve_total;
+use crate::comm::{Comm, Received};
 use crate::{Error, Result};
 
 /// A hasher for u32 ids (Fibonacci hashing of the key): the default SipHash costs
@@ -50,6 +51,7 @@ type IdMap = HashMap<u32, u32, BuildHasherDefault<IdHasher>>;
 
 /// A map from ids (below `u32::MAX`, which marks an empty slot) to positions: open
 /// addressing with linear probing in a power-of-two table at most half full.
+#[derive(Debug)]
 struct OpenMap {
     keys: Vec<u32>,
     vals: Vec<u32>,
@@ -113,6 +115,7 @@ impl OpenMap {
 
 /// Position of each id in a first-seen list: a dense array for tables (or shards)
 /// of up to 2^25 rows, an open-addressing map beyond.
+#[derive(Debug)]
 enum Index {
     Dense(Vec<u32>),
     Sparse(OpenMap),
@@ -155,8 +158,9 @@ impl Index {
     }
 }
 
-/// The rows fetched for one step.
-#[derive(Clone, Debug, Default)]
+/// The rows fetched for one step. A lookup into a used value refills it in place
+/// (keeping its buffers), so that a step allocates none of its payloads.
+#[derive(Debug, Default)]
 pub struct Lookup {
     /// Per table: the ids whose rows were fetched (unique, in first-seen order, with
     /// dedup; every occurrence in order without).
@@ -170,6 +174,19 @@ pub struct Lookup {
     pub pooled: Vec<Vec<f32>>,
     /// The bags this rank pooled as an owner, for the backward.
     pub served: Served,
+    bufs: LookupBufs,
+}
+
+/// The lookup's working buffers (empty dedup indices between lookups).
+#[derive(Debug, Default)]
+struct LookupBufs {
+    index: Vec<Option<Index>>,
+    members: Vec<Vec<u32>>,
+    send: Vec<u32>,
+    req: Received<u32>,
+    resp: Vec<f32>,
+    got: Received<f32>,
+    pooled: pooled::ForwardBufs,
 }
 
 /// What one exchange moved, for the per-interval report.
@@ -202,17 +219,19 @@ pub(super) fn protocol_violation(msg: String) -> ! {
     panic!("embedding exchange protocol violated: {msg}")
 }
 
-/// For every slot, the indices (into `ids[table]`) of the ids it holds.
-fn route(store: &Store, ids: &[Vec<u32>]) -> Vec<Vec<u32>> {
-    let mut members: Vec<Vec<u32>> = vec![Vec::new(); store.slots.len()];
+/// For every slot, the indices (into `ids[table]`) of the ids it holds (`rows`
+/// tables; into `members`, refilled).
+fn route<V: AsRef<[u32]>>(store: &Store, ids: &[V], members: &mut Vec<Vec<u32>>) {
+    members.resize_with(store.slots.len(), Vec::new);
+    members.iter_mut().for_each(Vec::clear);
     for (t, ids) in ids.iter().enumerate() {
+        let ids = ids.as_ref();
         if store.is_replicated(t) || store.plan.mode(t) == OutputMode::Pooled {
             continue;
         }
         if let Placement::Column { .. } = store.plan.tables[t] {
-            let all: Vec<u32> = (0..ids.len() as u32).collect();
             for &s in &store.table_slots[t] {
-                members[s] = all.clone();
+                members[s].extend(0..ids.len() as u32);
             }
         } else {
             for (i, &id) in ids.iter().enumerate() {
@@ -221,7 +240,6 @@ fn route(store: &Store, ids: &[Vec<u32>]) -> Vec<Vec<u32>> {
             }
         }
     }
-    members
 }
 
 /// Split one source's message into its header (one count per slot the receiver
@@ -263,51 +281,91 @@ pub fn global_lookup<C: Comm>(
     batch: &Batch,
     dedup: bool,
 ) -> Result<(Lookup, ExchangeCounts)> {
+    let mut lk = Lookup::default();
+    let counts = global_lookup_into(comm, store, batch, dedup, &mut lk)?;
+    Ok((lk, counts))
+}
+
+/// [`global_lookup`] into `lk`, reusing its buffers.
+pub fn global_lookup_into<C: Comm>(
+    comm: &C,
+    store: &Store,
+    batch: &Batch,
+    dedup: bool,
+    lk: &mut Lookup,
+) -> Result<ExchangeCounts> {
     let p = comm.size();
     let me = comm.rank();
     let spec = &store.spec;
     let nt = spec.tables.len();
-    let per: Vec<(Vec<u32>, Vec<u32>)> = (0..nt)
-        .into_par_iter()
-        .map(|t| {
-            let ids = &batch.bags[t].ids;
+    let Lookup {
+        ids,
+        occ,
+        rows,
+        pooled,
+        served,
+        bufs,
+    } = lk;
+    ids.resize_with(nt, Vec::new);
+    occ.resize_with(nt, Vec::new);
+    rows.resize_with(nt, Vec::new);
+    bufs.index.resize_with(nt, || None);
+    ids.par_iter_mut()
+        .zip(occ.par_iter_mut())
+        .zip(bufs.index.par_iter_mut())
+        .enumerate()
+        .for_each(|(t, ((u, occ), index))| {
+            let bag_ids = &batch.bags[t].ids;
+            u.clear();
+            occ.clear();
+            reserve_total(u, bag_ids.len());
+            reserve_total(occ, bag_ids.len());
             if dedup {
-                let mut index = Index::new(spec.tables[t].vocab, ids.len());
-                let mut u = Vec::new();
-                let occ = ids
-                    .iter()
-                    .map(|&id| {
-                        let p = index.get_or_insert(id, u.len() as u32);
-                        if p as usize == u.len() {
-                            u.push(id);
-                        }
-                        p
-                    })
-                    .collect();
-                (u, occ)
+                let index =
+                    index.get_or_insert_with(|| Index::new(spec.tables[t].vocab, bag_ids.len()));
+                occ.extend(bag_ids.iter().map(|&id| {
+                    let p = index.get_or_insert(id, u.len() as u32);
+                    if p as usize == u.len() {
+                        u.push(id);
+                    }
+                    p
+                }));
+                index.clear(u);
             } else {
-                (ids.clone(), (0..ids.len() as u32).collect())
+                u.extend_from_slice(bag_ids);
+                occ.extend(0..bag_ids.len() as u32);
             }
-        })
-        .collect();
-    let (ids, occ): (Vec<Vec<u32>>, Vec<Vec<u32>>) = per.into_iter().unzip();
+        });
     let mut counts = ExchangeCounts::default();
     for t in 0..nt {
         if !store.is_replicated(t) {
             counts.occurrences += batch.bags[t].ids.len() as u64;
         }
     }
-    let members = route(store, &ids);
-    let (pooled, served) = pooled::global_forward(comm, store, batch, &ids, &occ, &mut counts)?;
+    let members = &mut bufs.members;
+    route(store, ids, members);
+    pooled::global_forward(
+        comm,
+        store,
+        batch,
+        ids,
+        occ,
+        &mut counts,
+        &mut bufs.pooled,
+        pooled,
+        served,
+    )?;
 
     // Requests: per destination, the counts of the slots it owns, then local rows.
+    let send = &mut bufs.send;
+    send.clear();
     let total: usize = store
         .owned
         .iter()
         .flatten()
         .map(|&s| 1 + members[s].len())
         .sum();
-    let mut send: Vec<u32> = Vec::with_capacity(total);
+    reserve_total(send, total);
     let mut send_counts = vec![0usize; p];
     for (d, owned) in store.owned.iter().enumerate() {
         let start = send.len();
@@ -324,10 +382,10 @@ pub fn global_lookup<C: Comm>(
         }
         send_counts[d] = send.len() - start;
     }
-    let req = {
+    {
         let _p = comm.stats().phase("lookup");
-        comm.all_to_all_v(&send, &send_counts)?
-    };
+        comm.all_to_all_v_into(send, &send_counts, &mut bufs.req)?;
+    }
 
     // Serve: the rows asked for, slot by slot; the (source, slot) blocks in parallel,
     // each into its own part of the response.
@@ -336,7 +394,8 @@ pub fn global_lookup<C: Comm>(
     let mut blocks: Vec<(usize, usize, &[u32])> = Vec::new();
     let mut resp_counts = vec![0usize; p];
     for (q, rc) in resp_counts.iter_mut().enumerate() {
-        let (hdr, rows) = split_message(req.from_rank(q), mine.len(), |_| 1, |c| c as usize, q)?;
+        let (hdr, rows) =
+            split_message(bufs.req.from_rank(q), mine.len(), |_| 1, |c| c as usize, q)?;
         let mut k = 0;
         for (j, &s) in mine.iter().enumerate() {
             let ls = &store.local[store.slot_local[s].expect("owned slot is local")];
@@ -346,7 +405,11 @@ pub fn global_lookup<C: Comm>(
         }
         counts.owner_rows += rows.len() as u64;
     }
-    let mut resp = vec![0.0f32; resp_counts.iter().sum()];
+    // Every value is copied from a row below (a reused buffer needs no zero fill).
+    let resp = &mut bufs.resp;
+    reserve_total(resp, resp_counts.iter().sum());
+    resp.resize(resp_counts.iter().sum(), 0.0);
+    resp.truncate(resp_counts.iter().sum());
     let mut parts: Vec<&mut [f32]> = Vec::with_capacity(blocks.len());
     let mut rest = &mut resp[..];
     for &(_, j, asked) in &blocks {
@@ -376,10 +439,12 @@ pub fn global_lookup<C: Comm>(
                 o.copy_from_slice(ls.row(r as u64));
             }
         });
-    let got = {
+    drop(blocks);
+    {
         let _p = comm.stats().phase("lookup");
-        comm.all_to_all_v(&resp, &resp_counts)?
-    };
+        comm.all_to_all_v_into(resp, &resp_counts, &mut bufs.got)?;
+    }
+    let got = &bufs.got;
 
     // Place the rows where the batch will pool them: tables in parallel, each from
     // its slots' parts of the response.
@@ -403,20 +468,23 @@ pub fn global_lookup<C: Comm>(
             k += len;
         }
     }
-    let mut rows: Vec<Vec<f32>> = (0..nt)
-        .map(|t| {
-            if pooled[t].is_empty() {
-                vec![0.0f32; ids[t].len() * spec.tables[t].dim]
-            } else {
-                Vec::new()
-            }
-        })
-        .collect();
+    // Every value of a `rows` table's buffer is written below: each id's row comes
+    // from its row slot, or its columns from the table's column slots, or from the
+    // replica (a reused buffer needs no zero fill).
+    let members = &*members;
     rows.par_iter_mut()
         .zip(&per_table)
         .enumerate()
         .for_each(|(t, (rows_t, parts))| {
             let dim = spec.tables[t].dim;
+            let len = if is_pooled_table(store, t) {
+                0
+            } else {
+                ids[t].len() * dim
+            };
+            reserve_total(rows_t, len);
+            rows_t.resize(len, 0.0);
+            rows_t.truncate(len);
             for &(s, data) in parts {
                 let sh = &store.slots[s];
                 let (w, c0) = (sh.width(), sh.cols.start);
@@ -425,26 +493,14 @@ pub fn global_lookup<C: Comm>(
                     rows_t[o..o + w].copy_from_slice(src);
                 }
             }
-        });
-    for t in 0..nt {
-        if let Some(li) = store.replica[t] {
-            let ls = &store.local[li];
-            let dim = spec.tables[t].dim;
-            for (i, &id) in ids[t].iter().enumerate() {
-                rows[t][i * dim..(i + 1) * dim].copy_from_slice(ls.row(id as u64));
+            if let Some(li) = store.replica[t] {
+                let ls = &store.local[li];
+                for (i, &id) in ids[t].iter().enumerate() {
+                    rows_t[i * dim..(i + 1) * dim].copy_from_slice(ls.row(id as u64));
+                }
             }
-        }
-    }
-    Ok((
-        Lookup {
-            ids,
-            occ,
-            rows,
-            pooled,
-            served,
-        },
-        counts,
-    ))
+        });
+    Ok(counts)
 }
 
 /// Whether table `t` is sharded and in the `pooled` output mode.
@@ -518,6 +574,8 @@ pub struct TableGrad {
     pub ids: Vec<u32>,
     pub grads: Vec<f32>,
     index: IdMap,
+    /// Scratch of a later micro-batch: its ids' positions in `ids`.
+    pos: Vec<u32>,
     /// A data-parallel table's dense `vocab x dim` gradient.
     pub dense: Vec<f32>,
     /// A pooled table's gradient per example, `n x dim`, scaled like the rows'
@@ -551,6 +609,18 @@ impl StepGrads {
         StepGrads { dedup, tables }
     }
 
+    /// Empty for the next step, keeping the buffers (a data-parallel table's
+    /// gradient back to zeros).
+    pub fn reset(&mut self) {
+        for tg in &mut self.tables {
+            tg.ids.clear();
+            tg.grads.clear();
+            tg.index.clear();
+            tg.dense.fill(0.0);
+            tg.pooled.clear();
+        }
+    }
+
     /// Add one micro-batch's gradients: `dx` is d loss / d MLP input (`n x width`).
     /// Each occurrence's gradient is added in occurrence order.
     pub fn accumulate(&mut self, store: &Store, batch: &Batch, lk: &Lookup, dx: &[f32]) {
@@ -578,7 +648,7 @@ impl StepGrads {
                     tg.pooled.is_empty(),
                     "a pooled table accumulates once per step"
                 );
-                tg.pooled = Vec::with_capacity(batch.n * dim);
+                reserve_total(&mut tg.pooled, batch.n * dim);
                 for e in 0..batch.n {
                     let scale = scale_of(e);
                     let g = &dx[e * width + offs[t]..e * width + offs[t] + dim];
@@ -586,35 +656,34 @@ impl StepGrads {
                 }
                 return;
             }
-            // Micro-batch id index -> position in the step's list.
-            let pos: Vec<u32> = if replicated || !dedup {
-                Vec::new()
+            // Micro-batch id index -> position in the step's list (`tg.pos`, when
+            // `mapped`; else the same).
+            let mapped = if replicated || !dedup {
+                false
             } else if tg.ids.is_empty() {
                 // The step's first (usually only) lookup: its ids are the list.
-                tg.ids = lk.ids[t].clone();
-                tg.grads = vec![0.0; tg.ids.len() * dim];
-                (0..tg.ids.len() as u32).collect()
+                reserve_total(&mut tg.ids, lk.ids[t].len());
+                reserve_total(&mut tg.grads, lk.ids[t].len() * dim);
+                tg.ids.extend_from_slice(&lk.ids[t]);
+                tg.grads.resize(tg.ids.len() * dim, 0.0);
+                false
             } else {
                 if tg.index.len() != tg.ids.len() {
-                    tg.index = tg
-                        .ids
-                        .iter()
-                        .enumerate()
-                        .map(|(p, &id)| (id, p as u32))
-                        .collect();
+                    tg.index.clear();
+                    tg.index
+                        .extend(tg.ids.iter().enumerate().map(|(p, &id)| (id, p as u32)));
                 }
-                lk.ids[t]
-                    .iter()
-                    .map(|&id| {
-                        let n = tg.ids.len() as u32;
-                        let p = *tg.index.entry(id).or_insert(n);
-                        if p == n {
-                            tg.ids.push(id);
-                            tg.grads.resize(tg.grads.len() + dim, 0.0);
-                        }
-                        p
-                    })
-                    .collect()
+                tg.pos.clear();
+                for &id in &lk.ids[t] {
+                    let n = tg.ids.len() as u32;
+                    let p = *tg.index.entry(id).or_insert(n);
+                    if p == n {
+                        tg.ids.push(id);
+                        tg.grads.resize(tg.grads.len() + dim, 0.0);
+                    }
+                    tg.pos.push(p);
+                }
+                true
             };
             let mut gs = vec![0.0f32; dim];
             for e in 0..batch.n {
@@ -639,7 +708,7 @@ impl StepGrads {
                         (
                             Bag {
                                 idx: &lk.occ[t][lo..hi],
-                                map: Some(&pos),
+                                map: mapped.then_some(&tg.pos[..]),
                             },
                             &mut tg.grads,
                         )
@@ -684,7 +753,9 @@ impl StepGrads {
     }
 }
 
-/// An owner's sum of one slot's gradients over sources, rows ascending.
+/// An owner's sum of one slot's gradients over sources (rows in first-seen order, or
+/// ascending when asked).
+#[cfg(test)]
 struct SlotSum {
     rows: Vec<u32>,
     grads: Vec<f32>,
@@ -729,21 +800,27 @@ fn add_to_sum(
     }
 }
 
-fn sum_slot<I: IdBits>(
+/// Sum one slot's gradients over its sources' pieces (in order; within a piece in
+/// order) into `rows` and `grads` (refilled), with `index` (empty before and after;
+/// made for this shard on first use). Rows ascending when `sorted`.
+#[allow(clippy::too_many_arguments)]
+fn sum_slot_into<I: IdBits>(
     pieces: &[(&[I], &[f32])],
     w: usize,
     dedup: bool,
     shard_rows: u64,
     sorted: bool,
-) -> Result<SlotSum> {
+    index: &mut Option<Index>,
+    rows: &mut Vec<u32>,
+    grads: &mut Vec<f32>,
+) -> Result<()> {
     let total: usize = pieces.iter().map(|(ids, _)| ids.len()).sum();
-    let mut index = Index::new(shard_rows, total);
+    let index = index.get_or_insert_with(|| Index::new(shard_rows, total));
     // At most `total` rows: reserved once (growing would copy the sums again).
-    let mut rows: Vec<u32> = Vec::with_capacity(total);
-    let mut grads: Vec<f32> = Vec::with_capacity(total * w);
-    let mut add = |row: u32, g: &[f32], index: &mut Index| {
-        add_to_sum(index, &mut rows, &mut grads, w, row, g)
-    };
+    rows.clear();
+    grads.clear();
+    reserve_total(rows, total);
+    reserve_total(grads, total * w);
     let check = |row: u32| {
         if row as u64 >= shard_rows {
             protocol_violation(format!(
@@ -763,7 +840,8 @@ fn sum_slot<I: IdBits>(
         match local.as_mut() {
             None => {
                 for (k, id) in ids.iter().enumerate() {
-                    add(check(id.bits())?, &gs[k * w..(k + 1) * w], &mut index);
+                    let row = check(id.bits())?;
+                    add_to_sum(index, rows, grads, w, row, &gs[k * w..(k + 1) * w]);
                 }
             }
             Some(lindex) => {
@@ -786,32 +864,58 @@ fn sum_slot<I: IdBits>(
                     }
                 }
                 for (p, &row) in lrows.iter().enumerate() {
-                    add(row, &lg[p * w..(p + 1) * w], &mut index);
+                    add_to_sum(index, rows, grads, w, row, &lg[p * w..(p + 1) * w]);
                 }
                 lindex.clear(&lrows);
             }
         }
     }
+    index.clear(rows);
     if !sorted {
-        return Ok(SlotSum { rows, grads });
+        return Ok(());
     }
     // Ascending rows: the order every column shard of a table agrees on.
     let mut order: Vec<usize> = (0..rows.len()).collect();
     order.sort_unstable_by_key(|&p| rows[p]);
-    Ok(SlotSum {
-        rows: order.iter().map(|&p| rows[p]).collect(),
-        grads: order
-            .iter()
-            .flat_map(|&p| grads[p * w..(p + 1) * w].iter().copied())
-            .collect(),
-    })
+    let sorted_rows: Vec<u32> = order.iter().map(|&p| rows[p]).collect();
+    let sorted_grads: Vec<f32> = order
+        .iter()
+        .flat_map(|&p| grads[p * w..(p + 1) * w].iter().copied())
+        .collect();
+    *rows = sorted_rows;
+    *grads = sorted_grads;
+    Ok(())
 }
 
-/// [`sum_slot`] of a pooled slot's per-source sums (`grads[q]`: one row of `w` per
-/// row of `rows[q]`, distinct within each source): the same rows in the same order
-/// and the same bits, without copying the first source's sums (every sum starts
-/// from +0.0, so it is never -0.0 and `0.0 + x == x`).
-fn sum_sources(rows: &[&[u32]], grads: Vec<Vec<f32>>, w: usize, shard_rows: u64) -> SlotSum {
+/// [`sum_slot_into`] into fresh buffers.
+#[cfg(test)]
+fn sum_slot<I: IdBits>(
+    pieces: &[(&[I], &[f32])],
+    w: usize,
+    dedup: bool,
+    shard_rows: u64,
+    sorted: bool,
+) -> Result<SlotSum> {
+    let (mut rows, mut grads) = (Vec::new(), Vec::new());
+    sum_slot_into(
+        pieces, w, dedup, shard_rows, sorted, &mut None, &mut rows, &mut grads,
+    )?;
+    Ok(SlotSum { rows, grads })
+}
+
+/// [`sum_slot_into`] of a pooled slot's per-source sums (`sums[q]`: one row of `w`
+/// per row of `rows[q]`, distinct within each source), in place: the first source's
+/// sums become the slot's (the same rows in the same order and the same bits as
+/// `sum_slot_into`, without copying them: every sum starts from +0.0, so it is never
+/// -0.0 and `0.0 + x == x`); `out` gets the rows.
+fn sum_sources_into(
+    rows: &[&[u32]],
+    sums: &mut [Vec<f32>],
+    w: usize,
+    shard_rows: u64,
+    index: &mut Option<Index>,
+    out: &mut Vec<u32>,
+) {
     if let Some(&row) = rows
         .iter()
         .flat_map(|r| r.iter())
@@ -821,36 +925,54 @@ fn sum_sources(rows: &[&[u32]], grads: Vec<Vec<f32>>, w: usize, shard_rows: u64)
             "gradient for row {row} of a {shard_rows}-row shard"
         ));
     }
-    let mut sources = rows.iter().zip(grads);
-    let Some((&r0, mut sum)) = sources.next() else {
-        return SlotSum {
-            rows: Vec::new(),
-            grads: Vec::new(),
-        };
+    out.clear();
+    let Some((first, others)) = sums.split_first_mut() else {
+        return;
     };
     let total: usize = rows.iter().map(|r| r.len()).sum();
-    let mut out: Vec<u32> = Vec::with_capacity(total);
-    out.extend_from_slice(r0);
-    if rows.len() == 1 {
-        return SlotSum {
-            rows: out,
-            grads: sum,
-        };
+    reserve_total(out, total);
+    out.extend_from_slice(rows[0]);
+    if others.is_empty() {
+        return;
     }
-    sum.reserve((total - r0.len()) * w);
-    let mut index = Index::new(shard_rows, total);
-    for (p, &r) in r0.iter().enumerate() {
+    reserve_total(first, total * w);
+    let index = index.get_or_insert_with(|| Index::new(shard_rows, total));
+    for (p, &r) in rows[0].iter().enumerate() {
         index.get_or_insert(r, p as u32);
     }
-    for (&rq, gq) in sources {
+    for (&rq, gq) in rows[1..].iter().zip(others.iter()) {
         for (&row, g) in rq.iter().zip(gq.chunks_exact(w.max(1))) {
-            add_to_sum(&mut index, &mut out, &mut sum, w, row, g);
+            add_to_sum(index, out, first, w, row, g);
         }
     }
+    index.clear(out);
+}
+
+/// [`sum_sources_into`] into fresh buffers.
+#[cfg(test)]
+fn sum_sources(rows: &[&[u32]], mut grads: Vec<Vec<f32>>, w: usize, shard_rows: u64) -> SlotSum {
+    let mut out = Vec::new();
+    sum_sources_into(rows, &mut grads, w, shard_rows, &mut None, &mut out);
     SlotSum {
         rows: out,
-        grads: sum,
+        grads: grads.into_iter().next().unwrap_or_default(),
     }
+}
+
+/// The backward's buffers, kept from step to step.
+#[derive(Debug, Default)]
+pub struct BackwardBufs {
+    members: Vec<Vec<u32>>,
+    send: Vec<f32>,
+    got: Received<f32>,
+    pooled: pooled::BackwardBufs,
+    /// Per slot this rank owns: the index summing its rows (empty between steps),
+    /// its summed rows and (`rows` slots) their gradients, and its rows' squared
+    /// norms (row-wise Adagrad).
+    index: Vec<Option<Index>>,
+    rows: Vec<Vec<u32>>,
+    grads: Vec<Vec<f32>>,
+    stats: Vec<Vec<f64>>,
 }
 
 /// Collective: every rank must call. Sends this step's gradients to the owners and
@@ -861,22 +983,26 @@ pub fn global_backward<C: Comm>(
     store: &mut Store,
     grads: &StepGrads,
     served: &Served,
+    bufs: &mut BackwardBufs,
 ) -> Result<ExchangeCounts> {
     let p = comm.size();
     let me = comm.rank();
-    let ids: Vec<Vec<u32>> = grads.tables.iter().map(|t| t.ids.clone()).collect();
-    let members = route(store, &ids);
+    let ids: Vec<&[u32]> = grads.tables.iter().map(|t| t.ids.as_slice()).collect();
+    route(store, &ids, &mut bufs.members);
+    let members = &bufs.members;
     let mut counts = ExchangeCounts::default();
 
     // Per destination: counts of its slots, then per slot the local rows (as bits)
     // and their gradients' column slices.
+    let send = &mut bufs.send;
+    send.clear();
     let total: usize = store
         .owned
         .iter()
         .flatten()
         .map(|&s| 1 + members[s].len() * (1 + store.slots[s].width()))
         .sum();
-    let mut send: Vec<f32> = Vec::with_capacity(total);
+    reserve_total(send, total);
     let mut send_counts = vec![0usize; p];
     for (d, owned) in store.owned.iter().enumerate() {
         let start = send.len();
@@ -902,19 +1028,19 @@ pub fn global_backward<C: Comm>(
         }
         send_counts[d] = send.len() - start;
     }
-    let got = {
+    {
         let _p = comm.stats().phase("backward");
-        comm.all_to_all_v(&send, &send_counts)?
-    };
-    let from_bags = pooled::global_backward(comm, store, &grads.tables, served)?;
+        comm.all_to_all_v_into(send, &send_counts, &mut bufs.got)?;
+    }
+    pooled::global_backward(comm, store, &grads.tables, served, &mut bufs.pooled)?;
 
     // Sum per slot over sources in rank order.
-    let mine = store.owned[me].clone();
+    let mine = &store.owned[me];
     let widths: Vec<usize> = mine.iter().map(|&s| store.slots[s].width()).collect();
     let mut pieces: Vec<Vec<(&[f32], &[f32])>> = vec![Vec::new(); mine.len()];
     for q in 0..p {
         let (hdr, mut body) = split_message(
-            got.from_rank(q),
+            bufs.got.from_rank(q),
             mine.len(),
             |j| 1 + widths[j],
             |c: f32| c.to_bits() as usize,
@@ -944,32 +1070,51 @@ pub fn global_backward<C: Comm>(
                 )
         })
         .collect();
-    let sums: Vec<SlotSum> = pieces
-        .par_iter()
-        .zip(from_bags)
-        .zip(&widths)
-        .zip(&shard_rows)
-        .zip(&needs_order)
+    let pooled_slot: Vec<bool> = mine.iter().map(|&s| pooled::is_pooled(store, s)).collect();
+    // A pooled slot with dedup sums its sources in place (into its first source's
+    // sums); other slots into their own buffers.
+    let in_place = |j: usize| pooled_slot[j] && dedup && !needs_order[j];
+    let nj = mine.len();
+    bufs.index.resize_with(nj, || None);
+    bufs.rows.resize_with(nj, Vec::new);
+    bufs.grads.resize_with(nj, Vec::new);
+    bufs.index
+        .par_iter_mut()
+        .zip(bufs.rows.par_iter_mut())
+        .zip(bufs.grads.par_iter_mut())
+        .zip(bufs.pooled.sums.par_iter_mut())
         .enumerate()
-        .map(|(j, ((((pc, bags), &w), &n), &sorted))| match bags {
-            // A pooled slot with dedup: the first source's sums are the start.
-            Some(per_source) if dedup && !sorted => {
-                let rows: Vec<&[u32]> = served.bags[j].iter().map(|b| b.rows.as_slice()).collect();
-                Ok(sum_sources(&rows, per_source, w, n))
+        .try_for_each(|(j, (((index, rows), gs), per_source))| {
+            let (w, n, sorted) = (widths[j], shard_rows[j], needs_order[j]);
+            if !pooled_slot[j] {
+                return sum_slot_into(&pieces[j], w, dedup, n, sorted, index, rows, gs);
             }
-            // A pooled slot: the owner's per-source sums of each source's distinct
-            // rows, summed like the rows mode's.
-            Some(per_source) => {
-                let pc: Vec<(&[u32], &[f32])> = served.bags[j]
-                    .iter()
-                    .zip(&per_source)
-                    .map(|(b, g)| (b.rows.as_slice(), g.as_slice()))
-                    .collect();
-                sum_slot(&pc, w, dedup, n, sorted)
+            let src_rows: Vec<&[u32]> = (0..served.sources(j)).map(|q| served.rows(j, q)).collect();
+            if in_place(j) {
+                gs.clear();
+                sum_sources_into(&src_rows, per_source, w, n, index, rows);
+                return Ok(());
             }
-            None => sum_slot(pc, w, dedup, n, sorted),
+            // The owner's per-source sums of each source's distinct rows, summed like
+            // the rows mode's.
+            let pc: Vec<(&[u32], &[f32])> = src_rows
+                .iter()
+                .zip(per_source.iter())
+                .map(|(&r, g)| (r, g.as_slice()))
+                .collect();
+            sum_slot_into(&pc, w, dedup, n, sorted, index, rows, gs)
+        })?;
+    // Per slot: its summed rows and their gradients.
+    let sums: Vec<(&[u32], &[f32])> = (0..nj)
+        .map(|j| {
+            let g: &[f32] = if in_place(j) {
+                bufs.pooled.sums[j].first().map_or(&[], |v| v.as_slice())
+            } else {
+                &bufs.grads[j]
+            };
+            (bufs.rows[j].as_slice(), g)
         })
-        .collect::<Result<_>>()?;
+        .collect();
 
     // Row statistics for row-wise Adagrad: squared norms of full rows; column shards
     // add their partial sums across the table's owners, in slot order.
@@ -980,18 +1125,21 @@ pub fn global_backward<C: Comm>(
             .tables
             .iter()
             .any(|pl| matches!(pl, Placement::Column { .. }));
-    let partial: Vec<Vec<f64>> = sums
-        .iter()
+    bufs.stats.resize_with(nj, Vec::new);
+    bufs.stats
+        .par_iter_mut()
+        .zip(&sums)
         .zip(&widths)
-        .map(|(ss, &w)| {
+        .for_each(|((st, (_, g)), &w)| {
+            st.clear();
             if opt.needs_row_stat() {
-                ss.grads.chunks(w).map(sq_sum).collect()
-            } else {
-                Vec::new()
+                reserve_total(st, g.len() / w.max(1));
+                st.extend(g.chunks(w.max(1)).map(sq_sum));
             }
-        })
-        .collect();
-    let mut totals: Vec<Vec<f64>> = partial.clone();
+        });
+    let partial = &bufs.stats;
+    // Per column slot: the full rows' statistics (other slots use their own).
+    let mut col_totals: Vec<Option<Vec<f64>>> = vec![None; nj];
     if column_stats {
         let is_col = |s: usize| {
             matches!(
@@ -1029,7 +1177,7 @@ pub fn global_backward<C: Comm>(
                 }
                 for (j, &s2) in mine.iter().enumerate() {
                     if store.slots[s2].table == store.slots[s].table {
-                        let n = sums[j].rows.len();
+                        let n = sums[j].0.len();
                         if data.len() < n {
                             protocol_violation(format!(
                                 "rank {q}: short column statistics for table {}",
@@ -1047,7 +1195,7 @@ pub fn global_backward<C: Comm>(
                 continue;
             }
             let t = store.slots[s2].table;
-            let mut tot = vec![0.0f64; sums[j].rows.len()];
+            let mut tot = vec![0.0f64; sums[j].0.len()];
             for &s in &store.table_slots[t] {
                 let part = from.get(&(s, s2)).unwrap_or_else(|| {
                     protocol_violation(format!("no column statistics from slot {s}"))
@@ -1056,17 +1204,20 @@ pub fn global_backward<C: Comm>(
                     *a += b;
                 }
             }
-            totals[j] = tot;
+            col_totals[j] = Some(tot);
         }
     }
+    let totals: Vec<&[f64]> = (0..nj)
+        .map(|j| col_totals[j].as_deref().unwrap_or(&partial[j]))
+        .collect();
 
-    // Apply once per row (rows were checked against their shard in `sum_slot`);
+    // Apply once per row (rows were checked against their shard when summed);
     // shards in parallel.
     let sp = opt.state_per_row();
     let mut job: Vec<Option<usize>> = vec![None; store.local.len()];
     for (j, &s) in mine.iter().enumerate() {
         job[store.slot_local[s].expect("owned slot is local")] = Some(j);
-        counts.owner_rows += sums[j].rows.len() as u64;
+        counts.owner_rows += sums[j].0.len() as u64;
     }
     let dims: Vec<f64> = mine
         .iter()
@@ -1076,10 +1227,10 @@ pub fn global_backward<C: Comm>(
     let isa = Isa::detect();
     store.local.par_iter_mut().zip(job).for_each(|(ls, j)| {
         let Some(j) = j else { return };
-        let (w, ss) = (widths[j], &sums[j]);
-        for (k, &row) in ss.rows.iter().enumerate() {
+        let (w, (rows, gs)) = (widths[j], sums[j]);
+        for (k, &row) in rows.iter().enumerate() {
             let r = row as usize;
-            if let Some(&ahead) = ss.rows.get(k + PREFETCH_AHEAD) {
+            if let Some(&ahead) = rows.get(k + PREFETCH_AHEAD) {
                 prefetch_row(isa, &ls.data, w, ahead as usize);
                 if sp > 0 {
                     prefetch_row(isa, &ls.state, sp, ahead as usize);
@@ -1089,7 +1240,7 @@ pub fn global_backward<C: Comm>(
             opt.apply(
                 &mut ls.data[r * w..(r + 1) * w],
                 &mut ls.state[r * sp..(r + 1) * sp],
-                &ss.grads[k * w..(k + 1) * w],
+                &gs[k * w..(k + 1) * w],
                 stat,
             );
         }

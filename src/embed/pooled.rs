@@ -16,6 +16,8 @@
 //! in both modes; the forward's sum is the same bits for a table held by one shard
 //! and differs by summation order only when a bag's rows are split over row shards.
 
+use std::ops::Range;
+
 use rayon::prelude::*;
 
 use super::clicks::Batch;
@@ -23,39 +25,87 @@ use super::exchange::{is_pooled_table, protocol_violation, ExchangeCounts, Table
 use super::kernels::{pool_bags, scatter_bags, scatter_bags_fresh, Bags, Isa};
 use super::placement::Placement;
 use super::tables::Store;
-use crate::comm::Comm;
+use crate::allocs::reserve_with_room as reserve_total;
+use crate::comm::{Comm, Received};
 use crate::Result;
 
-/// One source's bags of one slot, as its owner received them.
+/// One source's bags of one slot, as its owner received them: where its distinct
+/// rows and its indices lie in the request buffer, and its example offsets.
 #[derive(Clone, Debug, Default)]
-pub struct ServedBags {
+struct ServedBags {
     /// Distinct local rows, in the source's first-seen order.
-    pub rows: Vec<u32>,
-    /// `n + 1` offsets into `idx` (example `e` is `idx[offsets[e]..offsets[e + 1]]`).
-    pub offsets: Vec<u32>,
+    rows: Range<usize>,
     /// Per occurrence: its row's index in `rows`.
-    pub idx: Vec<u32>,
+    idx: Range<usize>,
+    /// `n + 1` offsets into `idx` (example `e` is `idx[offsets[e]..offsets[e + 1]]`).
+    offsets: Vec<u32>,
 }
 
-impl ServedBags {
-    /// The bags, each index mapped through `rows` (`true`) or into `rows` (`false`).
-    fn bags(&self, mapped: bool) -> Bags<'_> {
+/// What an owner keeps of one step's pooled lookups for the backward: the requests
+/// as they arrived, and per slot it owns (the order of `store.owned[me]`; none for
+/// `rows` slots) per source rank, where that source's bags lie in them. Refilled in
+/// place by the next lookup into it (its buffers are kept).
+#[derive(Debug, Default)]
+pub struct Served {
+    req: Received<u32>,
+    bags: Vec<Vec<ServedBags>>,
+}
+
+impl Served {
+    /// Source `q`'s distinct rows of my slot `j` (an index into `store.owned[me]`).
+    pub fn rows(&self, j: usize, q: usize) -> &[u32] {
+        &self.req.data[self.bags[j][q].rows.clone()]
+    }
+
+    /// Sources that asked for my slot `j` (every rank for a pooled slot, else none).
+    pub fn sources(&self, j: usize) -> usize {
+        self.bags.get(j).map_or(0, |b| b.len())
+    }
+
+    /// Source `q`'s bags of my slot `j`, each index mapped through its rows (`true`)
+    /// or into them (`false`).
+    fn bags(&self, j: usize, q: usize, mapped: bool) -> Bags<'_> {
+        let b = &self.bags[j][q];
         Bags {
-            offsets: &self.offsets,
-            idx: &self.idx,
-            map: mapped.then_some(&self.rows[..]),
+            offsets: &b.offsets,
+            idx: &self.req.data[b.idx.clone()],
+            map: mapped.then(|| self.rows(j, q)),
         }
     }
-    fn examples(&self) -> usize {
-        self.offsets.len().saturating_sub(1)
+
+    fn examples(&self, j: usize, q: usize) -> usize {
+        self.bags[j][q].offsets.len().saturating_sub(1)
     }
 }
 
-/// What an owner keeps of one step's pooled lookups for the backward: per slot it
-/// owns (the order of `store.owned[me]`; empty for `rows` slots), per source rank.
+/// This source's bags of one slot, before they are sent.
 #[derive(Clone, Debug, Default)]
-pub struct Served {
-    pub bags: Vec<Vec<ServedBags>>,
+struct LocalBags {
+    rows: Vec<u32>,
+    offsets: Vec<u32>,
+    idx: Vec<u32>,
+}
+
+impl LocalBags {
+    fn clear(&mut self) {
+        self.rows.clear();
+        self.offsets.clear();
+        self.idx.clear();
+    }
+}
+
+/// The pooled forward's buffers, kept from one lookup to the next (see
+/// [`super::exchange::Lookup`]): the exchanges' payloads and the per-slot bags.
+#[derive(Debug, Default)]
+pub struct ForwardBufs {
+    /// Per table, per slot of the table: this source's bags.
+    local: Vec<Vec<LocalBags>>,
+    /// Per table: scratch of a row-sharded table (per distinct id: its slot and its
+    /// position there; per slot: rows so far).
+    scratch: Vec<(Vec<u32>, Vec<u32>, Vec<u32>)>,
+    send: Vec<u32>,
+    resp: Vec<f32>,
+    got: Received<f32>,
 }
 
 /// The first `k` values of `msg`, which moves past them.
@@ -73,88 +123,95 @@ pub fn is_pooled(store: &Store, s: usize) -> bool {
     is_pooled_table(store, store.slots[s].table)
 }
 
-/// Per slot of a pooled table, this source's bags: `ids[t]` are table `t`'s ids in
-/// first-seen order (distinct with dedup), `occ[t][k]` occurrence `k`'s index in it.
-/// Tables in parallel (each table's slots are its own).
-fn local_bags(store: &Store, batch: &Batch, ids: &[Vec<u32>], occ: &[Vec<u32>]) -> Vec<ServedBags> {
-    let per_table: Vec<Vec<(usize, ServedBags)>> = ids
-        .par_iter()
+/// Per pooled table, per slot of it, this source's bags (into `local`): `ids[t]` are
+/// table `t`'s ids in first-seen order (distinct with dedup), `occ[t][k]` occurrence
+/// `k`'s index in it. Tables in parallel (each table's slots are its own).
+fn local_bags(
+    store: &Store,
+    batch: &Batch,
+    ids: &[Vec<u32>],
+    occ: &[Vec<u32>],
+    bufs: &mut ForwardBufs,
+) {
+    let nt = ids.len();
+    bufs.local.resize_with(nt, Vec::new);
+    bufs.scratch.resize_with(nt, Default::default);
+    bufs.local
+        .par_iter_mut()
+        .zip(&mut bufs.scratch)
         .enumerate()
-        .map(|(t, ids_t)| {
+        .for_each(|(t, (out, scratch))| {
             if is_pooled_table(store, t) {
-                table_bags(store, batch, t, ids_t, &occ[t])
+                table_bags(store, batch, t, &ids[t], &occ[t], out, scratch);
             } else {
-                Vec::new()
+                out.clear();
             }
-        })
-        .collect();
-    let mut out: Vec<ServedBags> = vec![ServedBags::default(); store.slots.len()];
-    for (s, sb) in per_table.into_iter().flatten() {
-        out[s] = sb;
-    }
-    out
+        });
 }
 
-/// [`local_bags`] of one pooled table `t`: `(slot, bags)` for each of its slots.
+/// [`local_bags`] of one pooled table `t`: its slots' bags, in the order of
+/// `store.table_slots[t]`.
 fn table_bags(
     store: &Store,
     batch: &Batch,
     t: usize,
     ids_t: &[u32],
     occ_t: &[u32],
-) -> Vec<(usize, ServedBags)> {
+    out: &mut Vec<LocalBags>,
+    (slot_of, pos, next): &mut (Vec<u32>, Vec<u32>, Vec<u32>),
+) {
     let n = batch.n;
     let slots = &store.table_slots[t];
     let b = &batch.bags[t];
+    out.resize_with(slots.len(), Default::default);
+    let occurrences = (b.offsets[n] - b.offsets[0]) as usize;
+    for o in out.iter_mut() {
+        o.clear();
+        reserve_total(&mut o.rows, ids_t.len());
+        reserve_total(&mut o.offsets, n + 1);
+        reserve_total(&mut o.idx, occurrences);
+    }
     if let [s] = slots[..] {
         // The whole table in one slot (table-wise): the bags are the batch's.
         let rows = store.slots[s].rows;
-        let bags = ServedBags {
-            rows: ids_t
-                .iter()
-                .map(|&id| rows.local(id as u64) as u32)
-                .collect(),
-            offsets: b.offsets[..=n].iter().map(|&o| o - b.offsets[0]).collect(),
-            idx: occ_t[b.offsets[0] as usize..b.offsets[n] as usize].to_vec(),
-        };
-        return vec![(s, bags)];
+        let o = &mut out[0];
+        o.rows
+            .extend(ids_t.iter().map(|&id| rows.local(id as u64) as u32));
+        o.offsets
+            .extend(b.offsets[..=n].iter().map(|&x| x - b.offsets[0]));
+        o.idx
+            .extend_from_slice(&occ_t[b.offsets[0] as usize..b.offsets[n] as usize]);
+        return;
     }
-    let mut out: Vec<ServedBags> = vec![ServedBags::default(); slots.len()];
     // Per distinct id: its slot (index into `slots`) and position there.
-    let (slot_of, pos): (Vec<u32>, Vec<u32>) = match store.plan.tables[t] {
-        Placement::Column { .. } => {
-            for (j, &s) in slots.iter().enumerate() {
-                let rows = store.slots[s].rows;
-                out[j].rows = ids_t
-                    .iter()
-                    .map(|&id| rows.local(id as u64) as u32)
-                    .collect();
-            }
-            (vec![0; ids_t.len()], (0..ids_t.len() as u32).collect())
-        }
-        _ => {
-            let mut next = vec![0u32; slots.len()];
-            ids_t
-                .iter()
-                .map(|&id| {
-                    let s = store.row_slot(t, id as u64).expect("row placement");
-                    let j = slots.iter().position(|&x| x == s).expect("slot of table");
-                    out[j]
-                        .rows
-                        .push(store.slots[s].rows.local(id as u64) as u32);
-                    next[j] += 1;
-                    (j as u32, next[j] - 1)
-                })
-                .unzip()
-        }
-    };
     let column = matches!(store.plan.tables[t], Placement::Column { .. });
-    for o in out.iter_mut() {
-        o.offsets = Vec::with_capacity(n + 1);
-        o.offsets.push(0);
-        if !column && slots.len() == 1 {
-            o.idx = Vec::with_capacity(occ_t.len());
+    slot_of.clear();
+    pos.clear();
+    if column {
+        for (j, &s) in slots.iter().enumerate() {
+            let rows = store.slots[s].rows;
+            out[j]
+                .rows
+                .extend(ids_t.iter().map(|&id| rows.local(id as u64) as u32));
         }
+        slot_of.resize(ids_t.len(), 0);
+        pos.extend(0..ids_t.len() as u32);
+    } else {
+        next.clear();
+        next.resize(slots.len(), 0);
+        for &id in ids_t {
+            let s = store.row_slot(t, id as u64).expect("row placement");
+            let j = slots.iter().position(|&x| x == s).expect("slot of table");
+            out[j]
+                .rows
+                .push(store.slots[s].rows.local(id as u64) as u32);
+            slot_of.push(j as u32);
+            pos.push(next[j]);
+            next[j] += 1;
+        }
+    }
+    for o in out.iter_mut() {
+        o.offsets.push(0);
     }
     for e in 0..n {
         for &i in &occ_t[b.offsets[e] as usize..b.offsets[e + 1] as usize] {
@@ -172,12 +229,13 @@ fn table_bags(
             o.offsets.push(len);
         }
     }
-    slots.iter().copied().zip(out).collect()
 }
 
-/// Collective: every rank must call. The pooled tables' forward: returns, per table,
-/// the batch's pooled sums (`n x dim`, unscaled; empty for `rows` tables) and what
-/// this rank served as an owner.
+/// Collective: every rank must call. The pooled tables' forward: fills, per table,
+/// `pooled[t]` with the batch's pooled sums (`n x dim`, unscaled; empty for `rows`
+/// tables) and `served` with what this rank served as an owner. Every buffer is
+/// refilled in place: a step of the same shape allocates nothing once they have grown.
+#[allow(clippy::too_many_arguments)]
 pub fn global_forward<C: Comm>(
     comm: &C,
     store: &Store,
@@ -185,34 +243,52 @@ pub fn global_forward<C: Comm>(
     ids: &[Vec<u32>],
     occ: &[Vec<u32>],
     counts: &mut ExchangeCounts,
-) -> Result<(Vec<Vec<f32>>, Served)> {
+    bufs: &mut ForwardBufs,
+    pooled: &mut Vec<Vec<f32>>,
+    served: &mut Served,
+) -> Result<()> {
     let spec = &store.spec;
     let nt = spec.tables.len();
     let n = batch.n;
+    pooled.resize_with(nt, Vec::new);
+    pooled.iter_mut().for_each(Vec::clear);
     let any = (0..nt).any(|t| is_pooled_table(store, t));
     if !any {
-        return Ok((vec![Vec::new(); nt], Served::default()));
+        served.bags.clear();
+        return Ok(());
     }
     let p = comm.size();
     let me = comm.rank();
     let mine = &store.bags_order(me);
-    let bags = local_bags(store, batch, ids, occ);
+    local_bags(store, batch, ids, occ, bufs);
+    // A slot's index among its table's slots.
+    let in_table = |s: usize| -> usize {
+        let t = store.slots[s].table;
+        store.table_slots[t]
+            .iter()
+            .position(|&x| x == s)
+            .expect("slot of its table")
+    };
+    let local = &bufs.local;
+    let local_of = |s: usize| &local[store.slots[s].table][in_table(s)];
 
     // Requests: per destination, per slot it owns that is pooled:
     // [n, distinct, occurrences], rows, per-example counts, indices.
+    let send = &mut bufs.send;
+    send.clear();
     let total: usize = store
         .owned
         .iter()
         .flatten()
         .filter(|&&s| is_pooled(store, s))
-        .map(|&s| 3 + bags[s].rows.len() + n + bags[s].idx.len())
+        .map(|&s| 3 + local_of(s).rows.len() + n + local_of(s).idx.len())
         .sum();
-    let mut send: Vec<u32> = Vec::with_capacity(total);
+    reserve_total(send, total);
     let mut send_counts = vec![0usize; p];
     for (d, owned) in store.owned.iter().enumerate() {
         let start = send.len();
         for &s in owned.iter().filter(|&&s| is_pooled(store, s)) {
-            let sb = &bags[s];
+            let sb = local_of(s);
             send.extend([n as u32, sb.rows.len() as u32, sb.idx.len() as u32]);
             send.extend_from_slice(&sb.rows);
             send.extend(sb.offsets.windows(2).map(|w| w[1] - w[0]));
@@ -221,50 +297,59 @@ pub fn global_forward<C: Comm>(
         }
         send_counts[d] = send.len() - start;
     }
-    let req = {
+    {
         let _p = comm.stats().phase("lookup");
-        comm.all_to_all_v(&send, &send_counts)?
-    };
+        comm.all_to_all_v_into(send, &send_counts, &mut served.req)?;
+    }
 
-    // Parse what every source asked of each pooled slot of mine.
-    let mut served = Served {
-        bags: vec![Vec::new(); store.owned[me].len()],
-    };
-    for q in 0..p {
-        let mut msg = req.from_rank(q);
+    // Parse what every source asked of each pooled slot of mine (checked, then kept
+    // where it arrived).
+    served.bags.resize_with(store.owned[me].len(), Vec::new);
+    for (j, b) in served.bags.iter_mut().enumerate() {
+        b.resize_with(if mine.contains(&j) { p } else { 0 }, Default::default);
+    }
+    let offsets = served.req.offsets();
+    for (q, &base) in offsets[..p].iter().enumerate() {
+        let whole = served.req.from_rank(q);
+        let mut msg = whole;
+        let at = |rest: &[u32]| base + whole.len() - rest.len();
         for &j in mine {
             let s = store.owned[me][j];
             let rows_in_shard = store.local[store.slot_local[s].expect("owned slot is local")].rows;
 
             let hdr = take(&mut msg, 3, q, s);
             let (nq, u, o) = (hdr[0] as usize, hdr[1] as usize, hdr[2] as usize);
-            let rows = take(&mut msg, u, q, s).to_vec();
+            let r0 = at(msg);
+            let rows = take(&mut msg, u, q, s);
             if let Some(&r) = rows.iter().find(|&&r| r as u64 >= rows_in_shard) {
                 protocol_violation(format!(
                     "rank {q} asked for row {r} of a {rows_in_shard}-row shard (slot {s})"
                 ));
             }
             let per = take(&mut msg, nq, q, s);
-            let mut offsets = Vec::with_capacity(nq + 1);
-            offsets.push(0u32);
+            let sb = &mut served.bags[j][q];
+            sb.rows = r0..r0 + u;
+            sb.offsets.clear();
+            sb.offsets.push(0u32);
             let mut acc = 0u64;
             for &c in per {
                 acc += c as u64;
-                offsets.push(acc.min(u32::MAX as u64) as u32);
+                sb.offsets.push(acc.min(u32::MAX as u64) as u32);
             }
             if acc != o as u64 {
                 protocol_violation(format!(
                     "rank {q}: slot {s} counts {acc} occurrences, header {o}"
                 ));
             }
-            let idx = take(&mut msg, o, q, s).to_vec();
+            let i0 = at(msg);
+            let idx = take(&mut msg, o, q, s);
             if let Some(&i) = idx.iter().find(|&&i| i as usize >= u) {
                 protocol_violation(format!(
                     "rank {q}: index {i} of {u} distinct ids (slot {s})"
                 ));
             }
+            sb.idx = i0..i0 + o;
             counts.owner_rows += o as u64;
-            served.bags[j].push(ServedBags { rows, offsets, idx });
         }
         if !msg.is_empty() {
             protocol_violation(format!(
@@ -288,33 +373,37 @@ pub fn global_forward<C: Comm>(
     };
     let mut resp_counts = vec![0usize; p];
     for &(q, j) in &tasks {
-        resp_counts[q] += served.bags[j][q].examples() * width_of(j);
+        resp_counts[q] += served.examples(j, q) * width_of(j);
     }
-    let mut resp = vec![0.0f32; resp_counts.iter().sum()];
+    // Every value is written by the pooling (a reused buffer needs no zero fill).
+    let resp = &mut bufs.resp;
+    reserve_total(resp, resp_counts.iter().sum());
+    resp.resize(resp_counts.iter().sum(), 0.0);
+    resp.truncate(resp_counts.iter().sum());
     let mut parts: Vec<&mut [f32]> = Vec::with_capacity(tasks.len());
     let mut rest = &mut resp[..];
     for &(q, j) in &tasks {
-        let (head, tail) = rest.split_at_mut(served.bags[j][q].examples() * width_of(j));
+        let (head, tail) = rest.split_at_mut(served.examples(j, q) * width_of(j));
         parts.push(head);
         rest = tail;
     }
+    let sv = &*served;
     tasks.par_iter().zip(parts).for_each(|(&(q, j), out)| {
         let s = store.owned[me][j];
         let ls = &store.local[store.slot_local[s].expect("owned slot is local")];
-        let sb = &served.bags[j][q];
-        pool_bags(isa, &ls.data, ls.shard.width(), sb.bags(true), out);
+        pool_bags(isa, &ls.data, ls.shard.width(), sv.bags(j, q, true), out);
     });
-    let got = {
+    {
         let _p = comm.stats().phase("lookup");
-        comm.all_to_all_v(&resp, &resp_counts)?
-    };
+        comm.all_to_all_v_into(resp, &resp_counts, &mut bufs.got)?;
+    }
 
     // Combine: a row-wise table's partials added in slot order, a column-wise table's
     // slices placed. A full-width part that comes first is taken as it is (`0.0 + x`,
     // the bits of adding it to zeros); the others start from zeros.
-    let mut pooled: Vec<Vec<f32>> = vec![Vec::new(); nt];
+    let mut first = vec![true; nt];
     for (d, owned) in store.owned.iter().enumerate() {
-        let mut data = got.from_rank(d);
+        let mut data = bufs.got.from_rank(d);
         for &s in owned.iter().filter(|&&s| is_pooled(store, s)) {
             let sh = &store.slots[s];
             let (t, w, c0) = (sh.table, sh.width(), sh.cols.start);
@@ -326,15 +415,16 @@ pub fn global_forward<C: Comm>(
             }
             let (part, rest) = data.split_at(n * w);
             data = rest;
-            if pooled[t].is_empty() {
+            let out = &mut pooled[t];
+            if std::mem::replace(&mut first[t], false) {
                 if w == dim {
-                    pooled[t] = part.iter().map(|&x| 0.0 + x).collect();
+                    out.extend(part.iter().map(|&x| 0.0 + x));
                     continue;
                 }
-                pooled[t] = vec![0.0f32; n * dim];
+                out.resize(n * dim, 0.0);
             }
             for (e, v) in part.chunks_exact(w.max(1)).enumerate() {
-                for (o, &x) in pooled[t][e * dim + c0..e * dim + c0 + w].iter_mut().zip(v) {
+                for (o, &x) in out[e * dim + c0..e * dim + c0 + w].iter_mut().zip(v) {
                     *o += x;
                 }
             }
@@ -346,66 +436,83 @@ pub fn global_forward<C: Comm>(
             ));
         }
     }
-    Ok((pooled, served))
+    Ok(())
+}
+
+/// The pooled backward's buffers, kept from step to step.
+#[derive(Debug, Default)]
+pub struct BackwardBufs {
+    send: Vec<f32>,
+    got: Received<f32>,
+    /// Per slot this rank owns (the order of `store.owned[me]`), per source rank:
+    /// the summed gradients of the source's distinct rows (`Served::rows`, in that
+    /// order); empty for `rows` slots.
+    pub sums: Vec<Vec<Vec<f32>>>,
 }
 
 /// Collective: every rank must call. The pooled tables' backward: sends every
 /// pooled slot's owner the batch's pooled gradients (`grads[t]`, `n x dim`, already
-/// scaled for mean pooling) and returns, per slot this rank owns (the order of
-/// `store.owned[me]`; `None` for `rows` slots), per source rank, the summed
-/// gradients of the source's distinct rows (`served.bags[j][q].rows`, in that order).
+/// scaled for mean pooling) and fills `bufs.sums`.
 pub fn global_backward<C: Comm>(
     comm: &C,
     store: &Store,
     grads: &[TableGrad],
     served: &Served,
-) -> Result<Vec<Option<Vec<Vec<f32>>>>> {
+    bufs: &mut BackwardBufs,
+) -> Result<()> {
     let p = comm.size();
     let me = comm.rank();
     let nt = store.spec.tables.len();
-    let mut out: Vec<Option<Vec<Vec<f32>>>> = vec![None; store.owned[me].len()];
+    bufs.sums.resize_with(store.owned[me].len(), Vec::new);
     let any = (0..nt).any(|t| is_pooled_table(store, t));
     if !any {
-        return Ok(out);
+        bufs.sums.iter_mut().for_each(Vec::clear);
+        return Ok(());
     }
     let mine = store.bags_order(me);
+    let send = &mut bufs.send;
+    send.clear();
     let total: usize = store
         .owned
         .iter()
         .flatten()
         .filter(|&&s| is_pooled(store, s))
         .map(|&s| {
-            grads[store.slots[s].table].pooled.len()
-                / store.spec.tables[store.slots[s].table].dim.max(1)
-                * store.slots[s].width()
+            let t = store.slots[s].table;
+            grads[t].pooled.len() / store.spec.tables[t].dim.max(1) * store.slots[s].width()
         })
         .sum();
-    let mut send: Vec<f32> = Vec::with_capacity(total);
+    reserve_total(send, total);
     let mut send_counts = vec![0usize; p];
     for (d, owned) in store.owned.iter().enumerate() {
         let start = send.len();
         for &s in owned.iter().filter(|&&s| is_pooled(store, s)) {
             let sh = &store.slots[s];
             let dim = store.spec.tables[sh.table].dim;
-            for g in grads[sh.table].pooled.chunks_exact(dim.max(1)) {
-                send.extend_from_slice(&g[sh.cols.clone()]);
+            let g = &grads[sh.table].pooled;
+            if sh.cols.len() == dim {
+                send.extend_from_slice(g);
+            } else {
+                for g in g.chunks_exact(dim.max(1)) {
+                    send.extend_from_slice(&g[sh.cols.clone()]);
+                }
             }
         }
         send_counts[d] = send.len() - start;
     }
-    let got = {
+    {
         let _p = comm.stats().phase("backward");
-        comm.all_to_all_v(&send, &send_counts)?
-    };
+        comm.all_to_all_v_into(send, &send_counts, &mut bufs.got)?;
+    }
     let isa = Isa::detect();
-    let mut msgs: Vec<&[f32]> = (0..p).map(|q| got.from_rank(q)).collect();
+    let mut msgs: Vec<&[f32]> = (0..p).map(|q| bufs.got.from_rank(q)).collect();
     // Per (slot, source): its gradients, cut from the source's message in slot order.
     let mut inputs: Vec<Vec<&[f32]>> = vec![Vec::new(); store.owned[me].len()];
     for (q, msg) in msgs.iter_mut().enumerate() {
         for &j in &mine {
             let s = store.owned[me][j];
             let w = store.slots[s].width();
-            let k = served.bags[j][q].examples() * w;
+            let k = served.examples(j, q) * w;
             if msg.len() < k {
                 protocol_violation(format!("rank {q}: short pooled gradients for slot {s}"));
             }
@@ -420,32 +527,34 @@ pub fn global_backward<C: Comm>(
             ));
         }
     }
-    let sums: Vec<(usize, Vec<Vec<f32>>)> = mine
-        .par_iter()
-        .map(|&j| {
+    bufs.sums
+        .par_iter_mut()
+        .zip(&inputs)
+        .enumerate()
+        .for_each(|(j, (per_source, inputs))| {
+            if inputs.is_empty() {
+                per_source.clear();
+                return;
+            }
             let w = store.slots[store.owned[me][j]].width();
-            let per_source = served.bags[j]
-                .iter()
-                .zip(&inputs[j])
-                .map(|(sb, g)| {
-                    // Rows numbered in first-seen order (dedup) need no zero fill.
-                    let mut acc = Vec::with_capacity(sb.rows.len() * w);
-                    let fresh = scatter_bags_fresh(isa, g, w, sb.bags(false), &mut acc);
-                    if !fresh || acc.len() != sb.rows.len() * w {
-                        acc.clear();
-                        acc.resize(sb.rows.len() * w, 0.0);
-                        scatter_bags(isa, g, w, sb.bags(false), &mut acc);
-                    }
-                    acc
-                })
-                .collect();
-            (j, per_source)
-        })
-        .collect();
-    for (j, v) in sums {
-        out[j] = Some(v);
-    }
-    Ok(out)
+            per_source.resize_with(inputs.len(), Vec::new);
+            // Room for every source's rows in the first source's sums, which the
+            // merge over sources extends in place.
+            let total: usize = (0..inputs.len()).map(|q| served.rows(j, q).len()).sum();
+            for (q, (acc, g)) in per_source.iter_mut().zip(inputs).enumerate() {
+                let rows = served.rows(j, q).len();
+                acc.clear();
+                reserve_total(acc, if q == 0 { total * w } else { rows * w });
+                // Rows numbered in first-seen order (dedup) need no zero fill.
+                let fresh = scatter_bags_fresh(isa, g, w, served.bags(j, q, false), acc);
+                if !fresh || acc.len() != rows * w {
+                    acc.clear();
+                    acc.resize(rows * w, 0.0);
+                    scatter_bags(isa, g, w, served.bags(j, q, false), acc);
+                }
+            }
+        });
+    Ok(())
 }
 
 impl Store {

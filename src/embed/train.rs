@@ -18,7 +18,8 @@ use ndarray::ArrayView2;
 use super::clicklog::ClickLog;
 use super::clicks::{Batch, ClickGen};
 use super::exchange::{
-    global_backward, global_lookup, local_apply_replicated, pool, ExchangeCounts, Lookup, StepGrads,
+    global_backward, global_lookup, global_lookup_into, local_apply_replicated, pool, BackwardBufs,
+    ExchangeCounts, Lookup, StepGrads,
 };
 use super::metrics::{auc, logloss};
 use super::mlp::{DenseOpt, DenseOptState, Mlp, Workspace};
@@ -51,6 +52,28 @@ pub enum Source {
 pub const EVAL_BASE: u64 = 1 << 50;
 
 impl Source {
+    /// Make room in `out` for the preloaded examples of `parts` (appended one
+    /// micro-batch at a time, it would otherwise grow in steps that leave no room for
+    /// a slightly larger step later).
+    pub fn reserve(&self, parts: &[(u64, usize)], out: &mut Batch) {
+        if let Source::Preloaded { cache, .. } = self {
+            let batches: Vec<&Batch> = parts.iter().filter_map(|k| cache.get(k)).collect();
+            out.reserve_for(&batches);
+        }
+    }
+
+    /// Append examples `first..first + n` to `out` (a preloaded batch without a copy
+    /// of its own).
+    pub fn batch_into(&self, first: u64, n: usize, out: &mut Batch) -> Result<()> {
+        match self {
+            Source::Preloaded { cache, .. } if cache.contains_key(&(first, n)) => {
+                out.append(&cache[&(first, n)]);
+            }
+            _ => out.append(&self.batch(first, n)?),
+        }
+        Ok(())
+    }
+
     pub fn batch(&self, first: u64, n: usize) -> Result<Batch> {
         match self {
             Source::Preloaded { inner, cache } => match cache.get(&(first, n)) {
@@ -185,6 +208,11 @@ pub struct IntervalReport {
     pub seconds_allreduce: f64,
     pub eval_auc: Option<f64>,
     pub eval_logloss: Option<f64>,
+    /// Allocations of at least 64 KiB per step ([`crate::allocs::LARGE`]), on the
+    /// rank (process) that made the most: 0 once a run's buffers have grown (the
+    /// first steps size them).
+    #[serde(default)]
+    pub large_allocs_per_step: f64,
     /// Per communication phase, the link traffic since the run started (busiest
     /// outgoing link, mean over links, all-to-all hops).
     #[serde(default)]
@@ -204,24 +232,31 @@ fn local_range(p: usize, r: usize, first: u64, count: u64) -> (u64, usize) {
 }
 
 /// Collective: every rank must call. Read this rank's examples of a step (`parts`:
-/// one contiguous range per micro-batch, possibly empty) and fetch their rows.
+/// one contiguous range per micro-batch, possibly empty) and fetch their rows, into
+/// `reuse` (a finished step's, whose buffers are kept) when given.
 fn fetch<C: Comm>(
     comm: &C,
     source: &Source,
     store: &Store,
     dedup: bool,
     parts: &[(u64, usize)],
+    reuse: Option<Fetched>,
 ) -> Result<(Fetched, ExchangeCounts)> {
-    let read = || -> Result<Batch> {
-        let mut batch = Batch::empty(&store.spec);
+    let mut f = reuse.unwrap_or_else(|| Fetched {
+        batch: Batch::empty(&store.spec),
+        lookup: Lookup::default(),
+    });
+    let read = |batch: &mut Batch| -> Result<()> {
+        batch.clear();
+        source.reserve(parts, batch);
         for &(a, n) in parts {
-            batch.append(&source.batch(a, n)?);
+            source.batch_into(a, n, batch)?;
         }
-        Ok(batch)
+        Ok(())
     };
-    let batch = comm.agree(read())?;
-    let (lookup, c) = global_lookup(comm, store, &batch, dedup)?;
-    Ok((Fetched { batch, lookup }, c))
+    comm.agree(read(&mut f.batch))?;
+    let c = global_lookup_into(comm, store, &f.batch, dedup, &mut f.lookup)?;
+    Ok((f, c))
 }
 
 /// The MLP's forward and backward over `x` (`n x width`) cut into one block of rows
@@ -288,6 +323,13 @@ pub struct EmbedTrainer {
     /// With `--pipeline`: the next step's first micro-batch, looked up before this
     /// step's update (one step stale).
     prefetched: Option<Fetched>,
+    /// A finished step's batch and lookup, refilled by the next fetch (their buffers
+    /// kept: a step allocates none of its payloads).
+    spare: Option<Fetched>,
+    /// The step's embedding gradients and the fused dense all-reduce buffer, kept.
+    grads: StepGrads,
+    fused: Vec<f32>,
+    bwd: BackwardBufs,
     /// The MLP input and its gradient (`n x width` each), kept across steps: a fresh
     /// buffer per step cost a zero fill that the pooling and the MLP overwrite anyway.
     x: Vec<f32>,
@@ -309,6 +351,7 @@ struct Accum {
     t_allreduce: f64,
     start: Option<Instant>,
     bytes0: [u64; 3],
+    large_allocs: u64,
 }
 
 const PHASES: [&str; 3] = ["lookup", "backward", "allreduce"];
@@ -337,6 +380,7 @@ impl EmbedTrainer {
             accumulate: cfg.accumulate as u64,
             train_examples: source.train_examples(),
         };
+        let grads = StepGrads::new(&store, cfg.dedup);
         Ok(EmbedTrainer {
             cfg,
             source,
@@ -348,6 +392,10 @@ impl EmbedTrainer {
             ws: Workspace::default(),
             chunk_ws: Vec::new(),
             prefetched: None,
+            spare: None,
+            grads,
+            fused: Vec::new(),
+            bwd: BackwardBufs::default(),
             x: Vec::new(),
             dx: Vec::new(),
             acc: Accum::default(),
@@ -388,6 +436,7 @@ impl EmbedTrainer {
     /// micro-batch, one backward exchange, one fused all-reduce.
     pub fn global_step<C: Comm>(&mut self, comm: &C, preempt_flag: bool) -> Result<StepStatus> {
         let t_step = Instant::now();
+        let allocs0 = crate::allocs::large_allocations();
         if self.acc.start.is_none() {
             self.acc.start = Some(t_step);
             self.acc.bytes0 = phase_bytes(comm);
@@ -396,8 +445,9 @@ impl EmbedTrainer {
         let (_, count) = self.schedule.window(self.step);
         let weight = 1.0 / count as f32;
         let n_params = self.mlp.n_params();
-        let mut grads = StepGrads::new(&self.store, self.cfg.dedup);
-        let mut fused = vec![0.0f32; n_params + grads.dense_len()];
+        self.grads.reset();
+        self.fused.clear();
+        self.fused.resize(n_params + self.grads.dense_len(), 0.0);
         let mut counts = ExchangeCounts::default();
         let width = self.cfg.spec.mlp_input();
 
@@ -406,7 +456,15 @@ impl EmbedTrainer {
             Some(f) => f,
             None => {
                 let t = Instant::now();
-                let (f, c) = fetch(comm, &self.source, &self.store, self.cfg.dedup, &parts)?;
+                let spare = self.spare.take();
+                let (f, c) = fetch(
+                    comm,
+                    &self.source,
+                    &self.store,
+                    self.cfg.dedup,
+                    &parts,
+                    spare,
+                )?;
                 counts += c;
                 self.acc.t_lookup += t.elapsed().as_secs_f64();
                 f
@@ -434,7 +492,7 @@ impl EmbedTrainer {
         let (x, dx) = (&self.x, &mut self.dx);
         let labels = &current.batch.labels;
         let sizes: Vec<usize> = parts.iter().map(|&(_, c)| c).collect();
-        let grad_dense = &mut fused[..n_params];
+        let grad_dense = &mut self.fused[..n_params];
         let mut dense = || -> Result<(f64, f64)> {
             let t = Instant::now();
             let mut loss = 0.0;
@@ -461,9 +519,10 @@ impl EmbedTrainer {
             // Pipelined: the next step's lookup (one step stale) runs meanwhile.
             Some(np) => {
                 let (source, store, dedup) = (&self.source, &self.store, self.cfg.dedup);
+                let spare = self.spare.take();
                 std::thread::scope(|s| {
                     let h = s.spawn(dense);
-                    let f = fetch(comm, source, store, dedup, np);
+                    let f = fetch(comm, source, store, dedup, np, spare);
                     (h.join().expect("MLP thread panicked"), Some(f))
                 })
             }
@@ -480,14 +539,15 @@ impl EmbedTrainer {
         }
         // Expanding d loss / d input into the tables' gradients is the backward's.
         let t = Instant::now();
-        grads.accumulate(&self.store, &current.batch, &current.lookup, &self.dx);
+        self.grads
+            .accumulate(&self.store, &current.batch, &current.lookup, &self.dx);
         self.acc.t_backward += t.elapsed().as_secs_f64();
 
         if crate::ckpt::faults::inject_nan(self.step as usize + 1, comm.rank()) {
             loss = f64::NAN;
         }
         // Status first: nothing is applied when any rank saw a non-finite value.
-        let finite = loss.is_finite() && fused[..n_params].iter().all(|v| v.is_finite());
+        let finite = loss.is_finite() && self.fused[..n_params].iter().all(|v| v.is_finite());
         let status = StepStatus::global_agree(comm, !finite, preempt_flag);
         if let StepStatus::NonFinite { .. } = status {
             return Ok(status);
@@ -496,26 +556,34 @@ impl EmbedTrainer {
         comm.all_reduce_sum(&mut loss_sum);
 
         let t = Instant::now();
-        counts += global_backward(comm, &mut self.store, &grads, &current.lookup.served)?;
+        counts += global_backward(
+            comm,
+            &mut self.store,
+            &self.grads,
+            &current.lookup.served,
+            &mut self.bwd,
+        )?;
         self.acc.t_backward += t.elapsed().as_secs_f64();
+        self.spare = Some(current);
 
         let t = Instant::now();
-        grads.copy_dense_into(&mut fused[n_params..]);
+        self.grads.copy_dense_into(&mut self.fused[n_params..]);
         {
             let _p = comm.stats().phase("allreduce");
-            comm.all_reduce_sum(&mut fused);
+            comm.all_reduce_sum(&mut self.fused);
         }
         self.acc.t_allreduce += t.elapsed().as_secs_f64();
         self.cfg.dense_opt.apply(
             self.mlp.params_mut(),
-            &fused[..n_params],
+            &self.fused[..n_params],
             &mut self.dense_state,
         );
-        grads.copy_dense_from(&fused[n_params..]);
-        local_apply_replicated(&mut self.store, &grads);
+        self.grads.copy_dense_from(&self.fused[n_params..]);
+        local_apply_replicated(&mut self.store, &self.grads);
 
         self.step += 1;
         self.acc.steps += 1;
+        self.acc.large_allocs += crate::allocs::large_allocations() - allocs0;
         self.acc.examples += count;
         self.acc.loss += loss_sum[0];
         self.acc.counts += counts;
@@ -556,6 +624,7 @@ impl EmbedTrainer {
             *v = f64::from_bits(m as u64);
         }
         let steps = a.steps.max(1) as f64;
+        let allocs = comm.all_reduce_max(a.large_allocs);
         let owner_sum: u64 = owner.iter().sum();
         let owner_max = owner.iter().copied().max().unwrap_or(0);
         Ok(IntervalReport {
@@ -583,6 +652,7 @@ impl EmbedTrainer {
             seconds_allreduce: times[3],
             eval_auc: None,
             eval_logloss: None,
+            large_allocs_per_step: allocs as f64 / steps,
             links: if comm.size() > 1 {
                 crate::comm::global_link_summary(comm)?
             } else {

@@ -1,0 +1,81 @@
+//! The global allocator: the system's, counting large allocations so that a training
+//! step can show (and a test can check) that its hot path allocates none.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Allocations of at least this many bytes are counted (payloads, per-table
+/// buffers); smaller ones (headers, per-rank counts) are not.
+pub const LARGE: usize = 64 << 10;
+
+/// The system allocator, counting allocations (and growing reallocations) of at least
+/// [`LARGE`] bytes. The count costs one comparison per allocation and one relaxed
+/// atomic add per large one.
+pub struct Counting;
+
+static LARGE_ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every call is forwarded to `System` unchanged.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if layout.size() >= LARGE {
+            LARGE_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        System.alloc(layout)
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if layout.size() >= LARGE {
+            LARGE_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        System.alloc_zeroed(layout)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout)
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if new_size >= LARGE && new_size > layout.size() {
+            LARGE_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        System.realloc(ptr, layout, new_size)
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Make room in `v` for `total` elements in all. When it must grow, a quarter more:
+/// a buffer refilled every step with about the same amount then allocates once, not
+/// each time a step is a little larger than every earlier one.
+pub fn reserve_with_room<T>(v: &mut Vec<T>, total: usize) {
+    if total > v.capacity() {
+        v.reserve(total + total / 4 - v.len());
+    }
+}
+
+/// Large allocations (of at least [`LARGE`] bytes) made so far by this process, on
+/// every thread.
+pub fn large_allocations() -> u64 {
+    LARGE_ALLOCATIONS.load(Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn large_allocations_are_counted() {
+        // Other tests run in parallel threads of this process: count a few large
+        // allocations and check that at least as many were recorded.
+        let before = large_allocations();
+        let v: Vec<Vec<u8>> = (0..5).map(|_| vec![1u8; LARGE]).collect();
+        let after = large_allocations();
+        assert!(after - before >= 5, "{before} -> {after}");
+        std::hint::black_box(&v);
+        // Growing a vector past the threshold counts too.
+        let before = large_allocations();
+        let mut g: Vec<u8> = Vec::with_capacity(16);
+        g.resize(4 * LARGE, 0);
+        assert!(large_allocations() > before);
+        std::hint::black_box(&g);
+    }
+}
