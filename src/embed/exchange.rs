@@ -169,9 +169,9 @@ pub struct Lookup {
     pub occ: Vec<Vec<u32>>,
     /// Per table in the `rows` mode: `ids.len() x dim` rows (empty for pooled tables).
     pub rows: Vec<Vec<f32>>,
-    /// Per table in the `pooled` mode: the batch's pooled sums, `n x dim`, before the
-    /// mean's scaling (empty for `rows` tables).
-    pub pooled: Vec<Vec<f32>>,
+    /// The batch's MLP input (`n x` [`ModelSpec::mlp_input`], row-major): the columns
+    /// of the `pooled` tables are filled by the lookup, the rest by [`pool`].
+    pub x: Vec<f32>,
     /// The bags this rank pooled as an owner, for the backward.
     pub served: Served,
     bufs: LookupBufs,
@@ -302,10 +302,16 @@ pub fn global_lookup_into<C: Comm>(
         ids,
         occ,
         rows,
-        pooled,
+        x,
         served,
         bufs,
     } = lk;
+    // Every value of `x` is written, here or by `pool` (a reused buffer needs no zero
+    // fill).
+    let len = batch.n * spec.mlp_input();
+    reserve_total(x, len);
+    x.resize(len, 0.0);
+    x.truncate(len);
     ids.resize_with(nt, Vec::new);
     occ.resize_with(nt, Vec::new);
     rows.resize_with(nt, Vec::new);
@@ -352,7 +358,7 @@ pub fn global_lookup_into<C: Comm>(
         occ,
         &mut counts,
         &mut bufs.pooled,
-        pooled,
+        x,
         served,
     )?;
 
@@ -523,42 +529,34 @@ pub fn input_offsets(store: &Store) -> Vec<usize> {
         .collect()
 }
 
-/// The MLP input of a batch (`n x (sum of dims + n_dense)`, row-major): each table's
-/// pooled vector (sum or mean of its bag's rows; zeros for an empty bag), then the
-/// dense features.
-pub fn pool(store: &Store, batch: &Batch, lk: &Lookup, x: &mut Vec<f32>) {
+/// The MLP input of a batch (`n x (sum of dims + n_dense)`, row-major) into `lk.x`:
+/// each `rows` table's pooled vector (sum or mean of its bag's rows; zeros for an
+/// empty bag) and the dense features; the `pooled` tables' columns are the lookup's.
+pub fn pool(store: &Store, batch: &Batch, lk: &mut Lookup) {
     let spec = &store.spec;
     let width = spec.mlp_input();
     let offs = input_offsets(store);
     let isa = Isa::detect();
-    // Every value below is written (pooled or copied), so a reused buffer needs no
-    // zero fill.
-    x.resize(batch.n * width, 0.0);
+    let Lookup { occ, rows, x, .. } = lk;
+    assert_eq!(x.len(), batch.n * width, "pool: the lookup sized the input");
     x.par_chunks_mut(width.max(1))
         .enumerate()
         .for_each(|(e, xr)| {
             for (t, ts) in spec.tables.iter().enumerate() {
+                if is_pooled_table(store, t) {
+                    continue;
+                }
                 let dim = ts.dim;
                 let out = &mut xr[offs[t]..offs[t] + dim];
                 let b = &batch.bags[t];
                 let (lo, hi) = (b.offsets[e] as usize, b.offsets[e + 1] as usize);
-                let mean = ts.pooling == Pooling::Mean && hi > lo;
-                let s = if mean { 1.0 / (hi - lo) as f32 } else { 1.0 };
-                if is_pooled_table(store, t) {
-                    let src = &lk.pooled[t][e * dim..(e + 1) * dim];
-                    if mean {
-                        out.iter_mut().zip(src).for_each(|(o, &v)| *o = v * s);
-                    } else {
-                        out.copy_from_slice(src);
-                    }
-                    continue;
-                }
                 let bag = Bag {
-                    idx: &lk.occ[t][lo..hi],
+                    idx: &occ[t][lo..hi],
                     map: None,
                 };
-                pool_kernel(isa, &lk.rows[t], dim, bag, out);
-                if mean {
+                pool_kernel(isa, &rows[t], dim, bag, out);
+                if ts.pooling == Pooling::Mean && hi > lo {
+                    let s = 1.0 / (hi - lo) as f32;
                     out.iter_mut().for_each(|o| *o *= s);
                 }
             }

@@ -24,6 +24,7 @@ use super::clicks::Batch;
 use super::exchange::{is_pooled_table, protocol_violation, ExchangeCounts, TableGrad};
 use super::kernels::{pool_bags, scatter_bags, scatter_bags_fresh, Bags, Isa};
 use super::placement::Placement;
+use super::spec::Pooling;
 use super::tables::Store;
 use crate::allocs::reserve_with_room as reserve_total;
 use crate::comm::{Comm, Received};
@@ -231,10 +232,11 @@ fn table_bags(
     }
 }
 
-/// Collective: every rank must call. The pooled tables' forward: fills, per table,
-/// `pooled[t]` with the batch's pooled sums (`n x dim`, unscaled; empty for `rows`
-/// tables) and `served` with what this rank served as an owner. Every buffer is
-/// refilled in place: a step of the same shape allocates nothing once they have grown.
+/// Collective: every rank must call. The pooled tables' forward: writes every pooled
+/// table's pooled vectors (sum or mean; zeros for an empty bag) into its columns of
+/// the MLP input `x` (`n x width`, sized by the caller) and fills `served` with what
+/// this rank served as an owner. Every buffer is refilled in place: a step of the
+/// same shape allocates nothing once they have grown.
 #[allow(clippy::too_many_arguments)]
 pub fn global_forward<C: Comm>(
     comm: &C,
@@ -244,14 +246,12 @@ pub fn global_forward<C: Comm>(
     occ: &[Vec<u32>],
     counts: &mut ExchangeCounts,
     bufs: &mut ForwardBufs,
-    pooled: &mut Vec<Vec<f32>>,
+    x: &mut [f32],
     served: &mut Served,
 ) -> Result<()> {
     let spec = &store.spec;
     let nt = spec.tables.len();
     let n = batch.n;
-    pooled.resize_with(nt, Vec::new);
-    pooled.iter_mut().for_each(Vec::clear);
     let any = (0..nt).any(|t| is_pooled_table(store, t));
     if !any {
         served.bags.clear();
@@ -398,16 +398,17 @@ pub fn global_forward<C: Comm>(
         comm.all_to_all_v_into(resp, &resp_counts, &mut bufs.got)?;
     }
 
-    // Combine: a row-wise table's partials added in slot order, a column-wise table's
-    // slices placed. A full-width part that comes first is taken as it is (`0.0 + x`,
-    // the bits of adding it to zeros); the others start from zeros.
-    let mut first = vec![true; nt];
+    // Combine into the MLP input: a row-wise table's partials added in slot order, a
+    // column-wise table's slices placed. A full-width part that comes first is taken as
+    // it is (`0.0 + x`, the bits of adding it to zeros); the others start from zeros.
+    // Then the mean's scaling. Per table, its parts in order: (first column, width,
+    // `n x width` values).
+    let mut parts: Vec<Vec<(usize, usize, &[f32])>> = vec![Vec::new(); nt];
     for (d, owned) in store.owned.iter().enumerate() {
         let mut data = bufs.got.from_rank(d);
         for &s in owned.iter().filter(|&&s| is_pooled(store, s)) {
             let sh = &store.slots[s];
-            let (t, w, c0) = (sh.table, sh.width(), sh.cols.start);
-            let dim = spec.tables[t].dim;
+            let w = sh.width();
             if data.len() < n * w {
                 protocol_violation(format!(
                     "rank {d} returned too few pooled values for slot {s}"
@@ -415,19 +416,7 @@ pub fn global_forward<C: Comm>(
             }
             let (part, rest) = data.split_at(n * w);
             data = rest;
-            let out = &mut pooled[t];
-            if std::mem::replace(&mut first[t], false) {
-                if w == dim {
-                    out.extend(part.iter().map(|&x| 0.0 + x));
-                    continue;
-                }
-                out.resize(n * dim, 0.0);
-            }
-            for (e, v) in part.chunks_exact(w.max(1)).enumerate() {
-                for (o, &x) in out[e * dim + c0..e * dim + c0 + w].iter_mut().zip(v) {
-                    *o += x;
-                }
-            }
+            parts[sh.table].push((sh.cols.start, w, part));
         }
         if !data.is_empty() {
             protocol_violation(format!(
@@ -436,6 +425,50 @@ pub fn global_forward<C: Comm>(
             ));
         }
     }
+    let width = spec.mlp_input();
+    let offs = super::exchange::input_offsets(store);
+    x.par_chunks_mut(width.max(1))
+        .enumerate()
+        .for_each(|(e, xr)| {
+            for (t, ps) in parts.iter().enumerate() {
+                let Some(&(c0, w, p0)) = ps.first() else {
+                    continue;
+                };
+                let ts = &spec.tables[t];
+                let dim = ts.dim;
+                let out = &mut xr[offs[t]..offs[t] + dim];
+                let b = &batch.bags[t];
+                let len = (b.offsets[e + 1] - b.offsets[e]) as usize;
+                let scale = (ts.pooling == Pooling::Mean && len > 0).then(|| 1.0 / len as f32);
+                let v0 = &p0[e * w..(e + 1) * w];
+                if w == dim && ps.len() == 1 {
+                    match scale {
+                        Some(s) => out
+                            .iter_mut()
+                            .zip(v0)
+                            .for_each(|(o, &v)| *o = (0.0 + v) * s),
+                        None => out.iter_mut().zip(v0).for_each(|(o, &v)| *o = 0.0 + v),
+                    }
+                    continue;
+                }
+                if w == dim {
+                    out.iter_mut().zip(v0).for_each(|(o, &v)| *o = 0.0 + v);
+                } else {
+                    out.fill(0.0);
+                    out[c0..c0 + w]
+                        .iter_mut()
+                        .zip(v0)
+                        .for_each(|(o, &v)| *o += v);
+                }
+                for &(c, w, p) in &ps[1..] {
+                    let v = &p[e * w..(e + 1) * w];
+                    out[c..c + w].iter_mut().zip(v).for_each(|(o, &v)| *o += v);
+                }
+                if let Some(s) = scale {
+                    out.iter_mut().for_each(|o| *o *= s);
+                }
+            }
+        });
     Ok(())
 }
 

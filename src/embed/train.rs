@@ -330,9 +330,8 @@ pub struct EmbedTrainer {
     grads: StepGrads,
     fused: Vec<f32>,
     bwd: BackwardBufs,
-    /// The MLP input and its gradient (`n x width` each), kept across steps: a fresh
-    /// buffer per step cost a zero fill that the pooling and the MLP overwrite anyway.
-    x: Vec<f32>,
+    /// The gradient of the MLP input (`n x width`; the input is the lookup's), kept
+    /// across steps: a fresh buffer per step cost a zero fill that the MLP overwrites.
     dx: Vec<f32>,
     acc: Accum,
 }
@@ -396,7 +395,6 @@ impl EmbedTrainer {
             grads,
             fused: Vec::new(),
             bwd: BackwardBufs::default(),
-            x: Vec::new(),
             dx: Vec::new(),
             acc: Accum::default(),
         })
@@ -452,7 +450,7 @@ impl EmbedTrainer {
         let width = self.cfg.spec.mlp_input();
 
         let parts = self.local_parts(p, rank, self.step);
-        let current = match self.prefetched.take() {
+        let mut current = match self.prefetched.take() {
             Some(f) => f,
             None => {
                 let t = Instant::now();
@@ -471,7 +469,7 @@ impl EmbedTrainer {
             }
         };
         let t = Instant::now();
-        pool(&self.store, &current.batch, &current.lookup, &mut self.x);
+        pool(&self.store, &current.batch, &mut current.lookup);
         self.acc.t_pool += t.elapsed().as_secs_f64();
         let n = current.batch.n;
         // Every value is overwritten by the MLP's backward (its last product has beta 0).
@@ -489,7 +487,7 @@ impl EmbedTrainer {
         }
         let ws = &mut self.ws;
         let chunk_ws = &mut self.chunk_ws;
-        let (x, dx) = (&self.x, &mut self.dx);
+        let (x, dx) = (&current.lookup.x, &mut self.dx);
         let labels = &current.batch.labels;
         let sizes: Vec<usize> = parts.iter().map(|&(_, c)| c).collect();
         let grad_dense = &mut self.fused[..n_params];
@@ -725,7 +723,6 @@ impl EmbedTrainer {
         let total = self.cfg.eval_examples;
         let mut logits = Vec::new();
         let mut labels = Vec::new();
-        let mut x = Vec::new();
         let width = self.cfg.spec.mlp_input();
         let mut done = 0;
         while done < total {
@@ -733,9 +730,9 @@ impl EmbedTrainer {
             let first = self.source.eval_index(done);
             let (a, n) = local_range(comm.size(), comm.rank(), first, count);
             let batch = comm.agree(self.source.batch(a, n))?;
-            let (lk, _) = global_lookup(comm, &self.store, &batch, true)?;
-            pool(&self.store, &batch, &lk, &mut x);
-            let xv = ArrayView2::from_shape((batch.n, width), &x)
+            let (mut lk, _) = global_lookup(comm, &self.store, &batch, true)?;
+            pool(&self.store, &batch, &mut lk);
+            let xv = ArrayView2::from_shape((batch.n, width), &lk.x)
                 .expect("the MLP input is n x width by construction");
             logits.extend(self.mlp.predict(xv, &mut self.ws));
             labels.extend_from_slice(&batch.labels);
