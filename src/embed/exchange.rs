@@ -576,9 +576,6 @@ pub struct TableGrad {
     pos: Vec<u32>,
     /// A data-parallel table's dense `vocab x dim` gradient.
     pub dense: Vec<f32>,
-    /// A pooled table's gradient per example, `n x dim`, scaled like the rows'
-    /// gradients (`1 / bag length` for mean pooling); summed per id by the owners.
-    pub pooled: Vec<f32>,
 }
 
 /// The embedding gradients of one optimizer step, summed per id at the source.
@@ -586,6 +583,12 @@ pub struct TableGrad {
 pub struct StepGrads {
     pub dedup: bool,
     pub tables: Vec<TableGrad>,
+    /// The pooled tables' gradients per example (scaled like the rows' gradients:
+    /// `1 / bag length` for mean pooling), laid out as the backward sends them: per
+    /// destination rank, per pooled slot it owns, `n x width` (the slot's columns).
+    pub pooled_send: Vec<f32>,
+    /// Values of `pooled_send` per destination rank (empty until accumulated).
+    pub pooled_counts: Vec<usize>,
 }
 
 impl StepGrads {
@@ -604,7 +607,12 @@ impl StepGrads {
                 ..Default::default()
             })
             .collect();
-        StepGrads { dedup, tables }
+        StepGrads {
+            dedup,
+            tables,
+            pooled_send: Vec::new(),
+            pooled_counts: Vec::new(),
+        }
     }
 
     /// Empty for the next step, keeping the buffers (a data-parallel table's
@@ -615,8 +623,9 @@ impl StepGrads {
             tg.grads.clear();
             tg.index.clear();
             tg.dense.fill(0.0);
-            tg.pooled.clear();
         }
+        self.pooled_send.clear();
+        self.pooled_counts.clear();
     }
 
     /// Add one micro-batch's gradients: `dx` is d loss / d MLP input (`n x width`).
@@ -627,6 +636,14 @@ impl StepGrads {
         let offs = input_offsets(store);
         let dedup = self.dedup;
         let isa = Isa::detect();
+        if (0..spec.tables.len()).any(|t| is_pooled_table(store, t)) {
+            // One lookup per step (see `global_step`): this is the step's batch.
+            assert!(
+                self.pooled_counts.is_empty(),
+                "the pooled tables accumulate once per step"
+            );
+            self.pooled_grads(store, batch, dx);
+        }
         self.tables.par_iter_mut().enumerate().for_each(|(t, tg)| {
             let ts = &spec.tables[t];
             let dim = ts.dim;
@@ -641,17 +658,6 @@ impl StepGrads {
                 }
             };
             if is_pooled_table(store, t) {
-                // One lookup per step (see `global_step`): this is the step's batch.
-                assert!(
-                    tg.pooled.is_empty(),
-                    "a pooled table accumulates once per step"
-                );
-                reserve_total(&mut tg.pooled, batch.n * dim);
-                for e in 0..batch.n {
-                    let scale = scale_of(e);
-                    let g = &dx[e * width + offs[t]..e * width + offs[t] + dim];
-                    tg.pooled.extend(g.iter().map(|&gi| scale * gi));
-                }
                 return;
             }
             // Micro-batch id index -> position in the step's list (`tg.pos`, when
@@ -724,6 +730,55 @@ impl StepGrads {
                         *d += scale * gi;
                     }
                 }
+            }
+        });
+    }
+
+    /// The pooled tables' part of [`Self::accumulate`]: each pooled slot's columns
+    /// of `dx`, scaled per example, into its place in `pooled_send` (slots in
+    /// parallel).
+    fn pooled_grads(&mut self, store: &Store, batch: &Batch, dx: &[f32]) {
+        let spec = &store.spec;
+        let (n, width) = (batch.n, spec.mlp_input());
+        let offs = input_offsets(store);
+        let slots: Vec<(usize, usize)> = store
+            .owned
+            .iter()
+            .enumerate()
+            .flat_map(|(d, owned)| owned.iter().map(move |&s| (d, s)))
+            .filter(|&(_, s)| pooled::is_pooled(store, s))
+            .collect();
+        self.pooled_counts = vec![0; store.owned.len()];
+        for &(d, s) in &slots {
+            self.pooled_counts[d] += n * store.slots[s].width();
+        }
+        // Every value is written below (a reused buffer needs no zero fill).
+        let total: usize = self.pooled_counts.iter().sum();
+        reserve_total(&mut self.pooled_send, total);
+        self.pooled_send.resize(total, 0.0);
+        self.pooled_send.truncate(total);
+        let mut parts: Vec<&mut [f32]> = Vec::with_capacity(slots.len());
+        let mut rest = &mut self.pooled_send[..];
+        for &(_, s) in &slots {
+            let (head, tail) = rest.split_at_mut(n * store.slots[s].width());
+            parts.push(head);
+            rest = tail;
+        }
+        slots.par_iter().zip(parts).for_each(|(&(_, s), out)| {
+            let sh = &store.slots[s];
+            let (t, w) = (sh.table, sh.width());
+            let ts = &spec.tables[t];
+            let b = &batch.bags[t];
+            let c0 = offs[t] + sh.cols.start;
+            for (e, o) in out.chunks_exact_mut(w.max(1)).enumerate() {
+                let len = b.offsets[e + 1] - b.offsets[e];
+                let scale = if ts.pooling == Pooling::Mean && len > 0 {
+                    1.0 / len as f32
+                } else {
+                    1.0
+                };
+                let g = &dx[e * width + c0..e * width + c0 + w];
+                o.iter_mut().zip(g).for_each(|(o, &gi)| *o = scale * gi);
             }
         });
     }
@@ -1030,7 +1085,7 @@ pub fn global_backward<C: Comm>(
         let _p = comm.stats().phase("backward");
         comm.all_to_all_v_into(send, &send_counts, &mut bufs.got)?;
     }
-    pooled::global_backward(comm, store, &grads.tables, served, &mut bufs.pooled)?;
+    pooled::global_backward(comm, store, grads, served, &mut bufs.pooled)?;
 
     // Sum per slot over sources in rank order.
     let mine = &store.owned[me];

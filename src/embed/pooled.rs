@@ -21,7 +21,7 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use super::clicks::Batch;
-use super::exchange::{is_pooled_table, protocol_violation, ExchangeCounts, TableGrad};
+use super::exchange::{is_pooled_table, protocol_violation, ExchangeCounts, StepGrads};
 use super::kernels::{pool_bags, scatter_bags, scatter_bags_fresh, Bags, Isa};
 use super::placement::Placement;
 use super::spec::Pooling;
@@ -475,7 +475,6 @@ pub fn global_forward<C: Comm>(
 /// The pooled backward's buffers, kept from step to step.
 #[derive(Debug, Default)]
 pub struct BackwardBufs {
-    send: Vec<f32>,
     got: Received<f32>,
     /// Per slot this rank owns (the order of `store.owned[me]`), per source rank:
     /// the summed gradients of the source's distinct rows (`Served::rows`, in that
@@ -484,12 +483,12 @@ pub struct BackwardBufs {
 }
 
 /// Collective: every rank must call. The pooled tables' backward: sends every
-/// pooled slot's owner the batch's pooled gradients (`grads[t]`, `n x dim`, already
+/// pooled slot's owner the batch's pooled gradients (`grads.pooled_send`, already
 /// scaled for mean pooling) and fills `bufs.sums`.
 pub fn global_backward<C: Comm>(
     comm: &C,
     store: &Store,
-    grads: &[TableGrad],
+    grads: &StepGrads,
     served: &Served,
     bufs: &mut BackwardBufs,
 ) -> Result<()> {
@@ -503,39 +502,16 @@ pub fn global_backward<C: Comm>(
         return Ok(());
     }
     let mine = store.bags_order(me);
-    let send = &mut bufs.send;
-    send.clear();
-    let total: usize = store
-        .owned
-        .iter()
-        .flatten()
-        .filter(|&&s| is_pooled(store, s))
-        .map(|&s| {
-            let t = store.slots[s].table;
-            grads[t].pooled.len() / store.spec.tables[t].dim.max(1) * store.slots[s].width()
-        })
-        .sum();
-    reserve_total(send, total);
-    let mut send_counts = vec![0usize; p];
-    for (d, owned) in store.owned.iter().enumerate() {
-        let start = send.len();
-        for &s in owned.iter().filter(|&&s| is_pooled(store, s)) {
-            let sh = &store.slots[s];
-            let dim = store.spec.tables[sh.table].dim;
-            let g = &grads[sh.table].pooled;
-            if sh.cols.len() == dim {
-                send.extend_from_slice(g);
-            } else {
-                for g in g.chunks_exact(dim.max(1)) {
-                    send.extend_from_slice(&g[sh.cols.clone()]);
-                }
-            }
-        }
-        send_counts[d] = send.len() - start;
-    }
+    // Nothing accumulated (an empty step): nothing to send.
+    let zeros = vec![0usize; p];
+    let counts = if grads.pooled_counts.is_empty() {
+        &zeros
+    } else {
+        &grads.pooled_counts
+    };
     {
         let _p = comm.stats().phase("backward");
-        comm.all_to_all_v_into(send, &send_counts, &mut bufs.got)?;
+        comm.all_to_all_v_into(&grads.pooled_send, counts, &mut bufs.got)?;
     }
     let isa = Isa::detect();
     let mut msgs: Vec<&[f32]> = (0..p).map(|q| bufs.got.from_rank(q)).collect();
