@@ -215,10 +215,12 @@ fn all_to_all_v_typed_into<U: Equivalence + Copy + Default>(
         .collect::<Result<_>>()?;
     let sd = displs(&sc)?;
     let rd = displs(&rc)?;
+    // MPI writes every element (the counts are exact): a reused buffer keeps its old
+    // values until then instead of a zero fill.
     let n: usize = recv_counts.iter().sum();
-    recv.clear();
     crate::allocs::reserve_with_room(recv, n);
     recv.resize(n, U::default());
+    recv.truncate(n);
     {
         let sp = Partition::new(send, &sc[..], &sd[..]);
         let mut rp = PartitionMut::new(&mut recv[..], &rc[..], &rd[..]);
