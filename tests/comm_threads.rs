@@ -80,6 +80,33 @@ fn all_to_all_v_random_counts_round_trip() {
 }
 
 #[test]
+fn all_to_all_v_into_and_move_reuse_buffers_and_equal_the_plain_call() {
+    for p in 1..=4usize {
+        run(p, |c| {
+            let mut rng = SplitMix64::new(7 + c.rank() as u64);
+            // A received buffer and a send buffer reused over rounds of other sizes.
+            let mut out = torusrec::comm::Received::default();
+            let mut moved = torusrec::comm::Received::default();
+            let mut send_buf: Vec<u32> = Vec::new();
+            for round in 0..4 {
+                let counts: Vec<usize> = (0..p).map(|_| rng.below(50) as usize).collect();
+                let send: Vec<u32> = (0..counts.iter().sum::<usize>())
+                    .map(|i| (round * 1000 + i) as u32 ^ rng.next_u64() as u32)
+                    .collect();
+                let want = c.all_to_all_v(&send, &counts).unwrap();
+                c.all_to_all_v_into(&send, &counts, &mut out).unwrap();
+                assert_eq!(out, want, "into, round {round}");
+                send_buf.clear();
+                send_buf.extend_from_slice(&send);
+                c.all_to_all_v_move(&mut send_buf, &counts, &mut moved)
+                    .unwrap();
+                assert_eq!(moved, want, "move, round {round}");
+            }
+        });
+    }
+}
+
+#[test]
 fn all_gather_v_with_empty_parts_and_byte_counters() {
     for p in 1..=4usize {
         let out = run(p, |c| {

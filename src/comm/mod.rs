@@ -248,6 +248,24 @@ pub trait Comm {
         Ok(out)
     }
 
+    /// [`Comm::all_to_all_v_into`] that may take `send`'s buffer: on one rank the two
+    /// buffers are swapped instead of copied. `send` is left with unspecified contents
+    /// (a buffer to refill).
+    fn all_to_all_v_move<T: Elem>(
+        &self,
+        send: &mut Vec<T>,
+        send_counts: &[usize],
+        out: &mut Received<T>,
+    ) -> Result<()> {
+        if self.size() == 1 && send_counts == [send.len()] {
+            std::mem::swap(send, &mut out.data);
+            out.counts.clear();
+            out.counts.extend_from_slice(send_counts);
+            return Ok(());
+        }
+        self.all_to_all_v_into(send, send_counts, out)
+    }
+
     /// [`Comm::all_to_all_v`] into `out`, reusing its buffers: a step that exchanges
     /// the same amounts every time allocates nothing once they have grown.
     fn all_to_all_v_into<T: Elem>(

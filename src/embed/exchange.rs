@@ -390,7 +390,7 @@ pub fn global_lookup_into<C: Comm>(
     }
     {
         let _p = comm.stats().phase("lookup");
-        comm.all_to_all_v_into(send, &send_counts, &mut bufs.req)?;
+        comm.all_to_all_v_move(send, &send_counts, &mut bufs.req)?;
     }
 
     // Serve: the rows asked for, slot by slot; the (source, slot) blocks in parallel,
@@ -448,7 +448,7 @@ pub fn global_lookup_into<C: Comm>(
     drop(blocks);
     {
         let _p = comm.stats().phase("lookup");
-        comm.all_to_all_v_into(resp, &resp_counts, &mut bufs.got)?;
+        comm.all_to_all_v_move(resp, &resp_counts, &mut bufs.got)?;
     }
     let got = &bufs.got;
 
@@ -1034,7 +1034,7 @@ pub struct BackwardBufs {
 pub fn global_backward<C: Comm>(
     comm: &C,
     store: &mut Store,
-    grads: &StepGrads,
+    grads: &mut StepGrads,
     served: &Served,
     bufs: &mut BackwardBufs,
 ) -> Result<ExchangeCounts> {
@@ -1083,9 +1083,16 @@ pub fn global_backward<C: Comm>(
     }
     {
         let _p = comm.stats().phase("backward");
-        comm.all_to_all_v_into(send, &send_counts, &mut bufs.got)?;
+        comm.all_to_all_v_move(send, &send_counts, &mut bufs.got)?;
     }
-    pooled::global_backward(comm, store, grads, served, &mut bufs.pooled)?;
+    pooled::global_backward(
+        comm,
+        store,
+        &mut grads.pooled_send,
+        &grads.pooled_counts,
+        served,
+        &mut bufs.pooled,
+    )?;
 
     // Sum per slot over sources in rank order.
     let mine = &store.owned[me];

@@ -21,7 +21,7 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use super::clicks::Batch;
-use super::exchange::{is_pooled_table, protocol_violation, ExchangeCounts, StepGrads};
+use super::exchange::{is_pooled_table, protocol_violation, ExchangeCounts};
 use super::kernels::{pool_bags, scatter_bags, scatter_bags_fresh, Bags, Isa};
 use super::placement::Placement;
 use super::spec::Pooling;
@@ -299,7 +299,7 @@ pub fn global_forward<C: Comm>(
     }
     {
         let _p = comm.stats().phase("lookup");
-        comm.all_to_all_v_into(send, &send_counts, &mut served.req)?;
+        comm.all_to_all_v_move(send, &send_counts, &mut served.req)?;
     }
 
     // Parse what every source asked of each pooled slot of mine (checked, then kept
@@ -395,7 +395,7 @@ pub fn global_forward<C: Comm>(
     });
     {
         let _p = comm.stats().phase("lookup");
-        comm.all_to_all_v_into(resp, &resp_counts, &mut bufs.got)?;
+        comm.all_to_all_v_move(resp, &resp_counts, &mut bufs.got)?;
     }
 
     // Combine into the MLP input: a row-wise table's partials added in slot order, a
@@ -483,12 +483,14 @@ pub struct BackwardBufs {
 }
 
 /// Collective: every rank must call. The pooled tables' backward: sends every
-/// pooled slot's owner the batch's pooled gradients (`grads.pooled_send`, already
-/// scaled for mean pooling) and fills `bufs.sums`.
+/// pooled slot's owner the batch's pooled gradients (`send`, `counts` per destination:
+/// [`super::exchange::StepGrads::pooled_send`], already scaled for mean pooling; left with unspecified
+/// contents) and fills `bufs.sums`.
 pub fn global_backward<C: Comm>(
     comm: &C,
     store: &Store,
-    grads: &StepGrads,
+    send: &mut Vec<f32>,
+    counts: &[usize],
     served: &Served,
     bufs: &mut BackwardBufs,
 ) -> Result<()> {
@@ -504,14 +506,14 @@ pub fn global_backward<C: Comm>(
     let mine = store.bags_order(me);
     // Nothing accumulated (an empty step): nothing to send.
     let zeros = vec![0usize; p];
-    let counts = if grads.pooled_counts.is_empty() {
-        &zeros
+    let counts = if counts.is_empty() {
+        &zeros[..]
     } else {
-        &grads.pooled_counts
+        counts
     };
     {
         let _p = comm.stats().phase("backward");
-        comm.all_to_all_v_into(&grads.pooled_send, counts, &mut bufs.got)?;
+        comm.all_to_all_v_move(send, counts, &mut bufs.got)?;
     }
     let isa = Isa::detect();
     let mut msgs: Vec<&[f32]> = (0..p).map(|q| bufs.got.from_rank(q)).collect();

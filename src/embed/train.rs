@@ -557,7 +557,7 @@ impl EmbedTrainer {
         counts += global_backward(
             comm,
             &mut self.store,
-            &self.grads,
+            &mut self.grads,
             &current.lookup.served,
             &mut self.bwd,
         )?;
