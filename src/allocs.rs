@@ -52,6 +52,15 @@ pub fn reserve_with_room<T>(v: &mut Vec<T>, total: usize) {
     }
 }
 
+/// Make `v` `len` long for a caller that overwrites every element: a reused buffer
+/// keeps its old values (no zero fill); only a grown tail is filled, with room to
+/// spare (see [`reserve_with_room`]).
+pub fn resize_for_overwrite<T: Copy + Default>(v: &mut Vec<T>, len: usize) {
+    reserve_with_room(v, len);
+    v.resize(len, T::default());
+    v.truncate(len);
+}
+
 /// Large allocations (of at least [`LARGE`] bytes) made so far by this process, on
 /// every thread.
 pub fn large_allocations() -> u64 {
@@ -61,6 +70,20 @@ pub fn large_allocations() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn resize_for_overwrite_sets_the_length_and_fills_only_a_grown_tail() {
+        let mut v: Vec<u32> = vec![7, 8, 9];
+        resize_for_overwrite(&mut v, 2);
+        assert_eq!(v, [7, 8]);
+        // Back within the old length: the kept values stay, the tail is filled.
+        resize_for_overwrite(&mut v, 4);
+        assert_eq!(v, [7, 8, 0, 0]);
+        // Growing past the capacity leaves a quarter more room.
+        resize_for_overwrite(&mut v, 100);
+        assert_eq!(v.len(), 100);
+        assert!(v.capacity() >= 125, "{}", v.capacity());
+    }
 
     #[test]
     fn large_allocations_are_counted() {

@@ -155,24 +155,15 @@ pub trait Comm {
     fn raw_all_reduce_max_u64(&self, value: u64) -> u64;
     /// Exchange one count with every rank: `recv[r]` is what rank r put at `send[self]`.
     fn raw_all_to_all_counts(&self, send: &[usize]) -> Result<Vec<usize>>;
-    fn raw_all_to_all_v<T: Elem>(
-        &self,
-        send: &[T],
-        send_counts: &[usize],
-        recv_counts: &[usize],
-    ) -> Result<Vec<T>>;
-    /// [`Comm::raw_all_to_all_v`] into `recv`, whose allocation is reused when it is
-    /// large enough (backends that can receive in place override this).
+    /// Every rank's part for this rank (`recv_counts[r]` from rank r, in rank order)
+    /// into `recv`, whose allocation is reused when it is large enough.
     fn raw_all_to_all_v_into<T: Elem>(
         &self,
         send: &[T],
         send_counts: &[usize],
         recv_counts: &[usize],
         recv: &mut Vec<T>,
-    ) -> Result<()> {
-        *recv = self.raw_all_to_all_v(send, send_counts, recv_counts)?;
-        Ok(())
-    }
+    ) -> Result<()>;
     fn raw_all_gather_u64(&self, value: u64) -> Vec<u64>;
     fn raw_all_gather_v<T: Elem>(&self, send: &[T], counts: &[usize]) -> Result<Vec<T>>;
     fn raw_broadcast<T: Elem>(&self, root: usize, buf: &mut [T]) -> Result<()>;

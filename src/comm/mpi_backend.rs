@@ -186,17 +186,6 @@ fn all_reduce_sum_typed<U: Equivalence + Copy>(
     cart.all_reduce_into(&send[..], buf, SystemOperation::sum());
 }
 
-fn all_to_all_v_typed<U: Equivalence + Copy + Default>(
-    cart: &CartesianCommunicator,
-    send: &[U],
-    send_counts: &[usize],
-    recv_counts: &[usize],
-) -> Result<Vec<U>> {
-    let mut recv = Vec::new();
-    all_to_all_v_typed_into(cart, send, send_counts, recv_counts, &mut recv)?;
-    Ok(recv)
-}
-
 /// Into `recv` (resized to the total; its allocation is reused when large enough).
 fn all_to_all_v_typed_into<U: Equivalence + Copy + Default>(
     cart: &CartesianCommunicator,
@@ -218,9 +207,7 @@ fn all_to_all_v_typed_into<U: Equivalence + Copy + Default>(
     // MPI writes every element (the counts are exact): a reused buffer keeps its old
     // values until then instead of a zero fill.
     let n: usize = recv_counts.iter().sum();
-    crate::allocs::reserve_with_room(recv, n);
-    recv.resize(n, U::default());
-    recv.truncate(n);
+    crate::allocs::resize_for_overwrite(recv, n);
     {
         let sp = Partition::new(send, &sc[..], &sd[..]);
         let mut rp = PartitionMut::new(&mut recv[..], &rc[..], &rd[..]);
@@ -283,23 +270,6 @@ impl Comm for MpiComm {
         let mut r = vec![0u64; s.len()];
         self.cart.all_to_all_into(&s[..], &mut r[..]);
         Ok(r.into_iter().map(|c| c as usize).collect())
-    }
-    fn raw_all_to_all_v<T: Elem>(
-        &self,
-        send: &[T],
-        send_counts: &[usize],
-        recv_counts: &[usize],
-    ) -> Result<Vec<T>> {
-        with_concrete!(T, T::KIND, |U| {
-            // SAFETY: U is T (sealed kinds); the Vec<U> is reinterpreted as Vec<T>.
-            let v = all_to_all_v_typed::<U>(
-                &self.cart,
-                unsafe { cast::<T, U>(send) },
-                send_counts,
-                recv_counts,
-            )?;
-            Ok(unsafe { retype::<U, T>(v) })
-        })
     }
     fn raw_all_to_all_v_into<T: Elem>(
         &self,

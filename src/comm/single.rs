@@ -45,8 +45,16 @@ impl Comm for SingleComm {
     fn raw_all_to_all_counts(&self, send: &[usize]) -> Result<Vec<usize>> {
         Ok(send.to_vec())
     }
-    fn raw_all_to_all_v<T: Elem>(&self, send: &[T], _: &[usize], _: &[usize]) -> Result<Vec<T>> {
-        Ok(send.to_vec())
+    fn raw_all_to_all_v_into<T: Elem>(
+        &self,
+        send: &[T],
+        _: &[usize],
+        _: &[usize],
+        recv: &mut Vec<T>,
+    ) -> Result<()> {
+        recv.clear();
+        recv.extend_from_slice(send);
+        Ok(())
     }
     fn raw_all_gather_u64(&self, value: u64) -> Vec<u64> {
         vec![value]

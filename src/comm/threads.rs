@@ -173,18 +173,20 @@ impl Comm for ThreadComm {
         let all = self.exchange(send.to_vec());
         Ok(all.iter().map(|c| c[self.rank]).collect())
     }
-    fn raw_all_to_all_v<T: Elem>(
+    fn raw_all_to_all_v_into<T: Elem>(
         &self,
         send: &[T],
         send_counts: &[usize],
         recv_counts: &[usize],
-    ) -> Result<Vec<T>> {
+        recv: &mut Vec<T>,
+    ) -> Result<()> {
         let all = self.exchange((send.to_vec(), super::prefix_offsets(send_counts)));
-        let mut out = Vec::with_capacity(recv_counts.iter().sum());
+        recv.clear();
+        recv.reserve(recv_counts.iter().sum());
         for (data, offsets) in all.iter().map(|a| &**a) {
-            out.extend_from_slice(&data[offsets[self.rank]..offsets[self.rank + 1]]);
+            recv.extend_from_slice(&data[offsets[self.rank]..offsets[self.rank + 1]]);
         }
-        Ok(out)
+        Ok(())
     }
     fn raw_all_gather_u64(&self, value: u64) -> Vec<u64> {
         self.exchange(value).iter().map(|v| **v).collect()

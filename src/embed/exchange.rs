@@ -23,7 +23,7 @@ use super::placement::{OutputMode, Placement};
 use super::pooled::{self, Served};
 use super::spec::Pooling;
 use super::tables::{sq_sum, Store};
-use crate::allocs::reserve_with_room as reserve_total;
+use crate::allocs::{reserve_with_room as reserve_total, resize_for_overwrite};
 use crate::comm::{Comm, Received};
 use crate::{Error, Result};
 
@@ -309,9 +309,7 @@ pub fn global_lookup_into<C: Comm>(
     // Every value of `x` is written, here or by `pool` (a reused buffer needs no zero
     // fill).
     let len = batch.n * spec.mlp_input();
-    reserve_total(x, len);
-    x.resize(len, 0.0);
-    x.truncate(len);
+    resize_for_overwrite(x, len);
     ids.resize_with(nt, Vec::new);
     occ.resize_with(nt, Vec::new);
     rows.resize_with(nt, Vec::new);
@@ -413,9 +411,7 @@ pub fn global_lookup_into<C: Comm>(
     }
     // Every value is copied from a row below (a reused buffer needs no zero fill).
     let resp = &mut bufs.resp;
-    reserve_total(resp, resp_counts.iter().sum());
-    resp.resize(resp_counts.iter().sum(), 0.0);
-    resp.truncate(resp_counts.iter().sum());
+    resize_for_overwrite(resp, resp_counts.iter().sum());
     let mut parts: Vec<&mut [f32]> = Vec::with_capacity(blocks.len());
     let mut rest = &mut resp[..];
     for &(_, j, asked) in &blocks {
@@ -488,9 +484,7 @@ pub fn global_lookup_into<C: Comm>(
             } else {
                 ids[t].len() * dim
             };
-            reserve_total(rows_t, len);
-            rows_t.resize(len, 0.0);
-            rows_t.truncate(len);
+            resize_for_overwrite(rows_t, len);
             for &(s, data) in parts {
                 let sh = &store.slots[s];
                 let (w, c0) = (sh.width(), sh.cols.start);
@@ -754,9 +748,7 @@ impl StepGrads {
         }
         // Every value is written below (a reused buffer needs no zero fill).
         let total: usize = self.pooled_counts.iter().sum();
-        reserve_total(&mut self.pooled_send, total);
-        self.pooled_send.resize(total, 0.0);
-        self.pooled_send.truncate(total);
+        resize_for_overwrite(&mut self.pooled_send, total);
         let mut parts: Vec<&mut [f32]> = Vec::with_capacity(slots.len());
         let mut rest = &mut self.pooled_send[..];
         for &(_, s) in &slots {

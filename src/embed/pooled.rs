@@ -26,7 +26,7 @@ use super::kernels::{pool_bags, scatter_bags, scatter_bags_fresh, Bags, Isa};
 use super::placement::Placement;
 use super::spec::Pooling;
 use super::tables::Store;
-use crate::allocs::reserve_with_room as reserve_total;
+use crate::allocs::{reserve_with_room as reserve_total, resize_for_overwrite};
 use crate::comm::{Comm, Received};
 use crate::Result;
 
@@ -377,9 +377,7 @@ pub fn global_forward<C: Comm>(
     }
     // Every value is written by the pooling (a reused buffer needs no zero fill).
     let resp = &mut bufs.resp;
-    reserve_total(resp, resp_counts.iter().sum());
-    resp.resize(resp_counts.iter().sum(), 0.0);
-    resp.truncate(resp_counts.iter().sum());
+    resize_for_overwrite(resp, resp_counts.iter().sum());
     let mut parts: Vec<&mut [f32]> = Vec::with_capacity(tasks.len());
     let mut rest = &mut resp[..];
     for &(q, j) in &tasks {
