@@ -65,12 +65,13 @@ impl Source {
     /// Append examples `first..first + n` to `out` (a preloaded batch without a copy
     /// of its own).
     pub fn batch_into(&self, first: u64, n: usize, out: &mut Batch) -> Result<()> {
-        match self {
-            Source::Preloaded { cache, .. } if cache.contains_key(&(first, n)) => {
-                out.append(&cache[&(first, n)]);
+        if let Source::Preloaded { cache, .. } = self {
+            if let Some(b) = cache.get(&(first, n)) {
+                out.append(b);
+                return Ok(());
             }
-            _ => out.append(&self.batch(first, n)?),
         }
+        out.append(&self.batch(first, n)?);
         Ok(())
     }
 
