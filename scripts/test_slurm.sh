@@ -15,11 +15,12 @@
 # "N passed, M failed", exits non-zero on any failure. Slurm is always stopped at the end.
 #
 # Environment: TORUSREC (binary; default: cargo build --release and use target/release),
-#   TEST_SLURM_EPOCHS (default 40), TEST_SLURM_DIM (128), TEST_SLURM_STEP_NNZ (100000): about
-#   30 s per run on 2 cores; TEST_SLURM_SIGNAL_AT (seconds into the job's run to signal it,
+#   TEST_SLURM_EPOCHS (default 120), TEST_SLURM_DIM (128), TEST_SLURM_STEP_NNZ (100000): about
+#   15 s per run on 2 cores (a run must outlast the job scripts' 5 s SIGNAL_GRACE by a margin,
+#   or the signal would arrive after the last epoch; the test refuses a shorter reference); TEST_SLURM_SIGNAL_AT (seconds into the job's run to signal it,
 #   default a third of the reference run's time, at least once a checkpoint exists);
-#   the embed job: TEST_SLURM_EMBED_PRESET (small), TEST_SLURM_EMBED_STEPS (160),
-#   TEST_SLURM_EMBED_CKPT_EVERY (20): about 10-25 s per run on 2 cores;
+#   the embed job: TEST_SLURM_EMBED_PRESET (small), TEST_SLURM_EMBED_STEPS (320),
+#   TEST_SLURM_EMBED_CKPT_EVERY (20): about 15-40 s per run on 2 cores;
 #   TEST_SLURM_EMBED_SIGNAL_AT (like TEST_SLURM_SIGNAL_AT; default 0: as soon as the first
 #   checkpoint exists, since steps take 0.05 to 0.15 s here depending on the load);
 #   TEST_SLURM_BUDGET (seconds for everything after the build, default 290),
@@ -28,14 +29,15 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 REPO=$(pwd)
 
-EPOCHS="${TEST_SLURM_EPOCHS:-40}"
+EPOCHS="${TEST_SLURM_EPOCHS:-120}"
 DIM="${TEST_SLURM_DIM:-128}"
 STEP_NNZ="${TEST_SLURM_STEP_NNZ:-100000}"
 EMBED_PRESET="${TEST_SLURM_EMBED_PRESET:-small}"
-EMBED_STEPS="${TEST_SLURM_EMBED_STEPS:-160}"
+EMBED_STEPS="${TEST_SLURM_EMBED_STEPS:-320}"
 EMBED_CKPT_EVERY="${TEST_SLURM_EMBED_CKPT_EVERY:-20}"
 BUDGET="${TEST_SLURM_BUDGET:-290}"
 RANKS=2
+JOB_SIGNAL_GRACE=5   # the job scripts' default SIGNAL_GRACE (the test does not pass one)
 THREADS=1   # bitwise equality holds at equal rank and thread counts: pin both
 
 passed=0
@@ -168,6 +170,13 @@ preempt_job() {
     shift 3
     joblog="$work/$name-job.log"
     ckpt="$work/$name-ckpt-job"
+
+    # A signal within the job script's grace is held back until the grace has passed; a
+    # run that ends about then cannot be preempted, and the test would fail for no fault.
+    if awk -v r="$ref_secs" -v g="$JOB_SIGNAL_GRACE" 'BEGIN { exit !(r < 2 * g) }'; then
+        abort "$name: the reference run took ${ref_secs}s, too short to preempt after the job" \
+            "script's ${JOB_SIGNAL_GRACE}s signal grace (raise TEST_SLURM_EPOCHS or TEST_SLURM_EMBED_STEPS)"
+    fi
 
     # --- submit -----------------------------------------------------------------------------
     # sbatch exports this shell's environment: clear the variables the job scripts read, so
