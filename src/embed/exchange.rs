@@ -22,7 +22,7 @@ use super::kernels::{pool as pool_kernel, prefetch_row, scatter, Bag, Isa, PREFE
 use super::placement::{OutputMode, Placement};
 use super::pooled::{self, Served};
 use super::spec::Pooling;
-use super::tables::{sq_sum, Store};
+use super::tables::{sq_sum, sq_sums_into, Store};
 use crate::allocs::{reserve_with_room as reserve_total, resize_for_overwrite};
 use crate::comm::{Comm, Received};
 use crate::{Error, Result};
@@ -1186,7 +1186,7 @@ pub fn global_backward<C: Comm>(
             st.clear();
             if opt.needs_row_stat() {
                 reserve_total(st, g.len() / w.max(1));
-                st.extend(g.chunks(w.max(1)).map(sq_sum));
+                sq_sums_into(g, w, st);
             }
         });
     let partial = &bufs.stats;

@@ -60,9 +60,33 @@ pub fn row_stat(g: &[f32]) -> f64 {
     sq_sum(g) / g.len() as f64
 }
 
+/// Sum of the squares of `g` in f64, in column order.
 #[inline]
 pub fn sq_sum(g: &[f32]) -> f64 {
     g.iter().map(|&x| (x as f64) * (x as f64)).sum()
+}
+
+/// [`sq_sum`] of every row of `g` (`w` floats each) appended to `out`, the same bits
+/// per row. Eight rows at a time: each row's sum is still one chain of additions in
+/// column order, but eight independent chains keep the adder busy where one row
+/// alone waits on the latency of each addition (about 8x faster on 64-wide rows).
+pub fn sq_sums_into(g: &[f32], w: usize, out: &mut Vec<f64>) {
+    const LANES: usize = 8;
+    if w == 0 {
+        return;
+    }
+    let mut blocks = g.chunks_exact(LANES * w);
+    for block in &mut blocks {
+        let mut acc = [0.0f64; LANES];
+        for j in 0..w {
+            for (r, a) in acc.iter_mut().enumerate() {
+                let x = block[r * w + j] as f64;
+                *a += x * x;
+            }
+        }
+        out.extend_from_slice(&acc);
+    }
+    out.extend(blocks.remainder().chunks(w).map(sq_sum));
 }
 
 /// One shard's rows (local row order), `width` floats each, and optimizer state.
@@ -281,6 +305,27 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn row_square_sums_in_blocks_give_the_bits_of_one_row_at_a_time() {
+        let mut st = 7u64;
+        let mut next = || {
+            st = crate::rng::mix64(st);
+            ((st >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 3.0
+        };
+        for w in [1, 3, 8, 16, 63, 64] {
+            for rows in [0, 1, 7, 8, 9, 17, 40] {
+                let g: Vec<f32> = (0..rows * w).map(|_| next()).collect();
+                let mut got = vec![-1.0];
+                sq_sums_into(&g, w, &mut got);
+                assert_eq!(got.len(), 1 + rows, "w {w} rows {rows}: appends");
+                for (r, v) in got[1..].iter().enumerate() {
+                    let want = sq_sum(&g[r * w..(r + 1) * w]);
+                    assert_eq!(v.to_bits(), want.to_bits(), "w {w} rows {rows} row {r}");
+                }
+            }
+        }
+    }
     use crate::embed::spec::preset;
 
     #[test]
