@@ -117,6 +117,9 @@ pub(super) struct Ctx<'a> {
     batch_per_rank: f64,
     state: u64,
     model: &'a CostModel,
+    /// The output mode each table's owner cost is charged in while placements are
+    /// searched ([`Ctx::contrib`]); empty: `rows` for every table.
+    pub(super) search_modes: Vec<OutputMode>,
 }
 
 impl<'a> Ctx<'a> {
@@ -134,7 +137,33 @@ impl<'a> Ctx<'a> {
             batch_per_rank: stats.batch_per_rank as f64,
             state,
             model,
+            search_modes: Vec::new(),
         }
+    }
+
+    /// This context with the placement search charging table `t` in `modes[t]`.
+    pub(super) fn searching_in(&self, modes: Vec<OutputMode>) -> Ctx<'a> {
+        Ctx {
+            search_modes: modes,
+            ..*self
+        }
+    }
+
+    /// Per table, the mode that costs less over all ranks when the table is placed
+    /// whole on one rank (the placement the search starts from): what the search
+    /// charges on its mode-aware pass. Data-parallel tables are never pooled.
+    pub(super) fn preferred_modes(&self) -> Vec<OutputMode> {
+        let whole = Placement::Table { rank: 0 };
+        (0..self.n_tables())
+            .map(|t| {
+                let c = self.mode_costs(t, &whole);
+                if c.pooled_seconds < c.rows_seconds {
+                    OutputMode::Pooled
+                } else {
+                    OutputMode::Rows
+                }
+            })
+            .collect()
     }
 
     pub(super) fn n_tables(&self) -> usize {
@@ -238,8 +267,10 @@ impl<'a> Ctx<'a> {
         exchanged / m.net_bw + memory / m.mem_bw + lookups * m.lookup_s + m.shard_s
     }
 
+    /// The owner side of table `t` under `p`, in the mode the search charges it.
     pub(super) fn contrib(&self, t: usize, p: &Placement) -> Contrib {
-        self.contrib_mode(t, p, OutputMode::Rows)
+        let mode = self.search_modes.get(t).copied().unwrap_or_default();
+        self.contrib_mode(t, p, mode)
     }
 
     /// [`Ctx::contrib`] in output mode `mode` (owner side).
@@ -267,25 +298,40 @@ impl<'a> Ctx<'a> {
             .collect()
     }
 
-    /// Output modes for `tables`: from all `rows`, tables whose `pooled` mode saves
-    /// the most (over all ranks) first, each switched when that lowers the plan's
-    /// (maximum, total) cost, so the result is never worse than all `rows`.
-    pub(super) fn choose_modes(&self, tables: Vec<Placement>) -> Plan {
+    /// Output modes for `tables`, starting from `start` (per table; data-parallel
+    /// tables stay `rows`): tables whose other mode saves the most (over all ranks)
+    /// first, each switched when that lowers the plan's (maximum, total) cost, so the
+    /// result is never worse than `start`.
+    pub(super) fn choose_modes(&self, tables: Vec<Placement>, start: &[OutputMode]) -> Plan {
         let costs = self.all_mode_costs(&tables);
         let mut plan = self.plan(tables).with_modes(OutputMode::Rows);
+        for (t, m) in plan.modes.iter_mut().enumerate() {
+            if plan.tables[t] != Placement::DataParallel {
+                *m = start.get(t).copied().unwrap_or_default();
+            }
+        }
+        let other = |m: OutputMode| match m {
+            OutputMode::Rows => OutputMode::Pooled,
+            OutputMode::Pooled => OutputMode::Rows,
+        };
+        let secs = |t: usize, m: OutputMode| match m {
+            OutputMode::Rows => costs[t].rows_seconds,
+            OutputMode::Pooled => costs[t].pooled_seconds,
+        };
+        // What switching table t saves over all ranks.
+        let gain = |t: usize, m: OutputMode| secs(t, m) - secs(t, other(m));
         let mut order: Vec<usize> = (0..costs.len())
-            .filter(|&t| {
-                plan.tables[t] != Placement::DataParallel
-                    && costs[t].pooled_seconds < costs[t].rows_seconds
-            })
+            .filter(|&t| plan.tables[t] != Placement::DataParallel && gain(t, plan.modes[t]) > 0.0)
             .collect();
         order.sort_by(|&a, &b| {
-            let gain = |t: usize| costs[t].rows_seconds - costs[t].pooled_seconds;
-            gain(b).total_cmp(&gain(a)).then(a.cmp(&b))
+            gain(b, plan.modes[b])
+                .total_cmp(&gain(a, plan.modes[a]))
+                .then(a.cmp(&b))
         });
         let mut best = report(self, &plan);
         for t in order {
-            plan.modes[t] = OutputMode::Pooled;
+            let was = plan.modes[t];
+            plan.modes[t] = other(was);
             let r = report(self, &plan);
             if r.max_cost
                 .total_cmp(&best.max_cost)
@@ -294,7 +340,7 @@ impl<'a> Ctx<'a> {
             {
                 best = r;
             } else {
-                plan.modes[t] = OutputMode::Rows;
+                plan.modes[t] = was;
             }
         }
         plan

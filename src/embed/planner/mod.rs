@@ -56,15 +56,21 @@
 //! table, its asking work: deduplicating its `b v` ids (`lookup_s` each) and, for
 //! `rows`, `2 b v + 2 U` row accesses (pool the occurrences and add their gradients;
 //! place the distinct rows and read their gradients), for `pooled`, `(k + 1) b 4 d`
-//! bytes (add the partials of the table's `k` pieces, scale the gradients). Modes are
-//! chosen after the placements: from all `rows`, tables in order of the modelled
-//! saving, each switched to `pooled` when that lowers the plan's (maximum, total)
-//! cost. `torusrec plan` prints each table's mode with both modes' bytes and seconds.
+//! bytes (add the partials of the table's `k` pieces, scale the gradients). Pooling
+//! moves work from the asking ranks to the owners, so the modes change the balance of
+//! a placement: the planner searches twice (below), once with every owner charged in
+//! `rows` and once with each table charged in its preferred mode (the cheaper one over
+//! all ranks when the table is placed whole). After each search the modes are chosen
+//! under its placements: from the modes it searched with, tables in order of the
+//! modelled saving, each switched to the other mode when that lowers the plan's
+//! (maximum, total) cost. `torusrec plan` prints each table's mode with both modes'
+//! bytes and seconds.
 //!
 //! # Planner
 //!
-//! [`plan_auto`] runs a deterministic local search from three starts and keeps the
-//! plan with the lowest maximum cost (then the lowest total):
+//! [`plan_auto`] runs, in each of its two passes (output modes above), a deterministic
+//! local search from three starts, and keeps the plan with the lowest maximum cost
+//! (then the lowest total) over both passes:
 //!
 //! 1. a greedy over every placement kind: tables by descending table-wise cost, each
 //!    given the candidate that minimizes the resulting maximum cost (ties: least memory,
@@ -81,9 +87,9 @@
 //! descending vector of rank costs lexicographically (the maximum, then the next, ...): move a shard of a table on the most loaded rank
 //! to another rank, swap two table-wise tables between that rank and another, or
 //! re-place such a table with any greedy candidate. Every change respects
-//! `mem_per_rank`. Since the lookup-greedy plan is one of the starts and the search
-//! never raises the maximum, the result is never worse than lookup-greedy under the
-//! model.
+//! `mem_per_rank`. Since the lookup-greedy plan is one of the starts, the search
+//! never raises the maximum and choosing modes never raises it either, the result is
+//! never worse than lookup-greedy under the model.
 //!
 //! # Files
 //!
@@ -321,6 +327,40 @@ mod tests {
             opts.state_per_row,
         );
         assert!(rep.max_cost < rows.max_cost, "{rep:?} vs {rows:?}");
+    }
+
+    #[test]
+    fn searching_in_the_preferred_modes_balances_the_owners_better_on_the_peer_workload() {
+        // torchrec-peer at P = 2: pooling moves work to the owners, so placements
+        // balanced for `rows` become unbalanced once tables are pooled (the planner of
+        // the previous stop kept 11 tables in `rows` for that reason, and measured
+        // slower than all-pooled).
+        let spec = preset("torchrec-peer", 1.0).unwrap();
+        let stats = synthetic_stats(&spec, 2, 2048);
+        let opts = PlanOptions::new(2, u64::MAX);
+        let base = check_inputs(&spec, &stats, &opts).unwrap();
+        let (_, rows_pass) = super::search::plan_pass(&base.searching_in(Vec::new()), &opts)
+            .expect("the rows pass finds a plan");
+        let preferred = base.preferred_modes();
+        assert!(
+            preferred
+                .iter()
+                .filter(|&&m| m == OutputMode::Pooled)
+                .count()
+                > 20,
+            "{preferred:?}"
+        );
+        let (_, moded_pass) = super::search::plan_pass(&base.searching_in(preferred), &opts)
+            .expect("the mode-aware pass finds a plan");
+        let (plan, auto) = plan_auto(&spec, &stats, &opts).unwrap();
+        assert!(
+            moded_pass.max_cost < rows_pass.max_cost * 0.99,
+            "{moded_pass:?} vs {rows_pass:?}"
+        );
+        // plan_auto keeps the better pass, and reports it.
+        assert_eq!(auto.max_cost, moded_pass.max_cost.min(rows_pass.max_cost));
+        let again = evaluate(&spec, &stats, &plan, &opts.model, opts.state_per_row);
+        assert_eq!(again.max_cost, auto.max_cost);
     }
 
     #[test]
@@ -605,7 +645,9 @@ mod tests {
                     auto.max_cost <= lookup.max_cost * (1.0 + 1e-12),
                     "{auto:?} vs {lookup:?}"
                 );
-                assert!(auto.imbalance <= lookup.imbalance, "{auto:?} vs {lookup:?}");
+                // (Imbalance, the maximum over the mean, is compared over all tasks
+                // below, not task by task: auto pools tables, which lowers the mean
+                // cost that the all-`rows` heuristics are divided by.)
                 let mut kinds = std::collections::BTreeMap::new();
                 for p in &plan.tables {
                     *kinds.entry(p.kind()).or_insert(0) += 1;

@@ -289,6 +289,37 @@ fn local_search(
     place
 }
 
+/// `a` is the better plan: lower maximum cost over the ranks, then lower total.
+fn lower(a: &PlanReport, b: &PlanReport) -> bool {
+    a.max_cost
+        .total_cmp(&b.max_cost)
+        .then(a.total_cost.total_cmp(&b.total_cost))
+        == Ordering::Less
+}
+
+/// One pass of [`plan_auto`]: placements searched from three starts with the owners
+/// charged in `ctx`'s search modes, then each start's output modes chosen under its
+/// placements (from those modes); the best of the three. `None` when no start fits.
+pub(super) fn plan_pass(ctx: &Ctx, opts: &PlanOptions) -> Option<(Plan, PlanReport)> {
+    let mem = opts.mem_per_rank;
+    let tc: Vec<f64> = (0..ctx.n_tables()).map(|t| ctx.table_cost(t)).collect();
+    let starts = [
+        greedy(ctx, mem),
+        table_wise_greedy(ctx, mem, "lpt", |t| tc[t]).ok(),
+        heuristic_tables(ctx, Heuristic::Lookup, opts).ok(),
+    ];
+    let mut best: Option<(Plan, PlanReport)> = None;
+    for start in starts.into_iter().flatten() {
+        let tables = local_search(ctx, mem, start, opts.max_iters);
+        let plan = ctx.choose_modes(tables, &ctx.search_modes);
+        let r = report(ctx, &plan);
+        if best.as_ref().is_none_or(|(_, b)| lower(&r, b)) {
+            best = Some((plan, r));
+        }
+    }
+    best
+}
+
 /// The best plan the planner finds under the cost model (see the module doc), with its
 /// report. Fails with [`Error::Config`] if the tables cannot fit into
 /// `world * mem_per_rank` bytes.
@@ -297,29 +328,24 @@ pub fn plan_auto(
     stats: &BatchStats,
     opts: &PlanOptions,
 ) -> Result<(Plan, PlanReport)> {
-    let ctx = check_inputs(spec, stats, opts)?;
-    let mem = opts.mem_per_rank;
-    let tc: Vec<f64> = (0..ctx.n_tables()).map(|t| ctx.table_cost(t)).collect();
-    let starts = [
-        greedy(&ctx, mem),
-        table_wise_greedy(&ctx, mem, "lpt", |t| tc[t]).ok(),
-        heuristic_tables(&ctx, Heuristic::Lookup, opts).ok(),
+    let base = check_inputs(spec, stats, opts)?;
+    // Two passes: placements searched with every owner charged in `rows`, and with
+    // each table charged in its preferred mode (pooling moves work to the owners, so
+    // the balance depends on it). The better plan is kept.
+    let passes = [
+        base.searching_in(Vec::new()),
+        base.searching_in(base.preferred_modes()),
     ];
     let mut best: Option<(Plan, PlanReport)> = None;
-    for start in starts.into_iter().flatten() {
-        let plan = ctx.plan(local_search(&ctx, mem, start, opts.max_iters));
-        let r = report(&ctx, &plan);
-        let better = best.as_ref().is_none_or(|(_, b)| {
-            r.max_cost
-                .total_cmp(&b.max_cost)
-                .then(r.total_cost.total_cmp(&b.total_cost))
-                == Ordering::Less
-        });
-        if better {
-            best = Some((plan, r));
+    for ctx in &passes {
+        if let Some((plan, r)) = plan_pass(ctx, opts) {
+            if best.as_ref().is_none_or(|(_, b)| lower(&r, b)) {
+                best = Some((plan, r));
+            }
         }
     }
-    let (plan, _) = best.ok_or_else(|| {
+    let (ctx, mem) = (&base, opts.mem_per_rank);
+    let (plan, r) = best.ok_or_else(|| {
         let total: u64 = (0..ctx.n_tables()).map(|t| ctx.table_bytes(t)).sum();
         Error::Config(format!(
             "planner: found no placement of {total} bytes of tables into {} ranks x {mem} \
@@ -329,9 +355,6 @@ pub fn plan_auto(
             (0..ctx.n_tables()).map(|t| ctx.row_share(t)).sum::<u64>()
         ))
     })?;
-    // Output modes last: each table's cheaper one under the placements found.
-    let plan = ctx.choose_modes(plan.tables);
-    let r = report(&ctx, &plan);
     plan.validate(spec, opts.world, "auto")?;
     Ok((plan, r))
 }
