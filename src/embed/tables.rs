@@ -305,6 +305,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::embed::spec::preset;
 
     #[test]
     fn row_square_sums_in_blocks_give_the_bits_of_one_row_at_a_time() {
@@ -326,7 +327,6 @@ mod tests {
             }
         }
     }
-    use crate::embed::spec::preset;
 
     #[test]
     fn row_slot_matches_the_shards_rows() {

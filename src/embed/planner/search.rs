@@ -299,12 +299,18 @@ fn lower(a: &PlanReport, b: &PlanReport) -> bool {
 
 /// One pass of [`plan_auto`]: placements searched from three starts with the owners
 /// charged in `ctx`'s search modes, then each start's output modes chosen under its
-/// placements (from those modes); the best of the three. `None` when no start fits.
-pub(super) fn plan_pass(ctx: &Ctx, opts: &PlanOptions) -> Option<(Plan, PlanReport)> {
+/// placements (from those modes); the best of the three. The starts: `first` (by
+/// default the greedy over every placement kind), table-wise longest processing time
+/// first, and lookup-greedy. `None` when no start fits.
+pub(super) fn plan_pass(
+    ctx: &Ctx,
+    opts: &PlanOptions,
+    first: Option<Vec<Placement>>,
+) -> Option<(Plan, PlanReport)> {
     let mem = opts.mem_per_rank;
     let tc: Vec<f64> = (0..ctx.n_tables()).map(|t| ctx.table_cost(t)).collect();
     let starts = [
-        greedy(ctx, mem),
+        first.or_else(|| greedy(ctx, mem)),
         table_wise_greedy(ctx, mem, "lpt", |t| tc[t]).ok(),
         heuristic_tables(ctx, Heuristic::Lookup, opts).ok(),
     ];
@@ -329,19 +335,16 @@ pub fn plan_auto(
     opts: &PlanOptions,
 ) -> Result<(Plan, PlanReport)> {
     let base = check_inputs(spec, stats, opts)?;
-    // Two passes: placements searched with every owner charged in `rows`, and with
-    // each table charged in its preferred mode (pooling moves work to the owners, so
-    // the balance depends on it). The better plan is kept.
-    let passes = [
-        base.searching_in(Vec::new()),
-        base.searching_in(base.preferred_modes()),
-    ];
-    let mut best: Option<(Plan, PlanReport)> = None;
-    for ctx in &passes {
-        if let Some((plan, r)) = plan_pass(ctx, opts) {
-            if best.as_ref().is_none_or(|(_, b)| lower(&r, b)) {
-                best = Some((plan, r));
-            }
+    // Two passes. First with every owner charged in `rows`; then with each table
+    // charged in its preferred mode (pooling moves work to the owners, so the balance
+    // depends on the modes), starting from the first pass's placements instead of the
+    // greedy (which is slow under pooled costs on hundreds of ranks: minutes at 128,
+    // for a worse plan). The better plan is kept.
+    let mut best = plan_pass(&base, opts, None);
+    let moded = base.searching_in(base.preferred_modes());
+    if let Some((p, r)) = plan_pass(&moded, opts, best.as_ref().map(|(p, _)| p.tables.clone())) {
+        if best.as_ref().is_none_or(|(_, b)| lower(&r, b)) {
+            best = Some((p, r));
         }
     }
     let (ctx, mem) = (&base, opts.mem_per_rank);
