@@ -316,6 +316,10 @@ fn a_step_allocates_no_large_buffer_once_its_buffers_have_grown() {
         &["--output-mode", "pooled", "--table-opt", "sgd"],
         &["--accumulate", "4"],
         &["--pipeline"],
+        // Column shards under row-wise Adagrad sort their rows and exchange row
+        // statistics; replicas join the dense all-reduce.
+        &["--plan", "column"],
+        &["--plan", "data_parallel"],
     ]
     .into_iter()
     .enumerate()

@@ -858,6 +858,7 @@ fn sum_slot_into<I: IdBits>(
     index: &mut Option<Index>,
     rows: &mut Vec<u32>,
     grads: &mut Vec<f32>,
+    scratch: &mut SortScratch,
 ) -> Result<()> {
     let total: usize = pieces.iter().map(|(ids, _)| ids.len()).sum();
     let index = index.get_or_insert_with(|| Index::new(shard_rows, total));
@@ -919,17 +920,37 @@ fn sum_slot_into<I: IdBits>(
     if !sorted {
         return Ok(());
     }
-    // Ascending rows: the order every column shard of a table agrees on.
-    let mut order: Vec<usize> = (0..rows.len()).collect();
-    order.sort_unstable_by_key(|&p| rows[p]);
-    let sorted_rows: Vec<u32> = order.iter().map(|&p| rows[p]).collect();
-    let sorted_grads: Vec<f32> = order
-        .iter()
-        .flat_map(|&p| grads[p * w..(p + 1) * w].iter().copied())
-        .collect();
-    *rows = sorted_rows;
-    *grads = sorted_grads;
+    // Ascending rows: the order every column shard of a table agrees on. Written into
+    // the scratch buffers, which are then swapped in (both kept from step to step).
+    let SortScratch {
+        order,
+        rows: sorted_rows,
+        grads: sorted_grads,
+    } = scratch;
+    order.clear();
+    reserve_total(order, rows.len());
+    order.extend(0..rows.len() as u32);
+    order.sort_unstable_by_key(|&p| rows[p as usize]);
+    sorted_rows.clear();
+    reserve_total(sorted_rows, rows.len());
+    sorted_rows.extend(order.iter().map(|&p| rows[p as usize]));
+    sorted_grads.clear();
+    reserve_total(sorted_grads, grads.len());
+    for &p in order.iter() {
+        let p = p as usize;
+        sorted_grads.extend_from_slice(&grads[p * w..(p + 1) * w]);
+    }
+    std::mem::swap(rows, sorted_rows);
+    std::mem::swap(grads, sorted_grads);
     Ok(())
+}
+
+/// Buffers of [`sum_slot_into`]'s sort into ascending rows, kept from step to step.
+#[derive(Debug, Default)]
+pub struct SortScratch {
+    order: Vec<u32>,
+    rows: Vec<u32>,
+    grads: Vec<f32>,
 }
 
 /// [`sum_slot_into`] into fresh buffers.
@@ -943,7 +964,15 @@ fn sum_slot<I: IdBits>(
 ) -> Result<SlotSum> {
     let (mut rows, mut grads) = (Vec::new(), Vec::new());
     sum_slot_into(
-        pieces, w, dedup, shard_rows, sorted, &mut None, &mut rows, &mut grads,
+        pieces,
+        w,
+        dedup,
+        shard_rows,
+        sorted,
+        &mut None,
+        &mut rows,
+        &mut grads,
+        &mut SortScratch::default(),
     )?;
     Ok(SlotSum { rows, grads })
 }
@@ -1017,7 +1046,13 @@ pub struct BackwardBufs {
     index: Vec<Option<Index>>,
     rows: Vec<Vec<u32>>,
     grads: Vec<Vec<f32>>,
+    sort: Vec<SortScratch>,
     stats: Vec<Vec<f64>>,
+    /// Column shards under row-wise Adagrad: the partial statistics sent, received,
+    /// and per slot the full rows' totals.
+    col_send: Vec<f64>,
+    col_got: Received<f64>,
+    col_totals: Vec<Vec<f64>>,
 }
 
 /// Collective: every rank must call. Sends this step's gradients to the owners and
@@ -1130,16 +1165,18 @@ pub fn global_backward<C: Comm>(
     bufs.index.resize_with(nj, || None);
     bufs.rows.resize_with(nj, Vec::new);
     bufs.grads.resize_with(nj, Vec::new);
+    bufs.sort.resize_with(nj, SortScratch::default);
     bufs.index
         .par_iter_mut()
         .zip(bufs.rows.par_iter_mut())
         .zip(bufs.grads.par_iter_mut())
+        .zip(bufs.sort.par_iter_mut())
         .zip(bufs.pooled.sums.par_iter_mut())
         .enumerate()
-        .try_for_each(|(j, (((index, rows), gs), per_source))| {
+        .try_for_each(|(j, ((((index, rows), gs), sort), per_source))| {
             let (w, n, sorted) = (widths[j], shard_rows[j], needs_order[j]);
             if !pooled_slot[j] {
-                return sum_slot_into(&pieces[j], w, dedup, n, sorted, index, rows, gs);
+                return sum_slot_into(&pieces[j], w, dedup, n, sorted, index, rows, gs, sort);
             }
             let src_rows: Vec<&[u32]> = (0..served.sources(j)).map(|q| served.rows(j, q)).collect();
             if in_place(j) {
@@ -1154,7 +1191,7 @@ pub fn global_backward<C: Comm>(
                 .zip(per_source.iter())
                 .map(|(&r, g)| (r, g.as_slice()))
                 .collect();
-            sum_slot_into(&pc, w, dedup, n, sorted, index, rows, gs)
+            sum_slot_into(&pc, w, dedup, n, sorted, index, rows, gs, sort)
         })?;
     // Per slot: its summed rows and their gradients.
     let sums: Vec<(&[u32], &[f32])> = (0..nj)
@@ -1191,7 +1228,8 @@ pub fn global_backward<C: Comm>(
         });
     let partial = &bufs.stats;
     // Per column slot: the full rows' statistics (other slots use their own).
-    let mut col_totals: Vec<Option<Vec<f64>>> = vec![None; nj];
+    let mut is_total = vec![false; nj];
+    bufs.col_totals.resize_with(nj, Vec::new);
     if column_stats {
         let is_col = |s: usize| {
             matches!(
@@ -1199,7 +1237,8 @@ pub fn global_backward<C: Comm>(
                 Placement::Column { .. }
             )
         };
-        let mut send: Vec<f64> = Vec::new();
+        let send = &mut bufs.col_send;
+        send.clear();
         let mut send_counts = vec![0usize; p];
         for (d, theirs) in store.owned.iter().enumerate() {
             let start = send.len();
@@ -1215,10 +1254,11 @@ pub fn global_backward<C: Comm>(
             }
             send_counts[d] = send.len() - start;
         }
-        let got = {
+        let got = &mut bufs.col_got;
+        {
             let _p = comm.stats().phase("backward");
-            comm.all_to_all_v(&send, &send_counts)?
-        };
+            comm.all_to_all_v_into(send, &send_counts, got)?;
+        }
         // (slot of the sender, my slot) -> partial sums.
         let mut from: HashMap<(usize, usize), &[f64]> = HashMap::new();
         for (q, theirs) in store.owned.iter().enumerate() {
@@ -1247,7 +1287,9 @@ pub fn global_backward<C: Comm>(
                 continue;
             }
             let t = store.slots[s2].table;
-            let mut tot = vec![0.0f64; sums[j].0.len()];
+            let tot = &mut bufs.col_totals[j];
+            tot.clear();
+            tot.resize(sums[j].0.len(), 0.0);
             for &s in &store.table_slots[t] {
                 let part = from.get(&(s, s2)).unwrap_or_else(|| {
                     protocol_violation(format!("no column statistics from slot {s}"))
@@ -1256,11 +1298,17 @@ pub fn global_backward<C: Comm>(
                     *a += b;
                 }
             }
-            col_totals[j] = Some(tot);
+            is_total[j] = true;
         }
     }
     let totals: Vec<&[f64]> = (0..nj)
-        .map(|j| col_totals[j].as_deref().unwrap_or(&partial[j]))
+        .map(|j| {
+            if is_total[j] {
+                bufs.col_totals[j].as_slice()
+            } else {
+                partial[j].as_slice()
+            }
+        })
         .collect();
 
     // Apply once per row (rows were checked against their shard when summed);
