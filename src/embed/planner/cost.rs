@@ -106,6 +106,16 @@ pub struct ModeCosts {
     pub pooled_bytes: f64,
 }
 
+impl ModeCosts {
+    /// The seconds of `mode`.
+    pub fn seconds(&self, mode: OutputMode) -> f64 {
+        match mode {
+            OutputMode::Rows => self.rows_seconds,
+            OutputMode::Pooled => self.pooled_seconds,
+        }
+    }
+}
+
 /// What each rank gains from one placement: `(rank, seconds, bytes)`.
 pub(super) type Contrib = Vec<(usize, f64, u64)>;
 
@@ -157,7 +167,7 @@ impl<'a> Ctx<'a> {
         (0..self.n_tables())
             .map(|t| {
                 let c = self.mode_costs(t, &whole);
-                if c.pooled_seconds < c.rows_seconds {
+                if c.seconds(OutputMode::Pooled) < c.seconds(OutputMode::Rows) {
                     OutputMode::Pooled
                 } else {
                     OutputMode::Rows
@@ -314,12 +324,8 @@ impl<'a> Ctx<'a> {
             OutputMode::Rows => OutputMode::Pooled,
             OutputMode::Pooled => OutputMode::Rows,
         };
-        let secs = |t: usize, m: OutputMode| match m {
-            OutputMode::Rows => costs[t].rows_seconds,
-            OutputMode::Pooled => costs[t].pooled_seconds,
-        };
-        // What switching table t saves over all ranks.
-        let gain = |t: usize, m: OutputMode| secs(t, m) - secs(t, other(m));
+        // What switching table t from mode m saves over all ranks.
+        let gain = |t: usize, m: OutputMode| costs[t].seconds(m) - costs[t].seconds(other(m));
         let mut order: Vec<usize> = (0..costs.len())
             .filter(|&t| plan.tables[t] != Placement::DataParallel && gain(t, plan.modes[t]) > 0.0)
             .collect();
@@ -333,11 +339,7 @@ impl<'a> Ctx<'a> {
             let was = plan.modes[t];
             plan.modes[t] = other(was);
             let r = report(self, &plan);
-            if r.max_cost
-                .total_cmp(&best.max_cost)
-                .then(r.total_cost.total_cmp(&best.total_cost))
-                == std::cmp::Ordering::Less
-            {
+            if r.better_than(&best) {
                 best = r;
             } else {
                 plan.modes[t] = was;

@@ -163,6 +163,15 @@ impl PlanReport {
             balance,
         }
     }
+
+    /// This plan is the better one: a lower maximum cost over the ranks, then a lower
+    /// total (what the planner minimizes).
+    pub(super) fn better_than(&self, other: &PlanReport) -> bool {
+        self.max_cost
+            .total_cmp(&other.max_cost)
+            .then(self.total_cost.total_cmp(&other.total_cost))
+            == std::cmp::Ordering::Less
+    }
 }
 
 /// What a plan is made for.

@@ -289,14 +289,6 @@ fn local_search(
     place
 }
 
-/// `a` is the better plan: lower maximum cost over the ranks, then lower total.
-fn lower(a: &PlanReport, b: &PlanReport) -> bool {
-    a.max_cost
-        .total_cmp(&b.max_cost)
-        .then(a.total_cost.total_cmp(&b.total_cost))
-        == Ordering::Less
-}
-
 /// One pass of [`plan_auto`]: placements searched from three starts with the owners
 /// charged in `ctx`'s search modes, then each start's output modes chosen under its
 /// placements (from those modes); the best of the three. The starts: `first` (by
@@ -319,7 +311,7 @@ pub(super) fn plan_pass(
         let tables = local_search(ctx, mem, start, opts.max_iters);
         let plan = ctx.choose_modes(tables, &ctx.search_modes);
         let r = report(ctx, &plan);
-        if best.as_ref().is_none_or(|(_, b)| lower(&r, b)) {
+        if best.as_ref().is_none_or(|(_, b)| r.better_than(b)) {
             best = Some((plan, r));
         }
     }
@@ -343,7 +335,7 @@ pub fn plan_auto(
     let mut best = plan_pass(&base, opts, None);
     let moded = base.searching_in(base.preferred_modes());
     if let Some((p, r)) = plan_pass(&moded, opts, best.as_ref().map(|(p, _)| p.tables.clone())) {
-        if best.as_ref().is_none_or(|(_, b)| lower(&r, b)) {
+        if best.as_ref().is_none_or(|(_, b)| r.better_than(b)) {
             best = Some((p, r));
         }
     }
