@@ -398,3 +398,92 @@ fn embed_step_bytes_are_the_planners_exchange_without_self_traffic() {
     );
     assert!(proj.flops > 0.0 && proj.memory > 0);
 }
+
+/// The projected step seconds of `plan` on `dims` with `chip`, as `project embed`
+/// computes them.
+fn projected_step_seconds(
+    spec: &torusrec::embed::spec::ModelSpec,
+    stats: &torusrec::embed::stats::BatchStats,
+    plan: &torusrec::embed::placement::Plan,
+    dims: &[usize],
+    chip: &torusrec::project::chip::Chip,
+) -> f64 {
+    use torusrec::project::embed::project_step;
+    use torusrec::project::traffic::Traffic;
+    let proj = project_step(spec, stats, plan, dims, 2048, 1);
+    let mut t = Traffic::new(dims);
+    for (_, ph) in &proj.phases {
+        t.add(ph);
+    }
+    t.seconds(chip.link_latency, chip.link_bandwidth)
+        + proj.flops / chip.peak_flops
+        + chip
+            .memory_bandwidth
+            .map_or(0.0, |b| proj.memory_traffic / b)
+}
+
+#[test]
+fn the_chip_cost_model_takes_its_rates_from_the_torus() {
+    use torusrec::embed::planner::CostModel;
+    use torusrec::project::chip::preset;
+    use torusrec::project::embed::{cost_model, CHIP_LOOKUP_S};
+    let v4 = preset("v4").unwrap();
+    let bw = v4.link_bandwidth;
+    // Two chips: every byte crosses the one link once (headers aside).
+    let two = cost_model(&v4, &[2]);
+    assert!(
+        (two.net_bw / bw - 1.0).abs() < 1e-3,
+        "{} vs {bw}",
+        two.net_bw
+    );
+    // A ring all-reduce moves 2 (n - 1) / n of the vector per rank; the torus one
+    // sends half of it each way, one half after the other: the link's rate.
+    let ring = cost_model(&v4, &[8]);
+    assert!(
+        (ring.allreduce_bw / bw - 1.0).abs() < 1e-3,
+        "{}",
+        ring.allreduce_bw
+    );
+    // More hops per byte on larger tori: a chip's all-to-all rate falls.
+    let rate = |d: &[usize]| cost_model(&v4, d).net_bw;
+    let (a, b, c) = (rate(&[2, 2, 2]), rate(&[4, 4, 4]), rate(&[8, 8, 8]));
+    assert!(a > b && b > c, "{a} {b} {c}");
+    // Rows at the chip's memory bandwidth; a shard costs a message.
+    assert_eq!(ring.mem_bw, v4.memory_bandwidth.unwrap());
+    assert_eq!(ring.lookup_s, CHIP_LOOKUP_S);
+    assert_eq!(ring.shard_s, v4.link_latency);
+    // A chip without a memory bandwidth of its own keeps the default row costs.
+    let mut cpu = v4.clone();
+    cpu.memory_bandwidth = None;
+    let m = cost_model(&cpu, &[2, 2]);
+    let d = CostModel::default();
+    assert_eq!((m.mem_bw, m.lookup_s), (d.mem_bw, d.lookup_s));
+}
+
+#[test]
+fn planning_with_the_chip_cost_model_projects_a_faster_step() {
+    use torusrec::embed::planner::{plan_auto, PlanOptions};
+    use torusrec::embed::spec::preset;
+    use torusrec::embed::stats::synthetic_stats;
+    use torusrec::project::embed::cost_model;
+    let spec = preset("torchrec-peer", 1.0).unwrap();
+    let stats = synthetic_stats(&spec, 1, 2048);
+    let v4 = torusrec::project::chip::preset("v4").unwrap();
+    let mut faster = 0;
+    for dims in [[2, 2, 1], [2, 4, 4]] {
+        let p: usize = dims.iter().product();
+        let mut opts = PlanOptions::new(p, v4.memory_bytes);
+        opts.state_per_row = 1;
+        let (default_plan, _) = plan_auto(&spec, &stats, &opts).unwrap();
+        opts.model = cost_model(&v4, &dims);
+        let (chip_plan, _) = plan_auto(&spec, &stats, &opts).unwrap();
+        let before = projected_step_seconds(&spec, &stats, &default_plan, &dims, &v4);
+        let after = projected_step_seconds(&spec, &stats, &chip_plan, &dims, &v4);
+        eprintln!("{dims:?}: {:.3} ms -> {:.3} ms", before * 1e3, after * 1e3);
+        assert!(after <= before * 1.05, "{dims:?}: {before} -> {after}");
+        if after < before * 0.9 {
+            faster += 1;
+        }
+    }
+    assert!(faster >= 1, "the chip's model made no shape's step faster");
+}

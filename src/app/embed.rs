@@ -114,6 +114,20 @@ pub fn global_generate_clicks<C: Comm>(comm: &C, a: &GenerateClicksArgs) -> Resu
 }
 
 fn plan_summary(spec: &ModelSpec, plan: &Plan, state: u64) -> String {
+    let bytes = plan.bytes_per_rank(spec, state);
+    format!(
+        "{}; memory per rank {}",
+        plan_kinds(plan),
+        bytes
+            .iter()
+            .map(|&b| human_bytes(b))
+            .collect::<Vec<_>>()
+            .join(" / ")
+    )
+}
+
+/// How many tables of each placement kind, and in each output mode.
+pub(super) fn plan_kinds(plan: &Plan) -> String {
     let mut kinds: Vec<(&str, usize)> = Vec::new();
     for p in &plan.tables {
         match kinds.iter_mut().find(|(k, _)| *k == p.kind()) {
@@ -121,23 +135,17 @@ fn plan_summary(spec: &ModelSpec, plan: &Plan, state: u64) -> String {
             None => kinds.push((p.kind(), 1)),
         }
     }
-    let bytes = plan.bytes_per_rank(spec, state);
     let pooled = (0..plan.tables.len())
         .filter(|&t| plan.mode(t) == OutputMode::Pooled)
         .count();
     format!(
-        "{}; output {pooled} pooled, {} rows; memory per rank {}",
+        "{}; output {pooled} pooled, {} rows",
         kinds
             .iter()
             .map(|(k, n)| format!("{n} {k}"))
             .collect::<Vec<_>>()
             .join(", "),
         plan.tables.len() - pooled,
-        bytes
-            .iter()
-            .map(|&b| human_bytes(b))
-            .collect::<Vec<_>>()
-            .join(" / ")
     )
 }
 

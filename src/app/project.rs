@@ -339,6 +339,7 @@ fn run_embed(args: &ProjectEmbedArgs, preempt: &Preemption) -> Result<()> {
     let mut tsv = String::from(
         "shape\tchips\tmemory_gib\tfits\tcompute_ms\tcomm_ms\tstep_ms\texamples_per_s\n",
     );
+    let mut plans = String::new();
     for dims in &shapes {
         if preempt.is_set() {
             return Err(Error::Interrupted("project: signal received".into()));
@@ -346,6 +347,7 @@ fn run_embed(args: &ProjectEmbedArgs, preempt: &Preemption) -> Result<()> {
         let p: usize = dims.iter().product();
         let mut opts = PlanOptions::new(p, chip.memory_bytes);
         opts.state_per_row = state;
+        opts.model = crate::project::embed::cost_model(&chip, dims);
         let shape = dims
             .iter()
             .map(|d| d.to_string())
@@ -362,6 +364,7 @@ fn run_embed(args: &ProjectEmbedArgs, preempt: &Preemption) -> Result<()> {
             }
             Err(e) => return Err(e),
         };
+        let _ = writeln!(plans, "plan {shape}: {}", super::embed::plan_kinds(&plan));
         let proj =
             crate::project::embed::project_step(&spec, &stats, &plan, dims, args.batch, state);
         let mut t = crate::project::traffic::Traffic::new(dims);
@@ -397,7 +400,7 @@ fn run_embed(args: &ProjectEmbedArgs, preempt: &Preemption) -> Result<()> {
             step * 1e3
         );
     }
-    print!("{table}");
+    print!("{table}{plans}");
     if let Some(t) = &args.chip.tsv {
         crate::app::plot::write_atomic(t, &tsv)?;
         println!("table written to {}", t.display());

@@ -22,6 +22,7 @@
 
 use super::traffic::{self, Traffic};
 use crate::embed::placement::{OutputMode, Plan};
+use crate::embed::planner::CostModel;
 use crate::embed::spec::ModelSpec;
 use crate::embed::stats::BatchStats;
 
@@ -113,4 +114,42 @@ pub fn project_step(
         memory_traffic: mem_traffic.iter().copied().fold(0.0, f64::max),
         memory: rows.iter().copied().max().unwrap_or(0) + 3 * 4 * params as u64,
     }
+}
+
+/// Seconds per row lookup or update the planner charges on a chip with its own
+/// memory bandwidth: the fixed part of a row gather (issuing it, the index
+/// arithmetic) beside its bytes. Not measured on a TPU: with 0 the planner takes
+/// HBM row work for free and at 64 chips concentrates the torchrec-peer tables on few
+/// owners, whose links then carry twice the bytes (bench/torus.md).
+pub const CHIP_LOOKUP_S: f64 = 2e-9;
+
+/// The planner's cost model for chips of `chip` on torus `dims`, so that the planner
+/// weighs bytes against row work as this projection does:
+/// - bytes exchanged at the rate one chip sends in the torus all-to-all
+///   (`traffic::all_to_all` with the same bytes for every pair: what a chip sends
+///   over the seconds the shifts take);
+/// - a replicated table's gradient at the torus all-reduce's rate
+///   (`traffic::all_reduce`, as a ring all-reduce's per-rank bytes);
+/// - rows at the chip's memory bandwidth, with [`CHIP_LOOKUP_S`] per row (this
+///   machine's chip, whose bandwidth the calibration does not measure, keeps the
+///   default row costs);
+/// - one message per shard.
+pub fn cost_model(chip: &super::chip::Chip, dims: &[usize]) -> CostModel {
+    let mut m = CostModel::default();
+    let p: usize = dims.iter().product();
+    if p > 1 {
+        const PAIR: u64 = 1 << 20;
+        let secs =
+            traffic::all_to_all(dims, &|_, _| PAIR).serial_bytes as f64 / chip.link_bandwidth;
+        m.net_bw = (PAIR * (p as u64 - 1)) as f64 / secs;
+        const LEN: usize = 1 << 20;
+        let secs = traffic::all_reduce(dims, LEN, 4).serial_bytes as f64 / chip.link_bandwidth;
+        m.allreduce_bw = 2.0 * (4 * LEN) as f64 * (p - 1) as f64 / p as f64 / secs;
+    }
+    if let Some(bw) = chip.memory_bandwidth {
+        m.mem_bw = bw;
+        m.lookup_s = CHIP_LOOKUP_S;
+    }
+    m.shard_s = chip.link_latency;
+    m
 }

@@ -13,8 +13,12 @@ use crate::{Error, Result};
 /// The machine constants of the cost model; calibrate them to a cluster.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CostModel {
-    /// Bytes per second a rank exchanges over the network.
+    /// Bytes per second a rank exchanges over the network (all-to-all).
     pub net_bw: f64,
+    /// Bytes per second of a rank's share of an all-reduce, counted as a ring
+    /// all-reduce's `2 (n - 1) / n` times the vector (the replicated tables'
+    /// gradients).
+    pub allreduce_bw: f64,
     /// Bytes per second of a rank's table memory traffic.
     pub mem_bw: f64,
     /// Seconds per row lookup or update (hashing, indexing, a likely cache miss).
@@ -29,6 +33,7 @@ impl Default for CostModel {
     fn default() -> Self {
         CostModel {
             net_bw: 5e9,
+            allreduce_bw: 5e9,
             mem_bw: 10e9,
             lookup_s: 20e-9,
             shard_s: 10e-6,
@@ -258,15 +263,14 @@ impl<'a> Ctx<'a> {
         let (ts, st, m) = (&self.spec.tables[t], &self.stats[t], self.model);
         let n = self.world as f64;
         let state_bytes = 4.0 * self.state as f64;
-        let (exchanged, memory, lookups) = if p.replica {
+        if p.replica {
             let (v, d) = (ts.vocab as f64, ts.dim as f64);
             let ids = self.batch_per_rank * st.mean_valency;
-            (
-                2.0 * v * d * 4.0 * (n - 1.0) / n,
-                ids * m.access(ts.dim) + v * (3.0 * m.access(ts.dim) + state_bytes),
-                ids,
-            )
-        } else {
+            let reduced = 2.0 * v * d * 4.0 * (n - 1.0) / n;
+            let memory = ids * m.access(ts.dim) + v * (3.0 * m.access(ts.dim) + state_bytes);
+            return reduced / m.allreduce_bw + memory / m.mem_bw + ids * m.lookup_s + m.shard_s;
+        }
+        let (exchanged, memory, lookups) = {
             let n_in = n * st.unique_per_rank_batch * p.rows as f64 / ts.vocab as f64;
             (
                 n_in * (4.0 + 8.0 * p.width as f64),
