@@ -174,9 +174,8 @@ fn all_reduce_sum_typed<U: Equivalence + Copy>(
     scratch: &mut Vec<u128>,
 ) {
     let bytes = std::mem::size_of_val(buf);
-    scratch.clear();
-    crate::allocs::reserve_with_room(scratch, bytes.div_ceil(16));
-    scratch.resize(bytes.div_ceil(16), 0);
+    // Every byte the reduction reads is copied in below: no zero fill.
+    crate::allocs::resize_for_overwrite(scratch, bytes.div_ceil(16));
     debug_assert!(std::mem::align_of::<U>() <= 16);
     // SAFETY: `scratch` holds at least `bytes` bytes, 16-aligned (enough for every
     // element kind), and `U` is plain data (`Copy`, an MPI equivalence).

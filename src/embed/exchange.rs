@@ -814,15 +814,6 @@ impl StepGrads {
             o += t.dense.len();
         }
     }
-
-    pub fn copy_dense_from(&mut self, src: &[f32]) {
-        let mut o = 0;
-        for t in &mut self.tables {
-            let n = t.dense.len();
-            t.dense.copy_from_slice(&src[o..o + n]);
-            o += n;
-        }
-    }
 }
 
 /// An owner's sum of one slot's gradients over sources (rows in first-seen order, or
@@ -1382,16 +1373,21 @@ pub fn global_backward<C: Comm>(
     Ok(counts)
 }
 
-/// Apply the (all-reduced) gradients of the data-parallel tables to this rank's
-/// replicas: every row with a non-zero gradient, the same on every rank.
-pub fn local_apply_replicated(store: &mut Store, grads: &StepGrads) {
+/// Apply the all-reduced gradients of the data-parallel tables to this rank's
+/// replicas: every row with a non-zero gradient, the same on every rank. `reduced`
+/// holds them as [`StepGrads::copy_dense_into`] laid them out (table after table).
+pub fn local_apply_replicated(store: &mut Store, reduced: &[f32]) {
     let opt = store.opt;
     let sp = opt.state_per_row();
-    for (t, tg) in grads.tables.iter().enumerate() {
+    let mut rest = reduced;
+    for t in 0..store.spec.tables.len() {
         let Some(li) = store.replica[t] else { continue };
-        let dim = store.spec.tables[t].dim;
+        let ts = &store.spec.tables[t];
+        let dim = ts.dim;
+        let (dense, tail) = rest.split_at(ts.vocab as usize * dim);
+        rest = tail;
         let ls = &mut store.local[li];
-        for (r, g) in tg.dense.chunks(dim).enumerate() {
+        for (r, g) in dense.chunks(dim).enumerate() {
             if g.iter().all(|&x| x == 0.0) {
                 continue;
             }

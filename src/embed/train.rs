@@ -445,8 +445,10 @@ impl EmbedTrainer {
         let weight = 1.0 / count as f32;
         let n_params = self.mlp.n_params();
         self.grads.reset();
-        self.fused.clear();
-        self.fused.resize(n_params + self.grads.dense_len(), 0.0);
+        // The MLP's part accumulates from zero; the replicated tables' part is copied
+        // in whole before the all-reduce.
+        crate::allocs::resize_for_overwrite(&mut self.fused, n_params + self.grads.dense_len());
+        self.fused[..n_params].fill(0.0);
         let mut counts = ExchangeCounts::default();
         let width = self.cfg.spec.mlp_input();
 
@@ -577,8 +579,7 @@ impl EmbedTrainer {
             &self.fused[..n_params],
             &mut self.dense_state,
         );
-        self.grads.copy_dense_from(&self.fused[n_params..]);
-        local_apply_replicated(&mut self.store, &self.grads);
+        local_apply_replicated(&mut self.store, &self.fused[n_params..]);
 
         self.step += 1;
         self.acc.steps += 1;
