@@ -270,15 +270,10 @@ impl<'a> Ctx<'a> {
             let memory = ids * m.access(ts.dim) + v * (3.0 * m.access(ts.dim) + state_bytes);
             return reduced / m.allreduce_bw + memory / m.mem_bw + ids * m.lookup_s + m.shard_s;
         }
-        let (exchanged, memory, lookups) = {
-            let n_in = n * st.unique_per_rank_batch * p.rows as f64 / ts.vocab as f64;
-            (
-                n_in * (4.0 + 8.0 * p.width as f64),
-                n_in * (3.0 * m.access(p.width) + state_bytes),
-                2.0 * n_in,
-            )
-        };
-        exchanged / m.net_bw + memory / m.mem_bw + lookups * m.lookup_s + m.shard_s
+        let n_in = n * st.unique_per_rank_batch * p.rows as f64 / ts.vocab as f64;
+        let exchanged = n_in * (4.0 + 8.0 * p.width as f64);
+        let memory = n_in * (3.0 * m.access(p.width) + state_bytes);
+        exchanged / m.net_bw + memory / m.mem_bw + 2.0 * n_in * m.lookup_s + m.shard_s
     }
 
     /// The owner side of table `t` under `p`, in the mode the search charges it.

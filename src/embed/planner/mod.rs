@@ -24,7 +24,9 @@
 //! A data-parallel table has a replica on every rank, which
 //!
 //! - reads `b v a(d)` bytes to pool its own examples (`b v` lookups),
-//! - all-reduces the full table gradient: `2 V d 4 (N - 1) / N` bytes exchanged,
+//! - all-reduces the full table gradient: `2 V d 4 (N - 1) / N` bytes exchanged, at
+//!   `allreduce_bw` (a torus all-reduce has its own rate; this machine's model keeps
+//!   it equal to `net_bw`),
 //! - and applies that dense gradient to every row: `V (3 a(d) + 4 s)` bytes of memory.
 //!
 //! The all-reduce and the dense update grow with `V`, which is why replication only
@@ -35,7 +37,8 @@
 //! the small overhead of cutting a table into many pieces.
 //!
 //! `cost_i = sum (bytes_exchanged / net_bw + bytes_memory / mem_bw + lookups lookup_s
-//! + shard_s)` over the shards on `i`. The work of the requesting side (sending its
+//! + shard_s)` over the shards on `i` (a replica's all-reduced bytes over
+//! `allreduce_bw`). The work of the requesting side (sending its
 //! ids, pooling the rows it receives) is the same on every rank whatever the plan, so
 //! it is left out: the model ranks plans by the owners' load. The memory of rank `i`
 //! is `sum rows (w + s) 4` over its shards, exactly [`Plan::bytes_per_rank`]. Owners do
