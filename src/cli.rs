@@ -375,6 +375,11 @@ pub struct EmbedArgs {
     /// batch and ranks, measured on sampled batches and written otherwise.
     #[arg(long, value_name = "stats.json")]
     pub stats: Option<PathBuf>,
+    /// The planner's machine constants for `--plan auto` (JSON object with any of
+    /// net_bw, allreduce_bw, mem_bw in bytes/s, lookup_s, shard_s in seconds,
+    /// line_bytes; a missing one keeps its default).
+    #[arg(long, value_name = "COST.json")]
+    pub cost_model: Option<PathBuf>,
     /// Memory for tables and optimizer state per rank (e.g. 8G, 512M).
     #[arg(long, value_name = "BYTES")]
     pub mem_per_rank: Option<String>,
@@ -462,6 +467,11 @@ pub struct PlanArgs {
     /// Batch statistics: reused when they match, else measured and written here.
     #[arg(long, value_name = "stats.json")]
     pub stats: Option<PathBuf>,
+    /// The planner's machine constants (JSON object with any of net_bw,
+    /// allreduce_bw, mem_bw in bytes/s, lookup_s, shard_s in seconds, line_bytes; a
+    /// missing one keeps its default).
+    #[arg(long, value_name = "COST.json")]
+    pub cost_model: Option<PathBuf>,
     /// Batches sampled to measure the statistics.
     #[arg(long, default_value_t = 4)]
     pub sample_batches: usize,

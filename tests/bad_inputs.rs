@@ -950,6 +950,86 @@ fn every_bad_input_exits_2_with_a_message() {
         &["directory"],
     ));
 
+    // ---- Cost model files for the planner (plan, embed --plan auto).
+    let cost_neg = write(d, "cost-neg.json", b"{\"mem_bw\": 1e10, \"net_bw\": -1}");
+    let cost_typo = write(d, "cost-typo.json", b"{\"netbw\": 1e7}");
+    let cost_junk = write(d, "cost-junk.json", b"nope");
+    let cost_nan = write(d, "cost-nan.json", b"{\"lookup_s\": -1e-9}");
+    let cost_good = write(d, "cost-good.json", b"{\"net_bw\": 1e9}");
+    let plan_cost = |m: &str| -> Vec<String> {
+        [
+            "plan",
+            "--tables",
+            &spec,
+            "--ranks",
+            "2",
+            "--estimate",
+            "--cost-model",
+            m,
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    for (name, file, needles) in [
+        (
+            "plan-cost-model-negative",
+            &cost_neg,
+            &["cost-neg.json", "net_bw -1"][..],
+        ),
+        (
+            "plan-cost-model-unknown-field",
+            &cost_typo,
+            &["cost-typo.json", "unknown field `netbw`"],
+        ),
+        (
+            "plan-cost-model-not-json",
+            &cost_junk,
+            &["cost-junk.json", "not a cost model"],
+        ),
+        (
+            "plan-cost-model-negative-seconds",
+            &cost_nan,
+            &["cost-nan.json", "lookup_s"],
+        ),
+    ] {
+        let args = plan_cost(file);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        cases.push(case(name, &args, 2, needles).not_stdout("plan:"));
+    }
+    cases.push(case(
+        "plan-cost-model-missing",
+        &[
+            "plan",
+            "--tables",
+            &spec,
+            "--ranks",
+            "2",
+            "--estimate",
+            "--cost-model",
+            &out("absent-cost.json"),
+        ],
+        2,
+        &["absent-cost.json"],
+    ));
+    cases.push(
+        case(
+            "embed-cost-model-negative",
+            &embed_args(&spec, &["--plan", "auto", "--cost-model", &cost_neg]),
+            2,
+            &["cost-neg.json", "net_bw -1"],
+        )
+        .not_stdout("ex/s"),
+    );
+    cases.push(
+        case(
+            "embed-cost-model-with-a-placement-kind",
+            &embed_args(&spec, &["--plan", "table", "--cost-model", &cost_good]),
+            2,
+            &["--cost-model", "--plan auto", "--plan table"],
+        )
+        .not_stdout("ex/s"),
+    );
+
     // ---- Plan files for embed --plan.
     let plan_case = |name: &'static str, plan: &str, needles: &[&str]| -> Case {
         case(name, &embed_args(&spec, &["--plan", plan]), 2, needles).not_stdout("ex/s")

@@ -907,3 +907,50 @@ fn command_line_errors_exit_2_once() {
         .expect_code(2)
         .stderr_has(&["frobnicate"]);
 }
+
+#[test]
+fn plan_takes_the_planners_constants_from_a_cost_model_file() {
+    let d = tempdir();
+    let plan = |name: &str, cost: Option<&str>| -> (String, Vec<String>) {
+        let out = d.path().join(format!("{name}.json"));
+        let mut cmd = TestCommand::direct().args([
+            "plan",
+            "--preset",
+            "small",
+            "--ranks",
+            "4",
+            "--estimate",
+            "--out",
+        ]);
+        cmd = cmd.arg(&out);
+        if let Some(text) = cost {
+            let f = d.path().join(format!("{name}-cost.json"));
+            std::fs::write(&f, text).unwrap();
+            cmd = cmd.arg("--cost-model").arg(&f);
+        }
+        let run = cmd.run();
+        run.expect_code(0);
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        let kinds = json["tables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["kind"].as_str().unwrap().to_string())
+            .collect();
+        (run.stdout.clone(), kinds)
+    };
+    let (stdout, default) = plan("default", None);
+    assert!(!stdout.contains("cost model:"), "{stdout}");
+    assert!(default.iter().all(|k| k != "data_parallel"), "{default:?}");
+    // A slow network: every table replicated (the all-reduce keeps its default rate).
+    let (stdout, slow) = plan("slow-net", Some(r#"{"net_bw": 1e7}"#));
+    assert!(
+        stdout.contains("cost model:") && stdout.contains("network 0.01 GB/s"),
+        "{stdout}"
+    );
+    assert!(slow.iter().all(|k| k == "data_parallel"), "{slow:?}");
+    // The all-reduce slower still: nothing replicated.
+    let (_, both) = plan("slow-both", Some(r#"{"net_bw": 1e7, "allreduce_bw": 1e3}"#));
+    assert!(both.iter().all(|k| k != "data_parallel"), "{both:?}");
+}

@@ -18,7 +18,7 @@ use crate::embed::memory;
 use crate::embed::mlp::DenseOpt;
 use crate::embed::placement::{OutputMode, Plan};
 use crate::embed::planner;
-use crate::embed::planner::{Heuristic, PlanOptions};
+use crate::embed::planner::{CostModel, Heuristic, PlanOptions};
 use crate::embed::spec::{preset, ModelSpec};
 use crate::embed::stats::load_or_measure_stats;
 use crate::embed::tables::TableOpt;
@@ -149,11 +149,39 @@ pub(super) fn plan_kinds(plan: &Plan) -> String {
     )
 }
 
-fn plan_options(world: usize, mem: Option<u64>, opt: TableOpt, seed: u64) -> PlanOptions {
+fn plan_options(
+    world: usize,
+    mem: Option<u64>,
+    opt: TableOpt,
+    seed: u64,
+    model: &CostModel,
+) -> PlanOptions {
     let mut o = PlanOptions::new(world, mem.unwrap_or(u64::MAX));
     o.state_per_row = opt.state_per_row() as u64;
     o.seed = seed;
+    o.model = model.clone();
     o
+}
+
+/// `--cost-model`'s constants, or the defaults; printed when read from a file.
+fn cost_model_of(path: Option<&Path>, print: bool) -> Result<CostModel> {
+    let Some(p) = path else {
+        return Ok(CostModel::default());
+    };
+    let m = CostModel::from_file(p)?;
+    if print {
+        println!(
+            "cost model: {} (network {:.2} GB/s, all-reduce {:.2} GB/s, memory {:.2} GB/s, {:.1} ns per lookup, {:.1} us per shard, {} B lines)",
+            p.display(),
+            m.net_bw / 1e9,
+            m.allreduce_bw / 1e9,
+            m.mem_bw / 1e9,
+            m.lookup_s * 1e9,
+            m.shard_s * 1e6,
+            m.line_bytes
+        );
+    }
+    Ok(m)
 }
 
 /// Collective: every rank must call. The plan named by `--plan`, the same on every
@@ -169,6 +197,7 @@ fn global_resolve_plan<C: Comm>(
     mem: Option<u64>,
     opt: TableOpt,
     stats: Option<&Path>,
+    model: &CostModel,
 ) -> Result<Plan> {
     let world = comm.size();
     let made = if comm.rank() == 0 {
@@ -178,7 +207,7 @@ fn global_resolve_plan<C: Comm>(
                     let (st, how) =
                         load_or_measure_stats(spec, source, seed, world, batch_per_rank, 4, stats)?;
                     let (plan, rep) =
-                        planner::plan_auto(spec, &st, &plan_options(world, mem, opt, seed))?;
+                        planner::plan_auto(spec, &st, &plan_options(world, mem, opt, seed, model))?;
                     println!(
                         "plan: auto (batch statistics {how}); predicted imbalance {:.3}, balance {:.3}",
                         rep.imbalance, rep.balance
@@ -231,10 +260,17 @@ fn interval_line(r: &IntervalReport, steps: u64) -> String {
 pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Result<Summary> {
     let threads = resolve_threads(a.threads);
     let root = comm.rank() == 0;
-    let setup = (|| -> Result<(EmbedConfig, Source)> {
+    let setup = (|| -> Result<(EmbedConfig, Source, CostModel)> {
         if threads == 0 {
             return Err(Error::Config("--threads 0: need at least one".into()));
         }
+        if a.cost_model.is_some() && a.plan != "auto" {
+            return Err(Error::Config(format!(
+                "--cost-model acts on --plan auto only (the planner), not --plan {}",
+                a.plan
+            )));
+        }
+        let cost = cost_model_of(a.cost_model.as_deref(), root)?;
         let _ = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .build_global();
@@ -327,9 +363,9 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
             log_every: a.log_every.max(1),
             mem_per_rank: mem,
         };
-        Ok((cfg, source))
+        Ok((cfg, source, cost))
     })();
-    let (cfg, source) = comm.agree(setup)?;
+    let (cfg, source, cost) = comm.agree(setup)?;
     let mut out = RunOutput::global_open(comm, a.metrics.as_deref())?;
 
     // A step looks up its K micro-batches at once: plan for the step's batch.
@@ -344,6 +380,7 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         cfg.mem_per_rank,
         cfg.table_opt,
         a.stats.as_deref(),
+        &cost,
     )?;
     let plan = match a.output_mode {
         OutputModeArg::Auto => plan,
@@ -491,11 +528,12 @@ pub fn global_plan<C: Comm>(comm: &C, a: &PlanArgs) -> Result<()> {
         if let Some(out) = &a.out {
             crate::data::dataset::check_output(out, a.force)?;
         }
+        let cost = cost_model_of(a.cost_model.as_deref(), comm.rank() == 0)?;
         if comm.rank() != 0 {
             return Ok(());
         }
         if a.tasks > 0 {
-            return plan_tasks(&spec, a, mem);
+            return plan_tasks(&spec, a, mem, &cost);
         }
         let state = table_opt(a.table_opt, 0.01).state_per_row() as u64;
         let (stats, how) = if a.estimate {
@@ -527,7 +565,13 @@ pub fn global_plan<C: Comm>(comm: &C, a: &PlanArgs) -> Result<()> {
                 human_bytes(mem)
             }
         );
-        let opts = plan_options(a.ranks, Some(mem), table_opt(a.table_opt, 0.01), a.seed);
+        let opts = plan_options(
+            a.ranks,
+            Some(mem),
+            table_opt(a.table_opt, 0.01),
+            a.seed,
+            &cost,
+        );
         let (plan, rep) = planner::plan_auto(&spec, &stats, &opts)?;
         println!(
             "{:<14} {:>10} {:>9} {:>12} {:>12}",
@@ -593,7 +637,7 @@ pub fn global_plan<C: Comm>(comm: &C, a: &PlanArgs) -> Result<()> {
 /// `plan --tasks N`: the planner against the four heuristics on sampled table tasks,
 /// as a Markdown table (imbalance `N max / sum` under the cost model; "-" where a
 /// heuristic cannot fit the memory).
-fn plan_tasks(pool: &ModelSpec, a: &PlanArgs, mem: Option<u64>) -> Result<()> {
+fn plan_tasks(pool: &ModelSpec, a: &PlanArgs, mem: Option<u64>, cost: &CostModel) -> Result<()> {
     let opt = table_opt(a.table_opt, 0.01);
     let tasks = planner::sample_tasks(pool, a.tasks, 10..31, a.seed);
     println!(
@@ -612,7 +656,7 @@ fn plan_tasks(pool: &ModelSpec, a: &PlanArgs, mem: Option<u64>) -> Result<()> {
         let total: u64 = task.tables.iter().map(bytes).sum();
         let largest = task.tables.iter().map(bytes).max().unwrap_or(0);
         let m = mem.unwrap_or((2 * total / a.ranks as u64).max(2 * largest));
-        let opts = plan_options(a.ranks, Some(m), opt, a.seed);
+        let opts = plan_options(a.ranks, Some(m), opt, a.seed, cost);
         let (_, auto) = planner::plan_auto(task, &stats, &opts)?;
         let mut cells = vec![format!("{:.3}", auto.imbalance)];
         sums[0] += auto.imbalance;

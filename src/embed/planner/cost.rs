@@ -10,8 +10,10 @@ use crate::embed::spec::ModelSpec;
 use crate::embed::stats::{BatchStats, TableStats};
 use crate::{Error, Result};
 
-/// The machine constants of the cost model; calibrate them to a cluster.
+/// The machine constants of the cost model; calibrate them to a cluster (`--cost-model`
+/// reads them from a JSON file, [`CostModel::from_file`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct CostModel {
     /// Bytes per second a rank exchanges over the network (all-to-all).
     pub net_bw: f64,
@@ -43,6 +45,38 @@ impl Default for CostModel {
 }
 
 impl CostModel {
+    /// The constants in JSON file `path` (an object with any of the fields; a missing
+    /// one keeps its default), checked: bandwidths and the line finite and > 0, the
+    /// seconds finite and >= 0.
+    pub fn from_file(path: &std::path::Path) -> Result<CostModel> {
+        let text = crate::error::read_text(path)?;
+        let m: CostModel = serde_json::from_str(&text)
+            .map_err(|e| Error::input(path, format!("not a cost model: {e}")))?;
+        m.check().map_err(|msg| Error::input(path, msg))?;
+        Ok(m)
+    }
+
+    /// Every constant usable: the name and value of the first that is not.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        let positive = [
+            ("net_bw", self.net_bw),
+            ("allreduce_bw", self.allreduce_bw),
+            ("mem_bw", self.mem_bw),
+            ("line_bytes", self.line_bytes),
+        ];
+        for (name, v) in positive {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(format!("{name} {v}: must be a finite number > 0"));
+            }
+        }
+        for (name, v) in [("lookup_s", self.lookup_s), ("shard_s", self.shard_s)] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(format!("{name} {v}: must be a finite number >= 0"));
+            }
+        }
+        Ok(())
+    }
+
     /// Bytes moved by one access to a row of `w` floats.
     fn access(&self, w: usize) -> f64 {
         (4.0 * w as f64).max(self.line_bytes)
