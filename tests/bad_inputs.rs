@@ -933,19 +933,12 @@ fn every_bad_input_exits_2_with_a_message() {
         2,
         &["--tasks"],
     ));
+    // `plan` of the spec at 2 ranks on estimated statistics, before its flags.
+    let plan_2 = ["plan", "--tables", &spec, "--ranks", "2", "--estimate"];
+    let dir_arg = s(d);
     cases.push(case(
         "plan-out-is-a-directory",
-        &[
-            "plan",
-            "--tables",
-            &spec,
-            "--ranks",
-            "2",
-            "--estimate",
-            "--force",
-            "--out",
-            &s(d),
-        ],
+        &[&plan_2[..], &["--force", "--out", &dir_arg]].concat(),
         2,
         &["directory"],
     ));
@@ -954,22 +947,9 @@ fn every_bad_input_exits_2_with_a_message() {
     let cost_neg = write(d, "cost-neg.json", b"{\"mem_bw\": 1e10, \"net_bw\": -1}");
     let cost_typo = write(d, "cost-typo.json", b"{\"netbw\": 1e7}");
     let cost_junk = write(d, "cost-junk.json", b"nope");
-    let cost_nan = write(d, "cost-nan.json", b"{\"lookup_s\": -1e-9}");
+    let cost_secs = write(d, "cost-secs.json", b"{\"lookup_s\": -1e-9}");
+    let cost_missing = out("absent-cost.json");
     let cost_good = write(d, "cost-good.json", b"{\"net_bw\": 1e9}");
-    let plan_cost = |m: &str| -> Vec<String> {
-        [
-            "plan",
-            "--tables",
-            &spec,
-            "--ranks",
-            "2",
-            "--estimate",
-            "--cost-model",
-            m,
-        ]
-        .map(String::from)
-        .to_vec()
-    };
     for (name, file, needles) in [
         (
             "plan-cost-model-negative",
@@ -988,29 +968,18 @@ fn every_bad_input_exits_2_with_a_message() {
         ),
         (
             "plan-cost-model-negative-seconds",
-            &cost_nan,
-            &["cost-nan.json", "lookup_s"],
+            &cost_secs,
+            &["cost-secs.json", "lookup_s"],
+        ),
+        (
+            "plan-cost-model-missing",
+            &cost_missing,
+            &["absent-cost.json"],
         ),
     ] {
-        let args = plan_cost(file);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let args = [&plan_2[..], &["--cost-model", file.as_str()]].concat();
         cases.push(case(name, &args, 2, needles).not_stdout("plan:"));
     }
-    cases.push(case(
-        "plan-cost-model-missing",
-        &[
-            "plan",
-            "--tables",
-            &spec,
-            "--ranks",
-            "2",
-            "--estimate",
-            "--cost-model",
-            &out("absent-cost.json"),
-        ],
-        2,
-        &["absent-cost.json"],
-    ));
     cases.push(
         case(
             "embed-cost-model-negative",
