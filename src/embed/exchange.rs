@@ -173,6 +173,15 @@ impl Index {
         let _ = p;
     }
 
+    /// [`Index::prefetch`] of the id [`INDEX_PREFETCH_AHEAD`] past position `k` of
+    /// `ids` (none past the end), for a pass that inserts `ids` in order.
+    #[inline(always)]
+    fn prefetch_ahead(&self, ids: &[u32], k: usize) {
+        if let Some(&ahead) = ids.get(k + INDEX_PREFETCH_AHEAD) {
+            self.prefetch(ahead);
+        }
+    }
+
     /// Forget `ids` (which must be all the ids inserted).
     fn clear(&mut self, ids: &[u32]) {
         match self {
@@ -352,9 +361,7 @@ pub fn global_lookup_into<C: Comm>(
                 let index =
                     index.get_or_insert_with(|| Index::new(spec.tables[t].vocab, bag_ids.len()));
                 occ.extend(bag_ids.iter().enumerate().map(|(k, &id)| {
-                    if let Some(&ahead) = bag_ids.get(k + INDEX_PREFETCH_AHEAD) {
-                        index.prefetch(ahead);
-                    }
+                    index.prefetch_ahead(bag_ids, k);
                     let p = index.get_or_insert(id, u.len() as u32);
                     if p as usize == u.len() {
                         u.push(id);
@@ -1030,16 +1037,12 @@ fn sum_sources_into(
     reserve_total(first, total * w);
     let index = index.get_or_insert_with(|| Index::new(shard_rows, total));
     for (p, &r) in rows[0].iter().enumerate() {
-        if let Some(&ahead) = rows[0].get(p + INDEX_PREFETCH_AHEAD) {
-            index.prefetch(ahead);
-        }
+        index.prefetch_ahead(rows[0], p);
         index.get_or_insert(r, p as u32);
     }
     for (&rq, gq) in rows[1..].iter().zip(others.iter()) {
         for (k, (&row, g)) in rq.iter().zip(gq.chunks_exact(w.max(1))).enumerate() {
-            if let Some(&ahead) = rq.get(k + INDEX_PREFETCH_AHEAD) {
-                index.prefetch(ahead);
-            }
+            index.prefetch_ahead(rq, k);
             add_to_sum(index, out, first, w, row, g);
         }
     }
@@ -1484,6 +1487,7 @@ mod tests {
             for ix in [&d, &h] {
                 ix.prefetch(id);
                 ix.prefetch(id + 1000);
+                ix.prefetch_ahead(&[id; INDEX_PREFETCH_AHEAD + 1], k);
             }
             assert_eq!(d.get_or_insert(id, k as u32), h.get_or_insert(id, k as u32));
         }

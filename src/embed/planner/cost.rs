@@ -57,7 +57,7 @@ impl CostModel {
     }
 
     /// Every constant usable: the name and value of the first that is not.
-    pub fn check(&self) -> std::result::Result<(), String> {
+    fn check(&self) -> std::result::Result<(), String> {
         let positive = [
             ("net_bw", self.net_bw),
             ("allreduce_bw", self.allreduce_bw),
