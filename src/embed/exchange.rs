@@ -18,7 +18,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use rayon::prelude::*;
 
 use super::clicks::Batch;
-use super::kernels::{pool as pool_kernel, prefetch_row, scatter, Bag, Isa, PREFETCH_AHEAD};
+use super::kernels::{pool as pool_kernel, prefetch_distinct_ahead, scatter, Bag, Isa};
 use super::placement::{OutputMode, Placement};
 use super::pooled::{self, Served};
 use super::spec::Pooling;
@@ -461,11 +461,7 @@ pub fn global_lookup_into<C: Comm>(
             let ls = &store.local[store.slot_local[mine[j]].expect("owned slot is local")];
             let w = ls.shard.width();
             for (i, (&r, o)) in asked.iter().zip(out.chunks_exact_mut(w.max(1))).enumerate() {
-                if let Some(&ahead) = asked.get(i + PREFETCH_AHEAD) {
-                    if (ahead as u64) < ls.rows {
-                        prefetch_row(isa, &ls.data, w, ahead as usize);
-                    }
-                }
+                prefetch_distinct_ahead(isa, &ls.data, w, asked, i);
                 if r as u64 >= ls.rows {
                     protocol_violation(format!(
                         "rank {q} asked for row {r} of a {}-row shard of table {}",
@@ -1357,11 +1353,9 @@ pub fn global_backward<C: Comm>(
         let (w, (rows, gs)) = (widths[j], sums[j]);
         for (k, &row) in rows.iter().enumerate() {
             let r = row as usize;
-            if let Some(&ahead) = rows.get(k + PREFETCH_AHEAD) {
-                prefetch_row(isa, &ls.data, w, ahead as usize);
-                if sp > 0 {
-                    prefetch_row(isa, &ls.state, sp, ahead as usize);
-                }
+            prefetch_distinct_ahead(isa, &ls.data, w, rows, k);
+            if sp > 0 {
+                prefetch_distinct_ahead(isa, &ls.state, sp, rows, k);
             }
             let stat = if sp > 0 { totals[j][k] / dims[j] } else { 0.0 };
             opt.apply(
