@@ -236,7 +236,7 @@ impl<'a> Ctx<'a> {
         // repeated occurrences hit the cache, as in the asking side of `rows`.
         let lookups = 2.0 * n_in;
         (
-            exchanged / m.net_bw + memory / m.mem_bw + lookups * m.lookup_s + m.shard_s,
+            self.exchange_seconds(exchanged) + memory / m.mem_bw + lookups * m.lookup_s + m.shard_s,
             exchanged,
         )
     }
@@ -307,7 +307,16 @@ impl<'a> Ctx<'a> {
         let n_in = n * st.unique_per_rank_batch * p.rows as f64 / ts.vocab as f64;
         let exchanged = n_in * (4.0 + 8.0 * p.width as f64);
         let memory = n_in * (3.0 * m.access(p.width) + state_bytes);
-        exchanged / m.net_bw + memory / m.mem_bw + 2.0 * n_in * m.lookup_s + m.shard_s
+        self.exchange_seconds(exchanged) + memory / m.mem_bw + 2.0 * n_in * m.lookup_s + m.shard_s
+    }
+
+    /// Seconds to exchange `bytes` that the ranks send in equal shares to every rank,
+    /// themselves included: the share `(N - 1) / N` crosses the network at `net_bw`;
+    /// the share a rank sends itself is a copy in memory (read and written, at
+    /// `mem_bw`). On one rank nothing crosses a network.
+    fn exchange_seconds(&self, bytes: f64) -> f64 {
+        let (m, n) = (self.model, self.world as f64);
+        bytes * (n - 1.0) / n / m.net_bw + 2.0 * bytes / n / m.mem_bw
     }
 
     /// The owner side of table `t` under `p`, in the mode the search charges it.

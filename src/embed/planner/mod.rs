@@ -36,11 +36,16 @@
 //! (bucketing ids per destination, one more lookup kernel, one more message segment),
 //! the small overhead of cutting a table into many pieces.
 //!
-//! `cost_i = sum (bytes_exchanged / net_bw + bytes_memory / mem_bw + lookups lookup_s
-//! + shard_s)` over the shards on `i` (a replica's all-reduced bytes over
-//! `allreduce_bw`). The work of the requesting side (sending its
-//! ids, pooling the rows it receives) is the same on every rank whatever the plan, so
-//! it is left out: the model ranks plans by the owners' load. The memory of rank `i`
+//! `cost_i = sum (exchange(bytes_exchanged) + bytes_memory / mem_bw +
+//! lookups lookup_s + shard_s)` over the shards on `i` (a replica's all-reduced bytes
+//! over `allreduce_bw`). Every rank asks an owner for the same share of the ids, the
+//! owner itself included, and the owner's own share never crosses the network: of `B`
+//! bytes exchanged, `exchange(B) = B (N - 1) / N / net_bw + 2 B / N / mem_bw` (the own
+//! share is a copy, read and written). With the default constants the two rates agree
+//! (`net_bw = mem_bw / 2`), so this only matters for a calibrated model, e.g. a TPU's
+//! HBM beside its links. The work of the requesting side (sending its ids, pooling the
+//! rows it receives) is the same on every rank whatever the plan, so it is left out:
+//! the model ranks plans by the owners' load. The memory of rank `i`
 //! is `sum rows (w + s) 4` over its shards, exactly [`Plan::bytes_per_rank`]. Owners do
 //! not deduplicate ids across sources, so [`TableStats::unique_per_global_batch`] is
 //! not used, and the stats' `world` need not be the world planned for.
@@ -457,6 +462,43 @@ mod tests {
             r.bytes_per_rank,
             vec![1000 * 5 * 4 + 120, 1000 * 13 * 4 + 120]
         );
+    }
+
+    #[test]
+    fn only_the_bytes_sent_to_other_ranks_cross_the_network() {
+        // A slow network (1 GB/s) and fast memory (100 GB/s): a rank's share of the
+        // bytes to itself is a copy in memory, read and written.
+        let m = CostModel {
+            net_bw: 1e9,
+            mem_bw: 100e9,
+            ..CostModel::default()
+        };
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 * b.abs().max(1e-30);
+        let spec = spec_of(vec![table("a", 1000, 16, 3.0)]);
+        for world in [1usize, 2, 4] {
+            // Every rank asks 100 distinct ids of a per batch of 50.
+            let stats = stats_of(&spec, world, 50, &[(3.0, 100.0, 300.0)]);
+            let plan = Plan {
+                world,
+                spec_digest: spec.digest(),
+                tables: vec![Placement::Table { rank: 0 }],
+                modes: Vec::new(),
+            };
+            let r = evaluate(&spec, &stats, &plan, &m, 1);
+            let n = world as f64;
+            let n_in = n * 100.0;
+            let exch = n_in * (4.0 + 8.0 * 16.0);
+            let owner = exch * (n - 1.0) / n / 1e9
+                + 2.0 * exch / n / 100e9
+                + n_in * 196.0 / 100e9
+                + 2.0 * n_in * 20e-9
+                + 10e-6;
+            let ask = (2.0 * 150.0 * 64.0 + 2.0 * 100.0 * 64.0) / 100e9 + 150.0 * 20e-9;
+            assert!(
+                close(r.cost_per_rank[0], owner + ask),
+                "world {world}: {r:?}"
+            );
+        }
     }
 
     #[test]
