@@ -126,8 +126,9 @@ pub const CHIP_LOOKUP_S: f64 = 2e-9;
 /// The planner's cost model for chips of `chip` on torus `dims`, so that the planner
 /// weighs bytes against row work as this projection does:
 /// - bytes exchanged at the rate one chip sends in the torus all-to-all
-///   (`traffic::all_to_all` with the same bytes for every pair: what a chip sends
-///   over the seconds the shifts take);
+///   (`traffic::all_to_all` with the same bytes for every pair: what a chip sends to
+///   the others over the seconds the shifts take); the planner charges it to the
+///   bytes that leave a chip, and a chip's share to itself as a copy in its memory;
 /// - a replicated table's gradient at the torus all-reduce's rate
 ///   (`traffic::all_reduce`, as a ring all-reduce's per-rank bytes);
 /// - rows at the chip's memory bandwidth, with [`CHIP_LOOKUP_S`] per row (this
