@@ -236,7 +236,7 @@ impl<'a> Ctx<'a> {
         // repeated occurrences hit the cache, as in the asking side of `rows`.
         let lookups = 2.0 * n_in;
         (
-            self.exchange_seconds(exchanged) + memory / m.mem_bw + lookups * m.lookup_s + m.shard_s,
+            self.owner_seconds(self.exchange_seconds(exchanged), memory, lookups),
             exchanged,
         )
     }
@@ -302,12 +302,20 @@ impl<'a> Ctx<'a> {
             let ids = self.batch_per_rank * st.mean_valency;
             let reduced = 2.0 * v * d * 4.0 * (n - 1.0) / n;
             let memory = ids * m.access(ts.dim) + v * (3.0 * m.access(ts.dim) + state_bytes);
-            return reduced / m.allreduce_bw + memory / m.mem_bw + ids * m.lookup_s + m.shard_s;
+            return self.owner_seconds(reduced / m.allreduce_bw, memory, ids);
         }
         let n_in = n * st.unique_per_rank_batch * p.rows as f64 / ts.vocab as f64;
         let exchanged = n_in * (4.0 + 8.0 * p.width as f64);
         let memory = n_in * (3.0 * m.access(p.width) + state_bytes);
-        self.exchange_seconds(exchanged) + memory / m.mem_bw + 2.0 * n_in * m.lookup_s + m.shard_s
+        self.owner_seconds(self.exchange_seconds(exchanged), memory, 2.0 * n_in)
+    }
+
+    /// A piece's seconds on its owner: `transfer` seconds of communication, `memory`
+    /// bytes of table traffic, `lookups` row lookups or updates, and the fixed cost
+    /// of one shard.
+    fn owner_seconds(&self, transfer: f64, memory: f64, lookups: f64) -> f64 {
+        let m = self.model;
+        transfer + memory / m.mem_bw + lookups * m.lookup_s + m.shard_s
     }
 
     /// Seconds to exchange `bytes` that the ranks send in equal shares to every rank,
