@@ -174,8 +174,13 @@ fn all_reduce_sum_typed<U: Equivalence + Copy>(
     scratch: &mut Vec<u128>,
 ) {
     let bytes = std::mem::size_of_val(buf);
-    // Every byte the reduction reads is copied in below: no zero fill.
-    crate::allocs::resize_for_overwrite(scratch, bytes.div_ceil(16));
+    // Every byte the reduction reads is copied in below: no zero fill. The scratch
+    // only grows: the small all-reduces between two large ones (a loss, a status)
+    // would otherwise shorten it, and the next large one fill it again.
+    let need = bytes.div_ceil(16);
+    if scratch.len() < need {
+        crate::allocs::resize_for_overwrite(scratch, need);
+    }
     debug_assert!(std::mem::align_of::<U>() <= 16);
     // SAFETY: `scratch` holds at least `bytes` bytes, 16-aligned (enough for every
     // element kind), and `U` is plain data (`Copy`, an MPI equivalence).

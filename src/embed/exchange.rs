@@ -648,7 +648,9 @@ impl StepGrads {
             tg.index.clear();
             tg.dense.fill(0.0);
         }
-        self.pooled_send.clear();
+        // `pooled_send` keeps its length: the next step overwrites it whole (a
+        // cleared buffer would be zero-filled again, 13.6 MB per step for the
+        // torchrec-peer workload); `pooled_counts` says what is valid.
         self.pooled_counts.clear();
     }
 

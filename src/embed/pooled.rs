@@ -505,6 +505,7 @@ pub fn global_backward<C: Comm>(
     // Nothing accumulated (an empty step): nothing to send.
     let zeros = vec![0usize; p];
     let counts = if counts.is_empty() {
+        send.clear();
         &zeros[..]
     } else {
         counts
