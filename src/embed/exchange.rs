@@ -18,11 +18,11 @@ use std::hash::{BuildHasherDefault, Hasher};
 use rayon::prelude::*;
 
 use super::clicks::Batch;
-use super::kernels::{pool as pool_kernel, prefetch_distinct_ahead, scatter, Bag, Isa};
+use super::kernels::{pool as pool_kernel, prefetch_distinct_ahead, scatter, sq_sums, Bag, Isa};
 use super::placement::{OutputMode, Placement};
 use super::pooled::{self, Served};
 use super::spec::Pooling;
-use super::tables::{sq_sum, sq_sums_into, Store};
+use super::tables::{sq_sum, Store};
 use crate::allocs::{reserve_with_room as reserve_total, resize_for_overwrite};
 use crate::comm::{Comm, Received};
 use crate::{Error, Result};
@@ -1248,7 +1248,7 @@ pub fn global_backward<C: Comm>(
             st.clear();
             if opt.needs_row_stat() {
                 reserve_total(st, g.len() / w.max(1));
-                sq_sums_into(g, w, st);
+                sq_sums(Isa::detect(), g, w, st);
             }
         });
     let partial = &bufs.stats;

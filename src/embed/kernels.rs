@@ -211,6 +211,37 @@ pub fn scatter_bags_fresh(isa: Isa, g: &[f32], w: usize, bags: Bags, acc: &mut V
     true
 }
 
+/// The sum of the squares of every row of `g` (`w` floats each), in f64 and in column
+/// order per row, appended to `out`: row-wise Adagrad's row statistics. The bits of
+/// the scalar reference [`sq_sums_into`](crate::embed::tables::sq_sums_into); the
+/// AVX2 body keeps one f64 lane per row (16 rows at a time, each still one chain of
+/// additions in column order) and turns each 8 x 8 block of the rows into columns
+/// with shuffles.
+pub fn sq_sums(isa: Isa, g: &[f32], w: usize, out: &mut Vec<f64>) {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && w > 0 && w.is_multiple_of(8) {
+        let rows = g.len() / w;
+        let done = rows - rows % 8;
+        let at = out.len();
+        out.resize(at + done, 0.0);
+        let (mut r, dst) = (0, &mut out[at..]);
+        while r + 16 <= done {
+            // SAFETY: `Isa::Avx2` is only returned after detecting avx2; rows
+            // `r..r + 16` of `w` floats are inside `g` and `dst` has their 16 slots.
+            unsafe { avx2::sq_sums_rows::<2>(&g[r * w..(r + 16) * w], w, &mut dst[r..r + 16]) };
+            r += 16;
+        }
+        if r < done {
+            // SAFETY: as above, for the last 8 rows of `done`.
+            unsafe { avx2::sq_sums_rows::<1>(&g[r * w..(r + 8) * w], w, &mut dst[r..r + 8]) };
+        }
+        crate::embed::tables::sq_sums_into(&g[done * w..], w, out);
+        return;
+    }
+    let _ = isa;
+    crate::embed::tables::sq_sums_into(g, w, out);
+}
+
 /// Prefetch the rows of the occurrences [`PREFETCH_AHEAD`] past those of example `e`
 /// (whatever example they belong to), if the CPU has the instruction.
 #[inline(always)]
@@ -430,6 +461,62 @@ mod avx2 {
         by_width!(w, scatter_bags_fresh_n(g, bags, acc))
     }
 
+    /// The square sums of `8 * G` rows of `w` floats (`g`, `w` a multiple of 8) into
+    /// `out`: lane `i` of accumulator pair `k` is row `8 k + i`, summed from +0.0 in
+    /// column order, each square exact in f64 (the scalar reference's bits).
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn sq_sums_rows<const G: usize>(g: &[f32], w: usize, out: &mut [f64]) {
+        debug_assert!(g.len() == 8 * G * w && out.len() == 8 * G && w % 8 == 0);
+        let p = g.as_ptr();
+        let mut acc = [[_mm256_setzero_pd(); 2]; G];
+        let mut c = 0;
+        while c < w {
+            for (k, a) in acc.iter_mut().enumerate() {
+                let row = |i: usize| _mm256_loadu_ps(p.add((8 * k + i) * w + c));
+                let (r0, r1, r2, r3) = (row(0), row(1), row(2), row(3));
+                let (r4, r5, r6, r7) = (row(4), row(5), row(6), row(7));
+                // Per 128-bit half: t0 = r0[0] r1[0] r0[1] r1[1], ...
+                let (t0, t1) = (_mm256_unpacklo_ps(r0, r1), _mm256_unpackhi_ps(r0, r1));
+                let (t2, t3) = (_mm256_unpacklo_ps(r2, r3), _mm256_unpackhi_ps(r2, r3));
+                let (t4, t5) = (_mm256_unpacklo_ps(r4, r5), _mm256_unpackhi_ps(r4, r5));
+                let (t6, t7) = (_mm256_unpacklo_ps(r6, r7), _mm256_unpackhi_ps(r6, r7));
+                // lo[j]: column j (low half) and j + 4 (high half) of rows 0..4;
+                // hi[j]: the same of rows 4..8.
+                let lo = [
+                    _mm256_shuffle_ps::<0x44>(t0, t2),
+                    _mm256_shuffle_ps::<0xEE>(t0, t2),
+                    _mm256_shuffle_ps::<0x44>(t1, t3),
+                    _mm256_shuffle_ps::<0xEE>(t1, t3),
+                ];
+                let hi = [
+                    _mm256_shuffle_ps::<0x44>(t4, t6),
+                    _mm256_shuffle_ps::<0xEE>(t4, t6),
+                    _mm256_shuffle_ps::<0x44>(t5, t7),
+                    _mm256_shuffle_ps::<0xEE>(t5, t7),
+                ];
+                let mut add = |x: __m128, y: __m128| {
+                    let (x, y) = (_mm256_cvtps_pd(x), _mm256_cvtps_pd(y));
+                    a[0] = _mm256_add_pd(a[0], _mm256_mul_pd(x, x));
+                    a[1] = _mm256_add_pd(a[1], _mm256_mul_pd(y, y));
+                };
+                for j in 0..4 {
+                    add(_mm256_castps256_ps128(lo[j]), _mm256_castps256_ps128(hi[j]));
+                }
+                for j in 0..4 {
+                    add(
+                        _mm256_extractf128_ps::<1>(lo[j]),
+                        _mm256_extractf128_ps::<1>(hi[j]),
+                    );
+                }
+            }
+            c += 8;
+        }
+        for (k, a) in acc.iter().enumerate() {
+            _mm256_storeu_pd(out.as_mut_ptr().add(8 * k), a[0]);
+            _mm256_storeu_pd(out.as_mut_ptr().add(8 * k + 4), a[1]);
+        }
+    }
+
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn scatter(g: &[f32], w: usize, bag: Bag, acc: &mut [f32]) {
         assert!(g.len() >= w && w.is_multiple_of(8) && w <= 64);
@@ -593,6 +680,27 @@ mod tests {
                 prefetch_distinct_ahead(isa, &base, w, &far, k);
             }
             assert_eq!(base, keep, "w={w}");
+        }
+        // Row square sums: the reference's bits at every width and row count (the
+        // SIMD body's 16- and 8-row blocks and the scalar tail), appended.
+        for &w in &[8usize, 16, 24, 64, 72, 13, 1] {
+            for rows in [0usize, 1, 7, 8, 9, 16, 17, 24, 40, 41] {
+                let g: Vec<f32> = data(rows * w, 40 + w as u64)
+                    .into_iter()
+                    .enumerate()
+                    // Magnitudes 2^-20..2^20: squares 80 binades apart, so the
+                    // f64 sums round and their order shows in the bits.
+                    .map(|(i, v)| v * 2f32.powi((i * 7919 % 41) as i32 - 20))
+                    .collect();
+                let mut want = vec![-1.0f64];
+                crate::embed::tables::sq_sums_into(&g, w, &mut want);
+                for isa in [isa, Isa::Plain] {
+                    let mut got = vec![-1.0f64];
+                    sq_sums(isa, &g, w, &mut got);
+                    let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&got), bits(&want), "sq_sums w={w} rows={rows} {isa:?}");
+                }
+            }
         }
         // The reference itself: a sum from zero, in bag order.
         let base = [1.0f32, 2.0, 10.0, 20.0, 100.0, 200.0];

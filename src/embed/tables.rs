@@ -312,7 +312,9 @@ mod tests {
         let mut st = 7u64;
         let mut next = || {
             st = crate::rng::mix64(st);
-            ((st >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 3.0
+            // Magnitudes 2^-20..2^20: the f64 sums round, so their order shows.
+            let scale = 2f32.powi(((st >> 8) % 41) as i32 - 20);
+            ((st >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 3.0 * scale
         };
         for w in [1, 3, 8, 16, 63, 64] {
             for rows in [0, 1, 7, 8, 9, 17, 40] {
