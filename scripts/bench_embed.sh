@@ -8,7 +8,8 @@
 #   4. the planner against the random, size-, dim- and lookup-greedy heuristics on 10
 #      sampled table tasks (dlrm-synthetic pool);
 #   5. side by side with TorchRec (if PEER_PY points at a python with torchrec; see
-#      scripts/install_peer.sh), same machine, same run.
+#      scripts/install_peer.sh), same machine, same run: REPEATS (default 3) rounds,
+#      each ours in every output mode then TorchRec; medians and ranges reported.
 # Writes bench/embed.md. STEPS (default 30) timed steps after WARM (default 10).
 # Charts next to it (`torusrec plot`, data in bench/embed-*.tsv), for the sections run:
 # bench/embed-dedup.svg (bytes per step with and without dedup), bench/embed-peer.svg
@@ -22,6 +23,8 @@ OUT="${OUT:-out/bench-embed}"
 PEER_PY="${PEER_PY:-/work/peer-venv/bin/python}"
 PEER="${PEER:-bench/peers/torchrec_peer.py}"
 SECTIONS="${SECTIONS:-dedup accumulate pipeline planner peer}"
+REPEATS="${REPEATS:-3}"
+[[ $REPEATS =~ ^[1-9][0-9]*$ ]] || { echo "REPEATS=$REPEATS: must be a whole number >= 1" >&2; exit 2; }
 mkdir -p "$OUT" bench
 if [[ $(id -u) -eq 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 export OPENBLAS_NUM_THREADS=1
@@ -71,6 +74,36 @@ st = sum(r["steps"] for r in iv)
 print(f'{sum(r["examples"] for r in iv) / sum(r["seconds"] for r in iv):.6g}\t'
       f'{sum(r["bytes_per_step"] * r["steps"] for r in iv) / st / 1e6:.6g}')
 PY
+}
+
+# rate NAME: examples/s of a run's timed intervals (all after the first).
+rate() {
+  python3 - "$OUT/$1.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+iv = [r for r in rows if not r.get("final")][1:]
+print(round(sum(r["examples"] for r in iv) / sum(r["seconds"] for r in iv)))
+PY
+}
+# median VALUES...: "MEDIAN INDEX MIN MAX" of whole numbers or n/a (ignored; all n/a:
+# "n/a 1 n/a n/a"); INDEX (1-based) is the value's position, the lower middle when
+# the count is even, so that its run can be shown.
+median() {
+  python3 - "$@" <<'PY'
+import sys
+v = [(int(x), i + 1) for i, x in enumerate(sys.argv[1:]) if x != "n/a"]
+if not v:
+    print("n/a 1 n/a n/a")
+else:
+    s = sorted(v)
+    m = s[(len(s) - 1) // 2]
+    print(m[0], m[1], s[0][0], s[-1][0])
+PY
+}
+# cell MEDIAN MIN MAX: "23,301 (22,900-23,500)", or the median alone for one value.
+cell() {
+  [[ $1 == n/a ]] && { echo n/a; return; }
+  if [[ $2 == "$3" ]]; then printf '%d' "$1"; else printf '%d (%d-%d)' "$1" "$2" "$3"; fi
 }
 
 # chart OUT.svg PLOT-ARGS...: one chart with `torusrec plot`; a failure is reported, not fatal.
@@ -160,50 +193,60 @@ planner)
     --series method --kind bar --ylabel "imbalance (P max / sum of rank costs)" \
     --title "Planner vs heuristics: imbalance per sampled task (1 is perfect)" ;;
 peer)
-  # Per shape and table optimizer: torusrec with every sharded table in `rows`, in
-  # `pooled`, and with the planner's mix (`auto`), then TorchRec, one after another.
+  # Per shape and table optimizer, REPEATS rounds of: torusrec with every sharded
+  # table in `rows`, in `pooled`, and with the planner's mix (`auto`), then TorchRec.
   {
     echo "## Side by side with TorchRec (same workload definition, same machine, one run)"
     echo
-    echo "Output modes: \`rows\` (distinct rows come back, pooled by the asking rank), \`pooled\` (owners pool each example's rows and return one vector per example and table), \`auto\` (the planner's choice per table). Ratios are torusrec's examples/s over TorchRec's, measured one after the other in this run."
+    echo "Output modes: \`rows\` (distinct rows come back, pooled by the asking rank), \`pooled\` (owners pool each example's rows and return one vector per example and table), \`auto\` (the planner's choice per table). Each shape ran $REPEATS rounds, one after another in this run: torusrec in the three modes, then TorchRec. Cells give the median examples/s and, in brackets, the lowest and highest; ratios are torusrec's median over TorchRec's."
     echo
     echo "| P x threads | tables' optimizer | rows ex/s | pooled ex/s | auto ex/s (pooled tables) | TorchRec ex/s | rows / TorchRec | pooled / TorchRec | auto / TorchRec |"
     echo "|---|---|---|---|---|---|---|---|---|"
   } >> "$table"
   phases=$(mktemp)
   printf 'config\tsystem\texamples_per_s\n' > bench/embed-peer.tsv
+  have_peer=false
+  if [[ -x $PEER_PY ]] && "$PEER_PY" -c 'import torchrec' 2>/dev/null; then have_peer=true; fi
   for cfg in "2 1 rowwise_adagrad" "1 2 rowwise_adagrad" "2 1 sgd" "1 2 sgd"; do
     read -r np th opt <<< "$cfg"
     ours_opt=rowwise-adagrad; [[ $opt == sgd ]] && ours_opt=sgd
     declare -A ex=()
-    for mode in rows pooled auto; do
-      name="peer-ours-$np-$th-$opt-$mode"
-      run "$name" "$np" "$th" --plan auto --stats "$OUT/stats-$np.json" --table-opt "$ours_opt" --output-mode "$mode"
-      ex[$mode]=$(python3 -c "
-import json
-rows=[json.loads(l) for l in open('$OUT/$name.jsonl') if l.strip()]
-iv=[r for r in rows if not r.get('final')][1:]
-print(round(sum(r['examples'] for r in iv)/sum(r['seconds'] for r in iv)))")
-      echo "| ${np}x${th} | $opt | $mode | $(summary "$name") |" >> "$phases"
+    theirs_all=()
+    for ((rep = 1; rep <= REPEATS; rep++)); do
+      for mode in rows pooled auto; do
+        name="peer-ours-$np-$th-$opt-$mode-$rep"
+        run "$name" "$np" "$th" --plan auto --stats "$OUT/stats-$np.json" --table-opt "$ours_opt" --output-mode "$mode"
+        ex[$mode]+="$(rate "$name") "
+      done
+      theirs=n/a
+      if $have_peer; then
+        log="$OUT/peer-$np-$th-$opt-$rep.log"
+        (cd /tmp && OMP_NUM_THREADS=$th "$PEER_PY" "$OLDPWD/$PEER" --procs "$np" --threads "$th" \
+            --emb-opt "$opt" --steps "$STEPS" --warmup "$WARM") > "$log" 2>&1 || true
+        theirs=$(grep -o 'torchrec examples/s=[0-9]*' "$log" | grep -o '[0-9]*$' || echo n/a)
+        [[ -z $theirs ]] && theirs=n/a
+      fi
+      theirs_all+=("$theirs")
     done
-    pooled_tables=$(grep -o 'output [0-9]* pooled' "$OUT/peer-ours-$np-$th-$opt-auto.log" | head -1 | grep -o '[0-9]*')
-    theirs=n/a
-    if [[ -x $PEER_PY ]] && "$PEER_PY" -c 'import torchrec' 2>/dev/null; then
-      (cd /tmp && OMP_NUM_THREADS=$th "$PEER_PY" "$OLDPWD/$PEER" --procs "$np" --threads "$th" \
-          --emb-opt "$opt" --steps "$STEPS" --warmup "$WARM") > "$OUT/peer-$np-$th-$opt.log" 2>&1 || true
-      theirs=$(grep -o 'torchrec examples/s=[0-9]*' "$OUT/peer-$np-$th-$opt.log" | grep -o '[0-9]*$' || echo n/a)
-      [[ -z $theirs ]] && theirs=n/a
-    fi
+    declare -A med=() cells=()
     for mode in rows pooled auto; do
-      printf '%sx%s %s\ttorusrec %s\t%s\n' "$np" "$th" "$opt" "$mode" "${ex[$mode]}" >> bench/embed-peer.tsv
+      # shellcheck disable=SC2086
+      read -r m i lo hi <<< "$(median ${ex[$mode]})"
+      med[$mode]=$m
+      cells[$mode]=$(cell "$m" "$lo" "$hi")
+      echo "| ${np}x${th} | $opt | $mode | $(summary "peer-ours-$np-$th-$opt-$mode-$i") |" >> "$phases"
+      printf '%sx%s %s\ttorusrec %s\t%s\n' "$np" "$th" "$opt" "$mode" "$m" >> bench/embed-peer.tsv
     done
+    read -r theirs _ tlo thi <<< "$(median "${theirs_all[@]}")"
     printf '%sx%s %s\tTorchRec\t%s\n' "$np" "$th" "$opt" "$theirs" >> bench/embed-peer.tsv
+    pooled_tables=$(grep -o 'output [0-9]* pooled' "$OUT/peer-ours-$np-$th-$opt-auto-1.log" | head -1 | grep -o '[0-9]*')
     ratio() { [[ $theirs == n/a ]] && echo n/a || awk -v a="$1" -v b="$theirs" 'BEGIN{printf "%.2fx", a/b}'; }
-    echo "| ${np}x${th} | $opt | ${ex[rows]} | ${ex[pooled]} | ${ex[auto]} ($pooled_tables of 26) | $theirs | $(ratio "${ex[rows]}") | $(ratio "${ex[pooled]}") | $(ratio "${ex[auto]}") |" >> "$table"
+    echo "| ${np}x${th} | $opt | ${cells[rows]} | ${cells[pooled]} | ${cells[auto]} ($pooled_tables of 26) | $(cell "$theirs" "$tlo" "$thi") | $(ratio "${med[rows]}") | $(ratio "${med[pooled]}") | $(ratio "${med[auto]}") |" >> "$table"
+    unset ex med cells
   done
   {
     echo
-    echo "### Per phase (seconds per step, the slowest rank's), bytes per step, of the runs above"
+    echo "### Per phase (seconds per step, the slowest rank's), bytes per step, of the median runs above"
     echo
     echo "| P x threads | tables' optimizer | output $HEAD"
     echo "|---|---|---$SEP"
@@ -212,10 +255,10 @@ print(round(sum(r['examples'] for r in iv)/sum(r['seconds'] for r in iv)))")
   } >> "$table"
   rm -f "$phases"
   chart bench/embed-peer.svg --table bench/embed-peer.tsv --x config --y examples_per_s \
-    --series system --kind bar --ylabel "examples/s" \
+    --series system --kind bar --ylabel "examples/s (median of $REPEATS)" \
     --title "Embedding: examples/s, torusrec output modes and TorchRec"
-  chart bench/embed-runs.svg "$OUT"/peer-ours-2-1-rowwise_adagrad-{rows,pooled,auto}.jsonl \
-    --label rows --label pooled --label auto --title "Embedding runs at 2x1 (rowwise Adagrad)" ;;
+  chart bench/embed-runs.svg "$OUT"/peer-ours-2-1-rowwise_adagrad-{rows,pooled,auto}-1.jsonl \
+    --label rows --label pooled --label auto --title "Embedding runs at 2x1 (rowwise Adagrad, first round)" ;;
 esac
 done
 if ((${#charts[@]} > 0)); then
