@@ -1,11 +1,12 @@
-//! The embedding hot paths: pooling a bag of rows and adding one gradient to the
-//! rows of a bag.
+//! The embedding hot paths: pooling a bag of rows, adding one gradient to the rows
+//! of a bag, and row-wise Adagrad's row statistics.
 //!
-//! Each kernel has a scalar reference ([`pool_ref`], [`scatter_ref`]) and an AVX2 body
-//! chosen at run time. Both do the same arithmetic in the same order per element
-//! (a sum from +0.0 over the bag's rows in bag order), so they give the same bits; the
-//! SIMD body keeps up to 64 columns of the sum in registers across the bag, loads each
-//! row once and prefetches the next one.
+//! Each kernel has a scalar reference ([`pool_ref`], [`scatter_ref`],
+//! [`sq_sums_into`](crate::embed::tables::sq_sums_into)) and an AVX2 body chosen at
+//! run time. Both do the same arithmetic in the same order per element (a sum from
+//! +0.0 over the bag's rows in bag order; a row's squares in column order), so they
+//! give the same bits; the SIMD body keeps up to 64 columns of the sum in registers
+//! across the bag, loads each row once and prefetches the next one.
 
 /// The rows of a bag: `idx[k]` is a row of `base` (`map` absent), or `map[idx[k]]` is.
 #[derive(Clone, Copy, Debug)]
