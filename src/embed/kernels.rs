@@ -467,7 +467,7 @@ mod avx2 {
     /// column order, each square exact in f64 (the scalar reference's bits).
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn sq_sums_rows<const G: usize>(g: &[f32], w: usize, out: &mut [f64]) {
-        debug_assert!(g.len() == 8 * G * w && out.len() == 8 * G && w % 8 == 0);
+        debug_assert!(g.len() == 8 * G * w && out.len() == 8 * G && w.is_multiple_of(8));
         let p = g.as_ptr();
         let mut acc = [[_mm256_setzero_pd(); 2]; G];
         let mut c = 0;
