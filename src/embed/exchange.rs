@@ -52,7 +52,7 @@ type IdMap = HashMap<u32, u32, BuildHasherDefault<IdHasher>>;
 /// A map from ids (below `u32::MAX`, which marks an empty slot) to positions: open
 /// addressing with linear probing in a power-of-two table at most half full.
 #[derive(Debug)]
-struct OpenMap {
+pub(super) struct OpenMap {
     keys: Vec<u32>,
     vals: Vec<u32>,
     shift: u32,
@@ -119,7 +119,7 @@ const INDEX_PREFETCH_AHEAD: usize = 16;
 /// Position of each id in a first-seen list: a dense array for tables (or shards)
 /// of up to 2^25 rows, an open-addressing map beyond.
 #[derive(Debug)]
-enum Index {
+pub(super) enum Index {
     Dense(Vec<u32>),
     Sparse(OpenMap),
 }
@@ -1005,7 +1005,7 @@ fn sum_slot<I: IdBits>(
 /// sums become the slot's (the same rows in the same order and the same bits as
 /// `sum_slot_into`, without copying them: every sum starts from +0.0, so it is never
 /// -0.0 and `0.0 + x == x`); `out` gets the rows.
-fn sum_sources_into(
+pub(super) fn sum_sources_into(
     rows: &[&[u32]],
     sums: &mut [Vec<f32>],
     w: usize,
@@ -1137,34 +1137,9 @@ pub fn global_backward<C: Comm>(
         let _p = comm.stats().phase("backward");
         comm.all_to_all_v_move(send, &send_counts, &mut bufs.got)?;
     }
-    pooled::global_backward(
-        comm,
-        store,
-        &mut grads.pooled_send,
-        &grads.pooled_counts,
-        served,
-        &mut bufs.pooled,
-    )?;
-
     // Sum per slot over sources in rank order.
     let mine = &store.owned[me];
     let widths: Vec<usize> = mine.iter().map(|&s| store.slots[s].width()).collect();
-    let mut pieces: Vec<Vec<(&[f32], &[f32])>> = vec![Vec::new(); mine.len()];
-    for q in 0..p {
-        let (hdr, mut body) = split_message(
-            bufs.got.from_rank(q),
-            mine.len(),
-            |j| 1 + widths[j],
-            |c: f32| c.to_bits() as usize,
-            q,
-        )?;
-        for (j, &c) in hdr.iter().enumerate() {
-            let (ids, rest) = body.split_at(c);
-            let (gs, rest) = rest.split_at(c * widths[j]);
-            pieces[j].push((ids, gs));
-            body = rest;
-        }
-    }
     let dedup = grads.dedup;
     let shard_rows: Vec<u64> = mine
         .iter()
@@ -1184,11 +1159,43 @@ pub fn global_backward<C: Comm>(
         .collect();
     let pooled_slot: Vec<bool> = mine.iter().map(|&s| pooled::is_pooled(store, s)).collect();
     // A pooled slot with dedup sums its sources in place (into its first source's
-    // sums); other slots into their own buffers.
-    let in_place = |j: usize| pooled_slot[j] && dedup && !needs_order[j];
+    // sums), right after they are scattered; other slots into their own buffers.
+    let in_place: Vec<bool> = (0..mine.len())
+        .map(|j| pooled_slot[j] && dedup && !needs_order[j])
+        .collect();
     let nj = mine.len();
     bufs.index.resize_with(nj, || None);
     bufs.rows.resize_with(nj, Vec::new);
+    pooled::global_backward(
+        comm,
+        store,
+        &mut grads.pooled_send,
+        &grads.pooled_counts,
+        served,
+        &mut bufs.pooled,
+        pooled::InPlace {
+            slots: &in_place,
+            shard_rows: &shard_rows,
+            index: &mut bufs.index,
+            rows: &mut bufs.rows,
+        },
+    )?;
+    let mut pieces: Vec<Vec<(&[f32], &[f32])>> = vec![Vec::new(); mine.len()];
+    for q in 0..p {
+        let (hdr, mut body) = split_message(
+            bufs.got.from_rank(q),
+            mine.len(),
+            |j| 1 + widths[j],
+            |c: f32| c.to_bits() as usize,
+            q,
+        )?;
+        for (j, &c) in hdr.iter().enumerate() {
+            let (ids, rest) = body.split_at(c);
+            let (gs, rest) = rest.split_at(c * widths[j]);
+            pieces[j].push((ids, gs));
+            body = rest;
+        }
+    }
     bufs.grads.resize_with(nj, Vec::new);
     bufs.sort.resize_with(nj, SortScratch::default);
     bufs.index
@@ -1203,12 +1210,12 @@ pub fn global_backward<C: Comm>(
             if !pooled_slot[j] {
                 return sum_slot_into(&pieces[j], w, dedup, n, sorted, index, rows, gs, sort);
             }
-            let src_rows: Vec<&[u32]> = (0..served.sources(j)).map(|q| served.rows(j, q)).collect();
-            if in_place(j) {
+            if in_place[j] {
+                // Summed by the pooled backward.
                 gs.clear();
-                sum_sources_into(&src_rows, per_source, w, n, index, rows);
                 return Ok(());
             }
+            let src_rows: Vec<&[u32]> = (0..served.sources(j)).map(|q| served.rows(j, q)).collect();
             // The owner's per-source sums of each source's distinct rows, summed like
             // the rows mode's.
             let pc: Vec<(&[u32], &[f32])> = src_rows
@@ -1221,7 +1228,7 @@ pub fn global_backward<C: Comm>(
     // Per slot: its summed rows and their gradients.
     let sums: Vec<(&[u32], &[f32])> = (0..nj)
         .map(|j| {
-            let g: &[f32] = if in_place(j) {
+            let g: &[f32] = if in_place[j] {
                 bufs.pooled.sums[j].first().map_or(&[], |v| v.as_slice())
             } else {
                 &bufs.grads[j]

@@ -21,7 +21,9 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use super::clicks::Batch;
-use super::exchange::{is_pooled_table, protocol_violation, ExchangeCounts};
+use super::exchange::{
+    is_pooled_table, protocol_violation, sum_sources_into, ExchangeCounts, Index,
+};
 use super::kernels::{pool_bags, scatter_bags, scatter_bags_fresh, Bags, Isa};
 use super::placement::Placement;
 use super::spec::Pooling;
@@ -386,7 +388,12 @@ pub fn global_forward<C: Comm>(
         rest = tail;
     }
     let sv = &*served;
-    tasks.par_iter().zip(parts).for_each(|(&(q, j), out)| {
+    // Run slot by slot (every source's bags of a slot one after another): the rows
+    // the sources share are still in cache for the second. The parts stay in the
+    // response's order.
+    let mut work: Vec<((usize, usize), &mut [f32])> = tasks.iter().copied().zip(parts).collect();
+    work.sort_by_key(|&((q, j), _)| (j, q));
+    work.into_par_iter().for_each(|((q, j), out)| {
         let s = store.owned[me][j];
         let ls = &store.local[store.slot_local[s].expect("owned slot is local")];
         pool_bags(isa, &ls.data, ls.shard.width(), sv.bags(j, q, true), out);
@@ -484,13 +491,14 @@ pub struct BackwardBufs {
 /// pooled slot's owner the batch's pooled gradients (`send`, `counts` per destination:
 /// [`super::exchange::StepGrads::pooled_send`], already scaled for mean pooling; left with unspecified
 /// contents) and fills `bufs.sums`.
-pub fn global_backward<C: Comm>(
+pub(super) fn global_backward<C: Comm>(
     comm: &C,
     store: &Store,
     send: &mut Vec<f32>,
     counts: &[usize],
     served: &Served,
     bufs: &mut BackwardBufs,
+    in_place: InPlace,
 ) -> Result<()> {
     let p = comm.size();
     let me = comm.rank();
@@ -537,11 +545,19 @@ pub fn global_backward<C: Comm>(
             ));
         }
     }
+    let InPlace {
+        slots: merge,
+        shard_rows,
+        index,
+        rows: merged_rows,
+    } = in_place;
     bufs.sums
         .par_iter_mut()
         .zip(&inputs)
+        .zip(index.par_iter_mut())
+        .zip(merged_rows.par_iter_mut())
         .enumerate()
-        .for_each(|(j, (per_source, inputs))| {
+        .for_each(|(j, (((per_source, inputs), index), merged_rows))| {
             if inputs.is_empty() {
                 per_source.clear();
                 return;
@@ -563,8 +579,23 @@ pub fn global_backward<C: Comm>(
                     scatter_bags(isa, g, w, served.bags(j, q, false), acc);
                 }
             }
+            if merge[j] {
+                // While the slot's sums are still in cache.
+                let src: Vec<&[u32]> = (0..inputs.len()).map(|q| served.rows(j, q)).collect();
+                sum_sources_into(&src, per_source, w, shard_rows[j], index, merged_rows);
+            }
         });
     Ok(())
+}
+
+/// The owned slots whose per-source sums [`global_backward`] adds in place
+/// (`slots[j]`), with what that needs per slot: the shard's rows (checked), the
+/// summing index, and the summed rows' list (the output).
+pub(super) struct InPlace<'a> {
+    pub(super) slots: &'a [bool],
+    pub(super) shard_rows: &'a [u64],
+    pub(super) index: &'a mut [Option<Index>],
+    pub(super) rows: &'a mut [Vec<u32>],
 }
 
 impl Store {
