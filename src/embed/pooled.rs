@@ -559,7 +559,9 @@ pub(super) fn global_backward<C: Comm>(
         .enumerate()
         .for_each(|(j, (((per_source, inputs), index), merged_rows))| {
             if inputs.is_empty() {
+                // Not a pooled slot: no sums, and no summed rows from this step.
                 per_source.clear();
+                merged_rows.clear();
                 return;
             }
             let w = store.slots[store.owned[me][j]].width();
