@@ -1215,7 +1215,7 @@ pub fn global_backward<C: Comm>(
                 gs.clear();
                 return Ok(());
             }
-            let src_rows: Vec<&[u32]> = (0..served.sources(j)).map(|q| served.rows(j, q)).collect();
+            let src_rows = served.source_rows(j);
             // The owner's per-source sums of each source's distinct rows, summed like
             // the rows mode's.
             let pc: Vec<(&[u32], &[f32])> = src_rows
@@ -1240,6 +1240,7 @@ pub fn global_backward<C: Comm>(
     // Row statistics for row-wise Adagrad: squared norms of full rows; column shards
     // add their partial sums across the table's owners, in slot order.
     let opt = store.opt;
+    let isa = Isa::detect();
     let column_stats = opt.needs_row_stat()
         && store
             .plan
@@ -1255,7 +1256,7 @@ pub fn global_backward<C: Comm>(
             st.clear();
             if opt.needs_row_stat() {
                 reserve_total(st, g.len() / w.max(1));
-                sq_sums(Isa::detect(), g, w, st);
+                sq_sums(isa, g, w, st);
             }
         });
     let partial = &bufs.stats;
@@ -1356,7 +1357,6 @@ pub fn global_backward<C: Comm>(
         .map(|&s| store.spec.tables[store.slots[s].table].dim as f64)
         .collect();
     let t_update = std::time::Instant::now();
-    let isa = Isa::detect();
     store.local.par_iter_mut().zip(job).for_each(|(ls, j)| {
         let Some(j) = j else { return };
         let (w, (rows, gs)) = (widths[j], sums[j]);

@@ -223,18 +223,22 @@ pub fn sq_sums(isa: Isa, g: &[f32], w: usize, out: &mut Vec<f64>) {
     if isa == Isa::Avx2 && w > 0 && w.is_multiple_of(8) {
         let rows = g.len() / w;
         let done = rows - rows % 8;
-        let at = out.len();
-        out.resize(at + done, 0.0);
-        let (mut r, dst) = (0, &mut out[at..]);
-        while r + 16 <= done {
-            // SAFETY: `Isa::Avx2` is only returned after detecting avx2; rows
-            // `r..r + 16` of `w` floats are inside `g` and `dst` has their 16 slots.
-            unsafe { avx2::sq_sums_rows::<2>(&g[r * w..(r + 16) * w], w, &mut dst[r..r + 16]) };
-            r += 16;
-        }
-        if r < done {
-            // SAFETY: as above, for the last 8 rows of `done`.
-            unsafe { avx2::sq_sums_rows::<1>(&g[r * w..(r + 8) * w], w, &mut dst[r..r + 8]) };
+        let mut block = [0.0f64; 16];
+        let mut r = 0;
+        while r < done {
+            let n = if r + 16 <= done { 16 } else { 8 };
+            let (rg, rb) = (&g[r * w..(r + n) * w], &mut block[..n]);
+            // SAFETY: `Isa::Avx2` is only returned after detecting avx2; `rg` holds
+            // `n` rows of `w` floats and `rb` their `n` slots.
+            unsafe {
+                if n == 16 {
+                    avx2::sq_sums_rows::<2>(rg, w, rb);
+                } else {
+                    avx2::sq_sums_rows::<1>(rg, w, rb);
+                }
+            }
+            out.extend_from_slice(rb);
+            r += n;
         }
         crate::embed::tables::sq_sums_into(&g[done * w..], w, out);
         return;

@@ -55,6 +55,11 @@ pub struct Served {
 }
 
 impl Served {
+    /// Every source's distinct rows of my slot `j`, in rank order ([`Self::rows`]).
+    pub fn source_rows(&self, j: usize) -> Vec<&[u32]> {
+        (0..self.sources(j)).map(|q| self.rows(j, q)).collect()
+    }
+
     /// Source `q`'s distinct rows of my slot `j` (an index into `store.owned[me]`).
     pub fn rows(&self, j: usize, q: usize) -> &[u32] {
         &self.req.data[self.bags[j][q].rows.clone()]
@@ -583,7 +588,7 @@ pub(super) fn global_backward<C: Comm>(
             }
             if merge[j] {
                 // While the slot's sums are still in cache.
-                let src: Vec<&[u32]> = (0..inputs.len()).map(|q| served.rows(j, q)).collect();
+                let src = served.source_rows(j);
                 sum_sources_into(&src, per_source, w, shard_rows[j], index, merged_rows);
             }
         });
