@@ -22,7 +22,7 @@ use super::kernels::{pool as pool_kernel, prefetch_distinct_ahead, scatter, sq_s
 use super::placement::{OutputMode, Placement};
 use super::pooled::{self, Served};
 use super::spec::Pooling;
-use super::tables::{sq_sum, Store};
+use super::tables::{sq_sum, LocalShard, Store, TableOpt};
 use crate::allocs::{reserve_with_room as reserve_total, resize_for_overwrite};
 use crate::comm::{Comm, Received};
 use crate::{Error, Result};
@@ -232,7 +232,8 @@ pub struct ExchangeCounts {
     pub sent: u64,
     /// Rows this rank served (pooled: rows it pooled) or updated as an owner.
     pub owner_rows: u64,
-    /// Seconds this rank spent applying the optimizer to its rows.
+    /// Seconds this rank spent applying the optimizer to its rows, but for the pooled
+    /// slots updated within the pooled backward (counted in the backward).
     pub update_seconds: f64,
 }
 
@@ -1159,27 +1160,64 @@ pub fn global_backward<C: Comm>(
         .collect();
     let pooled_slot: Vec<bool> = mine.iter().map(|&s| pooled::is_pooled(store, s)).collect();
     // A pooled slot with dedup sums its sources in place (into its first source's
-    // sums), right after they are scattered; other slots into their own buffers.
-    let in_place: Vec<bool> = (0..mine.len())
+    // sums) and is updated right after they are scattered, while they are in cache
+    // ("fused"); other slots are summed into their own buffers and updated below.
+    // (Not a column shard under row-wise Adagrad: its statistics need the other
+    // shards'.)
+    let fused: Vec<bool> = (0..mine.len())
         .map(|j| pooled_slot[j] && dedup && !needs_order[j])
         .collect();
     let nj = mine.len();
+    let opt = store.opt;
+    let isa = Isa::detect();
+    let dims: Vec<f64> = mine
+        .iter()
+        .map(|&s| store.spec.tables[store.slots[s].table].dim as f64)
+        .collect();
+    let owned = pooled::Owned {
+        slots: mine,
+        widths: &widths,
+        pooled: &pooled_slot,
+        any_pooled: (0..store.spec.tables.len()).any(|t| is_pooled_table(store, t)),
+    };
     bufs.index.resize_with(nj, || None);
     bufs.rows.resize_with(nj, Vec::new);
-    pooled::global_backward(
-        comm,
-        store,
-        &mut grads.pooled_send,
-        &grads.pooled_counts,
-        served,
-        &mut bufs.pooled,
-        pooled::InPlace {
-            slots: &in_place,
-            shard_rows: &shard_rows,
-            index: &mut bufs.index,
-            rows: &mut bufs.rows,
-        },
-    )?;
+    bufs.stats.resize_with(nj, Vec::new);
+    {
+        // Lend each fused slot its shard for the step.
+        let mut shards: Vec<Option<&mut LocalShard>> = store.local.iter_mut().map(Some).collect();
+        let fused_slots: Vec<Option<pooled::Fused>> = bufs
+            .index
+            .iter_mut()
+            .zip(bufs.rows.iter_mut())
+            .zip(bufs.stats.iter_mut())
+            .enumerate()
+            .map(|(j, ((index, rows), stats))| {
+                fused[j].then(|| pooled::Fused {
+                    shard: shards[store.slot_local[mine[j]].expect("owned slot is local")]
+                        .take()
+                        .expect("one shard per slot"),
+                    dim: dims[j],
+                    index,
+                    rows,
+                    stats,
+                })
+            })
+            .collect();
+        pooled::global_backward(
+            comm,
+            &owned,
+            &mut grads.pooled_send,
+            &grads.pooled_counts,
+            served,
+            &mut bufs.pooled,
+            pooled::InPlace {
+                opt,
+                isa,
+                slots: fused_slots,
+            },
+        )?;
+    }
     let mut pieces: Vec<Vec<(&[f32], &[f32])>> = vec![Vec::new(); mine.len()];
     for q in 0..p {
         let (hdr, mut body) = split_message(
@@ -1210,8 +1248,8 @@ pub fn global_backward<C: Comm>(
             if !pooled_slot[j] {
                 return sum_slot_into(&pieces[j], w, dedup, n, sorted, index, rows, gs, sort);
             }
-            if in_place[j] {
-                // Summed by the pooled backward.
+            if fused[j] {
+                // Summed and updated by the pooled backward.
                 gs.clear();
                 return Ok(());
             }
@@ -1225,29 +1263,29 @@ pub fn global_backward<C: Comm>(
                 .collect();
             sum_slot_into(&pc, w, dedup, n, sorted, index, rows, gs, sort)
         })?;
-    // Per slot: its summed rows and their gradients.
+    for rows in &bufs.rows {
+        counts.owner_rows += rows.len() as u64;
+    }
+    // Per slot not yet updated: its summed rows and their gradients (none for the
+    // fused slots).
     let sums: Vec<(&[u32], &[f32])> = (0..nj)
         .map(|j| {
-            let g: &[f32] = if in_place[j] {
-                bufs.pooled.sums[j].first().map_or(&[], |v| v.as_slice())
+            if fused[j] {
+                (&[][..], &[][..])
             } else {
-                &bufs.grads[j]
-            };
-            (bufs.rows[j].as_slice(), g)
+                (bufs.rows[j].as_slice(), bufs.grads[j].as_slice())
+            }
         })
         .collect();
 
     // Row statistics for row-wise Adagrad: squared norms of full rows; column shards
     // add their partial sums across the table's owners, in slot order.
-    let opt = store.opt;
-    let isa = Isa::detect();
     let column_stats = opt.needs_row_stat()
         && store
             .plan
             .tables
             .iter()
             .any(|pl| matches!(pl, Placement::Column { .. }));
-    bufs.stats.resize_with(nj, Vec::new);
     bufs.stats
         .par_iter_mut()
         .zip(&sums)
@@ -1346,37 +1384,51 @@ pub fn global_backward<C: Comm>(
 
     // Apply once per row (rows were checked against their shard when summed);
     // shards in parallel.
-    let sp = opt.state_per_row();
     let mut job: Vec<Option<usize>> = vec![None; store.local.len()];
     for (j, &s) in mine.iter().enumerate() {
-        job[store.slot_local[s].expect("owned slot is local")] = Some(j);
-        counts.owner_rows += sums[j].0.len() as u64;
+        if !fused[j] {
+            job[store.slot_local[s].expect("owned slot is local")] = Some(j);
+        }
     }
-    let dims: Vec<f64> = mine
-        .iter()
-        .map(|&s| store.spec.tables[store.slots[s].table].dim as f64)
-        .collect();
     let t_update = std::time::Instant::now();
     store.local.par_iter_mut().zip(job).for_each(|(ls, j)| {
         let Some(j) = j else { return };
-        let (w, (rows, gs)) = (widths[j], sums[j]);
-        for (k, &row) in rows.iter().enumerate() {
-            let r = row as usize;
-            prefetch_distinct_ahead(isa, &ls.data, w, rows, k);
-            if sp > 0 {
-                prefetch_distinct_ahead(isa, &ls.state, sp, rows, k);
-            }
-            let stat = if sp > 0 { totals[j][k] / dims[j] } else { 0.0 };
-            opt.apply(
-                &mut ls.data[r * w..(r + 1) * w],
-                &mut ls.state[r * sp..(r + 1) * sp],
-                &gs[k * w..(k + 1) * w],
-                stat,
-            );
-        }
+        let (rows, gs) = sums[j];
+        apply_rows(isa, opt, ls, dims[j], rows, gs, totals[j]);
     });
     counts.update_seconds += t_update.elapsed().as_secs_f64();
     Ok(counts)
+}
+
+/// The table optimizer applied once to each of `rows` (local rows of `ls`, distinct)
+/// with its summed gradient (`gs`, row after row, `ls`'s width each) and, for
+/// row-wise Adagrad, its full row's sum of squared gradients (`totals`; divided by
+/// the table's `dim` here).
+pub(super) fn apply_rows(
+    isa: Isa,
+    opt: TableOpt,
+    ls: &mut LocalShard,
+    dim: f64,
+    rows: &[u32],
+    gs: &[f32],
+    totals: &[f64],
+) {
+    let w = ls.shard.width();
+    let sp = opt.state_per_row();
+    for (k, &row) in rows.iter().enumerate() {
+        let r = row as usize;
+        prefetch_distinct_ahead(isa, &ls.data, w, rows, k);
+        if sp > 0 {
+            prefetch_distinct_ahead(isa, &ls.state, sp, rows, k);
+        }
+        let stat = if sp > 0 { totals[k] / dim } else { 0.0 };
+        opt.apply(
+            &mut ls.data[r * w..(r + 1) * w],
+            &mut ls.state[r * sp..(r + 1) * sp],
+            &gs[k * w..(k + 1) * w],
+            stat,
+        );
+    }
 }
 
 /// Apply the all-reduced gradients of the data-parallel tables to this rank's

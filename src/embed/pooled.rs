@@ -11,10 +11,13 @@
 //! Backward: the asking rank sends each slot's owner the pooled gradient of every
 //! example (scaled by `1 / bag length` for mean pooling, as the `rows` mode scales it
 //! at the source); the owner adds it to the rows of the example's bag, in bag order,
-//! per source, and hands the per-source sums to the same owner-side summation and
-//! optimizer update as the `rows` mode. The per-id sums are therefore the same bits
-//! in both modes; the forward's sum is the same bits for a table held by one shard
-//! and differs by summation order only when a bag's rows are split over row shards.
+//! per source, then sums the sources' sums and applies the optimizer with the same
+//! functions as the `rows` mode. With dedup it does both for each slot right after
+//! the slot's scatter, while the sums are in cache (not for a column shard under
+//! row-wise Adagrad, whose row statistics need the other shards'). The per-id sums
+//! are therefore the same bits in both modes; the forward's sum is the same bits for
+//! a table held by one shard and differs by summation order only when a bag's rows
+//! are split over row shards.
 
 use std::ops::Range;
 
@@ -22,12 +25,12 @@ use rayon::prelude::*;
 
 use super::clicks::Batch;
 use super::exchange::{
-    is_pooled_table, protocol_violation, sum_sources_into, ExchangeCounts, Index,
+    apply_rows, is_pooled_table, protocol_violation, sum_sources_into, ExchangeCounts, Index,
 };
-use super::kernels::{pool_bags, scatter_bags, scatter_bags_fresh, Bags, Isa};
+use super::kernels::{pool_bags, scatter_bags, scatter_bags_fresh, sq_sums, Bags, Isa};
 use super::placement::Placement;
 use super::spec::Pooling;
-use super::tables::Store;
+use super::tables::{LocalShard, Store, TableOpt};
 use crate::allocs::{reserve_with_room as reserve_total, resize_for_overwrite};
 use crate::comm::{Comm, Received};
 use crate::Result;
@@ -495,10 +498,11 @@ pub struct BackwardBufs {
 /// Collective: every rank must call. The pooled tables' backward: sends every
 /// pooled slot's owner the batch's pooled gradients (`send`, `counts` per destination:
 /// [`super::exchange::StepGrads::pooled_send`], already scaled for mean pooling; left with unspecified
-/// contents) and fills `bufs.sums`.
+/// contents) and fills `bufs.sums`; then sums and updates the fused slots
+/// ([`InPlace`]).
 pub(super) fn global_backward<C: Comm>(
     comm: &C,
-    store: &Store,
+    owned: &Owned,
     send: &mut Vec<f32>,
     counts: &[usize],
     served: &Served,
@@ -506,15 +510,12 @@ pub(super) fn global_backward<C: Comm>(
     in_place: InPlace,
 ) -> Result<()> {
     let p = comm.size();
-    let me = comm.rank();
-    let nt = store.spec.tables.len();
-    bufs.sums.resize_with(store.owned[me].len(), Vec::new);
-    let any = (0..nt).any(|t| is_pooled_table(store, t));
-    if !any {
+    let nj = owned.widths.len();
+    bufs.sums.resize_with(nj, Vec::new);
+    if !owned.any_pooled {
         bufs.sums.iter_mut().for_each(Vec::clear);
         return Ok(());
     }
-    let mine = store.bags_order(me);
     // Nothing accumulated (an empty step): nothing to send.
     let zeros = vec![0usize; p];
     let counts = if counts.is_empty() {
@@ -527,17 +528,18 @@ pub(super) fn global_backward<C: Comm>(
         let _p = comm.stats().phase("backward");
         comm.all_to_all_v_move(send, counts, &mut bufs.got)?;
     }
-    let isa = Isa::detect();
+    let InPlace { opt, isa, slots } = in_place;
     let mut msgs: Vec<&[f32]> = (0..p).map(|q| bufs.got.from_rank(q)).collect();
     // Per (slot, source): its gradients, cut from the source's message in slot order.
-    let mut inputs: Vec<Vec<&[f32]>> = vec![Vec::new(); store.owned[me].len()];
+    let mut inputs: Vec<Vec<&[f32]>> = vec![Vec::new(); nj];
     for (q, msg) in msgs.iter_mut().enumerate() {
-        for &j in &mine {
-            let s = store.owned[me][j];
-            let w = store.slots[s].width();
-            let k = served.examples(j, q) * w;
+        for j in (0..nj).filter(|&j| owned.pooled[j]) {
+            let k = served.examples(j, q) * owned.widths[j];
             if msg.len() < k {
-                protocol_violation(format!("rank {q}: short pooled gradients for slot {s}"));
+                protocol_violation(format!(
+                    "rank {q}: short pooled gradients for slot {}",
+                    owned.slots[j]
+                ));
             }
             let (a, b) = msg.split_at(k);
             inputs[j].push(a);
@@ -550,26 +552,22 @@ pub(super) fn global_backward<C: Comm>(
             ));
         }
     }
-    let InPlace {
-        slots: merge,
-        shard_rows,
-        index,
-        rows: merged_rows,
-    } = in_place;
     bufs.sums
         .par_iter_mut()
         .zip(&inputs)
-        .zip(index.par_iter_mut())
-        .zip(merged_rows.par_iter_mut())
+        .zip(slots)
         .enumerate()
-        .for_each(|(j, (((per_source, inputs), index), merged_rows))| {
+        .for_each(|(j, ((per_source, inputs), fused))| {
             if inputs.is_empty() {
                 // Not a pooled slot: no sums, and no summed rows from this step.
                 per_source.clear();
-                merged_rows.clear();
+                if let Some(f) = fused {
+                    f.rows.clear();
+                    f.stats.clear();
+                }
                 return;
             }
-            let w = store.slots[store.owned[me][j]].width();
+            let w = owned.widths[j];
             per_source.resize_with(inputs.len(), Vec::new);
             // Room for every source's rows in the first source's sums, which the
             // merge over sources extends in place.
@@ -586,23 +584,49 @@ pub(super) fn global_backward<C: Comm>(
                     scatter_bags(isa, g, w, served.bags(j, q, false), acc);
                 }
             }
-            if merge[j] {
-                // While the slot's sums are still in cache.
-                let src = served.source_rows(j);
-                sum_sources_into(&src, per_source, w, shard_rows[j], index, merged_rows);
+            let Some(f) = fused else { return };
+            // While the slot's sums are still in cache: sum over sources, the rows'
+            // statistics and the update.
+            let src = served.source_rows(j);
+            sum_sources_into(&src, per_source, w, f.shard.rows, f.index, f.rows);
+            let gs = &per_source[0];
+            f.stats.clear();
+            if opt.needs_row_stat() {
+                reserve_total(f.stats, f.rows.len());
+                sq_sums(isa, gs, w, f.stats);
             }
+            apply_rows(isa, opt, f.shard, f.dim, f.rows, gs, f.stats);
         });
     Ok(())
 }
 
-/// The owned slots whose per-source sums [`global_backward`] adds in place
-/// (`slots[j]`), with what that needs per slot: the shard's rows (checked), the
-/// summing index, and the summed rows' list (the output).
+/// What the pooled backward needs of the slots this rank owns (`store.owned[me]`,
+/// by index `j`): their slot numbers, their widths, which are pooled, and whether any table is pooled
+/// (then every rank takes part in the exchange).
+pub(super) struct Owned<'a> {
+    pub(super) slots: &'a [usize],
+    pub(super) widths: &'a [usize],
+    pub(super) pooled: &'a [bool],
+    pub(super) any_pooled: bool,
+}
+
+/// The owned slots that [`global_backward`] sums over sources in place and updates
+/// (`slots[j]`, `None` for the others), and the optimizer.
 pub(super) struct InPlace<'a> {
-    pub(super) slots: &'a [bool],
-    pub(super) shard_rows: &'a [u64],
-    pub(super) index: &'a mut [Option<Index>],
-    pub(super) rows: &'a mut [Vec<u32>],
+    pub(super) opt: TableOpt,
+    pub(super) isa: Isa,
+    pub(super) slots: Vec<Option<Fused<'a>>>,
+}
+
+/// One fused slot: its shard, lent for the step, the table's `dim` (the row
+/// statistic's divisor), and the buffers of the summing: its index, and its
+/// summed rows' list and their statistics (outputs).
+pub(super) struct Fused<'a> {
+    pub(super) shard: &'a mut LocalShard,
+    pub(super) dim: f64,
+    pub(super) index: &'a mut Option<Index>,
+    pub(super) rows: &'a mut Vec<u32>,
+    pub(super) stats: &'a mut Vec<f64>,
 }
 
 impl Store {

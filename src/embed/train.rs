@@ -200,7 +200,9 @@ pub struct IntervalReport {
     pub owner_imbalance: f64,
     /// Over the interval, the slowest rank's seconds in: the lookup exchange (with the
     /// owners' pooling of pooled tables), pooling the MLP input, the dense step, the
-    /// backward exchange (with the owners' summing), the table update, the all-reduce.
+    /// backward exchange (with the owners' summing, and the update of the pooled
+    /// slots they update as soon as they are summed), the other slots' table update,
+    /// the all-reduce.
     pub seconds_lookup: f64,
     pub seconds_pool: f64,
     pub seconds_dense: f64,
