@@ -120,7 +120,7 @@ table=bench/embed.md
 {
   echo "# Sharded embedding benchmark"
   echo
-  echo "Workload: preset torchrec-peer (TorchRec peer's definition, seed 1), batch 2048 per rank, examples preloaded into memory before the first step (--preload, as the peer does), row-wise Adagrad (lr 0.02) for tables, Adagrad (lr 0.002) for the MLP, $WARM warm-up + $STEPS timed steps (the first log interval is not counted). Measured $(date -u +%Y-%m-%d) at commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo ' (with uncommitted changes)'), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs))."
+  echo "Workload: preset torchrec-peer (TorchRec peer's definition, seed 1), batch 2048 per rank, examples preloaded into memory before the first step (--preload, as the peer does), row-wise Adagrad (lr 0.02) for tables, Adagrad (lr 0.002) for the MLP, $WARM warm-up + $STEPS timed steps (the first log interval is not counted). Measured $(date -u +%Y-%m-%d) at commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo ' (with uncommitted changes)'), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | xargs) model $(grep -m1 '^model[[:space:]]' /proc/cpuinfo | cut -d: -f2 | xargs)); OpenBLAS kernels: $(OPENBLAS_VERBOSE=2 "$BIN" --version 2>&1 | sed -n 's/^Core: //p' | head -1) ($([[ -n ${OPENBLAS_CORETYPE:-} ]] && echo "OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE" || echo "OpenBLAS's own choice"))."
   echo
 } > "$table"
 
