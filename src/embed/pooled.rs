@@ -601,8 +601,8 @@ pub(super) fn global_backward<C: Comm>(
 }
 
 /// What the pooled backward needs of the slots this rank owns (`store.owned[me]`,
-/// by index `j`): their slot numbers, their widths, which are pooled, and whether any table is pooled
-/// (then every rank takes part in the exchange).
+/// by index `j`): their slot numbers, their widths, which are pooled, and whether
+/// any table is pooled (then every rank takes part in the exchange).
 pub(super) struct Owned<'a> {
     pub(super) slots: &'a [usize],
     pub(super) widths: &'a [usize],
