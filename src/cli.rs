@@ -243,6 +243,17 @@ pub struct SelftestArgs {
     pub reps: usize,
 }
 
+/// `embed --dense-gemm`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DenseGemmArg {
+    /// torusrec's AVX-512 kernel where the CPU has AVX-512F, else OpenBLAS.
+    Auto,
+    /// OpenBLAS's sgemm (with the kernels it picks, or `OPENBLAS_CORETYPE`'s).
+    Openblas,
+    /// torusrec's AVX-512 kernel (refused on a CPU without AVX-512F).
+    Avx512,
+}
+
 /// `embed --output-mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OutputModeArg {
@@ -391,6 +402,11 @@ pub struct EmbedArgs {
     pub dense_opt: DenseOptKind,
     #[arg(long, default_value_t = 0.002)]
     pub dense_lr: f32,
+    /// The kernel of the MLP's matrix products, most of a step: auto (torusrec's
+    /// AVX-512 kernel where the CPU has AVX-512F, else OpenBLAS), openblas, or avx512.
+    /// They differ in rounding only; each gives the same bits run after run.
+    #[arg(long, value_enum, default_value_t = DenseGemmArg::Auto)]
+    pub dense_gemm: DenseGemmArg,
     /// How sharded tables' lookups come back: auto (the plan's choice per table: the
     /// planner's cost model for `--plan auto`, `rows` for a placement kind, the file's
     /// for a plan file), rows (distinct rows come back and are pooled here), or pooled

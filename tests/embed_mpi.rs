@@ -79,6 +79,49 @@ fn every_placement_runs_and_dedup_does_not_change_the_bits() {
     }
 }
 
+/// The eval AUC on rank 0's `final:` line.
+fn final_auc(o: &Output) -> f64 {
+    o.stdout
+        .lines()
+        .find(|l| l.starts_with("final:"))
+        .and_then(|l| l.split("eval AUC ").nth(1))
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no AUC\n{}", o.dump()))
+}
+
+#[test]
+fn the_dense_gemm_option_picks_the_kernel_each_reproducible() {
+    let _g = serial();
+    let blas = embed(2, &["--dense-gemm", "openblas"]);
+    blas.expect_code(0).stdout_has(&["(openblas GEMM)"]);
+    let again = embed(2, &["--dense-gemm", "openblas"]);
+    assert_eq!(checksum(&again), checksum(&blas), "openblas twice");
+    let auto = embed(2, &[]);
+    auto.expect_code(0);
+    if auto.stdout.contains("(torusrec-avx512 GEMM)") {
+        // AVX-512 here: `auto` is the AVX-512 kernel, which `avx512` names too; it
+        // rounds otherwise than OpenBLAS (other bits) and trains the same model.
+        let avx = embed(2, &["--dense-gemm", "avx512"]);
+        avx.expect_code(0).stdout_has(&["(torusrec-avx512 GEMM)"]);
+        assert_eq!(checksum(&avx), checksum(&auto), "auto is avx512 here");
+        assert_ne!(checksum(&avx), checksum(&blas), "the kernels round alike?");
+        assert!(
+            (final_auc(&avx) - final_auc(&blas)).abs() < 0.01,
+            "AUC {} against {}",
+            final_auc(&avx),
+            final_auc(&blas)
+        );
+    } else {
+        // No AVX-512: `auto` is OpenBLAS, and `avx512` is refused before training.
+        auto.stdout_has(&["(openblas GEMM)"]);
+        assert_eq!(checksum(&auto), checksum(&blas));
+        embed(2, &["--dense-gemm", "avx512"])
+            .expect_code(2)
+            .stderr_has(&["no AVX-512F"]);
+    }
+}
+
 #[test]
 fn a_click_log_trains_and_bad_logs_exit_2_on_every_rank() {
     let _g = serial();

@@ -8,6 +8,7 @@ mod util;
 use torusrec::comm::threads::run;
 use torusrec::comm::Comm;
 use torusrec::embed::clicks::ClickGen;
+use torusrec::embed::gemm::Gemm;
 use torusrec::embed::mlp::DenseOpt;
 use torusrec::embed::placement::{OutputMode, Plan};
 use torusrec::embed::spec::{preset, ModelSpec};
@@ -32,6 +33,7 @@ fn config(spec: &ModelSpec, opt: TableOpt, micro: usize, k: usize, steps: u64) -
         steps,
         table_opt: opt,
         dense_opt: DenseOpt::adagrad(0.01),
+        dense_gemm: Gemm::auto(),
         dedup: true,
         pipeline: false,
         eval_examples: 64,

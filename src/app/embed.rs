@@ -8,12 +8,14 @@ use crate::app::group;
 use crate::ckpt::signals::Preemption;
 use crate::ckpt::{CheckpointConfig, Resume};
 use crate::cli::{
-    DenseOptKind, EmbedArgs, GenerateClicksArgs, ModelArgs, OutputModeArg, PlanArgs, TableOptKind,
+    DenseGemmArg, DenseOptKind, EmbedArgs, GenerateClicksArgs, ModelArgs, OutputModeArg, PlanArgs,
+    TableOptKind,
 };
 use crate::comm::Comm;
 use crate::embed::clicklog::{write_click_log, ClickLog};
 use crate::embed::clicks::ClickGen;
 use crate::embed::driver::{global_train, Event, RunConfig, Summary};
+use crate::embed::gemm::Gemm;
 use crate::embed::memory;
 use crate::embed::mlp::DenseOpt;
 use crate::embed::placement::{OutputMode, Plan};
@@ -348,6 +350,16 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
             DenseOptKind::Adam => DenseOpt::adam(a.dense_lr),
         };
         memory::check(&spec, micro, comm.size(), &dense_opt, 0)?;
+        let dense_gemm = match a.dense_gemm {
+            DenseGemmArg::Auto => Gemm::auto(),
+            DenseGemmArg::Openblas => Gemm::Blas,
+            DenseGemmArg::Avx512 if crate::embed::gemm::avx512() => Gemm::Avx512,
+            DenseGemmArg::Avx512 => {
+                return Err(Error::Config(
+                    "--dense-gemm avx512: this CPU has no AVX-512F (use auto or openblas)".into(),
+                ))
+            }
+        };
         let cfg = EmbedConfig {
             spec,
             seed: a.seed,
@@ -356,6 +368,7 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
             steps: a.steps,
             table_opt: table_opt(a.table_opt, a.table_lr),
             dense_opt,
+            dense_gemm,
             dedup: !a.no_dedup,
             pipeline: a.pipeline,
             eval_examples: a.eval_examples,
@@ -390,11 +403,12 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
     if root {
         let s = &cfg.spec;
         println!(
-            "embed: {} tables ({} rows, {} of f32), MLP {:?}, micro-batch {} x {} per step on {} rank(s) (torus {}) x {threads} thread(s); tables {:?}, dense {:?}; dedup {}, pipeline {}",
+            "embed: {} tables ({} rows, {} of f32), MLP {:?} ({} GEMM), micro-batch {} x {} per step on {} rank(s) (torus {}) x {threads} thread(s); tables {:?}, dense {:?}; dedup {}, pipeline {}",
             s.tables.len(),
             group(s.total_rows()),
             human_bytes(s.total_bytes()),
             s.mlp_layers(),
+            cfg.dense_gemm.name(),
             cfg.micro,
             cfg.accumulate,
             comm.size(),

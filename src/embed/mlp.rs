@@ -10,15 +10,16 @@
 //! loss = weight * sum_e [max(z_e, 0) - z_e y_e + ln(1 + exp(-|z_e|))]
 //! ```
 //!
-//! Matrix products go through `general_mat_mul`, which this crate routes to OpenBLAS's
-//! `cblas_sgemm`; callers keep BLAS single-threaded ([`crate::blas_single_thread`]) so it
-//! does not fight the ranks for cores. No I/O, no communication here.
+//! Matrix products go through [`super::gemm::matmul`]: this crate's AVX-512 kernel where
+//! the CPU has it ([`Gemm::auto`], or as set by [`Mlp::set_gemm`]), else OpenBLAS's
+//! `cblas_sgemm`, which callers keep single-threaded ([`crate::blas_single_thread`]) so
+//! it does not fight the ranks for cores. No I/O, no communication here.
 
-use ndarray::linalg::general_mat_mul;
-use ndarray::{ArrayView2, ArrayViewMut2};
+use ndarray::ArrayView2;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use super::gemm::{matmul, Gemm, Packs};
 use super::metrics::{bce_with_logits, sigmoid};
 use crate::rng::{stream, SplitMix64};
 use crate::{Error, Result};
@@ -26,11 +27,6 @@ use crate::{Error, Result};
 /// A row-major `rows x cols` view of `v` (`v.len() == rows * cols`).
 fn view2(v: &[f32], rows: usize, cols: usize) -> ArrayView2<'_, f32> {
     ArrayView2::from_shape((rows, cols), v).expect("invariant: a slice of rows * cols")
-}
-
-/// A mutable row-major `rows x cols` view of `v` (`v.len() == rows * cols`).
-fn view2_mut(v: &mut [f32], rows: usize, cols: usize) -> ArrayViewMut2<'_, f32> {
-    ArrayViewMut2::from_shape((rows, cols), v).expect("invariant: a slice of rows * cols")
 }
 
 /// Parameters of an MLP with these layer widths.
@@ -50,6 +46,8 @@ pub struct Mlp {
     layers: Vec<usize>,
     /// Per layer: weight `[in x out]` row-major, then bias `[out]`.
     params: Vec<f32>,
+    /// The kernel of the matrix products.
+    gemm: Gemm,
 }
 
 /// Scratch space of [`Mlp::forward_backward`] and [`Mlp::predict`]: the activations kept
@@ -64,6 +62,8 @@ pub struct Workspace {
     delta: [Vec<f32>; 2],
     /// Column sums of a delta (the bias gradient of one call).
     colsum: Vec<f32>,
+    /// The matrix products' packing buffers.
+    packs: Packs,
 }
 
 impl Workspace {
@@ -107,6 +107,7 @@ impl Mlp {
         Ok(Self {
             layers: layers.to_vec(),
             params,
+            gemm: Gemm::auto(),
         })
     }
 
@@ -123,7 +124,27 @@ impl Mlp {
         Ok(Self {
             layers: layers.to_vec(),
             params,
+            gemm: Gemm::auto(),
         })
+    }
+
+    /// Run the matrix products with `gemm` (the default is [`Gemm::auto`]).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for [`Gemm::Avx512`] on a CPU without AVX-512F.
+    pub fn set_gemm(&mut self, gemm: Gemm) -> Result<()> {
+        if gemm == Gemm::Avx512 && !super::gemm::avx512() {
+            return Err(Error::Config(
+                "--dense-gemm avx512: this CPU has no AVX-512F".into(),
+            ));
+        }
+        self.gemm = gemm;
+        Ok(())
+    }
+
+    /// The kernel of the matrix products.
+    pub fn gemm(&self) -> Gemm {
+        self.gemm
     }
 
     /// Widths: input, hidden..., 1.
@@ -167,13 +188,12 @@ impl Mlp {
             for _ in 0..n {
                 out.extend_from_slice(b);
             }
-            let mut outv = view2_mut(out, n, dout);
-            if l == 0 {
-                general_mat_mul(1.0, &x, &w, 1.0, &mut outv);
+            let h = if l == 0 {
+                x.view()
             } else {
-                let h = view2(&before[l - 1], n, din);
-                general_mat_mul(1.0, &h, &w, 1.0, &mut outv);
-            }
+                view2(&before[l - 1], n, din)
+            };
+            matmul(self.gemm, h, w, out, true, &mut ws.packs);
             if l + 1 < nl {
                 out.iter_mut().for_each(|v| *v = v.max(0.0));
             }
@@ -255,12 +275,13 @@ impl Mlp {
             } else {
                 view2(&ws.acts[l - 1], n, din)
             };
-            general_mat_mul(
-                1.0,
-                &h.t(),
-                &dv,
-                1.0,
-                &mut view2_mut(&mut grad[woff..boff], din, dout),
+            matmul(
+                self.gemm,
+                h.t(),
+                dv,
+                &mut grad[woff..boff],
+                true,
+                &mut ws.packs,
             );
 
             // grad b_l += column sums of delta.
@@ -277,10 +298,10 @@ impl Mlp {
             // delta of the layer below: (delta W_l^T), masked by ReLU; or dx.
             let w = view2(&self.params[woff..boff], din, dout);
             if l == 0 {
-                general_mat_mul(1.0, &dv, &w.t(), 0.0, &mut view2_mut(dx, n, din));
+                matmul(self.gemm, dv, w.t(), dx, false, &mut ws.packs);
             } else {
                 next.resize(n * din, 0.0);
-                general_mat_mul(1.0, &dv, &w.t(), 0.0, &mut view2_mut(next, n, din));
+                matmul(self.gemm, dv, w.t(), next, false, &mut ws.packs);
                 // Branch-free (a select the compiler vectorises): about half the
                 // activations are zero, so a branch would mispredict half the time.
                 next.iter_mut()
@@ -615,9 +636,22 @@ mod tests {
     #[test]
     fn fast_matches_reference_across_sizes() {
         let mut ws = Workspace::new();
-        let shapes: [&[usize]; 4] = [&[7, 5, 3, 1], &[4, 1], &[33, 64, 16, 1], &[20, 9, 1]];
-        for (k, layers) in shapes.iter().enumerate() {
-            let mlp = Mlp::new(layers, 100 + k as u64).unwrap();
+        let shapes: [&[usize]; 5] = [
+            &[7, 5, 3, 1],
+            &[4, 1],
+            &[33, 64, 16, 1],
+            &[20, 9, 1],
+            &[300, 40, 1],
+        ];
+        // Both kernels where the CPU has AVX-512 (OpenBLAS alone otherwise).
+        let kernels = [Gemm::Blas, Gemm::auto()];
+        for (k, (layers, gemm)) in shapes
+            .iter()
+            .flat_map(|l| kernels.iter().map(move |g| (l, *g)))
+            .enumerate()
+        {
+            let mut mlp = Mlp::new(layers, 100 + k as u64).unwrap();
+            mlp.set_gemm(gemm).unwrap();
             let p64 = to_f64(mlp.params());
             // Larger batches first, then smaller ones, so the workspace is reused shrunk.
             for n in [100usize, 17, 2, 1, 0, 33] {
@@ -639,7 +673,7 @@ mod tests {
                     &mut g64,
                     &mut dx64,
                 );
-                let ctx = format!("layers {layers:?} n {n}");
+                let ctx = format!("layers {layers:?} n {n} {gemm:?}");
                 if n == 0 {
                     assert_eq!(loss, 0.0);
                     assert!(g.iter().all(|&v| v == 0.0), "{ctx}");

@@ -7,6 +7,7 @@ pub mod clicklog;
 pub mod clicks;
 pub mod driver;
 pub mod exchange;
+pub mod gemm;
 pub mod kernels;
 pub mod memory;
 pub mod metrics;

@@ -21,6 +21,7 @@ use super::exchange::{
     global_backward, global_lookup, global_lookup_into, local_apply_replicated, pool, BackwardBufs,
     ExchangeCounts, Lookup, StepGrads,
 };
+use super::gemm::Gemm;
 use super::metrics::{auc, logloss};
 use super::mlp::{DenseOpt, DenseOptState, Mlp, Workspace};
 use super::placement::Plan;
@@ -171,6 +172,8 @@ pub struct EmbedConfig {
     pub steps: u64,
     pub table_opt: TableOpt,
     pub dense_opt: DenseOpt,
+    /// The kernel of the MLP's matrix products.
+    pub dense_gemm: Gemm,
     pub dedup: bool,
     pub pipeline: bool,
     pub eval_examples: u64,
@@ -375,7 +378,8 @@ impl EmbedTrainer {
             cfg.seed,
             cfg.mem_per_rank,
         )?;
-        let mlp = Mlp::new(&cfg.spec.mlp_layers(), cfg.seed)?;
+        let mut mlp = Mlp::new(&cfg.spec.mlp_layers(), cfg.seed)?;
+        mlp.set_gemm(cfg.dense_gemm)?;
         let dense_state = cfg.dense_opt.new_state(mlp.n_params());
         let schedule = Schedule {
             micro: cfg.micro as u64,
