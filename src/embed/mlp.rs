@@ -135,7 +135,7 @@ impl Mlp {
     pub fn set_gemm(&mut self, gemm: Gemm) -> Result<()> {
         if gemm == Gemm::Avx512 && !super::gemm::avx512() {
             return Err(Error::Config(
-                "--dense-gemm avx512: this CPU has no AVX-512F".into(),
+                "the AVX-512 GEMM kernel needs AVX-512F, which this CPU lacks".into(),
             ));
         }
         self.gemm = gemm;
