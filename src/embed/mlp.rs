@@ -142,11 +142,6 @@ impl Mlp {
         Ok(())
     }
 
-    /// The kernel of the matrix products.
-    pub fn gemm(&self) -> Gemm {
-        self.gemm
-    }
-
     /// Widths: input, hidden..., 1.
     pub fn layers(&self) -> &[usize] {
         &self.layers
