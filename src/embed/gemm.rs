@@ -218,33 +218,7 @@ fn pack_b(b: MatRef<'_>, pc: usize, kc: usize, out: &mut [f32]) {
         .enumerate()
     {
         let j0 = jp * NR;
-        let nr = NR.min(n - j0);
-        if b.cs == 1 {
-            // Fixed-size copies (inlined, unlike a call to `memcpy` per step).
-            let (steps, _) = panel.as_chunks_mut::<NR>();
-            for (p, step) in steps.iter_mut().enumerate() {
-                let s = (pc + p) * b.rs + j0;
-                if nr == NR {
-                    *step = b.data[s..s + NR].try_into().expect("NR values");
-                } else {
-                    step[..nr].copy_from_slice(&b.data[s..s + nr]);
-                    step[nr..].fill(0.0);
-                }
-            }
-        } else if b.rs == 1 {
-            // B's columns are contiguous (a transposed view).
-            let cols: [&[f32]; NR] = std::array::from_fn(|j| {
-                let s = (j0 + j.min(nr - 1)) * b.cs + pc;
-                &b.data[s..s + kc]
-            });
-            interleave::<NR>(&cols[..nr], kc, panel);
-        } else {
-            for j in 0..NR {
-                for p in 0..kc {
-                    panel[p * NR + j] = if j < nr { b.at(pc + p, j0 + j) } else { 0.0 };
-                }
-            }
-        }
+        pack_panel::<NR>(b.t(), j0, NR.min(n - j0), pc, kc, panel);
     }
 }
 
@@ -257,38 +231,46 @@ fn pack_a(a: MatRef<'_>, ic: usize, mc: usize, pc: usize, kc: usize, out: &mut [
         .enumerate()
     {
         let i0 = ic + ip * MR;
-        let mr = MR.min(ic + mc - i0);
-        if a.rs == 1 {
-            // A's columns are contiguous (a transposed view): MR values per step.
-            let (steps, _) = panel.as_chunks_mut::<MR>();
-            for (p, step) in steps.iter_mut().enumerate() {
-                let s = (pc + p) * a.cs + i0;
-                if mr == MR {
-                    *step = a.data[s..s + MR].try_into().expect("MR values");
-                } else {
-                    step[..mr].copy_from_slice(&a.data[s..s + mr]);
-                    step[mr..].fill(0.0);
-                }
+        pack_panel::<MR>(a, i0, MR.min(ic + mc - i0), pc, kc, panel);
+    }
+}
+
+/// One micro-panel: `out[p * W + l] = m[l0 + l, pc + p]` for `l < w`, 0 for
+/// `w <= l < W` (past the matrix's edge), `p < kc`. `m` holds the panel's lines as
+/// rows: `A` itself, or `B` transposed.
+fn pack_panel<const W: usize>(
+    m: MatRef<'_>,
+    l0: usize,
+    w: usize,
+    pc: usize,
+    kc: usize,
+    out: &mut [f32],
+) {
+    if m.rs == 1 {
+        // Neighbouring lines are neighbours in memory: `w` values per step, copied
+        // with a fixed size where the panel is full (inlined, unlike a call to
+        // `memcpy` per step).
+        let (steps, _) = out[..kc * W].as_chunks_mut::<W>();
+        for (p, step) in steps.iter_mut().enumerate() {
+            let s = (pc + p) * m.cs + l0;
+            if w == W {
+                *step = m.data[s..s + W].try_into().expect("W values");
+            } else {
+                step[..w].copy_from_slice(&m.data[s..s + w]);
+                step[w..].fill(0.0);
             }
-        } else if a.cs == 1 {
-            // A's rows are contiguous (row-major).
-            let rows: [&[f32]; MR] = std::array::from_fn(|i| {
-                let s = (i0 + i.min(mr - 1)) * a.rs + pc;
-                &a.data[s..s + kc]
-            });
-            interleave::<MR>(&rows[..mr], kc, panel);
-        } else {
-            for i in 0..MR {
-                if i < mr {
-                    let row = (i0 + i) * a.rs + pc * a.cs;
-                    for p in 0..kc {
-                        panel[p * MR + i] = a.data[row + p * a.cs];
-                    }
-                } else {
-                    for p in 0..kc {
-                        panel[p * MR + i] = 0.0;
-                    }
-                }
+        }
+    } else if m.cs == 1 {
+        // Each line is contiguous.
+        let lines: [&[f32]; W] = std::array::from_fn(|l| {
+            let s = (l0 + l.min(w - 1)) * m.rs + pc;
+            &m.data[s..s + kc]
+        });
+        interleave::<W>(&lines[..w], kc, out);
+    } else {
+        for l in 0..W {
+            for p in 0..kc {
+                out[p * W + l] = if l < w { m.at(l0 + l, pc + p) } else { 0.0 };
             }
         }
     }
