@@ -305,6 +305,25 @@ pub fn avx512() -> bool {
     }
 }
 
+/// Off x86_64 there is no kernel: [`avx512`] is false, so nothing calls it.
+#[cfg(not(target_arch = "x86_64"))]
+mod avx512 {
+    /// Never called (see [`super::gemm_avx512`]'s assert).
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn kernel(
+        _: usize,
+        _: &[f32],
+        _: &[f32],
+        _: &mut [f32],
+        _: usize,
+        _: usize,
+        _: usize,
+        _: bool,
+    ) {
+        unreachable!("no AVX-512 kernel off x86_64")
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use super::{MR, NR};
