@@ -353,12 +353,9 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         let dense_gemm = match a.dense_gemm {
             DenseGemmArg::Auto => Gemm::auto(),
             DenseGemmArg::Openblas => Gemm::Blas,
-            DenseGemmArg::Avx512 if crate::embed::gemm::avx512() => Gemm::Avx512,
-            DenseGemmArg::Avx512 => {
-                return Err(Error::Config(
-                    "--dense-gemm avx512: this CPU has no AVX-512F (use auto or openblas)".into(),
-                ))
-            }
+            DenseGemmArg::Avx512 => Gemm::Avx512.available().map_err(|e| {
+                Error::Config(format!("--dense-gemm avx512: {e} (use auto or openblas)"))
+            })?,
         };
         let cfg = EmbedConfig {
             spec,

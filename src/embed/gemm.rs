@@ -17,6 +17,8 @@
 use ndarray::linalg::general_mat_mul;
 use ndarray::{ArrayView2, ArrayViewMut2};
 
+use crate::{Error, Result};
+
 /// Which kernel runs the MLP's matrix products.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Gemm {
@@ -34,6 +36,19 @@ impl Gemm {
         } else {
             Gemm::Blas
         }
+    }
+
+    /// `self`, if this CPU can run it.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for [`Gemm::Avx512`] on a CPU without AVX-512F.
+    pub fn available(self) -> Result<Gemm> {
+        if self == Gemm::Avx512 && !avx512() {
+            return Err(Error::Config(
+                "this CPU has no AVX-512F, which the AVX-512 GEMM kernel needs".into(),
+            ));
+        }
+        Ok(self)
     }
 
     /// A short name for logs and benchmark headers.
@@ -98,7 +113,8 @@ pub struct MatRef<'a> {
 
 impl<'a> MatRef<'a> {
     /// A row-major `rows x cols` matrix.
-    pub fn row_major(data: &'a [f32], rows: usize, cols: usize) -> Self {
+    #[cfg(test)]
+    fn row_major(data: &'a [f32], rows: usize, cols: usize) -> Self {
         MatRef {
             data,
             rows,

@@ -133,12 +133,7 @@ impl Mlp {
     /// # Errors
     /// [`Error::Config`] for [`Gemm::Avx512`] on a CPU without AVX-512F.
     pub fn set_gemm(&mut self, gemm: Gemm) -> Result<()> {
-        if gemm == Gemm::Avx512 && !super::gemm::avx512() {
-            return Err(Error::Config(
-                "the AVX-512 GEMM kernel needs AVX-512F, which this CPU lacks".into(),
-            ));
-        }
-        self.gemm = gemm;
+        self.gemm = gemm.available()?;
         Ok(())
     }
 

@@ -559,12 +559,8 @@ pub(super) fn global_backward<C: Comm>(
         .enumerate()
         .for_each(|(j, ((per_source, inputs), fused))| {
             if inputs.is_empty() {
-                // Not a pooled slot: no sums, and no summed rows from this step.
+                // Not a pooled slot (so not fused either): no sums.
                 per_source.clear();
-                if let Some(f) = fused {
-                    f.rows.clear();
-                    f.stats.clear();
-                }
                 return;
             }
             let w = owned.widths[j];
