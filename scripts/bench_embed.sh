@@ -3,7 +3,9 @@
 # (docs/embedding-workload.md; preset torchrec-peer: 26 tables, 4.37M rows,
 # width 64, pooling ~15, Zipf(1.05), MLP 1677-512-256-1, batch 2048 per rank).
 #   1. examples/s and bytes per step with and without dedup, dedup ratio (P = 2, 4);
-#   2. throughput for --accumulate K = 1, 2, 5 at P = 4;
+#   2. throughput for --accumulate K = 1, 2, 5 at P = 4, and the gain of K = 5 over
+#      K = 1 over TCP in a private network namespace, uncapped and capped
+#      (NET_RATES, default "none 10gbit 4gbit"; needs root, unshare and tc);
 #   3. the pipelining gain (P = 2, 4);
 #   4. the planner against the random, size-, dim- and lookup-greedy heuristics on 10
 #      sampled table tasks (dlrm-synthetic pool);
@@ -31,13 +33,16 @@ export OPENBLAS_NUM_THREADS=1
 cargo build --release --quiet
 BIN=target/release/torusrec
 MPI=(mpirun --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS)
+MPI_PREFIX=()  # a command that runs mpirun in another setting (the transport runs)
+# The capped transports of the accumulation section ("none": TCP uncapped).
+NET_RATES="${NET_RATES:-none 10gbit 4gbit}"
 TOTAL=$((WARM + STEPS))
 
 # run NAME NP THREADS ARGS...: one training run; its metrics in $OUT/NAME.jsonl.
 run() {
   local name=$1 np=$2 th=$3; shift 3
   rm -f "$OUT/$name.jsonl"
-  "${MPI[@]}" -np "$np" "$BIN" embed --preset torchrec-peer --batch 2048 --steps "$TOTAL" \
+  "${MPI_PREFIX[@]}" "${MPI[@]}" -np "$np" "$BIN" embed --preset torchrec-peer --batch 2048 --steps "$TOTAL" \
       --log-every "$WARM" --eval-examples 16384 --threads "$th" --seed 1 \
       --preload --metrics "$OUT/$name.jsonl" "$@" > "$OUT/$name.log" 2>&1 \
     || { echo "run $name failed:"; tail -20 "$OUT/$name.log"; exit 1; }
@@ -157,6 +162,53 @@ accumulate)
     run "acc-$k" 4 1 --plan auto --stats "$OUT/stats-4.json" --accumulate "$k"
     echo "| $k | $(summary "acc-$k") |" >> "$table"
   done
+  echo >> "$table"
+  # What accumulation saves is per-step communication, so its gain depends on how much
+  # of a step that is. The same runs with the ranks talking TCP (the transport between
+  # nodes) on a private loopback, unlimited and then capped by a token bucket
+  # (aggregate over all ranks: a shared switch of that rate).
+  {
+    echo "### The gain by transport (P = 4, K = 1 and 5, same plan)"
+    echo
+    echo "Shared memory is the runs above. \`tcp\`: Open MPI's TCP transport (as between nodes) in a private network namespace; \`tcp R\`: the same with the namespace's loopback capped at R in all (\`tc ... tbf\`), so about R/4 per rank when all send. Phases in seconds per step, the slowest rank's."
+    echo
+    echo "| transport | K=1 ex/s | K=5 ex/s | K=5 / K=1 | K=1 lookup + backward + all-reduce s | K=5 lookup + backward + all-reduce s | K=1 dense s | K=5 dense s |"
+    echo "|---|---|---|---|---|---|---|---|"
+  } >> "$table"
+  # comm_cells NAME: "lookup+backward+all-reduce seconds per step<TAB>dense seconds per step".
+  comm_cells() {
+    python3 - "$OUT/$1.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+iv = [r for r in rows if not r.get("final")][1:]
+st = sum(r["steps"] for r in iv)
+c = sum(r["seconds_lookup"] + r["seconds_backward"] + r.get("seconds_update", 0) + r["seconds_allreduce"] for r in iv) / st
+print(f'{c:.3f}\t{sum(r["seconds_dense"] for r in iv) / st:.3f}')
+PY
+  }
+  commas() { python3 -c 'import sys; print(f"{int(sys.argv[1]):,}")' "$1"; }
+  gain_row() {  # gain_row LABEL NAME_K1 NAME_K5
+    local a b; a=$(rate "$2"); b=$(rate "$3")
+    IFS=$'\t' read -r c1 d1 <<< "$(comm_cells "$2")"
+    IFS=$'\t' read -r c5 d5 <<< "$(comm_cells "$3")"
+    printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$1" "$(commas "$a")" "$(commas "$b")" \
+      "$(awk -v a="$a" -v b="$b" 'BEGIN{printf "%+.1f%%", (b / a - 1) * 100}')" "$c1" "$c5" "$d1" "$d5" >> "$table"
+  }
+  gain_row "shared memory" acc-1 acc-5
+  if [[ $(id -u) -eq 0 ]] && command -v tc > /dev/null && unshare -n true 2> /dev/null; then
+    for r in $NET_RATES; do
+      for k in 1 5; do
+        MPI_PREFIX=(unshare -n bash -c 'ip link set lo up && { [[ $1 == none ]] || tc qdisc add dev lo root tbf rate "$1" burst 4mb latency 50ms; } && shift && exec "$@"' \
+          netns "$r" env OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo)
+        run "acc-net-$r-$k" 4 1 --plan auto --stats "$OUT/stats-4.json" --accumulate "$k"
+        MPI_PREFIX=()
+      done
+      label=tcp; [[ $r != none ]] && label="tcp $r"
+      gain_row "$label" "acc-net-$r-1" "acc-net-$r-5"
+    done
+  else
+    echo "| tcp | skipped: needs root, \`unshare -n\` and \`tc\` | | | | | | |" >> "$table"
+  fi
   echo >> "$table" ;;
 pipeline)
   {
