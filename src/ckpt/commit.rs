@@ -133,7 +133,7 @@ pub fn global_write_checkpoint<C: Comm, M: Manifest>(
         ],
     )?;
     let retained = if comm.rank() == 0 {
-        apply_retention(dir, keep).map(|_| ())
+        apply_retention(dir, step, keep).map(|_| ())
     } else {
         Ok(())
     };

@@ -67,6 +67,11 @@ impl CheckpointConfig {
                     .into(),
             ));
         }
+        if self.keep == 0 {
+            return Err(Error::Config(
+                "--keep 0: must be at least 1 (the checkpoint just written is always kept)".into(),
+            ));
+        }
         let wait = self.wait_for_data;
         if !(wait.is_finite() && (0.0..=MAX_WAIT_SECS).contains(&wait)) {
             return Err(Error::Config(format!(
@@ -155,8 +160,20 @@ pub fn global_restore_newest<C: Comm, R>(
             Error::Remote { .. } => 0,
             _ => 2,
         };
-        if comm.all_reduce_max(kind) != 1 || !fall_back {
+        let worst = comm.all_reduce_max(kind);
+        if worst != 1 {
             return Err(err);
+        }
+        if !fall_back {
+            // Corrupt on every rank, not only where it was seen: rank 0 writes the
+            // hold whichever rank's part failed.
+            return Err(match err {
+                Error::Remote { rank, .. } => Error::Corrupt(format!(
+                    "{}: rank {rank}'s part does not verify (its log says why)",
+                    path.display()
+                )),
+                other => other,
+            });
         }
         if let Error::Corrupt(reason) = &err {
             log::warn!("skipping checkpoint {}: {reason}", path.display());
@@ -276,11 +293,11 @@ pub fn remove_leftovers(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(removed)
 }
 
-/// Delete the checkpoints the retention policy drops (after a commit).
-pub fn apply_retention(dir: &Path, keep: usize) -> Result<Vec<u64>> {
+/// Delete the checkpoints the retention policy drops after the commit of step `just`.
+pub fn apply_retention(dir: &Path, just: u64, keep: usize) -> Result<Vec<u64>> {
     let all = list(dir)?;
     let steps: Vec<u64> = all.iter().map(|(s, _)| *s).collect();
-    let drop = policy::to_delete(&steps, keep);
+    let drop = policy::to_delete(&steps, just, keep);
     for (s, p) in &all {
         if drop.contains(s) {
             std::fs::remove_file(p).map_err(|e| Error::io(p, e))?;
@@ -392,9 +409,37 @@ mod tests {
         let l: Vec<u64> = list(d.path()).unwrap().iter().map(|x| x.0).collect();
         assert_eq!(l, vec![1, 3, 20]);
         assert_eq!(remove_leftovers(d.path()).unwrap().len(), 1);
-        assert_eq!(apply_retention(d.path(), 2).unwrap(), vec![1]);
+        assert_eq!(apply_retention(d.path(), 20, 2).unwrap(), vec![1]);
         let l: Vec<u64> = list(d.path()).unwrap().iter().map(|x| x.0).collect();
         assert_eq!(l, vec![3, 20]);
+    }
+
+    #[test]
+    fn a_part_that_fails_on_one_rank_is_corrupt_on_every_rank() {
+        use crate::comm::threads::run;
+        let path = PathBuf::from("ckpt-0000000004.h5");
+        let got = run(3, |comm| {
+            global_restore_newest(&comm, std::slice::from_ref(&path), false, |_| {
+                let mine = if comm.rank() == 1 {
+                    Err(Error::Corrupt("slab checksum".into()))
+                } else {
+                    Ok(())
+                };
+                comm.agree(mine)
+            })
+            .map(|_| ())
+        });
+        for (rank, r) in got.iter().enumerate() {
+            match r {
+                Err(Error::Corrupt(m)) if rank == 1 => assert_eq!(m, "slab checksum"),
+                // Rank 0, which writes the hold, sees it as corrupt too.
+                Err(Error::Corrupt(m)) => assert!(
+                    m.contains("ckpt-0000000004.h5: rank 1's part does not verify"),
+                    "{m}"
+                ),
+                other => panic!("rank {rank}: {other:?}"),
+            }
+        }
     }
 
     #[test]
