@@ -29,9 +29,15 @@ impl Bag<'_> {
 /// The instruction set the kernels run with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Isa {
-    Avx2,
+    /// Made only by [`Isa::detect`] on a CPU with AVX2 ([`Detected`] cannot be built
+    /// elsewhere), so the safe kernels below may run AVX2 code on it.
+    Avx2(Detected),
     Plain,
 }
+
+/// Proof that the CPU was checked for the instruction set (a private field).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Detected(());
 
 impl Isa {
     pub fn detect() -> Isa {
@@ -39,7 +45,7 @@ impl Isa {
         {
             static AVX2: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
             if *AVX2.get_or_init(|| std::is_x86_feature_detected!("avx2")) {
-                return Isa::Avx2;
+                return Isa::Avx2(Detected(()));
             }
         }
         Isa::Plain
@@ -63,8 +69,8 @@ pub fn pool_ref(base: &[f32], w: usize, bag: Bag, out: &mut [f32]) {
 pub fn pool(isa: Isa, base: &[f32], w: usize, bag: Bag, out: &mut [f32]) {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Isa::Avx2` is only returned after detecting avx2.
-        Isa::Avx2 if w.is_multiple_of(8) => unsafe { avx2::pool(base, w, bag, out) },
+        // SAFETY: `Isa::Avx2` is only made after detecting avx2.
+        Isa::Avx2(_) if w.is_multiple_of(8) => unsafe { avx2::pool(base, w, bag, out) },
         _ => pool_ref(base, w, bag, out),
     }
 }
@@ -84,8 +90,8 @@ pub fn scatter_ref(g: &[f32], w: usize, bag: Bag, acc: &mut [f32]) {
 pub fn scatter(isa: Isa, g: &[f32], w: usize, bag: Bag, acc: &mut [f32]) {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Isa::Avx2` is only returned after detecting avx2.
-        Isa::Avx2 if w.is_multiple_of(8) && w <= 64 => unsafe { avx2::scatter(g, w, bag, acc) },
+        // SAFETY: `Isa::Avx2` is only made after detecting avx2.
+        Isa::Avx2(_) if w.is_multiple_of(8) && w <= 64 => unsafe { avx2::scatter(g, w, bag, acc) },
         _ => scatter_ref(g, w, bag, acc),
     }
 }
@@ -152,8 +158,8 @@ pub const PREFETCH_AHEAD_L2: usize = 48;
 pub fn pool_bags(isa: Isa, base: &[f32], w: usize, bags: Bags, out: &mut [f32]) {
     assert!(out.len() >= bags.len() * w);
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 && w.is_multiple_of(8) && (8..=64).contains(&w) {
-        // SAFETY: `Isa::Avx2` is only returned after detecting avx2; the width is
+    if matches!(isa, Isa::Avx2(_)) && w.is_multiple_of(8) && (8..=64).contains(&w) {
+        // SAFETY: `Isa::Avx2` is only made after detecting avx2; the width is
         // checked; every index is checked inside.
         unsafe { avx2::pool_bags(base, w, bags, out) };
         return;
@@ -188,8 +194,8 @@ pub fn scatter_bags_fresh(isa: Isa, g: &[f32], w: usize, bags: Bags, acc: &mut V
         return false;
     }
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 && w.is_multiple_of(8) && (8..=64).contains(&w) {
-        // SAFETY: `Isa::Avx2` is only returned after detecting avx2; the width is
+    if matches!(isa, Isa::Avx2(_)) && w.is_multiple_of(8) && (8..=64).contains(&w) {
+        // SAFETY: `Isa::Avx2` is only made after detecting avx2; the width is
         // checked; every index is checked inside.
         return unsafe { avx2::scatter_bags_fresh(g, w, bags, acc) };
     }
@@ -220,7 +226,7 @@ pub fn scatter_bags_fresh(isa: Isa, g: &[f32], w: usize, bags: Bags, acc: &mut V
 /// with shuffles.
 pub fn sq_sums(isa: Isa, g: &[f32], w: usize, out: &mut Vec<f64>) {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 && w > 0 && w.is_multiple_of(8) {
+    if matches!(isa, Isa::Avx2(_)) && w > 0 && w.is_multiple_of(8) {
         let rows = g.len() / w;
         let done = rows - rows % 8;
         let mut block = [0.0f64; 16];
@@ -228,7 +234,7 @@ pub fn sq_sums(isa: Isa, g: &[f32], w: usize, out: &mut Vec<f64>) {
         while r < done {
             let n = if r + 16 <= done { 16 } else { 8 };
             let (rg, rb) = (&g[r * w..(r + n) * w], &mut block[..n]);
-            // SAFETY: `Isa::Avx2` is only returned after detecting avx2; `rg` holds
+            // SAFETY: `Isa::Avx2` is only made after detecting avx2; `rg` holds
             // `n` rows of `w` floats and `rb` their `n` slots.
             unsafe {
                 if n == 16 {
@@ -264,7 +270,7 @@ fn prefetch_ahead(isa: Isa, base: &[f32], w: usize, bags: Bags, e: usize) {
 #[inline(always)]
 pub fn prefetch_distinct_ahead(isa: Isa, base: &[f32], w: usize, rows: &[u32], k: usize) {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 {
+    if matches!(isa, Isa::Avx2(_)) {
         if let Some(&r) = rows.get(k + DISTINCT_AHEAD_L2) {
             if (r as usize + 1) * w <= base.len() {
                 // SAFETY: the prefetch reads nothing; the row is inside `base`.
@@ -281,7 +287,7 @@ pub fn prefetch_distinct_ahead(isa: Isa, base: &[f32], w: usize, rows: &[u32], k
 #[inline(always)]
 pub fn prefetch_row(isa: Isa, base: &[f32], w: usize, r: usize) {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 && (r + 1) * w <= base.len() {
+    if matches!(isa, Isa::Avx2(_)) && (r + 1) * w <= base.len() {
         // SAFETY: the prefetch reads nothing; the row is inside `base`.
         unsafe { avx2::prefetch(base, w, r) };
     }
@@ -311,13 +317,16 @@ mod avx2 {
         };
     }
 
-    /// Prefetch the cache lines of row `r` (`w` floats) of `base` (which holds it).
+    /// Prefetch the cache lines of row `r` (`w` floats) of `base` (a hint: it reads
+    /// nothing, so any `r` is sound).
     #[inline(always)]
     pub(super) unsafe fn prefetch(base: &[f32], w: usize, r: usize) {
-        let p = base.as_ptr().add(r * w).cast::<i8>();
+        // Wrapping: a row past `base` (a bad id, caught by the pass itself) is
+        // only an address to hint, never one to form with `add`.
+        let p = base.as_ptr().wrapping_add(r * w).cast::<i8>();
         let mut off = 0;
         while off < w * 4 {
-            _mm_prefetch::<_MM_HINT_T0>(p.add(off));
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off));
             off += 64;
         }
     }
@@ -369,10 +378,12 @@ mod avx2 {
     /// Prefetch the cache lines of row `r` (`w` floats) of `base` into L2.
     #[inline(always)]
     pub(super) unsafe fn prefetch_l2(base: &[f32], w: usize, r: usize) {
-        let p = base.as_ptr().add(r * w).cast::<i8>();
+        // Wrapping: a row past `base` (a bad id, caught by the pass itself) is
+        // only an address to hint, never one to form with `add`.
+        let p = base.as_ptr().wrapping_add(r * w).cast::<i8>();
         let mut off = 0;
         while off < w * 4 {
-            _mm_prefetch::<_MM_HINT_T1>(p.add(off));
+            _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(off));
             off += 64;
         }
     }
