@@ -318,8 +318,14 @@ pub struct ModelArgs {
     /// A named model: torchrec-peer, dlrm-synthetic, google-ads, small, tiny.
     #[arg(long, value_name = "NAME", conflicts_with = "tables")]
     pub preset: Option<String>,
-    /// Vocabularies (and, for the big pools, table counts) times F.
-    #[arg(long, value_name = "F", default_value_t = 1.0)]
+    /// Vocabularies (and, for the big pools, table counts) of --preset times F.
+    #[arg(
+        long,
+        value_name = "F",
+        default_value_t = 1.0,
+        requires = "preset",
+        conflicts_with = "tables"
+    )]
     pub scale: f64,
     /// A TOML model file ([[table]] name, vocab, dim, pooling, valency, valency_dist;
     /// n_dense, hidden, zipf).
@@ -362,14 +368,14 @@ pub struct EmbedArgs {
     pub model: ModelArgs,
     /// Train on a click log from `generate clicks` (its model is used) instead of
     /// examples generated on the fly.
-    #[arg(long, value_name = "F.h5", conflicts_with_all = ["preset", "tables"])]
+    #[arg(long, value_name = "F.h5", conflicts_with_all = ["preset", "tables", "scale"])]
     pub data: Option<PathBuf>,
     /// Examples per rank per micro-batch.
     #[arg(long, default_value_t = 2048)]
     pub batch: usize,
     /// Examples per micro-batch over all ranks (default: --batch x ranks); cut into
     /// contiguous blocks per rank, which may be uneven or empty.
-    #[arg(long, value_name = "M")]
+    #[arg(long, value_name = "M", conflicts_with = "batch")]
     pub global_batch: Option<usize>,
     /// Micro-batches per optimizer step: dense gradients are summed locally and
     /// all-reduced once per step; tables are updated once per step per id.
@@ -416,8 +422,11 @@ pub struct EmbedArgs {
     /// Send every id occurrence instead of each distinct id once (for comparison).
     #[arg(long)]
     pub no_dedup: bool,
-    /// Overlap the next micro-batch's lookup with the dense step (the first
-    /// micro-batch of a step then sees tables one step stale).
+    /// Overlap the next step's lookup with this step's dense phase (the next step then
+    /// sees tables one step stale). A checkpoint ends the overlap at its step (the next
+    /// lookup is redone on the updated tables), so a run resumed from a periodic
+    /// checkpoint has the bits of the uninterrupted one; one resumed from a preemption
+    /// checkpoint continues as if a periodic checkpoint had been due at that step.
     #[arg(long)]
     pub pipeline: bool,
     /// Held-out examples for AUC and log loss.
@@ -452,16 +461,26 @@ pub struct EmbedArgs {
     #[arg(long, value_name = "DIR")]
     pub checkpoint_dir: Option<PathBuf>,
     /// Checkpoint every N steps (0: only on preemption and at the end).
-    #[arg(long, value_name = "N", default_value_t = 0)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        requires = "checkpoint_dir"
+    )]
     pub checkpoint_every: u64,
     /// Keep the newest K checkpoints.
-    #[arg(long, value_name = "K", default_value_t = 3)]
+    #[arg(
+        long,
+        value_name = "K",
+        default_value_t = 3,
+        requires = "checkpoint_dir"
+    )]
     pub keep: usize,
     /// `auto`: continue from the newest checkpoint in --checkpoint-dir; or a file.
     #[arg(long, value_name = "auto|PATH")]
     pub resume: Option<String>,
     /// Start even though HOLD.json is in the checkpoint directory.
-    #[arg(long)]
+    #[arg(long, requires = "checkpoint_dir")]
     pub release_hold: bool,
 }
 
@@ -660,17 +679,27 @@ pub struct AlsArgs {
     #[arg(long, value_name = "DIR")]
     pub checkpoint_dir: Option<PathBuf>,
     /// Checkpoint every N half-epochs (0: only on preemption and at the end).
-    #[arg(long, value_name = "N", default_value_t = 2)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 2,
+        requires = "checkpoint_dir"
+    )]
     pub checkpoint_every: u64,
     /// Keep the newest K checkpoints.
-    #[arg(long, value_name = "K", default_value_t = 3)]
+    #[arg(
+        long,
+        value_name = "K",
+        default_value_t = 3,
+        requires = "checkpoint_dir"
+    )]
     pub keep: usize,
     /// `auto`: continue from the newest checkpoint in --checkpoint-dir (fresh if none);
     /// or a checkpoint file.
     #[arg(long, value_name = "auto|PATH")]
     pub resume: Option<String>,
     /// Start even though HOLD.json is in the checkpoint directory (it is kept, renamed).
-    #[arg(long)]
+    #[arg(long, requires = "checkpoint_dir")]
     pub release_hold: bool,
     /// Wait up to SECS for the dataset to appear (or finish being written).
     #[arg(long, value_name = "SECS", default_value_t = 0.0)]

@@ -207,6 +207,38 @@ fn bad_configs_exit_2_once() {
     embed(2, &["--accumulate", "0"])
         .expect_code(2)
         .occurs("--accumulate", 1);
+    // Options that would otherwise be ignored are refused.
+    embed(2, &["--plan", "table", "--stats", "s.json"])
+        .expect_code(2)
+        .occurs("--stats acts on --plan auto only", 1);
+    embed(2, &["--eval-every", "6"])
+        .expect_code(2)
+        .occurs("must be a multiple of --log-every 4", 1);
+    let d = dir.path().join("ck");
+    embed(2, &["--checkpoint-dir", d.to_str().unwrap(), "--keep", "0"])
+        .expect_code(2)
+        .occurs("--keep 0: must be at least 1", 1);
+    let tiny = ["embed", "--preset", "tiny", "--global-batch", "128"];
+    let toml_s = toml.to_str().unwrap();
+    for (args, says) in [
+        (vec![&tiny[..], &["--keep", "2"]], "--checkpoint-dir"),
+        (
+            vec![&tiny[..], &["--checkpoint-every", "2"]],
+            "--checkpoint-dir",
+        ),
+        (vec![&tiny[..], &["--release-hold"]], "--checkpoint-dir"),
+        (vec![&tiny[..], &["--batch", "64"]], "cannot be used with"),
+        (
+            vec![&["embed", "--tables", toml_s, "--scale", "2"][..]],
+            "cannot be used with",
+        ),
+    ] {
+        TestCommand::mpirun(2)
+            .args(args.concat())
+            .run()
+            .expect_code(2)
+            .stderr_has(&[says]);
+    }
     let plan3 = dir.path().join("p3.json");
     TestCommand::direct()
         .args([
@@ -265,6 +297,31 @@ fn preemption_checkpoints_and_resume_is_exact() {
     )
     .expect_code(0)
     .stdout_has(&["written by 4 rank(s)) at step 6", "step     12/12"]);
+}
+
+#[test]
+fn with_pipelining_a_resume_from_a_periodic_checkpoint_is_exact() {
+    let _g = serial();
+    // The uninterrupted run writes checkpoints at steps 4, 8 and 12; a run resumed
+    // from the one at step 4 must end with the same bits, although the uninterrupted
+    // run had looked step 5 up during step 4.
+    let dir = tempdir();
+    let args = ["--pipeline", "--checkpoint-every", "4", "--accumulate", "2"];
+    let full = ckpt_run(2, dir.path(), &args);
+    full.expect_code(0);
+    let steps: Vec<u64> = torusrec::ckpt::list(dir.path())
+        .unwrap()
+        .iter()
+        .map(|c| c.0)
+        .collect();
+    assert_eq!(steps, vec![4, 8, 12]);
+    let at4 = dir.path().join(torusrec::ckpt::file_name(4));
+    let again = tempdir();
+    let mut resume = args.to_vec();
+    resume.extend(["--resume", at4.to_str().unwrap()]);
+    let r = ckpt_run(2, again.path(), &resume);
+    r.expect_code(0).stdout_has(&["resumed from", "at step 4"]);
+    assert_eq!(checksum(&r), checksum(&full));
 }
 
 #[test]

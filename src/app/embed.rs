@@ -272,10 +272,32 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
                 a.plan
             )));
         }
+        if a.stats.is_some() && a.plan != "auto" {
+            return Err(Error::Config(format!(
+                "--stats acts on --plan auto only (the planner), not --plan {}",
+                a.plan
+            )));
+        }
+        if a.log_every == 0 {
+            return Err(Error::Config("--log-every 0: need at least 1".into()));
+        }
+        if a.eval_every % a.log_every != 0 {
+            return Err(Error::Config(format!(
+                "--eval-every {} must be a multiple of --log-every {} (evaluations are reported on the log lines)",
+                a.eval_every, a.log_every
+            )));
+        }
         let cost = cost_model_of(a.cost_model.as_deref(), root)?;
-        let _ = rayon::ThreadPoolBuilder::new()
+        // The global pool may exist already (a library caller); then it must match.
+        let built = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .build_global();
+        if built.is_err() && rayon::current_num_threads() != threads {
+            return Err(Error::Config(format!(
+                "--threads {threads}: this process's thread pool already has {}",
+                rayon::current_num_threads()
+            )));
+        }
         let (spec, source) = match &a.data {
             Some(p) => {
                 let log = ClickLog::open(p)?;
@@ -337,11 +359,11 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         }
         // A rank's ids of one table in one step travel with u32 offsets.
         let max_val = spec.tables.iter().map(|t| t.valency).fold(1.0, f64::max);
-        if (micro * a.accumulate) as f64 * max_val * 2.0 > u32::MAX as f64 {
+        let step = micro as f64 * a.accumulate as f64;
+        if step * max_val * 2.0 > u32::MAX as f64 {
             return Err(Error::Config(format!(
-                "a step of {} examples with up to {max_val} ids per example is too large \
-                 (more than 2^31 ids per table); use a smaller --batch or --accumulate",
-                micro * a.accumulate
+                "a step of {step} examples with up to {max_val} ids per example is too large \
+                 (more than 2^31 ids per table); use a smaller --batch or --accumulate"
             )));
         }
         // What does not depend on the placement, before the plan samples batches.
@@ -349,7 +371,7 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
             DenseOptKind::Adagrad => DenseOpt::adagrad(a.dense_lr),
             DenseOptKind::Adam => DenseOpt::adam(a.dense_lr),
         };
-        memory::check(&spec, micro, comm.size(), &dense_opt, 0)?;
+        memory::check(&spec, micro, a.accumulate, comm.size(), &dense_opt, 0)?;
         let dense_gemm = match a.dense_gemm {
             DenseGemmArg::Auto => Gemm::auto(),
             DenseGemmArg::Openblas => Gemm::Blas,
@@ -370,7 +392,7 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
             pipeline: a.pipeline,
             eval_examples: a.eval_examples,
             eval_every: a.eval_every,
-            log_every: a.log_every.max(1),
+            log_every: a.log_every,
             mem_per_rank: mem,
         };
         Ok((cfg, source, cost))
@@ -428,6 +450,7 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
     comm.agree(memory::check(
         &cfg.spec,
         cfg.micro,
+        cfg.accumulate,
         comm.size(),
         &cfg.dense_opt,
         tables,
@@ -437,7 +460,7 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         checkpoint: CheckpointConfig {
             dir: a.checkpoint_dir.clone(),
             every: a.checkpoint_every,
-            keep: a.keep.max(1),
+            keep: a.keep,
             resume: match a.resume.as_deref() {
                 None => Resume::No,
                 Some("auto") => Resume::Auto,

@@ -158,6 +158,8 @@ pub fn global_train<C: Comm>(
         }
         if ck.every > 0 && done % ck.every == 0 && done != steps {
             checkpoint(&tr)?;
+            // A run resumed from this checkpoint looks the next step up afresh.
+            tr.drop_prefetched();
         }
     }
     if tr.step > 0 {

@@ -11,11 +11,14 @@ use crate::{Error, Result};
 /// An upper bound of what one embed rank holds: `tables` bytes of its table shards
 /// with their optimizer state, the MLP (weights, gradient, accumulated gradient,
 /// optimizer state), a micro-batch's activations (forward values, pre-activations
-/// and gradients of every layer) and its lookups (ids and looked-up rows, sent and
-/// received, as if one rank served the whole micro-batch). Pure arithmetic.
+/// and gradients of every layer), and for the whole step of `accumulate`
+/// micro-batches (one lookup covers it) the MLP's input and its gradient and the
+/// lookups (ids and looked-up rows, sent and received, as if one rank served the
+/// whole step). Pure arithmetic.
 pub fn estimate(
     spec: &ModelSpec,
     micro: usize,
+    accumulate: usize,
     ranks: usize,
     dense: &DenseOpt,
     tables: u64,
@@ -29,6 +32,8 @@ pub fn estimate(
     // Optimizer floats per parameter (Adagrad 1, Adam 2).
     let state = dense.state_len(1) as f64;
     let per_rank = micro.div_ceil(ranks.max(1)) as f64;
+    let step = micro as f64 * accumulate as f64;
+    let step_per_rank = per_rank * accumulate as f64;
     let width: f64 = layers.iter().map(|&l| l as f64).sum();
     let ids: f64 = spec.tables.iter().map(|t| t.valency).sum();
     let row_floats: f64 = spec.tables.iter().map(|t| t.valency * t.dim as f64).sum();
@@ -44,7 +49,11 @@ pub fn estimate(
             ("tables", tables),
             ("MLP", b(params * f * (3.0 + state))),
             ("activations", b(per_rank * width * f * 3.0)),
-            ("lookups", b(micro as f64 * (ids + row_floats) * f * 2.0)),
+            (
+                "step inputs",
+                b(step_per_rank * spec.mlp_input() as f64 * f * 2.0),
+            ),
+            ("lookups", b(step * (ids + row_floats) * f * 2.0)),
             ("base", memory::BASE_BYTES),
         ],
     }
@@ -55,18 +64,19 @@ pub fn estimate(
 pub fn check(
     spec: &ModelSpec,
     micro: usize,
+    accumulate: usize,
     ranks: usize,
     dense: &DenseOpt,
     tables: u64,
 ) -> Result<()> {
-    let est = estimate(spec, micro, ranks, dense, tables);
+    let est = estimate(spec, micro, accumulate, ranks, dense, tables);
     let total = est
         .parts
         .iter()
         .fold(0u64, |acc, p| acc.saturating_add(p.1));
     match memory::limit(None) {
         Some(limit) if total > limit => Err(Error::Config(format!(
-            "this model and batch need an estimated {} per rank, more than {} (the node's memory divided by the {} rank(s) on it); use a smaller --batch, smaller tables or hidden layers, or more ranks",
+            "this model and step need an estimated {} per rank, more than {} (the node's memory divided by the {} rank(s) on it); use a smaller --batch or --accumulate, smaller tables or hidden layers, or more ranks",
             est.describe(),
             human_bytes(limit),
             memory::ranks_on_node()
@@ -84,7 +94,7 @@ mod tests {
     fn adam_holds_one_more_float_per_mlp_parameter_than_adagrad() {
         let spec = preset("tiny", 1.0).unwrap();
         let mlp = |opt: &DenseOpt| {
-            estimate(&spec, 64, 2, opt, 0)
+            estimate(&spec, 64, 1, 2, opt, 0)
                 .parts
                 .iter()
                 .find(|p| p.0 == "MLP")
@@ -102,5 +112,22 @@ mod tests {
             params * 4
         );
         assert_eq!(mlp(&DenseOpt::adagrad(0.01)), params * 4 * 4);
+    }
+
+    #[test]
+    fn accumulation_scales_what_one_lookup_holds_for_the_step() {
+        let spec = preset("tiny", 1.0).unwrap();
+        let part = |k: usize, name: &str| {
+            estimate(&spec, 64, k, 2, &DenseOpt::adagrad(0.01), 0)
+                .parts
+                .iter()
+                .find(|p| p.0 == name)
+                .unwrap()
+                .1
+        };
+        assert!(part(1, "lookups") > 0 && part(1, "step inputs") > 0);
+        assert_eq!(part(5, "lookups"), 5 * part(1, "lookups"));
+        assert_eq!(part(5, "step inputs"), 5 * part(1, "step inputs"));
+        assert_eq!(part(5, "activations"), part(1, "activations"));
     }
 }

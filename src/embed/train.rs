@@ -326,8 +326,8 @@ pub struct EmbedTrainer {
     ws: Workspace,
     /// Per thread: a workspace and a gradient buffer for the chunked dense step.
     chunk_ws: Vec<(Workspace, Vec<f32>)>,
-    /// With `--pipeline`: the next step's first micro-batch, looked up before this
-    /// step's update (one step stale).
+    /// With `--pipeline`: the next step's lookup (all its micro-batches), done before
+    /// this step's update (one step stale).
     prefetched: Option<Fetched>,
     /// A finished step's batch and lookup, refilled by the next fetch (their buffers
     /// kept: a step allocates none of its payloads).
@@ -424,6 +424,15 @@ impl EmbedTrainer {
             cache,
         };
         Ok(())
+    }
+
+    /// Forget the pipelined lookup of the next step, so that it is looked up again
+    /// on the updated tables (after a checkpoint: a run resumed from it has no stale
+    /// lookup to use, and this keeps the two runs' bits equal).
+    pub fn drop_prefetched(&mut self) {
+        if let Some(f) = self.prefetched.take() {
+            self.spare = Some(f);
+        }
     }
 
     /// This rank's examples of each micro-batch of step `s`.
