@@ -385,3 +385,49 @@ fn torus_and_mpi_collectives_give_the_same_recall_and_report_links() {
         .run()
         .expect_code(2);
 }
+
+#[test]
+fn collectives_cut_into_pieces_give_the_same_dataset_and_tables() {
+    // TORUSREC_MPI_MAX_COUNT lowers the most elements one MPI all-reduce or
+    // all-gather is given (2^30 otherwise, under MPI's 32-bit counts), so that the
+    // pieces of graphs past 2^31 nodes are exercised on cnr-2000.
+    let dir = tempdir();
+    let prep = |name: &str, max: Option<&str>| {
+        let out = dir.path().join(name);
+        let mut c = TestCommand::new(Launcher::Mpirun(2))
+            .arg("prepare")
+            .arg("--input")
+            .arg(cnr2000())
+            .args(["--format", "bv", "--min-links", "50", "--out"])
+            .arg(&out);
+        if let Some(m) = max {
+            c = c.env("TORUSREC_MPI_MAX_COUNT", m);
+        }
+        c.run().expect_code(0);
+        out
+    };
+    let whole = prep("whole.h5", None);
+    let pieces = prep("pieces.h5", Some("1000"));
+    let (m1, m2) = (dir.path().join("m1.h5"), dir.path().join("m2.h5"));
+    train(2, &whole, &m1, &[]);
+    let o = TestCommand::new(Launcher::Mpirun(2))
+        .env("TORUSREC_MPI_MAX_COUNT", "7")
+        .arg("als")
+        .arg("--data")
+        .arg(&pieces)
+        .args([
+            "--dim",
+            "8",
+            "--epochs",
+            "3",
+            "--threads",
+            "1",
+            "--reg",
+            "0.05",
+        ])
+        .args(["--unobserved-weight", "0.05", "--out"])
+        .arg(&m2)
+        .run();
+    o.expect_code(0);
+    assert!(tables(&m1) == tables(&m2), "the tables differ");
+}

@@ -110,6 +110,16 @@ fn count(n: usize, what: &str) -> Result<Count> {
     })
 }
 
+/// [`count`] where only this rank may be over the limit (per-rank counts of an
+/// all-to-all or a shift): an error here would leave the other ranks waiting in the
+/// collective, so it stops every rank (the panic hook aborts the job) with the reason.
+fn count_or_abort(n: usize, what: &str) -> Count {
+    match count(n, what) {
+        Ok(c) => c,
+        Err(e) => panic!("{e} (this rank alone is over MPI's 32-bit counts, so every rank stops)"),
+    }
+}
+
 fn displs(counts: &[Count]) -> Result<Vec<Count>> {
     let mut acc: i64 = 0;
     let mut out = Vec::with_capacity(counts.len());
@@ -187,7 +197,26 @@ fn all_reduce_sum_typed<U: Equivalence + Copy>(
     let send =
         unsafe { std::slice::from_raw_parts_mut(scratch.as_mut_ptr().cast::<U>(), buf.len()) };
     send.copy_from_slice(buf);
-    cart.all_reduce_into(&send[..], buf, SystemOperation::sum());
+    // In pieces that MPI's 32-bit counts can name; every rank has the same length, so
+    // every rank makes the same calls.
+    let max = max_count();
+    for (s, b) in send.chunks(max).zip(buf.chunks_mut(max)) {
+        cart.all_reduce_into(s, b, SystemOperation::sum());
+    }
+}
+
+/// The most elements one all-reduce or all-gather call gives MPI: 2^30, under its
+/// 32-bit counts; larger collectives go in pieces. `TORUSREC_MPI_MAX_COUNT` lowers it
+/// (read once), so that tests exercise the pieces with small data.
+fn max_count() -> usize {
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| {
+        std::env::var("TORUSREC_MPI_MAX_COUNT")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&n| n > 0)
+            .map_or(1 << 30, |n| n.min(1 << 30))
+    })
 }
 
 /// Into `recv` (resized to the total; its allocation is reused when large enough).
@@ -200,12 +229,14 @@ fn all_to_all_v_typed_into<U: Equivalence + Copy + Default>(
 ) -> Result<()> {
     let sc: Vec<Count> = send_counts
         .iter()
-        .map(|&c| count(c, "all_to_all_v send"))
-        .collect::<Result<_>>()?;
+        .map(|&c| count_or_abort(c, "all_to_all_v send"))
+        .collect();
     let rc: Vec<Count> = recv_counts
         .iter()
-        .map(|&c| count(c, "all_to_all_v recv"))
-        .collect::<Result<_>>()?;
+        .map(|&c| count_or_abort(c, "all_to_all_v recv"))
+        .collect();
+    count_or_abort(send_counts.iter().sum(), "all_to_all_v send total");
+    count_or_abort(recv_counts.iter().sum(), "all_to_all_v recv total");
     let sd = displs(&sc)?;
     let rd = displs(&rc)?;
     // MPI writes every element (the counts are exact): a reused buffer keeps its old
@@ -225,15 +256,55 @@ fn all_gather_v_typed<U: Equivalence + Copy + Default>(
     send: &[U],
     counts: &[usize],
 ) -> Result<Vec<U>> {
-    let c: Vec<Count> = counts
+    let total: usize = counts.iter().sum();
+    let max = max_count();
+    if total <= max {
+        let c: Vec<Count> = counts
+            .iter()
+            .map(|&n| count(n, "all_gather_v"))
+            .collect::<Result<_>>()?;
+        let d = displs(&c)?;
+        let mut recv = vec![U::default(); total];
+        {
+            let mut rp = PartitionMut::new(&mut recv[..], &c[..], &d[..]);
+            cart.all_gather_varcount_into(send, &mut rp);
+        }
+        return Ok(recv);
+    }
+    // In rounds of at most `max / P` elements per rank (every rank knows every count,
+    // so every rank makes the same calls), each round's pieces copied into place.
+    let piece = (max / counts.len()).max(1);
+    let rounds = counts.iter().map(|&n| n.div_ceil(piece)).max().unwrap_or(0);
+    let starts: Vec<usize> = counts
         .iter()
-        .map(|&n| count(n, "all_gather_v"))
-        .collect::<Result<_>>()?;
-    let d = displs(&c)?;
-    let mut recv = vec![U::default(); counts.iter().sum()];
-    {
-        let mut rp = PartitionMut::new(&mut recv[..], &c[..], &d[..]);
-        cart.all_gather_varcount_into(send, &mut rp);
+        .scan(0, |acc, &n| {
+            let s = *acc;
+            *acc += n;
+            Some(s)
+        })
+        .collect();
+    let mut recv = vec![U::default(); total];
+    let mut round_buf = Vec::new();
+    for r in 0..rounds {
+        let part = |n: usize| n.saturating_sub(r * piece).min(piece);
+        let c: Vec<Count> = counts.iter().map(|&n| part(n) as Count).collect();
+        let d = displs(&c)?;
+        round_buf.clear();
+        round_buf.resize(c.iter().map(|&x| x as usize).sum(), U::default());
+        let lo = (r * piece).min(send.len());
+        let mine = &send[lo..lo + part(send.len())];
+        {
+            let mut rp = PartitionMut::new(&mut round_buf[..], &c[..], &d[..]);
+            cart.all_gather_varcount_into(mine, &mut rp);
+        }
+        for (i, (&ci, &di)) in c.iter().zip(&d).enumerate() {
+            let (ci, di) = (ci as usize, di as usize);
+            if ci == 0 {
+                continue; // this rank's part ended in an earlier round
+            }
+            let at = starts[i] + r * piece;
+            recv[at..at + ci].copy_from_slice(&round_buf[di..di + ci]);
+        }
     }
     Ok(recv)
 }
@@ -345,8 +416,11 @@ fn shift_typed<U: Equivalence + Copy + Default>(
     let from = cart.process_at_rank(src as Count);
     let mut n = 0u64;
     p2p::send_receive_into(&(send.len() as u64), &to, &mut n, &from);
-    let n = usize::try_from(n).map_err(|_| Error::Comm("shift: length".into()))?;
-    count(n, "shift")?;
+    // Either side over the limit stops every rank: an error would leave the
+    // partner waiting for the data message.
+    count_or_abort(send.len(), "shift send");
+    let n = usize::try_from(n).unwrap_or(usize::MAX);
+    count_or_abort(n, "shift recv");
     let mut recv = vec![U::default(); n];
     // Both sides always exchange the data message, empty or not (a receive of 0
     // elements still matches a message). Empty slices are cut from a local array so
