@@ -807,6 +807,28 @@ fn sigterm_to_every_rank_checkpoints_and_every_rank_exits_75() {
     );
 }
 
+/// SIGTERM, then one SIGINT, to every rank: the SIGINT is the first of its kind, so it
+/// only joins the preemption (only a second SIGINT exits at once, with 130).
+#[test]
+fn a_first_sigint_after_sigterm_still_checkpoints_and_exits_75() {
+    let _serial = serial();
+    let (run, codes) = interrupt_and_resume(|pid| {
+        let ranks: Vec<u32> = (0..2)
+            .map(|r| rank_pid(pid, r).unwrap_or_else(|| panic!("rank {r} not found")))
+            .collect();
+        for sig in ["TERM", "INT"] {
+            for &p in &ranks {
+                signal(p, sig);
+            }
+        }
+    });
+    assert!(
+        codes.iter().all(|c| *c == Some(75)),
+        "SIGTERM then SIGINT to the ranks: rank codes {codes:?}\n{}",
+        run.dump()
+    );
+}
+
 // ---------------------------------------------------------------------------------
 // 3. a checkpoint written by 4 ranks restores on 2 and 3
 

@@ -23,8 +23,12 @@ impl Preemption {
     pub fn install() -> std::io::Result<Self> {
         use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1};
         let p = Self::default();
-        // A second SIGINT (flag already set) exits immediately with 130.
-        signal_hook::flag::register_conditional_shutdown(SIGINT, 130, Arc::clone(&p.flag))?;
+        // A second SIGINT exits immediately with 130: its own flag, so that a SIGTERM
+        // or SIGUSR1 before it does not make the first SIGINT fatal. (Actions run in
+        // the order registered: the check, then the flag.)
+        let sigint = Arc::new(AtomicBool::new(false));
+        signal_hook::flag::register_conditional_shutdown(SIGINT, 130, Arc::clone(&sigint))?;
+        signal_hook::flag::register(SIGINT, sigint)?;
         for sig in [SIGTERM, SIGUSR1, SIGINT] {
             signal_hook::flag::register(sig, Arc::clone(&p.flag))?;
             // Recording the time is async-signal-safe: an atomic store.
