@@ -426,6 +426,12 @@ impl<'a> RawFile<'a> {
         self.offs[ds] + at * T::SIZE as u64
     }
 
+    /// Flush this rank's writes to stable storage (every rank, before the commit:
+    /// on a shared file system another node's writes are its own to flush).
+    fn sync(&self) -> Result<()> {
+        self.file.sync_data().map_err(|e| Error::io(self.path, e))
+    }
+
     /// Write `data` at element `at` of dataset `ds`.
     fn put<T: Raw>(&self, ds: usize, at: u64, data: &[T]) -> Result<()> {
         if data.is_empty() {
@@ -977,9 +983,12 @@ pub fn global_prepare_stream_mapped<C: Comm, S: RowSource>(
         })();
         comm.agree(transposed)?;
         let t_transpose = prog.seconds();
+        // The commit protocol (docs/design.md): durable before it is visible, then
+        // the rename and the directory made durable.
+        comm.agree(file.sync())?;
         drop(file);
         let renamed = if me == 0 {
-            std::fs::rename(&tmp, out).map_err(|e| Error::io(out, e))
+            crate::ckpt::commit::local_commit(&tmp, out)
         } else {
             Ok(())
         };

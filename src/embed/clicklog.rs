@@ -79,7 +79,8 @@ pub fn write_click_log(
     let tmp = temp_path(path);
     let written = write_into(&tmp, spec, seed, n, chunk);
     let done = written.and_then(|s| {
-        std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))?;
+        // Durable before it is visible (the file is closed by now).
+        crate::ckpt::commit::local_commit(&tmp, path)?;
         Ok(s)
     });
     match done {
