@@ -829,6 +829,45 @@ fn a_first_sigint_after_sigterm_still_checkpoints_and_exits_75() {
     );
 }
 
+/// The "loss ..." of a run's final line.
+fn final_loss(o: &Output) -> String {
+    let line = o
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("final:"))
+        .unwrap_or_else(|| panic!("no final line\n{}", o.dump()));
+    line.split("loss ")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// A run resumed from the checkpoint of its last epoch trains nothing, and reports
+/// the loss the checkpoint recorded; one with fewer --epochs than the checkpoint
+/// reached is refused rather than reporting a run it did not do.
+#[test]
+fn a_resume_at_the_end_reports_the_loss_and_one_past_it_is_refused() {
+    let _serial = serial();
+    let dir = tempdir();
+    let (ckpt, out) = (dir.path().join("ckpt"), dir.path().join("model.h5"));
+    let first = als_job(2, EPOCHS, &ckpt, &out).run();
+    first.expect_code(0);
+    let again = als_job(2, EPOCHS, &ckpt, &out)
+        .args(["--resume", "auto"])
+        .run();
+    again.expect_code(0);
+    assert_ne!(final_loss(&first), "NaN");
+    assert_eq!(final_loss(&again), final_loss(&first), "{}", again.dump());
+    als_job(2, EPOCHS - 1, &ckpt, &out)
+        .args(["--resume", "auto"])
+        .run()
+        .expect_code(2)
+        .occurs(&format!("past --epochs {}", EPOCHS - 1), 1);
+}
+
 // ---------------------------------------------------------------------------------
 // 3. a checkpoint written by 4 ranks restores on 2 and 3
 

@@ -453,3 +453,75 @@ fn a_step_allocates_no_large_buffer_once_its_buffers_have_grown() {
         );
     }
 }
+
+#[test]
+fn a_run_neither_mixes_checkpoint_directories_nor_overwrites_an_output_it_did_not_write() {
+    let _g = serial();
+    let dir = tempdir();
+    let ck = dir.path().join("ck");
+    let cks = ck.to_str().unwrap();
+    let run = |steps: &str, extra: &[&str]| {
+        TestCommand::mpirun(2)
+            .args(["embed", "--preset", "tiny", "--global-batch", "128"])
+            .args([
+                "--log-every",
+                "4",
+                "--eval-examples",
+                "2048",
+                "--threads",
+                "1",
+            ])
+            .args(["--checkpoint-dir", cks, "--steps", steps])
+            .args(extra)
+            .run()
+    };
+    let steps = || -> Vec<u64> {
+        torusrec::ckpt::list(&ck)
+            .unwrap()
+            .iter()
+            .map(|c| c.0)
+            .collect()
+    };
+    run("12", &["--checkpoint-every", "4"]).expect_code(0);
+    assert_eq!(steps(), vec![4, 8, 12]);
+    // A fresh run would delete them by retention: refused, nothing deleted.
+    run("12", &["--seed", "3"])
+        .expect_code(2)
+        .occurs("3 checkpoint(s) of an earlier run", 1);
+    // A branch from step 4 into the same directory: 8 and 12 would outlive its own.
+    let at4 = ck.join(torusrec::ckpt::file_name(4));
+    run("12", &["--resume", at4.to_str().unwrap()])
+        .expect_code(2)
+        .occurs("2 checkpoint(s) past step 4", 1);
+    // Resuming past --steps is refused rather than reporting a run it did not do.
+    run("8", &["--resume", "auto"])
+        .expect_code(2)
+        .occurs("at step 12, past --steps 8", 1);
+    assert_eq!(steps(), vec![4, 8, 12]);
+
+    // --resume auto with nothing to resume is a first attempt: --out is protected.
+    let out = dir.path().join("model.h5");
+    std::fs::write(&out, "precious").unwrap();
+    let fresh = dir.path().join("empty");
+    TestCommand::mpirun(2)
+        .args([
+            "embed",
+            "--preset",
+            "tiny",
+            "--global-batch",
+            "128",
+            "--steps",
+            "2",
+        ])
+        .args([
+            "--threads",
+            "1",
+            "--checkpoint-dir",
+            fresh.to_str().unwrap(),
+        ])
+        .args(["--resume", "auto", "--out", out.to_str().unwrap()])
+        .run()
+        .expect_code(2)
+        .stderr_has(&["--force"]);
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "precious");
+}

@@ -23,6 +23,10 @@ pub struct Position {
     pub done: Vec<(u64, u64)>,
     /// The loss after this epoch's row half, when `half == 1`.
     pub loss_rows: Option<f64>,
+    /// The loss after the last completed epoch (reported by a run resumed after its
+    /// last epoch, which trains none).
+    #[serde(default)]
+    pub loss: Option<f64>,
 }
 
 /// The basis the tables of a checkpoint are in, when training in the eigenbasis

@@ -151,7 +151,7 @@ impl AlsConfig {
         }
         // A resumed run may overwrite the model its first attempt wrote.
         if let Some(out) = &self.out {
-            if self.checkpoint.resume == Resume::No {
+            if !self.checkpoint.continues_a_run() {
                 crate::data::dataset::check_output(out, self.force)?;
             }
         }

@@ -726,6 +726,7 @@ impl<T: TableScalar> Trainer<T> {
             self.gram_h = gram_solved;
             self.pos.half = 0;
             self.pos.epoch += 1;
+            self.pos.loss = loss;
         }
         self.pos.step = 0;
         self.pos.done.clear();
@@ -1051,6 +1052,19 @@ pub fn global_train_as<C: Comm, T: TableScalar>(
     };
     if let Some((path, (manifest, w, h))) = restored {
         let (manifest, w, h): (Manifest, Vec<T>, Vec<T>) = (manifest, w, h);
+        // Every rank read the same manifest and agrees (rank 0 reports it).
+        let at = &manifest.position;
+        if at.epoch > cfg.epochs || (at.epoch == cfg.epochs && (at.half > 0 || at.step > 0)) {
+            return comm.agree(Err(Error::Config(format!(
+                "{}: the checkpoint is past --epochs {} (epoch {}, half {}, step {}); give --epochs {} or more to continue it",
+                path.display(),
+                cfg.epochs,
+                at.epoch,
+                at.half,
+                at.step,
+                at.epoch + 1
+            ))));
+        }
         let restore_secs = t_restore.elapsed().as_secs_f64();
         let restore_mb = std::fs::metadata(&path).map_or(0, |m| m.len()) as f64 / 1e6;
         let d = cfg.dim;
@@ -1094,7 +1108,10 @@ pub fn global_train_as<C: Comm, T: TableScalar>(
             Some(tr.global_evaluate(comm, &mut t)?)
         }
     };
-    let loss = epochs.last().map_or(f64::NAN, |e| e.loss);
+    // Resumed after the last epoch: the loss the checkpoint recorded for it.
+    let loss = epochs
+        .last()
+        .map_or(tr.pos.loss.unwrap_or(f64::NAN), |e| e.loss);
     let report = TrainReport {
         recall,
         loss,

@@ -258,6 +258,22 @@ fn interval_line(r: &IntervalReport, steps: u64) -> String {
     s
 }
 
+/// The checkpoint settings of `embed`.
+fn checkpoint_config(a: &EmbedArgs) -> CheckpointConfig {
+    CheckpointConfig {
+        dir: a.checkpoint_dir.clone(),
+        every: a.checkpoint_every,
+        keep: a.keep,
+        resume: match a.resume.as_deref() {
+            None => Resume::No,
+            Some("auto") => Resume::Auto,
+            Some(p) => Resume::Path(PathBuf::from(p)),
+        },
+        release_hold: a.release_hold,
+        wait_for_data: 0.0,
+    }
+}
+
 /// Collective: every rank must call. `torusrec embed`.
 pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Result<Summary> {
     let threads = resolve_threads(a.threads);
@@ -352,7 +368,8 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         let mem = a.mem_per_rank.as_deref().map(parse_bytes).transpose()?;
         if let Some(out) = &a.out {
             // A resumed run may overwrite the model its first attempt wrote.
-            crate::data::dataset::check_output(out, a.force || a.resume.is_some())?;
+            let resumed = checkpoint_config(a).continues_a_run();
+            crate::data::dataset::check_output(out, a.force || resumed)?;
             if root {
                 crate::data::dataset::probe_writable(out)?;
             }
@@ -457,18 +474,7 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
     ))?;
     let steps = cfg.steps;
     let run = RunConfig {
-        checkpoint: CheckpointConfig {
-            dir: a.checkpoint_dir.clone(),
-            every: a.checkpoint_every,
-            keep: a.keep,
-            resume: match a.resume.as_deref() {
-                None => Resume::No,
-                Some("auto") => Resume::Auto,
-                Some(p) => Resume::Path(PathBuf::from(p)),
-            },
-            release_hold: a.release_hold,
-            wait_for_data: 0.0,
-        },
+        checkpoint: checkpoint_config(a),
         preload: a.preload,
         out: a.out.clone(),
     };

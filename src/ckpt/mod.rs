@@ -90,6 +90,20 @@ impl CheckpointConfig {
     }
 }
 
+impl CheckpointConfig {
+    /// Whether this run continues an earlier attempt: `--resume PATH`, or `--resume
+    /// auto` with a committed checkpoint in the directory. Only then may it replace
+    /// an existing `--out` without `--force` (the model its first attempt wrote).
+    pub fn continues_a_run(&self) -> bool {
+        match (&self.resume, &self.dir) {
+            (Resume::No, _) => false,
+            (Resume::Path(_), _) => true,
+            (Resume::Auto, Some(dir)) => list(dir).is_ok_and(|l| !l.is_empty()),
+            (Resume::Auto, None) => false,
+        }
+    }
+}
+
 /// The longest `--wait-for-data` (a week).
 pub const MAX_WAIT_SECS: f64 = 7.0 * 24.0 * 3600.0;
 
@@ -229,9 +243,37 @@ pub fn global_prepare_checkpoints<C: Comm>(
                     p.display()
                 );
             }
+            let committed = list(dir)?;
+            // Retention keeps the newest steps of the directory, so checkpoints of
+            // another run there would be deleted by this one, or (above this run's
+            // steps) outlive its own and be what `--resume auto` picks next.
+            let from = match &ck.resume {
+                Resume::No => Some(0),
+                Resume::Auto => None,
+                Resume::Path(p) => Some(
+                    p.file_name()
+                        .and_then(|n| parse_step(&n.to_string_lossy()))
+                        .unwrap_or(0),
+                ),
+            };
+            if let Some(from) = from {
+                let above: Vec<String> = committed
+                    .iter()
+                    .filter(|(s, p)| *s > from && Resume::Path(p.clone()) != ck.resume)
+                    .map(|(_, p)| p.display().to_string())
+                    .collect();
+                if let Some(newest) = above.last() {
+                    return Err(Error::Config(format!(
+                        "--checkpoint-dir {} holds {} checkpoint(s) {} (newest {newest}): continue that run with --resume auto, or give this run a directory of its own (its retention would delete them, or they would be resumed instead of its own)",
+                        dir.display(),
+                        above.len(),
+                        if from == 0 { "of an earlier run".to_string() } else { format!("past step {from}, the one resumed from") },
+                    )));
+                }
+            }
             Ok(match &ck.resume {
                 Resume::No => Vec::new(),
-                Resume::Auto => list(dir)?.into_iter().rev().map(|(_, p)| p).collect(),
+                Resume::Auto => committed.into_iter().rev().map(|(_, p)| p).collect(),
                 Resume::Path(p) => vec![p.clone()],
             })
         })()

@@ -97,6 +97,13 @@ pub fn global_train<C: Comm>(
         Err(Error::Hold(r) | Error::Corrupt(r)) => return Err(hold(r, None, 0)),
         Err(e) => return Err(e),
     }
+    if tr.step > steps {
+        // Every rank restored the same step and agrees (rank 0 reports it).
+        return comm.agree(Err(Error::Config(format!(
+            "the checkpoint resumed is at step {}, past --steps {steps}; give --steps {} or more to continue it",
+            tr.step, tr.step
+        ))));
+    }
     let checkpoint = |tr: &EmbedTrainer| -> Result<Option<PathBuf>> {
         match &ck.dir {
             Some(dir) => global_write_checkpoint(comm, tr, dir, ck.keep).map(Some),
