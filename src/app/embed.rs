@@ -297,7 +297,7 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         if a.log_every == 0 {
             return Err(Error::Config("--log-every 0: need at least 1".into()));
         }
-        if a.eval_every % a.log_every != 0 {
+        if !a.eval_every.is_multiple_of(a.log_every) {
             return Err(Error::Config(format!(
                 "--eval-every {} must be a multiple of --log-every {} (evaluations are reported on the log lines)",
                 a.eval_every, a.log_every
