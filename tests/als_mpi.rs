@@ -431,3 +431,24 @@ fn collectives_cut_into_pieces_give_the_same_dataset_and_tables() {
     o.expect_code(0);
     assert!(tables(&m1) == tables(&m2), "the tables differ");
 }
+
+#[test]
+fn a_signal_during_any_pass_of_prepare_stops_every_rank_with_nothing_written() {
+    let dir = tempdir();
+    let out = dir.path().join("cnr.h5");
+    for pass in ["degrees", "filter", "split+write", "transpose"] {
+        TestCommand::new(Launcher::Mpirun(2))
+            .env("TORUSREC_PREEMPT_IN", pass)
+            .arg("prepare")
+            .arg("--input")
+            .arg(cnr2000())
+            .args(["--format", "bv", "--min-links", "10", "--out"])
+            .arg(&out)
+            .run()
+            .expect_code(1)
+            .occurs(&format!("during the {pass} pass of prepare"), 1);
+        assert!(!out.exists(), "{pass}: the output exists");
+        let temp = torusrec::data::dataset::temp_path(&out);
+        assert!(!temp.exists(), "{pass}: {} left", temp.display());
+    }
+}

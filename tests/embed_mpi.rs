@@ -172,6 +172,23 @@ fn a_click_log_trains_and_bad_logs_exit_2_on_every_rank() {
         .arg(&log)
         .run();
     o.expect_code(0).stdout_has(&["final: eval AUC"]);
+    // A log shorter than one global batch (4,000 training examples, 8,000 a step):
+    // the planner's samples read around its end, and the steps take what there is.
+    TestCommand::mpirun(2)
+        .args([
+            "embed",
+            "--batch",
+            "4000",
+            "--steps",
+            "3",
+            "--eval-examples",
+            "1000",
+        ])
+        .args(["--threads", "1", "--data"])
+        .arg(&log)
+        .run()
+        .expect_code(0)
+        .stdout_has(&["final: eval AUC"]);
     let missing = dir.path().join("nope.h5");
     TestCommand::mpirun(2)
         .args(["embed", "--data"])

@@ -388,7 +388,22 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
             DenseOptKind::Adagrad => DenseOpt::adagrad(a.dense_lr),
             DenseOptKind::Adam => DenseOpt::adam(a.dense_lr),
         };
-        memory::check(&spec, micro, a.accumulate, comm.size(), &dense_opt, 0)?;
+        // With --preload, each rank holds its examples of every step (over-counted
+        // on a resume, which preloads from its step on).
+        let preloaded = if a.preload {
+            (a.steps as f64 * step / comm.size() as f64).ceil() as u64
+        } else {
+            0
+        };
+        memory::check(
+            &spec,
+            micro,
+            a.accumulate,
+            comm.size(),
+            &dense_opt,
+            0,
+            preloaded,
+        )?;
         let dense_gemm = match a.dense_gemm {
             DenseGemmArg::Auto => Gemm::auto(),
             DenseGemmArg::Openblas => Gemm::Blas,
@@ -464,6 +479,11 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         .into_iter()
         .max()
         .unwrap_or(0);
+    let preloaded = if a.preload {
+        (cfg.steps as f64 * (cfg.micro * cfg.accumulate) as f64 / comm.size() as f64).ceil() as u64
+    } else {
+        0
+    };
     comm.agree(memory::check(
         &cfg.spec,
         cfg.micro,
@@ -471,6 +491,7 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         comm.size(),
         &cfg.dense_opt,
         tables,
+        preloaded,
     ))?;
     let steps = cfg.steps;
     let run = RunConfig {

@@ -6,6 +6,8 @@
 //!   during epoch EPOCH (1-based), to exercise the training hold.
 //! - `TORUSREC_PREEMPT_AT=STEP` raises the preemption flag on rank 0 when the global
 //!   step counter reaches STEP (a signal delivered at an exact step boundary).
+//! - `TORUSREC_PREEMPT_IN=PASS` acts as a signal during that pass of `prepare`
+//!   (`degrees`, `filter`, `split+write`, `transpose`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -47,4 +49,10 @@ pub fn inject_nan(epoch: usize, rank: usize) -> bool {
 /// The global step at which to simulate a preemption signal on rank 0.
 pub fn preempt_at() -> Option<u64> {
     std::env::var("TORUSREC_PREEMPT_AT").ok()?.parse().ok()
+}
+
+/// Whether `TORUSREC_PREEMPT_IN` names this phase (a pass of `prepare`): a signal
+/// delivered while it runs.
+pub fn preempt_in(phase: &str) -> bool {
+    std::env::var("TORUSREC_PREEMPT_IN").is_ok_and(|p| p == phase)
 }

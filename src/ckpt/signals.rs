@@ -5,6 +5,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+/// The flag of the handlers installed in this process, if any.
+static INSTALLED: std::sync::OnceLock<Arc<AtomicBool>> = std::sync::OnceLock::new();
+
+/// Whether a preemption signal reached this process (false before
+/// [`Preemption::install`]): for long phases that no [`Preemption`] is handed to, such
+/// as `prepare`.
+pub fn signalled() -> bool {
+    INSTALLED.get().is_some_and(|f| f.load(Ordering::SeqCst))
+}
+
 /// Set when SIGTERM, SIGUSR1 or SIGINT arrives.
 #[derive(Clone, Default)]
 pub struct Preemption {
@@ -44,6 +54,7 @@ impl Preemption {
                 })?;
             }
         }
+        let _ = INSTALLED.set(Arc::clone(&p.flag));
         Ok(p)
     }
 

@@ -65,6 +65,18 @@ impl Default for StreamOpts {
     }
 }
 
+/// Stop a pass when a preemption signal arrived: a prepare has no checkpoint, so it
+/// ends with nothing written (the temporary is removed) and exit 1. Checked per chunk;
+/// every rank then meets the others at the pass's agreement.
+fn check_signal(pass: &str) -> Result<()> {
+    if crate::ckpt::signals::signalled() || crate::ckpt::faults::preempt_in(pass) {
+        return Err(Error::Interrupted(format!(
+            "signal received during the {pass} pass of prepare; nothing was written (a prepare saves nothing to resume, exit 1)"
+        )));
+    }
+    Ok(())
+}
+
 /// A rank's block of source rows, readable several times in chunks.
 pub trait RowSource: Sync {
     /// The owned block `lo..hi` of source nodes.
@@ -660,6 +672,7 @@ pub fn global_prepare_stream_mapped<C: Comm, S: RowSource>(
             let mut out_deg: Vec<u32> = Vec::with_capacity(block_rows);
             let mut raw_arcs = 0u64;
             let pass1 = src.for_each_chunk(opts.chunk_arcs, &mut |mut rows| {
+                check_signal("degrees")?;
                 raw_arcs += rows.num_arcs();
                 local_clean_chunk(&mut rows);
                 if min_links > 0 {
@@ -730,6 +743,7 @@ pub fn global_prepare_stream_mapped<C: Comm, S: RowSource>(
         let mut flen: Vec<u32> = Vec::new();
         let mut node_ids: Vec<u64> = Vec::new();
         let pass2 = src.for_each_chunk(opts.chunk_arcs, &mut |mut rows| {
+            check_signal("filter")?;
             local_clean_chunk(&mut rows);
             let lens: Vec<Option<u32>> = (0..rows.num_rows())
                 .into_par_iter()
@@ -845,6 +859,7 @@ pub fn global_prepare_stream_mapped<C: Comm, S: RowSource>(
             let (mut train_at, mut test_at, mut fold_at, mut hold_at) =
                 (train_off, test_off, fold_off, hold_off);
             src.for_each_chunk(opts.chunk_arcs, &mut |mut rows| {
+                check_signal("split+write")?;
                 local_clean_chunk(&mut rows);
                 let kept_here: Vec<usize> = (0..rows.num_rows())
                     .filter(|&i| new_id[rows.lo as usize + i] != u32::MAX)
@@ -935,6 +950,7 @@ pub fn global_prepare_stream_mapped<C: Comm, S: RowSource>(
             file.put(TRAIN_T_INDPTR, clo, &indptr)?;
             let mut a = 0usize;
             while a < mine.len() {
+                check_signal("transpose")?;
                 // Columns a..b of the block, at most transpose_arcs arcs (>= 1 column).
                 let mut b = a + 1;
                 let mut arcs = mine[a];

@@ -11,10 +11,11 @@ use crate::{Error, Result};
 /// An upper bound of what one embed rank holds: `tables` bytes of its table shards
 /// with their optimizer state, the MLP (weights, gradient, accumulated gradient,
 /// optimizer state), a micro-batch's activations (forward values, pre-activations
-/// and gradients of every layer), and for the whole step of `accumulate`
-/// micro-batches (one lookup covers it) the MLP's input and its gradient and the
-/// lookups (ids and looked-up rows, sent and received, as if one rank served the
-/// whole step). Pure arithmetic.
+/// and gradients of every layer), for the whole step of `accumulate` micro-batches
+/// (one lookup covers it) the MLP's input and its gradient, the lookups (ids and
+/// looked-up rows, sent and received: as if one rank served a whole micro-batch, or
+/// the rank's own examples of the step when they are more), and the `preloaded` examples this rank holds with `--preload` (ids,
+/// offsets, dense features and label each). Pure arithmetic.
 pub fn estimate(
     spec: &ModelSpec,
     micro: usize,
@@ -22,6 +23,7 @@ pub fn estimate(
     ranks: usize,
     dense: &DenseOpt,
     tables: u64,
+    preloaded: u64,
 ) -> MemEstimate {
     let f = 4.0f64;
     let layers = spec.mlp_layers();
@@ -32,8 +34,8 @@ pub fn estimate(
     // Optimizer floats per parameter (Adagrad 1, Adam 2).
     let state = dense.state_len(1) as f64;
     let per_rank = micro.div_ceil(ranks.max(1)) as f64;
-    let step = micro as f64 * accumulate as f64;
     let step_per_rank = per_rank * accumulate as f64;
+    let micro_or_step = (micro as f64).max(step_per_rank);
     let width: f64 = layers.iter().map(|&l| l as f64).sum();
     let ids: f64 = spec.tables.iter().map(|t| t.valency).sum();
     let row_floats: f64 = spec.tables.iter().map(|t| t.valency * t.dim as f64).sum();
@@ -53,7 +55,15 @@ pub fn estimate(
                 "step inputs",
                 b(step_per_rank * spec.mlp_input() as f64 * f * 2.0),
             ),
-            ("lookups", b(step * (ids + row_floats) * f * 2.0)),
+            // One micro-batch served by this rank alone (a hot table on one rank), or
+            // this rank's own examples of the whole step, whichever is more.
+            ("lookups", b(micro_or_step * (ids + row_floats) * f * 2.0)),
+            (
+                "preloaded examples",
+                b(preloaded as f64
+                    * (ids + spec.tables.len() as f64 + spec.n_dense as f64 + 1.0)
+                    * f),
+            ),
             ("base", memory::BASE_BYTES),
         ],
     }
@@ -68,15 +78,16 @@ pub fn check(
     ranks: usize,
     dense: &DenseOpt,
     tables: u64,
+    preloaded: u64,
 ) -> Result<()> {
-    let est = estimate(spec, micro, accumulate, ranks, dense, tables);
+    let est = estimate(spec, micro, accumulate, ranks, dense, tables, preloaded);
     let total = est
         .parts
         .iter()
         .fold(0u64, |acc, p| acc.saturating_add(p.1));
     match memory::limit(None) {
         Some(limit) if total > limit => Err(Error::Config(format!(
-            "this model and step need an estimated {} per rank, more than {} (the node's memory divided by the {} rank(s) on it); use a smaller --batch or --accumulate, smaller tables or hidden layers, or more ranks",
+            "this model and step need an estimated {} per rank, more than {} (the node's memory divided by the {} rank(s) on it); use a smaller --batch or --accumulate, fewer --steps with --preload, smaller tables or hidden layers, or more ranks",
             est.describe(),
             human_bytes(limit),
             memory::ranks_on_node()
@@ -94,7 +105,7 @@ mod tests {
     fn adam_holds_one_more_float_per_mlp_parameter_than_adagrad() {
         let spec = preset("tiny", 1.0).unwrap();
         let mlp = |opt: &DenseOpt| {
-            estimate(&spec, 64, 1, 2, opt, 0)
+            estimate(&spec, 64, 1, 2, opt, 0, 0)
                 .parts
                 .iter()
                 .find(|p| p.0 == "MLP")
@@ -118,7 +129,7 @@ mod tests {
     fn accumulation_scales_what_one_lookup_holds_for_the_step() {
         let spec = preset("tiny", 1.0).unwrap();
         let part = |k: usize, name: &str| {
-            estimate(&spec, 64, k, 2, &DenseOpt::adagrad(0.01), 0)
+            estimate(&spec, 64, k, 2, &DenseOpt::adagrad(0.01), 0, 0)
                 .parts
                 .iter()
                 .find(|p| p.0 == name)
@@ -126,7 +137,10 @@ mod tests {
                 .1
         };
         assert!(part(1, "lookups") > 0 && part(1, "step inputs") > 0);
-        assert_eq!(part(5, "lookups"), 5 * part(1, "lookups"));
+        // 64 examples a micro-batch over 2 ranks: from K = 2 on, a rank's own step
+        // holds more than one micro-batch.
+        assert_eq!(part(2, "lookups"), part(1, "lookups"));
+        assert_eq!(part(6, "lookups"), 3 * part(1, "lookups"));
         assert_eq!(part(5, "step inputs"), 5 * part(1, "step inputs"));
         assert_eq!(part(5, "activations"), part(1, "activations"));
     }

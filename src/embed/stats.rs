@@ -14,6 +14,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use super::clicks::Batch;
 use super::spec::ModelSpec;
 use super::train::Source;
 use crate::data::graph::block_range;
@@ -36,7 +37,7 @@ pub fn load_or_measure_stats(
     let digest = spec.digest();
     if let Some(p) = path {
         if let Some(s) = BatchStats::load(p)? {
-            if s.matches(&digest, seed, batch_per_rank, world) {
+            if s.matches(&digest, &source.identity(), seed, batch_per_rank, world) {
                 return Ok((s, "reused"));
             }
         }
@@ -44,16 +45,28 @@ pub fn load_or_measure_stats(
     let g = (world * batch_per_rank) as u64;
     let mut batches = Vec::with_capacity(sample);
     for b in 0..sample as u64 {
-        // Sample from the training examples (wrapping around a finite log).
-        let first = match source.train_examples() {
-            Some(n) if n > 0 => (b * g) % n,
-            _ => b * g,
+        // Sampled from the training examples; a finite log is read around its end
+        // (also when it is shorter than one global batch), so every sample has `g`.
+        let batch = match source.train_examples() {
+            None => source.batch(b * g, g as usize)?,
+            Some(0) => {
+                return Err(Error::Config(
+                    "batch stats: the click log has no training examples".into(),
+                ))
+            }
+            Some(n) => {
+                let mut out = Batch::empty(spec);
+                let (mut at, mut left) = ((b * g) % n, g);
+                while left > 0 {
+                    let take = left.min(n - at);
+                    source.batch_into(at, take as usize, &mut out)?;
+                    left -= take;
+                    at = (at + take) % n;
+                }
+                out
+            }
         };
-        let n = match source.train_examples() {
-            Some(n) => g.min(n - first),
-            None => g,
-        };
-        batches.push(source.batch(first, n as usize)?);
+        batches.push(batch);
     }
     let sampled: Vec<SampledBatch> = batches
         .iter()
@@ -69,7 +82,10 @@ pub fn load_or_measure_stats(
                 .collect(),
         })
         .collect();
-    let s = from_samples(spec, seed, world, batch_per_rank, &sampled)?;
+    let s = BatchStats {
+        source: source.identity(),
+        ..from_samples(spec, seed, world, batch_per_rank, &sampled)?
+    };
     if let Some(p) = path {
         s.save(p)?;
     }
@@ -101,6 +117,10 @@ pub struct BatchStats {
     pub world: usize,
     /// Global batches measured; 0 when the numbers are analytic estimates.
     pub sampled_batches: usize,
+    /// What was sampled (`Source::identity`: generated, or which click log); empty
+    /// for analytic estimates and for files written before it was recorded.
+    #[serde(default)]
+    pub source: String,
     /// One entry per table of the model, in order.
     pub tables: Vec<TableStats>,
 }
@@ -137,12 +157,14 @@ impl BatchStats {
     pub fn matches(
         &self,
         spec_digest: &str,
+        source: &str,
         seed: u64,
         batch_per_rank: usize,
         world: usize,
     ) -> bool {
         self.schema == SCHEMA
             && self.spec_digest == spec_digest
+            && self.source == source
             && self.seed == seed
             && self.batch_per_rank == batch_per_rank
             && self.world == world
@@ -250,6 +272,7 @@ pub fn from_samples(
         batch_per_rank,
         world,
         sampled_batches: batches.len(),
+        source: String::new(),
         tables,
     })
 }
@@ -349,6 +372,7 @@ pub fn synthetic_stats(spec: &ModelSpec, world: usize, batch_per_rank: usize) ->
         batch_per_rank,
         world,
         sampled_batches: 0,
+        source: String::new(),
         tables,
     }
 }
@@ -470,11 +494,13 @@ mod tests {
             s
         );
         let d = spec.digest();
-        assert!(back.matches(&d, 17, 64, 4));
-        assert!(!back.matches(&d, 18, 64, 4));
-        assert!(!back.matches(&d, 17, 32, 4));
-        assert!(!back.matches(&d, 17, 64, 2));
-        assert!(!back.matches("0000", 17, 64, 4));
+        let src = back.source.as_str();
+        assert!(back.matches(&d, src, 17, 64, 4));
+        assert!(!back.matches(&d, src, 18, 64, 4));
+        assert!(!back.matches(&d, src, 17, 32, 4));
+        assert!(!back.matches(&d, src, 17, 64, 2));
+        assert!(!back.matches("0000", src, 17, 64, 4));
+        assert!(!back.matches(&d, "log seed 1 examples 9 eval 1", 17, 64, 4));
 
         std::fs::write(&path, "{ not json").unwrap();
         let e = BatchStats::load(&path).unwrap_err();

@@ -281,6 +281,7 @@ mod tests {
             batch_per_rank: bpr,
             world,
             sampled_batches: 1,
+            source: String::new(),
             tables: t
                 .iter()
                 .map(|&(v, r, g)| TableStats {
