@@ -373,6 +373,7 @@ pub fn read_mtx_pairs(path: &Path) -> Result<EdgeList> {
         msg,
     };
     let mut symmetric = false;
+    let mut field = String::new();
     let mut header: Option<(u64, u64, u64)> = None;
     let mut pairs: Vec<(u32, u32)> = Vec::new();
     let mut entries = 0u64;
@@ -400,6 +401,7 @@ pub fn read_mtx_pairs(path: &Path) -> Result<EdgeList> {
                     format!("field '{}': expected pattern, integer or real", f[3]),
                 ));
             }
+            field = f[3].to_string();
             symmetric = match f[4] {
                 "general" => false,
                 "symmetric" => true,
@@ -421,6 +423,15 @@ pub fn read_mtx_pairs(path: &Path) -> Result<EdgeList> {
             None => {
                 let mut num = |what: &str| parse_id(path, line_no, it.next(), what);
                 let (r, c, nnz) = (num("row count")?, num("column count")?, num("entry count")?);
+                if let Some(x) = it.next() {
+                    return Err(perr(
+                        line_no,
+                        format!(
+                            "size line: a fourth field {} (expected 'rows columns entries')",
+                            crate::error::quote(x)
+                        ),
+                    ));
+                }
                 header = Some((r, c, nnz));
             }
             Some((rows, cols, nnz)) => {
@@ -432,6 +443,28 @@ pub fn read_mtx_pairs(path: &Path) -> Result<EdgeList> {
                 }
                 let i = parse_id(path, line_no, it.next(), "row index")?;
                 let j = parse_id(path, line_no, it.next(), "column index")?;
+                // The value is ignored, but it must be there, of the declared field.
+                let value = it.next();
+                let ok = match (field.as_str(), value) {
+                    ("pattern", None) => true,
+                    ("integer", Some(v)) => v.parse::<i64>().is_ok(),
+                    ("real", Some(v)) => v.parse::<f64>().is_ok_and(f64::is_finite),
+                    _ => false,
+                };
+                if !ok || it.next().is_some() {
+                    let want = if field == "pattern" {
+                        "two ids"
+                    } else {
+                        "two ids and a value"
+                    };
+                    return Err(perr(
+                        line_no,
+                        format!(
+                            "a '{field}' entry is {want}: got {}",
+                            crate::error::quote(t)
+                        ),
+                    ));
+                }
                 if i == 0 || i > rows || j == 0 || j > cols {
                     return Err(perr(line_no, format!("entry ({i}, {j}) outside the declared {rows} x {cols} matrix (indices are 1-based)")));
                 }
@@ -556,5 +589,48 @@ mod tests {
         );
         let e = read_mtx(&p, 0, 1).unwrap_err().to_string();
         assert!(e.contains("o.mtx:3:") && e.contains("outside"), "{e}");
+        // Entries must match the declared field; the size line has three numbers.
+        for (name, text, says) in [
+            (
+                "p3",
+                "pattern general\n3 3 1\n1 2 7\n",
+                "a 'pattern' entry is two ids",
+            ),
+            (
+                "r2",
+                "real general\n3 3 1\n1 2\n",
+                "a 'real' entry is two ids and a value",
+            ),
+            (
+                "rn",
+                "real general\n3 3 1\n1 2 nan\n",
+                "two ids and a value",
+            ),
+            (
+                "i15",
+                "integer general\n3 3 1\n1 2 1.5\n",
+                "a 'integer' entry",
+            ),
+            (
+                "i4",
+                "integer general\n3 3 1\n1 2 3 4\n",
+                "a 'integer' entry",
+            ),
+            ("s4", "pattern general\n3 3 1 9\n1 2\n", "a fourth field"),
+        ] {
+            let head = "%%MatrixMarket matrix coordinate ";
+            let p = write(d.path(), &format!("{name}.mtx"), &format!("{head}{text}"));
+            let e = read_mtx(&p, 0, 1).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("{name}.mtx:")) && e.contains(says),
+                "{e}"
+            );
+        }
+        let p = write(
+            d.path(),
+            "ok.mtx",
+            "%%MatrixMarket matrix coordinate integer general\n3 3 2\n1 2 -4\n2 3 7\n",
+        );
+        assert_eq!(read_mtx(&p, 0, 1).unwrap().0.arcs, 2);
     }
 }
