@@ -22,12 +22,14 @@ impl RunOutput {
     pub fn global_open<C: Comm>(comm: &C, metrics: Option<&Path>) -> Result<Self> {
         let root = comm.rank() == 0;
         let opened = match (metrics, root) {
-            (Some(p), true) => std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(p)
-                .map(Some)
-                .map_err(|e| Error::input(p, format!("cannot open the metrics file: {e}"))),
+            (Some(p), true) => check_appendable(p).and_then(|()| {
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(p)
+                    .map(Some)
+                    .map_err(|e| Error::input(p, format!("cannot open the metrics file: {e}")))
+            }),
             _ => Ok(None),
         };
         Ok(Self {
@@ -72,5 +74,23 @@ impl RunOutput {
                 let _ = writeln!(m, "{s}");
             }
         }
+    }
+}
+
+/// `--metrics` appends: refuse an existing file that is not JSON lines (a dataset or a
+/// model given by mistake would be damaged), judged by its first byte.
+fn check_appendable(p: &Path) -> Result<()> {
+    use std::io::Read;
+    let Ok(mut f) = std::fs::File::open(p) else {
+        return Ok(()); // absent (or unreadable: the open for appending says why)
+    };
+    let mut first = [0u8; 1];
+    match f.read(&mut first) {
+        Ok(0) => Ok(()),
+        Ok(_) if first[0] == b'{' => Ok(()),
+        _ => Err(Error::input(
+            p,
+            "exists and is not a JSON-lines metrics file; --metrics appends, give a new file",
+        )),
     }
 }
