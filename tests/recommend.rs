@@ -581,6 +581,24 @@ fn outputs_and_models_are_checked() {
             &format!("{} rows", fx.reference.n()),
             &format!("{n_other} rows"),
         ]);
+    // A model with a NaN in a row of /W: refused, the row named.
+    let nan = fx.dir.path().join("nan.h5");
+    std::fs::copy(&fx.model, &nan).unwrap();
+    {
+        let f = hdf5::File::open_rw(&nan).unwrap();
+        let ds = f.dataset("W").unwrap();
+        let mut w: ndarray::Array2<f32> = ds.read_2d().unwrap();
+        w[[5, 3]] = f32::NAN;
+        ds.write(&w).unwrap();
+    }
+    TestCommand::mpirun(2)
+        .args(["recommend", "--test", "--model"])
+        .arg(&nan)
+        .arg("--data")
+        .arg(&fx.data)
+        .run()
+        .expect_code(2)
+        .occurs("row 5 holds a non-finite value", 1);
     // A dataset is not a model.
     let o = TestCommand::direct()
         .args(["recommend", "--test", "--model"])

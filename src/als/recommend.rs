@@ -327,6 +327,19 @@ impl<T: TableScalar> Recommender<T> {
             let (h0, h1) = (h_bounds[r], h_bounds[r + 1]);
             let w = local_read_rows::<T>(&f, model, "W", w0, w1, d)?;
             let h = local_read_rows::<T>(&f, model, "H", h0, h1, d)?;
+            // A NaN or Inf would score nothing (or everything): refuse the model.
+            for (name, t, lo) in [("W", &w, w0), ("H", &h, h0)] {
+                if let Some(i) = t.iter().position(|x| !x.to_f32().is_finite()) {
+                    return Err(Error::layout(
+                        model,
+                        name,
+                        format!(
+                            "row {} holds a non-finite value",
+                            lo + (i / d.max(1)) as u64
+                        ),
+                    ));
+                }
+            }
             Ok((ids, w, h))
         })();
         let (ids, w, h) = comm.agree(loaded)?;
