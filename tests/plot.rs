@@ -348,6 +348,14 @@ fn bad_run_files_exit_2_naming_file_and_line() {
     plot(&["--out", s(&out)])
         .expect_code(2)
         .stderr_has(&["--table"]);
+    // --log-y with no value above 0: nothing to draw, no empty chart written.
+    let negative = write(
+        "negative.jsonl",
+        "{\"epoch\":1,\"loss\":-2.0}\n{\"epoch\":2,\"loss\":-1.0}\n",
+    );
+    plot(&[s(&negative), "--log-y", "--out", s(&out)])
+        .expect_code(2)
+        .stderr_has(&["nothing to plot", "no value above 0"]);
     assert!(!out.exists());
 
     // An existing output is kept unless --force.

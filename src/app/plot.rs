@@ -568,6 +568,21 @@ pub fn render_panels(
     log_y: bool,
     out: &Path,
 ) -> Result<String> {
+    let drawable = panels
+        .iter()
+        .flat_map(|p| p.series.iter().flat_map(|s| s.points.iter()))
+        .any(|p| !log_y || p.1 > 0.0);
+    if !drawable {
+        return Err(Error::Config(format!(
+            "nothing to plot into {}{}",
+            out.display(),
+            if log_y {
+                " (--log-y: no value above 0)"
+            } else {
+                ""
+            }
+        )));
+    }
     let mut svg = String::new();
     let title_h = if title.is_some() { 30 } else { 0 };
     let total = (height * panels.len() as u32) + title_h;
