@@ -88,9 +88,7 @@ impl CheckpointConfig {
         }
         Ok(())
     }
-}
 
-impl CheckpointConfig {
     /// Whether this run continues an earlier attempt: `--resume PATH`, or `--resume
     /// auto` with a committed checkpoint in the directory. Only then may it replace
     /// an existing `--out` without `--force` (the model its first attempt wrote).
@@ -259,7 +257,7 @@ pub fn global_prepare_checkpoints<C: Comm>(
             if let Some(from) = from {
                 let above: Vec<String> = committed
                     .iter()
-                    .filter(|(s, p)| *s > from && Resume::Path(p.clone()) != ck.resume)
+                    .filter(|(s, _)| *s > from)
                     .map(|(_, p)| p.display().to_string())
                     .collect();
                 if let Some(newest) = above.last() {
@@ -326,7 +324,8 @@ pub fn remove_leftovers(dir: &Path) -> Result<Vec<PathBuf>> {
         for entry in rd.flatten() {
             let name = entry.file_name();
             let name = name.to_string_lossy();
-            if name.starts_with("ckpt-") && name.ends_with(".partial") {
+            let hold_tmp = format!("{HOLD_FILE}.partial");
+            if (name.starts_with("ckpt-") && name.ends_with(".partial")) || name == hold_tmp {
                 std::fs::remove_file(entry.path()).map_err(|e| Error::io(entry.path(), e))?;
                 removed.push(entry.path());
             }
@@ -448,9 +447,13 @@ mod tests {
             std::fs::write(d.path().join(file_name(s)), b"x").unwrap();
         }
         std::fs::write(d.path().join("ckpt-0000000099.h5.partial"), b"x").unwrap();
+        std::fs::write(d.path().join("HOLD.json.partial"), b"{").unwrap();
+        std::fs::write(d.path().join("notes.partial"), b"x").unwrap();
         let l: Vec<u64> = list(d.path()).unwrap().iter().map(|x| x.0).collect();
         assert_eq!(l, vec![1, 3, 20]);
-        assert_eq!(remove_leftovers(d.path()).unwrap().len(), 1);
+        // The run's own temporaries, not a file of the user's.
+        assert_eq!(remove_leftovers(d.path()).unwrap().len(), 2);
+        assert!(d.path().join("notes.partial").exists());
         assert_eq!(apply_retention(d.path(), 20, 2).unwrap(), vec![1]);
         let l: Vec<u64> = list(d.path()).unwrap().iter().map(|x| x.0).collect();
         assert_eq!(l, vec![3, 20]);
