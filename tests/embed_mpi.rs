@@ -235,6 +235,13 @@ fn bad_configs_exit_2_once() {
     embed(2, &["--checkpoint-dir", d.to_str().unwrap(), "--keep", "0"])
         .expect_code(2)
         .occurs("--keep 0: must be at least 1", 1);
+    // --metrics appends: a file that is not JSON lines (a model, a dataset) is refused.
+    let model = dir.path().join("model.h5");
+    std::fs::write(&model, b"\x89HDF\r\n\x1a\n").unwrap();
+    embed(2, &["--metrics", model.to_str().unwrap()])
+        .expect_code(2)
+        .occurs("is not a JSON-lines metrics file", 1);
+    assert_eq!(std::fs::read(&model).unwrap(), b"\x89HDF\r\n\x1a\n");
     let tiny = ["embed", "--preset", "tiny", "--global-batch", "128"];
     let toml_s = toml.to_str().unwrap();
     for (args, says) in [

@@ -258,6 +258,16 @@ fn interval_line(r: &IntervalReport, steps: u64) -> String {
     s
 }
 
+/// The examples one rank holds with `--preload`: its share of every step's (an
+/// over-count on a resume, which preloads from its step on).
+fn preloaded_per_rank(preload: bool, steps: u64, step_examples: f64, ranks: usize) -> u64 {
+    if preload {
+        (steps as f64 * step_examples / ranks.max(1) as f64).ceil() as u64
+    } else {
+        0
+    }
+}
+
 /// The checkpoint settings of `embed`.
 fn checkpoint_config(a: &EmbedArgs) -> CheckpointConfig {
     CheckpointConfig {
@@ -388,13 +398,7 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
             DenseOptKind::Adagrad => DenseOpt::adagrad(a.dense_lr),
             DenseOptKind::Adam => DenseOpt::adam(a.dense_lr),
         };
-        // With --preload, each rank holds its examples of every step (over-counted
-        // on a resume, which preloads from its step on).
-        let preloaded = if a.preload {
-            (a.steps as f64 * step / comm.size() as f64).ceil() as u64
-        } else {
-            0
-        };
+        let preloaded = preloaded_per_rank(a.preload, a.steps, step, comm.size());
         memory::check(
             &spec,
             micro,
@@ -479,11 +483,8 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         .into_iter()
         .max()
         .unwrap_or(0);
-    let preloaded = if a.preload {
-        (cfg.steps as f64 * (cfg.micro * cfg.accumulate) as f64 / comm.size() as f64).ceil() as u64
-    } else {
-        0
-    };
+    let step = cfg.micro as f64 * cfg.accumulate as f64;
+    let preloaded = preloaded_per_rank(a.preload, cfg.steps, step, comm.size());
     comm.agree(memory::check(
         &cfg.spec,
         cfg.micro,
@@ -526,6 +527,19 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         }
     };
     let eval_examples = cfg.eval_examples;
+    let gemm = cfg.dense_gemm.name();
+    let mut inner = on_event;
+    let on_event = move |e: Event<'_>| {
+        if let Event::Resumed { manifest: m, .. } = &e {
+            if root && !m.dense_gemm.is_empty() && m.dense_gemm != gemm {
+                log::warn!(
+                    "the checkpoint was written with the {} GEMM, this run uses {gemm}: its bits will differ from an uninterrupted run's (within rounding)",
+                    m.dense_gemm
+                );
+            }
+        }
+        inner(e)
+    };
     let s = global_train(comm, cfg, source, &plan, &run, preempt, on_event)?;
     if root {
         if let Some(out) = &a.out {

@@ -29,7 +29,8 @@ use crate::Result;
 pub struct EmbedManifest {
     pub schema: u32,
     pub workload: String,
-    /// Hash of everything the trained bits depend on besides the rank count.
+    /// Hash of the configuration a resume must keep (see [`config_hash`]); the bits
+    /// also depend on the rank count, plan, thread count and the MLP's GEMM kernel.
     pub config_hash: String,
     pub spec_digest: String,
     /// Optimizer steps done; the next step's examples follow from it.
@@ -39,6 +40,9 @@ pub struct EmbedManifest {
     pub seed: u64,
     pub checksum: String,
     pub written_at: u64,
+    /// The MLP's GEMM kernel of the writing run (`Gemm::name`; empty in older files).
+    #[serde(default)]
+    pub dense_gemm: String,
 }
 
 impl commit::Manifest for EmbedManifest {
@@ -91,6 +95,7 @@ pub fn global_write_checkpoint<C: Comm>(
             seed: tr.cfg.seed,
             checksum: format!("{:016x}", tr.global_checksum(comm)?),
             written_at: ckpt::now_secs(),
+            dense_gemm: tr.cfg.dense_gemm.name().to_string(),
         })
     };
     commit::global_write_checkpoint(
@@ -130,6 +135,7 @@ pub fn global_restore<C: Comm>(
         )?;
         let f = commit::local_open(path)?;
         let read2 = |name: &str,
+                     vocab: usize,
                      sel: (usize, usize, usize),
                      cols: std::ops::Range<usize>,
                      width: usize|
@@ -138,29 +144,49 @@ pub fn global_restore<C: Comm>(
                 .dataset(name)
                 .map_err(|_| corrupt(path, format!("dataset {name} is missing")))?;
             let shape = ds.shape();
+            if shape != [vocab, width] {
+                return Err(corrupt(
+                    path,
+                    format!("dataset {name} has shape {shape:?}, the model {vocab} x {width}"),
+                ));
+            }
             let (a, step, n) = sel;
             if n == 0 {
                 return Ok(Vec::new());
-            }
-            if shape.len() != 2 || shape[1] != width || shape[0] < a + (n - 1) * step + 1 {
-                return Err(corrupt(path, format!("dataset {name} has shape {shape:?}")));
             }
             ds.read_slice_2d::<f32, _>(s![a..a + (n - 1) * step + 1;step, cols])
                 .map(|x| x.as_standard_layout().iter().copied().collect())
                 .map_err(|e| corrupt(path, format!("dataset {name} is unreadable: {e}")))
         };
+        // Read into the shards' own buffers (kept: they are on huge pages).
+        let into = |dst: &mut [f32], src: Vec<f32>, name: &str| -> Result<()> {
+            if src.len() != dst.len() {
+                return Err(corrupt(
+                    path,
+                    format!(
+                        "dataset {name}: {} values for a shard of {}",
+                        src.len(),
+                        dst.len()
+                    ),
+                ));
+            }
+            dst.copy_from_slice(&src);
+            Ok(())
+        };
         for ls in tr.store.local.iter_mut() {
             let t = ls.shard.table;
-            let dim = tr.cfg.spec.tables[t].dim;
+            let (dim, vocab) = (
+                tr.cfg.spec.tables[t].dim,
+                tr.cfg.spec.tables[t].vocab as usize,
+            );
             let sel = row_slab(ls.shard.rows, ls.rows);
-            ls.data = read2(
-                &format!("/tables/{t}/rows"),
-                sel,
-                ls.shard.cols.clone(),
-                dim,
-            )?;
+            let name = format!("/tables/{t}/rows");
+            let rows = read2(&name, vocab, sel, ls.shard.cols.clone(), dim)?;
+            into(&mut ls.data, rows, &name)?;
             if sp > 0 {
-                ls.state = read2(&format!("/tables/{t}/state"), sel, 0..sp, sp)?;
+                let name = format!("/tables/{t}/state");
+                let state = read2(&name, vocab, sel, 0..sp, sp)?;
+                into(&mut ls.state, state, &name)?;
             }
         }
         let read1 = |name: &str, n: usize| -> Result<Vec<f32>> {

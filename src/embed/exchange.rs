@@ -13,7 +13,6 @@
 //! owners of the table in one more all-to-all-v.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 
 use rayon::prelude::*;
 
@@ -26,28 +25,6 @@ use super::tables::{sq_sum, LocalShard, Store, TableOpt};
 use crate::allocs::{reserve_with_room as reserve_total, resize_for_overwrite};
 use crate::comm::{Comm, Received};
 use crate::{Error, Result};
-
-/// A hasher for u32 ids (Fibonacci hashing of the key): the default SipHash costs
-/// more than the rest of the lookup.
-#[derive(Default)]
-struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u32(&mut self, v: u32) {
-        self.0 = (v as u64 ^ 0x5851_F42D_4C95_7F2D).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        self.0 ^= self.0 >> 29;
-    }
-}
-
-type IdMap = HashMap<u32, u32, BuildHasherDefault<IdHasher>>;
 
 /// A map from ids (below `u32::MAX`, which marks an empty slot) to positions: open
 /// addressing with linear probing in a power-of-two table at most half full.
@@ -596,9 +573,6 @@ pub struct TableGrad {
     /// Ids in first-seen order (unique with dedup, every occurrence without).
     pub ids: Vec<u32>,
     pub grads: Vec<f32>,
-    index: IdMap,
-    /// Scratch of a later micro-batch: its ids' positions in `ids`.
-    pos: Vec<u32>,
     /// A data-parallel table's dense `vocab x dim` gradient.
     pub dense: Vec<f32>,
 }
@@ -646,7 +620,6 @@ impl StepGrads {
         for tg in &mut self.tables {
             tg.ids.clear();
             tg.grads.clear();
-            tg.index.clear();
             tg.dense.fill(0.0);
         }
         // `pooled_send` keeps its length: the next step overwrites it whole (a
@@ -655,7 +628,8 @@ impl StepGrads {
         self.pooled_counts.clear();
     }
 
-    /// Add one micro-batch's gradients: `dx` is d loss / d MLP input (`n x width`).
+    /// Add the step's gradients (its one lookup covers every micro-batch): `dx` is
+    /// d loss / d MLP input (`n x width`).
     /// Each occurrence's gradient is added in occurrence order.
     pub fn accumulate(&mut self, store: &Store, batch: &Batch, lk: &Lookup, dx: &[f32]) {
         let spec = &store.spec;
@@ -687,35 +661,15 @@ impl StepGrads {
             if is_pooled_table(store, t) {
                 return;
             }
-            // Micro-batch id index -> position in the step's list (`tg.pos`, when
-            // `mapped`; else the same).
-            let mapped = if replicated || !dedup {
-                false
-            } else if tg.ids.is_empty() {
-                // The step's first (usually only) lookup: its ids are the list.
+            if !replicated && dedup {
+                // One lookup per step (see `global_step`): its distinct ids are the
+                // step's list, and an occurrence's index into them is its row here.
+                assert!(tg.ids.is_empty(), "the tables accumulate once per step");
                 reserve_total(&mut tg.ids, lk.ids[t].len());
                 reserve_total(&mut tg.grads, lk.ids[t].len() * dim);
                 tg.ids.extend_from_slice(&lk.ids[t]);
                 tg.grads.resize(tg.ids.len() * dim, 0.0);
-                false
-            } else {
-                if tg.index.len() != tg.ids.len() {
-                    tg.index.clear();
-                    tg.index
-                        .extend(tg.ids.iter().enumerate().map(|(p, &id)| (id, p as u32)));
-                }
-                tg.pos.clear();
-                for &id in &lk.ids[t] {
-                    let n = tg.ids.len() as u32;
-                    let p = *tg.index.entry(id).or_insert(n);
-                    if p == n {
-                        tg.ids.push(id);
-                        tg.grads.resize(tg.grads.len() + dim, 0.0);
-                    }
-                    tg.pos.push(p);
-                }
-                true
-            };
+            }
             let mut gs = vec![0.0f32; dim];
             for e in 0..batch.n {
                 let (lo, hi) = (b.offsets[e] as usize, b.offsets[e + 1] as usize);
@@ -739,7 +693,7 @@ impl StepGrads {
                         (
                             Bag {
                                 idx: &lk.occ[t][lo..hi],
-                                map: mapped.then_some(&tg.pos[..]),
+                                map: None,
                             },
                             &mut tg.grads,
                         )

@@ -6,7 +6,8 @@
 //! in the slot, and per occurrence the index of its id in that list. The owner pools
 //! every example's rows of its slot in one fused gather-pool kernel and returns one
 //! partial pooled vector per example (`n x width`). The asking rank adds a row-wise
-//! table's partials in slot order and places a column-wise table's slices side by side.
+//! table's partials in the order of their owners' ranks (slot order within a rank) and
+//! places a column-wise table's slices side by side.
 //!
 //! Backward: the asking rank sends each slot's owner the pooled gradient of every
 //! example (scaled by `1 / bag length` for mean pooling, as the `rows` mode scales it
@@ -411,8 +412,8 @@ pub fn global_forward<C: Comm>(
         comm.all_to_all_v_move(resp, &resp_counts, &mut bufs.got)?;
     }
 
-    // Combine into the MLP input: a row-wise table's partials added in slot order, a
-    // column-wise table's slices placed. A full-width part that comes first is taken as
+    // Combine into the MLP input: a row-wise table's partials added in the order of
+    // their owners' ranks (slot order within a rank), a column-wise table's slices placed. A full-width part that comes first is taken as
     // it is (`0.0 + x`, the bits of adding it to zeros); the others start from zeros.
     // Then the mean's scaling. Per table, its parts in order: (first column, width,
     // `n x width` values).

@@ -205,7 +205,9 @@ pub struct IntervalReport {
     /// owners' pooling of pooled tables), pooling the MLP input, the dense step, the
     /// backward exchange (with the owners' summing, and the update of the pooled
     /// slots they update as soon as they are summed), the other slots' table update,
-    /// the all-reduce.
+    /// the all-reduce. With `--pipeline` the lookup is the next step's, and only its
+    /// part not hidden behind the dense step is counted (its ids and bytes count in
+    /// the step that looked them up).
     pub seconds_lookup: f64,
     pub seconds_pool: f64,
     pub seconds_dense: f64,
