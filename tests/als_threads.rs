@@ -310,9 +310,11 @@ fn a_resume_with_fewer_epochs_leaves_the_tables_in_the_starting_basis() {
     let m = torusrec::als::checkpoint::local_read_manifest(&after_one).unwrap();
     assert_eq!(m.basis.rotation.len(), 16 * 16, "the checkpoint's rotation");
     // Resumed from it with --epochs 1: no epoch runs, and the model written is the
-    // one-epoch run's, bit for bit (the same rotation back).
+    // one-epoch run's, bit for bit (the same rotation back). Into a directory of its
+    // own: the first one holds checkpoints past this one (refused, see ckpt.rs).
     cfg.epochs = 1;
     cfg.checkpoint.resume = torusrec::als::Resume::Path(after_one);
+    cfg.checkpoint.dir = Some(dir.path().join("ckpt-branch"));
     let (w, h, _, _) = train(1, &cfg);
     assert_eq!((&w, &h), (&w1, &h1));
 }
