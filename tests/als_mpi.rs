@@ -21,7 +21,14 @@ fn prepare(dir: &Path, k: u64) -> std::path::PathBuf {
 }
 
 fn train(np: usize, data: &Path, out: &Path, extra: &[&str]) -> util::Output {
-    let o = TestCommand::new(Launcher::Mpirun(np))
+    let o = train_cmd(np, data, out).args(extra).run();
+    o.expect_code(0);
+    o
+}
+
+/// The `als` command of [`train`] (without its extra arguments).
+fn train_cmd(np: usize, data: &Path, out: &Path) -> TestCommand {
+    TestCommand::new(Launcher::Mpirun(np))
         .arg("als")
         .arg("--data")
         .arg(data)
@@ -37,10 +44,6 @@ fn train(np: usize, data: &Path, out: &Path, extra: &[&str]) -> util::Output {
         ])
         .args(["--unobserved-weight", "0.05", "--out"])
         .arg(out)
-        .args(extra)
-        .run();
-    o.expect_code(0);
-    o
 }
 
 fn tables(path: &Path) -> (Vec<f32>, Vec<f32>) {
@@ -292,23 +295,8 @@ fn a_fetch_in_many_small_rounds_gives_the_same_tables() {
     let data = prepare(dir.path(), 10);
     let (a, b) = (dir.path().join("a.h5"), dir.path().join("b.h5"));
     train(3, &data, &a, &[]);
-    let o = TestCommand::new(Launcher::Mpirun(3))
+    let o = train_cmd(3, &data, &b)
         .env("TORUSREC_FETCH_ROUND_BYTES", "512")
-        .arg("als")
-        .arg("--data")
-        .arg(&data)
-        .args([
-            "--dim",
-            "8",
-            "--epochs",
-            "3",
-            "--threads",
-            "1",
-            "--reg",
-            "0.05",
-        ])
-        .args(["--unobserved-weight", "0.05", "--out"])
-        .arg(&b)
         .run();
     o.expect_code(0);
     assert!(
@@ -410,23 +398,8 @@ fn collectives_cut_into_pieces_give_the_same_dataset_and_tables() {
     let pieces = prep("pieces.h5", Some("1000"));
     let (m1, m2) = (dir.path().join("m1.h5"), dir.path().join("m2.h5"));
     train(2, &whole, &m1, &[]);
-    let o = TestCommand::new(Launcher::Mpirun(2))
+    let o = train_cmd(2, &pieces, &m2)
         .env("TORUSREC_MPI_MAX_COUNT", "7")
-        .arg("als")
-        .arg("--data")
-        .arg(&pieces)
-        .args([
-            "--dim",
-            "8",
-            "--epochs",
-            "3",
-            "--threads",
-            "1",
-            "--reg",
-            "0.05",
-        ])
-        .args(["--unobserved-weight", "0.05", "--out"])
-        .arg(&m2)
         .run();
     o.expect_code(0);
     assert!(tables(&m1) == tables(&m2), "the tables differ");
