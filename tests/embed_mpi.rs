@@ -17,6 +17,11 @@ fn serial() -> MutexGuard<'static, ()> {
 }
 
 fn embed_cmd(np: usize, extra: &[&str]) -> TestCommand {
+    embed_steps(np, "12").args(extra)
+}
+
+/// [`embed_cmd`]'s run with `steps` steps.
+fn embed_steps(np: usize, steps: &str) -> TestCommand {
     let base = [
         "embed",
         "--preset",
@@ -24,7 +29,7 @@ fn embed_cmd(np: usize, extra: &[&str]) -> TestCommand {
         "--global-batch",
         "128",
         "--steps",
-        "12",
+        steps,
         "--log-every",
         "4",
         "--eval-examples",
@@ -36,7 +41,7 @@ fn embed_cmd(np: usize, extra: &[&str]) -> TestCommand {
         "--threads",
         "1",
     ];
-    TestCommand::mpirun(np).args(base).args(extra)
+    TestCommand::mpirun(np).args(base)
 }
 
 fn embed(np: usize, extra: &[&str]) -> Output {
@@ -485,17 +490,8 @@ fn a_run_neither_mixes_checkpoint_directories_nor_overwrites_an_output_it_did_no
     let ck = dir.path().join("ck");
     let cks = ck.to_str().unwrap();
     let run = |steps: &str, extra: &[&str]| {
-        TestCommand::mpirun(2)
-            .args(["embed", "--preset", "tiny", "--global-batch", "128"])
-            .args([
-                "--log-every",
-                "4",
-                "--eval-examples",
-                "2048",
-                "--threads",
-                "1",
-            ])
-            .args(["--checkpoint-dir", cks, "--steps", steps])
+        embed_steps(2, steps)
+            .args(["--checkpoint-dir", cks])
             .args(extra)
             .run()
     };
@@ -527,22 +523,8 @@ fn a_run_neither_mixes_checkpoint_directories_nor_overwrites_an_output_it_did_no
     let out = dir.path().join("model.h5");
     std::fs::write(&out, "precious").unwrap();
     let fresh = dir.path().join("empty");
-    TestCommand::mpirun(2)
-        .args([
-            "embed",
-            "--preset",
-            "tiny",
-            "--global-batch",
-            "128",
-            "--steps",
-            "2",
-        ])
-        .args([
-            "--threads",
-            "1",
-            "--checkpoint-dir",
-            fresh.to_str().unwrap(),
-        ])
+    embed_steps(2, "2")
+        .args(["--checkpoint-dir", fresh.to_str().unwrap()])
         .args(["--resume", "auto", "--out", out.to_str().unwrap()])
         .run()
         .expect_code(2)

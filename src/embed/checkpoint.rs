@@ -134,12 +134,14 @@ pub fn global_restore<C: Comm>(
             "model, seed, batch, accumulation, optimizers and pipelining",
         )?;
         let f = commit::local_open(path)?;
-        let read2 = |name: &str,
-                     vocab: usize,
-                     sel: (usize, usize, usize),
-                     cols: std::ops::Range<usize>,
-                     width: usize|
-         -> Result<Vec<f32>> {
+        // Into the shards' own buffers (kept: they are on huge pages).
+        let read_into = |name: &str,
+                         vocab: usize,
+                         sel: (usize, usize, usize),
+                         cols: std::ops::Range<usize>,
+                         width: usize,
+                         dst: &mut [f32]|
+         -> Result<()> {
             let ds = f
                 .dataset(name)
                 .map_err(|_| corrupt(path, format!("dataset {name} is missing")))?;
@@ -152,25 +154,22 @@ pub fn global_restore<C: Comm>(
             }
             let (a, step, n) = sel;
             if n == 0 {
-                return Ok(Vec::new());
+                return Ok(());
             }
-            ds.read_slice_2d::<f32, _>(s![a..a + (n - 1) * step + 1;step, cols])
-                .map(|x| x.as_standard_layout().iter().copied().collect())
-                .map_err(|e| corrupt(path, format!("dataset {name} is unreadable: {e}")))
-        };
-        // Read into the shards' own buffers (kept: they are on huge pages).
-        let into = |dst: &mut [f32], src: Vec<f32>, name: &str| -> Result<()> {
-            if src.len() != dst.len() {
+            let x = ds
+                .read_slice_2d::<f32, _>(s![a..a + (n - 1) * step + 1;step, cols])
+                .map_err(|e| corrupt(path, format!("dataset {name} is unreadable: {e}")))?;
+            if x.len() != dst.len() {
                 return Err(corrupt(
                     path,
                     format!(
                         "dataset {name}: {} values for a shard of {}",
-                        src.len(),
+                        x.len(),
                         dst.len()
                     ),
                 ));
             }
-            dst.copy_from_slice(&src);
+            dst.iter_mut().zip(x.iter()).for_each(|(d, &v)| *d = v);
             Ok(())
         };
         for ls in tr.store.local.iter_mut() {
@@ -181,12 +180,10 @@ pub fn global_restore<C: Comm>(
             );
             let sel = row_slab(ls.shard.rows, ls.rows);
             let name = format!("/tables/{t}/rows");
-            let rows = read2(&name, vocab, sel, ls.shard.cols.clone(), dim)?;
-            into(&mut ls.data, rows, &name)?;
+            read_into(&name, vocab, sel, ls.shard.cols.clone(), dim, &mut ls.data)?;
             if sp > 0 {
                 let name = format!("/tables/{t}/state");
-                let state = read2(&name, vocab, sel, 0..sp, sp)?;
-                into(&mut ls.state, state, &name)?;
+                read_into(&name, vocab, sel, 0..sp, sp, &mut ls.state)?;
             }
         }
         let read1 = |name: &str, n: usize| -> Result<Vec<f32>> {

@@ -14,8 +14,9 @@ use crate::{Error, Result};
 /// and gradients of every layer), for the whole step of `accumulate` micro-batches
 /// (one lookup covers it) the MLP's input and its gradient, the lookups (ids and
 /// looked-up rows, sent and received: as if one rank served a whole micro-batch, or
-/// the rank's own examples of the step when they are more), and the `preloaded` examples this rank holds with `--preload` (ids,
-/// offsets, dense features and label each). Pure arithmetic.
+/// the rank's own examples of the step when they are more), and the `preloaded`
+/// examples this rank holds with `--preload` (ids, offsets, dense features and label
+/// each). Pure arithmetic.
 pub fn estimate(
     spec: &ModelSpec,
     micro: usize,

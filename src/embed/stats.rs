@@ -146,14 +146,8 @@ impl BatchStats {
     /// Write the stats as JSON to `path.partial`, then rename it to `path`. (Numbers
     /// read back may differ from those written in the last bit.)
     pub fn save(&self, path: &Path) -> Result<()> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            if !dir.is_dir() {
-                return Err(Error::input(
-                    dir,
-                    "output directory does not exist (--stats)",
-                ));
-            }
-        }
+        // A cache, replaced when stale: only where it goes is checked.
+        crate::data::dataset::check_output(path, true)?;
         let tmp = crate::data::dataset::temp_path(path);
         let text = serde_json::to_string_pretty(self).map_err(|e| Error::Config(e.to_string()))?;
         std::fs::write(&tmp, text + "\n").map_err(|e| Error::io(&tmp, e))?;
