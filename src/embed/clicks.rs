@@ -40,14 +40,28 @@ const DENSE_WEIGHT_KEY: u64 = 1 << 63;
 /// Examples per rayon task.
 const CHUNK: usize = 256;
 
-/// One feature's bags: example e has ids[offsets[e]..offsets[e+1]].
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Bags {
+/// One feature's bags: example e has ids[offsets[e]..offsets[e+1]]. Rows of a table
+/// are `u32` ids; the raw 64-bit feature ids of a hash-table vocabulary are
+/// [`KeyBags`] until they are resolved to rows.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Bags<I = u32> {
     pub offsets: Vec<u32>,
-    pub ids: Vec<u32>,
+    pub ids: Vec<I>,
 }
 
-impl Bags {
+/// Bags of raw 64-bit feature ids (keys of a hash-table vocabulary).
+pub type KeyBags = Bags<u64>;
+
+impl<I> Default for Bags<I> {
+    fn default() -> Self {
+        Bags {
+            offsets: Vec::new(),
+            ids: Vec::new(),
+        }
+    }
+}
+
+impl<I: Copy> Bags<I> {
     /// Examples held (`offsets.len() - 1`; 0 for a default value).
     pub fn len(&self) -> usize {
         self.offsets.len().saturating_sub(1)
@@ -58,8 +72,67 @@ impl Bags {
     }
 
     /// The ids of example `e`.
-    pub fn bag(&self, e: usize) -> &[u32] {
+    pub fn bag(&self, e: usize) -> &[I] {
         &self.ids[self.offsets[e] as usize..self.offsets[e + 1] as usize]
+    }
+
+    /// No examples (one offset), keeping the buffers.
+    fn clear(&mut self) {
+        self.offsets.clear();
+        self.offsets.push(0);
+        self.ids.clear();
+    }
+
+    /// Make room for `others` appended.
+    fn reserve_for<'a>(&mut self, others: impl Iterator<Item = &'a Bags<I>> + Clone)
+    where
+        I: 'a,
+    {
+        let (no, ni) = (self.offsets.len(), self.ids.len());
+        reserve_total(
+            &mut self.offsets,
+            no + others.clone().map(|b| b.offsets.len()).sum::<usize>(),
+        );
+        reserve_total(
+            &mut self.ids,
+            ni + others.map(|b| b.ids.len()).sum::<usize>(),
+        );
+    }
+
+    /// Append `other`'s bags (an empty `other`, without offsets, appends nothing).
+    fn append(&mut self, other: &Bags<I>) {
+        if other.offsets.is_empty() {
+            return;
+        }
+        if self.offsets.is_empty() {
+            self.offsets.push(0);
+        }
+        let base = self.ids.len();
+        let first = other.offsets.first().copied().unwrap_or(0) as usize;
+        let last = other.offsets.last().copied().unwrap_or(0) as usize;
+        let no = self.offsets.len();
+        reserve_total(&mut self.offsets, no + other.offsets.len());
+        reserve_total(&mut self.ids, base + (last - first));
+        self.offsets.extend(
+            other
+                .offsets
+                .iter()
+                .skip(1)
+                .map(|&o| to_u32_offset(base + (o as usize - first))),
+        );
+        self.ids.extend_from_slice(&other.ids[first..last]);
+    }
+
+    /// Examples `lo..hi` (offsets start at 0); an empty `self` gives an empty value.
+    fn slice(&self, lo: usize, hi: usize) -> Bags<I> {
+        if self.offsets.is_empty() {
+            return Bags::default();
+        }
+        let (a, z) = (self.offsets[lo], self.offsets[hi]);
+        Bags {
+            offsets: self.offsets[lo..=hi].iter().map(|&o| o - a).collect(),
+            ids: self.ids[a as usize..z as usize].to_vec(),
+        }
     }
 }
 
@@ -72,8 +145,12 @@ pub struct Batch {
     pub dense: Vec<f32>,
     /// 0.0 or 1.0.
     pub labels: Vec<f32>,
-    /// One per table.
+    /// One per table: the rows looked up (for a hash-table vocabulary, filled when
+    /// the step's keys are resolved to rows).
     pub bags: Vec<Bags>,
+    /// The raw 64-bit ids of the tables with a hash-table vocabulary, one per table
+    /// (default, without offsets, for every other table); empty when no table has one.
+    pub keys: Vec<KeyBags>,
 }
 
 fn to_u32_offset(x: usize) -> u32 {
@@ -95,6 +172,7 @@ impl Batch {
                 };
                 spec.tables.len()
             ],
+            keys: Vec::new(),
         }
     }
 
@@ -104,9 +182,12 @@ impl Batch {
         self.dense.clear();
         self.labels.clear();
         for b in &mut self.bags {
-            b.offsets.clear();
-            b.offsets.push(0);
-            b.ids.clear();
+            b.clear();
+        }
+        for k in &mut self.keys {
+            if !k.offsets.is_empty() {
+                k.clear();
+            }
         }
     }
 
@@ -122,16 +203,10 @@ impl Batch {
             nl + others.iter().map(|b| b.labels.len()).sum::<usize>(),
         );
         for (t, mine) in self.bags.iter_mut().enumerate() {
-            let bags = || others.iter().filter_map(|b| b.bags.get(t));
-            let (no, ni) = (mine.offsets.len(), mine.ids.len());
-            reserve_total(
-                &mut mine.offsets,
-                no + bags().map(|b| b.offsets.len()).sum::<usize>(),
-            );
-            reserve_total(
-                &mut mine.ids,
-                ni + bags().map(|b| b.ids.len()).sum::<usize>(),
-            );
+            mine.reserve_for(others.iter().filter_map(|b| b.bags.get(t)));
+        }
+        for (t, mine) in self.keys.iter_mut().enumerate() {
+            mine.reserve_for(others.iter().filter_map(|b| b.keys.get(t)));
         }
     }
 
@@ -160,20 +235,13 @@ impl Batch {
             if mine.offsets.is_empty() {
                 mine.offsets.push(0);
             }
-            let base = mine.ids.len();
-            let first = theirs.offsets.first().copied().unwrap_or(0) as usize;
-            let last = theirs.offsets.last().copied().unwrap_or(0) as usize;
-            let no = mine.offsets.len();
-            reserve_total(&mut mine.offsets, no + theirs.offsets.len());
-            reserve_total(&mut mine.ids, base + (last - first));
-            mine.offsets.extend(
-                theirs
-                    .offsets
-                    .iter()
-                    .skip(1)
-                    .map(|&o| to_u32_offset(base + (o as usize - first))),
-            );
-            mine.ids.extend_from_slice(&theirs.ids[first..last]);
+            mine.append(theirs);
+        }
+        if self.keys.len() < other.keys.len() {
+            self.keys.resize_with(other.keys.len(), Bags::default);
+        }
+        for (mine, theirs) in self.keys.iter_mut().zip(&other.keys) {
+            mine.append(theirs);
         }
     }
 
@@ -186,17 +254,8 @@ impl Batch {
             n_dense: nd,
             dense: self.dense[lo * nd..hi * nd].to_vec(),
             labels: self.labels[lo..hi].to_vec(),
-            bags: self
-                .bags
-                .iter()
-                .map(|b| {
-                    let (a, z) = (b.offsets[lo], b.offsets[hi]);
-                    Bags {
-                        offsets: b.offsets[lo..=hi].iter().map(|&o| o - a).collect(),
-                        ids: b.ids[a as usize..z as usize].to_vec(),
-                    }
-                })
-                .collect(),
+            bags: self.bags.iter().map(|b| b.slice(lo, hi)).collect(),
+            keys: self.keys.iter().map(|k| k.slice(lo, hi)).collect(),
         }
     }
 
@@ -548,6 +607,7 @@ impl ClickGen {
                 };
                 self.tables.len()
             ],
+            keys: Vec::new(),
         }
     }
 
@@ -614,7 +674,7 @@ impl ClickGen {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::embed::spec::{preset, Pooling, TableSpec};
+    use crate::embed::spec::{preset, Evict, Pooling, TableSpec, VocabKind};
 
     fn exact_zipf_pmf(n: usize, s: f64) -> Vec<f64> {
         let w: Vec<f64> = (0..n).map(|r| (r as f64 + 1.0).powf(-s)).collect();
@@ -841,6 +901,9 @@ mod tests {
                 pooling: Pooling::Sum,
                 valency: 8.0,
                 valency_dist: ValencyDist::Fixed,
+                vocab_kind: VocabKind::Fixed,
+                admit_after: 1,
+                evict: Evict::Lfu,
             }],
         };
         let b = ClickGen::new(&spec, 3).batch(0, 20_000);

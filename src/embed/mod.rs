@@ -8,6 +8,7 @@ pub mod clicks;
 pub mod driver;
 pub mod exchange;
 pub mod gemm;
+pub mod hashtab;
 pub mod kernels;
 pub mod memory;
 pub mod metrics;

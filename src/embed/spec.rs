@@ -6,6 +6,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+pub use super::hashtab::Evict;
 use crate::rng::{stream, SplitMix64};
 use crate::{Error, Result};
 
@@ -25,6 +26,46 @@ pub enum ValencyDist {
     Fixed,
     /// `1 + Poisson(valency - 1)` ids (the TorchRec peer's definition).
     Poisson,
+}
+
+/// How a table's ids map to its rows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VocabKind {
+    /// Ids are the rows `0..vocab`; an id out of range is an input error.
+    #[default]
+    Fixed,
+    /// Row `id mod vocab` (the hashing trick: distinct ids may share a row).
+    Modulo,
+    /// A hash table of `vocab` rows (over all ranks) keyed by the raw 64-bit id: an id
+    /// gets a row of its own once seen `admit_after` times; a full table evicts
+    /// (`evict`). See [`super::hashtab`].
+    Hash,
+}
+
+impl VocabKind {
+    pub fn is_fixed(&self) -> bool {
+        *self == VocabKind::Fixed
+    }
+}
+
+fn default_admit_after() -> u32 {
+    1
+}
+fn is_one(x: &u32) -> bool {
+    *x == 1
+}
+fn is_lfu(e: &Evict) -> bool {
+    *e == Evict::Lfu
+}
+
+fn ser_evict<S: serde::Serializer>(e: &Evict, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(&e.to_string())
+}
+
+fn de_evict<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Evict, D::Error> {
+    let s = String::deserialize(d)?;
+    Evict::parse(&s).map_err(serde::de::Error::custom)
 }
 
 fn default_pooling() -> Pooling {
@@ -53,6 +94,20 @@ pub struct TableSpec {
     pub valency: f64,
     #[serde(default = "default_valency_dist")]
     pub valency_dist: ValencyDist,
+    /// `fixed` (default), `modulo` or `hash`; with `hash`, `vocab` is the capacity.
+    #[serde(default, skip_serializing_if = "VocabKind::is_fixed")]
+    pub vocab_kind: VocabKind,
+    /// Hash tables: occurrences before an id gets a trained row (1: at once).
+    #[serde(default = "default_admit_after", skip_serializing_if = "is_one")]
+    pub admit_after: u32,
+    /// Hash tables: `lfu` (default) or `ttl:STEPS`.
+    #[serde(
+        default,
+        skip_serializing_if = "is_lfu",
+        serialize_with = "ser_evict",
+        deserialize_with = "de_evict"
+    )]
+    pub evict: Evict,
 }
 
 impl TableSpec {
@@ -150,6 +205,14 @@ impl ModelSpec {
                     t.valency
                 ));
             }
+            if t.vocab_kind != VocabKind::Hash && (t.admit_after != 1 || t.evict != Evict::Lfu) {
+                return bad(format!(
+                    "{at}: admit_after and evict apply to vocab_kind = \"hash\" only"
+                ));
+            }
+            if t.admit_after == 0 {
+                return bad(format!("{at}: admit_after must be at least 1"));
+            }
         }
         Ok(())
     }
@@ -246,6 +309,9 @@ fn torchrec_peer(scale_vocab: impl Fn(u64) -> u64) -> ModelSpec {
                 pooling: Pooling::Sum,
                 valency: POOL[t] as f64,
                 valency_dist: ValencyDist::Poisson,
+                vocab_kind: VocabKind::Fixed,
+                admit_after: 1,
+                evict: Evict::Lfu,
             })
             .collect(),
     }
@@ -286,6 +352,9 @@ fn dlrm_synthetic(scale: f64, scale_vocab: impl Fn(u64) -> u64) -> ModelSpec {
                 pooling: Pooling::Sum,
                 valency: pool[t].round().max(1.0),
                 valency_dist: ValencyDist::Poisson,
+                vocab_kind: VocabKind::Fixed,
+                admit_after: 1,
+                evict: Evict::Lfu,
             })
             .collect(),
     }
@@ -316,6 +385,9 @@ fn google_ads(scale: f64, scale_vocab: impl Fn(u64) -> u64) -> ModelSpec {
                     },
                     valency: valency.clamp(1.0, 230.0),
                     valency_dist: ValencyDist::Poisson,
+                    vocab_kind: VocabKind::Fixed,
+                    admit_after: 1,
+                    evict: Evict::Lfu,
                 }
             })
             .collect(),
@@ -342,6 +414,9 @@ fn tiny() -> ModelSpec {
         pooling,
         valency,
         valency_dist,
+        vocab_kind: VocabKind::Fixed,
+        admit_after: 1,
+        evict: Evict::Lfu,
     };
     ModelSpec {
         n_dense: 4,

@@ -248,7 +248,7 @@ mod tests {
     use super::search::candidates;
     use super::*;
     use crate::embed::placement::{ColumnShard, OutputMode, Placement, Plan};
-    use crate::embed::spec::{preset, Pooling, TableSpec, ValencyDist};
+    use crate::embed::spec::{preset, Evict, Pooling, TableSpec, ValencyDist, VocabKind};
     use crate::embed::stats::{synthetic_stats, SCHEMA};
     use crate::embed::stats::{BatchStats, TableStats};
     use crate::Error;
@@ -261,6 +261,9 @@ mod tests {
             pooling: Pooling::Sum,
             valency,
             valency_dist: ValencyDist::Poisson,
+            vocab_kind: VocabKind::Fixed,
+            admit_after: 1,
+            evict: Evict::Lfu,
         }
     }
 
