@@ -9,6 +9,7 @@ pub mod driver;
 pub mod exchange;
 pub mod gemm;
 pub mod hashtab;
+pub mod keys;
 pub mod kernels;
 pub mod memory;
 pub mod metrics;

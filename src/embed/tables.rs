@@ -3,8 +3,9 @@
 
 use rayon::prelude::*;
 
+use super::hashtab::HashShard;
 use super::placement::{Placement, Plan, Rows, Shard};
-use super::spec::ModelSpec;
+use super::spec::{ModelSpec, VocabKind};
 use crate::rng::{stream, SplitMix64};
 use crate::{Error, Result};
 
@@ -125,6 +126,11 @@ pub struct Store {
     /// Per table: index into `local` of this rank's replica of a data-parallel table.
     pub replica: Vec<Option<usize>>,
     pub local: Vec<LocalShard>,
+    /// Per table: this rank's shard of a hash table (its slots are the local rows of
+    /// the table's row-cyclic shard here; see [`super::keys`]).
+    pub hash: Vec<Option<HashShard>>,
+    /// The seed of the initial rows (hash tables initialize a row when a key arrives).
+    pub seed: u64,
 }
 
 /// The initial value of row `id` of table `t`: uniform in `±sqrt(1/vocab)` (TorchRec's
@@ -159,8 +165,13 @@ impl Store {
         mem_limit: Option<u64>,
     ) -> Result<Store> {
         let mut s = Store::layout(spec, plan, rank, opt, mem_limit)?;
+        s.seed = seed;
         for ls in &mut s.local {
             let t = ls.shard.table;
+            if s.hash[t].is_some() {
+                // Rows of hash tables are initialized as keys arrive.
+                continue;
+            }
             let vocab = spec.tables[t].vocab;
             let w = ls.shard.width();
             let rows = ls.shard.rows;
@@ -229,6 +240,31 @@ impl Store {
             slot_local.push(idx);
             slots.push(shard);
         }
+        let mut rows_here = vec![0u64; spec.tables.len()];
+        for (t, tab) in spec.tables.iter().enumerate() {
+            if tab.vocab_kind != VocabKind::Hash {
+                continue;
+            }
+            let all: Vec<usize> = (0..plan.world).collect();
+            if plan.tables[t] != (Placement::RowCyclic { ranks: all }) {
+                return Err(Error::Config(format!(
+                    "table {:?} is a hash table: its placement must be row_cyclic over every rank in order, the plan has {}",
+                    tab.name,
+                    plan.tables[t].kind()
+                )));
+            }
+            if tab.vocab < plan.world as u64 {
+                return Err(Error::Config(format!(
+                    "hash table {:?}: capacity {} is less than one row per rank ({} ranks)",
+                    tab.name, tab.vocab, plan.world
+                )));
+            }
+            rows_here[t] = local
+                .iter()
+                .find(|l| l.shard.table == t)
+                .map_or(0, |l| l.rows);
+        }
+        let hash = super::keys::local_hash_shards(spec, &rows_here)?;
         Ok(Store {
             spec: spec.clone(),
             plan: plan.clone(),
@@ -240,6 +276,8 @@ impl Store {
             slot_local,
             replica,
             local,
+            hash,
+            seed: 0,
         })
     }
 

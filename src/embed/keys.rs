@@ -1,0 +1,515 @@
+//! From a feature's ids to the rows the exchange looks up, per table's
+//! [`VocabKind`]:
+//!
+//! - `fixed`: the ids are the rows `0..vocab` (a 64-bit id of a click log from
+//!   `prepare clicks` must be below `vocab`);
+//! - `modulo`: row `id mod vocab` (the hashing trick: distinct ids may share a row);
+//! - `hash`: a hash table of `vocab` rows over all ranks, keyed by the raw 64-bit
+//!   id ([`super::hashtab`]). The table is placed row-cyclic over ranks `0..P`: slot
+//!   `s` of rank `o` is the table's row `s * P + o`, so once every key of a step is
+//!   resolved to its row, the exchange, the optimizer, checkpoints of the rows and the
+//!   output modes treat it as any row-cyclic table.
+//!
+//! Resolution ([`global_resolve`], collective) happens once per optimizer step, over
+//! all of the step's micro-batches, before the lookup: each rank deduplicates its
+//! keys per table and counts their occurrences, sends `(key, count)` to the key's
+//! owner ([`owner`]) in one all-to-all-v for all hash tables, and each owner resolves
+//! them in rank order of the senders (so the result does not depend on timing:
+//! counts, admission, eviction and the rows (re)initialized for new keys), answering
+//! with the row, or [`NO_ROW`] for a key not admitted (yet) or refused by a full
+//! table. A key without a row looks up nothing: it is left out of its bag (a sum
+//! pools zeros for it; a mean is taken over the rows found) and it gets no gradient.
+//! Evaluation resolves read-only ([`Resolve::Lookup`]): unknown keys look up
+//! nothing, counts do not move.
+
+use super::clicks::{Bags, Batch, KeyBags};
+use super::hashtab::{owner, HashShard, Stats};
+use super::spec::{ModelSpec, VocabKind};
+use super::tables::Store;
+use crate::comm::{Comm, Received};
+use crate::rng::{hash3, mix64, SplitMix64};
+use crate::{Error, Result};
+
+/// The answer for a key without a row.
+pub const NO_ROW: u32 = u32::MAX;
+
+/// What one table's ids need before the lookup, given what the data holds (u32 ids
+/// below the data's vocabulary, or raw 64-bit keys) and the model's table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Action {
+    /// Rows already (the default path: a generated or v1 log into a fixed table at
+    /// least as large as the data's id space).
+    Keep,
+    /// u32 ids that must be checked against a smaller fixed vocabulary.
+    CheckBelow(u64),
+    /// u32 ids or 64-bit keys, reduced mod `vocab`.
+    Modulo(u64),
+    /// 64-bit keys that must be rows below `vocab`.
+    KeysAsRows(u64),
+    /// A hash table: u32 ids become keys (the data's ids are the keys).
+    ToKeys,
+    /// A hash table over keys the data already holds.
+    Keys,
+}
+
+/// How each table's ids become rows (built once per run from the data and the model).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IdMap {
+    actions: Vec<Action>,
+    names: Vec<String>,
+}
+
+impl IdMap {
+    /// `data`: the model the examples were generated for (its vocabularies bound the
+    /// u32 ids), `keyed`: the examples carry 64-bit keys (a `prepare clicks` log).
+    pub fn new(data: &ModelSpec, model: &ModelSpec, keyed: bool) -> Result<IdMap> {
+        if data.tables.len() != model.tables.len() || data.n_dense != model.n_dense {
+            return Err(Error::Config(format!(
+                "the model has {} tables and {} dense features, the data {} and {}",
+                model.tables.len(),
+                model.n_dense,
+                data.tables.len(),
+                data.n_dense
+            )));
+        }
+        let actions = data
+            .tables
+            .iter()
+            .zip(&model.tables)
+            .map(|(d, m)| match (m.vocab_kind, keyed) {
+                (VocabKind::Hash, true) => Action::Keys,
+                (VocabKind::Hash, false) => Action::ToKeys,
+                (VocabKind::Modulo, _) => Action::Modulo(m.vocab),
+                (VocabKind::Fixed, true) => Action::KeysAsRows(m.vocab),
+                (VocabKind::Fixed, false) if m.vocab >= d.vocab => Action::Keep,
+                (VocabKind::Fixed, false) => Action::CheckBelow(m.vocab),
+            })
+            .collect();
+        Ok(IdMap {
+            actions,
+            names: model.tables.iter().map(|t| t.name.clone()).collect(),
+        })
+    }
+
+    /// Nothing to do for any table.
+    pub fn is_identity(&self) -> bool {
+        self.actions.iter().all(|a| *a == Action::Keep)
+    }
+
+    /// Turn `batch`'s ids into rows (fixed and modulo tables) or keys (hash tables,
+    /// whose rows [`global_resolve`] fills in). `what` names the examples in errors.
+    pub fn apply(&self, batch: &mut Batch, what: &dyn Fn() -> String) -> Result<()> {
+        if self.is_identity() {
+            return Ok(());
+        }
+        let tables = self.actions.len();
+        if batch.keys.len() < tables {
+            batch.keys.resize_with(tables, KeyBags::default);
+        }
+        for (t, &a) in self.actions.iter().enumerate() {
+            let (bags, keys) = (&mut batch.bags[t], &mut batch.keys[t]);
+            let bad = |e: usize, id: u64, vocab: u64| {
+                Error::Config(format!(
+                    "{}: table {:?}: id {id} of example {e} of the step is not below its vocab {vocab} (a fixed vocabulary; use --vocab modulo or hash)",
+                    what(),
+                    self.names[t]
+                ))
+            };
+            match a {
+                Action::Keep => {}
+                Action::CheckBelow(v) => {
+                    if let Some(i) = bags.ids.iter().position(|&id| id as u64 >= v) {
+                        let e = bags.offsets.partition_point(|&o| o as usize <= i) - 1;
+                        return Err(bad(e, bags.ids[i] as u64, v));
+                    }
+                }
+                Action::Modulo(v) => {
+                    if keys.offsets.is_empty() {
+                        bags.ids.iter_mut().for_each(|id| *id = (*id as u64 % v) as u32);
+                    } else {
+                        bags.offsets.clone_from(&keys.offsets);
+                        bags.ids.clear();
+                        bags.ids.extend(keys.ids.iter().map(|&k| (k % v) as u32));
+                    }
+                }
+                Action::KeysAsRows(v) => {
+                    if let Some(i) = keys.ids.iter().position(|&k| k >= v) {
+                        let e = keys.offsets.partition_point(|&o| o as usize <= i) - 1;
+                        return Err(bad(e, keys.ids[i], v));
+                    }
+                    bags.offsets.clone_from(&keys.offsets);
+                    bags.ids.clear();
+                    bags.ids.extend(keys.ids.iter().map(|&k| k as u32));
+                }
+                Action::ToKeys => {
+                    keys.offsets.clone_from(&bags.offsets);
+                    keys.ids.clear();
+                    keys.ids.extend(bags.ids.iter().map(|&id| id as u64));
+                }
+                Action::Keys => {}
+            }
+            // Keys stay only where a hash table resolves them.
+            if !matches!(a, Action::ToKeys | Action::Keys) && !keys.offsets.is_empty() {
+                *keys = KeyBags::default();
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Train (count, admit, evict) or only look up (evaluation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resolve {
+    Train { step: u64 },
+    Lookup { step: u64 },
+}
+
+/// What a resolution did on this rank (summed over the hash tables).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ResolveCounts {
+    /// Key occurrences in this rank's batch.
+    pub occurrences: u64,
+    /// Distinct keys this rank sent to owners.
+    pub sent: u64,
+    /// Of the keys this rank sent, those that came back without a row.
+    pub no_row: u64,
+}
+
+impl std::ops::AddAssign for ResolveCounts {
+    fn add_assign(&mut self, o: Self) {
+        self.occurrences += o.occurrences;
+        self.sent += o.sent;
+        self.no_row += o.no_row;
+    }
+}
+
+/// A map from 64-bit keys to first-seen positions: open addressing, linear probing,
+/// power-of-two size at least twice the entries (empty: value `u32::MAX`), cleared
+/// through the list of keys it holds.
+#[derive(Debug, Default)]
+struct KeyIndex {
+    keys: Vec<u64>,
+    vals: Vec<u32>,
+}
+
+impl KeyIndex {
+    /// Ready for `n` distinct keys (keeps a larger table).
+    fn prepare(&mut self, n: usize) {
+        let cap = (2 * n.max(8)).next_power_of_two();
+        if self.vals.len() < cap {
+            self.keys = vec![0; cap];
+            self.vals = vec![u32::MAX; cap];
+        }
+    }
+
+    #[inline]
+    fn get_or_insert(&mut self, key: u64, next: u32) -> u32 {
+        let mask = self.vals.len() - 1;
+        let mut h = (mix64(key) as usize) & mask;
+        loop {
+            let v = self.vals[h];
+            if v == u32::MAX {
+                self.keys[h] = key;
+                self.vals[h] = next;
+                return next;
+            }
+            if self.keys[h] == key {
+                return v;
+            }
+            h = (h + 1) & mask;
+        }
+    }
+
+    /// Empty the slots of `keys` (the keys inserted since the last clear).
+    fn clear(&mut self, keys: &[u64]) {
+        let mask = self.vals.len().wrapping_sub(1);
+        for &k in keys {
+            let mut h = (mix64(k) as usize) & mask;
+            while self.vals[h] != u32::MAX {
+                self.vals[h] = u32::MAX;
+                h = (h + 1) & mask;
+            }
+        }
+    }
+}
+
+/// Buffers of [`global_resolve`], kept across steps.
+#[derive(Debug, Default)]
+pub struct ResolveBufs {
+    index: KeyIndex,
+    /// Per hash table (in table order): distinct keys, their counts, and each
+    /// occurrence's index into them.
+    distinct: Vec<Vec<u64>>,
+    counts: Vec<Vec<u32>>,
+    occ: Vec<Vec<u32>>,
+    /// Per hash table: each distinct key's owner, and its position among the keys
+    /// of that table sent to that owner.
+    dest_of: Vec<Vec<u32>>,
+    pos: Vec<Vec<u32>>,
+    dest: Vec<u32>,
+    rows: Vec<u32>,
+    send: Vec<u64>,
+    recv: Received<u64>,
+    reply: Vec<u32>,
+    answers: Received<u32>,
+    fresh: Vec<(u32, u64)>,
+}
+
+/// The initial row of `key` of hash table `t`: uniform in `±sqrt(1/capacity)`, drawn
+/// from (seed, table, key), so that it does not depend on the placement, the slot or
+/// when the key arrived.
+pub fn init_key_row(seed: u64, t: usize, capacity: u64, key: u64, out: &mut [f32]) {
+    let a = (1.0 / capacity.max(1) as f64).sqrt();
+    let mut rng = SplitMix64::new(hash3(
+        seed,
+        crate::rng::stream::EMB_INIT_KEY,
+        mix64(key ^ mix64(t as u64)),
+    ));
+    for v in out.iter_mut() {
+        *v = ((rng.next_f64() * 2.0 - 1.0) * a) as f32;
+    }
+}
+
+/// The hash tables of `store`'s model, in table order.
+pub fn hash_tables(spec: &ModelSpec) -> Vec<usize> {
+    (0..spec.tables.len())
+        .filter(|&t| spec.tables[t].vocab_kind == VocabKind::Hash)
+        .collect()
+}
+
+/// Collective: every rank must call (with its own batch, possibly empty). Resolve
+/// every key of `batch`'s hash tables to its row at the owners and write the rows
+/// into `batch.bags` (keys without a row are left out of their bags).
+pub fn global_resolve<C: Comm>(
+    comm: &C,
+    store: &mut Store,
+    batch: &mut Batch,
+    how: Resolve,
+    b: &mut ResolveBufs,
+) -> Result<ResolveCounts> {
+    let hts = hash_tables(&store.spec);
+    let mut counts = ResolveCounts::default();
+    if hts.is_empty() {
+        return Ok(counts);
+    }
+    let _phase = comm.stats().phase("resolve");
+    let (p, me) = (comm.size(), comm.rank());
+    let h = hts.len();
+    b.distinct.resize_with(h, Vec::new);
+    b.counts.resize_with(h, Vec::new);
+    b.occ.resize_with(h, Vec::new);
+    b.pos.resize_with(h, Vec::new);
+    b.dest_of.resize_with(h, Vec::new);
+
+    // 1. Distinct keys per table with their occurrence counts, in first-seen order.
+    for (j, &t) in hts.iter().enumerate() {
+        let keys = batch.keys.get(t).map(|k| &k.ids[..]).unwrap_or(&[]);
+        counts.occurrences += keys.len() as u64;
+        let (distinct, cnt, occ) = (&mut b.distinct[j], &mut b.counts[j], &mut b.occ[j]);
+        distinct.clear();
+        cnt.clear();
+        occ.clear();
+        b.index.prepare(keys.len());
+        for &k in keys {
+            let next = distinct.len() as u32;
+            let i = b.index.get_or_insert(k, next);
+            if i == next {
+                distinct.push(k);
+                cnt.push(1);
+            } else {
+                cnt[i as usize] = cnt[i as usize].saturating_add(1);
+            }
+            occ.push(i);
+        }
+        b.index.clear(distinct);
+        counts.sent += distinct.len() as u64;
+    }
+
+    // 2. One message per owner: per hash table a count, then for each table its
+    // (key, count) pairs in first-seen order.
+    let mut n_ot = vec![0usize; p * h];
+    for j in 0..h {
+        let t = hts[j];
+        b.dest.clear();
+        b.dest.extend(b.distinct[j].iter().map(|&k| owner(k, t, p) as u32));
+        b.pos[j].clear();
+        for &o in &b.dest {
+            let c = &mut n_ot[o as usize * h + j];
+            b.pos[j].push(*c as u32);
+            *c += 1;
+        }
+        std::mem::swap(&mut b.dest, &mut b.dest_of[j]);
+    }
+    let mut send_counts = Vec::with_capacity(p);
+    let mut base = vec![0usize; p * h];
+    let mut at = 0;
+    for o in 0..p {
+        let start = at;
+        at += h;
+        for j in 0..h {
+            base[o * h + j] = at;
+            at += 2 * n_ot[o * h + j];
+        }
+        send_counts.push(at - start);
+    }
+    b.send.clear();
+    b.send.resize(at, 0);
+    for o in 0..p {
+        let hdr = base[o * h] - h;
+        for j in 0..h {
+            b.send[hdr + j] = n_ot[o * h + j] as u64;
+        }
+    }
+    for j in 0..h {
+        for (i, (&k, &c)) in b.distinct[j].iter().zip(&b.counts[j]).enumerate() {
+            let o = b.dest_of[j][i] as usize;
+            let x = base[o * h + j] + 2 * b.pos[j][i] as usize;
+            b.send[x] = k;
+            b.send[x + 1] = c as u64;
+        }
+    }
+    comm.all_to_all_v_into(&b.send, &send_counts, &mut b.recv)?;
+
+    // 3. Owners resolve, senders in rank order, tables in order.
+    b.reply.clear();
+    let mut reply_counts = Vec::with_capacity(p);
+    let recv_off = b.recv.offsets();
+    for src in 0..p {
+        let msg = &b.recv.data[recv_off[src]..recv_off[src + 1]];
+        if msg.len() < h {
+            return Err(Error::Comm(format!(
+                "key resolution: rank {src} sent {} values, fewer than its {h}-table header",
+                msg.len()
+            )));
+        }
+        let (hdr, mut body) = msg.split_at(h);
+        let start = b.reply.len();
+        for (j, &t) in hts.iter().enumerate() {
+            let n = hdr[j] as usize;
+            if body.len() < 2 * n {
+                return Err(Error::Comm(format!(
+                    "key resolution: rank {src} announced {n} keys of table {t}, sent fewer"
+                )));
+            }
+            let (pairs, rest) = body.split_at(2 * n);
+            body = rest;
+            let s = store.table_slots[t][me];
+            let li = store.slot_local[s].ok_or_else(|| {
+                Error::Comm(format!("key resolution: rank {me} holds no shard of table {t}"))
+            })?;
+            let cap = store.spec.tables[t].vocab;
+            let seed = store.seed;
+            let shard = store.hash[t]
+                .as_mut()
+                .ok_or_else(|| Error::Comm(format!("table {t} has no hash shard on rank {me}")))?;
+            let ls = &mut store.local[li];
+            let w = ls.shard.width();
+            let sp = store.opt.state_per_row();
+            for pair in pairs.chunks_exact(2) {
+                let (key, c) = (pair[0], pair[1].min(u32::MAX as u64) as u32);
+                let slot = match how {
+                    Resolve::Train { step } => {
+                        b.fresh.clear();
+                        let r = shard.resolve(key, c, step, &mut b.fresh);
+                        for &(fs, fk) in &b.fresh {
+                            let fs = fs as usize;
+                            init_key_row(seed, t, cap, fk, &mut ls.data[fs * w..(fs + 1) * w]);
+                            ls.state[fs * sp..(fs + 1) * sp].fill(0.0);
+                        }
+                        r
+                    }
+                    Resolve::Lookup { step } => shard.get(key, step),
+                };
+                b.reply.push(match slot {
+                    Some(s) => (s as u64 * p as u64 + me as u64) as u32,
+                    None => NO_ROW,
+                });
+            }
+        }
+        if !body.is_empty() {
+            return Err(Error::Comm(format!(
+                "key resolution: rank {src} sent {} values past its announced keys",
+                body.len()
+            )));
+        }
+        reply_counts.push(b.reply.len() - start);
+    }
+    comm.all_to_all_v_into(&b.reply, &reply_counts, &mut b.answers)?;
+
+    // 4. Rows into the bags, in the order of the occurrences.
+    let ans_off = b.answers.offsets();
+    for o in 0..p {
+        let asked: usize = n_ot[o * h..(o + 1) * h].iter().sum();
+        if ans_off[o + 1] - ans_off[o] != asked {
+            return Err(Error::Comm(format!(
+                "key resolution: rank {o} answered {} keys, {asked} were asked",
+                ans_off[o + 1] - ans_off[o]
+            )));
+        }
+        // Where each table's answers start in this owner's reply.
+        let mut acc = ans_off[o];
+        for j in 0..h {
+            base[o * h + j] = acc;
+            acc += n_ot[o * h + j];
+        }
+    }
+    for (j, &t) in hts.iter().enumerate() {
+        b.rows.clear();
+        b.rows.extend((0..b.distinct[j].len()).map(|i| {
+            b.answers.data[base[b.dest_of[j][i] as usize * h + j] + b.pos[j][i] as usize]
+        }));
+        let rows = &b.rows;
+        counts.no_row += rows.iter().filter(|&&r| r == NO_ROW).count() as u64;
+        let keys = &batch.keys[t];
+        let bags: &mut Bags = &mut batch.bags[t];
+        bags.offsets.clear();
+        bags.ids.clear();
+        bags.offsets.push(0);
+        let occ = &b.occ[j];
+        for e in 0..keys.len() {
+            let (lo, hi) = (keys.offsets[e] as usize, keys.offsets[e + 1] as usize);
+            for &i in &occ[lo..hi] {
+                let r = rows[i as usize];
+                if r != NO_ROW {
+                    bags.ids.push(r);
+                }
+            }
+            bags.offsets.push(bags.ids.len() as u32);
+        }
+        if keys.offsets.is_empty() {
+            // No keys for this table in this batch: one empty bag per example.
+            bags.offsets.resize(batch.n + 1, 0);
+        }
+    }
+    Ok(counts)
+}
+
+/// Every hash shard's counters on this rank, summed.
+pub fn local_stats(store: &Store) -> Stats {
+    let mut s = Stats::default();
+    for h in store.hash.iter().flatten() {
+        let x = h.stats();
+        s.inserted += x.inserted;
+        s.evicted += x.evicted;
+        s.expired += x.expired;
+        s.refused += x.refused;
+    }
+    s
+}
+
+/// Every hash table's shard on this rank (`None` for other tables), sized by the
+/// rank's rows of the row-cyclic table.
+pub fn local_hash_shards(spec: &ModelSpec, rows_here: &[u64]) -> Result<Vec<Option<HashShard>>> {
+    spec.tables
+        .iter()
+        .zip(rows_here)
+        .map(|(t, &rows)| {
+            if t.vocab_kind != VocabKind::Hash {
+                return Ok(None);
+            }
+            HashShard::new(rows as usize, t.admit_after, t.evict)
+                .map(Some)
+                .map_err(|e| Error::Config(format!("hash table {:?}: {e}", t.name)))
+        })
+        .collect()
+}
