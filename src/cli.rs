@@ -351,6 +351,13 @@ pub struct GenerateClicksArgs {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum VocabArg {
+    Fixed,
+    Modulo,
+    Hash,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum TableOptKind {
     Sgd,
     RowwiseAdagrad,
@@ -366,10 +373,51 @@ pub enum DenseOptKind {
 pub struct EmbedArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Train on a click log from `generate clicks` (its model is used) instead of
-    /// examples generated on the fly.
-    #[arg(long, value_name = "F.h5", conflicts_with_all = ["preset", "tables", "scale"])]
+    /// Train on a click log from `generate clicks` or `prepare clicks` instead of
+    /// examples generated on the fly. The model is the log's (one table per
+    /// categorical column, hash tables for a `prepare clicks` log) unless --tables
+    /// gives one with the same tables and dense features; the options below
+    /// override every table.
+    #[arg(long, value_name = "F.h5", conflicts_with_all = ["preset", "scale"])]
     pub data: Option<PathBuf>,
+    /// Every table's vocabulary: fixed (ids are rows below the table's vocab), modulo
+    /// (row = id mod --capacity: the hashing trick) or hash (a hash table of
+    /// --capacity rows keyed by the raw 64-bit id, with admission and eviction).
+    /// Default: the model's (hash for a `prepare clicks` log, fixed otherwise).
+    #[arg(long, value_enum, value_name = "KIND")]
+    pub vocab: Option<VocabArg>,
+    /// Rows of every modulo or hash table (total over ranks). Default: the model's
+    /// vocab (for a `prepare clicks` log, the distinct ids of each column it counted).
+    #[arg(long, value_name = "ROWS")]
+    pub capacity: Option<u64>,
+    /// Hash tables: an id gets a trained row once seen N times (until then it looks
+    /// up nothing and only its count is kept). Default: the model's (1).
+    #[arg(long, value_name = "N")]
+    pub admit_after: Option<u32>,
+    /// Hash tables, when full: lfu (evict the least frequently seen ids, a sixteenth
+    /// of the table at a time) or ttl:STEPS (ids unseen for STEPS steps expire; when
+    /// full, the least recently seen go). An id seen in the current step is never
+    /// evicted; if every one was, a new id looks up nothing. Default: the model's (lfu).
+    #[arg(long, value_name = "lfu|ttl:STEPS")]
+    pub evict: Option<String>,
+    /// Width of every table (default: the model's; 16 for a `prepare clicks` log).
+    #[arg(long, value_name = "D")]
+    pub dim: Option<usize>,
+    /// Hold out day K of a click log of several days (input file K of `prepare
+    /// clicks`, from 0) for AUC and log loss, and train on the other days.
+    #[arg(
+        long,
+        value_name = "K",
+        requires = "data",
+        conflicts_with = "eval_examples"
+    )]
+    pub eval_day: Option<usize>,
+    /// Warm start: the tables (with their optimizer state and counts), the MLP and its
+    /// optimizer state from a checkpoint of another run (a file, or the newest in a
+    /// directory), on any rank count, then train on this run's data from step 0.
+    /// The model must be the same (tables, widths, vocabularies, MLP).
+    #[arg(long, value_name = "CKPT|DIR")]
+    pub init_from: Option<PathBuf>,
     /// Examples per rank per micro-batch.
     #[arg(long, default_value_t = 2048)]
     pub batch: usize,

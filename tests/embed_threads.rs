@@ -40,6 +40,7 @@ fn config(spec: &ModelSpec, opt: TableOpt, micro: usize, k: usize, steps: u64) -
         eval_every: 0,
         log_every: 1,
         mem_per_rank: None,
+        ids: Default::default(),
     }
 }
 

@@ -9,19 +9,20 @@ use crate::ckpt::signals::Preemption;
 use crate::ckpt::{CheckpointConfig, Resume};
 use crate::cli::{
     DenseGemmArg, DenseOptKind, EmbedArgs, GenerateClicksArgs, ModelArgs, OutputModeArg, PlanArgs,
-    TableOptKind,
+    TableOptKind, VocabArg,
 };
 use crate::comm::Comm;
 use crate::embed::clicklog::{write_click_log, ClickLog};
 use crate::embed::clicks::ClickGen;
 use crate::embed::driver::{global_train, Event, RunConfig, Summary};
 use crate::embed::gemm::Gemm;
+use crate::embed::keys::{hash_tables, IdMap};
 use crate::embed::memory;
 use crate::embed::mlp::DenseOpt;
-use crate::embed::placement::{OutputMode, Plan};
+use crate::embed::placement::{OutputMode, Placement, Plan};
 use crate::embed::planner;
 use crate::embed::planner::{CostModel, Heuristic, PlanOptions};
-use crate::embed::spec::{preset, ModelSpec};
+use crate::embed::spec::{preset, Evict, ModelSpec, VocabKind};
 use crate::embed::stats::load_or_measure_stats;
 use crate::embed::tables::TableOpt;
 use crate::embed::train::{EmbedConfig, IntervalReport, Source};
@@ -186,6 +187,59 @@ fn cost_model_of(path: Option<&Path>, print: bool) -> Result<CostModel> {
     Ok(m)
 }
 
+/// `spec` without the tables `drop` (in order), and the indices of the tables kept.
+fn without_tables(spec: &ModelSpec, drop: &[usize]) -> (ModelSpec, Vec<usize>) {
+    let keep: Vec<usize> = (0..spec.tables.len())
+        .filter(|t| !drop.contains(t))
+        .collect();
+    let sub = ModelSpec {
+        tables: keep.iter().map(|&t| spec.tables[t].clone()).collect(),
+        ..spec.clone()
+    };
+    (sub, keep)
+}
+
+/// The largest bytes of rows and optimizer state a rank holds of the hash tables `hts`
+/// (row-cyclic over every rank).
+fn hash_bytes_per_rank(spec: &ModelSpec, hts: &[usize], world: usize, opt: TableOpt) -> u64 {
+    hts.iter()
+        .map(|&t| {
+            let tab = &spec.tables[t];
+            tab.vocab.div_ceil(world as u64) * (tab.dim as u64 + opt.state_per_row() as u64) * 4
+        })
+        .sum()
+}
+
+/// `plan` (of the tables `keep` of `spec`, in order, or of all of them) with every
+/// hash table row-cyclic over every rank, its lookups coming back as rows.
+fn with_hash_tables(plan: Plan, spec: &ModelSpec, keep: &[usize]) -> Plan {
+    let n = spec.tables.len();
+    let all: Vec<usize> = (0..plan.world).collect();
+    let mut tables = Vec::with_capacity(n);
+    let mut modes = Vec::with_capacity(n);
+    let full = plan.tables.len() == n;
+    for t in 0..n {
+        if spec.tables[t].vocab_kind == VocabKind::Hash {
+            tables.push(Placement::RowCyclic { ranks: all.clone() });
+            modes.push(OutputMode::Rows);
+        } else {
+            let i = if full {
+                t
+            } else {
+                keep.iter().position(|&k| k == t).unwrap_or(t)
+            };
+            tables.push(plan.tables[i].clone());
+            modes.push(plan.mode(i));
+        }
+    }
+    Plan {
+        spec_digest: spec.digest(),
+        tables,
+        modes,
+        ..plan
+    }
+}
+
 /// Collective: every rank must call. The plan named by `--plan`, the same on every
 /// rank (rank 0 makes or reads it and broadcasts it).
 #[allow(clippy::too_many_arguments)]
@@ -194,6 +248,7 @@ fn global_resolve_plan<C: Comm>(
     choice: &str,
     spec: &ModelSpec,
     source: &Source,
+    ids: &IdMap,
     seed: u64,
     batch_per_rank: usize,
     mem: Option<u64>,
@@ -206,18 +261,59 @@ fn global_resolve_plan<C: Comm>(
         (|| -> Result<Vec<u8>> {
             let plan = match choice {
                 "auto" => {
-                    let (st, how) =
-                        load_or_measure_stats(spec, source, seed, world, batch_per_rank, 4, stats)?;
-                    let (plan, rep) =
-                        planner::plan_auto(spec, &st, &plan_options(world, mem, opt, seed, model))?;
-                    println!(
-                        "plan: auto (batch statistics {how}); predicted imbalance {:.3}, balance {:.3}",
-                        rep.imbalance, rep.balance
-                    );
+                    let hts = hash_tables(spec);
+                    let (sub, keep) = without_tables(spec, &hts);
+                    let plan = if keep.is_empty() {
+                        println!("plan: every table is a hash table: row-cyclic over every rank");
+                        Plan::uniform(spec, world, "row_cyclic")?
+                    } else {
+                        let (st, how) = load_or_measure_stats(
+                            spec,
+                            source,
+                            ids,
+                            seed,
+                            world,
+                            batch_per_rank,
+                            4,
+                            stats,
+                        )?;
+                        let st = crate::embed::stats::BatchStats {
+                            spec_digest: sub.digest(),
+                            tables: keep.iter().map(|&t| st.tables[t].clone()).collect(),
+                            ..st
+                        };
+                        let mut o = plan_options(world, mem, opt, seed, model);
+                        // Hash tables are spread over every rank by their keys' hash:
+                        // the same load on every rank, and their rows' memory.
+                        let hash_mem = hash_bytes_per_rank(spec, &hts, world, opt);
+                        o.mem_per_rank = o.mem_per_rank.saturating_sub(hash_mem);
+                        let (plan, rep) = planner::plan_auto(&sub, &st, &o)?;
+                        let note = if hts.is_empty() {
+                            String::new()
+                        } else {
+                            format!(
+                                " (of the {} tables that are not hash tables; the {} hash tables are row-cyclic over every rank)",
+                                keep.len(),
+                                hts.len()
+                            )
+                        };
+                        println!(
+                            "plan: auto (batch statistics {how}); predicted imbalance {:.3}, balance {:.3}{note}",
+                            rep.imbalance, rep.balance
+                        );
+                        with_hash_tables(plan, spec, &keep)
+                    };
                     plan
                 }
                 "table" | "row_block" | "row_cyclic" | "column" | "data_parallel" => {
-                    Plan::uniform(spec, world, choice)?
+                    let plan = Plan::uniform(spec, world, choice)?;
+                    let keep: Vec<usize> = (0..spec.tables.len())
+                        .filter(|t| !hash_tables(spec).contains(t))
+                        .collect();
+                    if keep.len() < spec.tables.len() && choice != "row_cyclic" {
+                        println!("plan: {choice} for every table but the hash tables, which are row-cyclic over every rank");
+                    }
+                    with_hash_tables(plan, spec, &keep)
                 }
                 path => {
                     let p = PathBuf::from(path);
@@ -252,6 +348,19 @@ fn interval_line(r: &IntervalReport, steps: u64) -> String {
         r.dedup_ratio,
         r.owner_imbalance
     );
+    if let Some(h) = &r.hash {
+        s.push_str(&format!(
+            "  hash: resolve {}/step, {} of {} rows held ({} trained), evicted {}, expired {}, refused {}, {:.1}% of keys without a row",
+            human_bytes(r.resolve_bytes_per_step as u64),
+            group(h.entries),
+            group(h.capacity),
+            group(h.admitted),
+            group(h.evicted),
+            group(h.expired),
+            group(h.refused),
+            100.0 * h.keys_without_row as f64 / h.keys_sent.max(1) as f64
+        ));
+    }
     if let (Some(a), Some(l)) = (r.eval_auc, r.eval_logloss) {
         s.push_str(&format!("  eval AUC {a:.4} logloss {l:.5}"));
     }
@@ -282,6 +391,136 @@ fn checkpoint_config(a: &EmbedArgs) -> CheckpointConfig {
         release_hold: a.release_hold,
         wait_for_data: 0.0,
     }
+}
+
+/// The model to train, where its examples come from, and how their ids become the
+/// model's rows: the click log's model (or `--tables`, which must match its tables
+/// and dense features) or `--preset`/`--tables` for generated examples, with
+/// `--vocab`, `--capacity`, `--admit-after`, `--evict` and `--dim` applied to every
+/// table.
+fn model_and_source(a: &EmbedArgs) -> Result<(ModelSpec, Source, IdMap)> {
+    let (data, mut model, source, keyed) = match &a.data {
+        Some(p) => {
+            let log = ClickLog::open(p)?;
+            let data = log.spec().clone();
+            let model = match &a.model.tables {
+                Some(t) => ModelSpec::from_toml_file(t)?,
+                None => data.clone(),
+            };
+            let n = log.examples();
+            let eval = match a.eval_day {
+                Some(k) => {
+                    let days = log.days();
+                    let d = days.len().saturating_sub(1);
+                    if k >= d {
+                        return Err(Error::Config(format!(
+                            "--eval-day {k}: {} has {d} day(s), numbered from 0",
+                            p.display()
+                        )));
+                    }
+                    let eval = days[k]..days[k + 1];
+                    if eval.is_empty() {
+                        return Err(Error::Config(format!(
+                            "--eval-day {k}: day {k} of {} has no examples",
+                            p.display()
+                        )));
+                    }
+                    if eval.end - eval.start == n {
+                        return Err(Error::Config(format!(
+                            "--eval-day {k}: {} has no other day to train on",
+                            p.display()
+                        )));
+                    }
+                    eval
+                }
+                None => {
+                    if a.eval_examples >= n {
+                        return Err(Error::Config(format!(
+                            "{}: {n} examples, cannot hold out --eval-examples {}",
+                            p.display(),
+                            a.eval_examples
+                        )));
+                    }
+                    n - a.eval_examples..n
+                }
+            };
+            let keyed = log.keyed();
+            let source = Source::Log {
+                log,
+                eval,
+                eval_day: a.eval_day,
+            };
+            (data, model, source, keyed)
+        }
+        None => {
+            let spec = resolve_model(&a.model)?;
+            let g = ClickGen::new(&spec, a.seed);
+            (spec.clone(), spec, Source::Generated(g), false)
+        }
+    };
+    override_tables(&mut model, a)?;
+    model.validate("the model")?;
+    let ids = IdMap::new(&data, &model, keyed)?;
+    Ok((model, source, ids))
+}
+
+/// `--vocab`, `--capacity`, `--admit-after`, `--evict` and `--dim` on every table;
+/// each refused where it would not act.
+fn override_tables(model: &mut ModelSpec, a: &EmbedArgs) -> Result<()> {
+    if let Some(v) = a.vocab {
+        let kind = match v {
+            VocabArg::Fixed => VocabKind::Fixed,
+            VocabArg::Modulo => VocabKind::Modulo,
+            VocabArg::Hash => VocabKind::Hash,
+        };
+        for t in &mut model.tables {
+            if kind != VocabKind::Hash {
+                t.admit_after = 1;
+                t.evict = Evict::Lfu;
+            }
+            t.vocab_kind = kind;
+        }
+    }
+    let kinds = |k: VocabKind| model.tables.iter().filter(|t| t.vocab_kind == k).count();
+    let (hashed, modulo) = (kinds(VocabKind::Hash), kinds(VocabKind::Modulo));
+    if let Some(c) = a.capacity {
+        if hashed + modulo == 0 {
+            return Err(Error::Config(
+                "--capacity sets the rows of modulo and hash tables; the model has none (give --vocab hash or modulo)".into(),
+            ));
+        }
+        for t in &mut model.tables {
+            if t.vocab_kind != VocabKind::Fixed {
+                t.vocab = c;
+            }
+        }
+    }
+    if hashed == 0 && (a.admit_after.is_some() || a.evict.is_some()) {
+        return Err(Error::Config(
+            "--admit-after and --evict act on hash tables; the model has none (give --vocab hash)"
+                .into(),
+        ));
+    }
+    let evict = a
+        .evict
+        .as_deref()
+        .map(Evict::parse)
+        .transpose()
+        .map_err(|e| Error::Config(format!("--evict: {e}")))?;
+    for t in &mut model.tables {
+        if t.vocab_kind == VocabKind::Hash {
+            if let Some(n) = a.admit_after {
+                t.admit_after = n;
+            }
+            if let Some(e) = evict {
+                t.evict = e;
+            }
+        }
+        if let Some(d) = a.dim {
+            t.dim = d;
+        }
+    }
+    Ok(())
 }
 
 /// Collective: every rank must call. `torusrec embed`.
@@ -324,32 +563,12 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
                 rayon::current_num_threads()
             )));
         }
-        let (spec, source) = match &a.data {
-            Some(p) => {
-                let log = ClickLog::open(p)?;
-                let spec = log.spec().clone();
-                let n = log.examples();
-                if a.eval_examples >= n {
-                    return Err(Error::Config(format!(
-                        "{}: {n} examples, cannot hold out --eval-examples {}",
-                        p.display(),
-                        a.eval_examples
-                    )));
-                }
-                (
-                    spec,
-                    Source::Log {
-                        log,
-                        eval: a.eval_examples,
-                    },
-                )
-            }
-            None => {
-                let spec = resolve_model(&a.model)?;
-                let g = ClickGen::new(&spec, a.seed);
-                (spec, Source::Generated(g))
-            }
-        };
+        let (spec, source, ids) = model_and_source(a)?;
+        if a.pipeline && !hash_tables(&spec).is_empty() {
+            return Err(Error::Config(
+                "--pipeline with hash tables: the next step's keys would be admitted and evicted before this step's gradients are applied; train them without --pipeline".into(),
+            ));
+        }
         let micro = match a.global_batch {
             Some(m) => m,
             None => a.batch.checked_mul(comm.size()).ok_or_else(|| {
@@ -426,10 +645,11 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
             dense_gemm,
             dedup: !a.no_dedup,
             pipeline: a.pipeline,
-            eval_examples: a.eval_examples,
+            eval_examples: source.eval_examples().unwrap_or(a.eval_examples),
             eval_every: a.eval_every,
             log_every: a.log_every,
             mem_per_rank: mem,
+            ids,
         };
         Ok((cfg, source, cost))
     })();
@@ -443,6 +663,7 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         &a.plan,
         &cfg.spec,
         &source,
+        &cfg.ids,
         cfg.seed,
         per_rank,
         cfg.mem_per_rank,
@@ -499,6 +720,7 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         checkpoint: checkpoint_config(a),
         preload: a.preload,
         out: a.out.clone(),
+        init_from: a.init_from.clone(),
     };
     let on_event = |e: Event| match e {
         Event::Resumed {
@@ -512,6 +734,27 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
                     path.display(),
                     manifest.world_size,
                     manifest.step,
+                );
+            }
+        }
+        Event::WarmStarted { start, seconds } => {
+            if root {
+                let m = &start.manifest;
+                println!(
+                    "warm start from {} (step {} of a run on {} rank(s)) in {seconds:.2} s{}",
+                    start.path.display(),
+                    m.step,
+                    m.world_size,
+                    if start.entries + start.dropped > 0 {
+                        format!(
+                            "; hash tables: {} entries placed on {} rank(s), {} did not fit",
+                            group(start.entries),
+                            comm.size(),
+                            group(start.dropped)
+                        )
+                    } else {
+                        String::new()
+                    }
                 );
             }
         }
@@ -621,6 +864,7 @@ pub fn global_plan<C: Comm>(comm: &C, a: &PlanArgs) -> Result<()> {
             load_or_measure_stats(
                 &spec,
                 &src,
+                &IdMap::default(),
                 a.seed,
                 a.ranks,
                 a.batch,

@@ -320,7 +320,8 @@ fn run_embed(args: &ProjectEmbedArgs, preempt: &Preemption) -> Result<()> {
         let src = crate::embed::train::Source::Generated(crate::embed::clicks::ClickGen::new(
             &spec, args.seed,
         ));
-        load_or_measure_stats(&spec, &src, args.seed, 1, args.batch, 4, None)?
+        let ids = crate::embed::keys::IdMap::default();
+        load_or_measure_stats(&spec, &src, &ids, args.seed, 1, args.batch, 4, None)?
     };
     println!(
         "project embed: {} tables, {} rows, MLP {:?}, {} examples per chip, batch statistics {how}; chip {}: {:.0} TFLOP/s peak, {:.1} GiB, {} GB/s memory, links {:.1} GB/s one way, {:.2} us per message",

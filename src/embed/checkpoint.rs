@@ -19,11 +19,12 @@ use serde::{Deserialize, Serialize};
 
 use super::mlp::DenseOptState;
 use super::model::{global_write_state, row_slab};
+use super::spec::{ModelSpec, VocabKind};
 use super::train::EmbedTrainer;
 use crate::ckpt::commit::{self, corrupt, Header};
 use crate::ckpt::{self, SCHEMA};
 use crate::comm::Comm;
-use crate::Result;
+use crate::{Error, Result};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EmbedManifest {
@@ -105,7 +106,14 @@ pub fn global_write_checkpoint<C: Comm>(
         keep,
         &format!("step {}", tr.step),
         manifest,
-        |path, attrs| global_write_state(comm, tr, path, attrs),
+        |path, attrs| {
+            // The model, for a warm start from this checkpoint (`--init-from`).
+            let spec = serde_json::to_string(&tr.cfg.spec)
+                .map_err(|e| Error::Config(format!("spec to JSON: {e}")))?;
+            let mut attrs = attrs.to_vec();
+            attrs.push(("spec", crate::h5::Attr::Str(spec)));
+            global_write_state(comm, tr, path, &attrs)
+        },
     )
 }
 
@@ -123,7 +131,6 @@ pub fn global_restore<C: Comm>(
 ) -> Result<EmbedManifest> {
     let _p = comm.stats().phase("io");
     let want_hash = config_hash(tr);
-    let sp = tr.store.opt.state_per_row();
     let local = (|| -> Result<EmbedManifest> {
         let m = local_read_manifest(path)?;
         commit::check_workload(path, &m)?;
@@ -133,78 +140,16 @@ pub fn global_restore<C: Comm>(
             &want_hash,
             "model, seed, batch, accumulation, optimizers and pipelining",
         )?;
-        let f = commit::local_open(path)?;
-        // Into the shards' own buffers (kept: they are on huge pages).
-        let read_into = |name: &str,
-                         vocab: usize,
-                         sel: (usize, usize, usize),
-                         cols: std::ops::Range<usize>,
-                         width: usize,
-                         dst: &mut [f32]|
-         -> Result<()> {
-            let ds = f
-                .dataset(name)
-                .map_err(|_| corrupt(path, format!("dataset {name} is missing")))?;
-            let shape = ds.shape();
-            if shape != [vocab, width] {
-                return Err(corrupt(
-                    path,
-                    format!("dataset {name} has shape {shape:?}, the model {vocab} x {width}"),
-                ));
-            }
-            let (a, step, n) = sel;
-            if n == 0 {
-                return Ok(());
-            }
-            let x = ds
-                .read_slice_2d::<f32, _>(s![a..a + (n - 1) * step + 1;step, cols])
-                .map_err(|e| corrupt(path, format!("dataset {name} is unreadable: {e}")))?;
-            if x.len() != dst.len() {
-                return Err(corrupt(
-                    path,
-                    format!(
-                        "dataset {name}: {} values for a shard of {}",
-                        x.len(),
-                        dst.len()
-                    ),
-                ));
-            }
-            dst.iter_mut().zip(x.iter()).for_each(|(d, &v)| *d = v);
-            Ok(())
-        };
-        for ls in tr.store.local.iter_mut() {
-            let t = ls.shard.table;
-            let (dim, vocab) = (
-                tr.cfg.spec.tables[t].dim,
-                tr.cfg.spec.tables[t].vocab as usize,
-            );
-            let sel = row_slab(ls.shard.rows, ls.rows);
-            let name = format!("/tables/{t}/rows");
-            read_into(&name, vocab, sel, ls.shard.cols.clone(), dim, &mut ls.data)?;
-            if sp > 0 {
-                let name = format!("/tables/{t}/state");
-                read_into(&name, vocab, sel, 0..sp, sp, &mut ls.state)?;
-            }
+        let r = local_load(tr, path, m.dense_step, false)?;
+        if r.dropped > 0 {
+            return Err(Error::Config(format!(
+                "{}: on {} rank(s), {} hash-table entries of this rank do not fit its share of the capacity (the keys spread unevenly over owners); resume with a larger --capacity through --init-from, or on the writer's {} rank(s)",
+                path.display(),
+                tr.store.plan.world,
+                r.dropped,
+                m.world_size
+            )));
         }
-        let read1 = |name: &str, n: usize| -> Result<Vec<f32>> {
-            let ds = f
-                .dataset(name)
-                .map_err(|_| corrupt(path, format!("dataset {name} is missing")))?;
-            let v: Vec<f32> = ds
-                .read_raw()
-                .map_err(|e| corrupt(path, format!("dataset {name} is unreadable: {e}")))?;
-            if v.len() != n {
-                return Err(corrupt(
-                    path,
-                    format!("dataset {name} has {} values, expected {n}", v.len()),
-                ));
-            }
-            Ok(v)
-        };
-        let params = read1("/mlp/params", tr.mlp.n_params())?;
-        tr.mlp.params_mut().copy_from_slice(&params);
-        let st = read1("/mlp/state", tr.dense_state.state().len())?;
-        tr.dense_state = DenseOptState::from_parts(st, m.dense_step);
         Ok(m)
     })();
     let m = comm.agree(local)?;
@@ -212,4 +157,198 @@ pub fn global_restore<C: Comm>(
     let got = format!("{:016x}", tr.global_checksum(comm)?);
     commit::check_checksum(path, "the tables and MLP", &got, &m.checksum)?;
     Ok(m)
+}
+
+/// Rank-local: load the tables, their optimizer state, the MLP and its optimizer
+/// state from the checkpoint at `path` into `tr` (whose plan and rank count may
+/// differ from the writer's). `warm`: a warm start (hash tables' entries count as
+/// seen at step 0).
+fn local_load(
+    tr: &mut EmbedTrainer,
+    path: &Path,
+    dense_step: u64,
+    warm: bool,
+) -> Result<super::hashio::Restored> {
+    let sp = tr.store.opt.state_per_row();
+    let f = commit::local_open(path)?;
+    // Into the shards' own buffers (kept: they are on huge pages).
+    let read_into = |name: &str,
+                     vocab: usize,
+                     sel: (usize, usize, usize),
+                     cols: std::ops::Range<usize>,
+                     width: usize,
+                     dst: &mut [f32]|
+     -> Result<()> {
+        let ds = f
+            .dataset(name)
+            .map_err(|_| corrupt(path, format!("dataset {name} is missing")))?;
+        let shape = ds.shape();
+        if shape != [vocab, width] {
+            return Err(corrupt(
+                path,
+                format!("dataset {name} has shape {shape:?}, the model {vocab} x {width}"),
+            ));
+        }
+        let (a, step, n) = sel;
+        if n == 0 {
+            return Ok(());
+        }
+        let x = ds
+            .read_slice_2d::<f32, _>(s![a..a + (n - 1) * step + 1;step, cols])
+            .map_err(|e| corrupt(path, format!("dataset {name} is unreadable: {e}")))?;
+        if x.len() != dst.len() {
+            return Err(corrupt(
+                path,
+                format!(
+                    "dataset {name}: {} values for a shard of {}",
+                    x.len(),
+                    dst.len()
+                ),
+            ));
+        }
+        dst.iter_mut().zip(x.iter()).for_each(|(d, &v)| *d = v);
+        Ok(())
+    };
+    for ls in tr.store.local.iter_mut() {
+        let t = ls.shard.table;
+        if tr.store.hash[t].is_some() {
+            continue;
+        }
+        let (dim, vocab) = (
+            tr.cfg.spec.tables[t].dim,
+            tr.cfg.spec.tables[t].vocab as usize,
+        );
+        let sel = row_slab(ls.shard.rows, ls.rows);
+        let name = format!("/tables/{t}/rows");
+        read_into(&name, vocab, sel, ls.shard.cols.clone(), dim, &mut ls.data)?;
+        if sp > 0 {
+            let name = format!("/tables/{t}/state");
+            read_into(&name, vocab, sel, 0..sp, sp, &mut ls.state)?;
+        }
+    }
+    let mut restored = super::hashio::Restored {
+        exact: true,
+        ..Default::default()
+    };
+    for t in 0..tr.cfg.spec.tables.len() {
+        if tr.store.hash[t].is_some() {
+            let r = super::hashio::local_restore(&f, path, &mut tr.store, t, warm)?;
+            restored.entries += r.entries;
+            restored.dropped += r.dropped;
+            restored.exact &= r.exact;
+        }
+    }
+    let read1 = |name: &str, n: usize| -> Result<Vec<f32>> {
+        let ds = f
+            .dataset(name)
+            .map_err(|_| corrupt(path, format!("dataset {name} is missing")))?;
+        let v: Vec<f32> = ds
+            .read_raw()
+            .map_err(|e| corrupt(path, format!("dataset {name} is unreadable: {e}")))?;
+        if v.len() != n {
+            return Err(corrupt(
+                path,
+                format!("dataset {name} has {} values, expected {n}", v.len()),
+            ));
+        }
+        Ok(v)
+    };
+    let params = read1("/mlp/params", tr.mlp.n_params())?;
+    tr.mlp.params_mut().copy_from_slice(&params);
+    let st = read1("/mlp/state", tr.dense_state.state().len())?;
+    tr.dense_state = DenseOptState::from_parts(st, dense_step);
+    Ok(restored)
+}
+
+/// What a model needs to match to start from another run's checkpoint: its tables
+/// (names, widths, vocabulary kinds, and the rows of fixed and modulo tables), its
+/// dense features and MLP. Hash tables may change capacity, admission and eviction.
+fn warm_start_key(spec: &ModelSpec) -> String {
+    let tables: Vec<String> = spec
+        .tables
+        .iter()
+        .map(|t| {
+            let rows = if t.vocab_kind == VocabKind::Hash {
+                0
+            } else {
+                t.vocab
+            };
+            format!("{}:{}:{:?}:{rows}", t.name, t.dim, t.vocab_kind)
+        })
+        .collect();
+    format!(
+        "{} | {} | {:?}",
+        tables.join(","),
+        spec.n_dense,
+        spec.hidden
+    )
+}
+
+/// The checkpoint `--init-from` names: a file, or the newest checkpoint in a directory.
+pub fn init_from_path(p: &Path) -> Result<PathBuf> {
+    if p.is_dir() {
+        let newest = ckpt::list(p)?
+            .into_iter()
+            .max_by_key(|(step, _)| *step)
+            .ok_or_else(|| Error::input(p, "--init-from: no checkpoint in this directory"))?;
+        Ok(newest.1)
+    } else if p.exists() {
+        Ok(p.to_path_buf())
+    } else {
+        Err(Error::input(
+            p,
+            "--init-from: no such checkpoint file or directory",
+        ))
+    }
+}
+
+/// What a warm start loaded.
+#[derive(Clone, Debug)]
+pub struct WarmStart {
+    pub path: PathBuf,
+    pub manifest: EmbedManifest,
+    /// Hash-table entries placed on this rank count and those that did not fit (over
+    /// all ranks).
+    pub entries: u64,
+    pub dropped: u64,
+}
+
+/// Collective: every rank must call. `--init-from`: load another run's checkpoint
+/// `path` (any rank count and plan, verified by its checksum when the tables go back
+/// as they were) into `tr` as the start of a new run: step 0, this run's data.
+pub fn global_init_from<C: Comm>(
+    comm: &C,
+    tr: &mut EmbedTrainer,
+    path: &Path,
+) -> Result<WarmStart> {
+    let _p = comm.stats().phase("io");
+    let local = (|| -> Result<(EmbedManifest, super::hashio::Restored)> {
+        let m = local_read_manifest(path)?;
+        commit::check_workload(path, &m)?;
+        let f = commit::local_open(path)?;
+        let json = crate::h5::read_str_attr(&f, path, "spec").ok();
+        if let Some(json) = json {
+            let theirs: ModelSpec = serde_json::from_str(&json)
+                .map_err(|e| corrupt(path, format!("the model's spec is unreadable: {e}")))?;
+            let (a, b) = (warm_start_key(&theirs), warm_start_key(&tr.cfg.spec));
+            if a != b {
+                return Err(Error::Config(format!(
+                    "--init-from {}: its model differs from this run's (tables name:dim:vocabulary:rows, dense features, hidden layers)\n  checkpoint: {a}\n  this run:   {b}",
+                    path.display()
+                )));
+            }
+        }
+        let r = local_load(tr, path, m.dense_step, true)?;
+        Ok((m, r))
+    })();
+    let (m, r) = comm.agree(local)?;
+    let mut v = [r.entries, r.dropped];
+    comm.all_reduce_sum(&mut v);
+    tr.step = 0;
+    Ok(WarmStart {
+        path: path.to_path_buf(),
+        manifest: m,
+        entries: v[0],
+        dropped: v[1],
+    })
 }

@@ -7,7 +7,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use super::checkpoint::{global_restore, global_write_checkpoint, EmbedManifest};
+use super::checkpoint::{
+    global_init_from, global_restore, global_write_checkpoint, init_from_path, EmbedManifest,
+    WarmStart,
+};
 use super::model::{global_write_model, Evaluation};
 use super::placement::Plan;
 use super::train::{EmbedConfig, EmbedTrainer, IntervalReport, Source, StepStatus};
@@ -24,6 +27,9 @@ pub struct RunConfig {
     pub preload: bool,
     /// Write the trained model here (`--out`).
     pub out: Option<PathBuf>,
+    /// Warm start from another run's checkpoint (`--init-from`), unless this run
+    /// resumes a checkpoint of its own.
+    pub init_from: Option<PathBuf>,
 }
 
 /// What the driver reports as it goes, on every rank (printing is the caller's).
@@ -34,6 +40,8 @@ pub enum Event<'a> {
         manifest: &'a EmbedManifest,
         seconds: f64,
     },
+    /// Warm-started from another run's checkpoint (`--init-from`).
+    WarmStarted { start: &'a WarmStart, seconds: f64 },
     /// The examples of steps `from..to` were read ahead.
     Preloaded { from: u64, to: u64, seconds: f64 },
     /// Step `done` of `steps` ended without a report.
@@ -93,7 +101,21 @@ pub fn global_train<C: Comm>(
             manifest: &m,
             seconds: t.elapsed().as_secs_f64(),
         }),
-        Ok(None) => {}
+        Ok(None) => {
+            if let Some(from) = &run.init_from {
+                let t = Instant::now();
+                let path = comm.agree(init_from_path(from))?;
+                let start = global_init_from(comm, &mut tr, &path).map_err(|e| match e {
+                    // Another run's checkpoint is this run's input: exit 2, no hold.
+                    Error::Corrupt(r) | Error::Hold(r) => Error::input(&path, r),
+                    e => e,
+                })?;
+                on_event(Event::WarmStarted {
+                    start: &start,
+                    seconds: t.elapsed().as_secs_f64(),
+                });
+            }
+        }
         Err(Error::Hold(r) | Error::Corrupt(r)) => return Err(hold(r, None, 0)),
         Err(e) => return Err(e),
     }

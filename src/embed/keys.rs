@@ -53,7 +53,7 @@ enum Action {
 }
 
 /// How each table's ids become rows (built once per run from the data and the model).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct IdMap {
     actions: Vec<Action>,
     names: Vec<String>,
@@ -125,7 +125,9 @@ impl IdMap {
                 }
                 Action::Modulo(v) => {
                     if keys.offsets.is_empty() {
-                        bags.ids.iter_mut().for_each(|id| *id = (*id as u64 % v) as u32);
+                        bags.ids
+                            .iter_mut()
+                            .for_each(|id| *id = (*id as u64 % v) as u32);
                     } else {
                         bags.offsets.clone_from(&keys.offsets);
                         bags.ids.clear();
@@ -331,7 +333,8 @@ pub fn global_resolve<C: Comm>(
     for j in 0..h {
         let t = hts[j];
         b.dest.clear();
-        b.dest.extend(b.distinct[j].iter().map(|&k| owner(k, t, p) as u32));
+        b.dest
+            .extend(b.distinct[j].iter().map(|&k| owner(k, t, p) as u32));
         b.pos[j].clear();
         for &o in &b.dest {
             let c = &mut n_ot[o as usize * h + j];
@@ -395,7 +398,9 @@ pub fn global_resolve<C: Comm>(
             body = rest;
             let s = store.table_slots[t][me];
             let li = store.slot_local[s].ok_or_else(|| {
-                Error::Comm(format!("key resolution: rank {me} holds no shard of table {t}"))
+                Error::Comm(format!(
+                    "key resolution: rank {me} holds no shard of table {t}"
+                ))
             })?;
             let cap = store.spec.tables[t].vocab;
             let seed = store.seed;
@@ -512,4 +517,24 @@ pub fn local_hash_shards(spec: &ModelSpec, rows_here: &[u64]) -> Result<Vec<Opti
                 .map_err(|e| Error::Config(format!("hash table {:?}: {e}", t.name)))
         })
         .collect()
+}
+
+/// For statistics only: each hash table's keys as rows `mix(key) mod capacity` (a
+/// key's row is not known before it is resolved, but keys spread over the table's
+/// rows as they spread over its owners, which is what the planner's costs need).
+pub fn pseudo_rows(spec: &ModelSpec, batch: &mut Batch) {
+    for t in hash_tables(spec) {
+        let Some(keys) = batch.keys.get(t) else {
+            continue;
+        };
+        let v = spec.tables[t].vocab;
+        let bags = &mut batch.bags[t];
+        bags.offsets.clone_from(&keys.offsets);
+        bags.ids.clear();
+        bags.ids.extend(
+            keys.ids
+                .iter()
+                .map(|&k| (mix64(k ^ mix64(t as u64)) % v) as u32),
+        );
+    }
 }

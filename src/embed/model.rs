@@ -44,11 +44,20 @@ pub(crate) fn row_slab(rows: Rows, n: u64) -> (usize, usize, usize) {
 }
 
 /// Rank 0: create `tmp` with every dataset (the MLP's written) and the attributes.
-fn local_create(tr: &EmbedTrainer, tmp: &Path, attrs: &[(&str, Attr)]) -> Result<()> {
+fn local_create(
+    tr: &EmbedTrainer,
+    tmp: &Path,
+    attrs: &[(&str, Attr)],
+    hash_entries: &[Vec<u64>],
+) -> Result<()> {
     let spec = &tr.cfg.spec;
     let sp = tr.store.opt.state_per_row();
     let f = h5(tmp, "create", crate::h5::create(tmp))?;
     for (t, ts) in spec.tables.iter().enumerate() {
+        if tr.store.hash[t].is_some() {
+            super::hashio::local_create(&f, tmp, &tr.store, t, &hash_entries[t])?;
+            continue;
+        }
         let g = h5(tmp, "group", f.create_group(&format!("tables/{t}")))?;
         write_attr(&g, tmp, "name", &Attr::Str(ts.name.clone()))?;
         h5(
@@ -98,11 +107,23 @@ fn local_create(tr: &EmbedTrainer, tmp: &Path, attrs: &[(&str, Attr)]) -> Result
 }
 
 /// This rank's turn: write its shards (and their row state) into `tmp`.
-fn local_write_shards<C: Comm>(comm: &C, tr: &EmbedTrainer, tmp: &Path) -> Result<()> {
+fn local_write_shards<C: Comm>(
+    comm: &C,
+    tr: &EmbedTrainer,
+    tmp: &Path,
+    hash_entries: &[Vec<u64>],
+) -> Result<()> {
     let sp = tr.store.opt.state_per_row();
     let f = h5(tmp, "open", crate::h5::open_rw(tmp))?;
+    for (t, per_rank) in hash_entries.iter().enumerate() {
+        if tr.store.hash[t].is_some() {
+            let first: u64 = per_rank[..comm.rank()].iter().sum();
+            super::hashio::local_write(&f, tmp, &tr.store, t, first as usize)?;
+        }
+    }
     for ls in &tr.store.local {
-        if (ls.shard.replica && comm.rank() != 0) || ls.rows == 0 {
+        let hashed = tr.store.hash[ls.shard.table].is_some();
+        if (ls.shard.replica && comm.rank() != 0) || ls.rows == 0 || hashed {
             continue;
         }
         let t = ls.shard.table;
@@ -144,11 +165,23 @@ pub(crate) fn global_write_state<C: Comm>(
     path: &Path,
     attrs: &[(&str, Attr)],
 ) -> Result<()> {
+    // Entries of each hash table on each rank (their offsets in the file).
+    let mine: Vec<u64> = tr
+        .store
+        .hash
+        .iter()
+        .map(|h| h.as_ref().map_or(0, |h| h.len() as u64))
+        .collect();
+    let all = comm.all_gather_v(&mine)?.data;
+    let n = mine.len();
+    let hash_entries: Vec<Vec<u64>> = (0..n)
+        .map(|t| (0..comm.size()).map(|r| all[r * n + t]).collect())
+        .collect();
     global_write_atomic(
         comm,
         path,
-        |tmp| local_create(tr, tmp, attrs),
-        |tmp| local_write_shards(comm, tr, tmp),
+        |tmp| local_create(tr, tmp, attrs, &hash_entries),
+        |tmp| local_write_shards(comm, tr, tmp, &hash_entries),
     )
 }
 

@@ -15,6 +15,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::clicks::Batch;
+use super::keys::{pseudo_rows, IdMap};
 use super::spec::ModelSpec;
 use super::train::Source;
 use crate::data::graph::block_range;
@@ -25,9 +26,11 @@ pub const SCHEMA: &str = "torusrec-batch-stats-v1";
 
 /// Statistics for the planner: the file's when it matches, else measured on
 /// `sample` sampled global batches (and written to the file when one is named).
+#[allow(clippy::too_many_arguments)]
 pub fn load_or_measure_stats(
     spec: &ModelSpec,
     source: &Source,
+    ids: &IdMap,
     seed: u64,
     world: usize,
     batch_per_rank: usize,
@@ -66,6 +69,10 @@ pub fn load_or_measure_stats(
                 out
             }
         };
+        let mut batch = batch;
+        // The model's rows: hash tables' keys spread over rows as over owners.
+        ids.apply(&mut batch, &|| source.identity())?;
+        pseudo_rows(spec, &mut batch);
         batches.push(batch);
     }
     let sampled: Vec<SampledBatch> = batches

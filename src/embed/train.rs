@@ -22,6 +22,7 @@ use super::exchange::{
     ExchangeCounts, Lookup, StepGrads,
 };
 use super::gemm::Gemm;
+use super::keys::{global_resolve, IdMap, Resolve, ResolveBufs, ResolveCounts};
 use super::metrics::{auc, logloss};
 use super::mlp::{DenseOpt, DenseOptState, Mlp, Workspace};
 use super::placement::Plan;
@@ -43,9 +44,15 @@ pub enum Source {
     },
     /// Drawn on the fly from (seed, example index): unlimited.
     Generated(ClickGen),
-    /// A click log written by `torusrec generate clicks`: the last `eval` examples
-    /// are held out, training cycles over the rest.
-    Log { log: ClickLog, eval: u64 },
+    /// A click log (`generate clicks`, `prepare clicks`): the examples `eval` are held
+    /// out (the last N, or one day of a log of several), training cycles over the
+    /// others in order.
+    Log {
+        log: ClickLog,
+        eval: std::ops::Range<u64>,
+        /// The day held out (`--eval-day`), for the identity.
+        eval_day: Option<usize>,
+    },
 }
 
 /// First example index of the held-out examples of a generated source (training never
@@ -63,8 +70,8 @@ impl Source {
         }
     }
 
-    /// Append examples `first..first + n` to `out` (a preloaded batch without a copy
-    /// of its own).
+    /// Append training examples `first..first + n` to `out` (a preloaded batch
+    /// without a copy of its own).
     pub fn batch_into(&self, first: u64, n: usize, out: &mut Batch) -> Result<()> {
         if let Source::Preloaded { cache, .. } = self {
             if let Some(b) = cache.get(&(first, n)) {
@@ -76,6 +83,7 @@ impl Source {
         Ok(())
     }
 
+    /// Training examples `first..first + n` (indices among the training examples).
     pub fn batch(&self, first: u64, n: usize) -> Result<Batch> {
         match self {
             Source::Preloaded { inner, cache } => match cache.get(&(first, n)) {
@@ -83,7 +91,29 @@ impl Source {
                 None => inner.batch(first, n),
             },
             Source::Generated(g) => Ok(g.batch(first, n)),
-            Source::Log { log, .. } => log.read(first, n),
+            Source::Log { log, eval, .. } => {
+                // Training indices skip the held-out range.
+                let (a, z) = (first, first + n as u64);
+                if z <= eval.start || eval.is_empty() {
+                    log.read(a, n)
+                } else if a >= eval.start {
+                    log.read(a + (eval.end - eval.start), n)
+                } else {
+                    let k = (eval.start - a) as usize;
+                    let mut b = log.read(a, k)?;
+                    b.append(&log.read(eval.end, n - k)?);
+                    Ok(b)
+                }
+            }
+        }
+    }
+
+    /// Held-out examples `first..first + n` (indices among the held-out examples).
+    pub fn eval_batch(&self, first: u64, n: usize) -> Result<Batch> {
+        match self {
+            Source::Preloaded { inner, .. } => inner.eval_batch(first, n),
+            Source::Generated(g) => Ok(g.batch(EVAL_BASE + first, n)),
+            Source::Log { log, eval, .. } => log.read(eval.start + first, n),
         }
     }
 
@@ -92,7 +122,16 @@ impl Source {
         match self {
             Source::Preloaded { inner, .. } => inner.train_examples(),
             Source::Generated(_) => None,
-            Source::Log { log, eval } => Some(log.examples() - eval),
+            Source::Log { log, eval, .. } => Some(log.examples() - (eval.end - eval.start)),
+        }
+    }
+
+    /// Held-out examples available (`None`: unlimited).
+    pub fn eval_examples(&self) -> Option<u64> {
+        match self {
+            Source::Preloaded { inner, .. } => inner.eval_examples(),
+            Source::Generated(_) => None,
+            Source::Log { eval, .. } => Some(eval.end - eval.start),
         }
     }
 
@@ -101,22 +140,25 @@ impl Source {
         match self {
             Source::Preloaded { inner, .. } => inner.identity(),
             Source::Generated(_) => "generated".to_string(),
-            Source::Log { log, eval } => {
-                format!(
-                    "log seed {} examples {} eval {eval}",
+            Source::Log {
+                log,
+                eval,
+                eval_day,
+            } => {
+                let mut s = format!(
+                    "log seed {} examples {} eval {}",
                     log.seed(),
-                    log.examples()
-                )
+                    log.examples(),
+                    eval.end - eval.start
+                );
+                if let Some(d) = eval_day {
+                    s.push_str(&format!(" eval-day {d}"));
+                }
+                if log.keyed() {
+                    s.push_str(&format!(" files {:?}", log.source_files()));
+                }
+                s
             }
-        }
-    }
-
-    /// Global index of held-out example `i`.
-    pub fn eval_index(&self, i: u64) -> u64 {
-        match self {
-            Source::Preloaded { inner, .. } => inner.eval_index(i),
-            Source::Generated(_) => EVAL_BASE + i,
-            Source::Log { log, eval } => log.examples() - eval + i,
         }
     }
 }
@@ -180,6 +222,29 @@ pub struct EmbedConfig {
     pub eval_every: u64,
     pub log_every: u64,
     pub mem_per_rank: Option<u64>,
+    /// How the data's ids become rows (identity unless a table is `modulo` or `hash`,
+    /// or smaller than the data's id space, or the data holds 64-bit keys).
+    pub ids: IdMap,
+}
+
+/// The hash tables over all ranks: their state at the end of an interval (counters
+/// since the run or its resume started) and the interval's keys.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct HashReport {
+    /// Rows of all hash tables.
+    pub capacity: u64,
+    /// Keys held (admitted or counted).
+    pub entries: u64,
+    /// Keys with a trained row.
+    pub admitted: u64,
+    pub inserted: u64,
+    pub evicted: u64,
+    pub expired: u64,
+    /// Keys turned away because their table was full of keys of the current step.
+    pub refused: u64,
+    /// Distinct keys sent to owners in the interval, and those without a row.
+    pub keys_sent: u64,
+    pub keys_without_row: u64,
 }
 
 /// What one reporting interval measured (rank 0's view of global sums).
@@ -197,6 +262,12 @@ pub struct IntervalReport {
     pub lookup_bytes_per_step: f64,
     pub backward_bytes_per_step: f64,
     pub allreduce_bytes_per_step: f64,
+    /// Hash tables: keys to owners and rows back, per step.
+    #[serde(default)]
+    pub resolve_bytes_per_step: f64,
+    /// Hash tables only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hash: Option<HashReport>,
     /// Ids in the batches over ids sent to owners.
     pub dedup_ratio: f64,
     /// `P * max / sum` of the rows each owner served and updated.
@@ -239,32 +310,49 @@ fn local_range(p: usize, r: usize, first: u64, count: u64) -> (u64, usize) {
     (first + lo, (hi - lo) as usize)
 }
 
+/// How a step reads and resolves its examples.
+struct FetchCtx<'a> {
+    source: &'a Source,
+    ids: &'a IdMap,
+    dedup: bool,
+    /// The optimizer step the examples train (hash tables count and age by it).
+    step: u64,
+}
+
 /// Collective: every rank must call. Read this rank's examples of a step (`parts`:
-/// one contiguous range per micro-batch, possibly empty) and fetch their rows, into
-/// `reuse` (a finished step's, whose buffers are kept) when given.
+/// one contiguous range per micro-batch, possibly empty), resolve the keys of hash
+/// tables and fetch their rows, into `reuse` (a finished step's, whose buffers are
+/// kept) when given.
 fn fetch<C: Comm>(
     comm: &C,
-    source: &Source,
-    store: &Store,
-    dedup: bool,
+    cx: FetchCtx<'_>,
+    store: &mut Store,
+    keys: &mut ResolveBufs,
     parts: &[(u64, usize)],
     reuse: Option<Fetched>,
-) -> Result<(Fetched, ExchangeCounts)> {
+) -> Result<(Fetched, ExchangeCounts, ResolveCounts)> {
     let mut f = reuse.unwrap_or_else(|| Fetched {
         batch: Batch::empty(&store.spec),
         lookup: Lookup::default(),
     });
     let read = |batch: &mut Batch| -> Result<()> {
         batch.clear();
-        source.reserve(parts, batch);
+        cx.source.reserve(parts, batch);
         for &(a, n) in parts {
-            source.batch_into(a, n, batch)?;
+            cx.source.batch_into(a, n, batch)?;
         }
-        Ok(())
+        cx.ids.apply(batch, &|| cx.source.identity())
     };
     comm.agree(read(&mut f.batch))?;
-    let c = global_lookup_into(comm, store, &f.batch, dedup, &mut f.lookup)?;
-    Ok((f, c))
+    let r = global_resolve(
+        comm,
+        store,
+        &mut f.batch,
+        Resolve::Train { step: cx.step },
+        keys,
+    )?;
+    let c = global_lookup_into(comm, store, &f.batch, cx.dedup, &mut f.lookup)?;
+    Ok((f, c, r))
 }
 
 /// The MLP's forward and backward over `x` (`n x width`) cut into one block of rows
@@ -342,6 +430,7 @@ pub struct EmbedTrainer {
     /// across steps: a fresh buffer per step cost a zero fill that the MLP overwrites.
     dx: Vec<f32>,
     acc: Accum,
+    keys: ResolveBufs,
 }
 
 /// Counters summed over an interval on this rank.
@@ -356,14 +445,15 @@ struct Accum {
     t_dense: f64,
     t_backward: f64,
     t_allreduce: f64,
+    keys: ResolveCounts,
     start: Option<Instant>,
-    bytes0: [u64; 3],
+    bytes0: [u64; 4],
     large_allocs: u64,
 }
 
-const PHASES: [&str; 3] = ["lookup", "backward", "allreduce"];
+const PHASES: [&str; 4] = ["lookup", "backward", "allreduce", "resolve"];
 
-fn phase_bytes<C: Comm>(comm: &C) -> [u64; 3] {
+fn phase_bytes<C: Comm>(comm: &C) -> [u64; 4] {
     PHASES.map(|p| comm.stats().get(p).bytes_sent)
 }
 
@@ -406,6 +496,7 @@ impl EmbedTrainer {
             bwd: BackwardBufs::default(),
             dx: Vec::new(),
             acc: Accum::default(),
+            keys: ResolveBufs::default(),
         })
     }
 
@@ -475,15 +566,15 @@ impl EmbedTrainer {
             None => {
                 let t = Instant::now();
                 let spare = self.spare.take();
-                let (f, c) = fetch(
-                    comm,
-                    &self.source,
-                    &self.store,
-                    self.cfg.dedup,
-                    &parts,
-                    spare,
-                )?;
+                let cx = FetchCtx {
+                    source: &self.source,
+                    ids: &self.cfg.ids,
+                    dedup: self.cfg.dedup,
+                    step: self.step,
+                };
+                let (f, c, r) = fetch(comm, cx, &mut self.store, &mut self.keys, &parts, spare)?;
                 counts += c;
+                self.acc.keys += r;
                 self.acc.t_lookup += t.elapsed().as_secs_f64();
                 f
             }
@@ -536,11 +627,17 @@ impl EmbedTrainer {
         let (dense_res, prefetched) = match &next_parts {
             // Pipelined: the next step's lookup (one step stale) runs meanwhile.
             Some(np) => {
-                let (source, store, dedup) = (&self.source, &self.store, self.cfg.dedup);
+                let cx = FetchCtx {
+                    source: &self.source,
+                    ids: &self.cfg.ids,
+                    dedup: self.cfg.dedup,
+                    step: self.step + 1,
+                };
+                let (store, keys) = (&mut self.store, &mut self.keys);
                 let spare = self.spare.take();
                 std::thread::scope(|s| {
                     let h = s.spawn(dense);
-                    let f = fetch(comm, source, store, dedup, np, spare);
+                    let f = fetch(comm, cx, store, keys, np, spare);
                     (h.join().expect("MLP thread panicked"), Some(f))
                 })
             }
@@ -550,8 +647,9 @@ impl EmbedTrainer {
         let (mut loss, t_dense) = dense_res?;
         self.acc.t_dense += t_dense;
         if let Some(f) = prefetched {
-            let (f, c) = f?;
+            let (f, c, r) = f?;
             counts += c;
+            self.acc.keys += r;
             self.acc.t_lookup += (wall - t_dense).max(0.0);
             self.prefetched = Some(f);
         }
@@ -607,6 +705,45 @@ impl EmbedTrainer {
         Ok(status)
     }
 
+    /// Collective: every rank must call (a no-op without hash tables). The hash
+    /// tables' state over all ranks, with the interval's keys sent and keys without
+    /// a row.
+    fn global_hash_report<C: Comm>(&self, comm: &C, sent: u64, no_row: u64) -> Option<HashReport> {
+        if self.store.hash.iter().all(Option::is_none) {
+            return None;
+        }
+        let st = super::keys::local_stats(&self.store);
+        let (mut entries, mut admitted) = (0u64, 0u64);
+        for h in self.store.hash.iter().flatten() {
+            entries += h.len() as u64;
+            admitted += h.admitted() as u64;
+        }
+        let mut v = [
+            entries,
+            admitted,
+            st.inserted,
+            st.evicted,
+            st.expired,
+            st.refused,
+        ];
+        comm.all_reduce_sum(&mut v);
+        let capacity = super::keys::hash_tables(&self.store.spec)
+            .iter()
+            .map(|&t| self.store.spec.tables[t].vocab)
+            .sum();
+        Some(HashReport {
+            capacity,
+            entries: v[0],
+            admitted: v[1],
+            inserted: v[2],
+            evicted: v[3],
+            expired: v[4],
+            refused: v[5],
+            keys_sent: sent,
+            keys_without_row: no_row,
+        })
+    }
+
     /// Collective: every rank must call. The interval's report (global sums), and
     /// reset the counters.
     pub fn global_interval<C: Comm>(&mut self, comm: &C) -> Result<IntervalReport> {
@@ -619,8 +756,12 @@ impl EmbedTrainer {
             b1[0] - a.bytes0[0],
             b1[1] - a.bytes0[1],
             b1[2] - a.bytes0[2],
+            b1[3] - a.bytes0[3],
+            a.keys.sent,
+            a.keys.no_row,
         ];
         comm.all_reduce_sum(&mut sums);
+        let hash = self.global_hash_report(comm, sums[6], sums[7]);
         let owner = comm.all_gather_v(&[a.counts.owner_rows])?.data;
         let update = a.counts.update_seconds;
         let mut times = [
@@ -651,7 +792,9 @@ impl EmbedTrainer {
             seconds: times[4],
             examples_per_s: a.examples as f64 / times[4].max(1e-9),
             loss: a.loss / a.examples.max(1) as f64,
-            bytes_per_step: (sums[2] + sums[3] + sums[4]) as f64 / steps,
+            bytes_per_step: (sums[2] + sums[3] + sums[4] + sums[5]) as f64 / steps,
+            resolve_bytes_per_step: sums[5] as f64 / steps,
+            hash,
             lookup_bytes_per_step: sums[2] as f64 / steps,
             backward_bytes_per_step: sums[3] as f64 / steps,
             allreduce_bytes_per_step: sums[4] as f64 / steps,
@@ -692,6 +835,31 @@ impl EmbedTrainer {
         let mut sum: u64 = 0;
         for ls in &self.store.local {
             if ls.shard.replica && comm.rank() != 0 {
+                continue;
+            }
+            if let Some(h) = &self.store.hash[ls.shard.table] {
+                // By key, not slot: the same entries give the same sum on any
+                // rank count.
+                let (w, sp) = (ls.shard.width(), self.store.opt.state_per_row());
+                let salt = mix64(ls.shard.table as u64 + 1);
+                for e in h.entries() {
+                    let base = mix64(e.key ^ salt);
+                    let s = e.slot as usize;
+                    let mut acc = term(5, base, f32::from_bits(e.count))
+                        .wrapping_add(term(6, base, f32::from_bits(e.last_seen as u32)))
+                        .wrapping_add(term(
+                            6,
+                            base ^ 1,
+                            f32::from_bits((e.last_seen >> 32) as u32),
+                        ));
+                    for (j, &v) in ls.data[s * w..(s + 1) * w].iter().enumerate() {
+                        acc = acc.wrapping_add(term(7, base.wrapping_add(j as u64), v));
+                    }
+                    for (j, &v) in ls.state[s * sp..(s + 1) * sp].iter().enumerate() {
+                        acc = acc.wrapping_add(term(8, base.wrapping_add(j as u64), v));
+                    }
+                    sum = sum.wrapping_add(acc);
+                }
                 continue;
             }
             let t = ls.shard.table as u64;
@@ -746,9 +914,15 @@ impl EmbedTrainer {
         let mut done = 0;
         while done < total {
             let count = (self.schedule.micro).min(total - done);
-            let first = self.source.eval_index(done);
-            let (a, n) = local_range(comm.size(), comm.rank(), first, count);
-            let batch = comm.agree(self.source.batch(a, n))?;
+            let (a, n) = local_range(comm.size(), comm.rank(), done, count);
+            let read = || -> Result<Batch> {
+                let mut b = self.source.eval_batch(a, n)?;
+                self.cfg.ids.apply(&mut b, &|| self.source.identity())?;
+                Ok(b)
+            };
+            let mut batch = comm.agree(read())?;
+            let how = Resolve::Lookup { step: self.step };
+            global_resolve(comm, &mut self.store, &mut batch, how, &mut self.keys)?;
             let (mut lk, _) = global_lookup(comm, &self.store, &batch, true)?;
             pool(&self.store, &batch, &mut lk);
             let xv = ArrayView2::from_shape((batch.n, width), &lk.x)

@@ -1,0 +1,368 @@
+//! Hash tables in model files and checkpoints: stored by key, so that they restore
+//! exactly on the same rank count and re-shard onto any other.
+//!
+//! Layout of hash table `t` (E entries over all ranks, `s` optimizer floats per row):
+//!
+//! | object | type | shape | content |
+//! |---|---|---|---|
+//! | `/tables/<t>` attributes | | | `name`, `kind = "hash"`, `capacity` (rows over all ranks) |
+//! | `/tables/<t>/entries_per_rank` | u64 | [P] | entries of each writing rank, in rank order |
+//! | `/tables/<t>/keys` | u64 | [E] | the keys: rank 0's in slot order, then rank 1's, ... |
+//! | `/tables/<t>/slots` | u32 | [E] | each key's slot on its rank |
+//! | `/tables/<t>/counts` | u32 | [E] | occurrences seen (saturating) |
+//! | `/tables/<t>/last_seen` | u64 | [E] | the optimizer step that last saw it |
+//! | `/tables/<t>/rows` | f32 | [E, dim] | its row |
+//! | `/tables/<t>/state` | f32 | [E, s] | its optimizer state (absent for SGD) |
+//!
+//! Restore on the same rank count and capacity puts every entry back in its slot
+//! ([`HashShard::restore`]): the run continues bit for bit. On another rank count (or
+//! capacity), every rank reads the entries in blocks, keeps the keys it now owns
+//! ([`owner`]) and inserts them in increasing key order; if they do not fit, the ones
+//! the eviction policy would evict first are dropped (and counted).
+
+use std::path::Path;
+
+use ndarray::{s, ArrayView2};
+
+use super::hashtab::{owner, Entry, Evict, HashShard};
+use super::tables::Store;
+use crate::ckpt::commit::corrupt;
+use crate::embed::model::h5;
+use crate::h5::{write_attr, Attr};
+use crate::{Error, Result};
+
+/// Entries read at a time when re-sharding.
+const BLOCK: usize = 1 << 20;
+
+/// Rank 0: create hash table `t`'s group and datasets for `per_rank` entries.
+pub(crate) fn local_create(
+    f: &hdf5::File,
+    tmp: &Path,
+    store: &Store,
+    t: usize,
+    per_rank: &[u64],
+) -> Result<()> {
+    let ts = &store.spec.tables[t];
+    let sp = store.opt.state_per_row();
+    let e: u64 = per_rank.iter().sum();
+    let e = e as usize;
+    let g = h5(tmp, "group", f.create_group(&format!("tables/{t}")))?;
+    write_attr(&g, tmp, "name", &Attr::Str(ts.name.clone()))?;
+    write_attr(&g, tmp, "kind", &Attr::Str("hash".into()))?;
+    write_attr(&g, tmp, "capacity", &Attr::U64(ts.vocab))?;
+    let at = |n: &str| format!("/tables/{t}/{n}");
+    h5(
+        tmp,
+        at("entries_per_rank"),
+        g.new_dataset_builder()
+            .with_data(per_rank)
+            .create("entries_per_rank"),
+    )?;
+    h5(
+        tmp,
+        at("keys"),
+        g.new_dataset::<u64>().shape(e).create("keys"),
+    )?;
+    h5(
+        tmp,
+        at("slots"),
+        g.new_dataset::<u32>().shape(e).create("slots"),
+    )?;
+    h5(
+        tmp,
+        at("counts"),
+        g.new_dataset::<u32>().shape(e).create("counts"),
+    )?;
+    h5(
+        tmp,
+        at("last_seen"),
+        g.new_dataset::<u64>().shape(e).create("last_seen"),
+    )?;
+    h5(
+        tmp,
+        at("rows"),
+        g.new_dataset::<f32>().shape((e, ts.dim)).create("rows"),
+    )?;
+    if sp > 0 {
+        h5(
+            tmp,
+            at("state"),
+            g.new_dataset::<f32>().shape((e, sp)).create("state"),
+        )?;
+    }
+    Ok(())
+}
+
+/// This rank's turn: write its entries of hash table `t` at entry `first`.
+pub(crate) fn local_write(
+    f: &hdf5::File,
+    tmp: &Path,
+    store: &Store,
+    t: usize,
+    first: usize,
+) -> Result<()> {
+    let Some(shard) = &store.hash[t] else {
+        return Ok(());
+    };
+    let entries = shard.entries();
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let ls = local_shard(store, t)?;
+    let (w, sp) = (ls.shard.width(), store.opt.state_per_row());
+    let n = entries.len();
+    let range = first..first + n;
+    let write1 = |name: &str, r: hdf5::Result<()>| h5(tmp, format!("/tables/{t}/{name}"), r);
+    let ds = |name: &str| {
+        h5(
+            tmp,
+            format!("/tables/{t}/{name}"),
+            f.dataset(&format!("tables/{t}/{name}")),
+        )
+    };
+    let keys: Vec<u64> = entries.iter().map(|e| e.key).collect();
+    write1("keys", ds("keys")?.write_slice(&keys, range.clone()))?;
+    let slots: Vec<u32> = entries.iter().map(|e| e.slot).collect();
+    write1("slots", ds("slots")?.write_slice(&slots, range.clone()))?;
+    let counts: Vec<u32> = entries.iter().map(|e| e.count).collect();
+    write1("counts", ds("counts")?.write_slice(&counts, range.clone()))?;
+    let seen: Vec<u64> = entries.iter().map(|e| e.last_seen).collect();
+    write1(
+        "last_seen",
+        ds("last_seen")?.write_slice(&seen, range.clone()),
+    )?;
+    let mut rows = Vec::with_capacity(n * w);
+    let mut state = Vec::with_capacity(n * sp);
+    for e in &entries {
+        let s = e.slot as usize;
+        rows.extend_from_slice(&ls.data[s * w..(s + 1) * w]);
+        state.extend_from_slice(&ls.state[s * sp..(s + 1) * sp]);
+    }
+    let view = ArrayView2::from_shape((n, w), &rows).map_err(|e| Error::Comm(e.to_string()))?;
+    write1("rows", ds("rows")?.write_slice(view, s![range.clone(), ..]))?;
+    if sp > 0 {
+        let view =
+            ArrayView2::from_shape((n, sp), &state).map_err(|e| Error::Comm(e.to_string()))?;
+        write1("state", ds("state")?.write_slice(view, s![range, ..]))?;
+    }
+    Ok(())
+}
+
+fn local_shard(store: &Store, t: usize) -> Result<&super::tables::LocalShard> {
+    store
+        .local
+        .iter()
+        .find(|l| l.shard.table == t)
+        .ok_or_else(|| {
+            Error::Comm(format!(
+                "rank {} holds no shard of hash table {t}",
+                store.rank
+            ))
+        })
+}
+
+/// What a restore of hash tables did on this rank.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Restored {
+    /// Entries placed here.
+    pub entries: u64,
+    /// Entries this rank owns that did not fit its capacity (re-sharding only).
+    pub dropped: u64,
+    /// Whether the entries went back to their slots (same ranks and capacity).
+    pub exact: bool,
+}
+
+/// Read one 1-D dataset range, checked.
+fn read1<T: hdf5::H5Type>(
+    f: &hdf5::File,
+    path: &Path,
+    name: &str,
+    lo: usize,
+    hi: usize,
+) -> Result<Vec<T>> {
+    crate::data::dataset::read_range(f, path, name, lo as u64, hi as u64)
+        .map_err(|e| corrupt(path, e.to_string()))
+}
+
+fn read2(
+    f: &hdf5::File,
+    path: &Path,
+    name: &str,
+    lo: usize,
+    hi: usize,
+    w: usize,
+) -> Result<Vec<f32>> {
+    let ds = f
+        .dataset(name)
+        .map_err(|_| corrupt(path, format!("dataset {name} is missing")))?;
+    let shape = ds.shape();
+    if shape.len() != 2 || shape[1] != w || shape[0] < hi {
+        return Err(corrupt(
+            path,
+            format!("dataset {name} has shape {shape:?}, the table needs at least {hi} x {w}"),
+        ));
+    }
+    if lo == hi {
+        return Ok(Vec::new());
+    }
+    let a = ds
+        .read_slice_2d::<f32, _>(s![lo..hi, ..])
+        .map_err(|e| corrupt(path, format!("dataset {name} is unreadable: {e}")))?;
+    Ok(a.iter().copied().collect())
+}
+
+/// Rank-local: restore hash table `t` from the open file `f` (at `path`) into
+/// `store`. `reset_seen`: a warm start, where the entries count as seen at step 0 of
+/// the new run.
+pub(crate) fn local_restore(
+    f: &hdf5::File,
+    path: &Path,
+    store: &mut Store,
+    t: usize,
+    reset_seen: bool,
+) -> Result<Restored> {
+    let (p, me) = (store.plan.world, store.rank);
+    let ts = store.spec.tables[t].clone();
+    let sp = store.opt.state_per_row();
+    let at = |n: &str| format!("/tables/{t}/{n}");
+    let g = f
+        .group(&format!("tables/{t}"))
+        .map_err(|_| corrupt(path, format!("group /tables/{t} is missing")))?;
+    let kind = crate::h5::read_str_attr(&g, path, "kind").unwrap_or_default();
+    if kind != "hash" {
+        return Err(corrupt(
+            path,
+            format!(
+                "table {t} ({:?}) is not stored as a hash table; the model has one",
+                ts.name
+            ),
+        ));
+    }
+    let capacity = crate::h5::read_u64_attr(&g, path, "capacity")?;
+    let per_rank: Vec<u64> = read1(f, path, &at("entries_per_rank"), 0, {
+        let ds = f.dataset(&at("entries_per_rank")).map_err(|_| {
+            corrupt(
+                path,
+                format!("dataset {} is missing", at("entries_per_rank")),
+            )
+        })?;
+        ds.size()
+    })?;
+    let total: u64 = per_rank.iter().sum();
+    let total = usize::try_from(total).map_err(|_| corrupt(path, "too many entries"))?;
+    let (admit, evict) = (ts.admit_after, ts.evict);
+    let li = store
+        .local
+        .iter()
+        .position(|l| l.shard.table == t)
+        .ok_or_else(|| Error::Comm(format!("rank {me} holds no shard of hash table {t}")))?;
+    let cap_here = store.local[li].rows as usize;
+    let w = store.local[li].shard.width();
+    let seen = |s: u64| if reset_seen { 0 } else { s };
+
+    if per_rank.len() == p && capacity == ts.vocab {
+        // Exact: this rank's entries back to their slots.
+        let lo = per_rank[..me].iter().sum::<u64>() as usize;
+        let hi = lo + per_rank[me] as usize;
+        let keys: Vec<u64> = read1(f, path, &at("keys"), lo, hi)?;
+        let slots: Vec<u32> = read1(f, path, &at("slots"), lo, hi)?;
+        let counts: Vec<u32> = read1(f, path, &at("counts"), lo, hi)?;
+        let last: Vec<u64> = read1(f, path, &at("last_seen"), lo, hi)?;
+        let rows = read2(f, path, &at("rows"), lo, hi, w)?;
+        let state = if sp > 0 {
+            read2(f, path, &at("state"), lo, hi, sp)?
+        } else {
+            Vec::new()
+        };
+        let entries: Vec<Entry> = (0..hi - lo)
+            .map(|i| Entry {
+                slot: slots[i],
+                key: keys[i],
+                count: counts[i],
+                last_seen: seen(last[i]),
+            })
+            .collect();
+        let shard = HashShard::restore(cap_here, admit, evict, &entries)
+            .map_err(|e| corrupt(path, format!("hash table {t} on rank {me}: {e}")))?;
+        let ls = &mut store.local[li];
+        for (i, e) in entries.iter().enumerate() {
+            let s = e.slot as usize;
+            ls.data[s * w..(s + 1) * w].copy_from_slice(&rows[i * w..(i + 1) * w]);
+            ls.state[s * sp..(s + 1) * sp].copy_from_slice(&state[i * sp..(i + 1) * sp]);
+        }
+        store.hash[t] = Some(shard);
+        return Ok(Restored {
+            entries: entries.len() as u64,
+            dropped: 0,
+            exact: true,
+        });
+    }
+
+    // Re-shard: the keys this rank owns now, read in blocks.
+    struct Mine {
+        key: u64,
+        count: u32,
+        last_seen: u64,
+        at: usize,
+    }
+    let mut mine: Vec<Mine> = Vec::new();
+    let mut rows = Vec::new();
+    let mut state = Vec::new();
+    let mut lo = 0;
+    while lo < total {
+        let hi = (lo + BLOCK).min(total);
+        let keys: Vec<u64> = read1(f, path, &at("keys"), lo, hi)?;
+        let counts: Vec<u32> = read1(f, path, &at("counts"), lo, hi)?;
+        let last: Vec<u64> = read1(f, path, &at("last_seen"), lo, hi)?;
+        let r = read2(f, path, &at("rows"), lo, hi, w)?;
+        let st = if sp > 0 {
+            read2(f, path, &at("state"), lo, hi, sp)?
+        } else {
+            Vec::new()
+        };
+        for i in 0..hi - lo {
+            if owner(keys[i], t, p) == me {
+                mine.push(Mine {
+                    key: keys[i],
+                    count: counts[i],
+                    last_seen: seen(last[i]),
+                    at: mine.len(),
+                });
+                rows.extend_from_slice(&r[i * w..(i + 1) * w]);
+                state.extend_from_slice(&st[i * sp..(i + 1) * sp]);
+            }
+        }
+        lo = hi;
+    }
+    let mut dropped = 0;
+    if mine.len() > cap_here {
+        // Keep what the eviction policy would keep.
+        match evict {
+            Evict::Lfu => mine.sort_unstable_by(|a, b| {
+                (b.count, b.last_seen, a.key).cmp(&(a.count, a.last_seen, b.key))
+            }),
+            Evict::Ttl(_) => mine.sort_unstable_by(|a, b| {
+                (b.last_seen, b.count, a.key).cmp(&(a.last_seen, a.count, b.key))
+            }),
+        }
+        dropped = (mine.len() - cap_here) as u64;
+        mine.truncate(cap_here);
+    }
+    mine.sort_unstable_by_key(|m| m.key);
+    let mut shard = HashShard::new(cap_here, admit, evict)
+        .map_err(|e| Error::Config(format!("hash table {:?}: {e}", ts.name)))?;
+    let ls = &mut store.local[li];
+    for m in &mine {
+        let s = shard
+            .insert_entry(m.key, m.count, m.last_seen)
+            .map_err(|e| corrupt(path, format!("hash table {t}: {e}")))? as usize;
+        ls.data[s * w..(s + 1) * w].copy_from_slice(&rows[m.at * w..(m.at + 1) * w]);
+        ls.state[s * sp..(s + 1) * sp].copy_from_slice(&state[m.at * sp..(m.at + 1) * sp]);
+    }
+    store.hash[t] = Some(shard);
+    Ok(Restored {
+        entries: mine.len() as u64,
+        dropped,
+        exact: false,
+    })
+}
