@@ -386,10 +386,12 @@ pub struct EmbedArgs {
     /// Default: the model's (hash for a `prepare clicks` log, fixed otherwise).
     #[arg(long, value_enum, value_name = "KIND")]
     pub vocab: Option<VocabArg>,
-    /// Rows of every modulo or hash table (total over ranks). Default: the model's
-    /// vocab (for a `prepare clicks` log, the distinct ids of each column it counted).
-    #[arg(long, value_name = "ROWS")]
-    pub capacity: Option<u64>,
+    /// Rows of every modulo or hash table (total over ranks), or `Fx`: F times each
+    /// table's vocab (e.g. 1.1x: room for keys that spread unevenly over owners).
+    /// Default: the model's vocab (for a `prepare clicks` log, the distinct ids of
+    /// each column it counted).
+    #[arg(long, value_name = "ROWS|Fx")]
+    pub capacity: Option<String>,
     /// Hash tables: an id gets a trained row once seen N times (until then it looks
     /// up nothing and only its count is kept). Default: the model's (1).
     #[arg(long, value_name = "N")]

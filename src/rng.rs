@@ -33,8 +33,6 @@ pub mod stream {
     pub const PLANTED: u64 = 9;
     /// Initial embedding rows (id mixed with the table index).
     pub const EMB_INIT: u64 = 10;
-    /// Initial rows of hash-table keys (key mixed with the table index).
-    pub const EMB_INIT_KEY: u64 = 16;
     pub const MLP_INIT: u64 = 11;
     pub const PLAN_RANDOM: u64 = 12;
     /// The sample of test rows that `als --eval-rows N` scores.

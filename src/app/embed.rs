@@ -187,57 +187,14 @@ fn cost_model_of(path: Option<&Path>, print: bool) -> Result<CostModel> {
     Ok(m)
 }
 
-/// `spec` without the tables `drop` (in order), and the indices of the tables kept.
-fn without_tables(spec: &ModelSpec, drop: &[usize]) -> (ModelSpec, Vec<usize>) {
-    let keep: Vec<usize> = (0..spec.tables.len())
-        .filter(|t| !drop.contains(t))
-        .collect();
-    let sub = ModelSpec {
-        tables: keep.iter().map(|&t| spec.tables[t].clone()).collect(),
-        ..spec.clone()
-    };
-    (sub, keep)
-}
-
-/// The largest bytes of rows and optimizer state a rank holds of the hash tables `hts`
-/// (row-cyclic over every rank).
-fn hash_bytes_per_rank(spec: &ModelSpec, hts: &[usize], world: usize, opt: TableOpt) -> u64 {
-    hts.iter()
-        .map(|&t| {
-            let tab = &spec.tables[t];
-            tab.vocab.div_ceil(world as u64) * (tab.dim as u64 + opt.state_per_row() as u64) * 4
-        })
-        .sum()
-}
-
-/// `plan` (of the tables `keep` of `spec`, in order, or of all of them) with every
-/// hash table row-cyclic over every rank, its lookups coming back as rows.
-fn with_hash_tables(plan: Plan, spec: &ModelSpec, keep: &[usize]) -> Plan {
-    let n = spec.tables.len();
+/// `plan` with every hash table row-cyclic over every rank (the placements a hash
+/// table can have are table-wise and row-cyclic).
+fn with_hash_tables_cyclic(mut plan: Plan, spec: &ModelSpec) -> Plan {
     let all: Vec<usize> = (0..plan.world).collect();
-    let mut tables = Vec::with_capacity(n);
-    let mut modes = Vec::with_capacity(n);
-    let full = plan.tables.len() == n;
-    for t in 0..n {
-        if spec.tables[t].vocab_kind == VocabKind::Hash {
-            tables.push(Placement::RowCyclic { ranks: all.clone() });
-            modes.push(OutputMode::Rows);
-        } else {
-            let i = if full {
-                t
-            } else {
-                keep.iter().position(|&k| k == t).unwrap_or(t)
-            };
-            tables.push(plan.tables[i].clone());
-            modes.push(plan.mode(i));
-        }
+    for t in hash_tables(spec) {
+        plan.tables[t] = Placement::RowCyclic { ranks: all.clone() };
     }
-    Plan {
-        spec_digest: spec.digest(),
-        tables,
-        modes,
-        ..plan
-    }
+    plan
 }
 
 /// Collective: every rank must call. The plan named by `--plan`, the same on every
@@ -261,59 +218,32 @@ fn global_resolve_plan<C: Comm>(
         (|| -> Result<Vec<u8>> {
             let plan = match choice {
                 "auto" => {
-                    let hts = hash_tables(spec);
-                    let (sub, keep) = without_tables(spec, &hts);
-                    let plan = if keep.is_empty() {
-                        println!("plan: every table is a hash table: row-cyclic over every rank");
-                        Plan::uniform(spec, world, "row_cyclic")?
-                    } else {
-                        let (st, how) = load_or_measure_stats(
-                            spec,
-                            source,
-                            ids,
-                            seed,
-                            world,
-                            batch_per_rank,
-                            4,
-                            stats,
-                        )?;
-                        let st = crate::embed::stats::BatchStats {
-                            spec_digest: sub.digest(),
-                            tables: keep.iter().map(|&t| st.tables[t].clone()).collect(),
-                            ..st
-                        };
-                        let mut o = plan_options(world, mem, opt, seed, model);
-                        // Hash tables are spread over every rank by their keys' hash:
-                        // the same load on every rank, and their rows' memory.
-                        let hash_mem = hash_bytes_per_rank(spec, &hts, world, opt);
-                        o.mem_per_rank = o.mem_per_rank.saturating_sub(hash_mem);
-                        let (plan, rep) = planner::plan_auto(&sub, &st, &o)?;
-                        let note = if hts.is_empty() {
-                            String::new()
-                        } else {
-                            format!(
-                                " (of the {} tables that are not hash tables; the {} hash tables are row-cyclic over every rank)",
-                                keep.len(),
-                                hts.len()
-                            )
-                        };
-                        println!(
-                            "plan: auto (batch statistics {how}); predicted imbalance {:.3}, balance {:.3}{note}",
-                            rep.imbalance, rep.balance
-                        );
-                        with_hash_tables(plan, spec, &keep)
-                    };
+                    let (st, how) = load_or_measure_stats(
+                        spec,
+                        source,
+                        ids,
+                        seed,
+                        world,
+                        batch_per_rank,
+                        4,
+                        stats,
+                    )?;
+                    let (plan, rep) =
+                        planner::plan_auto(spec, &st, &plan_options(world, mem, opt, seed, model))?;
+                    println!(
+                        "plan: auto (batch statistics {how}); predicted imbalance {:.3}, balance {:.3}",
+                        rep.imbalance, rep.balance
+                    );
                     plan
                 }
                 "table" | "row_block" | "row_cyclic" | "column" | "data_parallel" => {
                     let plan = Plan::uniform(spec, world, choice)?;
-                    let keep: Vec<usize> = (0..spec.tables.len())
-                        .filter(|t| !hash_tables(spec).contains(t))
-                        .collect();
-                    if keep.len() < spec.tables.len() && choice != "row_cyclic" {
+                    if choice == "table" || choice == "row_cyclic" || hash_tables(spec).is_empty() {
+                        plan
+                    } else {
                         println!("plan: {choice} for every table but the hash tables, which are row-cyclic over every rank");
+                        with_hash_tables_cyclic(plan, spec)
                     }
-                    with_hash_tables(plan, spec, &keep)
                 }
                 path => {
                     let p = PathBuf::from(path);
@@ -483,15 +413,33 @@ fn override_tables(model: &mut ModelSpec, a: &EmbedArgs) -> Result<()> {
     }
     let kinds = |k: VocabKind| model.tables.iter().filter(|t| t.vocab_kind == k).count();
     let (hashed, modulo) = (kinds(VocabKind::Hash), kinds(VocabKind::Modulo));
-    if let Some(c) = a.capacity {
+    if let Some(c) = &a.capacity {
         if hashed + modulo == 0 {
             return Err(Error::Config(
                 "--capacity sets the rows of modulo and hash tables; the model has none (give --vocab hash or modulo)".into(),
             ));
         }
+        let bad = || {
+            Error::Config(format!(
+                "--capacity {}: give rows (e.g. 1000000) or a factor of each table's vocab (e.g. 1.1x)",
+                crate::error::quote(c)
+            ))
+        };
+        let rows = |vocab: u64| -> Result<u64> {
+            match c.strip_suffix('x') {
+                Some(f) => {
+                    let f: f64 = f.parse().map_err(|_| bad())?;
+                    if !(f.is_finite() && f > 0.0) {
+                        return Err(bad());
+                    }
+                    Ok((vocab as f64 * f).ceil() as u64)
+                }
+                None => c.parse().map_err(|_| bad()),
+            }
+        };
         for t in &mut model.tables {
             if t.vocab_kind != VocabKind::Fixed {
-                t.vocab = c;
+                t.vocab = rows(t.vocab)?;
             }
         }
     }

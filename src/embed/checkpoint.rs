@@ -209,9 +209,10 @@ fn local_load(
         dst.iter_mut().zip(x.iter()).for_each(|(d, &v)| *d = v);
         Ok(())
     };
+    let spec = &tr.store.spec;
     for ls in tr.store.local.iter_mut() {
         let t = ls.shard.table;
-        if tr.store.hash[t].is_some() {
+        if spec.tables[t].vocab_kind == VocabKind::Hash {
             continue;
         }
         let (dim, vocab) = (
@@ -231,6 +232,7 @@ fn local_load(
         ..Default::default()
     };
     for t in 0..tr.cfg.spec.tables.len() {
+        // Hash tables this rank holds a shard of.
         if tr.store.hash[t].is_some() {
             let r = super::hashio::local_restore(&f, path, &mut tr.store, t, warm)?;
             restored.entries += r.entries;

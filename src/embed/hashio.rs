@@ -6,6 +6,7 @@
 //! | object | type | shape | content |
 //! |---|---|---|---|
 //! | `/tables/<t>` attributes | | | `name`, `kind = "hash"`, `capacity` (rows over all ranks) |
+//! | `/tables/<t>/ranks` | u64 | [k] | the ranks that held its keys (its placement: `ranks[owner(key)]`) |
 //! | `/tables/<t>/entries_per_rank` | u64 | [P] | entries of each writing rank, in rank order |
 //! | `/tables/<t>/keys` | u64 | [E] | the keys: rank 0's in slot order, then rank 1's, ... |
 //! | `/tables/<t>/slots` | u32 | [E] | each key's slot on its rank |
@@ -51,6 +52,15 @@ pub(crate) fn local_create(
     write_attr(&g, tmp, "kind", &Attr::Str("hash".into()))?;
     write_attr(&g, tmp, "capacity", &Attr::U64(ts.vocab))?;
     let at = |n: &str| format!("/tables/{t}/{n}");
+    let ranks: Vec<u64> = super::keys::key_ranks(&store.plan, t)
+        .iter()
+        .map(|&r| r as u64)
+        .collect();
+    h5(
+        tmp,
+        at("ranks"),
+        g.new_dataset_builder().with_data(&ranks).create("ranks"),
+    )?;
     h5(
         tmp,
         at("entries_per_rank"),
@@ -260,7 +270,19 @@ pub(crate) fn local_restore(
     let w = store.local[li].shard.width();
     let seen = |s: u64| if reset_seen { 0 } else { s };
 
-    if per_rank.len() == p && capacity == ts.vocab {
+    let ranks_now: Vec<u64> = super::keys::key_ranks(&store.plan, t)
+        .iter()
+        .map(|&r| r as u64)
+        .collect();
+    let ranks_then: Vec<u64> = {
+        let name = at("ranks");
+        let n = f
+            .dataset(&name)
+            .map_err(|_| corrupt(path, format!("dataset {name} is missing")))?
+            .size();
+        read1(f, path, &name, 0, n)?
+    };
+    if per_rank.len() == p && capacity == ts.vocab && ranks_now == ranks_then {
         // Exact: this rank's entries back to their slots.
         let lo = per_rank[..me].iter().sum::<u64>() as usize;
         let hi = lo + per_rank[me] as usize;
@@ -321,7 +343,7 @@ pub(crate) fn local_restore(
             Vec::new()
         };
         for i in 0..hi - lo {
-            if owner(keys[i], t, p) == me {
+            if ranks_now[owner(keys[i], t, ranks_now.len())] == me as u64 {
                 mine.push(Mine {
                     key: keys[i],
                     count: counts[i],

@@ -24,10 +24,11 @@
 
 use super::clicks::{Bags, Batch, KeyBags};
 use super::hashtab::{owner, HashShard, Stats};
+use super::placement::{Placement, Plan};
 use super::spec::{ModelSpec, VocabKind};
-use super::tables::Store;
+use super::tables::{init_row, Store};
 use crate::comm::{Comm, Received};
-use crate::rng::{hash3, mix64, SplitMix64};
+use crate::rng::mix64;
 use crate::{Error, Result};
 
 /// The answer for a key without a row.
@@ -257,18 +258,27 @@ pub struct ResolveBufs {
     fresh: Vec<(u32, u64)>,
 }
 
-/// The initial row of `key` of hash table `t`: uniform in `±sqrt(1/capacity)`, drawn
-/// from (seed, table, key), so that it does not depend on the placement, the slot or
-/// when the key arrived.
+/// The initial row of `key` of hash table `t`: the row a fixed table of `capacity`
+/// rows gives id `key` ([`init_row`]: uniform in `±sqrt(1/capacity)`, drawn from
+/// (seed, table, key)), so that it depends neither on the placement, the slot nor
+/// when the key arrived, and a hash table over an id space it holds whole starts as
+/// the fixed table does.
 pub fn init_key_row(seed: u64, t: usize, capacity: u64, key: u64, out: &mut [f32]) {
-    let a = (1.0 / capacity.max(1) as f64).sqrt();
-    let mut rng = SplitMix64::new(hash3(
-        seed,
-        crate::rng::stream::EMB_INIT_KEY,
-        mix64(key ^ mix64(t as u64)),
-    ));
-    for v in out.iter_mut() {
-        *v = ((rng.next_f64() * 2.0 - 1.0) * a) as f32;
+    let w = out.len();
+    init_row(seed, t, capacity, key, out, 0..w);
+}
+
+/// The ranks that hold hash table `t`'s keys, in the plan's order: a key goes to
+/// `ranks[owner(key, t, ranks.len())]`, and slot `s` of `ranks[j]` is row
+/// `s * ranks.len() + j` (one rank for a table-wise placement).
+pub fn key_ranks(plan: &Plan, t: usize) -> &[usize] {
+    match &plan.tables[t] {
+        Placement::Table { rank } => std::slice::from_ref(rank),
+        Placement::RowCyclic { ranks } => ranks,
+        p => panic!(
+            "hash table {t} placed {}: refused when the store was built",
+            p.kind()
+        ),
     }
 }
 
@@ -333,8 +343,12 @@ pub fn global_resolve<C: Comm>(
     for j in 0..h {
         let t = hts[j];
         b.dest.clear();
-        b.dest
-            .extend(b.distinct[j].iter().map(|&k| owner(k, t, p) as u32));
+        let ranks = key_ranks(&store.plan, t);
+        b.dest.extend(
+            b.distinct[j]
+                .iter()
+                .map(|&k| ranks[owner(k, t, ranks.len())] as u32),
+        );
         b.pos[j].clear();
         for &o in &b.dest {
             let c = &mut n_ot[o as usize * h + j];
@@ -396,12 +410,25 @@ pub fn global_resolve<C: Comm>(
             }
             let (pairs, rest) = body.split_at(2 * n);
             body = rest;
-            let s = store.table_slots[t][me];
-            let li = store.slot_local[s].ok_or_else(|| {
+            if n == 0 {
+                continue;
+            }
+            let ranks = key_ranks(&store.plan, t);
+            let (k, j) = (ranks.len() as u64, ranks.iter().position(|&r| r == me));
+            let j = j.ok_or_else(|| {
                 Error::Comm(format!(
-                    "key resolution: rank {me} holds no shard of table {t}"
+                    "key resolution: rank {src} sent keys of table {t} to rank {me}, which holds none"
                 ))
-            })?;
+            })? as u64;
+            let li = store
+                .local
+                .iter()
+                .position(|l| l.shard.table == t)
+                .ok_or_else(|| {
+                    Error::Comm(format!(
+                        "key resolution: rank {me} holds no shard of table {t}"
+                    ))
+                })?;
             let cap = store.spec.tables[t].vocab;
             let seed = store.seed;
             let shard = store.hash[t]
@@ -426,7 +453,7 @@ pub fn global_resolve<C: Comm>(
                     Resolve::Lookup { step } => shard.get(key, step),
                 };
                 b.reply.push(match slot {
-                    Some(s) => (s as u64 * p as u64 + me as u64) as u32,
+                    Some(s) => (s as u64 * k + j) as u32,
                     None => NO_ROW,
                 });
             }
@@ -502,16 +529,19 @@ pub fn local_stats(store: &Store) -> Stats {
     s
 }
 
-/// Every hash table's shard on this rank (`None` for other tables), sized by the
-/// rank's rows of the row-cyclic table.
-pub fn local_hash_shards(spec: &ModelSpec, rows_here: &[u64]) -> Result<Vec<Option<HashShard>>> {
+/// Every hash table's shard on this rank (`None` for other tables and for the hash
+/// tables this rank holds no rows of), sized by the rank's rows of the table.
+pub fn local_hash_shards(
+    spec: &ModelSpec,
+    rows_here: &[Option<u64>],
+) -> Result<Vec<Option<HashShard>>> {
     spec.tables
         .iter()
         .zip(rows_here)
         .map(|(t, &rows)| {
-            if t.vocab_kind != VocabKind::Hash {
+            let Some(rows) = rows.filter(|_| t.vocab_kind == VocabKind::Hash) else {
                 return Ok(None);
-            }
+            };
             HashShard::new(rows as usize, t.admit_after, t.evict)
                 .map(Some)
                 .map_err(|e| Error::Config(format!("hash table {:?}: {e}", t.name)))

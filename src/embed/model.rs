@@ -54,7 +54,7 @@ fn local_create(
     let sp = tr.store.opt.state_per_row();
     let f = h5(tmp, "create", crate::h5::create(tmp))?;
     for (t, ts) in spec.tables.iter().enumerate() {
-        if tr.store.hash[t].is_some() {
+        if tr.store.is_hash(t) {
             super::hashio::local_create(&f, tmp, &tr.store, t, &hash_entries[t])?;
             continue;
         }
@@ -116,13 +116,13 @@ fn local_write_shards<C: Comm>(
     let sp = tr.store.opt.state_per_row();
     let f = h5(tmp, "open", crate::h5::open_rw(tmp))?;
     for (t, per_rank) in hash_entries.iter().enumerate() {
-        if tr.store.hash[t].is_some() {
+        if tr.store.is_hash(t) {
             let first: u64 = per_rank[..comm.rank()].iter().sum();
             super::hashio::local_write(&f, tmp, &tr.store, t, first as usize)?;
         }
     }
     for ls in &tr.store.local {
-        let hashed = tr.store.hash[ls.shard.table].is_some();
+        let hashed = tr.store.is_hash(ls.shard.table);
         if (ls.shard.replica && comm.rank() != 0) || ls.rows == 0 || hashed {
             continue;
         }

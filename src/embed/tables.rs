@@ -240,29 +240,29 @@ impl Store {
             slot_local.push(idx);
             slots.push(shard);
         }
-        let mut rows_here = vec![0u64; spec.tables.len()];
+        let mut rows_here = vec![None; spec.tables.len()];
         for (t, tab) in spec.tables.iter().enumerate() {
             if tab.vocab_kind != VocabKind::Hash {
                 continue;
             }
-            let all: Vec<usize> = (0..plan.world).collect();
-            if plan.tables[t] != (Placement::RowCyclic { ranks: all }) {
+            let k = match &plan.tables[t] {
+                Placement::Table { .. } => 1,
+                Placement::RowCyclic { ranks } => ranks.len(),
+                p => {
+                    return Err(Error::Config(format!(
+                        "table {:?} is a hash table: its placement must be table-wise or row_cyclic (keys spread over the ranks by their hash), the plan has {}",
+                        tab.name,
+                        p.kind()
+                    )))
+                }
+            };
+            if tab.vocab < k as u64 {
                 return Err(Error::Config(format!(
-                    "table {:?} is a hash table: its placement must be row_cyclic over every rank in order, the plan has {}",
-                    tab.name,
-                    plan.tables[t].kind()
+                    "hash table {:?}: capacity {} is less than one row per rank ({k} ranks)",
+                    tab.name, tab.vocab
                 )));
             }
-            if tab.vocab < plan.world as u64 {
-                return Err(Error::Config(format!(
-                    "hash table {:?}: capacity {} is less than one row per rank ({} ranks)",
-                    tab.name, tab.vocab, plan.world
-                )));
-            }
-            rows_here[t] = local
-                .iter()
-                .find(|l| l.shard.table == t)
-                .map_or(0, |l| l.rows);
+            rows_here[t] = local.iter().find(|l| l.shard.table == t).map(|l| l.rows);
         }
         let hash = super::keys::local_hash_shards(spec, &rows_here)?;
         Ok(Store {
@@ -279,6 +279,11 @@ impl Store {
             hash,
             seed: 0,
         })
+    }
+
+    /// Whether table `t` is a hash table (whether or not this rank holds a shard).
+    pub fn is_hash(&self, t: usize) -> bool {
+        self.spec.tables[t].vocab_kind == VocabKind::Hash
     }
 
     pub fn is_replicated(&self, t: usize) -> bool {

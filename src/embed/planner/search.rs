@@ -8,7 +8,7 @@ use super::heuristics::{heuristic_tables, table_wise_greedy, Heuristic};
 use super::{PlanOptions, PlanReport};
 use crate::data::graph::block_range;
 use crate::embed::placement::{ColumnShard, Placement, Plan};
-use crate::embed::spec::ModelSpec;
+use crate::embed::spec::{ModelSpec, VocabKind};
 use crate::embed::stats::BatchStats;
 use crate::{Error, Result};
 
@@ -60,6 +60,13 @@ pub(super) fn candidates(ctx: &Ctx, t: usize, cost: &[f64], bytes: &[u64]) -> Ve
         r
     };
     let mut v: Vec<Placement> = (0..n).map(|rank| Placement::Table { rank }).collect();
+    if ctx.spec.tables[t].vocab_kind == VocabKind::Hash {
+        // Keys are spread by their hash: whole on one rank, or over all of them.
+        if n > 1 {
+            v.push(Placement::RowCyclic { ranks: by_bytes });
+        }
+        return v;
+    }
     if n > 1 {
         let mut k = 2;
         while k <= n.min(dim) {
