@@ -568,3 +568,301 @@ pub fn pseudo_rows(spec: &ModelSpec, batch: &mut Batch) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::embed::clicks::ClickGen;
+    use crate::embed::spec::{preset, Evict, Pooling, TableSpec, ValencyDist};
+
+    fn table(name: &str, vocab: u64, kind: VocabKind) -> TableSpec {
+        TableSpec {
+            name: name.into(),
+            vocab,
+            dim: 2,
+            pooling: Pooling::Sum,
+            valency: 2.0,
+            valency_dist: ValencyDist::Poisson,
+            vocab_kind: kind,
+            admit_after: 1,
+            evict: Evict::Lfu,
+        }
+    }
+
+    fn spec(tables: Vec<TableSpec>) -> ModelSpec {
+        ModelSpec {
+            n_dense: 1,
+            hidden: vec![4],
+            zipf: 1.05,
+            tables,
+        }
+    }
+
+    fn bags<I: Copy>(b: &[&[I]]) -> Bags<I> {
+        let mut out = Bags {
+            offsets: vec![0],
+            ids: Vec::new(),
+        };
+        for bag in b {
+            out.ids.extend_from_slice(bag);
+            out.offsets.push(out.ids.len() as u32);
+        }
+        out
+    }
+
+    /// A batch of `n` examples with these ids (one `Bags` per table) and keys (one
+    /// `KeyBags` per table, or none).
+    fn batch(n: usize, ids: Vec<Bags>, keys: Vec<KeyBags>) -> Batch {
+        Batch {
+            n,
+            n_dense: 1,
+            dense: vec![0.25; n],
+            labels: vec![1.0; n],
+            bags: ids,
+            keys,
+        }
+    }
+
+    fn what() -> String {
+        "the examples".into()
+    }
+
+    #[test]
+    fn modulo_reduces_u32_ids() {
+        let data = spec(vec![table("m", 1000, VocabKind::Fixed)]);
+        let model = spec(vec![table("m", 7, VocabKind::Modulo)]);
+        let ids = IdMap::new(&data, &model, false).unwrap();
+        assert!(!ids.is_identity());
+        let mut b = batch(3, vec![bags(&[&[0, 6, 7][..], &[], &[999, 13]])], vec![]);
+        ids.apply(&mut b, &what).unwrap();
+        assert_eq!(b.bags[0], bags(&[&[0, 6, 0][..], &[], &[5, 6]]));
+        // No keys stay behind for a table that is not a hash table.
+        assert_eq!(b.keys, vec![KeyBags::default()]);
+    }
+
+    #[test]
+    fn modulo_reduces_64_bit_keys() {
+        let data = spec(vec![table("m", 1000, VocabKind::Fixed)]);
+        let model = spec(vec![table("m", 7, VocabKind::Modulo)]);
+        let ids = IdMap::new(&data, &model, true).unwrap();
+        let keys = bags(&[&[u64::MAX, 7][..], &[1 << 40], &[], &[3]]);
+        // The rows before the mapping are meaningless (a keyed log's).
+        let stale = bags(&[&[1u32][..], &[2], &[3], &[4]]);
+        let mut b = batch(4, vec![stale], vec![keys]);
+        ids.apply(&mut b, &what).unwrap();
+        let want = [u64::MAX % 7, 0, (1u64 << 40) % 7, 3].map(|k| k as u32);
+        assert_eq!(b.bags[0], bags(&[&want[..2], &want[2..3], &[], &want[3..]]));
+        assert_eq!(b.keys, vec![KeyBags::default()]);
+    }
+
+    #[test]
+    fn fixed_tables_take_keys_below_their_vocab_as_rows_and_refuse_others() {
+        let data = spec(vec![table("x", 5000, VocabKind::Fixed)]);
+        let model = spec(vec![table("x", 1000, VocabKind::Fixed)]);
+        let ids = IdMap::new(&data, &model, true).unwrap();
+        let keys = bags(&[&[0u64, 999][..], &[], &[5]]);
+        let mut b = batch(3, vec![Bags::default()], vec![keys]);
+        ids.apply(&mut b, &what).unwrap();
+        assert_eq!(b.bags[0], bags(&[&[0, 999][..], &[], &[5]]));
+        assert_eq!(b.keys, vec![KeyBags::default()]);
+
+        // Key 1000 of example 2 (example 1 is empty): named with its table.
+        let keys = bags(&[&[3u64][..], &[], &[4, 1000], &[u64::MAX]]);
+        let mut b = batch(4, vec![Bags::default()], vec![keys]);
+        let e = ids.apply(&mut b, &what).unwrap_err();
+        let msg = e.to_string();
+        assert!(matches!(e, Error::Config(_)), "{e:?}");
+        for part in [
+            "the examples",
+            "table \"x\"",
+            "id 1000 ",
+            "example 2 ",
+            "vocab 1000",
+        ] {
+            assert!(msg.contains(part), "{part:?} not in {msg}");
+        }
+        // The first example holds the key.
+        let keys = bags(&[&[u64::MAX][..]]);
+        let mut b = batch(1, vec![Bags::default()], vec![keys]);
+        let msg = ids.apply(&mut b, &what).unwrap_err().to_string();
+        assert!(
+            msg.contains(&format!("id {} of example 0 ", u64::MAX)),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn fixed_u32_ids_into_a_smaller_vocab_are_checked() {
+        let data = spec(vec![
+            table("big", 100, VocabKind::Fixed),
+            table("small", 100, VocabKind::Fixed),
+        ]);
+        let model = spec(vec![
+            table("big", 100, VocabKind::Fixed),
+            table("small", 10, VocabKind::Fixed),
+        ]);
+        let ids = IdMap::new(&data, &model, false).unwrap();
+        assert!(!ids.is_identity());
+        // Ids below 10: left as they are.
+        let ok = vec![bags(&[&[99][..], &[50]]), bags(&[&[0, 9][..], &[]])];
+        let mut b = batch(2, ok.clone(), vec![]);
+        ids.apply(&mut b, &what).unwrap();
+        assert_eq!(b.bags, ok);
+        // Id 10 of example 1 in table "small" (99 in "big" is fine).
+        let bad = vec![bags(&[&[99][..], &[50]]), bags(&[&[0, 9][..], &[3, 10]])];
+        let mut b = batch(2, bad, vec![]);
+        let msg = ids.apply(&mut b, &what).unwrap_err().to_string();
+        for part in ["table \"small\"", "id 10 ", "example 1 ", "vocab 10"] {
+            assert!(msg.contains(part), "{part:?} not in {msg}");
+        }
+    }
+
+    #[test]
+    fn hash_tables_get_the_u32_ids_as_keys_and_keep_their_keys() {
+        let data = spec(vec![
+            table("f", 50, VocabKind::Fixed),
+            table("h", 50, VocabKind::Fixed),
+        ]);
+        let model = spec(vec![
+            table("f", 50, VocabKind::Fixed),
+            table("h", 8, VocabKind::Hash),
+        ]);
+        let ids = IdMap::new(&data, &model, false).unwrap();
+        let f = bags(&[&[1][..], &[], &[2, 3]]);
+        let h = bags(&[&[49, 0][..], &[], &[7, 7]]);
+        let mut b = batch(3, vec![f.clone(), h], vec![]);
+        ids.apply(&mut b, &what).unwrap();
+        assert_eq!(b.bags[0], f);
+        assert_eq!(b.keys.len(), 2);
+        assert_eq!(b.keys[0], KeyBags::default());
+        assert_eq!(b.keys[1], bags(&[&[49u64, 0][..], &[], &[7, 7]]));
+        // A keyed log: the keys are left as they are, the fixed table's become rows.
+        let ids = IdMap::new(&data, &model, true).unwrap();
+        let kf = bags(&[&[4u64][..], &[], &[5]]);
+        let kh = bags(&[&[u64::MAX][..], &[0], &[1 << 63]]);
+        let mut b = batch(
+            3,
+            vec![Bags::default(), Bags::default()],
+            vec![kf, kh.clone()],
+        );
+        ids.apply(&mut b, &what).unwrap();
+        assert_eq!(b.bags[0], bags(&[&[4][..], &[], &[5]]));
+        assert_eq!(b.keys, vec![KeyBags::default(), kh]);
+    }
+
+    #[test]
+    fn the_identity_leaves_a_batch_alone() {
+        let data = preset("tiny", 1.0).unwrap();
+        // Fixed tables at least as large as the data's ids: nothing to do.
+        let mut model = data.clone();
+        model.tables[0].vocab += 5;
+        for m in [&data, &model] {
+            let ids = IdMap::new(&data, m, false).unwrap();
+            assert!(ids.is_identity());
+            let b0 = ClickGen::new(&data, 3).batch(10, 40);
+            let mut b = b0.clone();
+            ids.apply(&mut b, &what).unwrap();
+            assert_eq!(b, b0);
+            assert!(b.keys.is_empty());
+        }
+        assert!(IdMap::default().is_identity());
+        // Keyed data is never the identity, nor a modulo table.
+        assert!(!IdMap::new(&data, &data, true).unwrap().is_identity());
+        let mut m = data.clone();
+        m.tables[4].vocab_kind = VocabKind::Modulo;
+        assert!(!IdMap::new(&data, &m, false).unwrap().is_identity());
+    }
+
+    #[test]
+    fn a_model_with_other_tables_or_dense_features_is_refused() {
+        let data = preset("tiny", 1.0).unwrap();
+        let mut fewer = data.clone();
+        fewer.tables.pop();
+        let mut dense = data.clone();
+        dense.n_dense += 1;
+        for m in [&fewer, &dense] {
+            let e = IdMap::new(&data, m, false).unwrap_err();
+            assert!(matches!(e, Error::Config(_)), "{e:?}");
+        }
+    }
+
+    #[test]
+    fn pseudo_rows_spread_keys_over_the_capacity_deterministically() {
+        let model = spec(vec![
+            table("f", 10, VocabKind::Fixed),
+            table("h", 13, VocabKind::Hash),
+            table("g", 1000, VocabKind::Hash),
+        ]);
+        let f = bags(&[&[1][..], &[9]]);
+        let keys: Vec<u64> = (0..2000u64)
+            .map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+            .collect();
+        // Table "h": the same 1000 keys in both examples; table "g": 2000 keys.
+        let kh = Bags {
+            offsets: vec![0, 1000, 2000],
+            ids: [&keys[..1000], &keys[..1000]].concat(),
+        };
+        let mut kg = Bags {
+            offsets: vec![0, 1000, 2000],
+            ids: keys.clone(),
+        };
+        kg.ids.reverse();
+        let mut b = batch(
+            2,
+            vec![f.clone(), Bags::default(), Bags::default()],
+            vec![KeyBags::default(), kh.clone(), kg.clone()],
+        );
+        pseudo_rows(&model, &mut b);
+        assert_eq!(b.bags[0], f);
+        for (t, k, cap) in [(1, &kh, 13u64), (2, &kg, 1000)] {
+            let rows = &b.bags[t];
+            assert_eq!(rows.offsets, k.offsets, "table {t}");
+            assert_eq!(rows.ids.len(), k.ids.len());
+            assert!(rows.ids.iter().all(|&r| (r as u64) < cap), "table {t}");
+            // Every row of the small table is used; the same key, the same row.
+            let used: std::collections::BTreeSet<u32> = rows.ids.iter().copied().collect();
+            if cap == 13 {
+                assert_eq!(used.len(), 13);
+            } else {
+                // 2000 keys into 1000 rows: about 1000 (1 - e^-2) = 865 rows used.
+                assert!(used.len() > 800, "{} rows of 1000", used.len());
+            }
+            let mut again = batch(
+                2,
+                vec![f.clone(), Bags::default(), Bags::default()],
+                vec![KeyBags::default(), kh.clone(), kg.clone()],
+            );
+            pseudo_rows(&model, &mut again);
+            assert_eq!(again.bags[t], *rows);
+        }
+        // A key gets one row wherever it occurs.
+        assert_eq!(b.bags[1].bag(0), b.bags[1].bag(1));
+        // A batch without keys (no hash table in its data): rows untouched.
+        let mut none = batch(2, vec![f.clone(), f.clone(), f.clone()], vec![]);
+        pseudo_rows(&model, &mut none);
+        assert_eq!(none.bags, vec![f.clone(), f.clone(), f]);
+    }
+
+    #[test]
+    fn initial_key_rows_depend_on_seed_table_and_key_only() {
+        let row = |seed, t, cap, key| {
+            let mut v = vec![0f32; 16];
+            init_key_row(seed, t, cap, key, &mut v);
+            v
+        };
+        let a = row(1, 0, 100, 42);
+        assert_eq!(a, row(1, 0, 100, 42));
+        let bound = (1.0f64 / 100.0).sqrt() as f32;
+        assert!(a.iter().all(|v| v.abs() <= bound && *v != 0.0), "{a:?}");
+        for other in [row(2, 0, 100, 42), row(1, 1, 100, 42), row(1, 0, 100, 43)] {
+            assert_ne!(a, other);
+        }
+        // The capacity scales the row: the same draws.
+        let b = row(1, 0, 400, 42);
+        for (x, y) in a.iter().zip(&b) {
+            assert!((x / 2.0 - y).abs() <= 1e-7, "{x} {y}");
+        }
+        // Keys 0 and u64::MAX get rows of their own.
+        assert_ne!(row(1, 0, 100, 0), row(1, 0, 100, u64::MAX));
+    }
+}
