@@ -251,6 +251,12 @@ pub struct ResolveBufs {
     pos: Vec<Vec<u32>>,
     dest: Vec<u32>,
     rows: Vec<u32>,
+    /// Owner side: the step's distinct keys of one table, their summed counts and
+    /// rows, and each received pair's distinct key (then its row).
+    own_keys: Vec<u64>,
+    own_counts: Vec<u32>,
+    own_rows: Vec<u32>,
+    pair_key: Vec<u32>,
     send: Vec<u64>,
     recv: Received<u64>,
     reply: Vec<u32>,
@@ -387,82 +393,125 @@ pub fn global_resolve<C: Comm>(
     }
     comm.all_to_all_v_into(&b.send, &send_counts, &mut b.recv)?;
 
-    // 3. Owners resolve, senders in rank order, tables in order.
-    b.reply.clear();
-    let mut reply_counts = Vec::with_capacity(p);
+    // 3. Owners resolve each distinct key of the step once, with its occurrences
+    // summed over the senders (in first-seen order: senders in rank order), and
+    // answer every sender with the same row.
     let recv_off = b.recv.offsets();
+    // Per sender and table, where its pairs are in `b.recv.data`.
+    let mut at = vec![(0usize, 0usize); p * h];
     for src in 0..p {
-        let msg = &b.recv.data[recv_off[src]..recv_off[src + 1]];
-        if msg.len() < h {
+        let (lo, hi) = (recv_off[src], recv_off[src + 1]);
+        if hi - lo < h {
             return Err(Error::Comm(format!(
                 "key resolution: rank {src} sent {} values, fewer than its {h}-table header",
-                msg.len()
+                hi - lo
             )));
         }
-        let (hdr, mut body) = msg.split_at(h);
-        let start = b.reply.len();
+        let mut x = lo + h;
         for (j, &t) in hts.iter().enumerate() {
-            let n = hdr[j] as usize;
-            if body.len() < 2 * n {
+            let n = b.recv.data[lo + j] as usize;
+            if x + 2 * n > hi {
                 return Err(Error::Comm(format!(
                     "key resolution: rank {src} announced {n} keys of table {t}, sent fewer"
                 )));
             }
-            let (pairs, rest) = body.split_at(2 * n);
-            body = rest;
-            if n == 0 {
-                continue;
-            }
-            let ranks = key_ranks(&store.plan, t);
-            let (k, j) = (ranks.len() as u64, ranks.iter().position(|&r| r == me));
-            let j = j.ok_or_else(|| {
-                Error::Comm(format!(
-                    "key resolution: rank {src} sent keys of table {t} to rank {me}, which holds none"
-                ))
-            })? as u64;
-            let li = store
-                .local
-                .iter()
-                .position(|l| l.shard.table == t)
-                .ok_or_else(|| {
-                    Error::Comm(format!(
-                        "key resolution: rank {me} holds no shard of table {t}"
-                    ))
-                })?;
-            let cap = store.spec.tables[t].vocab;
-            let seed = store.seed;
-            let shard = store.hash[t]
-                .as_mut()
-                .ok_or_else(|| Error::Comm(format!("table {t} has no hash shard on rank {me}")))?;
-            let ls = &mut store.local[li];
-            let w = ls.shard.width();
-            let sp = store.opt.state_per_row();
-            for pair in pairs.chunks_exact(2) {
-                let (key, c) = (pair[0], pair[1].min(u32::MAX as u64) as u32);
-                let slot = match how {
-                    Resolve::Train { step } => {
-                        b.fresh.clear();
-                        let r = shard.resolve(key, c, step, &mut b.fresh);
-                        for &(fs, fk) in &b.fresh {
-                            let fs = fs as usize;
-                            init_key_row(seed, t, cap, fk, &mut ls.data[fs * w..(fs + 1) * w]);
-                            ls.state[fs * sp..(fs + 1) * sp].fill(0.0);
-                        }
-                        r
-                    }
-                    Resolve::Lookup { step } => shard.get(key, step),
-                };
-                b.reply.push(match slot {
-                    Some(s) => (s as u64 * k + j) as u32,
-                    None => NO_ROW,
-                });
-            }
+            at[src * h + j] = (x, n);
+            x += 2 * n;
         }
-        if !body.is_empty() {
+        if x != hi {
             return Err(Error::Comm(format!(
                 "key resolution: rank {src} sent {} values past its announced keys",
-                body.len()
+                hi - x
             )));
+        }
+    }
+    // Per received pair (senders in rank order within each table), its distinct key.
+    b.pair_key.clear();
+    let mut pair_start = vec![0usize; p * h];
+    for (j, &t) in hts.iter().enumerate() {
+        let total: usize = (0..p).map(|src| at[src * h + j].1).sum();
+        if total == 0 {
+            for src in 0..p {
+                pair_start[src * h + j] = b.pair_key.len();
+            }
+            continue;
+        }
+        let ranks = key_ranks(&store.plan, t);
+        let (k, j_me) = (ranks.len() as u64, ranks.iter().position(|&r| r == me));
+        let j_me = j_me.ok_or_else(|| {
+            Error::Comm(format!(
+                "key resolution: keys of table {t} came to rank {me}, which holds none"
+            ))
+        })? as u64;
+        let li = store
+            .local
+            .iter()
+            .position(|l| l.shard.table == t)
+            .ok_or_else(|| {
+                Error::Comm(format!(
+                    "key resolution: rank {me} holds no shard of table {t}"
+                ))
+            })?;
+        b.own_keys.clear();
+        b.own_counts.clear();
+        b.index.prepare(total);
+        for src in 0..p {
+            pair_start[src * h + j] = b.pair_key.len();
+            let (x, n) = at[src * h + j];
+            for pair in b.recv.data[x..x + 2 * n].chunks_exact(2) {
+                let next = b.own_keys.len() as u32;
+                let i = b.index.get_or_insert(pair[0], next);
+                if i == next {
+                    b.own_keys.push(pair[0]);
+                    b.own_counts.push(0);
+                }
+                let c = &mut b.own_counts[i as usize];
+                *c = c.saturating_add(pair[1].min(u32::MAX as u64) as u32);
+                b.pair_key.push(i);
+            }
+        }
+        b.index.clear(&b.own_keys);
+        let cap = store.spec.tables[t].vocab;
+        let seed = store.seed;
+        let sp = store.opt.state_per_row();
+        let shard = store.hash[t]
+            .as_mut()
+            .ok_or_else(|| Error::Comm(format!("table {t} has no hash shard on rank {me}")))?;
+        let ls = &mut store.local[li];
+        let w = ls.shard.width();
+        b.own_rows.clear();
+        for (&key, &c) in b.own_keys.iter().zip(&b.own_counts) {
+            let slot = match how {
+                Resolve::Train { step } => {
+                    b.fresh.clear();
+                    let r = shard.resolve(key, c, step, &mut b.fresh);
+                    for &(fs, fk) in &b.fresh {
+                        let fs = fs as usize;
+                        init_key_row(seed, t, cap, fk, &mut ls.data[fs * w..(fs + 1) * w]);
+                        ls.state[fs * sp..(fs + 1) * sp].fill(0.0);
+                    }
+                    r
+                }
+                Resolve::Lookup { step } => shard.get(key, step),
+            };
+            b.own_rows.push(match slot {
+                Some(s) => (s as u64 * k + j_me) as u32,
+                None => NO_ROW,
+            });
+        }
+        // Rows by pair, in place of the distinct indices.
+        let start = pair_start[j];
+        for i in &mut b.pair_key[start..] {
+            *i = b.own_rows[*i as usize];
+        }
+    }
+    b.reply.clear();
+    let mut reply_counts = Vec::with_capacity(p);
+    for src in 0..p {
+        let start = b.reply.len();
+        for j in 0..h {
+            let (s0, n) = (pair_start[src * h + j], at[src * h + j].1);
+            b.reply.extend_from_slice(&b.pair_key[s0..s0 + n]);
         }
         reply_counts.push(b.reply.len() - start);
     }
@@ -492,7 +541,8 @@ pub fn global_resolve<C: Comm>(
         }));
         let rows = &b.rows;
         counts.no_row += rows.iter().filter(|&&r| r == NO_ROW).count() as u64;
-        let keys = &batch.keys[t];
+        let no_keys = KeyBags::default();
+        let keys = batch.keys.get(t).unwrap_or(&no_keys);
         let bags: &mut Bags = &mut batch.bags[t];
         bags.offsets.clear();
         bags.ids.clear();

@@ -462,6 +462,13 @@ impl EmbedTrainer {
     pub fn new(cfg: EmbedConfig, source: Source, plan: &Plan, rank: usize) -> Result<Self> {
         // One BLAS thread: the MLP's bits must not depend on OpenBLAS's threading.
         crate::blas_single_thread();
+        if cfg.pipeline && !super::keys::hash_tables(&cfg.spec).is_empty() {
+            // The next step's keys would be admitted and evicted (and counted)
+            // before this step's gradients are applied and before a checkpoint.
+            return Err(crate::Error::Config(
+                "pipelining with hash tables: refused (their keys are resolved once per step, before its lookup)".into(),
+            ));
+        }
         let store = Store::new(
             &cfg.spec,
             plan,
