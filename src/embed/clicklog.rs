@@ -724,16 +724,3 @@ mod tests {
         assert!(e.to_string().contains("cut.h5"), "{e}");
     }
 }
-
-// TEMPORARY until the v2 reader lands (branch ingest): v1 logs hold u32 ids only.
-impl ClickLog {
-    pub fn keyed(&self) -> bool {
-        false
-    }
-    pub fn source_files(&self) -> &[String] {
-        &[]
-    }
-    pub fn days(&self) -> Vec<u64> {
-        vec![0, self.examples()]
-    }
-}
