@@ -6,6 +6,7 @@ pub mod checkpoint;
 pub mod clicklog;
 pub mod clicks;
 pub mod criteo;
+pub mod criteo_gen;
 pub mod driver;
 pub mod exchange;
 pub mod gemm;
