@@ -807,6 +807,149 @@ mod tests {
         assert!(e.contains("other.h5") && e.contains("schema"), "{e}");
     }
 
+    /// A keyed (v2) log of the Criteo generator: 3 days of 400 examples.
+    fn write_v2(path: &Path) -> crate::embed::ingest::IngestReport {
+        use crate::embed::criteo::Layout;
+        use crate::embed::criteo_gen::{CriteoGen, GenSource};
+        use crate::embed::ingest::{global_write_log, LogHeader};
+        let comm = crate::comm::single::SingleComm::new();
+        let gen = CriteoGen::new(&tiny(), 9);
+        let names: Vec<PathBuf> = (0..3).map(|d| format!("day_{d}.tsv").into()).collect();
+        let header = LogHeader {
+            format: "criteo".into(),
+            columns: None,
+            source: names.iter().map(|n| n.display().to_string()).collect(),
+            seed: 9,
+            dim: 8,
+            table_names: Layout::criteo().table_names(),
+        };
+        let src = GenSource::new(gen, names, 400, 0, 1);
+        global_write_log(&comm, &src, &header, path, 0).unwrap()
+    }
+
+    #[test]
+    fn keyed_logs_read_keys_days_and_sources() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("keyed.h5");
+        let rep = write_v2(&p);
+        let log = ClickLog::open(&p).unwrap();
+        assert!(log.keyed());
+        assert_eq!(log.days(), &[0, 400, 800, 1200]);
+        assert_eq!(log.source_files(), &["day_0.tsv", "day_1.tsv", "day_2.tsv"]);
+        assert_eq!(log.ids_per_table(), &rep.ids_per_table[..]);
+        assert_eq!(log.spec().tables.len(), 26);
+        assert_eq!(log.spec().tables[3].vocab, rep.distinct[3]);
+        let whole = log.read(0, 1200).unwrap();
+        assert_eq!(whole.keys.len(), 26);
+        assert!(whole
+            .bags
+            .iter()
+            .all(|b| b.ids.is_empty() && b.offsets == vec![0; 1201]));
+        assert_eq!(
+            whole
+                .keys
+                .iter()
+                .map(|k| k.ids.len() as u64)
+                .collect::<Vec<_>>(),
+            rep.ids_per_table
+        );
+        // A range reads the same examples as the whole.
+        let part = log.read(390, 20).unwrap();
+        assert_eq!(part.dense, whole.dense[390 * 13..410 * 13]);
+        assert_eq!(part.labels, whole.labels[390..410]);
+        for (k, w) in part.keys.iter().zip(&whole.keys) {
+            for e in 0..20 {
+                assert_eq!(k.bag(e), w.bag(390 + e));
+            }
+        }
+        assert_eq!(part.bags[0].offsets, vec![0; 21]);
+        let empty = log.read(1200, 0).unwrap();
+        assert!(empty
+            .keys
+            .iter()
+            .all(|k| k.offsets == [0] && k.ids.is_empty()));
+        // v1 logs have one day and no sources.
+        let q = dir.path().join("v1.h5");
+        write(&q, 1, 10);
+        let v1 = ClickLog::open(&q).unwrap();
+        assert!(!v1.keyed());
+        assert_eq!((v1.days(), v1.source_files().len()), (&[0u64, 10][..], 0));
+    }
+
+    #[test]
+    fn corrupt_keyed_logs_are_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("keyed.h5");
+        write_v2(&p);
+        let edit = |f: &dyn Fn(&hdf5::File)| {
+            let h = crate::h5::open_rw(&p).unwrap();
+            f(&h);
+        };
+        edit(&|f| {
+            f.dataset("/labels")
+                .unwrap()
+                .write_slice(&[2.0f32], 500..501)
+                .unwrap()
+        });
+        edit(&|f| {
+            f.dataset("/tables/7/offsets")
+                .unwrap()
+                .write_slice(&[0u64], 1000..1001)
+                .unwrap()
+        });
+        let log = ClickLog::open(&p).unwrap();
+        let e = log.read(400, 400).unwrap_err().to_string();
+        assert!(e.contains("/labels") && e.contains("example 500"), "{e}");
+        assert!(log.read(0, 400).is_ok());
+        let e = log.read(900, 200).unwrap_err().to_string();
+        assert!(
+            e.contains("/tables/7/offsets") && e.contains("decreases at example 999"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn keyed_days_and_sources_are_checked_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        for (k, what) in ["decreasing", "short", "end", "sources"].iter().enumerate() {
+            let p = dir.path().join(format!("k{k}.h5"));
+            write_v2(&p);
+            {
+                let f = crate::h5::open_rw(&p).unwrap();
+                let ds = f.dataset("/day_offsets").unwrap();
+                match *what {
+                    "decreasing" => ds.write_slice(&[900u64], 1..2).unwrap(),
+                    "end" => ds.write_slice(&[1199u64], 3..4).unwrap(),
+                    "short" => {
+                        drop(ds);
+                        f.unlink("day_offsets").unwrap();
+                        f.new_dataset::<u64>()
+                            .shape(1)
+                            .create("day_offsets")
+                            .unwrap();
+                    }
+                    _ => {
+                        f.delete_attr("source").unwrap();
+                        let v: VarLenUnicode = "[\"a\"]".parse().unwrap();
+                        f.new_attr::<VarLenUnicode>()
+                            .create("source")
+                            .unwrap()
+                            .write_scalar(&v)
+                            .unwrap();
+                    }
+                }
+            }
+            let e = ClickLog::open(&p).unwrap_err().to_string();
+            let want = match *what {
+                "decreasing" => "decreases at day 2",
+                "end" => "expected 0 to the 1200 examples",
+                "short" => "expected at least 2",
+                _ => "1 files for 3 days",
+            };
+            assert!(e.contains(want), "{what}: {e}");
+        }
+    }
+
     #[test]
     fn non_hdf5_empty_truncated_and_missing_files() {
         let dir = tempfile::tempdir().unwrap();
