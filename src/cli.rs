@@ -33,8 +33,9 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Build a WebGraph variant (ALX protocol) from a graph file and write the
-    /// prepared HDF5 dataset with its strong-generalization split.
-    Prepare(PrepareArgs),
+    /// prepared HDF5 dataset with its strong-generalization split; `prepare clicks`
+    /// turns Criteo-format text files into a click log.
+    Prepare(PrepareCmd),
     /// Generate synthetic data straight into a prepared dataset.
     #[command(subcommand)]
     Generate(GenerateCommand),
@@ -274,6 +275,74 @@ pub enum InputFormat {
     Synthetic,
 }
 
+/// `prepare`: a graph (the flags of [`PrepareArgs`]) or a subcommand.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct PrepareCmd {
+    #[command(flatten)]
+    pub graph: Option<PrepareArgs>,
+    #[command(subcommand)]
+    pub command: Option<PrepareCommand>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PrepareCommand {
+    /// Turn Criteo-format text files (one per day, plain or .gz) into a keyed click
+    /// log for `embed --data`.
+    ///
+    /// Criteo's format: label (0/1), I1..I13 (integers), C1..C26 (hex), tab-separated,
+    /// an empty field is missing. The log (HDF5, schema torusrec-clicks-v2) holds the
+    /// dense values as ln(1 + max(x, 0)) (missing: 0) and the categorical values as
+    /// 64-bit keys of hash-table vocabularies sized by a HyperLogLog estimate of their
+    /// distinct keys.
+    ///
+    /// Streams in two passes (count, then write), in parallel over ranks: a plain file
+    /// is split among the ranks by byte ranges (a line belongs to the rank whose range
+    /// holds its first byte); a .gz file cannot be split, so whole .gz files go to the
+    /// ranks round-robin. Memory per rank is bounded whatever the input size: about
+    /// 8 MiB of text at a time and its parsed columns (~30 MiB), 16 KiB per table for
+    /// the estimate, and the gathered per-file counts. Nothing is written unless every
+    /// line parses (or --skip-bad-lines allows it); errors name the file and line.
+    Clicks(PrepareClicksArgs),
+}
+
+/// `prepare clicks --format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ClicksFormat {
+    /// Criteo: label, 13 integer columns, 26 hex categorical columns.
+    Criteo,
+    /// Tab-separated columns in the order of --columns.
+    Tsv,
+}
+
+#[derive(Debug, Args)]
+pub struct PrepareClicksArgs {
+    /// Input format.
+    #[arg(long, value_enum, default_value_t = ClicksFormat::Criteo)]
+    pub format: ClicksFormat,
+    /// With --format tsv: the columns, comma-separated label, dense, cat or skip, each
+    /// optionally KIND*N, e.g. label,dense*13,cat*26 (exactly one label; dense columns
+    /// are named I1.., categorical ones C1..).
+    #[arg(long, value_name = "SPEC")]
+    pub columns: Option<String>,
+    /// Input files, one per day in the order given (plain text or .gz).
+    #[arg(long, value_name = "F", num_args = 1.., required = true)]
+    pub input: Vec<PathBuf>,
+    /// Output click log (.h5).
+    #[arg(long, value_name = "clicks.h5")]
+    pub out: PathBuf,
+    /// Overwrite an existing output.
+    #[arg(long)]
+    pub force: bool,
+    /// Skip up to N bad lines over all files and ranks (each counted and the first
+    /// few reported); more is an error (exit 2).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub skip_bad_lines: u64,
+    /// Embedding width of every table in the log's model.
+    #[arg(long, value_name = "D", default_value_t = 16)]
+    pub dim: usize,
+}
+
 #[derive(Debug, Args)]
 pub struct PrepareArgs {
     /// Input graph (a basename for bv, a preset name for synthetic).
@@ -308,7 +377,10 @@ pub enum GenerateCommand {
     /// de-sparse (19.7M, 1.19B), dense (136.5M, 22.2B), sparse (365.4M, 29.9B).
     Webgraph(GenerateWebgraphArgs),
     /// A synthetic click log (HDF5) for `embed --data`: examples deterministic from
-    /// (seed, example index), Zipf ids per table, labels from a planted model.
+    /// (seed, example index), Zipf ids per table, labels from a planted model. With
+    /// --format criteo: Criteo-format text files DIR/day_0.tsv ... (or, with an .h5
+    /// --out, the keyed click log `prepare clicks` makes of them), from the preset's
+    /// vocabularies (growing by a tenth a day) and Zipf exponent.
     Clicks(GenerateClicksArgs),
 }
 
@@ -333,21 +405,44 @@ pub struct ModelArgs {
     pub tables: Option<PathBuf>,
 }
 
+/// `generate clicks --format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GenerateClicksFormat {
+    /// The click log of the model (HDF5, schema torusrec-clicks-v1).
+    Log,
+    /// Criteo-format text, one file per day (or the keyed log of an .h5 --out).
+    Criteo,
+}
+
 #[derive(Debug, Args)]
 pub struct GenerateClicksArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Examples to write.
+    /// Examples to write (per day with --format criteo).
     #[arg(long, value_name = "N")]
     pub examples: u64,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Output click log (.h5).
-    #[arg(long, value_name = "F.h5")]
+    /// Output click log (.h5); with --format criteo, a directory for the day files
+    /// unless it ends in .h5.
+    #[arg(long, value_name = "F.h5|DIR")]
     pub out: PathBuf,
     /// Overwrite an existing output.
     #[arg(long)]
     pub force: bool,
+    /// What to write.
+    #[arg(long, value_enum, default_value_t = GenerateClicksFormat::Log)]
+    pub format: GenerateClicksFormat,
+    /// --format criteo: days (files) to write (default 1).
+    #[arg(long, value_name = "D")]
+    pub days: Option<u64>,
+    /// --format criteo with a directory: write day_D.tsv.gz (gzip) files.
+    #[arg(long)]
+    pub gzip: bool,
+    /// --format criteo with an .h5 --out: the tables' width (as `prepare clicks
+    /// --dim`; default 16).
+    #[arg(long, value_name = "D")]
+    pub dim: Option<usize>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

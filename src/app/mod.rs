@@ -3,6 +3,7 @@
 //! (identically) before the first collective that depends on them.
 
 pub mod als;
+pub mod clicks;
 pub mod embed;
 pub mod inspect;
 pub mod output;
@@ -12,7 +13,7 @@ pub mod project;
 pub mod recommend;
 pub mod tune;
 
-use crate::cli::{Command, GenerateCommand};
+use crate::cli::{Command, GenerateClicksFormat, GenerateCommand, PrepareCmd, PrepareCommand};
 use crate::comm::Comm;
 use crate::error::Result;
 
@@ -24,17 +25,30 @@ pub fn run<C: Comm>(
     preempt: crate::ckpt::signals::Preemption,
 ) -> Result<()> {
     match command {
-        Command::Prepare(args) => {
+        Command::Prepare(PrepareCmd {
+            command: Some(PrepareCommand::Clicks(args)),
+            ..
+        }) => clicks::global_prepare_clicks(comm, args).map(|_| ()),
+        Command::Prepare(PrepareCmd {
+            graph: Some(args), ..
+        }) => {
             let cfg = comm.agree(prepare::PrepareConfig::from_prepare_args(args))?;
             prepare::global_run(comm, &cfg).map(|_| ())
         }
+        Command::Prepare(_) => Err(crate::Error::Config(
+            "prepare: give --input, --format and --out, or a subcommand (clicks)".into(),
+        )),
         Command::Generate(GenerateCommand::Webgraph(args)) => {
             let cfg = comm.agree(prepare::PrepareConfig::from_generate_args(args))?;
             prepare::global_run(comm, &cfg).map(|_| ())
         }
-        Command::Generate(GenerateCommand::Clicks(args)) => {
-            embed::global_generate_clicks(comm, args)
-        }
+        Command::Generate(GenerateCommand::Clicks(args)) => match args.format {
+            GenerateClicksFormat::Criteo => clicks::global_generate_criteo(comm, args),
+            GenerateClicksFormat::Log => {
+                comm.agree(clicks::check_log_args(args))?;
+                embed::global_generate_clicks(comm, args)
+            }
+        },
         Command::Als(args) => als::global_run(comm, args, preempt).map(|_| ()),
         Command::Tune(args) => tune::global_run(comm, args, preempt),
         Command::Embed(args) => embed::global_run(comm, args, preempt).map(|_| ()),

@@ -7,7 +7,8 @@
 //! - `TORUSREC_PREEMPT_AT=STEP` raises the preemption flag on rank 0 when the global
 //!   step counter reaches STEP (a signal delivered at an exact step boundary).
 //! - `TORUSREC_PREEMPT_IN=PASS` acts as a signal during that pass of `prepare`
-//!   (`degrees`, `filter`, `split+write`, `transpose`).
+//!   (`degrees`, `filter`, `split+write`, `transpose`) or `prepare clicks` (`count`,
+//!   `write`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -1,5 +1,6 @@
-//! A click log file (HDF5), written by `torusrec generate clicks` and read back in
-//! example ranges.
+//! A click log file (HDF5), written by `torusrec generate clicks` (v1) or by
+//! `torusrec prepare clicks` and `generate clicks --format criteo` (v2, keyed), and
+//! read back in example ranges.
 //!
 //! Layout, schema `torusrec-clicks-v1` (N examples, T tables):
 //!
@@ -18,13 +19,31 @@
 //! [`ClickGen::batch`] of `(spec, seed)` over `0..N`; it is written in chunks of
 //! examples (never whole in memory) under `<path>.partial` and renamed into place
 //! once complete.
+//!
+//! Schema `torusrec-clicks-v2` (a *keyed* log, written by [`super::ingest`]) has the
+//! same layout but for:
+//!
+//! | object | type | shape | content |
+//! |---|---|---|---|
+//! | `/` attribute `schema` | string | scalar | `"torusrec-clicks-v2"` |
+//! | `/` attribute `spec_json` | string | scalar | the [`ModelSpec`]: every table a hash-table vocabulary (`vocab_kind = "hash"`) whose `vocab` is the estimate of its distinct keys |
+//! | `/` attribute `seed` | u64 | scalar | 0 for a log prepared from files, the generator's seed for a generated one |
+//! | `/` attribute `source` | string | scalar | JSON array: the input file of each day, as given |
+//! | `/` attribute `format` | string | scalar | the input format (`"criteo"`, `"tsv"`) |
+//! | `/` attribute `columns` | string | scalar | `tsv` only: the column layout |
+//! | `/day_offsets` | u64 | [D + 1] | the first example of each day (input file); `day_offsets[D] = N` |
+//! | `/tables/<t>` attribute `distinct_estimate` | u64 | scalar | HyperLogLog estimate of the table's distinct keys |
+//! | `/tables/<t>/ids` | u64 | [nnz_t] | raw 64-bit keys (any value), contiguous |
+//!
+//! Reading a v2 log gives each table's keys in [`Batch::keys`] and empty
+//! [`Batch::bags`] (offsets all 0): the model maps keys to rows.
 
 use std::path::{Path, PathBuf};
 
 use hdf5::H5Type;
 use ndarray::ArrayView2;
 
-use super::clicks::{Bags, Batch, ClickGen};
+use super::clicks::{Bags, Batch, ClickGen, KeyBags};
 use super::spec::ModelSpec;
 use crate::data::dataset::{check_output, open_h5, read_range, temp_path};
 use crate::h5::{check_elem_type, ctx as h5, read_str_attr, read_u64_attr, write_attrs, Attr};
@@ -32,14 +51,16 @@ use crate::{Error, Result};
 
 /// The value of the `schema` attribute.
 pub const SCHEMA: &str = "torusrec-clicks-v1";
+/// The `schema` of a keyed log.
+pub const SCHEMA_V2: &str = "torusrec-clicks-v2";
 /// Elements per HDF5 chunk of an `ids` dataset (256 KiB).
 const IDS_CHUNK: usize = 1 << 16;
 
-fn offsets_name(t: usize) -> String {
+pub(crate) fn offsets_name(t: usize) -> String {
     format!("/tables/{t}/offsets")
 }
 
-fn ids_name(t: usize) -> String {
+pub(crate) fn ids_name(t: usize) -> String {
     format!("/tables/{t}/ids")
 }
 
@@ -217,6 +238,10 @@ pub struct ClickLog {
     examples: u64,
     /// Ids of each table.
     nnz: Vec<u64>,
+    /// Schema v2: u64 keys, days and sources.
+    keyed: bool,
+    days: Vec<u64>,
+    source: Vec<String>,
 }
 
 /// The dataset `name`, checked for element type and shape.
@@ -245,6 +270,51 @@ fn dataset<T: H5Type>(
     }
 }
 
+/// The days and sources of a v2 log: `/day_offsets` from 0 to `examples`,
+/// non-decreasing, and the `source` attribute, one file per day.
+fn open_v2(f: &hdf5::File, path: &Path, examples: u64) -> Result<(Vec<u64>, Vec<String>)> {
+    let name = "/day_offsets";
+    let ds = dataset::<u64>(f, path, name, None)?;
+    let len = ds.size() as u64;
+    if len < 2 {
+        return Err(Error::layout(
+            path,
+            name,
+            format!("{len} entries, expected at least 2 (one day)"),
+        ));
+    }
+    let days = read_range::<u64>(f, path, name, 0, len)?;
+    if days[0] != 0 || days[days.len() - 1] != examples {
+        return Err(Error::layout(
+            path,
+            name,
+            format!(
+                "runs from {} to {}, expected 0 to the {examples} examples",
+                days[0],
+                days[days.len() - 1]
+            ),
+        ));
+    }
+    if let Some(d) = (1..days.len()).find(|&d| days[d - 1] > days[d]) {
+        return Err(Error::layout(
+            path,
+            name,
+            format!("decreases at day {d}: {} > {}", days[d - 1], days[d]),
+        ));
+    }
+    let json = read_str_attr(f, path, "source")?;
+    let source: Vec<String> = serde_json::from_str(&json)
+        .map_err(|e| Error::layout(path, "/ attribute source", e.to_string()))?;
+    if source.len() != days.len() - 1 {
+        return Err(Error::layout(
+            path,
+            "/ attribute source",
+            format!("{} files for {} days", source.len(), days.len() - 1),
+        ));
+    }
+    Ok((days, source))
+}
+
 impl ClickLog {
     /// Open and check a click log: schema, spec, and the shapes of every dataset
     /// (the values are checked by [`ClickLog::read`], range by range).
@@ -252,13 +322,16 @@ impl ClickLog {
         let file = open_h5(path)?;
         let f = &file;
         let schema = read_str_attr(f, path, "schema")?;
-        if schema != SCHEMA {
+        if schema != SCHEMA && schema != SCHEMA_V2 {
             return Err(Error::layout(
                 path,
                 "/ attribute schema",
-                format!("{schema:?}, expected {SCHEMA:?} (not a click log, or another version)"),
+                format!(
+                    "{schema:?}, expected {SCHEMA:?} or {SCHEMA_V2:?} (not a click log, or another version)"
+                ),
             ));
         }
+        let keyed = schema == SCHEMA_V2;
         let json = read_str_attr(f, path, "spec_json")?;
         let spec: ModelSpec = serde_json::from_str(&json)
             .map_err(|e| Error::layout(path, "/ attribute spec_json", e.to_string()))?;
@@ -277,7 +350,11 @@ impl ClickLog {
         for t in 0..spec.tables.len() {
             let (on, idn) = (offsets_name(t), ids_name(t));
             dataset::<u64>(f, path, &on, Some(&[n + 1]))?;
-            let len = dataset::<u32>(f, path, &idn, None)?.size() as u64;
+            let len = if keyed {
+                dataset::<u64>(f, path, &idn, None)?.size() as u64
+            } else {
+                dataset::<u32>(f, path, &idn, None)?.size() as u64
+            };
             let first = read_range::<u64>(f, path, &on, 0, 1)?[0];
             if first != 0 {
                 return Err(Error::layout(
@@ -296,6 +373,11 @@ impl ClickLog {
             }
             nnz.push(len);
         }
+        let (days, source) = if keyed {
+            open_v2(f, path, examples)?
+        } else {
+            (vec![0, examples], Vec::new())
+        };
         Ok(ClickLog {
             path: path.to_path_buf(),
             file,
@@ -303,7 +385,26 @@ impl ClickLog {
             seed,
             examples,
             nnz,
+            keyed,
+            days,
+            source,
         })
+    }
+
+    /// Whether the log holds raw 64-bit keys (schema v2).
+    pub fn keyed(&self) -> bool {
+        self.keyed
+    }
+
+    /// Where each day (input file) starts, and the example count last: `[0, N]` for a
+    /// v1 log.
+    pub fn days(&self) -> &[u64] {
+        &self.days
+    }
+
+    /// The input file of each day, as given to `prepare clicks` (v1: none).
+    pub fn source_files(&self) -> &[String] {
+        &self.source
     }
 
     pub fn path(&self) -> &Path {
@@ -329,7 +430,9 @@ impl ClickLog {
 
     /// Examples `first..first + n`, checked: offsets non-decreasing, ids below their
     /// table's vocabulary, labels 0 or 1, dense values finite. Errors name the
-    /// dataset and the example. Offsets of the batch start at 0.
+    /// dataset and the example. Offsets of the batch start at 0. A keyed (v2) log
+    /// gives every table's keys in `keys[t]` (any value) and an empty `bags[t]`
+    /// (`n + 1` zero offsets).
     pub fn read(&self, first: u64, n: usize) -> Result<Batch> {
         let path = self.path.as_path();
         let f = &self.file;
@@ -349,6 +452,9 @@ impl ClickLog {
         let nd = self.spec.n_dense;
         let mut b = Batch::empty(&self.spec);
         b.n = n;
+        if self.keyed {
+            b.keys = vec![KeyBags::default(); self.spec.tables.len()];
+        }
 
         if n > 0 && nd > 0 {
             let lo = first as usize;
@@ -421,6 +527,14 @@ impl ClickLog {
                         offs[n] - base
                     ),
                 ));
+            }
+            if self.keyed {
+                b.keys[t] = KeyBags {
+                    offsets: offs.iter().map(|&o| (o - base) as u32).collect(),
+                    ids: read_range::<u64>(f, path, &idn, base, offs[n])?,
+                };
+                b.bags[t].offsets = vec![0; n + 1];
+                continue;
             }
             let ids = read_range::<u32>(f, path, &idn, base, offs[n])?;
             for i in 0..n {
@@ -661,12 +775,16 @@ mod tests {
                 .write_scalar(&v)
                 .unwrap();
         };
-        set_str("schema", "torusrec-clicks-v2");
+        set_str("schema", "torusrec-clicks-v3");
         let e = ClickLog::open(&p).unwrap_err().to_string();
         assert!(
-            e.contains("schema") && e.contains("torusrec-clicks-v2"),
+            e.contains("schema") && e.contains("torusrec-clicks-v3"),
             "{e}"
         );
+        // A v1 file that claims v2: its ids are u32 and it has no days.
+        set_str("schema", SCHEMA_V2);
+        let e = ClickLog::open(&p).unwrap_err().to_string();
+        assert!(e.contains("/tables/0/ids"), "{e}");
 
         set_str("schema", SCHEMA);
         set_str("spec_json", "{\"tables\": 3}");
@@ -687,6 +805,149 @@ mod tests {
         crate::h5::create(&q).unwrap();
         let e = ClickLog::open(&q).unwrap_err().to_string();
         assert!(e.contains("other.h5") && e.contains("schema"), "{e}");
+    }
+
+    /// A keyed (v2) log of the Criteo generator: 3 days of 400 examples.
+    fn write_v2(path: &Path) -> crate::embed::ingest::IngestReport {
+        use crate::embed::criteo::Layout;
+        use crate::embed::criteo_gen::{CriteoGen, GenSource};
+        use crate::embed::ingest::{global_write_log, LogHeader};
+        let comm = crate::comm::single::SingleComm::new();
+        let gen = CriteoGen::new(&tiny(), 9);
+        let names: Vec<PathBuf> = (0..3).map(|d| format!("day_{d}.tsv").into()).collect();
+        let header = LogHeader {
+            format: "criteo".into(),
+            columns: None,
+            source: names.iter().map(|n| n.display().to_string()).collect(),
+            seed: 9,
+            dim: 8,
+            table_names: Layout::criteo().table_names(),
+        };
+        let src = GenSource::new(gen, names, 400, 0, 1);
+        global_write_log(&comm, &src, &header, path, 0).unwrap()
+    }
+
+    #[test]
+    fn keyed_logs_read_keys_days_and_sources() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("keyed.h5");
+        let rep = write_v2(&p);
+        let log = ClickLog::open(&p).unwrap();
+        assert!(log.keyed());
+        assert_eq!(log.days(), &[0, 400, 800, 1200]);
+        assert_eq!(log.source_files(), &["day_0.tsv", "day_1.tsv", "day_2.tsv"]);
+        assert_eq!(log.ids_per_table(), &rep.ids_per_table[..]);
+        assert_eq!(log.spec().tables.len(), 26);
+        assert_eq!(log.spec().tables[3].vocab, rep.distinct[3]);
+        let whole = log.read(0, 1200).unwrap();
+        assert_eq!(whole.keys.len(), 26);
+        assert!(whole
+            .bags
+            .iter()
+            .all(|b| b.ids.is_empty() && b.offsets == vec![0; 1201]));
+        assert_eq!(
+            whole
+                .keys
+                .iter()
+                .map(|k| k.ids.len() as u64)
+                .collect::<Vec<_>>(),
+            rep.ids_per_table
+        );
+        // A range reads the same examples as the whole.
+        let part = log.read(390, 20).unwrap();
+        assert_eq!(part.dense, whole.dense[390 * 13..410 * 13]);
+        assert_eq!(part.labels, whole.labels[390..410]);
+        for (k, w) in part.keys.iter().zip(&whole.keys) {
+            for e in 0..20 {
+                assert_eq!(k.bag(e), w.bag(390 + e));
+            }
+        }
+        assert_eq!(part.bags[0].offsets, vec![0; 21]);
+        let empty = log.read(1200, 0).unwrap();
+        assert!(empty
+            .keys
+            .iter()
+            .all(|k| k.offsets == [0] && k.ids.is_empty()));
+        // v1 logs have one day and no sources.
+        let q = dir.path().join("v1.h5");
+        write(&q, 1, 10);
+        let v1 = ClickLog::open(&q).unwrap();
+        assert!(!v1.keyed());
+        assert_eq!((v1.days(), v1.source_files().len()), (&[0u64, 10][..], 0));
+    }
+
+    #[test]
+    fn corrupt_keyed_logs_are_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("keyed.h5");
+        write_v2(&p);
+        let edit = |f: &dyn Fn(&hdf5::File)| {
+            let h = crate::h5::open_rw(&p).unwrap();
+            f(&h);
+        };
+        edit(&|f| {
+            f.dataset("/labels")
+                .unwrap()
+                .write_slice(&[2.0f32], 500..501)
+                .unwrap()
+        });
+        edit(&|f| {
+            f.dataset("/tables/7/offsets")
+                .unwrap()
+                .write_slice(&[0u64], 1000..1001)
+                .unwrap()
+        });
+        let log = ClickLog::open(&p).unwrap();
+        let e = log.read(400, 400).unwrap_err().to_string();
+        assert!(e.contains("/labels") && e.contains("example 500"), "{e}");
+        assert!(log.read(0, 400).is_ok());
+        let e = log.read(900, 200).unwrap_err().to_string();
+        assert!(
+            e.contains("/tables/7/offsets") && e.contains("decreases at example 999"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn keyed_days_and_sources_are_checked_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        for (k, what) in ["decreasing", "short", "end", "sources"].iter().enumerate() {
+            let p = dir.path().join(format!("k{k}.h5"));
+            write_v2(&p);
+            {
+                let f = crate::h5::open_rw(&p).unwrap();
+                let ds = f.dataset("/day_offsets").unwrap();
+                match *what {
+                    "decreasing" => ds.write_slice(&[900u64], 1..2).unwrap(),
+                    "end" => ds.write_slice(&[1199u64], 3..4).unwrap(),
+                    "short" => {
+                        drop(ds);
+                        f.unlink("day_offsets").unwrap();
+                        f.new_dataset::<u64>()
+                            .shape(1)
+                            .create("day_offsets")
+                            .unwrap();
+                    }
+                    _ => {
+                        f.delete_attr("source").unwrap();
+                        let v: VarLenUnicode = "[\"a\"]".parse().unwrap();
+                        f.new_attr::<VarLenUnicode>()
+                            .create("source")
+                            .unwrap()
+                            .write_scalar(&v)
+                            .unwrap();
+                    }
+                }
+            }
+            let e = ClickLog::open(&p).unwrap_err().to_string();
+            let want = match *what {
+                "decreasing" => "decreases at day 2",
+                "end" => "expected 0 to the 1200 examples",
+                "short" => "expected at least 2",
+                _ => "1 files for 3 days",
+            };
+            assert!(e.contains(want), "{what}: {e}");
+        }
     }
 
     #[test]
