@@ -566,3 +566,108 @@ fn a_tsv_layout_reads_reordered_columns() {
     assert_eq!(la.spec(), lb.spec());
     assert_eq!(ba, bb);
 }
+
+// ---------------------------------------------------------------------------------
+// 4. training on a prepared log
+
+/// `embed` on a click log at `np` ranks: hash tables, held-out day 2.
+fn train_log(np: usize, log: &Path, extra: &[&str]) -> util::Output {
+    let o = launcher(np)
+        .args(["embed", "--data"])
+        .arg(log)
+        .args(["--eval-day", "2", "--batch", "256", "--steps", "12"])
+        .args(["--log-every", "4", "--threads", "1", "--seed", "3"])
+        .args(extra)
+        .run();
+    o.expect_code(0);
+    o
+}
+
+#[test]
+fn a_model_trained_on_prepared_text_has_the_bits_of_one_trained_on_the_generated_log() {
+    let d = tempdir();
+    let dir = d.path();
+    let inputs = e2e_days(dir);
+    let gen = dir.join("gen.h5");
+    generate(dir, &gen, &[]);
+    let prepared = dir.join("prepared.h5");
+    prepare(2, &inputs, &prepared, &[]).run().expect_code(0);
+    for np in [1, 2] {
+        let a = train_log(np, &prepared, &[]);
+        let b = train_log(np, &gen, &[]);
+        a.stdout_has(&["over 2,000 held-out examples", "hash: resolve"]);
+        assert_eq!(
+            a.final_checksum(),
+            b.final_checksum(),
+            "P={np}\n{}",
+            a.dump()
+        );
+        // Admission and eviction change the model; the two sources still agree.
+        let extra = [
+            "--capacity",
+            "300",
+            "--admit-after",
+            "2",
+            "--evict",
+            "ttl:3",
+        ];
+        let a = train_log(np, &prepared, &extra);
+        let b = train_log(np, &gen, &extra);
+        assert_eq!(
+            a.final_checksum(),
+            b.final_checksum(),
+            "P={np}\n{}",
+            a.dump()
+        );
+    }
+}
+
+#[test]
+fn hash_table_options_are_refused_where_they_would_not_act() {
+    let d = tempdir();
+    let dir = d.path();
+    let gen = dir.join("gen.h5");
+    generate(dir, &gen, &[]);
+    let run = |args: &[&str]| {
+        TestCommand::direct()
+            .args(["embed", "--steps", "1", "--threads", "1"])
+            .args(args)
+            .run()
+    };
+    // Fixed tables of a generated model: the hash options have nothing to act on.
+    run(&["--preset", "tiny", "--capacity", "100"])
+        .expect_code(2)
+        .stderr_has(&["--capacity"]);
+    run(&["--preset", "tiny", "--admit-after", "2"])
+        .expect_code(2)
+        .stderr_has(&["--admit-after"]);
+    run(&["--preset", "tiny", "--vocab", "hash", "--evict", "ttl:0"])
+        .expect_code(2)
+        .stderr_has(&["--evict"]);
+    run(&["--preset", "tiny", "--vocab", "hash", "--capacity", "0x"])
+        .expect_code(2)
+        .stderr_has(&["--capacity"]);
+    run(&["--preset", "tiny", "--vocab", "hash", "--pipeline"])
+        .expect_code(2)
+        .stderr_has(&["--pipeline"]);
+    // A keyed log into fixed tables smaller than its ids: an input error, every rank.
+    let log = gen.to_string_lossy().to_string();
+    run(&["--data", &log, "--vocab", "fixed", "--eval-day", "2"])
+        .expect_code(2)
+        .stderr_has(&["is not below its vocab"]);
+    run(&["--data", &log, "--eval-day", "3"])
+        .expect_code(2)
+        .stderr_has(&["--eval-day 3", "3 day(s)"]);
+    // Modulo tables take any id.
+    run(&[
+        "--data",
+        &log,
+        "--vocab",
+        "modulo",
+        "--capacity",
+        "64",
+        "--eval-day",
+        "2",
+    ])
+    .expect_code(0);
+}
