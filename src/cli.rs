@@ -52,7 +52,7 @@ pub enum Command {
     /// Train the sharded embedding (click-through) model: tables placed by table, row
     /// or column across ranks, deduplicated all-to-all lookups, data-parallel MLP
     /// with gradient accumulation.
-    Embed(EmbedArgs),
+    Embed(Box<EmbedArgs>),
     /// Place a model's tables on P ranks with the cost model (greedy + local search)
     /// and compare with the random, size-, dim- and lookup-greedy heuristics.
     Plan(PlanArgs),
