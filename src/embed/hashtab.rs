@@ -108,6 +108,10 @@ pub struct Stats {
 /// Marks an empty index bucket.
 const EMPTY: u32 = u32::MAX;
 
+/// The most bytes a slot takes besides its row and optimizer state (for memory
+/// estimates): key, count, last seen, scratch and up to four index buckets.
+pub const SLOT_BYTES: u64 = 40;
+
 /// Allocates a vector of `n` copies of `v`, reporting failure instead of aborting.
 fn alloc_vec<T: Clone>(n: usize, v: T, what: &str) -> Result<Vec<T>, String> {
     let mut out = Vec::new();

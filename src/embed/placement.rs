@@ -333,6 +333,9 @@ impl Plan {
         for s in self.all_shards(spec) {
             let rows = s.rows.len(spec.tables[s.table].vocab);
             b[s.rank] += rows * (s.width() as u64 + state_floats_per_row) * 4;
+            if spec.tables[s.table].vocab_kind == super::spec::VocabKind::Hash {
+                b[s.rank] += rows * super::hashtab::SLOT_BYTES;
+            }
         }
         b
     }
