@@ -46,7 +46,8 @@ pub enum Command {
     /// Search iALS's --reg and --unobserved-weight by Recall@20 on a validation split
     /// of the training rows (grid or successive halving within an epoch budget); print
     /// the table and the `als` command of the best; --train-final trains it and reports
-    /// its test recall. A preempted tune exits 75 and restarts from scratch when rerun.
+    /// its test recall. A preempted tune saves nothing and exits 1 (not 75); a rerun
+    /// starts over.
     Tune(crate::app::tune::TuneArgs),
     /// Train the sharded embedding (click-through) model: tables placed by table, row
     /// or column across ranks, deduplicated all-to-all lookups, data-parallel MLP

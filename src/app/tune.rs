@@ -29,8 +29,8 @@ use std::path::PathBuf;
 /// `--train-final`, which trains the best setting on the full training rows and reports
 /// its test Recall@20/50. Every point starts from the same initial tables (`--seed`).
 ///
-/// A preemption signal stops the tune with exit 75 and saves nothing: a tune cannot be
-/// resumed; a requeued job starts the search over.
+/// A preemption signal stops the tune with exit 1 (not 75: nothing is saved, so there
+/// is nothing to requeue): a tune cannot be resumed; a rerun starts the search over.
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct TuneArgs {
