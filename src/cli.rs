@@ -561,8 +561,9 @@ pub struct PlanArgs {
     /// Batches sampled to measure the statistics.
     #[arg(long, default_value_t = 4)]
     pub sample_batches: usize,
-    /// Estimate the statistics from the Zipf law instead of sampling batches.
-    #[arg(long)]
+    /// Estimate the statistics from the Zipf law instead of sampling batches (no
+    /// measurement, so not with --stats).
+    #[arg(long, conflicts_with = "stats")]
     pub estimate: bool,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,

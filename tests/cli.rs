@@ -978,3 +978,18 @@ fn als_refuses_the_cg_only_flags_with_cholesky() {
             .occurs("ignores it", 1);
     }
 }
+
+#[test]
+fn plan_estimate_refuses_stats() {
+    let dir = tempdir();
+    // plan --estimate measures nothing: no statistics file to reuse or write.
+    let stats = dir.path().join("stats.json");
+    TestCommand::direct()
+        .args(["plan", "--preset", "small", "--ranks", "4", "--estimate"])
+        .arg("--stats")
+        .arg(&stats)
+        .run()
+        .expect_code(2)
+        .stderr_has(&["--estimate", "--stats"]);
+    assert!(!stats.exists());
+}
