@@ -160,11 +160,13 @@ pub struct ProjectAlsArgs {
     /// expected bytes under the generator's degree model.
     #[arg(long, value_name = "PRESET")]
     pub webgraph: Option<String>,
-    /// Scale of the preset's sizes.
-    #[arg(long, default_value_t = 1.0, requires = "webgraph")]
+    /// Scale of the preset's sizes (--webgraph only).
+    // Not `requires = "webgraph"`: clap 4 lets that through beside the required
+    // `workload` group, and --data then ignored the flag.
+    #[arg(long, default_value_t = 1.0, conflicts_with = "data")]
     pub scale: f64,
-    /// The generator's seed (as `generate webgraph --seed`).
-    #[arg(long, default_value_t = 42, requires = "webgraph")]
+    /// The generator's seed (as `generate webgraph --seed`; --webgraph only).
+    #[arg(long, default_value_t = 42, conflicts_with = "data")]
     pub seed: u64,
     #[arg(long, default_value_t = 128)]
     pub dim: usize,
@@ -201,8 +203,9 @@ pub struct ProjectEmbedArgs {
     /// click generator.
     #[arg(long)]
     pub estimate: bool,
-    /// Seed of the click generator sampled for the statistics.
-    #[arg(long, default_value_t = 1)]
+    /// Seed of the click generator sampled for the statistics (not with --estimate,
+    /// which samples nothing).
+    #[arg(long, default_value_t = 1, conflicts_with = "estimate")]
     pub seed: u64,
     #[command(flatten)]
     pub chip: ChipArgs,

@@ -993,3 +993,33 @@ fn plan_estimate_refuses_stats() {
         .stderr_has(&["--estimate", "--stats"]);
     assert!(!stats.exists());
 }
+
+#[test]
+fn project_refuses_seed_and_scale_it_would_ignore() {
+    let dir = tempdir();
+    let data = util::synthetic_dataset(dir.path(), 300, 3000, 4);
+    // project embed --estimate samples no click generator.
+    TestCommand::direct()
+        .args([
+            "project",
+            "embed",
+            "--preset",
+            "tiny",
+            "--estimate",
+            "--seed",
+            "5",
+        ])
+        .run()
+        .expect_code(2)
+        .stderr_has(&["--estimate", "--seed"]);
+    // project als --data reads the arcs: no generator to seed or scale.
+    for flag in [["--seed", "3"], ["--scale", "0.5"]] {
+        TestCommand::direct()
+            .args(["project", "als", "--data"])
+            .arg(&data)
+            .args(flag)
+            .run()
+            .expect_code(2)
+            .stderr_has(&["--data", flag[0]]);
+    }
+}
