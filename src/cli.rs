@@ -47,7 +47,8 @@ pub enum Command {
     /// Search iALS's --reg and --unobserved-weight by Recall@20 on a validation split
     /// of the training rows (grid or successive halving within an epoch budget); print
     /// the table and the `als` command of the best; --train-final trains it and reports
-    /// its test recall. A preempted tune exits 75 and restarts from scratch when rerun.
+    /// its test recall. A preempted tune saves nothing and exits 1 (not 75); a rerun
+    /// starts over.
     Tune(crate::app::tune::TuneArgs),
     /// Train the sharded embedding (click-through) model: tables placed by table, row
     /// or column across ranks, deduplicated all-to-all lookups, data-parallel MLP
@@ -160,11 +161,13 @@ pub struct ProjectAlsArgs {
     /// expected bytes under the generator's degree model.
     #[arg(long, value_name = "PRESET")]
     pub webgraph: Option<String>,
-    /// Scale of the preset's sizes.
-    #[arg(long, default_value_t = 1.0, requires = "webgraph")]
+    /// Scale of the preset's sizes (--webgraph only).
+    // Not `requires = "webgraph"`: clap 4 lets that through beside the required
+    // `workload` group, and --data then ignored the flag.
+    #[arg(long, default_value_t = 1.0, conflicts_with = "data")]
     pub scale: f64,
-    /// The generator's seed (as `generate webgraph --seed`).
-    #[arg(long, default_value_t = 42, requires = "webgraph")]
+    /// The generator's seed (as `generate webgraph --seed`; --webgraph only).
+    #[arg(long, default_value_t = 42, conflicts_with = "data")]
     pub seed: u64,
     #[arg(long, default_value_t = 128)]
     pub dim: usize,
@@ -201,8 +204,9 @@ pub struct ProjectEmbedArgs {
     /// click generator.
     #[arg(long)]
     pub estimate: bool,
-    /// Seed of the click generator sampled for the statistics.
-    #[arg(long, default_value_t = 1)]
+    /// Seed of the click generator sampled for the statistics (not with --estimate,
+    /// which samples nothing).
+    #[arg(long, default_value_t = 1, conflicts_with = "estimate")]
     pub seed: u64,
     #[command(flatten)]
     pub chip: ChipArgs,
@@ -655,8 +659,9 @@ pub struct PlanArgs {
     /// Batches sampled to measure the statistics.
     #[arg(long, default_value_t = 4)]
     pub sample_batches: usize,
-    /// Estimate the statistics from the Zipf law instead of sampling batches.
-    #[arg(long)]
+    /// Estimate the statistics from the Zipf law instead of sampling batches (no
+    /// measurement, so not with --stats).
+    #[arg(long, conflicts_with = "stats")]
     pub estimate: bool,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -779,9 +784,9 @@ pub struct AlsArgs {
     /// Row solver.
     #[arg(long, value_enum, default_value_t = crate::als::SolverKind::Cg)]
     pub solver: crate::als::SolverKind,
-    /// CG iterations per half-epoch.
-    #[arg(long, default_value_t = 3)]
-    pub cg_steps: usize,
+    /// CG iterations per half-epoch [default: 3] (CG only: refused with cholesky).
+    #[arg(long, value_name = "CG_STEPS")]
+    pub cg_steps: Option<usize>,
     /// Embedding exchange: deduplicated all-to-all, or ALX's all-gather baseline.
     #[arg(long, value_enum, default_value_t = crate::als::ExchangeKind::Dedup)]
     pub exchange: crate::als::ExchangeKind,
@@ -802,9 +807,10 @@ pub struct AlsArgs {
     /// Initial values are N(0, (init_std / sqrt(d))^2).
     #[arg(long, default_value_t = 0.1)]
     pub init_std: f32,
-    /// Rows with more non-zeros are processed in parallel chunks of this many.
-    #[arg(long, default_value_t = 8192)]
-    pub hub_chunk: usize,
+    /// Rows with more non-zeros are processed in parallel chunks of this many
+    /// [default: 8192] (CG only: refused with cholesky).
+    #[arg(long, value_name = "HUB_CHUNK")]
+    pub hub_chunk: Option<usize>,
     /// Write the trained tables /W and /H here (HDF5).
     #[arg(long, value_name = "model.h5")]
     pub out: Option<PathBuf>,
@@ -887,6 +893,32 @@ fn parse_mem(s: &str) -> std::result::Result<u64, String> {
 }
 
 impl AlsArgs {
+    /// `--cg-steps` when not given.
+    pub const CG_STEPS: usize = 3;
+    /// `--hub-chunk` when not given.
+    pub const HUB_CHUNK: usize = 8192;
+
+    /// Refuses flags that the chosen solver would ignore: `--cg-steps` and
+    /// `--hub-chunk` only tune CG (Cholesky solves each row exactly, whole).
+    pub fn check_solver_flags(&self) -> crate::Result<()> {
+        if self.solver == crate::als::SolverKind::Cholesky {
+            let given: Vec<&str> = [
+                ("--cg-steps", self.cg_steps.is_some()),
+                ("--hub-chunk", self.hub_chunk.is_some()),
+            ]
+            .into_iter()
+            .filter_map(|(f, on)| on.then_some(f))
+            .collect();
+            if !given.is_empty() {
+                return Err(crate::Error::Config(format!(
+                    "{} given with --solver cholesky, which ignores it: --cg-steps and --hub-chunk are for --solver cg",
+                    given.join(" and ")
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// The training configuration (validated later, on every rank).
     pub fn to_config(&self) -> crate::als::AlsConfig {
         crate::als::AlsConfig {
@@ -896,13 +928,13 @@ impl AlsArgs {
             reg: self.reg,
             unobserved_weight: self.unobserved_weight,
             solver: self.solver,
-            cg_steps: self.cg_steps,
+            cg_steps: self.cg_steps.unwrap_or(Self::CG_STEPS),
             exchange: self.exchange,
             eval_every: self.eval_every,
             eval_rows: self.eval_rows,
             seed: self.seed,
             init_std: self.init_std,
-            hub_chunk: self.hub_chunk,
+            hub_chunk: self.hub_chunk.unwrap_or(Self::HUB_CHUNK),
             out: self.out.clone(),
             metrics: self.metrics.clone(),
             force: self.force,

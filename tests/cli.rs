@@ -954,3 +954,72 @@ fn plan_takes_the_planners_constants_from_a_cost_model_file() {
     let (_, both) = plan("slow-both", Some(r#"{"net_bw": 1e7, "allreduce_bw": 1e3}"#));
     assert!(both.iter().all(|k| k != "data_parallel"), "{both:?}");
 }
+
+#[test]
+fn als_refuses_the_cg_only_flags_with_cholesky() {
+    let dir = tempdir();
+    let data = util::synthetic_dataset(dir.path(), 300, 3000, 4);
+    let cases: [&[&str]; 3] = [
+        &["--cg-steps", "5"],
+        &["--hub-chunk", "64"],
+        &["--cg-steps", "5", "--hub-chunk", "64"],
+    ];
+    for extra in cases {
+        let o = TestCommand::mpirun(2)
+            .arg("als")
+            .arg("--data")
+            .arg(&data)
+            .args(["--dim", "4", "--epochs", "1", "--threads", "1"])
+            .args(["--solver", "cholesky"])
+            .args(extra)
+            .run();
+        o.expect_code(2)
+            .stderr_has(&["--solver cholesky", "--cg-steps", "--hub-chunk"])
+            .occurs("ignores it", 1);
+    }
+}
+
+#[test]
+fn plan_estimate_refuses_stats() {
+    let dir = tempdir();
+    // plan --estimate measures nothing: no statistics file to reuse or write.
+    let stats = dir.path().join("stats.json");
+    TestCommand::direct()
+        .args(["plan", "--preset", "small", "--ranks", "4", "--estimate"])
+        .arg("--stats")
+        .arg(&stats)
+        .run()
+        .expect_code(2)
+        .stderr_has(&["--estimate", "--stats"]);
+    assert!(!stats.exists());
+}
+
+#[test]
+fn project_refuses_seed_and_scale_it_would_ignore() {
+    let dir = tempdir();
+    let data = util::synthetic_dataset(dir.path(), 300, 3000, 4);
+    // project embed --estimate samples no click generator.
+    TestCommand::direct()
+        .args([
+            "project",
+            "embed",
+            "--preset",
+            "tiny",
+            "--estimate",
+            "--seed",
+            "5",
+        ])
+        .run()
+        .expect_code(2)
+        .stderr_has(&["--estimate", "--seed"]);
+    // project als --data reads the arcs: no generator to seed or scale.
+    for flag in [["--seed", "3"], ["--scale", "0.5"]] {
+        TestCommand::direct()
+            .args(["project", "als", "--data"])
+            .arg(&data)
+            .args(flag)
+            .run()
+            .expect_code(2)
+            .stderr_has(&["--data", flag[0]]);
+    }
+}

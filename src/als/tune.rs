@@ -56,7 +56,8 @@
 //! is (a poll still reaches them).
 //!
 //! A preemption signal, between or inside points, stops every rank with
-//! [`Error::Preempted`] (exit 75): nothing is saved and a requeued tune starts over.
+//! [`Error::Interrupted`] (exit 1, not 75: a tune writes no checkpoint, so there is
+//! nothing to resume and a rerun starts over).
 
 use super::eval::Recall;
 use super::shard::{CsrShard, Shards};
@@ -700,8 +701,8 @@ pub fn arg_best(results: &[PointResult]) -> Option<usize> {
 /// Collective: every rank must call. A preemption seen by any rank stops every rank.
 fn global_check_preempt<C: Comm>(comm: &C, preempt: &Preemption, what: &str) -> Result<()> {
     if comm.all_reduce_max(u64::from(preempt.is_set())) != 0 {
-        return Err(Error::Preempted(format!(
-            "signal received {what}; a tune saves nothing, a rerun starts over"
+        return Err(Error::Interrupted(format!(
+            "signal received {what}; a tune saves nothing, a rerun starts over (exit 1, not 75: there is nothing to resume)"
         )));
     }
     Ok(())
@@ -769,8 +770,8 @@ impl<T: TableScalar> PointTrainer<T> {
         let mut last = None;
         for e in 0..epochs {
             let rep = tr.global_epoch(comm, e + 1 == epochs).map_err(|e| match e {
-                Error::Interrupted(_) => Error::Preempted(format!(
-                    "signal received while training tune point {} (reg {}, weight {}); a tune saves nothing, a rerun starts over",
+                Error::Interrupted(_) => Error::Interrupted(format!(
+                    "signal received while training tune point {} (reg {}, weight {}); a tune saves nothing, a rerun starts over (exit 1, not 75: there is nothing to resume)",
                     index + 1,
                     p.reg,
                     p.unobserved_weight

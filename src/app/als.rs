@@ -48,6 +48,7 @@ fn epoch_line(r: &EpochReport, epochs: usize) -> String {
 /// Collective: every rank must call.
 /// `preempt` is installed by `main` before MPI starts, so an early signal is not lost.
 pub fn global_run<C: Comm>(comm: &C, args: &AlsArgs, preempt: Preemption) -> Result<TrainReport> {
+    comm.agree(args.check_solver_flags())?;
     let cfg = args.to_config();
     let threads = resolve_threads(args.threads);
     if threads == 0 {

@@ -29,8 +29,8 @@ use std::path::PathBuf;
 /// `--train-final`, which trains the best setting on the full training rows and reports
 /// its test Recall@20/50. Every point starts from the same initial tables (`--seed`).
 ///
-/// A preemption signal stops the tune with exit 75 and saves nothing: a tune cannot be
-/// resumed; a requeued job starts the search over.
+/// A preemption signal stops the tune with exit 1 (not 75: nothing is saved, so there
+/// is nothing to requeue): a tune cannot be resumed; a rerun starts the search over.
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct TuneArgs {
@@ -261,6 +261,8 @@ fn shell_word(s: &str) -> String {
 
 /// The `torusrec als` command line that trains `cfg` (as the final run of a tune does).
 pub fn als_command(cfg: &AlsConfig, threads: Option<usize>) -> String {
+    // `als` refuses the CG-only flags with cholesky.
+    let cg = cfg.solver == crate::als::SolverKind::Cg;
     let mut a: Vec<String> = vec![
         "torusrec".into(),
         "als".into(),
@@ -271,15 +273,23 @@ pub fn als_command(cfg: &AlsConfig, threads: Option<usize>) -> String {
         format!("--reg {}", cfg.reg),
         format!("--unobserved-weight {}", cfg.unobserved_weight),
         format!("--solver {}", vname(&cfg.solver)),
-        format!("--cg-steps {}", cfg.cg_steps),
+    ];
+    if cg {
+        a.push(format!("--cg-steps {}", cfg.cg_steps));
+    }
+    a.extend([
         format!("--exchange {}", vname(&cfg.exchange)),
         format!("--eval-rows {}", cfg.eval_rows),
         format!("--seed {}", cfg.seed),
         format!("--init-std {}", cfg.init_std),
-        format!("--hub-chunk {}", cfg.hub_chunk),
+    ]);
+    if cg {
+        a.push(format!("--hub-chunk {}", cfg.hub_chunk));
+    }
+    a.extend([
         format!("--step-nnz {}", cfg.step_nnz),
         format!("--table-dtype {}", vname(&cfg.table_dtype)),
-    ];
+    ]);
     if let Some(t) = threads {
         a.push(format!("--threads {t}"));
     }

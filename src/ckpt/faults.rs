@@ -4,6 +4,9 @@
 //!   reaches POINT: `after-shard-write`, `before-commit`, `mid-alltoall`.
 //! - `TORUSREC_INJECT_NAN=EPOCH@RANK` puts a NaN into the solved table of rank RANK
 //!   during epoch EPOCH (1-based), to exercise the training hold.
+//! - `TORUSREC_INJECT_NAN_GRAD=STEP@RANK` puts a NaN into rank RANK's embedding
+//!   gradient of step STEP (1-based) of the embedding trainer, after the backward
+//!   expanded it (the loss and the MLP's gradients stay finite).
 //! - `TORUSREC_PREEMPT_AT=STEP` raises the preemption flag on rank 0 when the global
 //!   step counter reaches STEP (a signal delivered at an exact step boundary).
 //! - `TORUSREC_PREEMPT_IN=PASS` acts as a signal during that pass of `prepare`
@@ -43,6 +46,17 @@ pub fn inject_nan(epoch: usize, rank: usize) -> bool {
         .and_then(|s| {
             let (e, r) = s.split_once('@')?;
             Some(e.parse::<usize>().ok()? == epoch && r.parse::<usize>().ok()? == rank)
+        })
+        .unwrap_or(false)
+}
+
+/// Whether to put a NaN into the embedding gradient on `rank` in `step`.
+pub fn inject_nan_grad(step: usize, rank: usize) -> bool {
+    std::env::var("TORUSREC_INJECT_NAN_GRAD")
+        .ok()
+        .and_then(|s| {
+            let (e, r) = s.split_once('@')?;
+            Some(e.parse::<usize>().ok()? == step && r.parse::<usize>().ok()? == rank)
         })
         .unwrap_or(false)
 }

@@ -763,6 +763,36 @@ impl StepGrads {
     }
 
     /// Length of the data-parallel gradients (for the fused all-reduce buffer).
+    /// Whether every gradient value of the step is finite: the per-id rows, the
+    /// pooled per-example values and the data-parallel tables' dense gradients. One
+    /// pass over what the backward is about to send (checked before the step's status
+    /// agreement, so a non-finite one is never applied).
+    pub fn all_finite(&self) -> bool {
+        let valid: usize = self.pooled_counts.iter().sum();
+        self.tables
+            .iter()
+            .all(|t| all_finite(&t.grads) && all_finite(&t.dense))
+            && all_finite(&self.pooled_send[..valid])
+    }
+
+    /// Test hook ([`crate::ckpt::faults::inject_nan_grad`]): a NaN in the first
+    /// gradient value this rank holds (per-id rows, pooled per-example values, or a
+    /// data-parallel table's dense gradient). False when it holds none.
+    pub fn plant_nan(&mut self) -> bool {
+        let valid: usize = self.pooled_counts.iter().sum();
+        let slot = if let Some(t) = self.tables.iter_mut().find(|t| !t.grads.is_empty()) {
+            &mut t.grads[0]
+        } else if valid > 0 {
+            &mut self.pooled_send[0]
+        } else if let Some(t) = self.tables.iter_mut().find(|t| !t.dense.is_empty()) {
+            &mut t.dense[0]
+        } else {
+            return false;
+        };
+        *slot = f32::NAN;
+        true
+    }
+
     pub fn dense_len(&self) -> usize {
         self.tables.iter().map(|t| t.dense.len()).sum()
     }
@@ -774,6 +804,14 @@ impl StepGrads {
             o += t.dense.len();
         }
     }
+}
+
+/// Whether every value is finite: the largest exponent field, branch-free, so that
+/// the scan vectorizes (a NaN or infinity has every exponent bit set).
+pub fn all_finite(v: &[f32]) -> bool {
+    const EXP: u32 = 0x7f80_0000;
+    v.chunks(4096)
+        .all(|c| c.iter().fold(0u32, |m, x| m.max(x.to_bits() & EXP)) != EXP)
 }
 
 /// An owner's sum of one slot's gradients over sources (rows in first-seen order, or

@@ -669,8 +669,13 @@ impl EmbedTrainer {
         if crate::ckpt::faults::inject_nan(self.step as usize + 1, comm.rank()) {
             loss = f64::NAN;
         }
+        if crate::ckpt::faults::inject_nan_grad(self.step as usize + 1, comm.rank()) {
+            self.grads.plant_nan();
+        }
         // Status first: nothing is applied when any rank saw a non-finite value.
-        let finite = loss.is_finite() && self.fused[..n_params].iter().all(|v| v.is_finite());
+        let finite = loss.is_finite()
+            && self.fused[..n_params].iter().all(|v| v.is_finite())
+            && self.grads.all_finite();
         let status = StepStatus::global_agree(comm, !finite, preempt_flag);
         if let StepStatus::NonFinite { .. } = status {
             return Ok(status);
