@@ -98,9 +98,9 @@ day_file() {
 
 # prepare_log OUT.h5 DAY...: a click log of the given days, on 2 ranks.
 prepare_log() {
-  local out=$1; shift
+  local out=$1 day; shift
   local files=()
-  for d in "$@"; do files+=("$(day_file "$d")"); done
+  for day in "$@"; do files+=("$(day_file "$day")"); done
   [[ -f $out ]] || mpi 2 prepare clicks --format criteo --input "${files[@]}" --out "$out" \
     > "$out.log" 2>&1 || { echo "prepare $out failed:"; tail "$out.log"; exit 1; }
 }
@@ -110,7 +110,7 @@ steps_for() {
   python3 - "$@" <<'PY'
 import sys, h5py
 f = h5py.File(sys.argv[1], "r")
-days = list(f["day_offsets"][:]) if "day_offsets" in f else [0, int(f.attrs["examples"])]
+days = [int(x) for x in f["day_offsets"][:]] if "day_offsets" in f else [0, int(f.attrs["examples"])]
 n = days[-1]
 if len(sys.argv) > 3:
     k = int(sys.argv[3]); n -= days[k + 1] - days[k]
@@ -159,7 +159,9 @@ PY
 import json, sys
 p = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 o1, o2, b = float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
-print(f"| pandas read_csv + hashing | 1 | {p['seconds']:.1f} | {p['mb_per_s']:.0f} | {p['mb_per_s']:.0f} | {p.get('peak_rss_bytes', 0)/2**20:.0f} MiB |")
+import resource
+rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+print(f"| pandas read_csv + hashing | 1 | {p['seconds']:.1f} | {p['mb_per_s']:.0f} | {p['mb_per_s']:.0f} | - |")
 print()
 r1 = (b / o1 / 1e6) / p["mb_per_s"]
 r2 = (b / o2 / 1e6 / 2) / p["mb_per_s"]
@@ -263,33 +265,36 @@ PY
 caughtup)
   mkdir -p "$OUT/days"
   [[ -n ${CRITEO_DAYS:-} ]] || generate_days "$OUT/days" 9
-  cap="${CAUGHT_CAPACITY:-1.0x}"
+  # Default: each log's own count of distinct keys per column; the caught-up run keeps
+  # the history's (a warm start without --capacity does).
+  cap=(); capnote="as many rows as the distinct keys each log counted (the caught-up run keeps the history's)"
+  if [[ -n ${CAUGHT_CAPACITY:-} ]]; then cap=(--capacity "$CAUGHT_CAPACITY"); capnote="--capacity $CAUGHT_CAPACITY"; fi
   prepare_log "$OUT/days/d0-6.h5" 0 1 2 3 4 5 6
   prepare_log "$OUT/days/d7-8.h5" 7 8
   prepare_log "$OUT/days/d0-8.h5" 0 1 2 3 4 5 6 7 8
-  s06=$(steps_for "$OUT/days/d0-6.h5" 8192)
+  s06=$(steps_for "$OUT/days/d0-6.h5" 4096)
   s78=$(steps_for "$OUT/days/d7-8.h5" 4096 1)
   s08=$(steps_for "$OUT/days/d0-8.h5" 4096 8)
   rm -rf "$OUT/days/ckpt-hist" "$OUT/days/ckpt-caught" "$OUT/days/ckpt-scratch"
   rm -f "$OUT"/days/{hist,caught,scratch}.jsonl
   t0=$(date +%s.%N)
-  mpi 4 embed --data "$OUT/days/d0-6.h5" --eval-examples 8192 --capacity "$cap" --batch 2048 --steps "$s06" \
+  mpi 4 embed --data "$OUT/days/d0-6.h5" --eval-examples 8192 "${cap[@]}" --global-batch 4096 --steps "$s06" \
     --log-every "$s06" --threads 1 --seed 1 --checkpoint-dir "$OUT/days/ckpt-hist" \
     --metrics "$OUT/days/hist.jsonl" > "$OUT/days/hist.log" 2>&1 || { tail "$OUT/days/hist.log"; exit 1; }
   t1=$(date +%s.%N)
-  mpi 2 embed --data "$OUT/days/d7-8.h5" --eval-day 1 --capacity "$cap" --batch 2048 --steps "$s78" \
+  mpi 2 embed --data "$OUT/days/d7-8.h5" --eval-day 1 "${cap[@]}" --batch 2048 --steps "$s78" \
     --log-every "$s78" --threads 1 --seed 1 --init-from "$OUT/days/ckpt-hist" \
     --checkpoint-dir "$OUT/days/ckpt-caught" --metrics "$OUT/days/caught.jsonl" \
     > "$OUT/days/caught.log" 2>&1 || { tail "$OUT/days/caught.log"; exit 1; }
   t2=$(date +%s.%N)
-  mpi 2 embed --data "$OUT/days/d0-8.h5" --eval-day 8 --capacity "$cap" --batch 2048 --steps "$s08" \
+  mpi 2 embed --data "$OUT/days/d0-8.h5" --eval-day 8 "${cap[@]}" --batch 2048 --steps "$s08" \
     --log-every "$s08" --threads 1 --seed 1 --checkpoint-dir "$OUT/days/ckpt-scratch" \
     --metrics "$OUT/days/scratch.jsonl" > "$OUT/days/scratch.log" 2>&1 || { tail "$OUT/days/scratch.log"; exit 1; }
   t3=$(date +%s.%N)
   {
     echo "## Caught-up training: history on 4 ranks, the new day on 2"
     echo
-    echo "Days of $DAY_EXAMPLES examples as above; hash tables at \`--capacity $cap\` of the distinct keys each log counted, dim 16, one pass over each log. History: days 0-6 at P = 4 (global batch 8192). Caught up: day 7 at P = 2 (global batch 4096) from the history's checkpoint (\`--init-from\`: the keys re-hashed to their new owners), evaluated on day 8. From scratch: days 0-7 at P = 2, evaluated on day 8."
+    echo "Days of $DAY_EXAMPLES examples as above; hash tables of $capnote, dim 16, one pass over each log. Global batch 4096 throughout (1024 per rank at P = 4, 2048 at P = 2), so the runs differ only in ranks and in where training starts. History: days 0-6 at P = 4. Caught up: day 7 at P = 2 from the history's checkpoint (\`--init-from\`: the keys re-hashed to their new owners), evaluated on day 8. From scratch: days 0-7 at P = 2, evaluated on day 8."
     echo
     echo "| run | ranks | steps | seconds | AUC on day 8 | log loss on day 8 |"
     echo "|---|---|---|---|---|---|"

@@ -388,10 +388,29 @@ fn model_and_source(a: &EmbedArgs) -> Result<(ModelSpec, Source, IdMap)> {
             (spec.clone(), spec, Source::Generated(g), false)
         }
     };
+    if let (Some(from), None) = (&a.init_from, &a.capacity) {
+        inherit_capacities(&mut model, from)?;
+    }
     override_tables(&mut model, a)?;
     model.validate("the model")?;
     let ids = IdMap::new(&data, &model, keyed)?;
     Ok((model, source, ids))
+}
+
+/// A warm start without `--capacity`: each hash table keeps the capacity it had in
+/// the checkpoint (a log's own default, its distinct keys, would otherwise shrink a
+/// table trained on a longer history).
+fn inherit_capacities(model: &mut ModelSpec, from: &Path) -> Result<()> {
+    let path = crate::embed::checkpoint::init_from_path(from)?;
+    let Some(theirs) = crate::embed::checkpoint::local_read_spec(&path)? else {
+        return Ok(());
+    };
+    for (m, t) in model.tables.iter_mut().zip(&theirs.tables) {
+        if m.vocab_kind == VocabKind::Hash && t.vocab_kind == VocabKind::Hash && m.name == t.name {
+            m.vocab = t.vocab;
+        }
+    }
+    Ok(())
 }
 
 /// `--vocab`, `--capacity`, `--admit-after`, `--evict` and `--dim` on every table;

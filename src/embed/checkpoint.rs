@@ -286,6 +286,18 @@ fn warm_start_key(spec: &ModelSpec) -> String {
     )
 }
 
+/// Rank-local: the model a checkpoint (or model file) was written for (`None` for
+/// files written before it was recorded).
+pub fn local_read_spec(path: &Path) -> Result<Option<ModelSpec>> {
+    let f = commit::local_open(path)?;
+    let Ok(json) = crate::h5::read_str_attr(&f, path, "spec") else {
+        return Ok(None);
+    };
+    serde_json::from_str(&json)
+        .map(Some)
+        .map_err(|e| corrupt(path, format!("the model's spec is unreadable: {e}")))
+}
+
 /// The checkpoint `--init-from` names: a file, or the newest checkpoint in a directory.
 pub fn init_from_path(p: &Path) -> Result<PathBuf> {
     if p.is_dir() {
@@ -327,11 +339,7 @@ pub fn global_init_from<C: Comm>(
     let local = (|| -> Result<(EmbedManifest, super::hashio::Restored)> {
         let m = local_read_manifest(path)?;
         commit::check_workload(path, &m)?;
-        let f = commit::local_open(path)?;
-        let json = crate::h5::read_str_attr(&f, path, "spec").ok();
-        if let Some(json) = json {
-            let theirs: ModelSpec = serde_json::from_str(&json)
-                .map_err(|e| corrupt(path, format!("the model's spec is unreadable: {e}")))?;
+        if let Some(theirs) = local_read_spec(path)? {
             let (a, b) = (warm_start_key(&theirs), warm_start_key(&tr.cfg.spec));
             if a != b {
                 return Err(Error::Config(format!(
