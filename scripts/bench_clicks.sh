@@ -8,6 +8,8 @@
 #            and AUC (capacity 1.1x each table's vocabulary: nothing evicted);
 #   modulo   the collisionless hash table vs modulo hashing into a fixed table of the
 #            same memory (AUC of each, at several memories);
+#   admit    the same hash tables with --admit-after 3 (after `modulo`, whose runs it
+#            compares with);
 #   days     a stream of DAYS (default 10) generated Criteo days with a growing
 #            vocabulary at a capacity that forces eviction: each day trained from the
 #            previous day's checkpoint and evaluated on the next day; peak RSS per rank,
@@ -19,7 +21,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT="${OUT:-out/bench-clicks}"
-SECTIONS="${SECTIONS:-ingest hash modulo days caughtup}"
+SECTIONS="${SECTIONS:-ingest hash modulo admit days caughtup}"
 INGEST_GB="${INGEST_GB:-2.2}"
 PANDAS_PY="${PANDAS_PY:-python3}"
 DAYS="${DAYS:-10}"
@@ -69,12 +71,33 @@ PY
 table=bench/clicks.md
 cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | xargs)"
 avx512=$(grep -qw avx512f /proc/cpuinfo && echo "AVX-512" || echo "AVX2 only")
-{
-  echo "# Click logs and hash-table embeddings"
-  echo
-  echo "Measured $(date -u +%Y-%m-%d) at commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo ' (with uncommitted changes)') on $(nproc) cores ($cpu; $avx512: the MLP's GEMM dispatches on it, \`--dense-gemm auto\`). Reproduce: \`SECTIONS=\"$SECTIONS\" scripts/bench_clicks.sh\`."
-  echo
-} > "$table"
+stamp="Measured $(date -u +%Y-%m-%d) at commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo ' (with uncommitted changes)') on $(nproc) cores ($cpu; $avx512: the MLP's GEMM dispatches on it, \`--dense-gemm auto\`)."
+[[ -f $table ]] || printf '# Click logs and hash-table embeddings\n\nEach section names the commit and CPU it was measured on; `SECTIONS="..." scripts/bench_clicks.sh` re-runs some sections and replaces them in place.\n\n' > "$table"
+
+# splice SEC: put section SEC (written to $part) into $table, replacing its old text.
+splice() {
+  python3 - "$table" "$1" "$part" <<'PY'
+import sys
+table, sec, part = sys.argv[1], sys.argv[2], sys.argv[3]
+text = open(table).read()
+lines = open(part).read().rstrip("\n").split("\n")
+# The stamp (first line) goes under the section's title.
+k = next((i for i, l in enumerate(lines) if l.startswith("## ")), None)
+if k is not None and lines[0].startswith("Measured"):
+    lines = [lines[k], "", lines[0]] + [l for i, l in enumerate(lines) if i not in (0, 1, k)]
+new = f"<!-- section:{sec} -->\n" + "\n".join(lines) + f"\n<!-- end:{sec} -->\n"
+a, b = text.find(f"<!-- section:{sec} -->"), text.find(f"<!-- end:{sec} -->")
+if a >= 0 and b > a:
+    text = text[:a] + new + text[b + len(f"<!-- end:{sec} -->\n"):]
+else:
+    # Sections keep the script's order.
+    order = ["ingest", "hash", "modulo", "admit", "days", "caughtup"]
+    after = [s for s in order[order.index(sec) + 1:] if f"<!-- section:{s} -->" in text]
+    at = text.find(f"<!-- section:{after[0]} -->") if after else len(text)
+    text = text[:at] + new + "\n" + text[at:]
+open(table, "w").write(text)
+PY
+}
 
 # generate_days DIR N: N Criteo-format day files (plain TSV) of DAY_EXAMPLES each.
 generate_days() {
@@ -119,6 +142,8 @@ PY
 }
 
 for sec in $SECTIONS; do
+part=$OUT/section-$sec.md
+printf '%s\n\n' "$stamp" > "$part"
 case $sec in
 ingest)
   src="${INGEST_FILE:-$OUT/ingest/day_0.tsv}"
@@ -135,39 +160,39 @@ ingest)
     echo
     echo "Input: $(basename "$src"), $(python3 -c "print(f'{$bytes/1e9:.2f}')") GB of Criteo-format TSV (page cache warm: each run reads the file once before timing starts). pandas: \`read_csv\` in chunks of 1M lines, the same transforms and hex -> int64 hashing, one process (one core)."
     echo
-    echo "| reader | ranks | seconds | MB/s | MB/s per rank (core) | peak RSS per rank |"
-    echo "|---|---|---|---|---|---|"
-  } >> "$table"
+    echo "| reader | ranks x threads | seconds | MB/s | MB/s per rank | MB/s per core | per core over pandas | peak RSS per rank |"
+    echo "|---|---|---|---|---|---|---|---|"
+  } >> "$part"
   cat "$src" > /dev/null
-  for np in 1 2; do
-    rm -f "$OUT/ingest-$np.h5"
-    /usr/bin/time -f "%e %M" -o "$OUT/ingest-$np.time" "${MPI[@]}" -np "$np" "$BIN" prepare clicks \
-      --format criteo --input "$src" --out "$OUT/ingest-$np.h5" --force > "$OUT/ingest-$np.log" 2>&1 \
-      || { echo "prepare clicks at P=$np failed:"; tail "$OUT/ingest-$np.log"; exit 1; }
-    secs=$(grep -o 'seconds [0-9.]*' "$OUT/ingest-$np.log" | tail -1 | cut -d' ' -f2)
-    rss=$(grep -o 'peak_rss_bytes [0-9]*' "$OUT/ingest-$np.log" | tail -1 | cut -d' ' -f2)
-    python3 - "$bytes" "$secs" "$np" "${rss:-0}" >> "$table" <<'PY'
-import sys
-b, s, p, rss = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-print(f"| torusrec prepare clicks | {p} | {s:.1f} | {b/s/1e6:.0f} | {b/s/1e6/p:.0f} | {rss/2**20:.0f} MiB |")
-PY
-    eval "ours_$np=$secs"
+  # ranks:threads (rayon threads per rank; the parser splits each block over them).
+  for cfg in 1:1 1:2 2:1; do
+    np=${cfg%:*}; th=${cfg#*:}
+    rm -f "$OUT/ingest-$np-$th.h5"
+    RAYON_NUM_THREADS=$th timeout 3600 "${MPI[@]}" -x RAYON_NUM_THREADS -np "$np" "$BIN" prepare clicks \
+      --format criteo --input "$src" --out "$OUT/ingest-$np-$th.h5" --force > "$OUT/ingest-$np-$th.log" 2>&1 \
+      || { echo "prepare clicks at $cfg failed:"; tail "$OUT/ingest-$np-$th.log"; exit 1; }
+    rm -f "$OUT/ingest-$np-$th.h5"
+    secs=$(grep -o 'seconds [0-9.]*' "$OUT/ingest-$np-$th.log" | tail -1 | cut -d' ' -f2)
+    rss=$(grep -o 'peak_rss_bytes [0-9]*' "$OUT/ingest-$np-$th.log" | tail -1 | cut -d' ' -f2)
+    echo "$np $th $secs ${rss:-0}" >> "$OUT/ingest-runs.txt"
   done
   "$PANDAS_PY" scripts/pandas_ingest.py "$src" > "$OUT/pandas.json" 2> "$OUT/pandas.log" \
     || { echo "pandas failed:"; tail "$OUT/pandas.log"; exit 1; }
-  python3 - "$OUT/pandas.json" "$ours_1" "$ours_2" "$bytes" >> "$table" <<'PY'
+  python3 - "$OUT/pandas.json" "$OUT/ingest-runs.txt" "$bytes" >> "$part" <<'PY'
 import json, sys
 p = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
-o1, o2, b = float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
-import resource
-rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-print(f"| pandas read_csv + hashing | 1 | {p['seconds']:.1f} | {p['mb_per_s']:.0f} | {p['mb_per_s']:.0f} | - |")
+runs = [l.split() for l in open(sys.argv[2]) if l.strip()][-3:]
+b = float(sys.argv[3])
+for np_, th, s, rss in runs:
+    np_, th, s, rss = int(np_), int(th), float(s), int(rss)
+    mbs = b / s / 1e6
+    print(f"| torusrec prepare clicks | {np_} x {th} | {s:.1f} | {mbs:.0f} | {mbs/np_:.0f} | {mbs/(np_*th):.0f} | {mbs/(np_*th)/p['mb_per_s']:.1f}x | {rss/2**20:.0f} MiB |")
+print(f"| pandas read_csv + hashing | 1 x 1 | {p['seconds']:.1f} | {p['mb_per_s']:.0f} | {p['mb_per_s']:.0f} | {p['mb_per_s']:.0f} | 1.0x | - |")
 print()
-r1 = (b / o1 / 1e6) / p["mb_per_s"]
-r2 = (b / o2 / 1e6 / 2) / p["mb_per_s"]
-print(f"Per core, torusrec over pandas: {r1:.1f}x at P = 1, {r2:.1f}x per rank at P = 2 (target: at least 3x). Same run, same file.")
+print("MB/s are of the text read; a torusrec run includes writing and fsyncing the click log (larger than the text: 64-bit ids and offsets). Target: at least 3x pandas per core.")
 print()
 PY
+  rm -f "$OUT/ingest-runs.txt"
   ;;
 hash)
   {
@@ -177,7 +202,7 @@ hash)
     echo
     echo "| vocabulary | examples/s | eval AUC | log loss | rows held | evicted | peak RSS/rank |"
     echo "|---|---|---|---|---|---|---|"
-  } >> "$table"
+  } >> "$part"
   for v in fixed hash; do
     extra=()
     [[ $v == hash ]] && extra=(--vocab hash --capacity 1.1x)
@@ -186,9 +211,9 @@ hash)
       --eval-examples 65536 --threads 1 --seed 1 --preload --metrics "$OUT/hash-$v.jsonl" \
       "${extra[@]}" > "$OUT/hash-$v.log" 2>&1 || { echo "run $v failed"; tail "$OUT/hash-$v.log"; exit 1; }
     m=$OUT/hash-$v.jsonl
-    echo "| $v | $(metric "$m" exs) | $(metric "$m" auc) | $(metric "$m" logloss) | $( [[ $v == hash ]] && metric "$m" entries || echo -) | $( [[ $v == hash ]] && metric "$m" evicted || echo -) | $(metric "$m" rss) MiB |" >> "$table"
+    echo "| $v | $(metric "$m" exs) | $(metric "$m" auc) | $(metric "$m" logloss) | $( [[ $v == hash ]] && metric "$m" entries || echo -) | $( [[ $v == hash ]] && metric "$m" evicted || echo -) | $(metric "$m" rss) MiB |" >> "$part"
   done
-  python3 - "$OUT/hash-fixed.jsonl" "$OUT/hash-hash.jsonl" >> "$table" <<'PY'
+  python3 - "$OUT/hash-fixed.jsonl" "$OUT/hash-hash.jsonl" >> "$part" <<'PY'
 import json, sys
 def load(p):
     rows = [json.loads(l) for l in open(p) if l.strip()]
@@ -209,7 +234,7 @@ modulo)
     echo
     echo "| rows (F x id space) | hash AUC | modulo AUC | hash - modulo | hash: evicted | hash examples/s | modulo examples/s |"
     echo "|---|---|---|---|---|---|---|"
-  } >> "$table"
+  } >> "$part"
   for f in 0.05 0.2 0.5; do
     for v in hash modulo; do
       rm -f "$OUT/mod-$v-$f.jsonl"
@@ -219,9 +244,30 @@ modulo)
         || { echo "run $v $f failed"; tail "$OUT/mod-$v-$f.log"; exit 1; }
     done
     h=$OUT/mod-hash-$f.jsonl; m=$OUT/mod-modulo-$f.jsonl
-    echo "| $f | $(metric "$h" auc) | $(metric "$m" auc) | $(python3 -c "print(f'{$(metric "$h" auc) - $(metric "$m" auc):+.4f}')") | $(metric "$h" evicted) | $(metric "$h" exs) | $(metric "$m" exs) |" >> "$table"
+    echo "| $f | $(metric "$h" auc) | $(metric "$m" auc) | $(python3 -c "print(f'{$(metric "$h" auc) - $(metric "$m" auc):+.4f}')") | $(metric "$h" evicted) | $(metric "$h" exs) | $(metric "$m" exs) |" >> "$part"
   done
-  echo >> "$table"
+  echo >> "$part"
+  ;;
+admit)
+  {
+    echo "## Hash tables with admission vs modulo hashing of the same memory"
+    echo
+    echo "As the section above, with \`--admit-after 3\`: a key gets a row once seen 3 times, so the stream of rare keys no longer evicts trained rows (before admission a key looks up nothing). Modulo's AUC is the section above's run (\`$OUT/mod-modulo-F.jsonl\`)."
+    echo
+    echo "| rows (F x id space) | hash, admit after 3: AUC | modulo AUC | difference | evicted | rows held | examples/s |"
+    echo "|---|---|---|---|---|---|---|"
+  } >> "$part"
+  for f in 0.05 0.2 0.5; do
+    rm -f "$OUT/admit-$f.jsonl"
+    mpi 2 embed --preset torchrec-peer --batch 2048 --steps "$HASH_STEPS" --log-every 10 \
+      --eval-examples 65536 --threads 1 --seed 1 --preload --vocab hash --capacity "${f}x" \
+      --admit-after 3 --metrics "$OUT/admit-$f.jsonl" > "$OUT/admit-$f.log" 2>&1 \
+      || { echo "run admit $f failed"; tail "$OUT/admit-$f.log"; exit 1; }
+    h=$OUT/admit-$f.jsonl; m=$OUT/mod-modulo-$f.jsonl
+    mauc=$( [[ -f $m ]] && metric "$m" auc || echo n/a)
+    diff=$( [[ -f $m ]] && python3 -c "print(f'{$(metric "$h" auc) - $mauc:+.4f}')" || echo n/a)
+    echo "| $f | $(metric "$h" auc) | $mauc | $diff | $(metric "$h" evicted) | $(metric "$h" entries) | $(metric "$h" exs) |" >> "$part"
+  done
   ;;
 days)
   mkdir -p "$OUT/days"
@@ -234,7 +280,7 @@ days)
     echo
     echo "| day | steps | eval AUC (next day) | log loss | rows held / capacity | evicted in the day | examples/s | peak RSS/rank |"
     echo "|---|---|---|---|---|---|---|---|"
-  } >> "$table"
+  } >> "$part"
   prev=()
   for ((d = 0; d < DAYS - 1; d++)); do
     log=$OUT/days/pair-$d.h5
@@ -246,10 +292,10 @@ days)
       --checkpoint-dir "$OUT/days/ckpt-$d" --metrics "$OUT/days/run-$d.jsonl" \
       > "$OUT/days/run-$d.log" 2>&1 || { echo "day $d failed"; tail "$OUT/days/run-$d.log"; exit 1; }
     m=$OUT/days/run-$d.jsonl
-    echo "| $d | $steps | $(metric "$m" auc) | $(metric "$m" logloss) | $(metric "$m" entries) / $(metric "$m" capacity) | $(metric "$m" evicted) | $(metric "$m" exs) | $(metric "$m" rss) MiB |" >> "$table"
+    echo "| $d | $steps | $(metric "$m" auc) | $(metric "$m" logloss) | $(metric "$m" entries) / $(metric "$m" capacity) | $(metric "$m" evicted) | $(metric "$m" exs) | $(metric "$m" rss) MiB |" >> "$part"
     prev=(--init-from "$OUT/days/ckpt-$d")
   done
-  python3 - "$OUT/days" "$DAYS" >> "$table" <<'PY'
+  python3 - "$OUT/days" "$DAYS" >> "$part" <<'PY'
 import json, sys
 d, n = sys.argv[1], int(sys.argv[2])
 rss = []
@@ -304,9 +350,10 @@ caughtup)
     echo
     grep -h '^warm start' "$OUT/days/caught.log" | sed 's/^/Warm start: /' || true
     echo
-  } >> "$table"
+  } >> "$part"
   ;;
 *) echo "unknown section $sec" >&2; exit 2 ;;
 esac
+splice "$sec"
 done
 echo "wrote $table"

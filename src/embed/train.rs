@@ -954,6 +954,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn training_indices_skip_a_held_out_range_in_the_middle_of_a_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.h5");
+        let spec = super::super::spec::preset("tiny", 1.0).unwrap();
+        super::super::clicklog::write_click_log(&path, &spec, 3, 40, false, 7).unwrap();
+        let log = ClickLog::open(&path).unwrap();
+        let whole = log.read(0, 40).unwrap();
+        let src = Source::Log {
+            log,
+            eval: 10..25,
+            eval_day: Some(1),
+        };
+        assert_eq!(src.train_examples(), Some(25));
+        assert_eq!(src.eval_examples(), Some(15));
+        // Before, across and after the held-out range.
+        assert_eq!(src.batch(0, 10).unwrap(), whole.slice(0, 10));
+        let mut across = whole.slice(5, 10);
+        across.append(&whole.slice(25, 30));
+        assert_eq!(src.batch(5, 10).unwrap(), across);
+        assert_eq!(src.batch(12, 13).unwrap(), whole.slice(27, 40));
+        assert_eq!(src.eval_batch(0, 15).unwrap(), whole.slice(10, 25));
+        assert!(src.identity().contains("eval-day 1"));
+    }
+
+    #[test]
     fn the_chunked_dense_step_equals_the_whole_batch() {
         let layers = [20, 16, 8, 1];
         let mlp = Mlp::new(&layers, 3).unwrap();
