@@ -4,6 +4,8 @@
 //! equal to the occurrences trained, evaluation leaving the tables alone, a key's
 //! admission the same on every sending rank, and pipelining refused.
 
+mod util;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -11,12 +13,10 @@ use torusrec::comm::threads::{run, ThreadComm};
 use torusrec::comm::Comm;
 use torusrec::embed::checkpoint;
 use torusrec::embed::clicks::{Bags, Batch, ClickGen, KeyBags};
-use torusrec::embed::gemm::Gemm;
 use torusrec::embed::hashtab::{owner, Entry};
 use torusrec::embed::keys::{
     global_resolve, init_key_row, IdMap, Resolve, ResolveBufs, ResolveCounts, NO_ROW,
 };
-use torusrec::embed::mlp::DenseOpt;
 use torusrec::embed::placement::Plan;
 use torusrec::embed::spec::{preset, Evict, ModelSpec, Pooling, TableSpec, ValencyDist, VocabKind};
 use torusrec::embed::tables::{Store, TableOpt};
@@ -52,22 +52,11 @@ fn hash_model(cap: [u64; 3], admit_after: u32, evict: Evict) -> (ModelSpec, Mode
 }
 
 fn config(data: &ModelSpec, model: &ModelSpec, steps: u64) -> EmbedConfig {
+    let opt = TableOpt::RowWiseAdagrad { lr: 0.1, eps: 1e-8 };
     EmbedConfig {
-        spec: model.clone(),
         seed: SEED,
-        micro: 24,
-        accumulate: 2,
-        steps,
-        table_opt: TableOpt::RowWiseAdagrad { lr: 0.1, eps: 1e-8 },
-        dense_opt: DenseOpt::adagrad(0.01),
-        dense_gemm: Gemm::auto(),
-        dedup: true,
-        pipeline: false,
-        eval_examples: 64,
-        eval_every: 0,
-        log_every: 1,
-        mem_per_rank: None,
         ids: IdMap::new(data, model, false).unwrap(),
+        ..util::embed_config(model, opt, 24, 2, steps)
     }
 }
 

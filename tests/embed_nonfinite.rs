@@ -3,15 +3,15 @@
 //! planted through the environment (`TORUSREC_INJECT_NAN_GRAD=STEP@RANK`), which
 //! would reach any other test running in the same process.
 
+mod util;
+
 use torusrec::comm::threads::run;
 use torusrec::comm::Comm;
 use torusrec::embed::clicks::ClickGen;
-use torusrec::embed::gemm::Gemm;
-use torusrec::embed::mlp::DenseOpt;
 use torusrec::embed::placement::{OutputMode, Plan};
 use torusrec::embed::spec::preset;
 use torusrec::embed::tables::TableOpt;
-use torusrec::embed::train::{EmbedConfig, EmbedTrainer, Source, StepStatus};
+use torusrec::embed::train::{EmbedTrainer, Source, StepStatus};
 
 /// Every local row and its optimizer state, then the MLP parameters.
 fn snapshot(tr: &EmbedTrainer) -> (Vec<Vec<f32>>, Vec<f32>) {
@@ -30,23 +30,8 @@ fn a_non_finite_embedding_gradient_refuses_the_step_and_applies_nothing() {
     // expanded it (the loss and the MLP's gradients are finite).
     std::env::set_var("TORUSREC_INJECT_NAN_GRAD", "2@1");
     let spec = preset("tiny", 1.0).unwrap();
-    let cfg = EmbedConfig {
-        spec: spec.clone(),
-        seed: 5,
-        micro: 24,
-        accumulate: 1,
-        steps: 3,
-        table_opt: TableOpt::RowWiseAdagrad { lr: 0.1, eps: 1e-8 },
-        dense_opt: DenseOpt::adagrad(0.01),
-        dense_gemm: Gemm::auto(),
-        dedup: true,
-        pipeline: false,
-        eval_examples: 64,
-        eval_every: 0,
-        log_every: 1,
-        mem_per_rank: None,
-        ids: Default::default(),
-    };
+    let opt = TableOpt::RowWiseAdagrad { lr: 0.1, eps: 1e-8 };
+    let cfg = util::embed_config(&spec, opt, 24, 1, 3);
     for kind in ["table", "row_cyclic", "column", "data_parallel"] {
         for mode in [OutputMode::Rows, OutputMode::Pooled] {
             let statuses = run(2, |c| {

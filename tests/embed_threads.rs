@@ -8,8 +8,6 @@ mod util;
 use torusrec::comm::threads::run;
 use torusrec::comm::Comm;
 use torusrec::embed::clicks::ClickGen;
-use torusrec::embed::gemm::Gemm;
-use torusrec::embed::mlp::DenseOpt;
 use torusrec::embed::placement::{OutputMode, Plan};
 use torusrec::embed::spec::{preset, ModelSpec};
 use torusrec::embed::tables::TableOpt;
@@ -25,23 +23,7 @@ struct Model {
 }
 
 fn config(spec: &ModelSpec, opt: TableOpt, micro: usize, k: usize, steps: u64) -> EmbedConfig {
-    EmbedConfig {
-        spec: spec.clone(),
-        seed: 5,
-        micro,
-        accumulate: k,
-        steps,
-        table_opt: opt,
-        dense_opt: DenseOpt::adagrad(0.01),
-        dense_gemm: Gemm::auto(),
-        dedup: true,
-        pipeline: false,
-        eval_examples: 64,
-        eval_every: 0,
-        log_every: 1,
-        mem_per_rank: None,
-        ids: Default::default(),
-    }
+    util::embed_config(spec, opt, micro, k, steps)
 }
 
 /// Train on `p` thread ranks with `plan(p)`; gather the model by global id.

@@ -159,16 +159,7 @@ pub(crate) fn local_write(
 }
 
 fn local_shard(store: &Store, t: usize) -> Result<&super::tables::LocalShard> {
-    store
-        .local
-        .iter()
-        .find(|l| l.shard.table == t)
-        .ok_or_else(|| {
-            Error::Comm(format!(
-                "rank {} holds no shard of hash table {t}",
-                store.rank
-            ))
-        })
+    Ok(&store.local[store.hash_local(t)?])
 }
 
 /// What a restore of hash tables did on this rank.
@@ -261,11 +252,7 @@ pub(crate) fn local_restore(
     let total: u64 = per_rank.iter().sum();
     let total = usize::try_from(total).map_err(|_| corrupt(path, "too many entries"))?;
     let (admit, evict) = (ts.admit_after, ts.evict);
-    let li = store
-        .local
-        .iter()
-        .position(|l| l.shard.table == t)
-        .ok_or_else(|| Error::Comm(format!("rank {me} holds no shard of hash table {t}")))?;
+    let li = store.hash_local(t)?;
     let cap_here = store.local[li].rows as usize;
     let w = store.local[li].shard.width();
     let seen = |s: u64| if reset_seen { 0 } else { s };

@@ -443,15 +443,7 @@ pub fn global_resolve<C: Comm>(
                 "key resolution: keys of table {t} came to rank {me}, which holds none"
             ))
         })? as u64;
-        let li = store
-            .local
-            .iter()
-            .position(|l| l.shard.table == t)
-            .ok_or_else(|| {
-                Error::Comm(format!(
-                    "key resolution: rank {me} holds no shard of table {t}"
-                ))
-            })?;
+        let li = store.hash_local(t)?;
         b.own_keys.clear();
         b.own_counts.clear();
         b.index.prepare(total);

@@ -281,6 +281,20 @@ impl Store {
         })
     }
 
+    /// The index into `local` of this rank's shard of hash table `t` (a hash table has
+    /// at most one shard per rank: table-wise or row-cyclic).
+    pub fn hash_local(&self, t: usize) -> Result<usize> {
+        self.local
+            .iter()
+            .position(|l| l.shard.table == t)
+            .ok_or_else(|| {
+                Error::Comm(format!(
+                    "rank {} holds no shard of hash table {t}",
+                    self.rank
+                ))
+            })
+    }
+
     /// Whether table `t` is a hash table (whether or not this rank holds a shard).
     pub fn is_hash(&self, t: usize) -> bool {
         self.spec.tables[t].vocab_kind == VocabKind::Hash

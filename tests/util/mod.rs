@@ -404,3 +404,32 @@ pub fn synthetic_dataset(dir: &Path, nodes: u64, arcs: u64, seed: u64) -> PathBu
     global_run(&torusrec::comm::single::SingleComm::new(), &cfg).unwrap();
     out
 }
+
+/// The embedding trainer's configuration the thread tests share: seed 5, Adagrad
+/// (0.01) for the MLP, dedup on, no pipelining, 64 held-out examples, a report every
+/// step, the data's ids as rows.
+pub fn embed_config(
+    spec: &torusrec::embed::spec::ModelSpec,
+    table_opt: torusrec::embed::tables::TableOpt,
+    micro: usize,
+    accumulate: usize,
+    steps: u64,
+) -> torusrec::embed::train::EmbedConfig {
+    torusrec::embed::train::EmbedConfig {
+        spec: spec.clone(),
+        seed: 5,
+        micro,
+        accumulate,
+        steps,
+        table_opt,
+        dense_opt: torusrec::embed::mlp::DenseOpt::adagrad(0.01),
+        dense_gemm: torusrec::embed::gemm::Gemm::auto(),
+        dedup: true,
+        pipeline: false,
+        eval_examples: 64,
+        eval_every: 0,
+        log_every: 1,
+        mem_per_rank: None,
+        ids: Default::default(),
+    }
+}
