@@ -870,6 +870,23 @@ pub struct AlsArgs {
     /// least 2 steps.
     #[arg(long, value_enum, default_value_t = crate::als::BasisKind::Auto)]
     pub basis: crate::als::BasisKind,
+    /// Bytes of training CSR a rank holds (e.g. 256M): when every rank's CSR fits it
+    /// is read into memory, else it is spilled once to a per-rank file in the layout
+    /// the solver reads and streamed back in chunks (the next read while the current
+    /// one is solved). Changes memory and I/O, never the numbers.
+    #[arg(long, value_name = "BYTES", value_parser = parse_mem, default_value = "256M")]
+    pub csr_buffer: u64,
+    /// Bytes of the fixed table's rows a rank gathers at once: `auto` (what
+    /// --mem-per-rank leaves after everything else), `all` (the whole half-epoch's
+    /// rows, once), or a size: past it the half-epoch gathers in blocks of steps.
+    /// Changes memory and bytes exchanged, never the numbers.
+    #[arg(long, value_name = "BYTES|auto|all", default_value = "auto")]
+    pub gather_buffer: crate::als::memory::GatherBuffer,
+    /// Directory for the per-rank spill files of the training CSR (default: the
+    /// system's temporary directory; the files are unlinked at once and vanish with
+    /// the process).
+    #[arg(long, value_name = "DIR")]
+    pub spill_dir: Option<PathBuf>,
 }
 
 /// Threads per rank: at least 1, at most 8 per core of this machine (more only
@@ -955,6 +972,11 @@ impl AlsArgs {
             table_dtype: self.table_dtype,
             mem_per_rank: self.mem_per_rank,
             basis: self.basis,
+            memory: crate::als::MemoryConfig {
+                csr_buffer: self.csr_buffer,
+                gather_buffer: self.gather_buffer,
+                spill_dir: self.spill_dir.clone(),
+            },
         }
     }
 }

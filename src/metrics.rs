@@ -33,3 +33,40 @@ mod tests {
         assert_eq!(super::human_bytes(2_500_000_000), "2.5 GB");
     }
 }
+
+/// `8G`, `512M`, `64k` or plain bytes.
+pub fn parse_bytes(s: &str) -> crate::Result<u64> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m = match c.to_ascii_uppercase() {
+                'K' => 1u64 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                'T' => 1 << 40,
+                'B' => 1,
+                _ => {
+                    return Err(crate::Error::Config(format!(
+                        "bad size {} (e.g. 8G, 512M)",
+                        crate::error::quote(s)
+                    )))
+                }
+            };
+            (&t[..i], m)
+        }
+        _ => (t, 1),
+    };
+    let v: f64 = num.parse().map_err(|_| {
+        crate::Error::Config(format!(
+            "bad size {} (e.g. 8G, 512M)",
+            crate::error::quote(s)
+        ))
+    })?;
+    if !(v.is_finite() && v >= 0.0) {
+        return Err(crate::Error::Config(format!(
+            "bad size {}",
+            crate::error::quote(s)
+        )));
+    }
+    Ok((v * mult as f64) as u64)
+}

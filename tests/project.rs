@@ -43,6 +43,7 @@ fn config(data: &Path, dim: usize, exchange: ExchangeKind, dtype: TableDtype) ->
         table_dtype: dtype,
         mem_per_rank: None,
         basis: torusrec::als::BasisKind::Auto,
+        memory: Default::default(),
     }
 }
 

@@ -45,6 +45,7 @@ fn config(data: &Path) -> AlsConfig {
         table_dtype: Default::default(),
         mem_per_rank: None,
         basis: torusrec::als::BasisKind::Auto,
+        memory: Default::default(),
     }
 }
 

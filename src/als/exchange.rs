@@ -113,6 +113,18 @@ impl ExchangePlan {
         } else {
             distinct_by_sort(indices, rewrite)
         };
+        Self::global_from_needed(comm, kind, needed, bounds)
+    }
+
+    /// Collective: every rank must call. The plan that gathers `needed` (distinct
+    /// global ids of the fixed side, increasing; empty for a rank that only serves).
+    pub fn global_from_needed<C: Comm>(
+        comm: &C,
+        kind: ExchangeKind,
+        needed: Vec<u32>,
+        bounds: &[u64],
+    ) -> Result<Self> {
+        let _p = comm.stats().phase("plan");
         if comm.size() == 1 {
             // The local table is the whole table: keep the global ids as positions.
             return Ok(Self {

@@ -11,6 +11,7 @@
 use super::solve::{GATHER_FLOATS, LONG_GATHER_FLOATS};
 use crate::bf16::TableDtype;
 use crate::metrics::human_bytes;
+use serde::{Deserialize, Serialize};
 
 /// What one rank holds, from the dataset's sizes and this rank's shard bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,7 +33,77 @@ pub struct ShardSizes {
     /// Non-zeros of the longest owned row or column (its item vectors are gathered
     /// into one f32 copy by the solve).
     pub max_row_nnz: u64,
+    /// The most training non-zeros (both sides) any rank holds: the CSR is read into
+    /// memory only when every rank's fits in `--csr-buffer` (the same answer on every
+    /// rank).
+    pub max_csr_nnz: u64,
 }
+
+/// Where a run keeps its training CSR and how much of the fixed table it gathers at
+/// once (chosen by [`layout`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// The training CSR is read into memory (else spilled and streamed).
+    pub csr_in_memory: bool,
+    /// Bytes of CSR indices held at once when streamed (`--csr-buffer`).
+    pub csr_buffer: u64,
+    /// The most fixed-side rows one gather holds (`None`: the whole half's, once).
+    pub gather_rows: Option<u64>,
+    /// Solver threads' hub chunk (`--hub-chunk`; 0 = never chunked).
+    pub hub_chunk: u64,
+}
+
+impl Layout {
+    /// Everything in memory, one gather per half (the layout of runs that fit).
+    pub fn in_memory() -> Self {
+        Layout {
+            csr_in_memory: true,
+            csr_buffer: u64::MAX,
+            gather_rows: None,
+            hub_chunk: 0,
+        }
+    }
+}
+
+/// `--gather-buffer`: how many bytes of the fixed table's gathered rows a rank holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum GatherBuffer {
+    /// What the memory limit leaves after everything else (all of it when unknown).
+    #[default]
+    Auto,
+    /// At most this many bytes (at least one step's rows are always gathered).
+    Bytes(u64),
+    /// The whole half's rows at once, whatever the limit.
+    All,
+}
+
+impl std::str::FromStr for GatherBuffer {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "all" => Ok(Self::All),
+            _ => match crate::metrics::parse_bytes(s) {
+                Ok(0) => Err("--gather-buffer must be positive".into()),
+                Ok(b) => Ok(Self::Bytes(b)),
+                Err(e) => Err(format!("{e}; or auto, all")),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for GatherBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            Self::Auto => write!(f, "auto"),
+            Self::All => write!(f, "all"),
+            Self::Bytes(b) => write!(f, "{}", human_bytes(*b)),
+        }
+    }
+}
+
+/// The fewest rows an automatic gather buffer holds (below that, refuse instead).
+pub const MIN_GATHER_ROWS: u64 = 1 << 16;
 
 /// The parts of the estimate, in bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,10 +144,91 @@ pub fn estimate(
     step_nnz: u64,
     threads: usize,
 ) -> MemEstimate {
+    estimate_with(
+        s,
+        d,
+        dtype,
+        allgather,
+        step_nnz,
+        threads,
+        &Layout::in_memory(),
+    )
+}
+
+/// Choose the layout for a memory limit: the CSR in memory when every rank's fits in
+/// `csr_buffer` and the whole gather is kept; the gather buffer as `gather` says
+/// (`Auto`: what the limit leaves, at least [`MIN_GATHER_ROWS`]). Returns the layout
+/// and its estimate (which the caller checks against the limit).
+#[allow(clippy::too_many_arguments)]
+pub fn layout(
+    s: &ShardSizes,
+    d: usize,
+    dtype: TableDtype,
+    allgather: bool,
+    step_nnz: u64,
+    threads: usize,
+    csr_buffer: u64,
+    hub_chunk: u64,
+    gather: GatherBuffer,
+    limit: Option<u64>,
+) -> (Layout, MemEstimate) {
+    let row_bytes = (d as u64 * dtype.bytes() as u64).max(1);
+    let whole = if s.ranks == 1 {
+        0
+    } else {
+        s.num_cols.min(s.nnz_rows).max(s.num_rows.min(s.nnz_cols))
+    };
+    let mut lay = Layout {
+        csr_in_memory: s.max_csr_nnz.saturating_mul(4) <= csr_buffer,
+        csr_buffer,
+        gather_rows: None,
+        hub_chunk,
+    };
+    let est = |l: &Layout| estimate_with(s, d, dtype, allgather, step_nnz, threads, l);
+    let rows = match gather {
+        GatherBuffer::All => None,
+        GatherBuffer::Bytes(b) => Some((b / row_bytes).max(1)),
+        GatherBuffer::Auto => limit.map(|l| {
+            let rest = est(&Layout {
+                gather_rows: Some(0),
+                csr_in_memory: false,
+                ..lay
+            })
+            .total();
+            (l.saturating_sub(rest) / row_bytes).max(MIN_GATHER_ROWS)
+        }),
+    };
+    if let Some(r) = rows.filter(|&r| r < whole) {
+        // Gathering in blocks needs the streamed layout.
+        lay.gather_rows = Some(r);
+        lay.csr_in_memory = false;
+    }
+    let e = est(&lay);
+    (lay, e)
+}
+
+/// [`estimate`] for a given layout.
+pub fn estimate_with(
+    s: &ShardSizes,
+    d: usize,
+    dtype: TableDtype,
+    allgather: bool,
+    step_nnz: u64,
+    threads: usize,
+    lay: &Layout,
+) -> MemEstimate {
     let d = d as u64;
     let b = dtype.bytes() as u64;
     let p = s.ranks as u64;
-    let csr = (s.rows_local + 1 + s.cols_local + 1) * 8 + (s.nnz_rows + s.nnz_cols) * 4;
+    let offsets = (s.rows_local + 1 + s.cols_local + 1) * 8;
+    let indices = (s.nnz_rows + s.nnz_cols) * 4;
+    // Streamed: at most the buffer (two chunks of half of it), and while the spill
+    // is written a bitmap of the other side's ids.
+    let csr = if lay.csr_in_memory {
+        offsets + indices
+    } else {
+        offsets + lay.csr_buffer.min(indices) + s.num_rows.max(s.num_cols).div_ceil(8)
+    };
     let counts = (s.rows_local + s.cols_local) * 4;
     let tables = (s.rows_local + s.cols_local) * d * b;
     // Rows of the other side one half-epoch gathers: each distinct id once, at most
@@ -84,10 +236,19 @@ pub fn estimate(
     let (g_rows, g_cols) = if p == 1 {
         (0, 0)
     } else {
-        (s.num_cols.min(s.nnz_rows), s.num_rows.min(s.nnz_cols))
+        let cap = lay.gather_rows.unwrap_or(u64::MAX);
+        (
+            s.num_cols.min(s.nnz_rows).min(cap),
+            s.num_rows.min(s.nnz_cols).min(cap),
+        )
     };
-    // Plans: the needed ids of both sides and the ids served to others.
-    let plans = if p == 1 { 0 } else { (g_rows + g_cols) * 4 * 2 };
+    // Plans: the needed ids of both sides and the ids served to others (when gathered
+    // in blocks: one side's block at a time, served to every other rank).
+    let plans = match (p, lay.gather_rows) {
+        (1, _) => 0,
+        (_, None) => (g_rows + g_cols) * 4 * 2,
+        (_, Some(_)) => g_rows.max(g_cols) * 4 * p,
+    };
     // During a fetch: the gathered rows plus one round's send and receive buffers, or
     // ALX's dense f32 buffer of every rank's ids.
     let round = 2 * super::exchange::FETCH_ROUND_BYTES as u64;
@@ -119,9 +280,15 @@ pub fn estimate(
     // Every solver thread gathers a batch's item vectors into an f32 copy: a few rows'
     // worth, or a whole long row (an f32 table's rows past LONG_GATHER_FLOATS are read
     // in place instead; a bf16 table's are always widened).
+    // Past the cap an f32 row is read in place and a bf16 hub row is widened one hub
+    // chunk at a time (by each of the threads).
     let long = s.max_row_nnz * d;
     let long = match dtype {
-        TableDtype::F32 if long > LONG_GATHER_FLOATS as u64 => 0,
+        _ if long <= LONG_GATHER_FLOATS as u64 => long,
+        TableDtype::F32 => 0,
+        _ if lay.hub_chunk > 0 && s.max_row_nnz > lay.hub_chunk => {
+            LONG_GATHER_FLOATS as u64 + lay.hub_chunk * d
+        }
         _ => long,
     };
     let cg = threads.max(1) as u64 * long.max(GATHER_FLOATS as u64) * 4;
@@ -210,6 +377,7 @@ mod tests {
             fold_nnz_local: 500,
             nnz_total: 20_000,
             max_row_nnz: 90,
+            max_csr_nnz: 40_000 / p as u64,
         }
     }
 

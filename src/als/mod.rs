@@ -11,6 +11,7 @@ pub mod model;
 pub mod recommend;
 pub mod shard;
 pub mod solve;
+pub mod spill;
 pub mod train;
 pub mod tune;
 
@@ -80,6 +81,31 @@ pub struct AlsConfig {
     /// The basis the tables are trained in.
     #[serde(default)]
     pub basis: BasisKind,
+    /// Where the training CSR lives and how much of the fixed table is gathered at once.
+    #[serde(default)]
+    pub memory: MemoryConfig,
+}
+
+/// Out-of-core settings (`--csr-buffer`, `--gather-buffer`, `--spill-dir`); they change
+/// memory and I/O, never the numbers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemoryConfig {
+    /// Bytes of training CSR indices a rank holds: every rank's CSR in memory when it
+    /// fits, else spilled and read back in chunks of at most half of it.
+    pub csr_buffer: u64,
+    pub gather_buffer: memory::GatherBuffer,
+    /// Directory of the per-rank spill files (`None`: the system's temporary directory).
+    pub spill_dir: Option<PathBuf>,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        Self {
+            csr_buffer: spill::DEFAULT_CSR_BUFFER,
+            gather_buffer: memory::GatherBuffer::Auto,
+            spill_dir: None,
+        }
+    }
 }
 
 pub use crate::ckpt::{CheckpointConfig, Resume, MAX_WAIT_SECS};
@@ -145,6 +171,20 @@ impl AlsConfig {
             return Err(Config(
                 "--eval-rows 0: evaluate at least one row (or `all`)".into(),
             ));
+        }
+        if self.memory.csr_buffer < 1 << 10 {
+            return Err(Config(format!(
+                "--csr-buffer {}: must be at least 1 KiB",
+                self.memory.csr_buffer
+            )));
+        }
+        if let Some(dir) = &self.memory.spill_dir {
+            if !dir.is_dir() {
+                return Err(Config(format!(
+                    "--spill-dir {}: not a directory",
+                    dir.display()
+                )));
+            }
         }
         if self.hub_chunk == 0 {
             return Err(Config("--hub-chunk 0: must be positive".into()));

@@ -1,7 +1,7 @@
 //! Sharding: contiguous ranges balanced by non-zeros, and reading one rank's shard of
 //! a prepared dataset (only its rows, never the whole matrix).
 
-pub use super::memory::ShardSizes;
+pub use super::memory::{Layout, ShardSizes};
 use crate::comm::Comm;
 use crate::data::dataset::{
     check_fold_disjoint, check_id_space, check_indptr, check_rows, check_test_rows, dataset_len,
@@ -55,8 +55,11 @@ pub struct CsrShard {
     pub hi: u64,
     /// Local offsets, starting at 0.
     pub indptr: Vec<u64>,
-    /// Global ids of the other side.
+    /// Global ids of the other side (empty when `on_disk`).
     pub indices: Vec<u32>,
+    /// Not loaded: the training CSR stays in the prepared file (and goes to a spill,
+    /// see `spill.rs`); this is the offset of the shard's first index there.
+    pub on_disk: Option<u64>,
 }
 
 impl CsrShard {
@@ -64,7 +67,7 @@ impl CsrShard {
         (self.hi - self.lo) as usize
     }
     pub fn nnz(&self) -> u64 {
-        self.indices.len() as u64
+        self.indptr.last().copied().unwrap_or(0)
     }
     /// Observed count of each local row.
     pub fn counts(&self) -> Vec<u32> {
@@ -92,6 +95,8 @@ pub struct Shards {
     pub fold: CsrShard,
     pub holdout: CsrShard,
     pub num_test: u64,
+    /// Where the training CSR lives and the gather blocks' size (see `memory::layout`).
+    pub layout: Layout,
 }
 
 /// Read rows `lo..hi` of a CSR pair whose whole `indptr` was read and checked, and
@@ -115,7 +120,20 @@ fn read_csr(
         hi,
         indptr,
         indices,
+        on_disk: None,
     })
+}
+
+/// Rows `lo..hi` of a CSR pair, leaving the indices in the file.
+fn lazy_csr(indptr_all: &[u64], lo: u64, hi: u64) -> CsrShard {
+    let ip = &indptr_all[lo as usize..=hi as usize];
+    CsrShard {
+        lo,
+        hi,
+        indptr: ip.iter().map(|x| x - ip[0]).collect(),
+        indices: Vec::new(),
+        on_disk: Some(ip[0]),
+    }
 }
 
 /// Read a whole `indptr` (`rows + 1` entries) and check it against its `indices`.
@@ -137,15 +155,17 @@ fn read_indptr(f: &hdf5::File, path: &Path, name: &str, rows: u64) -> Result<Vec
 
 /// Rank-local: read this rank's shards. Every rank reads the `indptr` arrays (8 bytes
 /// per node and per test row) to check them whole and find the balanced boundaries;
-/// then `admit` sees the sizes of its share (to refuse a run that cannot fit) before
-/// the large arrays are read. Everything read is checked: ids in range, rows sorted
+/// then `admit` sees the sizes of every rank's share (to refuse a run that cannot fit
+/// on this rank) before the large arrays are read, and chooses the layout: whether the
+/// training CSR is read into memory (else its indices stay in the file,
+/// `CsrShard::on_disk`), the same answer on every rank. Everything read is checked: ids in range, rows sorted
 /// and distinct, the test split's rules (see `Dataset::read`). The transpose is
 /// checked collectively by [`global_read_shards_admitted`].
 pub fn local_read_shards(
     path: &Path,
     rank: usize,
     size: usize,
-    admit: &dyn Fn(&ShardSizes) -> Result<()>,
+    admit: &dyn Fn(&[ShardSizes], usize) -> Result<Layout>,
 ) -> Result<Shards> {
     let f = open_h5(path)?;
     let meta = read_meta(&f, path)?;
@@ -173,31 +193,58 @@ pub fn local_read_shards(
         ));
     }
     let (tlo, thi) = block_range(num_test, size, rank);
-    let nnz = |ip: &[u64], b: &[u64]| ip[b[rank + 1] as usize] - ip[b[rank] as usize];
-    let max_len = |ip: &[u64], b: &[u64]| {
-        ip[b[rank] as usize..=b[rank + 1] as usize]
+    let max_csr_nnz = (0..size)
+        .map(|r| {
+            let n = |ip: &[u64], b: &[u64]| ip[b[r + 1] as usize] - ip[b[r] as usize];
+            n(&row_ip, &row_bounds) + n(&col_ip, &col_bounds)
+        })
+        .max()
+        .unwrap_or(0);
+    let nnz_at = |ip: &[u64], b: &[u64], r: usize| ip[b[r + 1] as usize] - ip[b[r] as usize];
+    let max_len_at = |ip: &[u64], b: &[u64], r: usize| {
+        ip[b[r] as usize..=b[r + 1] as usize]
             .windows(2)
             .map(|w| w[1].saturating_sub(w[0]))
             .max()
             .unwrap_or(0)
     };
-    admit(&ShardSizes {
-        ranks: size,
-        num_rows: meta.num_rows,
-        num_cols: meta.num_cols,
-        rows_local: row_bounds[rank + 1] - row_bounds[rank],
-        cols_local: col_bounds[rank + 1] - col_bounds[rank],
-        nnz_rows: nnz(&row_ip, &row_bounds),
-        nnz_cols: nnz(&col_ip, &col_bounds),
-        test_rows: num_test,
-        fold_nnz_local: fold_ip[thi as usize] - fold_ip[tlo as usize],
-        nnz_total: nnz_rows,
-        max_row_nnz: max_len(&row_ip, &row_bounds).max(max_len(&col_ip, &col_bounds)),
-    })?;
+    // Every rank's sizes (every rank can compute them): the layout must be the same
+    // on all.
+    let all: Vec<ShardSizes> = (0..size)
+        .map(|r| {
+            let (tl, th) = block_range(num_test, size, r);
+            ShardSizes {
+                ranks: size,
+                num_rows: meta.num_rows,
+                num_cols: meta.num_cols,
+                rows_local: row_bounds[r + 1] - row_bounds[r],
+                cols_local: col_bounds[r + 1] - col_bounds[r],
+                nnz_rows: nnz_at(&row_ip, &row_bounds, r),
+                nnz_cols: nnz_at(&col_ip, &col_bounds, r),
+                test_rows: num_test,
+                fold_nnz_local: fold_ip[th as usize] - fold_ip[tl as usize],
+                nnz_total: nnz_rows,
+                max_row_nnz: max_len_at(&row_ip, &row_bounds, r).max(max_len_at(
+                    &col_ip,
+                    &col_bounds,
+                    r,
+                )),
+                max_csr_nnz,
+            }
+        })
+        .collect();
+    let layout = admit(&all, rank)?;
+    let in_memory = layout.csr_in_memory;
     let (r0, r1) = (row_bounds[rank], row_bounds[rank + 1]);
-    let rows = read_csr(&f, path, "train", &row_ip, r0, r1, meta.num_cols)?;
     let (c0, c1) = (col_bounds[rank], col_bounds[rank + 1]);
-    let cols = read_csr(&f, path, "train_t", &col_ip, c0, c1, meta.num_rows)?;
+    let (rows, cols) = if in_memory {
+        (
+            read_csr(&f, path, "train", &row_ip, r0, r1, meta.num_cols)?,
+            read_csr(&f, path, "train_t", &col_ip, c0, c1, meta.num_rows)?,
+        )
+    } else {
+        (lazy_csr(&row_ip, r0, r1), lazy_csr(&col_ip, c0, c1))
+    };
     // The owned test rows and the one before them (to check the order across blocks).
     let before = tlo.saturating_sub(1);
     let with_prev = read_range::<u32>(&f, path, "test/rows", before, thi)?;
@@ -232,45 +279,31 @@ pub fn local_read_shards(
         fold,
         holdout,
         num_test,
+        layout,
     })
 }
 
 /// Two independent 64-bit mixes of an arc, summed (wrapping) over every arc of
 /// `/train` and of `/train_t`: equal sums say one is the other's transpose (a
 /// mismatch goes unnoticed with probability about 2^-128).
-fn arc_checksum(csr: &CsrShard, transposed: bool) -> [u64; 2] {
+/// Shards left on disk add nothing here: the spill adds their arcs as it reads them
+/// ([`global_check_transpose`] then compares).
+pub fn arc_checksum(csr: &CsrShard, transposed: bool) -> [u64; 2] {
     let mut s = [0u64; 2];
-    for (i, w) in csr.indptr.windows(2).enumerate() {
-        let a = csr.lo + i as u64;
-        for &b in &csr.indices[w[0] as usize..w[1] as usize] {
-            let (r, c) = if transposed {
-                (b as u64, a)
-            } else {
-                (a, b as u64)
-            };
-            let key = (r << 32) | c;
-            s[0] = s[0].wrapping_add(crate::rng::mix64(key ^ 0x9e37_79b9_7f4a_7c15));
-            s[1] = s[1].wrapping_add(crate::rng::mix64(
-                key.rotate_left(17) ^ 0xd1b5_4a32_d192_ed03,
-            ));
-        }
+    if csr.on_disk.is_none() {
+        super::spill::add_checksum(&mut s, csr.lo, &csr.indptr, &csr.indices, transposed);
     }
     s
 }
 
-/// Collective: every rank must call. Reads the shards (after `admit` accepted their
-/// sizes) and agrees on success.
-pub fn global_read_shards_admitted<C: Comm>(
+/// Collective: every rank must call. Compare the summed checksums of `/train`'s arcs
+/// (`a`) and `/train_t`'s (`b`).
+pub fn global_check_transpose<C: Comm>(
     comm: &C,
     path: &Path,
-    admit: &dyn Fn(&ShardSizes) -> Result<()>,
-) -> Result<Shards> {
-    let _p = comm.stats().phase("io");
-    let shards = comm.agree(local_read_shards(path, comm.rank(), comm.size(), admit))?;
-    let (a, b) = (
-        arc_checksum(&shards.rows, false),
-        arc_checksum(&shards.cols, true),
-    );
+    a: [u64; 2],
+    b: [u64; 2],
+) -> Result<()> {
     let mut sums = [a[0], a[1], b[0], b[1]];
     comm.all_reduce_sum(&mut sums);
     if sums[..2] != sums[2..] {
@@ -285,12 +318,33 @@ pub fn global_read_shards_admitted<C: Comm>(
             Error::Remote { rank: 0, code: 2 }
         });
     }
+    Ok(())
+}
+
+/// Collective: every rank must call. Reads the shards (after `admit` accepted their
+/// sizes) and agrees on success.
+pub fn global_read_shards_admitted<C: Comm>(
+    comm: &C,
+    path: &Path,
+    admit: &dyn Fn(&[ShardSizes], usize) -> Result<Layout>,
+) -> Result<Shards> {
+    let _p = comm.stats().phase("io");
+    let shards = comm.agree(local_read_shards(path, comm.rank(), comm.size(), admit))?;
+    if shards.rows.on_disk.is_none() {
+        // Spilled shards are checked as the spill reads them.
+        global_check_transpose(
+            comm,
+            path,
+            arc_checksum(&shards.rows, false),
+            arc_checksum(&shards.cols, true),
+        )?;
+    }
     Ok(shards)
 }
 
 /// Collective: every rank must call. Reads the shards, whatever their size.
 pub fn global_read_shards<C: Comm>(comm: &C, path: &Path) -> Result<Shards> {
-    global_read_shards_admitted(comm, path, &|_| Ok(()))
+    global_read_shards_admitted(comm, path, &|_, _| Ok(Layout::in_memory()))
 }
 
 #[cfg(test)]

@@ -8,11 +8,16 @@ use super::checkpoint::{
 use super::eval::{EvalSet, Recall};
 use super::exchange::ExchangePlan;
 use super::model::{global_write_tables, local_checksum, TablePart};
-use super::shard::{balance_by_nnz, global_read_shards_admitted, CsrShard, Shards};
+use super::shard::{
+    balance_by_nnz, global_check_transpose, global_read_shards_admitted, CsrShard, Layout,
+    ShardSizes, Shards,
+};
 use super::solve::{
     all_pairs_term, cg_solve, cg_solve_with_loss, cholesky_solve, eigenbasis, gramian,
-    local_loss_terms, matmul64, rotate_rows, transpose64, LossTerms, RowsView, SolveParams,
+    local_loss_terms, local_loss_terms_from, matmul64, rotate_rows, transpose64, LossTerms,
+    RowsView, SolveError, SolveParams,
 };
+use super::spill::{local_spill_side, step_chunks, Chunk, ChunkReader, SpillSpec, SpilledSide};
 use super::{AlsConfig, Resume, SolverKind};
 use crate::bf16::TableElem;
 use crate::ckpt::{self, faults, signals::Preemption, status::StepStatus};
@@ -106,14 +111,22 @@ pub fn init_table<T: TableElem>(
 }
 
 /// One side of the alternation on this rank: the rows it solves (their observed ids
-/// rewritten in place to positions in the gathered fixed table, so the CSR is held
-/// once), the plan that gathers it, and its steps.
+/// rewritten to positions in the gathered fixed table, so the CSR is held once, in
+/// memory or in a spill file), the plan that gathers the fixed rows, and its steps.
 pub struct Side {
+    /// The rows; `indices` empty when spilled.
     pub shard: CsrShard,
-    pub plan: ExchangePlan,
+    /// The plan of the whole half's gather (`None` when the half gathers in blocks:
+    /// each gather round builds its block's plan).
+    pub plan: Option<ExchangePlan>,
     pub counts: Vec<u32>,
     /// `steps + 1` local row boundaries of the steps, balanced by non-zeros.
     pub step_bounds: Vec<u64>,
+    /// The CSR's indices out of core (`None`: in `shard.indices`).
+    pub spill: Option<SpilledSide>,
+    /// The steps at which every rank runs a gather round: the union of every rank's
+    /// gather-block starts (`[0]`: one gather per half).
+    pub rounds: Vec<usize>,
 }
 
 impl Side {
@@ -130,10 +143,106 @@ impl Side {
         let step_bounds = balance_by_nnz(&shard.indptr, steps);
         Ok(Self {
             shard,
-            plan,
+            plan: Some(plan),
             counts,
             step_bounds,
+            spill: None,
+            rounds: vec![0],
         })
+    }
+
+    /// Collective: every rank must call. [`Side::global_build`] for a shard left in
+    /// the file: write its spill (checking and checksumming its arcs, which are
+    /// returned), then agree on the gather rounds.
+    #[allow(clippy::too_many_arguments)]
+    fn global_build_spilled<C: Comm>(
+        comm: &C,
+        cfg: &AlsConfig,
+        shard: CsrShard,
+        fixed_bounds: &[u64],
+        steps: usize,
+        layout: &Layout,
+        name: &str,
+        transposed: bool,
+    ) -> Result<(Self, [u64; 2])> {
+        let step_bounds = balance_by_nnz(&shard.indptr, steps);
+        let dir = cfg
+            .memory
+            .spill_dir
+            .clone()
+            .unwrap_or_else(std::env::temp_dir);
+        let spec = SpillSpec {
+            path: &cfg.data,
+            name,
+            shard: &shard,
+            step_bounds: &step_bounds,
+            bound: *fixed_bounds.last().unwrap_or(&0),
+            transposed,
+            gather_rows: (comm.size() > 1).then(|| layout.gather_rows.unwrap_or(u64::MAX)),
+            chunk_elems: (layout.csr_buffer / 8).max(1),
+            dir: &dir,
+            rank: comm.rank(),
+        };
+        let spill = {
+            let _p = comm.stats().phase("io");
+            comm.agree(local_spill_side(&spec))?
+        };
+        let starts: Vec<u64> = spill.block_starts.iter().map(|&s| s as u64).collect();
+        let mut rounds: Vec<usize> = {
+            let _p = comm.stats().phase("plan");
+            comm.all_gather_v(&starts)?
+                .data
+                .into_iter()
+                .map(|s| s as usize)
+                .collect()
+        };
+        rounds.sort_unstable();
+        rounds.dedup();
+        let plan = if rounds.len() == 1 {
+            let needed = if comm.size() > 1 {
+                comm.agree(spill.needed(0))?
+            } else {
+                Vec::new()
+            };
+            Some(ExchangePlan::global_from_needed(
+                comm,
+                cfg.exchange,
+                needed,
+                fixed_bounds,
+            )?)
+        } else {
+            None
+        };
+        let checksum = spill.checksum;
+        let counts = shard.counts();
+        Ok((
+            Self {
+                shard,
+                plan,
+                counts,
+                step_bounds,
+                spill: Some(spill),
+                rounds,
+            },
+            checksum,
+        ))
+    }
+
+    /// Rows of local steps `s0..s1`.
+    fn step_rows(&self, s0: usize, s1: usize) -> (usize, usize) {
+        (self.step_bounds[s0] as usize, self.step_bounds[s1] as usize)
+    }
+
+    /// Rank-local: read the indices of local rows `r0..r1` of a spilled side; returns
+    /// the rows' `indptr` from 0 and the indices.
+    fn read_rows(&self, r0: usize, r1: usize) -> Result<(Vec<u64>, Vec<u32>)> {
+        let ip = &self.shard.indptr;
+        let (a, b) = (ip[r0], ip[r1]);
+        let mut indices = Vec::new();
+        if let Some(sp) = &self.spill {
+            sp.file.read_at(a, (b - a) as usize, &mut indices)?;
+        }
+        Ok((ip[r0..=r1].iter().map(|x| x - a).collect(), indices))
     }
 }
 
@@ -212,11 +321,10 @@ fn loss_pass<T: TableElem, U: TableElem>(
     if let Some(x) = U::as_f32(solved) {
         return local_loss_terms(x, view(0, n), fixed, d, params.alpha0, params.n_other);
     }
-    const BLOCK: usize = 1 << 14;
     let mut buf = Vec::new();
     let mut acc = (0.0, 0.0);
-    for r0 in (0..n).step_by(BLOCK) {
-        let r1 = (r0 + BLOCK).min(n);
+    for r0 in (0..n).step_by(LOSS_BLOCK) {
+        let r1 = (r0 + LOSS_BLOCK).min(n);
         buf.clear();
         buf.extend(solved[r0 * d..r1 * d].iter().map(|v| v.to_f32()));
         let (o, r) = local_loss_terms(&buf, view(r0, r1), fixed, d, params.alpha0, params.n_other);
@@ -237,6 +345,73 @@ fn solve_rows<T: TableElem>(out: &mut [T], scratch: &mut Vec<f32>, f: impl FnOnc
     scratch.extend(out.iter().map(|v| v.to_f32()));
     f(scratch);
     crate::bf16::narrow(scratch, out);
+}
+
+/// Rows per block of the loss pass over a solved shard ([`loss_pass`]).
+const LOSS_BLOCK: usize = 1 << 14;
+
+/// Solve one run of rows (`out`, in the solved table's element type) against the
+/// gathered `fixed` rows with the configured solver, adding CG's loss pieces to
+/// `fused` when it is kept. Returns whether every value is finite, and Cholesky's
+/// error. `nan` plants a NaN (fault injection).
+#[allow(clippy::too_many_arguments)]
+fn solve_range<T: TableElem>(
+    cfg: &AlsConfig,
+    out: &mut [T],
+    scratch: &mut Vec<f32>,
+    view: RowsView,
+    fixed: &[T],
+    g32: &[f32],
+    gram_fixed: &[f64],
+    params: SolveParams,
+    nan: bool,
+    fused: &mut Option<LossTerms>,
+) -> (bool, std::result::Result<(), SolveError>) {
+    let d = cfg.dim;
+    let (solver, cg_steps, hub_chunk) = (cfg.solver, cfg.cg_steps, cfg.hub_chunk);
+    let mut finite = true;
+    let mut solve_err = Ok(());
+    let keep = fused.is_some();
+    let mut terms = LossTerms::default();
+    solve_rows(out, scratch, |x| {
+        match solver {
+            SolverKind::Cg if keep => {
+                terms = cg_solve_with_loss(x, view, fixed, d, g32, params, cg_steps, hub_chunk);
+            }
+            SolverKind::Cg => cg_solve(x, view, fixed, d, g32, params, cg_steps, hub_chunk),
+            SolverKind::Cholesky => {
+                solve_err = cholesky_solve(x, view, fixed, d, gram_fixed, params);
+            }
+        }
+        if nan && !x.is_empty() {
+            x[0] = f32::NAN;
+        }
+        finite = all_finite(x);
+    });
+    if let Some(acc) = fused {
+        acc.observed += terms.observed;
+        acc.reg += terms.reg;
+    }
+    (finite, solve_err)
+}
+
+/// The loss pieces of solved rows (widened to f32 through `scratch` when bf16).
+fn rows_loss<T: TableElem>(
+    rows: &[T],
+    view: RowsView,
+    fixed: &[T],
+    d: usize,
+    params: SolveParams,
+    scratch: &mut Vec<f32>,
+) -> (f64, f64) {
+    match T::as_f32(rows) {
+        Some(x) => local_loss_terms(x, view, fixed, d, params.alpha0, params.n_other),
+        None => {
+            scratch.clear();
+            scratch.extend(rows.iter().map(|v| v.to_f32()));
+            local_loss_terms(scratch, view, fixed, d, params.alpha0, params.n_other)
+        }
+    }
 }
 
 /// Intersect `[a, b)` with a sorted list of disjoint ranges; returns the parts of
@@ -280,24 +455,57 @@ pub fn merge_ranges(mut r: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
 /// (before the large arrays are read) a share whose estimated memory exceeds the limit.
 pub fn global_read_shards_for<C: Comm>(comm: &C, cfg: &AlsConfig) -> Result<Shards> {
     let root = comm.rank() == 0;
-    let admit = |sizes: &super::shard::ShardSizes| -> Result<()> {
-        let est = super::memory::estimate(
-            sizes,
-            cfg.dim,
-            cfg.table_dtype,
-            cfg.exchange == super::ExchangeKind::Allgather,
-            cfg.step_nnz,
-            rayon::current_num_threads(),
-        );
+    let admit = |all: &[ShardSizes], rank: usize| -> Result<Layout> {
         let limit = super::memory::limit(cfg.mem_per_rank);
-        if root {
-            log::info!(
-                "memory estimate for rank 0: {}; limit {}",
-                est.describe(),
-                limit.map_or("none".into(), crate::metrics::human_bytes)
+        let choose = |s: &ShardSizes| {
+            super::memory::layout(
+                s,
+                cfg.dim,
+                cfg.table_dtype,
+                cfg.exchange == super::ExchangeKind::Allgather,
+                cfg.step_nnz,
+                rayon::current_num_threads(),
+                cfg.memory.csr_buffer,
+                cfg.hub_chunk as u64,
+                cfg.memory.gather_buffer,
+                limit,
+            )
+        };
+        let (mut lay, mut est) = choose(&all[rank]);
+        // The CSR stays in memory only if it does on every rank.
+        if lay.csr_in_memory && !all.iter().all(|s| choose(s).0.csr_in_memory) {
+            lay.csr_in_memory = false;
+            est = super::memory::estimate_with(
+                &all[rank],
+                cfg.dim,
+                cfg.table_dtype,
+                cfg.exchange == super::ExchangeKind::Allgather,
+                cfg.step_nnz,
+                rayon::current_num_threads(),
+                &lay,
             );
         }
-        super::memory::check(&est, limit, cfg.mem_per_rank.is_some()).map_err(Error::Config)
+        if root {
+            log::info!(
+                "memory estimate for rank 0: {}; limit {}; CSR {}; gather {}",
+                est.describe(),
+                limit.map_or("none".into(), crate::metrics::human_bytes),
+                if lay.csr_in_memory {
+                    "in memory".to_string()
+                } else {
+                    format!(
+                        "spilled, read in chunks of {}",
+                        crate::metrics::human_bytes(lay.csr_buffer / 2)
+                    )
+                },
+                match lay.gather_rows {
+                    None => "once per half".to_string(),
+                    Some(r) => format!("in blocks of at most {r} rows"),
+                }
+            );
+        }
+        super::memory::check(&est, limit, cfg.mem_per_rank.is_some()).map_err(Error::Config)?;
+        Ok(lay)
     };
     global_read_shards_admitted(comm, &cfg.data, &admit)
 }
@@ -325,6 +533,13 @@ pub struct Trainer<T: TableScalar = f32> {
     pub preempt: Preemption,
     /// The f32 copy of a step's rows when the tables are bf16 (reused).
     scratch: Vec<f32>,
+    /// Gathering in blocks: the own block whose rows `fixed` holds.
+    fixed_block: Option<usize>,
+    /// A spilled side's chunks of the current half, read ahead, and the one in use.
+    reader: Option<ChunkReader>,
+    chunk: Option<Chunk>,
+    /// Gathering in blocks without fused loss terms: the terms of the steps so far.
+    step_loss: Option<LossTerms>,
     /// The loss pieces the CG solves of this half computed on the fly, when the whole
     /// half runs in this process (`None` after resuming inside a half: then the loss
     /// takes a separate pass over the observed cells).
@@ -371,8 +586,49 @@ impl<T: TableScalar> Trainer<T> {
         let mut total = [row_shard.nnz()];
         comm.all_reduce_sum(&mut total);
         let steps = total[0].div_ceil(cfg.step_nnz).clamp(1, 4096) as usize;
-        let rows = Side::global_build(comm, cfg, row_shard, &shards.col_bounds, steps)?;
-        let cols = Side::global_build(comm, cfg, col_shard, &shards.row_bounds, steps)?;
+        let (rows, cols) = if row_shard.on_disk.is_some() {
+            let t = Instant::now();
+            let lay = shards.layout;
+            let (rows, a) = Side::global_build_spilled(
+                comm,
+                cfg,
+                row_shard,
+                &shards.col_bounds,
+                steps,
+                &lay,
+                "train",
+                false,
+            )?;
+            let (cols, b) = Side::global_build_spilled(
+                comm,
+                cfg,
+                col_shard,
+                &shards.row_bounds,
+                steps,
+                &lay,
+                "train_t",
+                true,
+            )?;
+            global_check_transpose(comm, &cfg.data, a, b)?;
+            if comm.rank() == 0 {
+                let blocks = |s: &Side| s.spill.as_ref().map_or(1, |x| x.block_starts.len());
+                log::info!(
+                    "training CSR spilled to {} in {:.1} s; gather rounds per half: rows {}, columns {} (rank 0's blocks: {}, {})",
+                    cfg.memory.spill_dir.clone().unwrap_or_else(std::env::temp_dir).display(),
+                    t.elapsed().as_secs_f64(),
+                    rows.rounds.len(),
+                    cols.rounds.len(),
+                    blocks(&rows),
+                    blocks(&cols)
+                );
+            }
+            (rows, cols)
+        } else {
+            (
+                Side::global_build(comm, cfg, row_shard, &shards.col_bounds, steps)?,
+                Side::global_build(comm, cfg, col_shard, &shards.row_bounds, steps)?,
+            )
+        };
         let eval = EvalSet::global_build(comm, &shards, cfg.eval_rows)?;
         let w = init_table(
             rows.shard.lo,
@@ -407,6 +663,10 @@ impl<T: TableScalar> Trainer<T> {
             fixed: None,
             preempt,
             scratch: Vec::new(),
+            fixed_block: None,
+            reader: None,
+            chunk: None,
+            step_loss: None,
             fused: None,
             basis: Basis::default(),
         })
@@ -453,6 +713,10 @@ impl<T: TableScalar> Trainer<T> {
         self.gram_w = gram_w;
         self.gram_h = gram_h;
         self.fixed = None;
+        self.fixed_block = None;
+        self.reader = None;
+        self.chunk = None;
+        self.step_loss = None;
         self.fused = None;
         self.basis = Basis::default();
     }
@@ -576,128 +840,34 @@ impl<T: TableScalar> Trainer<T> {
                 }
             }
         }
-        if self.fixed.is_none() {
-            let t = Instant::now();
-            let (side, fixed_local) = if half == 0 {
-                (&self.rows, &self.h)
-            } else {
-                (&self.cols, &self.w)
-            };
-            self.fixed = Some(side.plan.global_fetch(comm, fixed_local, d)?);
-            times.exchange += t.elapsed().as_secs_f64();
-        }
-        while self.pos.step < self.steps_per_half {
-            let j = self.pos.step;
-            let t = Instant::now();
-            let (side, solved, fixed_local, gram_fixed) = if half == 0 {
-                (&self.rows, &mut self.w, &self.h, &self.gram_h)
-            } else {
-                (&self.cols, &mut self.h, &self.w, &self.gram_w)
-            };
-            let fixed: &[T] = match &self.fixed {
-                Some(Some(v)) => v,
-                _ => fixed_local,
-            };
-            let lo = side.shard.lo;
-            // Step j solves the rows of steps 0..=j not yet done: at an unchanged rank
-            // count that is exactly step j's rows; after resuming on another count it
-            // also catches up the rows the old layout had not reached.
-            let (a, b) = (lo, lo + side.step_bounds[j + 1]);
-            let mut non_finite = false;
-            // CG takes G as f32: its diagonal in the eigenbasis, else in full.
-            let g32: Vec<f32> = match (&self.basis.fixed_diag, self.cfg.solver) {
-                (Some(diag), _) => diag.iter().map(|&x| x as f32).collect(),
-                (None, SolverKind::Cg) => gram_fixed.iter().map(|&x| x as f32).collect(),
-                (None, SolverKind::Cholesky) => Vec::new(),
-            };
-            let mut solve_err = Ok(());
-            for (x, y) in uncovered(a, b, &self.local_done) {
-                let (r0, r1) = ((x - lo) as usize, (y - lo) as usize);
-                let view = RowsView {
-                    indptr: &side.shard.indptr[r0..=r1],
-                    indices: &side.shard.indices,
-                };
-                let out = &mut solved[r0 * d..r1 * d];
-                let (solver, cg_steps, hub_chunk) =
-                    (self.cfg.solver, self.cfg.cg_steps, self.cfg.hub_chunk);
-                let nan = faults::inject_nan(self.pos.epoch + 1, comm.rank()) && j == 0;
-                let mut finite = true;
-                let fused = self.fused.is_some();
-                let mut terms = LossTerms::default();
-                solve_rows(out, &mut self.scratch, |x| {
-                    match solver {
-                        SolverKind::Cg if fused => {
-                            terms = cg_solve_with_loss(
-                                x, view, fixed, d, &g32, params, cg_steps, hub_chunk,
-                            );
-                        }
-                        SolverKind::Cg => {
-                            cg_solve(x, view, fixed, d, &g32, params, cg_steps, hub_chunk)
-                        }
-                        SolverKind::Cholesky => {
-                            if let Err(e) = cholesky_solve(x, view, fixed, d, gram_fixed, params) {
-                                solve_err = Err(e);
-                            }
-                        }
-                    }
-                    if nan && !x.is_empty() {
-                        x[0] = f32::NAN;
-                    }
-                    finite = all_finite(x);
-                });
-                if let Some(acc) = &mut self.fused {
-                    acc.observed += terms.observed;
-                    acc.reg += terms.reg;
-                }
-                non_finite |= solve_err.is_err() || !finite;
-            }
-            times.solve += t.elapsed().as_secs_f64();
-            self.local_done = merge_ranges([self.local_done.clone(), vec![(a, b)]].concat());
-            self.pos.step += 1;
-            if comm.rank() == 0 && faults::preempt_at() == Some(self.global_step()) {
-                self.preempt.raise();
-            }
-            let status = StepStatus::global_agree(comm, non_finite, self.preempt.is_set());
-            if let StepStatus::NonFinite { rank } = status {
-                let what = match &solve_err {
-                    Err(e) if comm.rank() == rank => e.to_string(),
-                    _ => "a non-finite value".to_string(),
-                };
-                return Err(self.global_hold(
-                    comm,
-                    format!(
-                        "{what} in the {} table on rank {rank} in epoch {}, step {}",
-                        if half == 0 { "row (W)" } else { "column (H)" },
-                        self.pos.epoch + 1,
-                        self.pos.step
-                    ),
-                    Some(rank),
-                ));
-            }
-            if status == StepStatus::Preempt {
-                return Err(self.global_preempt(comm, times));
-            }
+        if self.side().spill.is_some() {
+            self.global_steps_spilled(comm, times, params, want_loss)?;
+        } else {
+            self.global_steps_in_memory(comm, times, params)?;
         }
         // The half is complete: Gramian of the solved side and the exact loss.
         let t = Instant::now();
-        let (side, solved, fixed_local, fixed_counts) = if half == 0 {
-            (&self.rows, &self.w, &self.h, &self.cols.counts)
-        } else {
-            (&self.cols, &self.h, &self.w, &self.rows.counts)
-        };
+        let solved = if half == 0 { &self.w } else { &self.h };
         let gram_solved = global_gramian(comm, solved, d);
         times.gramian += t.elapsed().as_secs_f64();
         // The exact loss after every epoch; after the row half too when asked (it costs
-        // a second pass over the observed cells).
+        // a second pass over the observed cells unless the solves computed its pieces).
         let loss = if want_loss {
             let t = Instant::now();
-            let fixed: &[T] = match &self.fixed {
-                Some(Some(v)) => v,
-                _ => fixed_local,
+            let (obs, reg_solved) = match (self.fused.take(), self.step_loss.take()) {
+                (Some(f), _) | (None, Some(f)) => (f.observed, f.reg),
+                (None, None) if self.side().spill.is_some() => {
+                    comm.agree(self.local_loss_pass_spilled(params))?
+                }
+                (None, None) => {
+                    let (side, solved, fixed) = self.solved_and_fixed();
+                    loss_pass(solved, &side.shard, fixed, d, params)
+                }
             };
-            let (obs, reg_solved) = match self.fused.take() {
-                Some(f) => (f.observed, f.reg),
-                None => loss_pass(solved, &side.shard, fixed, d, params),
+            let (fixed_local, fixed_counts) = if half == 0 {
+                (&self.h, &self.cols.counts)
+            } else {
+                (&self.w, &self.rows.counts)
             };
             let reg_fixed = reg_norms(fixed_local, fixed_counts, d, params.alpha0, n_solved as f64);
             let mut parts = [obs, reg_solved + reg_fixed];
@@ -732,6 +902,9 @@ impl<T: TableScalar> Trainer<T> {
         self.pos.done.clear();
         self.local_done.clear();
         self.fixed = None;
+        self.fixed_block = None;
+        self.reader = None;
+        self.chunk = None;
         self.basis.fixed_diag = None;
         match loss {
             Some(l) if !l.is_finite() => Err(self.global_hold(
@@ -741,6 +914,507 @@ impl<T: TableScalar> Trainer<T> {
             )),
             _ => Ok(loss),
         }
+    }
+
+    /// The side solved in the current half.
+    fn side(&self) -> &Side {
+        if self.pos.half == 0 {
+            &self.rows
+        } else {
+            &self.cols
+        }
+    }
+
+    /// The solved side, its table, and the gathered fixed rows (or the local fixed
+    /// table itself on one rank).
+    fn solved_and_fixed(&self) -> (&Side, &[T], &[T]) {
+        let (side, solved, fixed_local) = if self.pos.half == 0 {
+            (&self.rows, &self.w, &self.h)
+        } else {
+            (&self.cols, &self.h, &self.w)
+        };
+        let fixed: &[T] = match &self.fixed {
+            Some(Some(v)) => v,
+            _ => fixed_local,
+        };
+        (side, solved, fixed)
+    }
+
+    /// CG takes G as f32: its diagonal in the eigenbasis, else in full (empty for
+    /// Cholesky, which takes the f64 Gramian).
+    fn gram32(&self) -> Vec<f32> {
+        let gram_fixed = if self.pos.half == 0 {
+            &self.gram_h
+        } else {
+            &self.gram_w
+        };
+        match (&self.basis.fixed_diag, self.cfg.solver) {
+            (Some(diag), _) => diag.iter().map(|&x| x as f32).collect(),
+            (None, SolverKind::Cg) => gram_fixed.iter().map(|&x| x as f32).collect(),
+            (None, SolverKind::Cholesky) => Vec::new(),
+        }
+    }
+
+    /// Collective: every rank must call. Gather the whole half's fixed rows once.
+    fn global_fetch_whole<C: Comm>(&mut self, comm: &C, times: &mut PhaseTimes) -> Result<()> {
+        let t = Instant::now();
+        let (side, fixed_local) = if self.pos.half == 0 {
+            (&self.rows, &self.h)
+        } else {
+            (&self.cols, &self.w)
+        };
+        let plan = side
+            .plan
+            .as_ref()
+            .expect("a side gathered once has its plan");
+        self.fixed = Some(plan.global_fetch(comm, fixed_local, self.cfg.dim)?);
+        times.exchange += t.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    /// Collective: every rank must call. One gather round of a half gathered in
+    /// blocks: a rank given `Some(k)` replaces its gathered rows by its block `k`'s,
+    /// the others only serve theirs.
+    fn global_gather_round<C: Comm>(
+        &mut self,
+        comm: &C,
+        block: Option<usize>,
+        times: &mut PhaseTimes,
+    ) -> Result<()> {
+        let t = Instant::now();
+        let (side, fixed_local, bounds) = if self.pos.half == 0 {
+            (&self.rows, &self.h, &self.shards.col_bounds)
+        } else {
+            (&self.cols, &self.w, &self.shards.row_bounds)
+        };
+        let spill = side
+            .spill
+            .as_ref()
+            .expect("gather rounds are for spilled sides");
+        let needed = comm.agree(match block {
+            Some(k) => spill.needed(k),
+            None => Ok(Vec::new()),
+        })?;
+        if block.is_some() {
+            // The old block's rows go before the new ones arrive.
+            self.fixed = None;
+        }
+        let plan = ExchangePlan::global_from_needed(comm, self.cfg.exchange, needed, bounds)?;
+        let got = plan.global_fetch(comm, fixed_local, self.cfg.dim)?;
+        if let Some(k) = block {
+            self.fixed = Some(got);
+            self.fixed_block = Some(k);
+        }
+        times.exchange += t.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    /// Collective: every rank must call. The remaining steps of a half whose CSR is in
+    /// memory: one gather, then each step solves the rows of steps `0..=j` not yet done
+    /// (after a resume on another rank count that catches up what the old layout had
+    /// not reached).
+    fn global_steps_in_memory<C: Comm>(
+        &mut self,
+        comm: &C,
+        times: &mut PhaseTimes,
+        params: SolveParams,
+    ) -> Result<()> {
+        let d = self.cfg.dim;
+        let half = self.pos.half;
+        if self.fixed.is_none() {
+            self.global_fetch_whole(comm, times)?;
+        }
+        let g32 = self.gram32();
+        while self.pos.step < self.steps_per_half {
+            let j = self.pos.step;
+            let t = Instant::now();
+            let (side, solved, fixed_local, gram_fixed) = if half == 0 {
+                (&self.rows, &mut self.w, &self.h, &self.gram_h)
+            } else {
+                (&self.cols, &mut self.h, &self.w, &self.gram_w)
+            };
+            let fixed: &[T] = match &self.fixed {
+                Some(Some(v)) => v,
+                _ => fixed_local,
+            };
+            let lo = side.shard.lo;
+            let (a, b) = (lo, lo + side.step_bounds[j + 1]);
+            let mut non_finite = false;
+            let mut solve_err = Ok(());
+            for (x, y) in uncovered(a, b, &self.local_done) {
+                let (r0, r1) = ((x - lo) as usize, (y - lo) as usize);
+                let view = RowsView {
+                    indptr: &side.shard.indptr[r0..=r1],
+                    indices: &side.shard.indices,
+                };
+                let nan = faults::inject_nan(self.pos.epoch + 1, comm.rank()) && j == 0;
+                let (finite, r) = solve_range(
+                    &self.cfg,
+                    &mut solved[r0 * d..r1 * d],
+                    &mut self.scratch,
+                    view,
+                    fixed,
+                    &g32,
+                    gram_fixed,
+                    params,
+                    nan,
+                    &mut self.fused,
+                );
+                if let Err(e) = r {
+                    solve_err = Err(e);
+                }
+                non_finite |= solve_err.is_err() || !finite;
+            }
+            times.solve += t.elapsed().as_secs_f64();
+            self.local_done = merge_ranges([self.local_done.clone(), vec![(a, b)]].concat());
+            self.pos.step += 1;
+            self.global_step_end(comm, times, None, non_finite, solve_err)?;
+        }
+        Ok(())
+    }
+
+    /// Collective: every rank must call. After a step: agree on how it ended (a local
+    /// failure, a non-finite value, a preemption) and act on it.
+    fn global_step_end<C: Comm>(
+        &mut self,
+        comm: &C,
+        times: &mut PhaseTimes,
+        failed: Option<Error>,
+        non_finite: bool,
+        solve_err: std::result::Result<(), SolveError>,
+    ) -> Result<()> {
+        let half = self.pos.half;
+        if comm.rank() == 0 && faults::preempt_at() == Some(self.global_step()) {
+            self.preempt.raise();
+        }
+        let status =
+            StepStatus::global_agree_all(comm, failed.is_some(), non_finite, self.preempt.is_set());
+        match status {
+            StepStatus::Failed { rank } => {
+                self.reader = None;
+                Err(match failed {
+                    Some(e) if rank == comm.rank() => e,
+                    _ => Error::Remote { rank, code: 1 },
+                })
+            }
+            StepStatus::NonFinite { rank } => {
+                let what = match &solve_err {
+                    Err(e) if comm.rank() == rank => e.to_string(),
+                    _ => "a non-finite value".to_string(),
+                };
+                Err(self.global_hold(
+                    comm,
+                    format!(
+                        "{what} in the {} table on rank {rank} in epoch {}, step {}",
+                        if half == 0 { "row (W)" } else { "column (H)" },
+                        self.pos.epoch + 1,
+                        self.pos.step
+                    ),
+                    Some(rank),
+                ))
+            }
+            StepStatus::Preempt => {
+                self.reader = None;
+                Err(self.global_preempt(comm, times))
+            }
+            StepStatus::Done => Ok(()),
+        }
+    }
+
+    /// Collective: every rank must call. The remaining steps of a half whose CSR is
+    /// spilled: after a resume, first the rows of earlier steps not yet done (with
+    /// their gather blocks); then step by step, the chunks read ahead on a thread and
+    /// a gather round wherever any rank's next block starts. Every row's solve is the
+    /// arithmetic of the in-memory layout, so the tables have the same bits.
+    fn global_steps_spilled<C: Comm>(
+        &mut self,
+        comm: &C,
+        times: &mut PhaseTimes,
+        params: SolveParams,
+        want_loss: bool,
+    ) -> Result<()> {
+        let multi = self.side().plan.is_none();
+        if multi && want_loss && self.fused.is_none() && self.step_loss.is_none() {
+            self.step_loss = Some(LossTerms::default());
+        }
+        let start = self.pos.step;
+        if start > 0 || !self.local_done.is_empty() {
+            self.global_catch_up(comm, times, params, multi)?;
+        }
+        // The gather for the first step.
+        if multi {
+            let k = self.own_block(start);
+            let want = (self.fixed_block != Some(k)).then_some(k);
+            self.global_gather_round(comm, want, times)?;
+        } else if self.fixed.is_none() {
+            self.global_fetch_whole(comm, times)?;
+        }
+        let steps = self.steps_per_half;
+        {
+            let side = self.side();
+            let spill = side.spill.as_ref().expect("a spilled side");
+            let chunk_elems = (self.shards.layout.csr_buffer / 8).max(1);
+            let ranges = step_chunks(
+                &side.step_bounds,
+                &side.shard.indptr,
+                start,
+                steps,
+                chunk_elems,
+                &[],
+            );
+            let reader = ChunkReader::start(
+                spill,
+                &side.shard.indptr,
+                &side.step_bounds,
+                ranges,
+                comm.rank(),
+            );
+            self.reader = Some(reader);
+            self.chunk = None;
+        }
+        let g32 = self.gram32();
+        while self.pos.step < steps {
+            let j = self.pos.step;
+            if multi && j > start && self.side().rounds.binary_search(&j).is_ok() {
+                let k = self.own_block(j);
+                let want = (self.fixed_block != Some(k)).then_some(k);
+                self.global_gather_round(comm, want, times)?;
+            }
+            let t = Instant::now();
+            let mut failed = None;
+            if self.chunk.as_ref().is_none_or(|c| j >= c.s1) {
+                self.chunk = None;
+                match self.reader.as_ref().map(|r| r.next()) {
+                    Some(Ok(c)) => self.chunk = Some(c),
+                    Some(Err(e)) => failed = Some(e),
+                    None => failed = Some(Error::Comm("no spill reader".into())),
+                }
+            }
+            let (mut non_finite, mut solve_err) = (false, Ok(()));
+            if failed.is_none() {
+                let nan = faults::inject_nan(self.pos.epoch + 1, comm.rank()) && j == 0;
+                (non_finite, solve_err) = self.local_solve_step(j, &g32, params, nan);
+            }
+            times.solve += t.elapsed().as_secs_f64();
+            let lo = self.side().shard.lo;
+            let (r0, r1) = self.side().step_rows(j, j + 1);
+            self.local_done = merge_ranges(
+                [
+                    self.local_done.clone(),
+                    vec![(lo + r0 as u64, lo + r1 as u64)],
+                ]
+                .concat(),
+            );
+            self.pos.step += 1;
+            self.global_step_end(comm, times, failed, non_finite, solve_err)?;
+        }
+        self.reader = None;
+        self.chunk = None;
+        Ok(())
+    }
+
+    /// The own gather block holding step `s` (0 when the half gathers once).
+    fn own_block(&self, s: usize) -> usize {
+        self.side().spill.as_ref().map_or(0, |sp| sp.block_of(s))
+    }
+
+    /// Rank-local: solve the rows of step `j` not yet done from the current chunk,
+    /// and add the loss terms of all its rows when gathering in blocks without fused
+    /// terms. Returns whether a value was non-finite, and a solve's error.
+    fn local_solve_step(
+        &mut self,
+        j: usize,
+        g32: &[f32],
+        params: SolveParams,
+        nan: bool,
+    ) -> (bool, std::result::Result<(), SolveError>) {
+        let d = self.cfg.dim;
+        let (side, solved, fixed_local, gram_fixed) = if self.pos.half == 0 {
+            (&self.rows, &mut self.w, &self.h, &self.gram_h)
+        } else {
+            (&self.cols, &mut self.h, &self.w, &self.gram_w)
+        };
+        let fixed: &[T] = match &self.fixed {
+            Some(Some(v)) => v,
+            _ => fixed_local,
+        };
+        let chunk = self.chunk.as_ref().expect("the chunk of step j");
+        let lo = side.shard.lo;
+        let (r0, r1) = side.step_rows(j, j + 1);
+        let ip: Vec<u64> = side.shard.indptr[r0..=r1]
+            .iter()
+            .map(|x| x - chunk.a)
+            .collect();
+        let (mut non_finite, mut solve_err) = (false, Ok(()));
+        for (x, y) in uncovered(lo + r0 as u64, lo + r1 as u64, &self.local_done) {
+            let (q0, q1) = ((x - lo) as usize, (y - lo) as usize);
+            let view = RowsView {
+                indptr: &ip[q0 - r0..=q1 - r0],
+                indices: &chunk.indices,
+            };
+            let (finite, r) = solve_range(
+                &self.cfg,
+                &mut solved[q0 * d..q1 * d],
+                &mut self.scratch,
+                view,
+                fixed,
+                g32,
+                gram_fixed,
+                params,
+                nan,
+                &mut self.fused,
+            );
+            if let Err(e) = r {
+                solve_err = Err(e);
+            }
+            non_finite |= solve_err.is_err() || !finite;
+        }
+        if let Some(acc) = &mut self.step_loss {
+            let view = RowsView {
+                indptr: &ip,
+                indices: &chunk.indices,
+            };
+            let (o, r) = rows_loss(
+                &solved[r0 * d..r1 * d],
+                view,
+                fixed,
+                d,
+                params,
+                &mut self.scratch,
+            );
+            acc.observed += o;
+            acc.reg += r;
+        }
+        (non_finite, solve_err)
+    }
+
+    /// Collective: every rank must call. After a resume inside a spilled half: solve
+    /// the rows of the steps before the current one that no process has solved (a
+    /// resume on another rank count leaves some), gathering each block they need; with
+    /// per-step loss terms, add the terms of every row of those steps.
+    fn global_catch_up<C: Comm>(
+        &mut self,
+        comm: &C,
+        times: &mut PhaseTimes,
+        params: SolveParams,
+        multi: bool,
+    ) -> Result<()> {
+        let start = self.pos.step;
+        let spans: Vec<(usize, usize)> = if multi {
+            let r = &self.side().rounds;
+            (0..r.len())
+                .map(|i| (r[i], r.get(i + 1).copied().unwrap_or(usize::MAX).min(start)))
+                .filter(|&(a, b)| a < b)
+                .collect()
+        } else {
+            vec![(0, start)]
+        };
+        if !multi && self.fixed.is_none() {
+            self.global_fetch_whole(comm, times)?;
+        }
+        let g32 = self.gram32();
+        let (mut failed, mut non_finite, mut solve_err) = (None, false, Ok(()));
+        for (u0, u1) in spans {
+            let lo = self.side().shard.lo;
+            let (r0, r1) = self.side().step_rows(u0, u1);
+            let todo = uncovered(lo + r0 as u64, lo + r1 as u64, &self.local_done);
+            let need = failed.is_none() && (!todo.is_empty() || self.step_loss.is_some());
+            if multi {
+                if comm.all_reduce_max(u64::from(need)) == 0 {
+                    continue;
+                }
+                let k = self.own_block(u0);
+                let want = (need && self.fixed_block != Some(k)).then_some(k);
+                self.global_gather_round(comm, want, times)?;
+            }
+            if !need {
+                continue;
+            }
+            let t = Instant::now();
+            let chunk_elems = (self.shards.layout.csr_buffer / 8).max(1);
+            let side = self.side();
+            let chunks = step_chunks(
+                &side.step_bounds,
+                &side.shard.indptr,
+                u0,
+                u1,
+                chunk_elems,
+                &[],
+            );
+            for (s0, s1) in chunks {
+                let (c0, c1) = self.side().step_rows(s0, s1);
+                let idle = self.step_loss.is_none()
+                    && uncovered(lo + c0 as u64, lo + c1 as u64, &self.local_done).is_empty();
+                if idle || failed.is_some() {
+                    continue;
+                }
+                match self.side().read_rows(c0, c1) {
+                    Err(e) => failed = Some(e),
+                    Ok((_, indices)) => {
+                        self.chunk = Some(Chunk {
+                            s0,
+                            s1,
+                            a: self.side().shard.indptr[c0],
+                            indices,
+                        });
+                        for j in s0..s1 {
+                            let (nf, e) = self.local_solve_step(j, &g32, params, false);
+                            non_finite |= nf;
+                            if e.is_err() {
+                                solve_err = e;
+                            }
+                        }
+                        self.chunk = None;
+                    }
+                }
+            }
+            if failed.is_none() {
+                self.local_done = merge_ranges(
+                    [
+                        self.local_done.clone(),
+                        vec![(lo + r0 as u64, lo + r1 as u64)],
+                    ]
+                    .concat(),
+                );
+            }
+            times.solve += t.elapsed().as_secs_f64();
+        }
+        self.global_step_end(comm, times, failed, non_finite, solve_err)
+    }
+
+    /// Rank-local: the loss pieces of a spilled side gathered once, as [`loss_pass`]
+    /// computes them in memory (blocks of 16,384 rows; f32 terms folded chunk by chunk
+    /// across blocks), so the loss has the same bits.
+    fn local_loss_pass_spilled(&self, params: SolveParams) -> Result<(f64, f64)> {
+        let d = self.cfg.dim;
+        let (side, solved, fixed) = self.solved_and_fixed();
+        let n = side.shard.num_rows();
+        let mut acc = (0.0, 0.0);
+        let mut buf = Vec::new();
+        for r0 in (0..n).step_by(LOSS_BLOCK) {
+            let r1 = (r0 + LOSS_BLOCK).min(n);
+            let (ip, indices) = side.read_rows(r0, r1)?;
+            let view = RowsView {
+                indptr: &ip,
+                indices: &indices,
+            };
+            let rows = &solved[r0 * d..r1 * d];
+            match T::as_f32(rows) {
+                Some(x) => {
+                    acc =
+                        local_loss_terms_from(acc, x, view, fixed, d, params.alpha0, params.n_other)
+                }
+                None => {
+                    buf.clear();
+                    buf.extend(rows.iter().map(|v| v.to_f32()));
+                    let (o, r) =
+                        local_loss_terms(&buf, view, fixed, d, params.alpha0, params.n_other);
+                    acc.0 += o;
+                    acc.1 += r;
+                }
+            }
+        }
+        Ok(acc)
     }
 
     /// Collective: every rank must call. Record a hold (rank 0 writes HOLD.json next

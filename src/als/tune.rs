@@ -551,6 +551,7 @@ fn csr_from_rows(lo: u64, rows: &[Vec<u32>]) -> CsrShard {
         hi: lo + rows.len() as u64,
         indptr,
         indices,
+        on_disk: None,
     }
 }
 
@@ -647,6 +648,7 @@ pub fn global_validation_shards<C: Comm>(
         fold,
         holdout,
         num_test: stats.rows,
+        layout: full.layout,
     };
     Ok((shards, stats))
 }

@@ -29,42 +29,7 @@ use crate::embed::train::{EmbedConfig, IntervalReport, Source};
 use crate::metrics::human_bytes;
 use crate::{Error, Result};
 
-/// `8G`, `512M`, `64k` or plain bytes.
-pub fn parse_bytes(s: &str) -> Result<u64> {
-    let t = s.trim();
-    let (num, mult) = match t.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let m = match c.to_ascii_uppercase() {
-                'K' => 1u64 << 10,
-                'M' => 1 << 20,
-                'G' => 1 << 30,
-                'T' => 1 << 40,
-                'B' => 1,
-                _ => {
-                    return Err(Error::Config(format!(
-                        "bad size {} (e.g. 8G, 512M)",
-                        crate::error::quote(s)
-                    )))
-                }
-            };
-            (&t[..i], m)
-        }
-        _ => (t, 1),
-    };
-    let v: f64 = num.parse().map_err(|_| {
-        Error::Config(format!(
-            "bad size {} (e.g. 8G, 512M)",
-            crate::error::quote(s)
-        ))
-    })?;
-    if !(v.is_finite() && v >= 0.0) {
-        return Err(Error::Config(format!(
-            "bad size {}",
-            crate::error::quote(s)
-        )));
-    }
-    Ok((v * mult as f64) as u64)
-}
+pub use crate::metrics::parse_bytes;
 
 /// The model named by `--preset` or `--tables`.
 pub fn resolve_model(m: &ModelArgs) -> Result<ModelSpec> {

@@ -162,6 +162,7 @@ impl TuneArgs {
             table_dtype: self.table_dtype,
             mem_per_rank: None,
             basis: crate::als::BasisKind::Auto,
+            memory: Default::default(),
         };
         if self.epochs == 0 {
             return Err(Error::Config("--epochs 0: train at least one epoch".into()));

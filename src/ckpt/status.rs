@@ -15,11 +15,17 @@ pub enum StepStatus {
     NonFinite {
         rank: usize,
     },
+    /// Some rank failed (an I/O error: `rank` is the lowest): every rank stops with
+    /// exit 1, the failing one naming the error. Outranks everything else.
+    Failed {
+        rank: usize,
+    },
 }
 
-/// The key of a rank's status in the maximum: bit 33 non-finite (then `u32::MAX -
+/// The key of a rank's status in the maximum: bit 34 failed, bit 33 non-finite (then `u32::MAX -
 /// rank` in the low 32 bits, so the maximum names the lowest such rank), bit 32
 /// preemption.
+const FAILED: u64 = 1 << 34;
 const NON_FINITE: u64 = 1 << 33;
 const PREEMPT: u64 = 1 << 32;
 const RANK: u64 = u32::MAX as u64;
@@ -27,11 +33,24 @@ const RANK: u64 = u32::MAX as u64;
 impl StepStatus {
     /// Collective: every rank must call, with what it saw in this step.
     pub fn global_agree<C: Comm>(comm: &C, non_finite: bool, preempt: bool) -> StepStatus {
-        Self::decode(comm.all_reduce_max(Self::local_key(comm.rank(), non_finite, preempt)))
+        Self::global_agree_all(comm, false, non_finite, preempt)
     }
 
-    fn local_key(rank: usize, non_finite: bool, preempt: bool) -> u64 {
-        if non_finite {
+    /// Collective: every rank must call. [`StepStatus::global_agree`] with a local
+    /// failure as well.
+    pub fn global_agree_all<C: Comm>(
+        comm: &C,
+        failed: bool,
+        non_finite: bool,
+        preempt: bool,
+    ) -> StepStatus {
+        Self::decode(comm.all_reduce_max(Self::local_key(comm.rank(), failed, non_finite, preempt)))
+    }
+
+    fn local_key(rank: usize, failed: bool, non_finite: bool, preempt: bool) -> u64 {
+        if failed {
+            FAILED | (RANK - (rank as u64).min(RANK))
+        } else if non_finite {
             NON_FINITE | (RANK - (rank as u64).min(RANK))
         } else if preempt {
             PREEMPT
@@ -41,7 +60,11 @@ impl StepStatus {
     }
 
     fn decode(key: u64) -> StepStatus {
-        if key & NON_FINITE != 0 {
+        if key & FAILED != 0 {
+            StepStatus::Failed {
+                rank: (RANK - (key & RANK)) as usize,
+            }
+        } else if key & NON_FINITE != 0 {
             StepStatus::NonFinite {
                 rank: (RANK - (key & RANK)) as usize,
             }

@@ -109,6 +109,8 @@ thread_local! {
     /// (one per step), and a fresh scratch would fault its pages in again every time
     /// (up to [`LONG_GATHER_FLOATS`] floats for a long row).
     static SCRATCH: std::cell::RefCell<CgScratch> = std::cell::RefCell::new(CgScratch::default());
+    /// A hub chunk of a bf16 table widened to f32 (`hub_chunk x d`).
+    static CHUNK: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Per-batch scratch, reused across the batches a thread runs.
@@ -145,7 +147,18 @@ impl<T> CgShared<'_, T> {
     /// Whether batch `b` works on a widened f32 copy of its item vectors (gathered
     /// batches always; a lone long row too when the table is not f32).
     fn widened(&self, b: Batch) -> bool {
-        b.gathered || self.fixed32.is_none()
+        b.gathered || (self.fixed32.is_none() && !self.chunk_widened(b))
+    }
+
+    /// Whether batch `b` is a lone hub row too long to gather of a non-f32 table: its
+    /// items are widened one hub chunk at a time, inside the chunks' parallel work
+    /// (the same values and arithmetic as a widened copy of the whole row, in bounded
+    /// memory).
+    fn chunk_widened(&self, b: Batch) -> bool {
+        !b.gathered
+            && self.fixed32.is_none()
+            && self.hub_chunk > 0
+            && self.rows.range(b.r0).len() > self.hub_chunk
     }
 }
 
@@ -363,7 +376,25 @@ fn batch_observed<const FMA: bool, T: TableElem>(
                     observed(sh.isa, &items, v, part, c, s);
                 });
         }
-        None => unreachable!("a non-f32 table is always widened"),
+        None => {
+            // A hub row of a bf16 table too long to gather: each chunk widened apart.
+            let idx = &sh.rows.indices[range];
+            partial.resize(n_chunks * d, 0.0);
+            partial
+                .par_chunks_mut(d)
+                .zip(idx.par_chunks(sh.hub_chunk))
+                .for_each(|(part, chunk)| {
+                    part.fill(0.0);
+                    CHUNK.with(|buf| {
+                        let mut buf = buf.borrow_mut();
+                        buf.resize(chunk.len() * d, 0.0);
+                        for (&i, h) in chunk.iter().zip(buf.chunks_exact_mut(d)) {
+                            widen_row(&sh.fixed[i as usize * d..][..d], h);
+                        }
+                        observed(sh.isa, &Gathered { buf: &buf, d }, v, part, c, s);
+                    });
+                });
+        }
     }
     for part in partial.chunks_exact(d) {
         for (o, &pv) in out.iter_mut().zip(part) {
@@ -813,7 +844,14 @@ fn batch_loss<T: TableElem>(sh: &CgShared<T>, b: Batch, xb: &[f32], gathered: &[
                     obs += e * e;
                 }
             }
-            None => unreachable!("a non-f32 table is always widened"),
+            None => {
+                let mut h = vec![0f32; d];
+                for &i in &sh.rows.indices[range] {
+                    widen_row(&sh.fixed[i as usize * d..][..d], &mut h);
+                    let e = 1.0 - dot64(w, &h);
+                    obs += e * e;
+                }
+            }
         }
         reg += (n as f64 + f64::from(sh.p.alpha0) * sh.p.n_other) * dot64(w, w);
     }

@@ -7,7 +7,7 @@ use super::RowsView;
 use crate::bf16::TableElem;
 
 /// Rows per unit of work of [`local_loss_terms`] (fixed, so the sum order is fixed).
-const LOSS_CHUNK: usize = 1024;
+pub const LOSS_CHUNK: usize = 1024;
 
 /// Loss pieces of the rows just solved, all in f64:
 /// `(sum_{u, i in I_u} (1 - w_u . h_i)^2, sum_u (|I_u| + alpha0 * n_other) * |w_u|^2)`.
@@ -25,6 +25,21 @@ pub fn local_loss_terms<T: TableElem>(
     alpha0: f32,
     n_other: f64,
 ) -> (f64, f64) {
+    local_loss_terms_from((0.0, 0.0), x, rows, fixed, d, alpha0, n_other)
+}
+
+/// [`local_loss_terms`] added to `init` chunk by chunk: the terms of consecutive row
+/// blocks (each a multiple of [`LOSS_CHUNK`] rows but the last) folded through this
+/// have the bits of one call over all of them.
+pub fn local_loss_terms_from<T: TableElem>(
+    init: (f64, f64),
+    x: &[f32],
+    rows: RowsView,
+    fixed: &[T],
+    d: usize,
+    alpha0: f32,
+    n_other: f64,
+) -> (f64, f64) {
     let n_rows = rows.num_rows();
     assert_eq!(x.len(), n_rows * d, "local_loss_terms: x is not rows x d");
     if d == 0 {
@@ -33,7 +48,7 @@ pub fn local_loss_terms<T: TableElem>(
             (Some(&a), Some(&b)) => b.saturating_sub(a),
             _ => 0,
         };
-        return (nnz as f64, 0.0);
+        return (init.0 + nnz as f64, init.1);
     }
     assert_eq!(fixed.len() % d, 0, "local_loss_terms: fixed is not n x d");
     if let Err((r, msg)) = rows.validate(fixed.len() / d) {
@@ -55,9 +70,7 @@ pub fn local_loss_terms<T: TableElem>(
             (obs, reg)
         })
         .collect();
-    parts
-        .iter()
-        .fold((0.0, 0.0), |(a, b), &(o, r)| (a + o, b + r))
+    parts.iter().fold(init, |(a, b), &(o, r)| (a + o, b + r))
 }
 
 /// `trace(G_w G_h) = sum_{u,i} (w_u . h_i)^2` over all pairs, from the two Gramians
