@@ -51,7 +51,10 @@ fn main() {
     let threads: usize = args.get(3).map_or(2, |s| s.parse().expect("threads"));
     let steps: usize = args.get(4).map_or(3, |s| s.parse().expect("cg_steps"));
     let reps = 3;
-    let sh = local_read_shards(Path::new(path), 0, 1, &|_| Ok(())).expect("read the dataset");
+    let sh = local_read_shards(Path::new(path), 0, 1, &|_, _| {
+        Ok(torusrec::als::memory::Layout::in_memory())
+    })
+    .expect("read the dataset");
     let (nr, nc) = (sh.rows.num_rows(), sh.cols.num_rows());
     println!(
         "{path}: {nr} rows, {nc} cols, {} nnz; d = {d}, {threads} threads, {steps} CG steps, best of {reps}",

@@ -24,16 +24,6 @@ pub fn human_bytes(b: u64) -> String {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn human_bytes_units() {
-        assert_eq!(super::human_bytes(999), "999 B");
-        assert_eq!(super::human_bytes(1500), "1.5 kB");
-        assert_eq!(super::human_bytes(2_500_000_000), "2.5 GB");
-    }
-}
-
 /// `8G`, `512M`, `64k` or plain bytes.
 pub fn parse_bytes(s: &str) -> crate::Result<u64> {
     let t = s.trim();
@@ -69,4 +59,14 @@ pub fn parse_bytes(s: &str) -> crate::Result<u64> {
         )));
     }
     Ok((v * mult as f64) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn human_bytes_units() {
+        assert_eq!(super::human_bytes(999), "999 B");
+        assert_eq!(super::human_bytes(1500), "1.5 kB");
+        assert_eq!(super::human_bytes(2_500_000_000), "2.5 GB");
+    }
 }
