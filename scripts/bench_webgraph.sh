@@ -3,14 +3,19 @@
 # d = 128 with f32 and bf16 tables, and compare in-dense with benfred/implicit on the
 # same split. Writes bench/webgraph.md (and prints it).
 #
-#   scripts/bench_webgraph.sh                       # in-dense, in-sparse, de-dense (full size)
+#   scripts/bench_webgraph.sh                       # in-dense, in-sparse, de-dense, de-sparse (full size)
 #   VARIANTS="in-dense" EPOCHS=2 scripts/bench_webgraph.sh   # a quicker look
 #   VARIANTS="in-dense de-sparse:0.5" ...           # NAME:SCALE runs a scaled variant
 #
 # Knobs (environment):
-#   VARIANTS="in-dense in-sparse de-dense"  NP=2 (ranks)  THREADS=1 (per rank)
+#   VARIANTS="in-dense in-sparse de-dense de-sparse"  NP=2 (ranks)  THREADS=1 (per rank)
+#   DESPARSE_DTYPES=bf16  DESPARSE_MEM=7.5G (de-sparse's --mem-per-rank: the budget the
+#     out-of-core layout is chosen for; it leaves the page cache ~8 GiB of this box)
+#   BASE_BIN=path: also train in-dense, in-sparse and de-dense with this (older) binary in
+#     the same run, for the "no slower than before" comparison (BASE_DTYPES="bf16 f32")
+#   ALX_DENSE=1: the section on ALX's dense variant (memory, disk, projected epoch)
 #   DIM=128  EPOCHS=3  REG=1e-4  ALPHA0=3e-3 (--unobserved-weight)  CG_STEPS=3
-#   EVAL_ROWS=10000 (sampled test rows; "all" for all)  DTYPES="f32 bf16"
+#   EVAL_ROWS=auto (at most a quarter of an epoch; N sampled rows; "all")  DTYPES="f32 bf16"
 #   IMPLICIT=1: benfred/implicit on in-dense (IREG=0.01 IALPHA=100, CORES=2 threads)
 #   OUT=out/bench (datasets and logs; a generated dataset is reused if present)
 #   TIMEOUT=3600 seconds per run;  BUILD=0 skips `cargo build --release`
@@ -22,7 +27,12 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-VARIANTS="${VARIANTS:-in-dense in-sparse de-dense}"
+VARIANTS="${VARIANTS:-in-dense in-sparse de-dense de-sparse}"
+DESPARSE_DTYPES="${DESPARSE_DTYPES:-bf16}"
+DESPARSE_MEM="${DESPARSE_MEM:-7.5G}"
+BASE_BIN="${BASE_BIN:-}"
+BASE_DTYPES="${BASE_DTYPES:-bf16 f32}"
+ALX_DENSE="${ALX_DENSE:-1}"
 NP="${NP:-2}"
 THREADS="${THREADS:-1}"
 DIM="${DIM:-128}"
@@ -30,7 +40,7 @@ EPOCHS="${EPOCHS:-3}"
 REG="${REG:-1e-4}"
 ALPHA0="${ALPHA0:-3e-3}"
 CG_STEPS="${CG_STEPS:-3}"
-EVAL_ROWS="${EVAL_ROWS:-10000}"
+EVAL_ROWS="${EVAL_ROWS:-auto}"
 DTYPES="${DTYPES:-f32 bf16}"
 IMPLICIT="${IMPLICIT:-1}"
 IREG="${IREG:-0.01}"
@@ -84,14 +94,29 @@ for v in $VARIANTS; do
         fi
         grep '^wrote ' "$genlog" >&2 || true
     fi
-    for dt in $DTYPES; do
-        run="$OUT/$tag-np$NP-t$THREADS-d$DIM-$dt"
+    dts="$DTYPES"
+    extra=()
+    if [[ "$name" == de-sparse ]]; then
+        dts="$DESPARSE_DTYPES"
+        extra=(--mem-per-rank "$DESPARSE_MEM")
+    fi
+    runs=()
+    for dt in $dts; do runs+=("$dt:$BIN"); done
+    if [[ -n "$BASE_BIN" && "$name" != de-sparse ]]; then
+        for dt in $BASE_DTYPES; do runs+=("$dt@base:$BASE_BIN"); done
+    fi
+    for spec in "${runs[@]}"; do
+        dtl="${spec%%:*}"
+        bin="${spec#*:}"
+        dt="${dtl%@*}"
+        run="$OUT/$tag-np$NP-t$THREADS-d$DIM-${dtl/@/-}"
         rm -f "$run.jsonl"
-        log "als $tag $dt"
+        log "als $tag $dtl ($bin)"
         rc=0
-        timeout "$TIMEOUT" "${MPI[@]}" "$BIN" als --data "$data" --dim "$DIM" --epochs "$EPOCHS" \
+        # shellcheck disable=SC2086
+        timeout "$TIMEOUT" "${MPI[@]}" "$bin" als --data "$data" --dim "$DIM" --epochs "$EPOCHS" \
             --reg "$REG" --unobserved-weight "$ALPHA0" --cg-steps "$CG_STEPS" --threads "$THREADS" \
-            --table-dtype "$dt" --eval-rows "$EVAL_ROWS" --metrics "$run.jsonl" \
+            --table-dtype "$dt" --eval-rows "$EVAL_ROWS" --metrics "$run.jsonl" "${extra[@]}" \
             > "$run.log" 2>&1 || rc=$?
         if ((rc != 0)); then
             log "  exit $rc; last lines of $run.log:"
@@ -99,7 +124,7 @@ for v in $VARIANTS; do
         else
             grep '^epoch\|^final' "$run.log" >&2 || true
         fi
-        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s %s\n' "$tag" "$scale" "$dt" "$genlog" "$run.jsonl" "$rc" "$run.log" \
+        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s %s\n' "$tag" "$scale" "$dtl" "$genlog" "$run.jsonl" "$rc" "$run.log" \
             "$commit" "$(date -u +%Y-%m-%d)" >> "$MANIFEST"
     done
     if [[ "$IMPLICIT" == 1 && "$name" == in-dense ]]; then
@@ -114,9 +139,27 @@ for v in $VARIANTS; do
     fi
 done
 
+# ALX's dense variant (136.5M nodes, 22.2B arcs) cannot be generated here (its prepared
+# file alone is ~180 GB): what one box would need, from the estimate's formulas, and the
+# projected epoch on this machine's calibrated rates (`project measure` on in-dense).
+if [[ "$ALX_DENSE" == 1 ]]; then
+    cal="$OUT/calibration-np$NP.json"
+    if [[ -s "$OUT/in-dense.h5" ]]; then
+        log "project measure on in-dense (calibration)"
+        timeout "$TIMEOUT" "${MPI[@]}" "$BIN" project measure --data "$OUT/in-dense.h5" --dim "$DIM" \
+            --out "$cal" --force > "$OUT/calibration.log" 2>&1 || log "project measure failed (see $OUT/calibration.log)"
+    fi
+    calargs=()
+    [[ -s "$cal" ]] && calargs=(--chip here --calibration "$cal")
+    timeout "$TIMEOUT" "$BIN" project als --webgraph dense --dim "$DIM" --table-dtype bf16 \
+        --shapes "${NP}x1" --exchange dedup "${calargs[@]}" > "$OUT/alx-dense-project.txt" 2>&1 \
+        || log "project als on dense failed (see $OUT/alx-dense-project.txt)"
+fi
+
 DESCRIBE="report written at torusrec $commit, $(date -u +%Y-%m-%dT%H:%MZ), $(getconf _NPROCESSORS_ONLN) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $(free -g | awk '/Mem:/{print $2}') GiB" \
 MANIFEST="$MANIFEST" NP="$NP" THREADS="$THREADS" DIM="$DIM" EPOCHS="$EPOCHS" REG="$REG" ALPHA0="$ALPHA0" \
 CG_STEPS="$CG_STEPS" EVAL_ROWS="$EVAL_ROWS" IREG="$IREG" IALPHA="$IALPHA" CORES="$CORES" \
+DESPARSE_MEM="$DESPARSE_MEM" ALX_PROJECT="$OUT/alx-dense-project.txt" \
     "$PYTHON" scripts/bench_webgraph_report.py > bench/webgraph.md
 # A chart next to the table: every run's loss, Recall@20 and edges/s by epoch (one
 # series per variant and table dtype).

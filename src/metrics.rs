@@ -8,6 +8,22 @@ pub fn peak_rss_bytes() -> Option<u64> {
     Some(kb * 1024)
 }
 
+/// This process's reads so far: `(bytes read by system calls, bytes fetched from
+/// storage)` (`rchar` and `read_bytes` of `/proc/self/io`; the difference came from
+/// the page cache).
+pub fn io_read_bytes() -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string("/proc/self/io").ok()?;
+    let field = |k: &str| -> Option<u64> {
+        s.lines()
+            .find(|l| l.starts_with(k))?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    Some((field("rchar:")?, field("read_bytes:")?))
+}
+
 /// `12.3 MB` style sizes (decimal units, as network figures are usually quoted).
 pub fn human_bytes(b: u64) -> String {
     const UNITS: [&str; 5] = ["B", "kB", "MB", "GB", "TB"];

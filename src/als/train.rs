@@ -68,6 +68,12 @@ pub struct EpochReport {
     /// The largest rank's peak resident memory so far (bytes).
     #[serde(default)]
     pub peak_rss_bytes: u64,
+    /// Bytes this epoch read by system calls (the spilled CSR: all ranks), and the part
+    /// of them fetched from storage rather than the page cache.
+    #[serde(default)]
+    pub read_bytes: u64,
+    #[serde(default)]
+    pub storage_read_bytes: u64,
     /// Per communication phase, the link traffic since the run started (busiest
     /// outgoing link, mean over links, all-to-all hops).
     #[serde(default)]
@@ -471,6 +477,15 @@ pub fn global_read_shards_for<C: Comm>(comm: &C, cfg: &AlsConfig) -> Result<Shar
                 limit,
             )
         };
+        // The evaluation folds in the sampled test rows only.
+        let sized = |s: &ShardSizes| ShardSizes {
+            test_rows: match cfg.eval_rows {
+                super::eval::EvalRows::Sample(n) => s.test_rows.min(n),
+                super::eval::EvalRows::All => s.test_rows,
+            },
+            ..*s
+        };
+        let all: Vec<ShardSizes> = all.iter().map(sized).collect();
         let (mut lay, mut est) = choose(&all[rank]);
         // The CSR stays in memory only if it does on every rank.
         if lay.csr_in_memory && !all.iter().all(|s| choose(s).0.csr_in_memory) {
@@ -1472,6 +1487,7 @@ impl<T: TableScalar> Trainer<T> {
     pub fn global_epoch<C: Comm>(&mut self, comm: &C, evaluate: bool) -> Result<EpochReport> {
         let t0 = Instant::now();
         let bytes0 = comm.stats().get("exchange").bytes_sent;
+        let io0 = crate::metrics::io_read_bytes().unwrap_or_default();
         let mut times = PhaseTimes::default();
         if self.pos.half == 0 {
             self.global_half(comm, &mut times)?;
@@ -1495,7 +1511,17 @@ impl<T: TableScalar> Trainer<T> {
             None
         };
         let seconds = t0.elapsed().as_secs_f64() - times.eval - times.checkpoint;
-        let mut sums = [train_bytes, self.rows.shard.nnz()];
+        // Reads of the spilled CSR (nothing is read when it is in memory).
+        let io1 = match self.rows.spill {
+            Some(_) => crate::metrics::io_read_bytes().unwrap_or_default(),
+            None => io0,
+        };
+        let mut sums = [
+            train_bytes,
+            self.rows.shard.nnz(),
+            io1.0.saturating_sub(io0.0),
+            io1.1.saturating_sub(io0.1),
+        ];
         comm.all_reduce_sum(&mut sums);
         let peak_rss_bytes = comm.all_reduce_max(crate::metrics::peak_rss_bytes().unwrap_or(0));
         let links = if comm.size() > 1 {
@@ -1515,6 +1541,8 @@ impl<T: TableScalar> Trainer<T> {
             edges_per_second: sums[1] as f64 / seconds.max(1e-9),
             eval_seconds: times.eval,
             exchange_bytes: sums[0],
+            read_bytes: sums[2],
+            storage_read_bytes: sums[3],
             phases: times,
         })
     }

@@ -35,8 +35,13 @@ fn epoch_line(r: &EpochReport, epochs: usize) -> String {
     } else {
         String::new()
     };
+    let read = if r.read_bytes > 0 {
+        format!("  read {}", human_bytes(r.read_bytes))
+    } else {
+        String::new()
+    };
     format!(
-        "epoch {:>3}/{epochs}  loss {:.6e}{recall}  {:.2} s  {:.2}M edges/s  exchanged {}{eval}",
+        "epoch {:>3}/{epochs}  loss {:.6e}{recall}  {:.2} s  {:.2}M edges/s  exchanged {}{read}{eval}",
         r.epoch,
         r.loss,
         r.seconds,
