@@ -195,7 +195,8 @@ impl Side {
         };
         let starts: Vec<u64> = spill.block_starts.iter().map(|&s| s as u64).collect();
         let mut rounds: Vec<usize> = {
-            let _p = comm.stats().phase("plan");
+            // Setup, as the spill itself (not a phase the projection prices).
+            let _p = comm.stats().phase("io");
             comm.all_gather_v(&starts)?
                 .data
                 .into_iter()
