@@ -82,8 +82,7 @@ impl SpillFile {
 }
 
 fn write_u32s(f: &File, at: u64, data: &[u32]) -> std::io::Result<()> {
-    let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
-    f.write_all_at(&bytes, at * 4)
+    f.write_all_at(as_bytes(data), at * 4)
 }
 
 fn read_u32s(f: &File, at: u64, n: usize, out: &mut Vec<u32>) -> std::io::Result<()> {
@@ -92,15 +91,22 @@ fn read_u32s(f: &File, at: u64, n: usize, out: &mut Vec<u32>) -> std::io::Result
             "injected read error (TORUSREC_INJECT_SPILL_ERROR)",
         ));
     }
-    let mut bytes = vec![0u8; n * 4];
-    f.read_exact_at(&mut bytes, at * 4)?;
     out.clear();
-    out.extend(
-        bytes
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
-    );
-    Ok(())
+    out.resize(n, 0);
+    f.read_exact_at(as_bytes_mut(out), at * 4)
+}
+
+/// The bytes of `u32` values as the spill stores them (native order: the file never
+/// leaves the process that wrote it).
+fn as_bytes(v: &[u32]) -> &[u8] {
+    // SAFETY: u32 has no padding and every byte pattern is a valid u8; the length is
+    // the slice's size in bytes.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}
+
+fn as_bytes_mut(v: &mut [u32]) -> &mut [u8] {
+    // SAFETY: as `as_bytes`; every byte pattern is a valid u32.
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
 }
 
 /// `TORUSREC_INJECT_SPILL_ERROR=RANK`: spill reads on that rank fail (tests only).
