@@ -195,7 +195,8 @@ pub fn layout(
                 ..lay
             })
             .total();
-            (l.saturating_sub(rest) / row_bytes).max(MIN_GATHER_ROWS)
+            // A gathered row also costs its id in the plans of every rank it serves.
+            (l.saturating_sub(rest) / (row_bytes + 4 * s.ranks as u64)).max(MIN_GATHER_ROWS)
         }),
     };
     if let Some(r) = rows.filter(|&r| r < whole) {

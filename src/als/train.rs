@@ -478,13 +478,19 @@ pub fn global_read_shards_for<C: Comm>(comm: &C, cfg: &AlsConfig) -> Result<Shar
                 limit,
             )
         };
-        // The evaluation folds in the sampled test rows only.
-        let sized = |s: &ShardSizes| ShardSizes {
-            test_rows: match cfg.eval_rows {
+        // The evaluation folds in the sampled test rows only (their share of the
+        // visible arcs, in expectation).
+        let sized = |s: &ShardSizes| {
+            let n = match cfg.eval_rows {
                 super::eval::EvalRows::Sample(n) => s.test_rows.min(n),
                 super::eval::EvalRows::All => s.test_rows,
-            },
-            ..*s
+            };
+            ShardSizes {
+                test_rows: n,
+                fold_nnz_local: (s.fold_nnz_local as u128 * n as u128)
+                    .div_ceil(s.test_rows.max(1) as u128) as u64,
+                ..*s
+            }
         };
         let all: Vec<ShardSizes> = all.iter().map(sized).collect();
         let (mut lay, mut est) = choose(&all[rank]);
