@@ -109,7 +109,19 @@
 //! - `cost.rs`: the cost model ([`CostModel`], [`evaluate`]) and the checked inputs
 //!   every planner starts from;
 //! - `heuristics.rs`: the table-wise heuristics ([`Heuristic`], [`plan_heuristic`]);
-//! - `search.rs`: the planner's greedy and local search ([`plan_auto`]).
+//! - `search.rs`: the planner's greedy and local search ([`plan_auto`]);
+//! - `calib.rs`: measured costs (`torusrec calibrate`), their file and fit, and the
+//!   predicted seconds of a step.
+//!
+//! # Measured costs
+//!
+//! A [`CostModel`] fitted by [`calib::fit`] carries two terms the defaults leave out:
+//! a factor per embedding width on the row-access seconds (memory traffic and
+//! lookups of the owners and of the asking side), so that a width costs what was
+//! measured for it, and the multi-table interference `beta`: a rank holding `k`
+//! pieces costs `1 + beta (k - 1)` times their sum. The greedy and the local search
+//! compare ranks by that cost; with `beta = 0` and no factors (the defaults) every
+//! cost is the sum above, bit for bit.
 //!
 //! [`Plan`]: crate::embed::placement::Plan
 //! [`Plan::bytes_per_rank`]: crate::embed::placement::Plan::bytes_per_rank
@@ -124,6 +136,7 @@ use serde::{Deserialize, Serialize};
 use super::spec::ModelSpec;
 use crate::rng::{hash3, stream, SplitMix64};
 
+pub mod calib;
 mod cost;
 mod heuristics;
 mod search;
