@@ -192,6 +192,11 @@ pub struct ProjectAlsArgs {
     /// As `als --step-nnz` (one agreement per step).
     #[arg(long, value_name = "N", default_value_t = 1_000_000)]
     pub step_nnz: u64,
+    /// Measured costs from `torusrec calibrate`: with --webgraph sparse or dense,
+    /// also project ALX's scheme at the collective and row-gather rates measured
+    /// here, beside the published point.
+    #[arg(long, value_name = "costs.json", requires = "webgraph")]
+    pub costs: Option<PathBuf>,
     #[command(flatten)]
     pub chip: ChipArgs,
 }

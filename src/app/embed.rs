@@ -218,19 +218,28 @@ fn costs_of(path: Option<&Path>, print: bool, world: usize) -> Result<Option<Cos
     Ok(Some(c))
 }
 
+/// Seconds with four significant digits, in plain notation.
+pub fn secs(x: f64) -> String {
+    if !(x.is_finite() && x > 0.0) {
+        return format!("{x}");
+    }
+    let decimals = (3 - x.log10().floor() as i64).clamp(0, 15) as usize;
+    format!("{x:.decimals$}")
+}
+
 /// The `plan: predicted step` line.
 fn prediction_line(p: &StepPrediction, path: &Path) -> String {
     format!(
-        "plan: predicted step {:.6} s (embedding: max {:.6} s, per rank [{}]; dense {:.6} s; all-reduce {:.6} s; measured costs {})",
-        p.step,
-        p.embedding_max,
+        "plan: predicted step {} s (embedding: max {} s, per rank [{}]; dense {} s; all-reduce {} s; measured costs {})",
+        secs(p.step),
+        secs(p.embedding_max),
         p.embedding_per_rank
             .iter()
-            .map(|x| format!("{x:.6}"))
+            .map(|&x| secs(x))
             .collect::<Vec<_>>()
             .join(", "),
-        p.dense,
-        p.allreduce,
+        secs(p.dense),
+        secs(p.allreduce),
         path.display()
     )
 }
@@ -886,14 +895,14 @@ fn measured_step(timed: &[(f64, u64, Vec<f64>)]) -> MeasuredStep {
 
 fn measured_line(m: &MeasuredStep, p: &StepPrediction) -> String {
     format!(
-        "measured: {:.6} s/step over the last {} steps (predicted {:.6} s, {:+.1}%); busy seconds per step in the embedding phases per rank [{}] (max/min {:.3})",
-        m.seconds_per_step,
+        "measured: {} s/step over the last {} steps (predicted {} s, {:+.1}%); busy seconds per step in the embedding phases per rank [{}] (max/min {:.3})",
+        secs(m.seconds_per_step),
         m.steps,
-        p.step,
+        secs(p.step),
         100.0 * (p.step - m.seconds_per_step) / m.seconds_per_step.max(1e-12),
         m.busy_per_rank
             .iter()
-            .map(|x| format!("{x:.6}"))
+            .map(|&x| secs(x))
             .collect::<Vec<_>>()
             .join(", "),
         m.busy_max_over_min
@@ -1071,11 +1080,14 @@ pub fn global_plan<C: Comm>(comm: &C, a: &PlanArgs) -> Result<()> {
             for (name, per_rank) in rows {
                 let p = c.predict(per_rank, &layers, a.batch, a.ranks);
                 println!(
-                    "predicted {name:<14} step {:.6} s (embedding max {:.6} s, dense {:.6} s, all-reduce {:.6} s)",
-                    p.step, p.embedding_max, p.dense, p.allreduce
+                    "predicted {name:<14} step {} s (embedding max {} s, dense {} s, all-reduce {} s; measured costs {})",
+                    secs(p.step),
+                    secs(p.embedding_max),
+                    secs(p.dense),
+                    secs(p.allreduce),
+                    path.display()
                 );
             }
-            let _ = path;
         }
         let plan = match method {
             None => plan,
