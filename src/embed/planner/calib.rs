@@ -28,8 +28,9 @@
 //! are): per id, `seconds / ids = lookup_s + x / mem_bw` by least squares, with `x`
 //! the bytes a row access moves (`a(d) = max(4 d, 64)` for a gather, `2 a(d)` for a
 //! scatter: read and write). Each measured width then gets the factor
-//! `measured / fitted` (mean over its points), so the model's seconds of a width it
-//! measured are the measured ones ([`CostModel::width_factor`]). The interference
+//! `measured / fitted` (their sums over its gather and scatter points), so the model's
+//! seconds of a width it measured (a gather and a scatter per id, summed over the
+//! pooling factors) are the measured ones ([`CostModel::width_factor`]). The interference
 //! `beta` is the least-squares slope through the origin of
 //! `(per-id seconds of k tables together) / (per-id seconds alone) - 1` against
 //! `k - 1` over every multi-table point (clamped at 0): a rank with `k` pieces costs
@@ -531,12 +532,12 @@ pub fn fit(c: &Costs) -> Fit {
     m.width_factor = widths
         .iter()
         .map(|&w| {
-            let r: Vec<f64> = per_id
-                .iter()
-                .filter(|q| q.0 == w)
-                .map(|&(_, x, y)| y / (m.lookup_s + x / m.mem_bw).max(1e-15))
-                .collect();
-            [w as f64, (r.iter().sum::<f64>() / r.len() as f64).max(1e-6)]
+            let (mut measured, mut fitted) = (0.0, 0.0);
+            for &(_, x, y) in per_id.iter().filter(|q| q.0 == w) {
+                measured += y;
+                fitted += m.lookup_s + x / m.mem_bw;
+            }
+            [w as f64, (measured / fitted.max(1e-15)).max(1e-6)]
         })
         .collect();
     // Interference: per-id seconds of k tables together over alone.
@@ -585,20 +586,26 @@ pub fn fit(c: &Costs) -> Fit {
         f += mlp_flops(&q.layers, q.batch);
         s += q.seconds;
     }
+    // Per width: the mean over (kernel, pooling) of Zipf's per-id seconds over
+    // uniform ids', single tables.
     let zipf_ratio = widths
         .iter()
         .filter_map(|&w| {
-            let mean = |dist: &str| {
-                let v: Vec<f64> = c
-                    .gather
+            let mut r = Vec::new();
+            for pts in [&c.gather, &c.scatter] {
+                for z in pts
                     .iter()
-                    .chain(&c.scatter)
-                    .filter(|q| q.tables == 1 && q.dim == w && q.dist == dist)
-                    .map(|q| q.seconds / q.ids.max(1) as f64)
-                    .collect();
-                (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
-            };
-            Some([w as f64, mean("zipf")? / mean("uniform")?])
+                    .filter(|q| q.tables == 1 && q.dim == w && q.dist == "zipf")
+                {
+                    let u = pts.iter().find(|q| {
+                        q.tables == 1 && q.dim == w && q.pooling == z.pooling && q.dist == "uniform"
+                    });
+                    if let Some(u) = u {
+                        r.push((z.seconds / z.ids as f64) / (u.seconds / u.ids as f64));
+                    }
+                }
+            }
+            (!r.is_empty()).then(|| [w as f64, r.iter().sum::<f64>() / r.len() as f64])
         })
         .collect();
     Fit {
@@ -1071,9 +1078,28 @@ mod tests {
         for [_, r] in &f.model.width_factor {
             assert!(close(*r, 1.0), "{f:?}");
         }
-        assert!(
-            close(f.zipf_ratio[0][1], (0.5 * 1.0 + 2.0) / 3.0 / 1.0) || f.zipf_ratio.len() == 4
-        );
+        // Zipf gathers were made twice as fast per id, at every width.
+        assert_eq!(f.zipf_ratio.len(), 4, "{f:?}");
+        for [_, r] in &f.zipf_ratio {
+            assert!(close(*r, 0.5), "{f:?}");
+        }
+        // A width made ten times slower: its cost, and only its, grows tenfold.
+        let mut c = costs();
+        for q in c.gather.iter_mut().chain(c.scatter.iter_mut()) {
+            if q.dim == 64 {
+                q.seconds *= 10.0;
+            }
+        }
+        let g = fit(&c);
+        let per_width = |f: &Fit, w: usize| {
+            let m = &f.model;
+            // A gather and a scatter per id: two lookups, three row accesses.
+            m.factor(w) * (2.0 * m.lookup_s + 3.0 * (4.0 * w as f64).max(64.0) / m.mem_bw)
+        };
+        for w in [16, 32, 128] {
+            assert!(close(per_width(&g, w), per_width(&f, w)), "{w}: {g:?}");
+        }
+        assert!(close(per_width(&g, 64), 10.0 * per_width(&f, 64)), "{g:?}");
     }
 
     #[test]

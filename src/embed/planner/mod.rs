@@ -519,6 +519,48 @@ mod tests {
     }
 
     #[test]
+    fn interference_multiplies_a_ranks_cost_by_its_pieces() {
+        let spec = spec_of(
+            (0..4)
+                .map(|i| table(&format!("t{i}"), 1000, 16, 2.0))
+                .collect(),
+        );
+        let stats = synthetic_stats(&spec, 2, 64);
+        let plan = Plan {
+            world: 2,
+            spec_digest: spec.digest(),
+            tables: vec![
+                Placement::Table { rank: 0 },
+                Placement::Table { rank: 0 },
+                Placement::Table { rank: 0 },
+                Placement::Table { rank: 1 },
+            ],
+            modes: Vec::new(),
+        };
+        let plain = evaluate(&spec, &stats, &plan, &CostModel::default(), 0);
+        let m = CostModel {
+            interference: 0.5,
+            ..CostModel::default()
+        };
+        let inter = evaluate(&spec, &stats, &plan, &m, 0);
+        // Three pieces on rank 0: 1 + 0.5 x 2 times their sum; one on rank 1: as is.
+        let want = 2.0 * plain.cost_per_rank[0];
+        assert!(
+            (inter.cost_per_rank[0] - want).abs() <= 1e-12 * want,
+            "{inter:?}"
+        );
+        assert_eq!(inter.cost_per_rank[1], plain.cost_per_rank[1]);
+        // Planned under it, no rank ends up as loaded as rank 0 here.
+        let opts = PlanOptions {
+            model: m,
+            ..PlanOptions::new(2, u64::MAX)
+        };
+        let (p, r) = plan_auto(&spec, &stats, &opts).unwrap();
+        assert!(r.max_cost < inter.max_cost, "{p:?} {r:?}");
+        assert_eq!(r, evaluate(&spec, &stats, &p, &opts.model, 0));
+    }
+
+    #[test]
     fn pieces_are_the_shards_of_the_plan() {
         let spec = preset("tiny", 1.0).unwrap();
         for world in 1..=5 {
