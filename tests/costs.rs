@@ -21,6 +21,9 @@ fn calibrate(dir: &Path) -> PathBuf {
     out
 }
 
+/// A change to a costs file.
+type Edit = Box<dyn Fn(&mut Value)>;
+
 fn read(p: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
 }
@@ -86,7 +89,7 @@ fn calibrate_writes_a_file_that_plans_and_refuses_bad_ones_naming_the_field() {
     plan(d.path(), "ok", &costs);
 
     // Each bad file: exit 2 on `plan`, the field named, nothing written.
-    let cases: Vec<(&str, Box<dyn Fn(&mut Value)>)> = vec![
+    let cases: Vec<(&str, Edit)> = vec![
         (
             "gather[1].seconds",
             Box::new(|w| w["gather"][1]["seconds"] = (-1.0).into()),

@@ -944,11 +944,9 @@ fn parse(v: &Value) -> R<Costs> {
     for k in ["lookup_s", "shard_s", "interference"] {
         m.num(k, false)?;
     }
-    for k in ["width_factor"] {
-        m.get(k)?
-            .as_array()
-            .ok_or_else(|| format!("{}: must be an array", m.at(k)))?;
-    }
+    m.get("width_factor")?
+        .as_array()
+        .ok_or_else(|| format!("{}: must be an array", m.at("width_factor")))?;
     f.num("all_to_all_latency_s", false)?;
     f.num("all_reduce_latency_s", false)?;
     f.num("mlp_flops", true)?;
