@@ -268,3 +268,54 @@ fn embed_with_costs_predicts_its_step_and_reports_the_measured_one() {
         .occurs("predicted step", 0)
         .occurs("measured: ", 0);
 }
+
+#[test]
+fn project_states_alxs_published_points_beside_its_own() {
+    let d = tempdir();
+    let costs = calibrate(d.path());
+    let run = TestCommand::direct()
+        .args(["project", "als", "--webgraph", "sparse", "--chip", "v3"])
+        .arg("--costs")
+        .arg(&costs)
+        .run();
+    run.expect_code(0).stdout_has(&[
+        "anchor: WebGraph-sparse (published: ALX, Mehta et al. 2021): about 20 min per epoch on 256 TPU v3 cores",
+        "anchor: ALX's scheme (allgather) projected at ",
+        "(128 chips, 256 cores)",
+        "published 1200 s per epoch",
+        "anchor: gap by term: ",
+        "anchor: at the efficiencies measured here (2 ranks",
+    ]);
+    // The dense point, without --costs: no measured line.
+    let run = TestCommand::direct()
+        .args(["project", "als", "--webgraph", "dense", "--chip", "v3"])
+        .run();
+    run.expect_code(0)
+        .stdout_has(&[
+            "anchor: WebGraph-dense (published: ALX, Mehta et al. 2021): trained in less than a day on 8 TPU v3 cores",
+            "(4 chips, 8 cores)",
+        ])
+        .occurs("efficiencies measured here", 0);
+    // Another scale is not compared with the published point.
+    TestCommand::direct()
+        .args([
+            "project",
+            "als",
+            "--webgraph",
+            "sparse",
+            "--scale",
+            "0.001",
+            "--chip",
+            "v3",
+        ])
+        .run()
+        .expect_code(0)
+        .stdout_has(&["not compared"])
+        .occurs("ALX's scheme (allgather) projected", 0);
+    // --costs needs a WebGraph preset.
+    TestCommand::direct()
+        .args(["project", "als", "--data", "x.h5", "--costs"])
+        .arg(&costs)
+        .run()
+        .expect_code(2);
+}
