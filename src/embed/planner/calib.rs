@@ -35,9 +35,10 @@
 //! `(per-id seconds of k tables together) / (per-id seconds alone) - 1` against
 //! `k - 1` over every multi-table point (clamped at 0): a rank with `k` pieces costs
 //! `1 + beta (k - 1)` times their sum ([`CostModel::interference`]). The collectives
-//! fit `seconds = latency + x / bandwidth` with `x` the bytes that cross to other
-//! ranks (`bytes (P - 1) / P` for all-to-all, `2 bytes (P - 1) / P` for all-reduce);
-//! on one rank nothing crosses, and the defaults' rates are kept. The MLP's rate is
+//! fit `seconds = latency + x / bandwidth` by least relative squares, with `x` the
+//! bytes that cross to other ranks (`bytes (P - 1) / P` for all-to-all,
+//! `2 bytes (P - 1) / P` for all-reduce); on one rank nothing crosses, and the
+//! defaults' rates are kept. The MLP's rate is
 //! `sum flops / sum seconds` with `6 b sum_l in_l out_l` flops per point (forward
 //! one product per layer, backward two).
 //!
@@ -466,25 +467,43 @@ pub fn global_calibrate<C: Comm>(comm: &C, o: &CalibOptions, cond: Conditions) -
 
 /// Least squares `y = a + b x`; `None` with fewer than two distinct `x`.
 fn line(pts: &[(f64, f64)]) -> Option<(f64, f64)> {
-    let n = pts.len() as f64;
-    if pts.len() < 2 {
+    let w = vec![1.0; pts.len()];
+    weighted_line(pts, &w)
+}
+
+/// Weighted least squares `y = a + b x` (weights `w`); `None` with fewer than two
+/// distinct `x`.
+fn weighted_line(pts: &[(f64, f64)], w: &[f64]) -> Option<(f64, f64)> {
+    let sw: f64 = w.iter().sum();
+    if pts.len() < 2 || sw <= 0.0 {
         return None;
     }
-    let mx = pts.iter().map(|p| p.0).sum::<f64>() / n;
-    let my = pts.iter().map(|p| p.1).sum::<f64>() / n;
-    let sxx: f64 = pts.iter().map(|p| (p.0 - mx) * (p.0 - mx)).sum();
+    let mx = pts.iter().zip(w).map(|(p, w)| w * p.0).sum::<f64>() / sw;
+    let my = pts.iter().zip(w).map(|(p, w)| w * p.1).sum::<f64>() / sw;
+    let sxx: f64 = pts
+        .iter()
+        .zip(w)
+        .map(|(p, w)| w * (p.0 - mx) * (p.0 - mx))
+        .sum();
     if sxx <= 0.0 {
         return None;
     }
-    let sxy: f64 = pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    let sxy: f64 = pts
+        .iter()
+        .zip(w)
+        .map(|(p, w)| w * (p.0 - mx) * (p.1 - my))
+        .sum();
     let b = sxy / sxx;
     Some((my - b * mx, b))
 }
 
-/// `(latency, bandwidth)` of `seconds = latency + x / bandwidth`; `None` when the
-/// points give no positive slope.
+/// `(latency, bandwidth)` of `seconds = latency + x / bandwidth` by least relative
+/// squares (weights `1 / seconds^2`, so that the small messages that show the
+/// latency count as much as the large ones); `None` when the points give no
+/// positive slope. A negative intercept is clamped to 0.
 fn link_fit(pts: &[(f64, f64)]) -> Option<(f64, f64)> {
-    let (a, b) = line(pts)?;
+    let w: Vec<f64> = pts.iter().map(|p| 1.0 / (p.1 * p.1).max(1e-300)).collect();
+    let (a, b) = weighted_line(pts, &w)?;
     (b > 0.0).then_some((a.max(0.0), 1.0 / b))
 }
 
