@@ -9,11 +9,14 @@
 #      per-link bytes and messages of every training phase against the measured
 #      counters (rank by rank), and the projected communication seconds (with this
 #      machine's link parameters, fitted to the torus collectives at that shape)
-#      against the measured ones;
+#      against the measured ones; MEASURE_RUNS (default 5) runs per shape, each
+#      fitting the link model afresh: medians and spread (min..max) reported;
 #   4. `torusrec project als`: WebGraph in-dense, de-dense, dense and sparse at d=128
 #      (bf16 tables) on TPU v3 shapes up to 2048 cores, ours (dedup) and ALX's scheme
 #      (all-gather), with the compute rate calibrated by step 3 at 2x2; a chart of the
-#      projected time per epoch against chips;
+#      projected time per epoch against chips; for sparse and dense, ALX's published
+#      points beside the projection of its scheme, the gap by term, and the scheme at
+#      the rates `torusrec calibrate` measured here at 2x2 (--costs);
 #   5. `torusrec project embed`: the torchrec-peer and dlrm-synthetic presets on TPU v4
 #      shapes (the planner's placement per chip count).
 # Sections 1-3 are measured; sections 4-5 are projected (and say so). Writes bench/torus.md.
@@ -21,6 +24,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REPS="${REPS:-5}"
+MEASURE_RUNS="${MEASURE_RUNS:-5}"
 DIM="${DIM:-64}"
 EPOCHS="${EPOCHS:-3}"
 OUT="${OUT:-out/bench-torus}"
@@ -110,33 +114,53 @@ fi
   echo "Per-link bytes: every rank's bytes and messages on every link, per phase, projected from the dataset (exact) against the counters of the run. Seconds: the projection uses the link latency and bandwidth fitted at that shape to the torus collectives themselves (microbenchmarks, not this run); the measured seconds are the slowest rank's time inside the phase's collectives, each started after a barrier so that waiting for slower ranks is not counted."
   echo
 } >> "$table"
-printf 'shape\tlatency_us\tbandwidth_gbs\tcomm_measured_s\tcomm_projected_s\tdiff_pct\n' > "$OUT/measure.tsv"
+printf 'shape\trun\tlatency_us\tbandwidth_gbs\tcomm_measured_s\tcomm_projected_s\tdiff_pct\n' > "$OUT/measure.tsv"
 for shape in 2x2 2x4 2x2x2; do
   np=$(( ${shape//x/*} ))
-  log="$OUT/measure-$shape.log"
-  "${MPI[@]}" -np "$np" "$BIN" --torus "$shape" project measure --data "$CNR" --dim "$DIM" \
-      --epochs "$EPOCHS" --threads 1 --out "$OUT/cal-$shape.json" --force > "$log" 2>&1 \
-      || { tail -20 "$log"; exit 1; }
-  { echo "### $shape"; echo; grep -v '^\[' "$log" | grep -v '^calibration written'; echo; } >> "$table"
-  python3 - "$OUT/cal-$shape.json" "$shape" >> "$OUT/measure.tsv" <<'PY'
+  for run in $(seq 1 "$MEASURE_RUNS"); do
+    log="$OUT/measure-$shape-$run.log"
+    "${MPI[@]}" -np "$np" "$BIN" --torus "$shape" project measure --data "$CNR" --dim "$DIM" \
+        --epochs "$EPOCHS" --threads 1 --out "$OUT/cal-$shape-$run.json" --force > "$log" 2>&1 \
+        || { tail -20 "$log"; exit 1; }
+    python3 - "$OUT/cal-$shape-$run.json" "$shape" "$run" >> "$OUT/measure.tsv" <<'PY'
 import json, sys
 m = json.load(open(sys.argv[1]))
 c = m["calibration"]
 d = 100 * (m["projected_comm_seconds"] / m["comm_seconds"] - 1)
-print(f"{sys.argv[2]}\t{c['link_latency']*1e6:.1f}\t{c['link_bandwidth']/1e9:.3f}\t{m['comm_seconds']:.4f}\t{m['projected_comm_seconds']:.4f}\t{d:+.1f}")
+print(f"{sys.argv[2]}\t{sys.argv[3]}\t{c['link_latency']*1e6:.1f}\t{c['link_bandwidth']/1e9:.3f}\t{m['comm_seconds']:.4f}\t{m['projected_comm_seconds']:.4f}\t{d:+.1f}")
 PY
+  done
+  # The run of the median link bandwidth stands for the shape (its log below, its
+  # calibration for section 4).
+  med=$(awk -F'\t' -v s="$shape" '$1 == s {print $4 "\t" $2}' "$OUT/measure.tsv" | sort -g | awk -v n="$MEASURE_RUNS" 'NR == int((n + 1) / 2) {print $2}')
+  cp "$OUT/cal-$shape-$med.json" "$OUT/cal-$shape.json"
+  { echo "### $shape (run $med of $MEASURE_RUNS: the median link bandwidth)"; echo; grep -v '^\[' "$OUT/measure-$shape-$med.log" | grep -v '^calibration written'; echo; } >> "$table"
 done
 {
-  echo "Summary (communication seconds per epoch):"
+  echo "Summary (communication seconds per epoch), $MEASURE_RUNS runs per shape, each fitting the link model afresh: median and spread (min..max) over the runs."
   echo
   echo "| shape | fitted latency us | fitted bandwidth GB/s | measured s | projected s | projected vs measured |"
   echo "|---|---|---|---|---|---|"
-  tail -n +2 "$OUT/measure.tsv" | awk -F'\t' '{printf "| %s | %s | %s | %s | %s | %s%% |\n", $1, $2, $3, $4, $5, $6}'
+  python3 - "$OUT/measure.tsv" <<'PY'
+import statistics, sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])][1:]
+for shape in dict.fromkeys(r[0] for r in rows):
+    rs = [r for r in rows if r[0] == shape]
+    cells = []
+    for k in range(2, 7):
+        v = [float(r[k]) for r in rs]
+        fmt = "{:+.1f}%" if k == 6 else "{:.4g}"
+        cells.append(f"{fmt.format(statistics.median(v))} ({fmt.format(min(v))}..{fmt.format(max(v))})")
+    print(f"| {shape} | " + " | ".join(cells) + " |")
+PY
   echo
 } >> "$table"
 
 # 4. Projections onto TPU v3 pods (calibrated by the 2x2 measurement).
 CAL="$OUT/cal-2x2.json"
+# The rates `project als --costs` projects ALX's scheme with (sparse and dense).
+"${MPI[@]}" -np 4 "$BIN" --torus 2x2 calibrate --threads 1 --out "$OUT/costs-2x2.json" --force \
+    > "$OUT/calibrate-2x2.log" 2>&1 || { tail -20 "$OUT/calibrate-2x2.log"; exit 1; }
 {
   echo "## Projected: WebGraph variants on TPU v3 (d=128, bf16 tables, 3 CG steps)"
   echo
@@ -146,8 +170,9 @@ CAL="$OUT/cal-2x2.json"
 printf 'variant\tshape\tchips\tcores\texchange\tmemory_gib\tfits\tcompute_s\tcomm_s\tepoch_s\tbusiest_link_mb\tmean_link_mb\trun\n' > bench/torus-projection.tsv
 for v in in-dense de-dense dense sparse; do
   log="$OUT/project-$v.log"
+  costs=(); [[ $v == dense || $v == sparse ]] && costs=(--costs "$OUT/costs-2x2.json")
   "$BIN" project als --webgraph "$v" --chip v3 --dim 128 --table-dtype bf16 \
-      --calibration "$CAL" --tsv "$OUT/project-$v.tsv" --force > "$log" 2>&1 || { tail -20 "$log"; exit 1; }
+      --calibration "$CAL" "${costs[@]}" --tsv "$OUT/project-$v.tsv" --force > "$log" 2>&1 || { tail -20 "$log"; exit 1; }
   { echo "### $v"; echo; grep -v '^project als\|^compute:\|^table written' "$log"; echo; } >> "$table"
   tail -n +2 "$OUT/project-$v.tsv" | awk -F'\t' -v v="$v" 'BEGIN{OFS="\t"} {print v, $0, v " " $4}' >> bench/torus-projection.tsv
 done

@@ -57,6 +57,12 @@ pub enum Command {
     /// Place a model's tables on P ranks with the cost model (greedy + local search)
     /// and compare with the random, size-, dim- and lookup-greedy heuristics.
     Plan(PlanArgs),
+    /// Measure, under mpirun at the rank count to plan for, the kernels and
+    /// collectives the planner prices (gather-pool and scatter-update per width,
+    /// pooling and id distribution, alone and several tables together; the MLP step
+    /// per shape; all-to-all and all-reduce per message size) and write them with
+    /// their conditions and fit as JSON, for `plan --costs` and `embed --costs`.
+    Calibrate(CalibrateArgs),
     /// Check the communicator: collectives with answers known from rank and size,
     /// and each rank's torus coordinates and neighbours.
     Selftest(SelftestArgs),
@@ -186,6 +192,11 @@ pub struct ProjectAlsArgs {
     /// As `als --step-nnz` (one agreement per step).
     #[arg(long, value_name = "N", default_value_t = 1_000_000)]
     pub step_nnz: u64,
+    /// Measured costs from `torusrec calibrate`: with --webgraph sparse or dense,
+    /// also project ALX's scheme at the collective and row-gather rates measured
+    /// here, beside the published point.
+    #[arg(long, value_name = "costs.json", requires = "webgraph")]
+    pub costs: Option<PathBuf>,
     #[command(flatten)]
     pub chip: ChipArgs,
 }
@@ -235,6 +246,27 @@ pub struct ProjectMeasureArgs {
     /// Overwrite an existing --out.
     #[arg(long)]
     pub force: bool,
+}
+
+/// `torusrec calibrate`.
+#[derive(Debug, Args)]
+pub struct CalibrateArgs {
+    /// Write the measurements here (JSON, schema torusrec-costs-v1).
+    #[arg(long, value_name = "costs.json")]
+    pub out: PathBuf,
+    /// Overwrite an existing --out.
+    #[arg(long)]
+    pub force: bool,
+    /// A few small points only (seconds; for tests, not for planning).
+    #[arg(long)]
+    pub quick: bool,
+    /// Timed calls per point (default: 5, 3 with --quick).
+    #[arg(long, value_name = "N")]
+    pub reps: Option<usize>,
+    /// Rayon threads per rank, recorded with the measurements (default: cores
+    /// divided by the ranks on this node).
+    #[arg(long, value_parser = parse_threads)]
+    pub threads: Option<usize>,
 }
 
 /// `torusrec selftest`.
@@ -546,6 +578,12 @@ pub struct EmbedArgs {
     /// line_bytes; a missing one keeps its default).
     #[arg(long, value_name = "COST.json")]
     pub cost_model: Option<PathBuf>,
+    /// Measured costs from `torusrec calibrate`: `--plan auto` plans with their fit,
+    /// and any plan's step is predicted at the start (`plan: ... predicted step S s`)
+    /// and compared with the measured seconds per step and each rank's busy seconds
+    /// in the embedding phases at the end (both also in --metrics).
+    #[arg(long, value_name = "costs.json", conflicts_with = "cost_model")]
+    pub costs: Option<PathBuf>,
     /// Memory for tables and optimizer state per rank (e.g. 8G, 512M).
     #[arg(long, value_name = "BYTES")]
     pub mem_per_rank: Option<String>,
@@ -656,6 +694,14 @@ pub struct PlanArgs {
     /// missing one keeps its default).
     #[arg(long, value_name = "COST.json")]
     pub cost_model: Option<PathBuf>,
+    /// Measured costs from `torusrec calibrate`: plan with their fit and print each
+    /// plan's predicted seconds per step.
+    #[arg(long, value_name = "costs.json", conflicts_with = "cost_model")]
+    pub costs: Option<PathBuf>,
+    /// The plan --out writes: auto (the planner) or a heuristic (random,
+    /// size-greedy, dim-greedy, lookup-greedy), for comparing them in `embed`.
+    #[arg(long, value_name = "NAME", requires = "out")]
+    pub method: Option<String>,
     /// Batches sampled to measure the statistics.
     #[arg(long, default_value_t = 4)]
     pub sample_batches: usize,

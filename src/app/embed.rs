@@ -21,9 +21,10 @@ use crate::embed::memory;
 use crate::embed::mlp::DenseOpt;
 use crate::embed::placement::{OutputMode, Placement, Plan};
 use crate::embed::planner;
+use crate::embed::planner::calib::{Costs, StepPrediction};
 use crate::embed::planner::{CostModel, Heuristic, PlanOptions};
 use crate::embed::spec::{preset, Evict, ModelSpec, VocabKind};
-use crate::embed::stats::load_or_measure_stats;
+use crate::embed::stats::{load_or_measure_stats, BatchStats};
 use crate::embed::tables::TableOpt;
 use crate::embed::train::{EmbedConfig, IntervalReport, Source};
 use crate::metrics::human_bytes;
@@ -152,6 +153,62 @@ fn cost_model_of(path: Option<&Path>, print: bool) -> Result<CostModel> {
     Ok(m)
 }
 
+/// `--costs`' calibration, read and checked on every rank; rank 0 prints where it
+/// was measured (and a note when that was another rank count than `world`).
+fn costs_of(path: Option<&Path>, print: bool, world: usize) -> Result<Option<Costs>> {
+    let Some(p) = path else {
+        return Ok(None);
+    };
+    let c = Costs::from_file(p)?;
+    if print {
+        let k = &c.conditions;
+        println!(
+            "costs: {} (measured at {} rank(s) x {} thread(s) on {}, commit {}{}){}",
+            p.display(),
+            k.ranks,
+            k.threads,
+            k.cpu,
+            k.commit,
+            if k.quick { ", quick" } else { "" },
+            if k.ranks != world {
+                format!(
+                    "; planning for {world} rank(s): the collective rates are those of {}",
+                    k.ranks
+                )
+            } else {
+                String::new()
+            }
+        );
+    }
+    Ok(Some(c))
+}
+
+/// Seconds with four significant digits, in plain notation.
+pub fn secs(x: f64) -> String {
+    if !(x.is_finite() && x > 0.0) {
+        return format!("{x}");
+    }
+    let decimals = (3 - x.log10().floor() as i64).clamp(0, 15) as usize;
+    format!("{x:.decimals$}")
+}
+
+/// The `plan: predicted step` line.
+fn prediction_line(p: &StepPrediction, path: &Path) -> String {
+    format!(
+        "plan: predicted step {} s (embedding: max {} s, per rank [{}]; dense {} s; all-reduce {} s; measured costs {})",
+        secs(p.step),
+        secs(p.embedding_max),
+        p.embedding_per_rank
+            .iter()
+            .map(|&x| secs(x))
+            .collect::<Vec<_>>()
+            .join(", "),
+        secs(p.dense),
+        secs(p.allreduce),
+        path.display()
+    )
+}
+
 /// `plan` with every hash table row-cyclic over every rank (the placements a hash
 /// table can have are table-wise and row-cyclic).
 fn with_hash_tables_cyclic(mut plan: Plan, spec: &ModelSpec) -> Plan {
@@ -177,28 +234,24 @@ fn global_resolve_plan<C: Comm>(
     opt: TableOpt,
     stats: Option<&Path>,
     model: &CostModel,
-) -> Result<Plan> {
+    want_stats: bool,
+) -> Result<(Plan, Option<BatchStats>)> {
     let world = comm.size();
+    let mut kept = None;
     let made = if comm.rank() == 0 {
         (|| -> Result<Vec<u8>> {
+            let measure =
+                || load_or_measure_stats(spec, source, ids, seed, world, batch_per_rank, 4, stats);
             let plan = match choice {
                 "auto" => {
-                    let (st, how) = load_or_measure_stats(
-                        spec,
-                        source,
-                        ids,
-                        seed,
-                        world,
-                        batch_per_rank,
-                        4,
-                        stats,
-                    )?;
+                    let (st, how) = measure()?;
                     let (plan, rep) =
                         planner::plan_auto(spec, &st, &plan_options(world, mem, opt, seed, model))?;
                     println!(
                         "plan: auto (batch statistics {how}); predicted imbalance {:.3}, balance {:.3}",
                         rep.imbalance, rep.balance
                     );
+                    kept = Some(st);
                     plan
                 }
                 "table" | "row_block" | "row_cyclic" | "column" | "data_parallel" => {
@@ -217,6 +270,9 @@ fn global_resolve_plan<C: Comm>(
                         .map_err(|e| Error::input(&p, format!("not a plan: {e}")))?
                 }
             };
+            if want_stats && kept.is_none() {
+                kept = Some(measure()?.0);
+            }
             serde_json::to_vec(&plan).map_err(|e| Error::Config(format!("plan: {e}")))
         })()
     } else {
@@ -226,7 +282,8 @@ fn global_resolve_plan<C: Comm>(
     comm.broadcast_vec(0, &mut bytes)?;
     let plan: Plan =
         serde_json::from_slice(&bytes).map_err(|e| Error::Comm(format!("plan broadcast: {e}")))?;
-    comm.agree(plan.validate(spec, world, choice).map(|_| plan))
+    let plan = comm.agree(plan.validate(spec, world, choice).map(|_| plan))?;
+    Ok((plan, kept))
 }
 
 fn interval_line(r: &IntervalReport, steps: u64) -> String {
@@ -459,7 +516,7 @@ fn override_tables(model: &mut ModelSpec, a: &EmbedArgs) -> Result<()> {
 pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Result<Summary> {
     let threads = resolve_threads(a.threads);
     let root = comm.rank() == 0;
-    let setup = (|| -> Result<(EmbedConfig, Source, CostModel)> {
+    let setup = (|| -> Result<(EmbedConfig, Source, CostModel, Option<Costs>)> {
         if threads == 0 {
             return Err(Error::Config("--threads 0: need at least one".into()));
         }
@@ -484,7 +541,11 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
                 a.eval_every, a.log_every
             )));
         }
-        let cost = cost_model_of(a.cost_model.as_deref(), root)?;
+        let costs = costs_of(a.costs.as_deref(), root, comm.size())?;
+        let cost = match &costs {
+            Some(c) => c.model(),
+            None => cost_model_of(a.cost_model.as_deref(), root)?,
+        };
         // The global pool may exist already (a library caller); then it must match.
         let built = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
@@ -583,14 +644,14 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
             mem_per_rank: mem,
             ids,
         };
-        Ok((cfg, source, cost))
+        Ok((cfg, source, cost, costs))
     })();
-    let (cfg, source, cost) = comm.agree(setup)?;
+    let (cfg, source, cost, costs) = comm.agree(setup)?;
     let mut out = RunOutput::global_open(comm, a.metrics.as_deref())?;
 
     // A step looks up its K micro-batches at once: plan for the step's batch.
     let per_rank = cfg.micro.div_ceil(comm.size()) * cfg.accumulate;
-    let plan = global_resolve_plan(
+    let (plan, plan_stats) = global_resolve_plan(
         comm,
         &a.plan,
         &cfg.spec,
@@ -602,6 +663,7 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         cfg.table_opt,
         a.stats.as_deref(),
         &cost,
+        costs.is_some(),
     )?;
     let plan = match a.output_mode {
         OutputModeArg::Auto => plan,
@@ -631,6 +693,24 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
             plan_summary(s, &plan, cfg.table_opt.state_per_row() as u64)
         );
     }
+    // Rank 0: the step the measured costs predict for this plan (in its final modes).
+    let predicted = match (&costs, &plan_stats, a.costs.as_deref()) {
+        (Some(c), Some(st), Some(path)) => {
+            let state = cfg.table_opt.state_per_row() as u64;
+            let rep = planner::evaluate(&cfg.spec, st, &plan, &cost, state);
+            let p = c.predict(
+                rep.cost_per_rank,
+                &cfg.spec.mlp_layers(),
+                per_rank,
+                comm.size(),
+            );
+            println!("{}", prediction_line(&p, path));
+            Some(p)
+        }
+        _ => None,
+    };
+    // Interval seconds, steps and busy seconds per rank, for the measured step.
+    let mut timed: Vec<(f64, u64, Vec<f64>)> = Vec::new();
     let tables = plan
         .bytes_per_rank(&cfg.spec, cfg.table_opt.state_per_row() as u64)
         .into_iter()
@@ -699,6 +779,7 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         Event::Interval(r) => {
             out.line(&interval_line(r, steps));
             out.record(r);
+            timed.push((r.seconds, r.steps, r.busy_per_rank.clone()));
         }
     };
     let eval_examples = cfg.eval_examples;
@@ -729,11 +810,68 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
             s.checksum,
             human_bytes(s.peak_rss_bytes)
         );
-        let v = serde_json::json!({"final": true, "auc": s.auc, "logloss": s.logloss, "steps": s.steps,
+        let mut v = serde_json::json!({"final": true, "auc": s.auc, "logloss": s.logloss, "steps": s.steps,
             "checksum": s.checksum, "peak_rss_bytes": s.peak_rss_bytes, "ranks": comm.size(), "threads": threads});
+        if let Some(p) = &predicted {
+            let m = measured_step(&timed);
+            println!("{}", measured_line(&m, p));
+            v["predicted"] = serde_json::json!(p);
+            v["measured"] = serde_json::json!(m);
+        }
         out.record(&v);
     }
     Ok(s)
+}
+
+/// The measured seconds per step and busy seconds per step of each rank in the
+/// embedding phases, over the intervals after the first (the first holds the
+/// warm-up) when there are several.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct MeasuredStep {
+    pub steps: u64,
+    pub seconds_per_step: f64,
+    pub busy_per_rank: Vec<f64>,
+    /// Max over min of `busy_per_rank` (1 is perfect balance).
+    pub busy_max_over_min: f64,
+}
+
+fn measured_step(timed: &[(f64, u64, Vec<f64>)]) -> MeasuredStep {
+    let used = if timed.len() > 1 { &timed[1..] } else { timed };
+    let steps: u64 = used.iter().map(|t| t.1).sum();
+    let secs: f64 = used.iter().map(|t| t.0).sum();
+    let ranks = used.iter().map(|t| t.2.len()).max().unwrap_or(0);
+    let mut busy = vec![0.0; ranks];
+    for (_, _, b) in used {
+        for (x, y) in busy.iter_mut().zip(b) {
+            *x += y;
+        }
+    }
+    let n = steps.max(1) as f64;
+    busy.iter_mut().for_each(|x| *x /= n);
+    let max = busy.iter().copied().fold(0.0, f64::max);
+    let min = busy.iter().copied().fold(f64::INFINITY, f64::min);
+    MeasuredStep {
+        steps,
+        seconds_per_step: secs / n,
+        busy_max_over_min: if min > 0.0 { max / min } else { f64::INFINITY },
+        busy_per_rank: busy,
+    }
+}
+
+fn measured_line(m: &MeasuredStep, p: &StepPrediction) -> String {
+    format!(
+        "measured: {} s/step over the last {} steps (predicted {} s, {:+.1}%); busy seconds per step in the embedding phases per rank [{}] (max/min {:.3})",
+        secs(m.seconds_per_step),
+        m.steps,
+        secs(p.step),
+        100.0 * (p.step - m.seconds_per_step) / m.seconds_per_step.max(1e-12),
+        m.busy_per_rank
+            .iter()
+            .map(|&x| secs(x))
+            .collect::<Vec<_>>()
+            .join(", "),
+        m.busy_max_over_min
+    )
 }
 
 /// Largest `plan --ranks` (a torus of 2^16 chips is beyond any this project models).
@@ -778,7 +916,31 @@ pub fn global_plan<C: Comm>(comm: &C, a: &PlanArgs) -> Result<()> {
         if let Some(out) = &a.out {
             crate::data::dataset::check_output(out, a.force)?;
         }
-        let cost = cost_model_of(a.cost_model.as_deref(), comm.rank() == 0)?;
+        let method = match a.method.as_deref() {
+            None | Some("auto") => None,
+            Some(m) => Some(
+                Heuristic::ALL
+                    .into_iter()
+                    .find(|h| h.name() == m)
+                    .ok_or_else(|| {
+                        Error::Config(format!(
+                            "--method {}: auto, {}",
+                            crate::error::quote(m),
+                            Heuristic::ALL.map(|h| h.name()).join(", ")
+                        ))
+                    })?,
+            ),
+        };
+        if a.tasks > 0 && (a.method.is_some() || a.costs.is_some()) {
+            return Err(Error::Config(
+                "--tasks compares the planners on sampled tasks; --method and --costs act on the model's plan".into(),
+            ));
+        }
+        let costs = costs_of(a.costs.as_deref(), comm.rank() == 0, a.ranks)?;
+        let cost = match &costs {
+            Some(c) => c.model(),
+            None => cost_model_of(a.cost_model.as_deref(), comm.rank() == 0)?,
+        };
         if comm.rank() != 0 {
             return Ok(());
         }
@@ -872,6 +1034,38 @@ pub fn global_plan<C: Comm>(comm: &C, a: &PlanArgs) -> Result<()> {
             );
         }
         println!("plan: {}", plan_summary(&spec, &plan, state));
+        if let (Some(c), Some(path)) = (&costs, a.costs.as_deref()) {
+            let layers = spec.mlp_layers();
+            let mut rows = vec![("planner", rep.cost_per_rank.clone())];
+            for h in Heuristic::ALL {
+                if let Ok((_, r)) = planner::plan_heuristic(h, &spec, &stats, &opts) {
+                    rows.push((h.name(), r.cost_per_rank));
+                }
+            }
+            for (name, per_rank) in rows {
+                let p = c.predict(per_rank, &layers, a.batch, a.ranks);
+                println!(
+                    "predicted {name:<14} step {} s (embedding max {} s, dense {} s, all-reduce {} s; measured costs {})",
+                    secs(p.step),
+                    secs(p.embedding_max),
+                    secs(p.dense),
+                    secs(p.allreduce),
+                    path.display()
+                );
+            }
+        }
+        let plan = match method {
+            None => plan,
+            Some(h) => {
+                let (p, _) = planner::plan_heuristic(h, &spec, &stats, &opts)?;
+                println!(
+                    "plan: --out gets the {} plan: {}",
+                    h.name(),
+                    plan_summary(&spec, &p, state)
+                );
+                p
+            }
+        };
         if let Some(out) = &a.out {
             let tmp = crate::data::dataset::temp_path(out);
             let text = serde_json::to_string_pretty(&plan)

@@ -3,6 +3,7 @@
 //! (identically) before the first collective that depends on them.
 
 pub mod als;
+pub mod calibrate;
 pub mod clicks;
 pub mod embed;
 pub mod inspect;
@@ -63,6 +64,7 @@ pub fn run<C: Comm>(
         Command::Project(c) => project::global_run(comm, c, preempt),
         Command::Inspect(args) => inspect::global_run(comm, &args.path).map(|_| ()),
         Command::Recommend(args) => recommend::global_run(comm, args, preempt),
+        Command::Calibrate(args) => calibrate::global_run(comm, args),
         Command::Selftest(args) => {
             let lines = crate::comm::selftest::global_selftest(comm)?;
             if comm.rank() == 0 {

@@ -138,6 +138,9 @@ struct Row {
     busiest: u64,
     mean: f64,
     exchanged: u64,
+    /// The epoch's traffic and row-gather bytes (for the anchors).
+    traffic: crate::project::traffic::Traffic,
+    gather_bytes: f64,
 }
 
 fn run_als(args: &ProjectAlsArgs, preempt: &Preemption) -> Result<()> {
@@ -257,6 +260,8 @@ fn run_als(args: &ProjectAlsArgs, preempt: &Preemption) -> Result<()> {
                 busiest,
                 mean,
                 exchanged,
+                traffic: t.clone(),
+                gather_bytes: proj.gather_bytes,
             });
         }
     }
@@ -277,11 +282,123 @@ fn run_als(args: &ProjectAlsArgs, preempt: &Preemption) -> Result<()> {
             );
         }
     }
+    if let Some(name) = &args.webgraph {
+        let costs = args
+            .costs
+            .as_deref()
+            .map(crate::embed::planner::calib::Costs::from_file)
+            .transpose()?;
+        for line in anchor_lines(name, args.scale, &rows, &chip, rate, costs.as_ref()) {
+            println!("{line}");
+        }
+    }
     if let Some(t) = &args.chip.tsv {
         crate::app::plot::write_atomic(t, &render_tsv(&rows))?;
         println!("table written to {}", t.display());
     }
     Ok(())
+}
+
+/// The published points a WebGraph projection answers to, beside the projection of
+/// ALX's scheme (all-gather) at the same core count, the gap explained by term, and
+/// with measured costs (`--costs`, from `torusrec calibrate`) the same scheme at the
+/// efficiencies measured on this machine.
+fn anchor_lines(
+    preset: &str,
+    scale: f64,
+    rows: &[Row],
+    chip: &Chip,
+    rate: Option<f64>,
+    costs: Option<&crate::embed::planner::calib::Costs>,
+) -> Vec<String> {
+    use crate::project::als::ANCHORS;
+    let mut out = Vec::new();
+    for a in ANCHORS.iter().filter(|a| a.preset == preset) {
+        out.push(format!(
+            "anchor: {} (published: {}): {} on {} {} cores",
+            a.label, a.source, a.claim, a.cores, a.chip
+        ));
+        if scale != 1.0 {
+            out.push(format!(
+                "anchor: this projection is of scale {scale}, the published point of scale 1: not compared"
+            ));
+            continue;
+        }
+        let Some(r) = rows
+            .iter()
+            .find(|r| r.scheme == "allgather" && r.cores == a.cores)
+        else {
+            out.push(format!(
+                "anchor: no projected shape with --exchange allgather has {} cores (give --shapes, e.g. one of {} chips)",
+                a.cores,
+                a.cores / chip.cores.max(1)
+            ));
+            continue;
+        };
+        let compute = r.compute.unwrap_or(0.0);
+        let epoch = compute + r.comm;
+        let what = if a.per_epoch {
+            "per epoch"
+        } else {
+            "for the whole run (a bound)"
+        };
+        out.push(format!(
+            "anchor: ALX's scheme (allgather) projected at {} ({} chips, {} cores) on {}{}: {:.1} s per epoch = compute {} + communication {:.1} s; published {:.0} s {what}, {:.0}x the projected epoch",
+            r.shape,
+            r.chips,
+            r.cores,
+            chip.name,
+            if r.fits {
+                ""
+            } else {
+                " (its tables do not fit the chip's memory at f32)"
+            },
+            epoch,
+            r.compute.map_or("- (no --calibration)".to_string(), |c| format!("{c:.1} s")),
+            r.comm,
+            a.seconds,
+            a.seconds / epoch.max(1e-12)
+        ));
+        if a.per_epoch {
+            let mut gap = format!(
+                "anchor: gap by term: to take the published {:.0} s, the communication alone would need the links at {:.3}% of their {:.0} GB/s ({:.0}x slower)",
+                a.seconds,
+                100.0 * r.comm / a.seconds,
+                chip.link_bandwidth / 1e9,
+                a.seconds / r.comm.max(1e-12)
+            );
+            if r.compute.is_some() {
+                gap.push_str(&format!(
+                    ", or the compute alone at {:.3}% of the rate assumed ({:.1} TFLOP/s)",
+                    100.0 * compute / a.seconds,
+                    rate.unwrap_or(0.0) / 1e12
+                ));
+            }
+            out.push(gap);
+        }
+        if let Some(c) = costs {
+            let f = &c.fit;
+            let comm_here = r.traffic.seconds(f.all_to_all_latency_s, f.model.net_bw);
+            let gather_here = r.gather_bytes / f.model.mem_bw;
+            let solve = rate.map(|_| compute);
+            let epoch_here = comm_here + gather_here.max(solve.unwrap_or(0.0));
+            out.push(format!(
+                "anchor: at the efficiencies measured here ({} ranks, commit {}: collectives {:.1} us + {:.2} GB/s, row gathers at {:.2} GB/s): communication {:.1} s ({:.0}x the chip's links), row gathers {:.1} s{}: {:.1} s per epoch, {:.2}x the published",
+                c.conditions.ranks,
+                c.conditions.commit,
+                f.all_to_all_latency_s * 1e6,
+                f.model.net_bw / 1e9,
+                f.model.mem_bw / 1e9,
+                comm_here,
+                comm_here / r.comm.max(1e-12),
+                gather_here,
+                solve.map_or(String::new(), |s| format!(", solve {s:.1} s (from --calibration)")),
+                epoch_here,
+                epoch_here / a.seconds
+            ));
+        }
+    }
+    out
 }
 
 /// The calibration, the chip and its shapes; an existing --tsv refused.

@@ -296,6 +296,11 @@ pub struct IntervalReport {
     /// outgoing link, mean over links, all-to-all hops).
     #[serde(default)]
     pub links: Vec<(String, crate::comm::LinkSummary)>,
+    /// Per rank, the seconds of the interval it was busy in the embedding phases:
+    /// its lookup, pooling and backward seconds (the owners' work and its own) less
+    /// the seconds it spent inside their collectives (sending and waiting).
+    #[serde(default)]
+    pub busy_per_rank: Vec<f64>,
 }
 
 /// A micro-batch with its rows, fetched ahead.
@@ -448,6 +453,8 @@ struct Accum {
     keys: ResolveCounts,
     start: Option<Instant>,
     bytes0: [u64; 4],
+    /// Seconds inside the embedding phases' collectives when the interval started.
+    comm0: f64,
     large_allocs: u64,
 }
 
@@ -455,6 +462,14 @@ const PHASES: [&str; 4] = ["lookup", "backward", "allreduce", "resolve"];
 
 fn phase_bytes<C: Comm>(comm: &C) -> [u64; 4] {
     PHASES.map(|p| comm.stats().get(p).bytes_sent)
+}
+
+/// Seconds this rank spent inside the collectives of the embedding phases.
+fn embedding_comm_seconds<C: Comm>(comm: &C) -> f64 {
+    ["lookup", "backward", "resolve"]
+        .iter()
+        .map(|p| comm.stats().get(p).seconds)
+        .sum()
 }
 
 impl EmbedTrainer {
@@ -554,6 +569,7 @@ impl EmbedTrainer {
         if self.acc.start.is_none() {
             self.acc.start = Some(t_step);
             self.acc.bytes0 = phase_bytes(comm);
+            self.acc.comm0 = embedding_comm_seconds(comm);
         }
         let (p, rank) = (comm.size(), comm.rank());
         let (_, count) = self.schedule.window(self.step);
@@ -775,6 +791,9 @@ impl EmbedTrainer {
         comm.all_reduce_sum(&mut sums);
         let hash = self.global_hash_report(comm, sums[6], sums[7]);
         let owner = comm.all_gather_v(&[a.counts.owner_rows])?.data;
+        let in_comm = embedding_comm_seconds(comm) - a.comm0;
+        let busy = (a.t_lookup + a.t_pool + a.t_backward - in_comm).max(0.0);
+        let busy_per_rank = comm.all_gather_v(&[busy])?.data;
         let update = a.counts.update_seconds;
         let mut times = [
             a.t_lookup,
@@ -830,6 +849,7 @@ impl EmbedTrainer {
             } else {
                 Vec::new()
             },
+            busy_per_rank,
         })
     }
 

@@ -470,3 +470,45 @@ mod tests {
         assert_eq!(m.rows_sent(), (2 + 1) + (1 + 2));
     }
 }
+
+/// A published measurement a projection answers to.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Anchor {
+    /// The WebGraph preset it is of.
+    pub preset: &'static str,
+    pub label: &'static str,
+    pub source: &'static str,
+    /// The claim, as published.
+    pub claim: &'static str,
+    pub chip: &'static str,
+    pub cores: usize,
+    /// Seconds the claim gives (per epoch, or for the whole run as a bound).
+    pub seconds: f64,
+    pub per_epoch: bool,
+}
+
+/// ALX's published points (Mehta et al., "ALX: Large Scale Matrix Factorization on
+/// TPUs", 2021): WebGraph-sparse about 20 minutes per epoch on 256 TPU v3 cores;
+/// WebGraph-dense in less than a day on 8 cores.
+pub const ANCHORS: [Anchor; 2] = [
+    Anchor {
+        preset: "sparse",
+        label: "WebGraph-sparse",
+        source: "ALX, Mehta et al. 2021",
+        claim: "about 20 min per epoch",
+        chip: "TPU v3",
+        cores: 256,
+        seconds: 1200.0,
+        per_epoch: true,
+    },
+    Anchor {
+        preset: "dense",
+        label: "WebGraph-dense",
+        source: "ALX, Mehta et al. 2021",
+        claim: "trained in less than a day",
+        chip: "TPU v3",
+        cores: 8,
+        seconds: 86400.0,
+        per_epoch: false,
+    },
+];

@@ -29,6 +29,14 @@ pub struct CostModel {
     pub shard_s: f64,
     /// Smallest memory access, in bytes (a cache line).
     pub line_bytes: f64,
+    /// Multi-table interference: a rank holding `k` pieces costs `1 + interference
+    /// (k - 1)` times the sum of their costs (fitted by `torusrec calibrate` from
+    /// tables gathered together against each alone; 0: costs add up).
+    pub interference: f64,
+    /// Measured correction of the row-access seconds (memory traffic and lookups) per
+    /// embedding width: `[width, factor]` pairs, sorted by width; a piece of width `w`
+    /// takes the factor of the nearest width (in log scale). Empty: factor 1.
+    pub width_factor: Vec<[f64; 2]>,
 }
 
 impl Default for CostModel {
@@ -40,6 +48,8 @@ impl Default for CostModel {
             lookup_s: 20e-9,
             shard_s: 10e-6,
             line_bytes: 64.0,
+            interference: 0.0,
+            width_factor: Vec::new(),
         }
     }
 }
@@ -57,7 +67,7 @@ impl CostModel {
     }
 
     /// Every constant usable: the name and value of the first that is not.
-    fn check(&self) -> std::result::Result<(), String> {
+    pub(crate) fn check(&self) -> std::result::Result<(), String> {
         let positive = [
             ("net_bw", self.net_bw),
             ("allreduce_bw", self.allreduce_bw),
@@ -69,12 +79,52 @@ impl CostModel {
                 return Err(format!("{name} {v}: must be a finite number > 0"));
             }
         }
-        for (name, v) in [("lookup_s", self.lookup_s), ("shard_s", self.shard_s)] {
+        for (name, v) in [
+            ("lookup_s", self.lookup_s),
+            ("shard_s", self.shard_s),
+            ("interference", self.interference),
+        ] {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(format!("{name} {v}: must be a finite number >= 0"));
             }
         }
+        for (i, [w, f]) in self.width_factor.iter().enumerate() {
+            if !(w.is_finite() && *w >= 1.0) {
+                return Err(format!("width_factor[{i}] width {w}: must be >= 1"));
+            }
+            if !(f.is_finite() && *f > 0.0) {
+                return Err(format!(
+                    "width_factor[{i}] factor {f}: must be a finite number > 0"
+                ));
+            }
+            if i > 0 && self.width_factor[i - 1][0] >= *w {
+                return Err(format!("width_factor[{i}] width {w}: widths must increase"));
+            }
+        }
         Ok(())
+    }
+
+    /// The measured correction of row-access seconds at width `w` (1 without one).
+    pub fn factor(&self, w: usize) -> f64 {
+        let lw = (w.max(1) as f64).ln();
+        let mut best = (f64::INFINITY, 1.0);
+        for &[mw, f] in &self.width_factor {
+            let d = (mw.ln() - lw).abs();
+            if d < best.0 {
+                best = (d, f);
+            }
+        }
+        best.1
+    }
+
+    /// The cost of a rank whose pieces cost `sum` seconds together, `pieces` of them,
+    /// under multi-table interference.
+    pub fn with_interference(&self, sum: f64, pieces: usize) -> f64 {
+        if self.interference == 0.0 || pieces < 2 {
+            sum
+        } else {
+            sum * (1.0 + self.interference * (pieces - 1) as f64)
+        }
     }
 
     /// Bytes moved by one access to a row of `w` floats.
@@ -236,7 +286,7 @@ impl<'a> Ctx<'a> {
         // repeated occurrences hit the cache, as in the asking side of `rows`.
         let lookups = 2.0 * n_in;
         (
-            self.owner_seconds(self.exchange_seconds(exchanged), memory, lookups),
+            self.owner_seconds(self.exchange_seconds(exchanged), memory, lookups, p.width),
             exchanged,
         )
     }
@@ -257,7 +307,7 @@ impl<'a> Ctx<'a> {
             st.unique_per_rank_batch,
         );
         let dedup = b * v * m.lookup_s;
-        match mode {
+        let secs = match mode {
             OutputMode::Rows => {
                 let a = m.access(ts.dim);
                 (2.0 * b * v * a + 2.0 * u * a) / m.mem_bw + dedup
@@ -266,6 +316,11 @@ impl<'a> Ctx<'a> {
                 let k = pieces(ts.vocab, ts.dim, self.world, p).len() as f64;
                 (k + 1.0) * b * 4.0 * ts.dim as f64 / m.mem_bw + dedup
             }
+        };
+        if m.width_factor.is_empty() {
+            secs
+        } else {
+            secs * m.factor(ts.dim)
         }
     }
 
@@ -302,20 +357,29 @@ impl<'a> Ctx<'a> {
             let ids = self.batch_per_rank * st.mean_valency;
             let reduced = 2.0 * v * d * 4.0 * (n - 1.0) / n;
             let memory = ids * m.access(ts.dim) + v * (3.0 * m.access(ts.dim) + state_bytes);
-            return self.owner_seconds(reduced / m.allreduce_bw, memory, ids);
+            return self.owner_seconds(reduced / m.allreduce_bw, memory, ids, ts.dim);
         }
         let n_in = n * st.unique_per_rank_batch * p.rows as f64 / ts.vocab as f64;
         let exchanged = n_in * (4.0 + 8.0 * p.width as f64);
         let memory = n_in * (3.0 * m.access(p.width) + state_bytes);
-        self.owner_seconds(self.exchange_seconds(exchanged), memory, 2.0 * n_in)
+        self.owner_seconds(
+            self.exchange_seconds(exchanged),
+            memory,
+            2.0 * n_in,
+            p.width,
+        )
     }
 
     /// A piece's seconds on its owner: `transfer` seconds of communication, `memory`
     /// bytes of table traffic, `lookups` row lookups or updates, and the fixed cost
     /// of one shard.
-    fn owner_seconds(&self, transfer: f64, memory: f64, lookups: f64) -> f64 {
+    fn owner_seconds(&self, transfer: f64, memory: f64, lookups: f64, width: usize) -> f64 {
         let m = self.model;
-        transfer + memory / m.mem_bw + lookups * m.lookup_s + m.shard_s
+        if m.width_factor.is_empty() {
+            transfer + memory / m.mem_bw + lookups * m.lookup_s + m.shard_s
+        } else {
+            transfer + m.factor(width) * (memory / m.mem_bw + lookups * m.lookup_s) + m.shard_s
+        }
     }
 
     /// Seconds to exchange `bytes` that the ranks send in equal shares to every rank,
@@ -396,6 +460,22 @@ impl<'a> Ctx<'a> {
             }
         }
         plan
+    }
+
+    /// Per rank, the cost of `cost` seconds over `count` pieces under the model's
+    /// multi-table interference (`cost` itself without interference).
+    pub(super) fn effective(&self, cost: &[f64], count: &[usize]) -> Vec<f64> {
+        if self.model.interference == 0.0 {
+            return cost.to_vec();
+        }
+        cost.iter()
+            .zip(count)
+            .map(|(&c, &k)| self.model.with_interference(c, k))
+            .collect()
+    }
+
+    pub(super) fn interference(&self) -> bool {
+        self.model.interference != 0.0
     }
 
     /// Bytes of the whole table with its optimizer state.
@@ -526,14 +606,17 @@ pub(super) fn check_inputs<'a>(
 
 pub(super) fn report(ctx: &Ctx, plan: &Plan) -> PlanReport {
     let mut cost = vec![0.0; ctx.world];
+    let mut count = vec![0usize; ctx.world];
     for (t, p) in plan.tables.iter().enumerate() {
         let mode = plan.mode(t);
         for (r, c, _) in ctx.contrib_mode(t, p, mode) {
             cost[r] += c;
+            count[r] += 1;
         }
         let ask = ctx.ask_cost(t, p, mode);
         cost.iter_mut().for_each(|c| *c += ask);
     }
+    let cost = ctx.effective(&cost, &count);
     PlanReport::new(cost, plan.bytes_per_rank(ctx.spec, ctx.state))
 }
 

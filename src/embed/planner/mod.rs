@@ -109,7 +109,19 @@
 //! - `cost.rs`: the cost model ([`CostModel`], [`evaluate`]) and the checked inputs
 //!   every planner starts from;
 //! - `heuristics.rs`: the table-wise heuristics ([`Heuristic`], [`plan_heuristic`]);
-//! - `search.rs`: the planner's greedy and local search ([`plan_auto`]).
+//! - `search.rs`: the planner's greedy and local search ([`plan_auto`]);
+//! - `calib.rs`: measured costs (`torusrec calibrate`), their file and fit, and the
+//!   predicted seconds of a step.
+//!
+//! # Measured costs
+//!
+//! A [`CostModel`] fitted by [`calib::fit`] carries two terms the defaults leave out:
+//! a factor per embedding width on the row-access seconds (memory traffic and
+//! lookups of the owners and of the asking side), so that a width costs what was
+//! measured for it, and the multi-table interference `beta`: a rank holding `k`
+//! pieces costs `1 + beta (k - 1)` times their sum. The greedy and the local search
+//! compare ranks by that cost; with `beta = 0` and no factors (the defaults) every
+//! cost is the sum above, bit for bit.
 //!
 //! [`Plan`]: crate::embed::placement::Plan
 //! [`Plan::bytes_per_rank`]: crate::embed::placement::Plan::bytes_per_rank
@@ -124,6 +136,7 @@ use serde::{Deserialize, Serialize};
 use super::spec::ModelSpec;
 use crate::rng::{hash3, stream, SplitMix64};
 
+pub mod calib;
 mod cost;
 mod heuristics;
 mod search;
@@ -503,6 +516,48 @@ mod tests {
                 "world {world}: {r:?}"
             );
         }
+    }
+
+    #[test]
+    fn interference_multiplies_a_ranks_cost_by_its_pieces() {
+        let spec = spec_of(
+            (0..4)
+                .map(|i| table(&format!("t{i}"), 1000, 16, 2.0))
+                .collect(),
+        );
+        let stats = synthetic_stats(&spec, 2, 64);
+        let plan = Plan {
+            world: 2,
+            spec_digest: spec.digest(),
+            tables: vec![
+                Placement::Table { rank: 0 },
+                Placement::Table { rank: 0 },
+                Placement::Table { rank: 0 },
+                Placement::Table { rank: 1 },
+            ],
+            modes: Vec::new(),
+        };
+        let plain = evaluate(&spec, &stats, &plan, &CostModel::default(), 0);
+        let m = CostModel {
+            interference: 0.5,
+            ..CostModel::default()
+        };
+        let inter = evaluate(&spec, &stats, &plan, &m, 0);
+        // Three pieces on rank 0: 1 + 0.5 x 2 times their sum; one on rank 1: as is.
+        let want = 2.0 * plain.cost_per_rank[0];
+        assert!(
+            (inter.cost_per_rank[0] - want).abs() <= 1e-12 * want,
+            "{inter:?}"
+        );
+        assert_eq!(inter.cost_per_rank[1], plain.cost_per_rank[1]);
+        // Planned under it, no rank ends up as loaded as rank 0 here.
+        let opts = PlanOptions {
+            model: m,
+            ..PlanOptions::new(2, u64::MAX)
+        };
+        let (p, r) = plan_auto(&spec, &stats, &opts).unwrap();
+        assert!(r.max_cost < inter.max_cost, "{p:?} {r:?}");
+        assert_eq!(r, evaluate(&spec, &stats, &p, &opts.model, 0));
     }
 
     #[test]

@@ -115,6 +115,8 @@ fn greedy(ctx: &Ctx, mem: u64) -> Option<Vec<Placement>> {
     let keep_escape = reserve <= mem;
     let mut cost = vec![0.0; ctx.world];
     let mut bytes = vec![0u64; ctx.world];
+    // Pieces per rank (for multi-table interference).
+    let mut count = vec![0usize; ctx.world];
     let mut out = vec![Placement::DataParallel; n_tables];
     for t in order {
         reserve -= ctx.row_share(t);
@@ -126,6 +128,13 @@ fn greedy(ctx: &Ctx, mem: u64) -> Option<Vec<Placement>> {
             if add.iter().any(|&(r, _, _)| b[r] > limit) {
                 continue;
             }
+            let c = if ctx.interference() {
+                let mut k = count.clone();
+                add.iter().for_each(|&(r, _, _)| k[r] += 1);
+                ctx.effective(&c, &k)
+            } else {
+                c
+            };
             let touched = add.iter().map(|&(r, _, _)| c[r]).fold(0.0, f64::max);
             let key = (
                 max_of(&c),
@@ -150,6 +159,7 @@ fn greedy(ctx: &Ctx, mem: u64) -> Option<Vec<Placement>> {
         }
         let (_, p, add) = best?;
         (cost, bytes) = with(&cost, &bytes, &add);
+        add.iter().for_each(|&(r, _, _)| count[r] += 1);
         out[t] = p;
     }
     Some(out)
@@ -188,26 +198,30 @@ fn local_search(
     for _ in 0..max_iters {
         let mut cost = vec![0.0; ctx.world];
         let mut bytes = vec![0u64; ctx.world];
+        let mut count = vec![0usize; ctx.world];
         for c in &contrib {
             for &(r, x, y) in c {
                 cost[r] += x;
                 bytes[r] += y;
+                count[r] += 1;
             }
         }
-        let current = sorted_desc(&cost);
+        let eff = ctx.effective(&cost, &count);
+        let current = sorted_desc(&eff);
         let tol = 1e-9 * current[0];
-        let a = ranks_by(&cost)[ctx.world - 1];
+        let a = ranks_by(&eff)[ctx.world - 1];
         let on_a: Vec<usize> = (0..n_tables)
             .filter(|&t| contrib[t].iter().any(|&(r, _, _)| r == a))
             .collect();
 
         let mut best: Option<(Vec<f64>, Vec<Change>)> = None;
         let mut consider = |changes: Vec<(usize, Placement)>| {
-            let (mut c, mut b) = (cost.clone(), bytes.clone());
+            let (mut c, mut b, mut k) = (cost.clone(), bytes.clone(), count.clone());
             for (t, _) in &changes {
                 for &(r, x, y) in &contrib[*t] {
                     c[r] -= x;
                     b[r] -= y;
+                    k[r] -= 1;
                 }
             }
             let changes: Vec<Change> = changes
@@ -221,12 +235,13 @@ fn local_search(
                 for &(r, x, y) in add {
                     c[r] += x;
                     b[r] += y;
+                    k[r] += 1;
                 }
             }
             if b.iter().any(|&x| x > mem) {
                 return;
             }
-            let s = sorted_desc(&c);
+            let s = sorted_desc(&ctx.effective(&c, &k));
             if !lex_below(&s, &current, tol) {
                 return;
             }

@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# Measured costs (issue 14): does the planner's calibrated cost model predict the
+# step, and does planning with it balance the ranks' measured busy time?
+#
+# For each rank count P in RANKS (default "2 4"):
+#   1. `torusrec calibrate` at P ranks -> $OUT/costs-P.json;
+#   2. for each workload (torchrec-peer; dlrm-synthetic at scale SCALE, default 0.1;
+#      "skewed": a few hot tables and many cold ones, $OUT/skewed.toml), three plans
+#      trained in the same session, each for WARM + STEPS steps (--preload):
+#        calibrated     `embed --plan auto --costs costs-P.json`
+#        analytic       `plan` without --costs (the default constants), then
+#                       `embed --plan analytic.json --costs costs-P.json`
+#        lookup-greedy  `plan --method lookup-greedy`, then `embed --plan ... --costs`
+#      (--costs on a plan file predicts its step with the measured costs; it does
+#      not change the plan.)
+# Reports per run: the predicted seconds per step (start of the run) and the
+# measured one (the intervals after the first, i.e. after WARM steps), their
+# difference, each rank's busy seconds per step in the embedding phases (max/min
+# over ranks), and examples/s. Summary: mean and worst |predicted - measured| /
+# measured (target: 10 % mean, 20 % worst); calibrated busy max/min (target <= 1.05
+# and never above the other two planners').
+#
+# Writes bench/costs.md (or $OUT/costs.md with QUICK=1: a tiny setting that checks
+# the script in a minute: calibrate --quick, small models, a few steps).
+# Run it on a quiet machine: the times are the point.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+QUICK="${QUICK:-0}"
+RANKS="${RANKS:-2 4}"
+OUT="${OUT:-out/bench-costs}"
+if [[ $QUICK == 1 ]]; then
+  STEPS="${STEPS:-4}"; WARM="${WARM:-2}"; SCALE="${SCALE:-0.01}"; PEER_SCALE="${PEER_SCALE:-0.01}"
+  BATCH="${BATCH:-256}"; CAL=(--quick); MD="$OUT/costs.md"; SKEW_HOT=50000; SKEW_COLD=2000
+else
+  STEPS="${STEPS:-30}"; WARM="${WARM:-10}"; SCALE="${SCALE:-0.1}"; PEER_SCALE="${PEER_SCALE:-1}"
+  BATCH="${BATCH:-2048}"; CAL=(); MD=bench/costs.md; SKEW_HOT=1000000; SKEW_COLD=20000
+fi
+mkdir -p "$OUT" bench
+if [[ $(id -u) -eq 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+export OPENBLAS_NUM_THREADS=1
+cargo build --release --quiet
+BIN=target/release/torusrec
+MPI=(mpirun --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS)
+TOTAL=$((WARM + STEPS))
+
+# The skewed workload: 4 hot tables (long bags, wide) and 28 cold ones (one id, narrow).
+{
+  echo "n_dense = 13"
+  echo "hidden = [256, 128]"
+  echo "zipf = 1.05"
+  for i in 0 1 2 3; do
+    printf '[[table]]\nname = "hot%d"\nvocab = %d\ndim = 64\nvalency = 30.0\n' "$i" "$SKEW_HOT"
+  done
+  for i in $(seq 0 27); do
+    printf '[[table]]\nname = "cold%d"\nvocab = %d\ndim = 16\nvalency = 1.0\n' "$i" "$SKEW_COLD"
+  done
+} > "$OUT/skewed.toml"
+
+# workload NAME: the model flags of a workload.
+workload() {
+  case $1 in
+    torchrec-peer) echo "--preset torchrec-peer --scale $PEER_SCALE" ;;
+    dlrm-synthetic) echo "--preset dlrm-synthetic --scale $SCALE" ;;
+    skewed) echo "--tables $OUT/skewed.toml" ;;
+  esac
+}
+
+# train NAME NP PLAN MODEL...: one run with --costs; metrics in $OUT/NAME.jsonl.
+train() {
+  local name=$1 np=$2 plan=$3; shift 3
+  rm -f "$OUT/$name.jsonl"
+  "${MPI[@]}" -np "$np" "$BIN" embed "$@" --batch "$BATCH" --steps "$TOTAL" --log-every "$WARM" \
+      --eval-examples 4096 --threads 1 --seed 1 --preload --plan "$plan" \
+      --costs "$OUT/costs-$np.json" --metrics "$OUT/$name.jsonl" > "$OUT/$name.log" 2>&1 \
+    || { echo "run $name failed:"; tail -20 "$OUT/$name.log"; exit 1; }
+}
+
+# row WORKLOAD P PLANNER NAME: a table row from a run's metrics.
+row() {
+  python3 - "$1" "$2" "$3" "$OUT/$4.jsonl" <<'PY'
+import json, sys
+w, p, planner, f = sys.argv[1:]
+rows = [json.loads(l) for l in open(f) if l.strip()]
+fin = [r for r in rows if r.get("final")][-1]
+iv = [r for r in rows if not r.get("final")][1:]
+ex = sum(r["examples"] for r in iv) / max(sum(r["seconds"] for r in iv), 1e-12)
+pred, meas = fin["predicted"]["step"], fin["measured"]["seconds_per_step"]
+busy = fin["measured"]["busy_per_rank"]
+err = 100 * (pred - meas) / meas
+print(f"| {w} | {p} | {planner} | {pred:.4f} | {meas:.4f} | {err:+.1f} | "
+      f"{max(busy):.4f} / {min(busy):.4f} | {fin['measured']['busy_max_over_min']:.3f} | {ex:.0f} |")
+PY
+}
+
+COMMIT="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo ' (with uncommitted changes)')"
+CPU="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+TABLE="$OUT/costs-rows.md"
+: > "$TABLE"
+for P in $RANKS; do
+  "${MPI[@]}" -np "$P" "$BIN" calibrate "${CAL[@]}" --threads 1 --out "$OUT/costs-$P.json" --force \
+    > "$OUT/calibrate-$P.log" 2>&1 || { echo "calibrate at $P failed:"; tail -20 "$OUT/calibrate-$P.log"; exit 1; }
+  for W in torchrec-peer dlrm-synthetic skewed; do
+    # shellcheck disable=SC2046
+    model=( $(workload "$W") )
+    "$BIN" plan "${model[@]}" --ranks "$P" --batch "$BATCH" --seed 1 \
+      --out "$OUT/$W-$P-analytic.json" --force > "$OUT/$W-$P-analytic-plan.log" 2>&1
+    "$BIN" plan "${model[@]}" --ranks "$P" --batch "$BATCH" --seed 1 --costs "$OUT/costs-$P.json" \
+      --method lookup-greedy --out "$OUT/$W-$P-lookup.json" --force > "$OUT/$W-$P-lookup-plan.log" 2>&1
+    train "$W-$P-calibrated" "$P" auto "${model[@]}"
+    train "$W-$P-analytic" "$P" "$OUT/$W-$P-analytic.json" "${model[@]}"
+    train "$W-$P-lookup" "$P" "$OUT/$W-$P-lookup.json" "${model[@]}"
+    for k in calibrated analytic lookup; do
+      name=$k; [[ $k == lookup ]] && name=lookup-greedy
+      row "$W" "$P" "$name" "$W-$P-$k" >> "$TABLE"
+    done
+  done
+done
+
+{
+  echo "# Measured costs: predicted against measured step, and measured balance"
+  echo
+  echo "Measured $(date -u +%Y-%m-%d) at commit $COMMIT on $(nproc) cores ($CPU) by \`scripts/bench_costs.sh\`$([[ $QUICK == 1 ]] && echo ' (QUICK=1: the tiny check setting, not a benchmark)'). Batch $BATCH per rank, $WARM warm-up steps then $STEPS timed (the intervals after the first), --preload, 1 thread per rank; every rank is a process on this machine (oversubscribed beyond 2 ranks)."
+  echo
+  echo "Workloads: torchrec-peer (scale $PEER_SCALE), dlrm-synthetic (scale $SCALE), skewed (4 hot tables: $SKEW_HOT rows, width 64, 30 ids per example; 28 cold: $SKEW_COLD rows, width 16, 1 id; \`$OUT/skewed.toml\`)."
+  echo "Planners: calibrated (\`embed --plan auto --costs\`), analytic (\`plan\` with the default constants), lookup-greedy (\`plan --method lookup-greedy\`); each run predicts its plan's step with the same measured costs (\`--costs\`)."
+  echo "Busy: each rank's seconds per step in the embedding phases (lookup, pooling, backward) less its seconds inside their collectives."
+  echo
+  for P in $RANKS; do
+    echo "Calibration at $P ranks (\`$OUT/costs-$P.json\`):"
+    echo
+    grep -E '^(calibrate|fit):' "$OUT/calibrate-$P.log" | sed 's/^/    /'
+    echo
+  done
+  echo "| workload | P | planner | predicted s/step | measured s/step | error % | busy max / min s | busy max/min | examples/s |"
+  echo "|---|---|---|---|---|---|---|---|---|"
+  cat "$TABLE"
+  echo
+  python3 - "$TABLE" <<'PY'
+import sys
+rows = [l.strip("|\n").split("|") for l in open(sys.argv[1]) if l.startswith("|")]
+rows = [[c.strip() for c in r] for r in rows]
+errs = [abs(float(r[5])) for r in rows]
+print(f"Prediction error |predicted - measured| / measured over {len(rows)} runs: mean {sum(errs)/len(errs):.1f} %, worst {max(errs):.1f} % (target: 10 % mean, 20 % worst).")
+print()
+cal_ok, cal_best = [], []
+groups = {}
+for r in rows:
+    groups.setdefault((r[0], r[1]), {})[r[2]] = float(r[7])
+for (w, p), g in sorted(groups.items()):
+    c = g.get("calibrated")
+    if c is None:
+        continue
+    others = [v for k, v in g.items() if k != "calibrated"]
+    cal_ok.append(c <= 1.05)
+    cal_best.append(all(c <= o + 1e-9 for o in others))
+    print(f"- {w} at P={p}: busy max/min calibrated {c:.3f}, " + ", ".join(f"{k} {v:.3f}" for k, v in g.items() if k != "calibrated"))
+print()
+print(f"Calibrated busy max/min <= 1.05 in {sum(cal_ok)} of {len(cal_ok)} settings; no worse than both others in {sum(cal_best)} of {len(cal_best)}.")
+PY
+} > "$MD"
+echo "wrote $MD"

@@ -1,0 +1,1192 @@
+//! Measured costs (`torusrec calibrate`): micro-benchmarks of the kernels the planner
+//! prices, the file that keeps them with the conditions they were measured under, the
+//! fit that turns them into a [`CostModel`], and the predicted seconds of a step.
+//!
+//! # What is measured
+//!
+//! On every rank at once (as training runs them), with the rank's thread count:
+//!
+//! - **gather-pool** ([`kernels::pool_bags`]) and **scatter-update**
+//!   ([`kernels::scatter_bags`] into the table) per embedding width, pooling factor
+//!   (ids per example) and id distribution (`uniform`, or `zipf` with exponent
+//!   [`ZIPF_S`], ranks scattered over the rows by a hash as the click generator does),
+//!   over tables of [`CalibOptions::table_bytes`] each, alone (`tables` 1) and several
+//!   tables one after another per call (`tables` k: what a rank holding k tables does
+//!   each step);
+//! - the **MLP step** ([`Mlp::forward_backward`]) per shape (the presets' MLPs) and
+//!   batch;
+//! - **all-to-all-v** (uniform, `bytes` per rank in total) and **all-reduce** (`bytes`
+//!   of f32 per rank) through the [`Comm`] trait at the launched rank count.
+//!
+//! Each point is the median of `reps` timed calls after one untimed call; a kernel's
+//! seconds are the mean over ranks of each rank's median, a collective's the slowest
+//! rank's mean.
+//!
+//! # The fit ([`fit`])
+//!
+//! From the uniform single-table points (cache misses, as the owners' distinct rows
+//! are): per id, `seconds / ids = lookup_s + x / mem_bw` by least squares, with `x`
+//! the bytes a row access moves (`a(d) = max(4 d, 64)` for a gather, `2 a(d)` for a
+//! scatter: read and write). Each measured width then gets the factor
+//! `measured / fitted` (their sums over its gather and scatter points), so the model's
+//! seconds of a width it measured (a gather and a scatter per id, summed over the
+//! pooling factors) are the measured ones ([`CostModel::width_factor`]). The interference
+//! `beta` is the least-squares slope through the origin of
+//! `(per-id seconds of k tables together) / (per-id seconds alone) - 1` against
+//! `k - 1` over every multi-table point (clamped at 0): a rank with `k` pieces costs
+//! `1 + beta (k - 1)` times their sum ([`CostModel::interference`]). The collectives
+//! fit `seconds = latency + x / bandwidth` by least relative squares, with `x` the
+//! bytes that cross to other ranks (`bytes (P - 1) / P` for all-to-all,
+//! `2 bytes (P - 1) / P` for all-reduce); on one rank nothing crosses, and the
+//! defaults' rates are kept. The MLP's rate is
+//! `sum flops / sum seconds` with `6 b sum_l in_l out_l` flops per point (forward
+//! one product per layer, backward two).
+//!
+//! `shard_s` and `line_bytes` are not measured; they keep the defaults.
+//!
+//! # Reading ([`Costs::from_file`])
+//!
+//! Every field is checked (type, range, known names); the error names the field by
+//! its path (e.g. `gather[3].seconds`) and the file, and is an input error (exit 2).
+//! The fit is recomputed from the points on read (the file's `fit` is checked and
+//! kept for people to read, not used), so editing a point changes the plan.
+
+use std::path::Path;
+use std::time::Instant;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::CostModel;
+use crate::comm::Comm;
+use crate::embed::kernels::{self, Bags, Isa};
+use crate::embed::mlp::{Mlp, Workspace};
+use crate::error::{Error, Result};
+use crate::rng::{mix64, SplitMix64};
+
+/// The file's schema name.
+pub const SCHEMA: &str = "torusrec-costs-v1";
+
+/// Exponent of the Zipf id distribution measured.
+pub const ZIPF_S: f64 = 1.05;
+
+/// The conditions of a calibration.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Conditions {
+    pub ranks: usize,
+    pub torus: String,
+    /// Rayon threads per rank.
+    pub threads: usize,
+    pub cpu: String,
+    pub avx512: bool,
+    pub avx2: bool,
+    /// `git rev-parse --short HEAD` where it ran (`unknown` outside a checkout).
+    pub commit: String,
+    /// The quick setting (few, small points: for tests).
+    pub quick: bool,
+    pub reps: usize,
+    /// Bytes of each table the kernels ran on.
+    pub table_bytes: u64,
+}
+
+/// One kernel measurement: `tables` tables of `rows` rows of width `dim`, `ids`
+/// ids in all (over the tables), `pooling` per example, in `seconds` per call.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct KernelPoint {
+    pub dim: usize,
+    pub pooling: usize,
+    pub dist: String,
+    pub tables: usize,
+    pub rows: u64,
+    pub ids: u64,
+    pub seconds: f64,
+}
+
+/// The MLP's forward and backward over `batch` examples.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MlpPoint {
+    pub layers: Vec<usize>,
+    pub batch: usize,
+    pub seconds: f64,
+}
+
+/// A collective of `bytes` per rank.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CollPoint {
+    pub bytes: u64,
+    pub seconds: f64,
+}
+
+/// What the points give (see the module doc).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Fit {
+    pub model: CostModel,
+    pub all_to_all_latency_s: f64,
+    pub all_reduce_latency_s: f64,
+    /// FLOP/s of the MLP step on one rank.
+    pub mlp_flops: f64,
+    /// Per measured width: the Zipf points' per-id seconds over the uniform ones'
+    /// (below 1: hot rows hit the caches). Reported, not used by the planner (its
+    /// owners' rows are the distinct ids of a batch).
+    pub zipf_ratio: Vec<[f64; 2]>,
+}
+
+/// A calibration: conditions, points and their fit.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Costs {
+    pub schema: String,
+    pub conditions: Conditions,
+    pub gather: Vec<KernelPoint>,
+    pub scatter: Vec<KernelPoint>,
+    pub mlp: Vec<MlpPoint>,
+    pub all_to_all: Vec<CollPoint>,
+    pub all_reduce: Vec<CollPoint>,
+    pub fit: Fit,
+}
+
+/// How much to measure.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CalibOptions {
+    pub quick: bool,
+    pub reps: usize,
+    pub table_bytes: u64,
+    /// Ids per table per call.
+    pub ids: usize,
+    pub dims: Vec<usize>,
+    pub poolings: Vec<usize>,
+    /// Table counts of the interference points.
+    pub together: Vec<usize>,
+    /// Widths and pooling of the interference points.
+    pub together_dims: Vec<usize>,
+    pub together_pooling: usize,
+    pub mlp_shapes: Vec<Vec<usize>>,
+    pub mlp_batches: Vec<usize>,
+    /// Bytes per rank of the collectives.
+    pub coll_bytes: Vec<u64>,
+    pub seed: u64,
+}
+
+impl CalibOptions {
+    /// The full setting (about a minute on 2 cores) or the quick one (seconds).
+    pub fn new(quick: bool) -> Self {
+        let shapes = ["torchrec-peer", "dlrm-synthetic", "tiny"]
+            .iter()
+            .filter_map(|p| crate::embed::spec::preset(p, 0.1).ok())
+            .map(|s| s.mlp_layers())
+            .collect();
+        if quick {
+            CalibOptions {
+                quick,
+                reps: 3,
+                table_bytes: 1 << 20,
+                ids: 1 << 13,
+                dims: vec![8, 32],
+                poolings: vec![1, 8],
+                together: vec![2],
+                together_dims: vec![32],
+                together_pooling: 8,
+                mlp_shapes: vec![vec![32, 16, 1]],
+                mlp_batches: vec![64],
+                coll_bytes: vec![4 << 10, 64 << 10],
+                seed: 1,
+            }
+        } else {
+            CalibOptions {
+                quick,
+                reps: 5,
+                table_bytes: 64 << 20,
+                ids: 1 << 18,
+                dims: vec![8, 16, 32, 64, 128],
+                poolings: vec![1, 8, 32],
+                together: vec![2, 4, 8],
+                together_dims: vec![16, 64],
+                together_pooling: 8,
+                mlp_shapes: shapes,
+                mlp_batches: vec![512, 2048],
+                coll_bytes: vec![4 << 10, 64 << 10, 1 << 20, 8 << 20],
+                seed: 1,
+            }
+        }
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        0.0
+    } else if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        0.5 * (v[n / 2 - 1] + v[n / 2])
+    }
+}
+
+/// Median seconds of `reps` calls of `f` after one untimed call.
+fn time_median(reps: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    let t: Vec<f64> = (0..reps.max(1))
+        .map(|_| {
+            let s = Instant::now();
+            f();
+            s.elapsed().as_secs_f64()
+        })
+        .collect();
+    median(t)
+}
+
+/// Rows `ids` of a table of `rows` rows under `dist` (deterministic from `seed`).
+fn local_ids(dist: &str, rows: u64, n: usize, seed: u64) -> Vec<u32> {
+    let mut rng = SplitMix64::new(seed);
+    if dist == "zipf" {
+        let z = crate::embed::clicks::Zipf::new(rows, ZIPF_S);
+        (0..n)
+            .map(|_| (mix64(z.sample(&mut rng) ^ seed) % rows) as u32)
+            .collect()
+    } else {
+        (0..n).map(|_| rng.below(rows) as u32).collect()
+    }
+}
+
+/// Rank-local: the gather-pool and scatter-update points of one setting: `k` tables
+/// of width `dim`, `pooling` ids per example, ids under `dist`.
+fn local_kernel_pair(
+    o: &CalibOptions,
+    dim: usize,
+    pooling: usize,
+    dist: &str,
+    k: usize,
+) -> (KernelPoint, KernelPoint) {
+    let isa = Isa::detect();
+    let rows = (o.table_bytes / (4 * dim as u64)).max(1);
+    let examples = (o.ids / pooling).max(1);
+    let n_ids = examples * pooling;
+    let mut tables: Vec<Vec<f32>> = (0..k)
+        .map(|j| {
+            (0..rows as usize * dim)
+                .map(|i| ((i + j) % 97) as f32 * 1e-3)
+                .collect()
+        })
+        .collect();
+    let ids: Vec<Vec<u32>> = (0..k)
+        .map(|j| local_ids(dist, rows, n_ids, o.seed ^ mix64(j as u64 + 1)))
+        .collect();
+    let offsets: Vec<u32> = (0..=examples).map(|e| (e * pooling) as u32).collect();
+    let mut out = vec![0.0f32; examples * dim];
+    let g = vec![1e-6f32; examples * dim];
+    let gather = time_median(o.reps, || {
+        for (tab, id) in tables.iter().zip(&ids) {
+            let bags = Bags {
+                offsets: &offsets,
+                idx: id,
+                map: None,
+            };
+            kernels::pool_bags(isa, tab, dim, bags, &mut out);
+        }
+        std::hint::black_box(&out);
+    });
+    let scatter = time_median(o.reps, || {
+        for (tab, id) in tables.iter_mut().zip(&ids) {
+            let bags = Bags {
+                offsets: &offsets,
+                idx: id,
+                map: None,
+            };
+            kernels::scatter_bags(isa, &g, dim, bags, tab);
+        }
+        std::hint::black_box(&tables);
+    });
+    let point = |seconds| KernelPoint {
+        dim,
+        pooling,
+        dist: dist.to_string(),
+        tables: k,
+        rows,
+        ids: (n_ids * k) as u64,
+        seconds,
+    };
+    (point(gather), point(scatter))
+}
+
+/// Rank-local: the MLP step of `layers` over `batch` examples.
+fn local_mlp_point(o: &CalibOptions, layers: &[usize], batch: usize) -> Result<MlpPoint> {
+    let mlp = Mlp::new(layers, o.seed)?;
+    let n_in = layers[0];
+    let x: Vec<f32> = (0..batch * n_in).map(|i| (i % 13) as f32 * 0.01).collect();
+    let labels: Vec<f32> = (0..batch).map(|i| (i % 2) as f32).collect();
+    let mut grad = vec![0.0f32; mlp.n_params()];
+    let mut dx = vec![0.0f32; batch * n_in];
+    let mut ws = Workspace::default();
+    let xv = ndarray::ArrayView2::from_shape((batch, n_in), &x)
+        .map_err(|e| Error::Config(format!("calibrate: MLP input: {e}")))?;
+    let seconds = time_median(o.reps, || {
+        let l = mlp.forward_backward(xv, &labels, 1.0 / batch as f32, &mut grad, &mut dx, &mut ws);
+        std::hint::black_box(l);
+    });
+    Ok(MlpPoint {
+        layers: layers.to_vec(),
+        batch,
+        seconds,
+    })
+}
+
+/// Collective: every rank must call. The mean over ranks of each value.
+fn global_mean<C: Comm>(comm: &C, v: &mut [f64]) {
+    comm.all_reduce_sum(v);
+    let n = comm.size() as f64;
+    v.iter_mut().for_each(|x| *x /= n);
+}
+
+/// Collective: every rank must call. The slowest rank's mean seconds of `reps` calls
+/// of `f`, started together after a barrier (one untimed call first).
+fn global_time<C: Comm>(comm: &C, reps: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    comm.barrier();
+    let t = Instant::now();
+    for _ in 0..reps.max(1) {
+        f();
+    }
+    let mine = t.elapsed().as_secs_f64() / reps.max(1) as f64;
+    f64::from_bits(comm.all_reduce_max(mine.to_bits()))
+}
+
+/// Collective: every rank must call. All-to-all-v and all-reduce per message size.
+fn global_collectives<C: Comm>(
+    comm: &C,
+    o: &CalibOptions,
+) -> Result<(Vec<CollPoint>, Vec<CollPoint>)> {
+    let _phase = comm.stats().phase("calibrate");
+    let p = comm.size();
+    let (mut a2a, mut ar) = (Vec::new(), Vec::new());
+    for &bytes in &o.coll_bytes {
+        let per = ((bytes / 4) as usize / p).max(1);
+        let send = vec![1.0f32; per * p];
+        let counts = vec![per; p];
+        let mut err = Ok(());
+        let s = global_time(comm, o.reps, || {
+            if let Err(e) = comm.all_to_all_v(&send, &counts) {
+                err = Err(e);
+            }
+        });
+        err?;
+        a2a.push(CollPoint {
+            bytes: (per * p * 4) as u64,
+            seconds: s,
+        });
+        let mut buf = vec![1.0f32; (bytes / 4).max(1) as usize];
+        let s = global_time(comm, o.reps, || comm.all_reduce_sum(&mut buf));
+        ar.push(CollPoint {
+            bytes: buf.len() as u64 * 4,
+            seconds: s,
+        });
+    }
+    Ok((a2a, ar))
+}
+
+/// Collective: every rank must call. Measure everything of `o` (see the module doc)
+/// and fit it; `cond` are the conditions (the caller's: CPU, commit, threads).
+pub fn global_calibrate<C: Comm>(comm: &C, o: &CalibOptions, cond: Conditions) -> Result<Costs> {
+    let (mut gather, mut scatter) = (Vec::new(), Vec::new());
+    let mut settings: Vec<(usize, usize, &str, usize)> = Vec::new();
+    for &d in &o.dims {
+        for &pl in &o.poolings {
+            for dist in ["uniform", "zipf"] {
+                settings.push((d, pl, dist, 1));
+            }
+        }
+    }
+    for &d in &o.together_dims {
+        for dist in ["uniform", "zipf"] {
+            if !o.poolings.contains(&o.together_pooling) || !o.dims.contains(&d) {
+                settings.push((d, o.together_pooling, dist, 1));
+            }
+            for &k in &o.together {
+                settings.push((d, o.together_pooling, dist, k));
+            }
+        }
+    }
+    for (d, pl, dist, k) in settings {
+        let (g, s) = local_kernel_pair(o, d, pl, dist, k);
+        gather.push(g);
+        scatter.push(s);
+    }
+    let mut mlp = Vec::new();
+    for layers in &o.mlp_shapes {
+        for &b in &o.mlp_batches {
+            mlp.push(comm.agree(local_mlp_point(o, layers, b))?);
+        }
+    }
+    // Kernel seconds: the mean over ranks.
+    let mut secs: Vec<f64> = gather
+        .iter()
+        .chain(&scatter)
+        .map(|p| p.seconds)
+        .chain(mlp.iter().map(|p| p.seconds))
+        .collect();
+    global_mean(comm, &mut secs);
+    let (ng, ns) = (gather.len(), scatter.len());
+    for (p, s) in gather.iter_mut().zip(&secs[..ng]) {
+        p.seconds = *s;
+    }
+    for (p, s) in scatter.iter_mut().zip(&secs[ng..ng + ns]) {
+        p.seconds = *s;
+    }
+    for (p, s) in mlp.iter_mut().zip(&secs[ng + ns..]) {
+        p.seconds = *s;
+    }
+    let (all_to_all, all_reduce) = global_collectives(comm, o)?;
+    let mut c = Costs {
+        schema: SCHEMA.to_string(),
+        conditions: cond,
+        gather,
+        scatter,
+        mlp,
+        all_to_all,
+        all_reduce,
+        fit: Fit {
+            model: CostModel::default(),
+            all_to_all_latency_s: 0.0,
+            all_reduce_latency_s: 0.0,
+            mlp_flops: 1.0,
+            zipf_ratio: Vec::new(),
+        },
+    };
+    // Seconds too small to time (a clock tick) would fit nothing: at least 1 ns.
+    for p in c.gather.iter_mut().chain(c.scatter.iter_mut()) {
+        p.seconds = p.seconds.max(1e-9);
+    }
+    for p in c.mlp.iter_mut() {
+        p.seconds = p.seconds.max(1e-9);
+    }
+    for p in c.all_to_all.iter_mut().chain(c.all_reduce.iter_mut()) {
+        p.seconds = p.seconds.max(1e-9);
+    }
+    c.fit = fit(&c);
+    Ok(c)
+}
+
+/// Least squares `y = a + b x`; `None` with fewer than two distinct `x`.
+fn line(pts: &[(f64, f64)]) -> Option<(f64, f64)> {
+    let w = vec![1.0; pts.len()];
+    weighted_line(pts, &w)
+}
+
+/// Weighted least squares `y = a + b x` (weights `w`); `None` with fewer than two
+/// distinct `x`.
+fn weighted_line(pts: &[(f64, f64)], w: &[f64]) -> Option<(f64, f64)> {
+    let sw: f64 = w.iter().sum();
+    if pts.len() < 2 || sw <= 0.0 {
+        return None;
+    }
+    let mx = pts.iter().zip(w).map(|(p, w)| w * p.0).sum::<f64>() / sw;
+    let my = pts.iter().zip(w).map(|(p, w)| w * p.1).sum::<f64>() / sw;
+    let sxx: f64 = pts
+        .iter()
+        .zip(w)
+        .map(|(p, w)| w * (p.0 - mx) * (p.0 - mx))
+        .sum();
+    if sxx <= 0.0 {
+        return None;
+    }
+    let sxy: f64 = pts
+        .iter()
+        .zip(w)
+        .map(|(p, w)| w * (p.0 - mx) * (p.1 - my))
+        .sum();
+    let b = sxy / sxx;
+    Some((my - b * mx, b))
+}
+
+/// `(latency, bandwidth)` of `seconds = latency + x / bandwidth` by least relative
+/// squares (weights `1 / seconds^2`, so that the small messages that show the
+/// latency count as much as the large ones); `None` when the points give no
+/// positive slope. A negative intercept is clamped to 0.
+fn link_fit(pts: &[(f64, f64)]) -> Option<(f64, f64)> {
+    let w: Vec<f64> = pts.iter().map(|p| 1.0 / (p.1 * p.1).max(1e-300)).collect();
+    let (a, b) = weighted_line(pts, &w)?;
+    (b > 0.0).then_some((a.max(0.0), 1.0 / b))
+}
+
+/// Bytes a row access of `w` floats moves (as [`CostModel`] counts it).
+fn access(m: &CostModel, w: usize) -> f64 {
+    (4.0 * w as f64).max(m.line_bytes)
+}
+
+/// The model and rates the points give (see the module doc).
+pub fn fit(c: &Costs) -> Fit {
+    let mut m = CostModel::default();
+    let p = c.conditions.ranks.max(1) as f64;
+    // Per id: (bytes a row access moves, seconds), uniform single-table points.
+    let single = |pts: &[KernelPoint], mult: f64| -> Vec<(usize, f64, f64)> {
+        pts.iter()
+            .filter(|q| q.tables == 1 && q.dist == "uniform")
+            .map(|q| {
+                (
+                    q.dim,
+                    mult * access(&m, q.dim),
+                    q.seconds / q.ids.max(1) as f64,
+                )
+            })
+            .collect()
+    };
+    let mut per_id = single(&c.gather, 1.0);
+    per_id.extend(single(&c.scatter, 2.0));
+    let xy: Vec<(f64, f64)> = per_id.iter().map(|&(_, x, y)| (x, y)).collect();
+    match line(&xy) {
+        Some((a, b)) if b > 0.0 => {
+            m.mem_bw = 1.0 / b;
+            m.lookup_s = a.max(0.0);
+        }
+        _ => {
+            // One width (or a slope <= 0): memory at the default rate, the rest
+            // per lookup.
+            let n = xy.len().max(1) as f64;
+            let mean_rest = xy.iter().map(|&(x, y)| y - x / m.mem_bw).sum::<f64>() / n;
+            m.lookup_s = mean_rest.max(0.0);
+        }
+    }
+    let mut widths: Vec<usize> = per_id.iter().map(|q| q.0).collect();
+    widths.sort_unstable();
+    widths.dedup();
+    m.width_factor = widths
+        .iter()
+        .map(|&w| {
+            let (mut measured, mut fitted) = (0.0, 0.0);
+            for &(_, x, y) in per_id.iter().filter(|q| q.0 == w) {
+                measured += y;
+                fitted += m.lookup_s + x / m.mem_bw;
+            }
+            [w as f64, (measured / fitted.max(1e-15)).max(1e-6)]
+        })
+        .collect();
+    // Interference: per-id seconds of k tables together over alone.
+    let mut num = 0.0;
+    let mut den = 0.0;
+    for pts in [&c.gather, &c.scatter] {
+        for q in pts.iter().filter(|q| q.tables > 1) {
+            let alone = pts.iter().find(|a| {
+                a.tables == 1 && a.dim == q.dim && a.pooling == q.pooling && a.dist == q.dist
+            });
+            if let Some(a) = alone {
+                let r = (q.seconds / q.ids.max(1) as f64) / (a.seconds / a.ids.max(1) as f64);
+                let k1 = (q.tables - 1) as f64;
+                num += (r - 1.0) * k1;
+                den += k1 * k1;
+            }
+        }
+    }
+    m.interference = if den > 0.0 { (num / den).max(0.0) } else { 0.0 };
+    // Collectives.
+    let cross = if p > 1.0 { (p - 1.0) / p } else { 1.0 };
+    let a2a: Vec<(f64, f64)> = c
+        .all_to_all
+        .iter()
+        .map(|q| (q.bytes as f64 * cross, q.seconds))
+        .collect();
+    let ar: Vec<(f64, f64)> = c
+        .all_reduce
+        .iter()
+        .map(|q| (2.0 * q.bytes as f64 * cross, q.seconds))
+        .collect();
+    let (mut a2a_lat, mut ar_lat) = (0.0, 0.0);
+    if p > 1.0 {
+        if let Some((lat, bw)) = link_fit(&a2a) {
+            m.net_bw = bw;
+            a2a_lat = lat;
+        }
+        if let Some((lat, bw)) = link_fit(&ar) {
+            m.allreduce_bw = bw;
+            ar_lat = lat;
+        }
+    }
+    // MLP: flops over seconds.
+    let (mut f, mut s) = (0.0, 0.0);
+    for q in &c.mlp {
+        f += mlp_flops(&q.layers, q.batch);
+        s += q.seconds;
+    }
+    // Per width: the mean over (kernel, pooling) of Zipf's per-id seconds over
+    // uniform ids', single tables.
+    let zipf_ratio = widths
+        .iter()
+        .filter_map(|&w| {
+            let mut r = Vec::new();
+            for pts in [&c.gather, &c.scatter] {
+                for z in pts
+                    .iter()
+                    .filter(|q| q.tables == 1 && q.dim == w && q.dist == "zipf")
+                {
+                    let u = pts.iter().find(|q| {
+                        q.tables == 1 && q.dim == w && q.pooling == z.pooling && q.dist == "uniform"
+                    });
+                    if let Some(u) = u {
+                        r.push((z.seconds / z.ids as f64) / (u.seconds / u.ids as f64));
+                    }
+                }
+            }
+            (!r.is_empty()).then(|| [w as f64, r.iter().sum::<f64>() / r.len() as f64])
+        })
+        .collect();
+    Fit {
+        model: m,
+        all_to_all_latency_s: a2a_lat,
+        all_reduce_latency_s: ar_lat,
+        mlp_flops: if s > 0.0 && f > 0.0 { f / s } else { 1e9 },
+        zipf_ratio,
+    }
+}
+
+/// Flops of the MLP's forward and backward over `batch` examples.
+pub fn mlp_flops(layers: &[usize], batch: usize) -> f64 {
+    6.0 * batch as f64 * layers.windows(2).map(|w| (w[0] * w[1]) as f64).sum::<f64>()
+}
+
+/// The predicted seconds of one training step.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StepPrediction {
+    /// The planner's cost per rank (embedding lookups, exchange, update).
+    pub embedding_per_rank: Vec<f64>,
+    pub embedding_max: f64,
+    /// The MLP's forward and backward over the rank's examples.
+    pub dense: f64,
+    /// The all-reduce of the MLP's gradient.
+    pub allreduce: f64,
+    pub step: f64,
+}
+
+impl Costs {
+    /// The predicted step of a rank holding `batch_per_rank` examples with the MLP
+    /// `layers`, under `world` ranks, whose embedding costs are `embedding_per_rank`
+    /// (a [`super::PlanReport`]'s `cost_per_rank` under [`Costs::model`]).
+    pub fn predict(
+        &self,
+        embedding_per_rank: Vec<f64>,
+        layers: &[usize],
+        batch_per_rank: usize,
+        world: usize,
+    ) -> StepPrediction {
+        let f = &self.fit;
+        let embedding_max = embedding_per_rank.iter().copied().fold(0.0, f64::max);
+        let threads = self.conditions.threads.max(1) as f64;
+        let dense = mlp_flops(layers, batch_per_rank) / f.mlp_flops / threads;
+        let n = world as f64;
+        let params: f64 = layers.windows(2).map(|w| (w[0] * w[1] + w[1]) as f64).sum();
+        let allreduce = if world > 1 {
+            f.all_reduce_latency_s + 2.0 * params * 4.0 * (n - 1.0) / n / f.model.allreduce_bw
+        } else {
+            0.0
+        };
+        StepPrediction {
+            embedding_per_rank,
+            embedding_max,
+            dense,
+            allreduce,
+            step: embedding_max + dense + allreduce,
+        }
+    }
+
+    /// The planner's model (the fit of the points).
+    pub fn model(&self) -> CostModel {
+        self.fit.model.clone()
+    }
+
+    /// The calibration in file `path`, every field checked (see the module doc); the
+    /// fit recomputed from the points.
+    pub fn from_file(path: &Path) -> Result<Costs> {
+        let text = crate::error::read_text(path)?;
+        let v: Value = serde_json::from_str(&text)
+            .map_err(|e| Error::input(path, format!("not a costs file (JSON): {e}")))?;
+        let mut c = parse(&v).map_err(|msg| Error::input(path, msg))?;
+        c.fit = fit(&c);
+        c.fit
+            .model
+            .check()
+            .map_err(|msg| Error::input(path, format!("the fit of the points: {msg}")))?;
+        Ok(c)
+    }
+
+    /// JSON text of the calibration.
+    pub fn to_json(&self) -> Result<String> {
+        serde_json::to_string_pretty(self).map_err(|e| Error::Config(format!("costs: {e}")))
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Reading, field by field.
+
+type R<T> = std::result::Result<T, String>;
+
+/// A JSON object at a path, for messages that name the field.
+struct Obj<'a> {
+    map: &'a Map<String, Value>,
+    path: String,
+}
+
+impl<'a> Obj<'a> {
+    fn of(v: &'a Value, path: &str) -> R<Obj<'a>> {
+        match v {
+            Value::Object(map) => Ok(Obj {
+                map,
+                path: path.to_string(),
+            }),
+            _ => Err(format!("{}: must be an object", name(path))),
+        }
+    }
+
+    fn at(&self, k: &str) -> String {
+        if self.path.is_empty() {
+            k.to_string()
+        } else {
+            format!("{}.{k}", self.path)
+        }
+    }
+
+    fn only(&self, known: &[&str]) -> R<()> {
+        for k in self.map.keys() {
+            if !known.contains(&k.as_str()) {
+                return Err(format!(
+                    "{}: unknown field (known: {})",
+                    self.at(k),
+                    known.join(", ")
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn get(&self, k: &str) -> R<&'a Value> {
+        self.map
+            .get(k)
+            .ok_or_else(|| format!("{}: missing", self.at(k)))
+    }
+
+    fn f64(&self, k: &str) -> R<f64> {
+        self.get(k)?
+            .as_f64()
+            .ok_or_else(|| format!("{}: must be a number", self.at(k)))
+    }
+
+    /// A finite number > 0 (`positive`) or >= 0.
+    fn num(&self, k: &str, positive: bool) -> R<f64> {
+        let v = self.f64(k)?;
+        let ok = v.is_finite() && if positive { v > 0.0 } else { v >= 0.0 };
+        if ok {
+            Ok(v)
+        } else {
+            Err(format!(
+                "{} {v}: must be a finite number {}",
+                self.at(k),
+                if positive { "> 0" } else { ">= 0" }
+            ))
+        }
+    }
+
+    /// An integer >= `min`.
+    fn int(&self, k: &str, min: u64) -> R<u64> {
+        let v = self.get(k)?;
+        let n = v
+            .as_u64()
+            .ok_or_else(|| format!("{} {v}: must be an integer >= {min}", self.at(k)))?;
+        if n < min {
+            return Err(format!("{} {n}: must be at least {min}", self.at(k)));
+        }
+        Ok(n)
+    }
+
+    fn usize(&self, k: &str, min: u64) -> R<usize> {
+        let n = self.int(k, min)?;
+        usize::try_from(n).map_err(|_| format!("{} {n}: too large", self.at(k)))
+    }
+
+    fn string(&self, k: &str) -> R<String> {
+        match self.get(k)? {
+            Value::String(s) if !s.is_empty() => Ok(s.clone()),
+            v => Err(format!("{} {v}: must be a non-empty string", self.at(k))),
+        }
+    }
+
+    fn bool(&self, k: &str) -> R<bool> {
+        self.get(k)?
+            .as_bool()
+            .ok_or_else(|| format!("{}: must be true or false", self.at(k)))
+    }
+
+    /// A non-empty array of objects.
+    fn objs(&self, k: &str) -> R<Vec<Obj<'a>>> {
+        let v = self.get(k)?;
+        let a = v
+            .as_array()
+            .ok_or_else(|| format!("{}: must be an array", self.at(k)))?;
+        if a.is_empty() {
+            return Err(format!("{}: must not be empty", self.at(k)));
+        }
+        a.iter()
+            .enumerate()
+            .map(|(i, x)| Obj::of(x, &format!("{}[{i}]", self.at(k))))
+            .collect()
+    }
+}
+
+fn name(path: &str) -> &str {
+    if path.is_empty() {
+        "the file"
+    } else {
+        path
+    }
+}
+
+fn parse(v: &Value) -> R<Costs> {
+    let top = Obj::of(v, "")?;
+    top.only(&[
+        "schema",
+        "conditions",
+        "gather",
+        "scatter",
+        "mlp",
+        "all_to_all",
+        "all_reduce",
+        "fit",
+    ])?;
+    let schema = top.string("schema")?;
+    if schema != SCHEMA {
+        return Err(format!("schema {schema:?}: must be {SCHEMA:?}"));
+    }
+    let c = Obj::of(top.get("conditions")?, "conditions")?;
+    c.only(&[
+        "ranks",
+        "torus",
+        "threads",
+        "cpu",
+        "avx512",
+        "avx2",
+        "commit",
+        "quick",
+        "reps",
+        "table_bytes",
+    ])?;
+    let conditions = Conditions {
+        ranks: c.usize("ranks", 1)?,
+        torus: c.string("torus")?,
+        threads: c.usize("threads", 1)?,
+        cpu: c.string("cpu")?,
+        avx512: c.bool("avx512")?,
+        avx2: c.bool("avx2")?,
+        commit: c.string("commit")?,
+        quick: c.bool("quick")?,
+        reps: c.usize("reps", 1)?,
+        table_bytes: c.int("table_bytes", 4)?,
+    };
+    let kernel = |k: &str| -> R<Vec<KernelPoint>> {
+        top.objs(k)?
+            .iter()
+            .map(|o| {
+                o.only(&["dim", "pooling", "dist", "tables", "rows", "ids", "seconds"])?;
+                let dist = o.string("dist")?;
+                if dist != "uniform" && dist != "zipf" {
+                    return Err(format!(
+                        "{} {dist:?}: must be uniform or zipf",
+                        o.at("dist")
+                    ));
+                }
+                Ok(KernelPoint {
+                    dim: o.usize("dim", 1)?,
+                    pooling: o.usize("pooling", 1)?,
+                    dist,
+                    tables: o.usize("tables", 1)?,
+                    rows: o.int("rows", 1)?,
+                    ids: o.int("ids", 1)?,
+                    seconds: o.num("seconds", true)?,
+                })
+            })
+            .collect()
+    };
+    let gather = kernel("gather")?;
+    let scatter = kernel("scatter")?;
+    let mlp = top
+        .objs("mlp")?
+        .iter()
+        .map(|o| {
+            o.only(&["layers", "batch", "seconds"])?;
+            let layers: Vec<usize> = o
+                .get("layers")?
+                .as_array()
+                .filter(|a| a.len() >= 2)
+                .and_then(|a| {
+                    a.iter()
+                        .map(|x| x.as_u64().filter(|&n| n >= 1).map(|n| n as usize))
+                        .collect()
+                })
+                .ok_or_else(|| format!("{}: must be at least two widths >= 1", o.at("layers")))?;
+            Ok(MlpPoint {
+                layers,
+                batch: o.usize("batch", 1)?,
+                seconds: o.num("seconds", true)?,
+            })
+        })
+        .collect::<R<Vec<_>>>()?;
+    let coll = |k: &str| -> R<Vec<CollPoint>> {
+        top.objs(k)?
+            .iter()
+            .map(|o| {
+                o.only(&["bytes", "seconds"])?;
+                Ok(CollPoint {
+                    bytes: o.int("bytes", 1)?,
+                    seconds: o.num("seconds", true)?,
+                })
+            })
+            .collect()
+    };
+    let all_to_all = coll("all_to_all")?;
+    let all_reduce = coll("all_reduce")?;
+    let f = Obj::of(top.get("fit")?, "fit")?;
+    f.only(&[
+        "model",
+        "all_to_all_latency_s",
+        "all_reduce_latency_s",
+        "mlp_flops",
+        "zipf_ratio",
+    ])?;
+    let m = Obj::of(f.get("model")?, "fit.model")?;
+    m.only(&[
+        "net_bw",
+        "allreduce_bw",
+        "mem_bw",
+        "lookup_s",
+        "shard_s",
+        "line_bytes",
+        "interference",
+        "width_factor",
+    ])?;
+    for k in ["net_bw", "allreduce_bw", "mem_bw", "line_bytes"] {
+        m.num(k, true)?;
+    }
+    for k in ["lookup_s", "shard_s", "interference"] {
+        m.num(k, false)?;
+    }
+    m.get("width_factor")?
+        .as_array()
+        .ok_or_else(|| format!("{}: must be an array", m.at("width_factor")))?;
+    f.num("all_to_all_latency_s", false)?;
+    f.num("all_reduce_latency_s", false)?;
+    f.num("mlp_flops", true)?;
+    f.get("zipf_ratio")?
+        .as_array()
+        .ok_or_else(|| format!("{}: must be an array", f.at("zipf_ratio")))?;
+    let mut out = Costs {
+        schema,
+        conditions,
+        gather,
+        scatter,
+        mlp,
+        all_to_all,
+        all_reduce,
+        fit: Fit {
+            model: CostModel::default(),
+            all_to_all_latency_s: 0.0,
+            all_reduce_latency_s: 0.0,
+            mlp_flops: 1.0,
+            zipf_ratio: Vec::new(),
+        },
+    };
+    if !out
+        .gather
+        .iter()
+        .any(|p| p.tables == 1 && p.dist == "uniform")
+    {
+        return Err("gather: needs a uniform single-table point".into());
+    }
+    out.fit = fit(&out);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(dim: usize, dist: &str, tables: usize, per_id: f64) -> KernelPoint {
+        KernelPoint {
+            dim,
+            pooling: 8,
+            dist: dist.into(),
+            tables,
+            rows: 1000,
+            ids: 1000 * tables as u64,
+            seconds: per_id * 1000.0 * tables as f64,
+        }
+    }
+
+    fn costs() -> Costs {
+        // Per id: 10 ns + bytes / 10 GB/s (gather), twice the bytes for a scatter;
+        // two tables together 30 % slower per id.
+        let g = |d: usize| 10e-9 + (4.0 * d as f64).max(64.0) / 10e9;
+        let s = |d: usize| 10e-9 + 2.0 * (4.0 * d as f64).max(64.0) / 10e9;
+        let mut gather = Vec::new();
+        let mut scatter = Vec::new();
+        for d in [16, 32, 64, 128] {
+            gather.push(point(d, "uniform", 1, g(d)));
+            gather.push(point(d, "zipf", 1, 0.5 * g(d)));
+            scatter.push(point(d, "uniform", 1, s(d)));
+        }
+        gather.push(point(32, "uniform", 2, 1.3 * g(32)));
+        scatter.push(point(32, "uniform", 2, 1.3 * s(32)));
+        Costs {
+            schema: SCHEMA.into(),
+            conditions: Conditions {
+                ranks: 2,
+                torus: "2x1".into(),
+                threads: 1,
+                cpu: "test".into(),
+                avx512: false,
+                avx2: true,
+                commit: "abc".into(),
+                quick: true,
+                reps: 1,
+                table_bytes: 1 << 20,
+            },
+            gather,
+            scatter,
+            mlp: vec![MlpPoint {
+                layers: vec![10, 10, 1],
+                batch: 100,
+                seconds: mlp_flops(&[10, 10, 1], 100) / 1e9,
+            }],
+            all_to_all: vec![
+                CollPoint {
+                    bytes: 1000,
+                    seconds: 1e-6 + 500.0 / 1e9,
+                },
+                CollPoint {
+                    bytes: 100_000,
+                    seconds: 1e-6 + 50_000.0 / 1e9,
+                },
+            ],
+            all_reduce: vec![
+                CollPoint {
+                    bytes: 1000,
+                    seconds: 2e-6 + 1000.0 / 2e9,
+                },
+                CollPoint {
+                    bytes: 100_000,
+                    seconds: 2e-6 + 100_000.0 / 2e9,
+                },
+            ],
+            fit: Fit {
+                model: CostModel::default(),
+                all_to_all_latency_s: 0.0,
+                all_reduce_latency_s: 0.0,
+                mlp_flops: 1.0,
+                zipf_ratio: Vec::new(),
+            },
+        }
+    }
+
+    #[test]
+    fn the_fit_recovers_the_constants_the_points_were_made_with() {
+        let f = fit(&costs());
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b.abs();
+        assert!(close(f.model.lookup_s, 10e-9), "{f:?}");
+        assert!(close(f.model.mem_bw, 10e9), "{f:?}");
+        assert!(close(f.model.interference, 0.3), "{f:?}");
+        assert!(close(f.model.net_bw, 1e9), "{f:?}");
+        assert!(close(f.all_to_all_latency_s, 1e-6), "{f:?}");
+        assert!(close(f.model.allreduce_bw, 2e9), "{f:?}");
+        assert!(close(f.all_reduce_latency_s, 2e-6), "{f:?}");
+        assert!(close(f.mlp_flops, 1e9), "{f:?}");
+        for [_, r] in &f.model.width_factor {
+            assert!(close(*r, 1.0), "{f:?}");
+        }
+        // Zipf gathers were made twice as fast per id, at every width.
+        assert_eq!(f.zipf_ratio.len(), 4, "{f:?}");
+        for [_, r] in &f.zipf_ratio {
+            assert!(close(*r, 0.5), "{f:?}");
+        }
+        // A width made ten times slower: its cost, and only its, grows tenfold.
+        let mut c = costs();
+        for q in c.gather.iter_mut().chain(c.scatter.iter_mut()) {
+            if q.dim == 64 {
+                q.seconds *= 10.0;
+            }
+        }
+        let g = fit(&c);
+        let per_width = |f: &Fit, w: usize| {
+            let m = &f.model;
+            // A gather and a scatter per id: two lookups, three row accesses.
+            m.factor(w) * (2.0 * m.lookup_s + 3.0 * (4.0 * w as f64).max(64.0) / m.mem_bw)
+        };
+        for w in [16, 32, 128] {
+            assert!(close(per_width(&g, w), per_width(&f, w)), "{w}: {g:?}");
+        }
+        assert!(close(per_width(&g, 64), 10.0 * per_width(&f, 64)), "{g:?}");
+    }
+
+    #[test]
+    fn files_round_trip_and_bad_fields_are_named() {
+        let c = costs();
+        let text = c.to_json().unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        let back = parse(&v).unwrap();
+        assert_eq!(back.gather, c.gather);
+        assert_eq!(back.conditions, c.conditions);
+        let bad = |edit: &dyn Fn(&mut Value), want: &str| {
+            let mut w = v.clone();
+            edit(&mut w);
+            let e = parse(&w).unwrap_err();
+            assert!(e.contains(want), "{want}: {e}");
+        };
+        bad(
+            &|w| w["gather"][2]["seconds"] = (-1.0).into(),
+            "gather[2].seconds",
+        );
+        bad(
+            &|w| w["scatter"][0]["dist"] = "normal".into(),
+            "scatter[0].dist",
+        );
+        bad(&|w| w["conditions"]["ranks"] = 0.into(), "conditions.ranks");
+        bad(
+            &|w| {
+                w["conditions"].as_object_mut().unwrap().remove("cpu");
+            },
+            "conditions.cpu: missing",
+        );
+        bad(
+            &|w| w["mlp"][0]["layers"] = serde_json::json!([3]),
+            "mlp[0].layers",
+        );
+        bad(
+            &|w| w["all_reduce"][1]["bytes"] = "x".into(),
+            "all_reduce[1].bytes",
+        );
+        bad(
+            &|w| w["fit"]["model"]["mem_bw"] = 0.into(),
+            "fit.model.mem_bw",
+        );
+        bad(&|w| w["extra"] = 1.into(), "extra: unknown field");
+        bad(&|w| w["schema"] = "v0".into(), "schema");
+        bad(
+            &|w| w["all_to_all"] = serde_json::json!([]),
+            "all_to_all: must not be empty",
+        );
+    }
+
+    #[test]
+    fn interference_raises_the_cost_of_a_rank_with_several_pieces() {
+        let mut m = CostModel::default();
+        assert_eq!(m.with_interference(2.0, 3), 2.0);
+        m.interference = 0.25;
+        assert_eq!(m.with_interference(2.0, 1), 2.0);
+        assert_eq!(m.with_interference(2.0, 3), 3.0);
+    }
+
+    #[test]
+    fn the_width_factor_is_the_nearest_measured_widths() {
+        let m = CostModel {
+            width_factor: vec![[8.0, 2.0], [64.0, 3.0]],
+            ..CostModel::default()
+        };
+        assert_eq!(m.factor(8), 2.0);
+        assert_eq!(m.factor(16), 2.0);
+        assert_eq!(m.factor(32), 3.0);
+        assert_eq!(m.factor(128), 3.0);
+        assert_eq!(CostModel::default().factor(16), 1.0);
+    }
+}
