@@ -17,8 +17,8 @@
 mod score;
 
 pub use score::{
-    local_score_topk, local_score_topk_ref, local_score_topk_tiled, Cand, ScoreRows, TopK,
-    COL_BLOCK, ROW_BLOCK,
+    local_score_topk, local_score_topk_ref, local_score_topk_tiled, local_score_topk_with, Cand,
+    ScoreRows, Scorer, TopK, COL_BLOCK, ROW_BLOCK,
 };
 
 use super::exchange::{ExchangeKind, ExchangePlan};
