@@ -381,3 +381,88 @@ fn bf16_table_equals_its_values_in_f32() {
         assert_eq!(a.rows, b.rows);
     }
 }
+
+/// The epoch JSON lines of a metrics file.
+fn epoch_records(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v.get("epoch").is_some())
+        .collect()
+}
+
+/// `als` on `data` with 2 ranks, 2 epochs, evaluating both, `--eval-rows which`.
+fn als_run(data: &Path, dir: &Path, which: &str) -> (util::Output, Vec<serde_json::Value>) {
+    let metrics = dir.join(format!("m-{which}.jsonl"));
+    let o = util::TestCommand::new(util::Launcher::Mpirun(2))
+        .arg("als")
+        .arg("--data")
+        .arg(data)
+        .args(["--dim", "8", "--epochs", "2", "--eval-every", "1", "--threads", "1"])
+        .args(["--eval-rows", which, "--metrics"])
+        .arg(&metrics)
+        .run();
+    o.expect_code(0);
+    (o, epoch_records(&metrics))
+}
+
+#[test]
+fn auto_rows_are_reported_kept_and_score_as_that_many_rows() {
+    let dir = util::tempdir();
+    // More test rows than the probe, so that auto times the probe and chooses.
+    let data = util::synthetic_dataset(dir.path(), 8000, 100_000, 7);
+    let s = global_read_shards(&SingleComm::new(), &data).unwrap();
+    assert!(s.num_test > 256, "{} test rows", s.num_test);
+    let (o, auto) = als_run(&data, dir.path(), "auto");
+    assert_eq!(auto.len(), 2);
+    let n = auto[0]["eval_rows"].as_u64().unwrap();
+    assert!(
+        (100..=s.num_test).contains(&n),
+        "auto chose {n} of {} rows",
+        s.num_test
+    );
+    // The same rows at every epoch; the choice is stated on the epoch lines and in
+    // the metrics.
+    assert_eq!(auto[1]["eval_rows"].as_u64(), Some(n));
+    for (e, first) in [(&auto[0], true), (&auto[1], false)] {
+        let a = &e["eval_auto"];
+        assert_eq!(a["rows"].as_u64(), Some(n));
+        assert_eq!(a["available"].as_u64(), Some(s.num_test));
+        assert_eq!(a["probe_rows"].as_u64(), Some(256));
+        assert_eq!(a["first"].as_bool(), Some(first));
+        assert!(e["eval_flops_per_second"].as_f64().unwrap() > 0.0);
+    }
+    o.stdout_has(&["auto: <= 25% of epoch, from 256 rows in", "GFLOP/s)"]);
+    // Its recall is that of `--eval-rows n`, bit for bit, at both epochs.
+    let (_, fixed) = als_run(&data, dir.path(), &n.to_string());
+    for (a, f) in auto.iter().zip(&fixed) {
+        assert_eq!(f["eval_rows"].as_u64(), Some(n));
+        assert!(f["eval_auto"].is_null());
+        for key in ["at20", "at50"] {
+            assert_eq!(
+                a["recall"][key].as_f64().unwrap().to_bits(),
+                f["recall"][key].as_f64().unwrap().to_bits(),
+                "epoch {}: {key}",
+                a["epoch"]
+            );
+        }
+    }
+}
+
+#[test]
+fn eval_rows_zero_or_garbage_is_a_usage_error() {
+    let dir = util::tempdir();
+    let data = util::synthetic_dataset(dir.path(), 300, 3000, 1);
+    for bad in ["0", "many", "-5", "1.5", ""] {
+        let o = util::TestCommand::direct()
+            .arg("als")
+            .arg("--data")
+            .arg(&data)
+            .arg(format!("--eval-rows={bad}"))
+            .run();
+        o.expect_code(2);
+        o.stderr_has(&["--eval-rows"]);
+        assert!(!o.stdout.contains("epoch"), "{}", o.dump());
+    }
+}
