@@ -20,8 +20,7 @@ fn values(seed: u64, n: usize) -> Vec<f32> {
 }
 
 fn arg(args: &[String], i: usize, default: usize) -> usize {
-    args.get(i)
-        .map_or(default, |s| s.parse().expect("a count"))
+    args.get(i).map_or(default, |s| s.parse().expect("a count"))
 }
 
 fn bench<T: TableElem>(scorer: Scorer, rows: ScoreRows, h: &[T], d: usize, reps: usize) -> f64 {

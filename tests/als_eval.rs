@@ -179,7 +179,11 @@ fn fused_scorer_equals_the_reference_on_real_values() {
             let got = local_score_topk_with(Scorer::Avx512, rows, &h, 5, d, k, rb, cb);
             assert_eq!(pairs(&got), pairs(&want), "case {case} f32 tiles {rb}x{cb}");
             let got = local_score_topk_with(Scorer::Avx512, rows, &hb, 5, d, k, rb, cb);
-            assert_eq!(pairs(&got), pairs(&want_b), "case {case} bf16 tiles {rb}x{cb}");
+            assert_eq!(
+                pairs(&got),
+                pairs(&want_b),
+                "case {case} bf16 tiles {rb}x{cb}"
+            );
         }
         // One thread and several (other column segments) give the same candidates.
         for threads in [1, 3] {
@@ -192,8 +196,16 @@ fn fused_scorer_equals_the_reference_on_real_values() {
         }
         // The FMA variant finds nearly the same columns (its scores round otherwise).
         let fma = local_score_topk_with(Scorer::Avx512Fma, rows, &h, 5, d, k, 256, 1024);
-        let same = fma.iter().zip(&want).filter(|(a, b)| a.col == b.col).count();
-        assert!(same * 10 >= want.len() * 9, "case {case}: {same} of {}", want.len());
+        let same = fma
+            .iter()
+            .zip(&want)
+            .filter(|(a, b)| a.col == b.col)
+            .count();
+        assert!(
+            same * 10 >= want.len() * 9,
+            "case {case}: {same} of {}",
+            want.len()
+        );
     }
 }
 
@@ -399,7 +411,16 @@ fn als_run(data: &Path, dir: &Path, which: &str) -> (util::Output, Vec<serde_jso
         .arg("als")
         .arg("--data")
         .arg(data)
-        .args(["--dim", "8", "--epochs", "2", "--eval-every", "1", "--threads", "1"])
+        .args([
+            "--dim",
+            "8",
+            "--epochs",
+            "2",
+            "--eval-every",
+            "1",
+            "--threads",
+            "1",
+        ])
         .args(["--eval-rows", which, "--metrics"])
         .arg(&metrics)
         .run();

@@ -54,7 +54,7 @@ pub const AUTO_PROBE_ROWS: u64 = 256;
 pub const AUTO_UNTIMED_ROWS: u64 = 10_000;
 
 /// Which test rows an evaluation scores.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EvalRows {
     /// Every test row (the exact full evaluation).
     All,
@@ -62,13 +62,8 @@ pub enum EvalRows {
     Sample(u64),
     /// The first rows of the sample that an evaluation scores in at most a quarter of
     /// an epoch, chosen at the first evaluation (see the module doc).
+    #[default]
     Auto,
-}
-
-impl Default for EvalRows {
-    fn default() -> Self {
-        EvalRows::Auto
-    }
 }
 
 impl std::str::FromStr for EvalRows {
@@ -860,7 +855,9 @@ mod tests {
         // A shorter epoch picks fewer rows, a longer one more, up to all.
         assert_eq!(choose_eval_rows(10.0, 0.01, 1_000_000, 100), 250);
         assert_eq!(choose_eval_rows(1e6, 0.01, 1_000_000, 100), 1_000_000);
-        assert!(choose_eval_rows(5.0, 0.01, 10_000, 100) < choose_eval_rows(50.0, 0.01, 10_000, 100));
+        assert!(
+            choose_eval_rows(5.0, 0.01, 10_000, 100) < choose_eval_rows(50.0, 0.01, 10_000, 100)
+        );
         // Never below the floor, unless there are fewer rows than that.
         assert_eq!(choose_eval_rows(0.001, 0.01, 1_000_000, 100), 100);
         assert_eq!(choose_eval_rows(0.0, 0.01, 1_000_000, 100), 100);

@@ -209,7 +209,10 @@ pub fn local_score_topk_with<T: TableElem>(
 ) -> Vec<Cand> {
     let t = rows.num_rows();
     assert_eq!(rows.x.len(), t * d, "local_score_topk: x is not rows x d");
-    assert!(row_block > 0 && col_block > 0, "local_score_topk: empty tiles");
+    assert!(
+        row_block > 0 && col_block > 0,
+        "local_score_topk: empty tiles"
+    );
     let mut out = vec![Cand::NONE; t * k];
     if t == 0 || k == 0 {
         return out;
@@ -360,13 +363,8 @@ fn score_fused<T: TableElem>(
                 for (p, panel) in xpack.chunks_exact(PANEL_ROWS * d).enumerate() {
                     let j0 = p * PANEL_ROWS;
                     let nr = PANEL_ROWS.min(rb - j0);
-                    let masks: [&[u32]; PANEL_ROWS] = std::array::from_fn(|j| {
-                        if j < nr {
-                            rows.mask(r0 + j0 + j)
-                        } else {
-                            &[]
-                        }
-                    });
+                    let masks: [&[u32]; PANEL_ROWS] =
+                        std::array::from_fn(|j| if j < nr { rows.mask(r0 + j0 + j) } else { &[] });
                     panel_tile(panel, hb, d, g0, &masks[..nr], &mut tops[j0..j0 + nr], fma);
                 }
             }
