@@ -66,6 +66,7 @@ fn main() {
         mask_cols: &cols,
     };
     let flops = 2.0 * t as f64 * n as f64 * d as f64;
+    eprintln!("default kernel: {}", Scorer::auto().name());
     println!("kernel\ttable\trows\tcols\td\tthreads\tseconds\tGFLOP/s");
     let mut kernels = vec![Scorer::Blas];
     if Scorer::auto() == Scorer::Avx512 {

@@ -2,10 +2,12 @@
 # Benchmark of the iALS evaluation's scoring kernel (issue 31, part 3): every row
 # against a shard of H, best 50 per row, at ROWS x COLS x DIM with THREADS rayon
 # threads, f32 and bf16 tables, for each kernel: OpenBLAS's sgemm with a scan of the
-# scores (the fallback), torusrec's fused AVX-512 product and top-K scan (the default
-# on AVX-512 CPUs: rounded products and sums, the reference's bits), and the same with
-# fused multiply-adds (other bits; not used, for the comparison). GFLOP/s counts
-# 2 * DIM flops per score, best of REPS runs. Writes bench/eval.md (and prints it).
+# scores (the fallback off AVX-512), and torusrec's fused AVX-512 product and top-K scan
+# with rounded products and sums or with fused multiply-adds (on an AVX-512 CPU the
+# evaluation uses the one whose arithmetic matches OpenBLAS's kernels for the process,
+# so recall keeps its bits: FMA for Haswell/SkylakeX/Zen kernels, rounded for older
+# ones such as Prescott). GFLOP/s counts 2 * DIM flops per score, best of REPS runs.
+# Writes bench/eval.md (and prints it).
 #
 #   scripts/bench_eval.sh                          # 2,000 rows x 1M columns, d = 128
 #   ROWS=500 COLS=200000 scripts/bench_eval.sh     # quicker
@@ -35,9 +37,9 @@ table=bench/eval.md
   echo "|---|---|---|---|---|"
   tail -n +2 "$tsv" | awk -F'\t' '{printf "| %s | %s | %s | %s | %.1f |\n", $1, $2, $7, $8, $8 / $6}'
   echo
-  echo "The default kernel (torusrec-avx512) rounds each product and each sum as the"
-  echo "reference and OpenBLAS's SSE3 kernels do, so recall is unchanged; the FMA row is"
-  echo "what fused multiply-adds would give (twice the arithmetic per instruction, other"
-  echo "last bits of the scores)."
+  echo "OpenBLAS's kernels here: $(OPENBLAS_VERBOSE=2 "$BIN" 1 1 1 1 1 2>&1 | sed -n 's/^Core: //p' | head -1) ($([[ -n ${OPENBLAS_CORETYPE:-} ]] && echo "OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE" || echo "OpenBLAS's own choice")); the evaluation's scorer: $("$BIN" 1 1 1 1 1 2>&1 >/dev/null | sed -n 's/^default kernel: //p')."
+  echo "torusrec-avx512 rounds each product and each sum (the reference's arithmetic,"
+  echo "and OpenBLAS's SSE3 kernels'); torusrec-avx512-fma uses fused multiply-adds"
+  echo "(OpenBLAS's FMA kernels' arithmetic), twice the arithmetic per instruction."
 } > "$table"
 cat "$table"

@@ -11,15 +11,18 @@
 //! is computed from the rows packed 32 wide and the table's rows broadcast in place,
 //! and compared with the 32 rows' current top-K thresholds before it leaves the
 //! registers; the few scores that beat a threshold go to the row's [`TopK`]. Every
-//! score is `s = s + x[k] * h[k]` for `k = 0..d` in order from `+0`, each product and
-//! sum rounded (no fused multiply-add), whatever the tile, block or thread: the
-//! reference's arithmetic, and what the OpenBLAS this project runs on (its SSE3
-//! "Prescott" kernels, as it detects this Xeon) computes in the interior of a tile, so
-//! recall did not move when this kernel replaced the sgemm. (OpenBLAS's edge
-//! kernels, for a tile's last rows and columns, and its FMA kernels on other CPUs sum
-//! in other orders: the fallback [`Scorer::Blas`] scores by rounding-level other bits
-//! there.) [`Scorer::Avx512Fma`] is the same kernel with fused multiply-adds, twice
-//! the arithmetic rate and other bits: measured by `scripts/bench_eval.sh`, not used.
+//! score is summed over `k = 0..d` in order from `+0`, whatever the tile, block or
+//! thread, with the arithmetic of the OpenBLAS kernels the process runs (which
+//! `OPENBLAS_CORETYPE` or the CPU chose, as for training's products), so that recall
+//! did not move when this kernel replaced the sgemm: [`Scorer::Avx512Fma`]
+//! (`s = fma(x[k], h[k], s)`) where OpenBLAS's sgemm uses fused multiply-adds
+//! (Haswell, SkylakeX, Zen, ...: SkylakeX's gives these bits for every score, Haswell's
+//! for most), else [`Scorer::Avx512`] (`s = s + x[k] * h[k]`, each step rounded: the
+//! reference's arithmetic, and what OpenBLAS's SSE3 "Prescott" kernels, as it detects
+//! some virtual Xeons, compute in a tile's interior). OpenBLAS's edge kernels may sum
+//! in other orders, so the fallback [`Scorer::Blas`] may score by rounding-level other
+//! bits there. The FMA variant does twice the arithmetic per instruction
+//! (`scripts/bench_eval.sh`).
 //! Work is split by row blocks and, when there are fewer row blocks than threads can
 //! share, by column segments too; the top `k` of a row is unique under "higher score,
 //! then lower column id", so the split does not change the result.
@@ -139,19 +142,22 @@ fn as_f32<T: TableElem>(h: &[T]) -> Option<&[f32]> {
 pub enum Scorer {
     /// One `sgemm` per tile (OpenBLAS), then a scan of the tile's scores.
     Blas,
-    /// The fused AVX-512 product and top-K scan (see the module doc).
+    /// The fused AVX-512 product and top-K scan, each product and sum rounded.
     Avx512,
-    /// [`Scorer::Avx512`] with fused multiply-adds (other bits; for benchmarks).
+    /// [`Scorer::Avx512`] with fused multiply-adds.
     Avx512Fma,
 }
 
 impl Scorer {
-    /// The AVX-512 kernel where the CPU has AVX-512F, else OpenBLAS.
+    /// The AVX-512 kernel where the CPU has AVX-512F (with fused multiply-adds when
+    /// OpenBLAS's sgemm uses them), else OpenBLAS.
     pub fn auto() -> Scorer {
-        if crate::embed::gemm::avx512() {
-            Scorer::Avx512
-        } else {
+        if !crate::embed::gemm::avx512() {
             Scorer::Blas
+        } else if crate::openblas_sgemm_fma() {
+            Scorer::Avx512Fma
+        } else {
+            Scorer::Avx512
         }
     }
     pub fn name(self) -> &'static str {
