@@ -844,8 +844,10 @@ pub struct AlsArgs {
     #[arg(long, value_name = "E", default_value_t = 0)]
     pub eval_every: usize,
     /// Test rows each evaluation scores: a seeded sample of N (the same rows at any
-    /// rank count; all of them when there are fewer), or `all`.
-    #[arg(long, value_name = "N|all", default_value = "10000")]
+    /// rank count; all of them when there are fewer), `all`, or `auto`: the first rows
+    /// of the sample that the first evaluation finds it can score in a quarter of an
+    /// epoch's training time (at least 100), kept for the whole run.
+    #[arg(long, value_name = "auto|N|all", default_value = "auto")]
     pub eval_rows: crate::als::eval::EvalRows,
     /// Seed of the initial tables.
     #[arg(long, default_value_t = 42)]

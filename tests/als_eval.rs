@@ -6,8 +6,8 @@ mod util;
 
 use std::path::Path;
 use torusrec::als::eval::{
-    global_evaluate_all_ref, local_score_topk, local_score_topk_ref, local_score_topk_tiled, Cand,
-    EvalRows, EvalSet, Recall, ScoreRows, TopK,
+    global_evaluate_all_ref, local_score_topk, local_score_topk_ref, local_score_topk_tiled,
+    local_score_topk_with, Cand, EvalRows, EvalSet, Recall, ScoreRows, Scorer, TopK,
 };
 use torusrec::als::shard::global_read_shards;
 use torusrec::als::solve::{gramian, SolveParams};
@@ -133,6 +133,129 @@ fn blocked_scorer_equals_brute_force() {
             pairs(&local_score_topk_ref(rows, &hb, 0, d, k)),
             pairs(&want)
         );
+    }
+}
+
+/// Brute force with fused multiply-adds: every score `fma(x[k], h[k], s)` in `k` order
+/// from `+0`, visible arcs dropped, all columns sorted (score down, id up), first `k`.
+fn reference_fma<T: TableElem>(
+    rows: ScoreRows,
+    h: &[T],
+    col_lo: u64,
+    d: usize,
+    k: usize,
+) -> Vec<Cand> {
+    let n = h.len() / d;
+    let mut out = Vec::new();
+    for r in 0..rows.num_rows() {
+        let x = &rows.x[r * d..(r + 1) * d];
+        let mask = &rows.mask_cols[rows.mask_indptr[r]..rows.mask_indptr[r + 1]];
+        let mut all: Vec<Cand> = (0..n)
+            .map(|j| Cand {
+                score: x
+                    .iter()
+                    .zip(&h[j * d..(j + 1) * d])
+                    .fold(0f32, |s, (&a, b)| a.mul_add(b.to_f32(), s)),
+                col: (col_lo + j as u64) as u32,
+            })
+            .filter(|c| !mask.contains(&c.col))
+            .collect();
+        all.sort_by(|a, b| {
+            b.score
+                .partial_cmp(&a.score)
+                .unwrap()
+                .then(a.col.cmp(&b.col))
+        });
+        all.truncate(k);
+        all.resize(k, Cand::NONE);
+        out.extend(all);
+    }
+    out
+}
+
+/// Both fused AVX-512 scorers give their brute-force reference's candidates bit for
+/// bit (scores included: the same sums in `k` order, each step rounded, or fused) on
+/// real-valued tables, where most scores are distinct, f32 and bf16, at any tile size
+/// and thread count; skipped (with a note) on a CPU without AVX-512F.
+#[test]
+fn fused_scorers_equal_their_references_on_real_values() {
+    if Scorer::auto() == Scorer::Blas {
+        eprintln!("no AVX-512F: the fused scorers are not used on this CPU");
+        return;
+    }
+    let gauss = |seed: u64, n: usize| -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                let mut g = SplitMix64::for_id(seed, 80, i as u64);
+                (g.next_f64() as f32 - 0.5) * 0.7 + (g.next_f64() as f32 - 0.5) * 0.3
+            })
+            .collect()
+    };
+    for (case, &(t, n, d, k)) in [
+        (70, 3000, 128, 50),
+        (33, 1000, 8, 20),
+        (5, 777, 33, 50),
+        (40, 500, 1, 7),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let seed = 1000 + case as u64;
+        let x = gauss(seed, t * d);
+        let h = gauss(seed + 1, n * d);
+        let (ip, cols) = masks(t, n as u64, seed);
+        let rows = ScoreRows {
+            x: &x,
+            mask_indptr: &ip,
+            mask_cols: &cols,
+        };
+        let hb: Vec<Bf16> = h.iter().map(|&v| Bf16::from_f32(v)).collect();
+        for scorer in [Scorer::Avx512, Scorer::Avx512Fma] {
+            let (want, want_b) = if scorer == Scorer::Avx512 {
+                (
+                    local_score_topk_ref(rows, &h, 5, d, k),
+                    local_score_topk_ref(rows, &hb, 5, d, k),
+                )
+            } else {
+                (
+                    reference_fma(rows, &h, 5, d, k),
+                    reference_fma(rows, &hb, 5, d, k),
+                )
+            };
+            for (rb, cb) in [(256, 1024), (7, 13), (32, 12), (1, 100)] {
+                let got = local_score_topk_with(scorer, rows, &h, 5, d, k, rb, cb);
+                assert_eq!(
+                    pairs(&got),
+                    pairs(&want),
+                    "case {case} {scorer:?} f32 {rb}x{cb}"
+                );
+                let got = local_score_topk_with(scorer, rows, &hb, 5, d, k, rb, cb);
+                assert_eq!(
+                    pairs(&got),
+                    pairs(&want_b),
+                    "case {case} {scorer:?} bf16 {rb}x{cb}"
+                );
+            }
+            // One thread and several (other column segments) give the same candidates.
+            for threads in [1, 3] {
+                let got = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap()
+                    .install(|| local_score_topk_with(scorer, rows, &h, 5, d, k, 8, 64));
+                assert_eq!(
+                    pairs(&got),
+                    pairs(&want),
+                    "case {case} {scorer:?} {threads} threads"
+                );
+            }
+        }
+        // The two round differently: for real values some scores differ in their bits.
+        let a = local_score_topk_with(Scorer::Avx512, rows, &h, 5, d, k, 256, 1024);
+        let b = local_score_topk_with(Scorer::Avx512Fma, rows, &h, 5, d, k, 256, 1024);
+        if d > 1 {
+            assert_ne!(pairs(&a), pairs(&b), "case {case}");
+        }
     }
 }
 
@@ -318,5 +441,99 @@ fn bf16_table_equals_its_values_in_f32() {
         let b = evaluate(&data, p, EvalRows::Sample(50), &h32, d);
         assert_eq!(a.recall, b.recall, "P = {p}");
         assert_eq!(a.rows, b.rows);
+    }
+}
+
+/// The epoch JSON lines of a metrics file.
+fn epoch_records(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v.get("epoch").is_some())
+        .collect()
+}
+
+/// `als` on `data` with 2 ranks, 2 epochs, evaluating both, `--eval-rows which`.
+fn als_run(data: &Path, dir: &Path, which: &str) -> (util::Output, Vec<serde_json::Value>) {
+    let metrics = dir.join(format!("m-{which}.jsonl"));
+    let o = util::TestCommand::new(util::Launcher::Mpirun(2))
+        .arg("als")
+        .arg("--data")
+        .arg(data)
+        .args([
+            "--dim",
+            "8",
+            "--epochs",
+            "2",
+            "--eval-every",
+            "1",
+            "--threads",
+            "1",
+        ])
+        .args(["--eval-rows", which, "--metrics"])
+        .arg(&metrics)
+        .run();
+    o.expect_code(0);
+    (o, epoch_records(&metrics))
+}
+
+#[test]
+fn auto_rows_are_reported_kept_and_score_as_that_many_rows() {
+    let dir = util::tempdir();
+    // More test rows than the probe, so that auto times the probe and chooses.
+    let data = util::synthetic_dataset(dir.path(), 8000, 100_000, 7);
+    let s = global_read_shards(&SingleComm::new(), &data).unwrap();
+    assert!(s.num_test > 256, "{} test rows", s.num_test);
+    let (o, auto) = als_run(&data, dir.path(), "auto");
+    assert_eq!(auto.len(), 2);
+    let n = auto[0]["eval_rows"].as_u64().unwrap();
+    assert!(
+        (100..=s.num_test).contains(&n),
+        "auto chose {n} of {} rows",
+        s.num_test
+    );
+    // The same rows at every epoch; the choice is stated on the epoch lines and in
+    // the metrics.
+    assert_eq!(auto[1]["eval_rows"].as_u64(), Some(n));
+    for (e, first) in [(&auto[0], true), (&auto[1], false)] {
+        let a = &e["eval_auto"];
+        assert_eq!(a["rows"].as_u64(), Some(n));
+        assert_eq!(a["available"].as_u64(), Some(s.num_test));
+        assert_eq!(a["probe_rows"].as_u64(), Some(256));
+        assert_eq!(a["first"].as_bool(), Some(first));
+        assert!(e["eval_flops_per_second"].as_f64().unwrap() > 0.0);
+    }
+    o.stdout_has(&["auto: <= 25% of epoch, from 256 rows in", "GFLOP/s)"]);
+    // Its recall is that of `--eval-rows n`, bit for bit, at both epochs.
+    let (_, fixed) = als_run(&data, dir.path(), &n.to_string());
+    for (a, f) in auto.iter().zip(&fixed) {
+        assert_eq!(f["eval_rows"].as_u64(), Some(n));
+        assert!(f["eval_auto"].is_null());
+        for key in ["at20", "at50"] {
+            assert_eq!(
+                a["recall"][key].as_f64().unwrap().to_bits(),
+                f["recall"][key].as_f64().unwrap().to_bits(),
+                "epoch {}: {key}",
+                a["epoch"]
+            );
+        }
+    }
+}
+
+#[test]
+fn eval_rows_zero_or_garbage_is_a_usage_error() {
+    let dir = util::tempdir();
+    let data = util::synthetic_dataset(dir.path(), 300, 3000, 1);
+    for bad in ["0", "many", "-5", "1.5", ""] {
+        let o = util::TestCommand::direct()
+            .arg("als")
+            .arg("--data")
+            .arg(&data)
+            .arg(format!("--eval-rows={bad}"))
+            .run();
+        o.expect_code(2);
+        o.stderr_has(&["--eval-rows"]);
+        assert!(!o.stdout.contains("epoch"), "{}", o.dump());
     }
 }

@@ -382,7 +382,7 @@ fn refine_trains_the_budget_inside_the_box_picks_the_arg_max_and_is_the_same_at_
 fn bad_options_exit_2_with_a_message() {
     let dir = tempdir();
     let data = util::synthetic_dataset(dir.path(), 300, 3000, 4);
-    let cases: [(&[&str], &str); 10] = [
+    let cases: [(&[&str], &str); 11] = [
         (&["--reg", ""], "empty"),
         (&["--eta", "2"], "--eta is for --strategy halving"),
         (
@@ -402,6 +402,7 @@ fn bad_options_exit_2_with_a_message() {
         (&["--budget", "3"], "--budget 3"),
         (&["--val-fraction", "0"], "--val-fraction 0"),
         (&["--val-fraction", "1.5"], "--val-fraction 1.5"),
+        (&["--eval-rows", "auto"], "--eval-rows auto"),
     ];
     for (extra, needle) in cases {
         let o = TestCommand::direct()

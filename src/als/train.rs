@@ -5,7 +5,7 @@
 use super::checkpoint::{
     global_restore, global_write_checkpoint, Basis, BasisState, Manifest, Position, RunState,
 };
-use super::eval::{EvalSet, Recall};
+use super::eval::{AutoChoice, EvalReport, EvalSet, Recall};
 use super::exchange::ExchangePlan;
 use super::model::{global_write_tables, local_checksum, TablePart};
 use super::shard::{
@@ -62,6 +62,13 @@ pub struct EpochReport {
     /// Test rows the evaluation scored (0 when it did not evaluate).
     #[serde(default)]
     pub eval_rows: u64,
+    /// The evaluation's scoring rate over all ranks, flop/s (0 when it did not
+    /// evaluate).
+    #[serde(default)]
+    pub eval_flops_per_second: f64,
+    /// `--eval-rows auto`: how the evaluated rows were chosen.
+    #[serde(default)]
+    pub eval_auto: Option<AutoChoice>,
     /// Bytes sent to other ranks by the embedding exchange this epoch, all ranks.
     pub exchange_bytes: u64,
     pub phases: PhaseTimes,
@@ -1512,11 +1519,13 @@ impl<T: TableScalar> Trainer<T> {
         self.global_maybe_checkpoint(comm, &mut times)?;
         // Training traffic only: the evaluation's fold-in fetch is not counted here.
         let train_bytes = comm.stats().get("exchange").bytes_sent - bytes0;
-        let recall = if evaluate {
-            Some(self.global_evaluate(comm, &mut times)?)
+        let eval = if evaluate {
+            let trained = t0.elapsed().as_secs_f64() - times.checkpoint;
+            Some(self.global_evaluate_after(comm, &mut times, Some(trained))?)
         } else {
             None
         };
+        let recall = eval.map(|e| e.recall);
         let seconds = t0.elapsed().as_secs_f64() - times.eval - times.checkpoint;
         // Reads of the spilled CSR (nothing is read when it is in memory).
         let io1 = match self.rows.spill {
@@ -1547,6 +1556,8 @@ impl<T: TableScalar> Trainer<T> {
             seconds,
             edges_per_second: sums[1] as f64 / seconds.max(1e-9),
             eval_seconds: times.eval,
+            eval_flops_per_second: eval.map_or(0.0, |e| e.score_flops_per_second),
+            eval_auto: eval.and_then(|e| e.auto),
             exchange_bytes: sums[0],
             read_bytes: sums[2],
             storage_read_bytes: sums[3],
@@ -1565,22 +1576,40 @@ impl<T: TableScalar> Trainer<T> {
         Ok(())
     }
 
-    /// Collective: every rank must call. Recall@20/50 of the current tables.
-    pub fn global_evaluate<C: Comm>(&self, comm: &C, times: &mut PhaseTimes) -> Result<Recall> {
+    /// Collective: every rank must call. Recall@20/50 of the current tables (with
+    /// `--eval-rows auto`, no epoch timed: see [`super::eval::AUTO_UNTIMED_ROWS`]).
+    pub fn global_evaluate<C: Comm>(&mut self, comm: &C, times: &mut PhaseTimes) -> Result<Recall> {
+        self.global_evaluate_after(comm, times, None)
+            .map(|e| e.recall)
+    }
+
+    /// Collective: every rank must call. Recall@20/50 of the current tables after an
+    /// epoch that trained for `epoch_seconds` (`--eval-rows auto` sizes its first
+    /// evaluation by it).
+    pub fn global_evaluate_after<C: Comm>(
+        &mut self,
+        comm: &C,
+        times: &mut PhaseTimes,
+        epoch_seconds: Option<f64>,
+    ) -> Result<EvalReport> {
         let t = Instant::now();
-        let r = self.eval.global_evaluate_timed(
+        let params = self.params(self.shards.meta.num_cols);
+        let r = self.eval.global_evaluate_epoch(
             comm,
+            &self.shards,
+            epoch_seconds,
             &self.h,
             self.cols.shard.lo,
             self.cfg.dim,
             &self.gram_h,
-            self.params(self.shards.meta.num_cols),
+            params,
         );
         times.eval += t.elapsed().as_secs_f64();
-        let (r, e) = r?;
+        let r = r?;
+        let e = r.times;
         log::debug!(
             "eval of {} rows on rank {}: fetch {:.3} s, fold-in {:.3} s ({:.3} CPU s), gather {:.3} s, score {:.3} s ({:.3} CPU s), merge {:.3} s",
-            r.test_rows, comm.rank(), e.fetch, e.fold_in, e.fold_in_cpu, e.gather, e.score, e.score_cpu, e.merge
+            r.recall.test_rows, comm.rank(), e.fetch, e.fold_in, e.fold_in_cpu, e.gather, e.score, e.score_cpu, e.merge
         );
         Ok(r)
     }

@@ -25,13 +25,43 @@ pub fn resolve_threads(flag: Option<usize>) -> usize {
     })
 }
 
+/// `1234567` as `1,234,567`.
+fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 fn epoch_line(r: &EpochReport, epochs: usize) -> String {
     let recall = r
         .recall
         .map(|x| format!("  R@20 {:.4}  R@50 {:.4}", x.at20, x.at50))
         .unwrap_or_default();
     let eval = if r.recall.is_some() {
-        format!("  eval {:.2} s ({} rows)", r.eval_seconds, r.eval_rows)
+        let share = crate::als::eval::AUTO_EPOCH_SHARE * 100.0;
+        let how = match r.eval_auto {
+            Some(a) if a.epoch_seconds.is_none() => ", auto: no epoch timed".to_string(),
+            Some(a) if a.first && a.probe_rows > 0 => format!(
+                ", auto: <= {share:.0}% of epoch, from {} rows in {:.2} s",
+                grouped(a.probe_rows),
+                a.probe_seconds
+            ),
+            Some(a) if a.rows == a.available => ", auto: all".to_string(),
+            Some(_) => format!(", auto: <= {share:.0}% of epoch"),
+            None => String::new(),
+        };
+        format!(
+            "  eval {:.2} s ({} rows{how}, {:.1} GFLOP/s)",
+            r.eval_seconds,
+            grouped(r.eval_rows),
+            r.eval_flops_per_second / 1e9
+        )
     } else {
         String::new()
     };
@@ -122,4 +152,17 @@ pub fn global_run<C: Comm>(comm: &C, args: &AlsArgs, preempt: Preemption) -> Res
         }
     }
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::grouped;
+
+    #[test]
+    fn grouped_digits() {
+        assert_eq!(grouped(0), "0");
+        assert_eq!(grouped(999), "999");
+        assert_eq!(grouped(1000), "1,000");
+        assert_eq!(grouped(1234567), "1,234,567");
+    }
 }

@@ -218,6 +218,11 @@ impl TuneArgs {
                 refine_trainings(searched, self.budget, self.epochs)?,
             )?;
         }
+        if self.eval_rows == crate::als::eval::EvalRows::Auto {
+            return Err(Error::Config(
+                "--eval-rows auto: tune scores every point on the same rows; give a count or `all` (--final-eval-rows may be auto)".into(),
+            ));
+        }
         if self.out.is_some() && !self.train_final {
             return Err(Error::Config(
                 "--out writes the final model: it needs --train-final".into(),

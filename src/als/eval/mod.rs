@@ -4,11 +4,19 @@
 //! `recall = |topK ∩ holdout| / min(K, |holdout|)` (docs/design.md).
 //!
 //! The evaluated rows are all test rows (`--eval-rows all`) or a seeded sample of `N`
-//! of them (`--eval-rows N`, default 10,000): the `N` rows with the smallest
+//! of them (`--eval-rows N`): the `N` rows with the smallest
 //! `(hash3(split seed, EVAL_ROWS, row), row)`. Every rank chooses from the gathered list
 //! of test row ids, so the sample is the same at any rank count, and it depends only on
 //! the dataset (not on `--seed`), so runs that differ in training are compared on the
-//! same rows.
+//! same rows. The sample of `N` is the first `N` of one order of all test rows, so a
+//! smaller sample is a prefix of a larger one.
+//!
+//! `--eval-rows auto` (the default) takes the first `N` of that order with `N` chosen
+//! once, at the run's first evaluation, so that an evaluation takes at most a quarter
+//! of that epoch's training time: the first [`AUTO_PROBE_ROWS`] rows are evaluated and
+//! timed, rank 0 divides a quarter of its epoch's seconds by its seconds per probed row
+//! ([`choose_eval_rows`], at least [`AUTO_MIN_ROWS`]) and broadcasts `N`, and every
+//! later evaluation scores the same `N` rows. Its recall is that of `--eval-rows N`.
 //!
 //! Recall sums are exact: hits are counted per denominator `min(K, |holdout|)` in
 //! integers, all-reduced, and divided once in a fixed order, so the reported recall has
@@ -17,8 +25,8 @@
 mod score;
 
 pub use score::{
-    local_score_topk, local_score_topk_ref, local_score_topk_tiled, Cand, ScoreRows, TopK,
-    COL_BLOCK, ROW_BLOCK,
+    local_score_topk, local_score_topk_ref, local_score_topk_tiled, local_score_topk_with, Cand,
+    ScoreRows, Scorer, TopK, COL_BLOCK, ROW_BLOCK,
 };
 
 use super::exchange::{ExchangeKind, ExchangePlan};
@@ -35,22 +43,27 @@ use std::time::Instant;
 /// The largest K reported.
 pub const MAX_K: usize = 50;
 
-/// The default `--eval-rows`.
-pub const DEFAULT_EVAL_ROWS: u64 = 10_000;
+/// `--eval-rows auto`: the share of an epoch's training time an evaluation may take.
+pub const AUTO_EPOCH_SHARE: f64 = 0.25;
+/// `--eval-rows auto`: the fewest rows it evaluates (all of them when there are fewer).
+pub const AUTO_MIN_ROWS: u64 = 100;
+/// `--eval-rows auto`: the rows the first evaluation times (the first of the sample).
+pub const AUTO_PROBE_ROWS: u64 = 256;
+/// `--eval-rows auto` when no epoch of this process was timed (a run resumed after its
+/// last epoch evaluates the restored tables): the former default.
+pub const AUTO_UNTIMED_ROWS: u64 = 10_000;
 
 /// Which test rows an evaluation scores.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EvalRows {
     /// Every test row (the exact full evaluation).
     All,
     /// A seeded sample of this many rows (all of them when there are fewer).
     Sample(u64),
-}
-
-impl Default for EvalRows {
-    fn default() -> Self {
-        EvalRows::Sample(DEFAULT_EVAL_ROWS)
-    }
+    /// The first rows of the sample that an evaluation scores in at most a quarter of
+    /// an epoch, chosen at the first evaluation (see the module doc).
+    #[default]
+    Auto,
 }
 
 impl std::str::FromStr for EvalRows {
@@ -59,10 +72,13 @@ impl std::str::FromStr for EvalRows {
         if s.eq_ignore_ascii_case("all") {
             return Ok(EvalRows::All);
         }
+        if s.eq_ignore_ascii_case("auto") {
+            return Ok(EvalRows::Auto);
+        }
         match s.parse::<u64>() {
-            Ok(0) => Err("0 rows: evaluate at least one row (or `all`)".into()),
+            Ok(0) => Err("0 rows: evaluate at least one row (or `all`, or `auto`)".into()),
             Ok(n) => Ok(EvalRows::Sample(n)),
-            Err(_) => Err(format!("`{s}`: expected a row count or `all`")),
+            Err(_) => Err(format!("`{s}`: expected a row count, `all` or `auto`")),
         }
     }
 }
@@ -72,17 +88,76 @@ impl std::fmt::Display for EvalRows {
         match self {
             EvalRows::All => f.write_str("all"),
             EvalRows::Sample(n) => write!(f, "{n}"),
+            EvalRows::Auto => f.write_str("auto"),
         }
     }
 }
 
+/// `--eval-rows auto`'s count: as many rows as fit in [`AUTO_EPOCH_SHARE`] of
+/// `epoch_seconds` at `per_row_seconds` each, at least `floor` and at most
+/// `available` (all of them when there are at most `floor`). A per-row cost that is
+/// not positive and finite (nothing measurable) means all rows; an epoch time that
+/// is not finite means `floor`.
+pub fn choose_eval_rows(
+    epoch_seconds: f64,
+    per_row_seconds: f64,
+    available: u64,
+    floor: u64,
+) -> u64 {
+    if available <= floor {
+        return available;
+    }
+    if !(per_row_seconds > 0.0 && per_row_seconds.is_finite()) {
+        return available;
+    }
+    if !epoch_seconds.is_finite() {
+        return floor;
+    }
+    let fit = (AUTO_EPOCH_SHARE * epoch_seconds.max(0.0) / per_row_seconds).floor();
+    if fit >= available as f64 {
+        available
+    } else {
+        (fit as u64).max(floor)
+    }
+}
+
+/// How `--eval-rows auto` chose its rows (the same on every rank: rank 0's numbers).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct AutoChoice {
+    /// The rows chosen, of `available` test rows.
+    pub rows: u64,
+    pub available: u64,
+    /// Training seconds of the epoch the choice was made after (`None`: none timed).
+    pub epoch_seconds: Option<f64>,
+    /// Rows timed and their seconds (0 when there was nothing to choose).
+    pub probe_rows: u64,
+    pub probe_seconds: f64,
+    /// Whether this evaluation made the choice (and so also ran the probe).
+    pub first: bool,
+}
+
+/// What one evaluation did.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EvalReport {
+    pub recall: Recall,
+    /// This rank's seconds per part (of the evaluation whose recall this is).
+    pub times: EvalTimes,
+    /// Scoring rate over all ranks: `2 d` flops per scored cell over the slowest
+    /// rank's scoring seconds.
+    pub score_flops_per_second: f64,
+    /// `--eval-rows auto`: how the rows were chosen.
+    pub auto: Option<AutoChoice>,
+}
+
 /// Rank-local: the positions (in `/test/rows` order, increasing) of the rows that
-/// `which` evaluates, given every test row id in order.
+/// `which` evaluates, given every test row id in order. (`Auto` is resolved to a count
+/// before rows are picked; here it means [`AUTO_UNTIMED_ROWS`].)
 pub fn local_pick_rows(test_rows: &[u32], seed: u64, which: EvalRows) -> Vec<usize> {
     let t = test_rows.len();
     let n = match which {
         EvalRows::All => return (0..t).collect(),
         EvalRows::Sample(n) => n,
+        EvalRows::Auto => AUTO_UNTIMED_ROWS,
     };
     if n >= t as u64 {
         return (0..t).collect();
@@ -310,8 +385,8 @@ impl FoldPlan {
     }
 }
 
-/// The evaluated test rows as one rank sees them.
-pub struct EvalSet {
+/// The evaluated test rows as one rank sees them, once chosen.
+struct RowSet {
     /// The evaluated test rows this rank owns (global row ids).
     rows: Vec<u32>,
     /// Their fold-in.
@@ -327,10 +402,10 @@ pub struct EvalSet {
     holdout: Vec<u32>,
 }
 
-impl EvalSet {
+impl RowSet {
     /// Collective: every rank must call. Chooses the evaluated rows (`which`) and
     /// plans the fetch of their fold-in rows of H.
-    pub fn global_build<C: Comm>(comm: &C, s: &Shards, which: EvalRows) -> Result<Self> {
+    fn global_build<C: Comm>(comm: &C, s: &Shards, which: EvalRows) -> Result<Self> {
         let all_rows = comm.all_gather_v(&s.test_rows)?.data;
         let picked = local_pick_rows(&all_rows, s.meta.seed, which);
         let lo = s.test_lo as usize;
@@ -380,35 +455,12 @@ impl EvalSet {
         })
     }
 
-    /// The evaluated test rows this rank owns (global row ids, in test order).
-    pub fn local_rows(&self) -> &[u32] {
-        &self.rows
-    }
-
-    /// How many rows an evaluation scores (all ranks).
-    pub fn num_rows(&self) -> usize {
+    fn num_rows(&self) -> usize {
         self.rows_per_rank.iter().sum()
     }
 
-    /// Collective: every rank must call. `h_local` is this rank's H shard (columns
-    /// `col_lo..`, f32 or bf16), `gram_h` the all-reduced Gramian of H.
-    #[allow(clippy::too_many_arguments)]
-    pub fn global_evaluate<C: Comm, T: TableElem>(
-        &self,
-        comm: &C,
-        h_local: &[T],
-        col_lo: u64,
-        d: usize,
-        gram_h: &[f64],
-        params: SolveParams,
-    ) -> Result<Recall> {
-        self.global_evaluate_timed(comm, h_local, col_lo, d, gram_h, params)
-            .map(|(r, _)| r)
-    }
-
-    /// [`EvalSet::global_evaluate`] with this rank's seconds per part.
-    #[allow(clippy::too_many_arguments)]
-    pub fn global_evaluate_timed<C: Comm, T: TableElem>(
+    /// Collective: every rank must call. See [`EvalSet::global_evaluate_timed`].
+    fn global_evaluate_timed<C: Comm, T: TableElem>(
         &self,
         comm: &C,
         h_local: &[T],
@@ -454,6 +506,181 @@ impl EvalSet {
         let recall = sums.global_finish(comm);
         times.merge = t.elapsed().as_secs_f64();
         Ok((recall, times))
+    }
+}
+
+/// The evaluated test rows: chosen at build time (`--eval-rows N|all`), or at the
+/// first evaluation (`--eval-rows auto`).
+pub struct EvalSet {
+    which: EvalRows,
+    set: Option<RowSet>,
+    /// `auto`: how the rows were chosen, once they are.
+    choice: Option<AutoChoice>,
+}
+
+impl EvalSet {
+    /// Collective: every rank must call. Chooses the evaluated rows (`which`) and
+    /// plans the fetch of their fold-in rows of H; with `auto`, does nothing until
+    /// [`EvalSet::global_evaluate_epoch`] (no communication).
+    pub fn global_build<C: Comm>(comm: &C, s: &Shards, which: EvalRows) -> Result<Self> {
+        let set = match which {
+            EvalRows::Auto => None,
+            _ => Some(RowSet::global_build(comm, s, which)?),
+        };
+        Ok(Self {
+            which,
+            set,
+            choice: None,
+        })
+    }
+
+    /// The evaluated test rows this rank owns (global row ids, in test order); none
+    /// before `auto` chose them.
+    pub fn local_rows(&self) -> &[u32] {
+        self.set.as_ref().map_or(&[], |s| &s.rows)
+    }
+
+    /// How many rows an evaluation scores (all ranks); 0 before `auto` chose them.
+    pub fn num_rows(&self) -> usize {
+        self.set.as_ref().map_or(0, RowSet::num_rows)
+    }
+
+    /// Collective: every rank must call. `h_local` is this rank's H shard (columns
+    /// `col_lo..`, f32 or bf16), `gram_h` the all-reduced Gramian of H.
+    #[allow(clippy::too_many_arguments)]
+    pub fn global_evaluate<C: Comm, T: TableElem>(
+        &self,
+        comm: &C,
+        h_local: &[T],
+        col_lo: u64,
+        d: usize,
+        gram_h: &[f64],
+        params: SolveParams,
+    ) -> Result<Recall> {
+        self.global_evaluate_timed(comm, h_local, col_lo, d, gram_h, params)
+            .map(|(r, _)| r)
+    }
+
+    /// [`EvalSet::global_evaluate`] with this rank's seconds per part. With `auto`,
+    /// only once the rows are chosen ([`EvalSet::global_evaluate_epoch`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn global_evaluate_timed<C: Comm, T: TableElem>(
+        &self,
+        comm: &C,
+        h_local: &[T],
+        col_lo: u64,
+        d: usize,
+        gram_h: &[f64],
+        params: SolveParams,
+    ) -> Result<(Recall, EvalTimes)> {
+        match &self.set {
+            Some(set) => set.global_evaluate_timed(comm, h_local, col_lo, d, gram_h, params),
+            None => Err(Error::Config(
+                "--eval-rows auto: the rows are chosen by the first evaluation after an epoch"
+                    .into(),
+            )),
+        }
+    }
+
+    /// Collective: every rank must call. One evaluation after an epoch whose training
+    /// took `epoch_seconds` (`None`: no epoch timed). With `--eval-rows auto`, the
+    /// first call chooses the rows (see the module doc) from `s`, the shards the set
+    /// was built from; `num_cols` is the width of H (for the scoring rate).
+    #[allow(clippy::too_many_arguments)]
+    pub fn global_evaluate_epoch<C: Comm, T: TableElem>(
+        &mut self,
+        comm: &C,
+        s: &Shards,
+        epoch_seconds: Option<f64>,
+        h_local: &[T],
+        col_lo: u64,
+        d: usize,
+        gram_h: &[f64],
+        params: SolveParams,
+    ) -> Result<EvalReport> {
+        let mut probed = None;
+        if self.set.is_none() {
+            let (set, choice, result) =
+                self.global_choose(comm, s, epoch_seconds, h_local, col_lo, d, gram_h, params)?;
+            self.set = Some(set);
+            self.choice = Some(choice);
+            probed = result;
+        }
+        let set = self.set.as_ref().expect("chosen above");
+        let (recall, times) = match probed {
+            Some(r) => r,
+            None => set.global_evaluate_timed(comm, h_local, col_lo, d, gram_h, params)?,
+        };
+        let score_ns = comm.all_reduce_max((times.score * 1e9) as u64);
+        let flops = 2.0 * d as f64 * recall.test_rows as f64 * s.meta.num_cols as f64;
+        // The choice is reported as new once.
+        let auto = self.choice;
+        if let Some(c) = &mut self.choice {
+            c.first = false;
+        }
+        Ok(EvalReport {
+            recall,
+            times,
+            score_flops_per_second: flops / (score_ns as f64 * 1e-9).max(1e-9),
+            auto,
+        })
+    }
+
+    /// Collective: every rank must call. `auto`'s choice: the rows, how they were
+    /// chosen, and the probe's evaluation when the probe is the chosen set.
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    fn global_choose<C: Comm, T: TableElem>(
+        &self,
+        comm: &C,
+        s: &Shards,
+        epoch_seconds: Option<f64>,
+        h_local: &[T],
+        col_lo: u64,
+        d: usize,
+        gram_h: &[f64],
+        params: SolveParams,
+    ) -> Result<(RowSet, AutoChoice, Option<(Recall, EvalTimes)>)> {
+        let available = s.num_test;
+        let mut choice = AutoChoice {
+            rows: available,
+            available,
+            epoch_seconds,
+            probe_rows: 0,
+            probe_seconds: 0.0,
+            first: true,
+        };
+        let Some(epoch_s) = epoch_seconds else {
+            choice.rows = available.min(AUTO_UNTIMED_ROWS);
+            let set = RowSet::global_build(comm, s, EvalRows::Sample(choice.rows))?;
+            return Ok((set, choice, None));
+        };
+        if available <= AUTO_PROBE_ROWS {
+            // No fewer than the probe would be chosen: all of them.
+            let set = RowSet::global_build(comm, s, EvalRows::All)?;
+            return Ok((set, choice, None));
+        }
+        let probe = RowSet::global_build(comm, s, EvalRows::Sample(AUTO_PROBE_ROWS))?;
+        let t = Instant::now();
+        let result = probe.global_evaluate_timed(comm, h_local, col_lo, d, gram_h, params)?;
+        // Rank 0 decides from its own clock; every rank uses its numbers.
+        let mut secs = [epoch_s, t.elapsed().as_secs_f64()];
+        comm.broadcast(0, &mut secs)?;
+        let per_row = secs[1] / AUTO_PROBE_ROWS as f64;
+        choice.epoch_seconds = Some(secs[0]);
+        choice.probe_rows = AUTO_PROBE_ROWS;
+        choice.probe_seconds = secs[1];
+        choice.rows = choose_eval_rows(secs[0], per_row, available, AUTO_MIN_ROWS);
+        if choice.rows == AUTO_PROBE_ROWS {
+            return Ok((probe, choice, Some(result)));
+        }
+        drop(probe);
+        let set = RowSet::global_build(comm, s, EvalRows::Sample(choice.rows))?;
+        Ok((set, choice, None))
+    }
+
+    /// What `--eval-rows` asked for.
+    pub fn which(&self) -> EvalRows {
+        self.which
     }
 }
 
@@ -614,8 +841,37 @@ mod tests {
         assert!("0".parse::<EvalRows>().is_err());
         assert!("-3".parse::<EvalRows>().is_err());
         assert!("some".parse::<EvalRows>().is_err());
+        assert_eq!("auto".parse::<EvalRows>(), Ok(EvalRows::Auto));
+        assert_eq!(EvalRows::Auto.to_string(), "auto");
+        assert_eq!(EvalRows::default(), EvalRows::Auto);
         assert_eq!(EvalRows::Sample(7).to_string(), "7");
         assert_eq!(EvalRows::All.to_string(), "all");
+    }
+
+    #[test]
+    fn auto_fits_a_quarter_of_the_epoch_within_floor_and_available() {
+        // A quarter of 100 s at 0.01 s per row: 2,500 rows.
+        assert_eq!(choose_eval_rows(100.0, 0.01, 1_000_000, 100), 2_500);
+        // A shorter epoch picks fewer rows, a longer one more, up to all.
+        assert_eq!(choose_eval_rows(10.0, 0.01, 1_000_000, 100), 250);
+        assert_eq!(choose_eval_rows(1e6, 0.01, 1_000_000, 100), 1_000_000);
+        assert!(
+            choose_eval_rows(5.0, 0.01, 10_000, 100) < choose_eval_rows(50.0, 0.01, 10_000, 100)
+        );
+        // Never below the floor, unless there are fewer rows than that.
+        assert_eq!(choose_eval_rows(0.001, 0.01, 1_000_000, 100), 100);
+        assert_eq!(choose_eval_rows(0.0, 0.01, 1_000_000, 100), 100);
+        assert_eq!(choose_eval_rows(0.001, 0.01, 40, 100), 40);
+        assert_eq!(choose_eval_rows(100.0, 0.01, 100, 100), 100);
+        // Nothing measurable per row: all; no finite epoch: the floor.
+        assert_eq!(choose_eval_rows(1.0, 0.0, 5_000, 100), 5_000);
+        assert_eq!(choose_eval_rows(1.0, f64::NAN, 5_000, 100), 5_000);
+        assert_eq!(choose_eval_rows(f64::NAN, 0.01, 5_000, 100), 100);
+        assert_eq!(choose_eval_rows(f64::INFINITY, 0.01, 5_000, 100), 100);
+        // Exactly at the boundary (powers of two): the count that fits.
+        assert_eq!(choose_eval_rows(4.0, 0.0625, 1_000, 10), 16);
+        assert_eq!(choose_eval_rows(4.0, 0.0625, 16, 10), 16);
+        assert_eq!(choose_eval_rows(4.0, 0.0625, 15, 10), 15);
     }
 
     #[test]

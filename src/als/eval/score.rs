@@ -1,13 +1,33 @@
 //! Rank-local scoring: for each folded-in row, the best `k` columns of this rank's H
 //! shard, with the row's visible arcs removed.
 //!
-//! [`local_score_topk`] scores in tiles of [`ROW_BLOCK`] rows x [`COL_BLOCK`] columns
-//! (one single-threaded sgemm per tile, rayon over row blocks), so its memory is
-//! bounded by the tile size whatever the number of columns. A column tile of a bf16
-//! table is widened into an f32 scratch first. Tiles are cut from the row index 0 and
-//! the shard's first column, never by thread: every score, and so the result, is the
-//! same at any thread count. [`local_score_topk_ref`] is the slow reference (every
-//! score by a plain dot product, a full sort).
+//! [`local_score_topk`] scores in tiles of [`ROW_BLOCK`] rows x [`COL_BLOCK`] columns,
+//! so its memory is bounded by the tile size whatever the number of columns. A column
+//! tile of a bf16 table is widened into an f32 scratch first. Tiles are cut from the row
+//! index 0 and the shard's first column, never by thread.
+//!
+//! On a CPU with AVX-512F the product and the top-K scan are one kernel
+//! ([`Scorer::Avx512`]): a register block of 12 columns x 32 rows (24 accumulators)
+//! is computed from the rows packed 32 wide and the table's rows broadcast in place,
+//! and compared with the 32 rows' current top-K thresholds before it leaves the
+//! registers; the few scores that beat a threshold go to the row's [`TopK`]. Every
+//! score is summed over `k = 0..d` in order from `+0`, whatever the tile, block or
+//! thread, with the arithmetic of the OpenBLAS kernels the process runs (which
+//! `OPENBLAS_CORETYPE` or the CPU chose, as for training's products), so that recall
+//! did not move when this kernel replaced the sgemm: [`Scorer::Avx512Fma`]
+//! (`s = fma(x[k], h[k], s)`) where OpenBLAS's sgemm uses fused multiply-adds
+//! (Haswell, SkylakeX, Zen, ...: SkylakeX's gives these bits for every score, Haswell's
+//! for most), else [`Scorer::Avx512`] (`s = s + x[k] * h[k]`, each step rounded: the
+//! reference's arithmetic, and what OpenBLAS's SSE3 "Prescott" kernels, as it detects
+//! some virtual Xeons, compute in a tile's interior). OpenBLAS's edge kernels may sum
+//! in other orders, so the fallback [`Scorer::Blas`] may score by rounding-level other
+//! bits there. The FMA variant does twice the arithmetic per instruction
+//! (`scripts/bench_eval.sh`).
+//! Work is split by row blocks and, when there are fewer row blocks than threads can
+//! share, by column segments too; the top `k` of a row is unique under "higher score,
+//! then lower column id", so the split does not change the result.
+//! [`local_score_topk_ref`] is the slow reference (every score by a plain dot product,
+//! a full sort).
 
 use crate::bf16::TableElem;
 use rayon::prelude::*;
@@ -117,9 +137,41 @@ fn as_f32<T: TableElem>(h: &[T]) -> Option<&[f32]> {
     }
 }
 
+/// Which kernel scores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scorer {
+    /// One `sgemm` per tile (OpenBLAS), then a scan of the tile's scores.
+    Blas,
+    /// The fused AVX-512 product and top-K scan, each product and sum rounded.
+    Avx512,
+    /// [`Scorer::Avx512`] with fused multiply-adds.
+    Avx512Fma,
+}
+
+impl Scorer {
+    /// The AVX-512 kernel where the CPU has AVX-512F (with fused multiply-adds when
+    /// OpenBLAS's sgemm uses them), else OpenBLAS.
+    pub fn auto() -> Scorer {
+        if !crate::embed::gemm::avx512() {
+            Scorer::Blas
+        } else if crate::openblas_sgemm_fma() {
+            Scorer::Avx512Fma
+        } else {
+            Scorer::Avx512
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Scorer::Blas => "openblas",
+            Scorer::Avx512 => "torusrec-avx512",
+            Scorer::Avx512Fma => "torusrec-avx512-fma",
+        }
+    }
+}
+
 /// Rank-local: for each row of `rows`, its best `k` columns of the shard `h`
 /// (`n_local x d`, global ids `col_lo..`), visible arcs excluded, best first and padded
-/// with [`Cand::NONE`] to `k` (row-major `rows x k`). Scores are `x_r . h_c` by sgemm.
+/// with [`Cand::NONE`] to `k` (row-major `rows x k`). Scores are `x_r . h_c`.
 pub fn local_score_topk<T: TableElem>(
     rows: ScoreRows,
     h: &[T],
@@ -141,8 +193,32 @@ pub fn local_score_topk_tiled<T: TableElem>(
     row_block: usize,
     col_block: usize,
 ) -> Vec<Cand> {
+    local_score_topk_with(Scorer::auto(), rows, h, col_lo, d, k, row_block, col_block)
+}
+
+/// [`local_score_topk_tiled`] with the kernel `scorer` names.
+///
+/// # Panics
+/// If the shapes do not match, a tile size is 0, or `scorer` is [`Scorer::Avx512`] on
+/// a CPU without AVX-512F.
+#[doc(hidden)]
+#[allow(clippy::too_many_arguments)]
+pub fn local_score_topk_with<T: TableElem>(
+    scorer: Scorer,
+    rows: ScoreRows,
+    h: &[T],
+    col_lo: u64,
+    d: usize,
+    k: usize,
+    row_block: usize,
+    col_block: usize,
+) -> Vec<Cand> {
     let t = rows.num_rows();
     assert_eq!(rows.x.len(), t * d, "local_score_topk: x is not rows x d");
+    assert!(
+        row_block > 0 && col_block > 0,
+        "local_score_topk: empty tiles"
+    );
     let mut out = vec![Cand::NONE; t * k];
     if t == 0 || k == 0 {
         return out;
@@ -152,6 +228,34 @@ pub fn local_score_topk_tiled<T: TableElem>(
     if n_local == 0 {
         return out;
     }
+    match scorer {
+        Scorer::Blas => score_blas(rows, h, col_lo, d, k, row_block, col_block, &mut out),
+        Scorer::Avx512 | Scorer::Avx512Fma => {
+            assert!(
+                crate::embed::gemm::avx512(),
+                "the AVX-512 scorer on a CPU without AVX-512F"
+            );
+            let fma = scorer == Scorer::Avx512Fma;
+            score_fused(rows, h, col_lo, d, k, row_block, col_block, fma, &mut out)
+        }
+    }
+    out
+}
+
+/// The OpenBLAS scorer: rayon over row blocks, one single-threaded sgemm per tile,
+/// then [`scan_row`] over each row of the tile's scores.
+#[allow(clippy::too_many_arguments)]
+fn score_blas<T: TableElem>(
+    rows: ScoreRows,
+    h: &[T],
+    col_lo: u64,
+    d: usize,
+    k: usize,
+    row_block: usize,
+    col_block: usize,
+    out: &mut [Cand],
+) {
+    let n_local = h.len() / d;
     // Scoring calls BLAS from rayon threads: keep BLAS itself single-threaded.
     crate::blas_single_thread();
     let h32 = as_f32(h);
@@ -205,7 +309,232 @@ pub fn local_score_topk_tiled<T: TableElem>(
                 out_b[i * k..(i + 1) * k].copy_from_slice(&top.into_padded());
             }
         });
+}
+
+/// Rows per register panel of the fused kernel (two 16-lane vectors).
+const PANEL_ROWS: usize = 32;
+/// Columns per register block of the fused kernel.
+const PANEL_COLS: usize = 12;
+
+/// The fused AVX-512 scorer (see the module doc). Tasks are (row block, column
+/// segment) pairs; each keeps its rows' top `k` over its segment, and the segments of
+/// a row block are merged in order.
+#[allow(clippy::too_many_arguments)]
+fn score_fused<T: TableElem>(
+    rows: ScoreRows,
+    h: &[T],
+    col_lo: u64,
+    d: usize,
+    k: usize,
+    row_block: usize,
+    col_block: usize,
+    fma: bool,
+    out: &mut [Cand],
+) {
+    let t = rows.num_rows();
+    let n_local = h.len() / d;
+    let blocks = t.div_ceil(row_block);
+    let tiles = n_local.div_ceil(col_block);
+    // Enough tasks for every thread, in segments of whole tiles.
+    let want = 4 * rayon::current_num_threads();
+    let segs = want.div_ceil(blocks).clamp(1, tiles);
+    let per_seg = tiles.div_ceil(segs);
+    let segs = tiles.div_ceil(per_seg);
+    let h32 = as_f32(h);
+    let parts: Vec<Vec<TopK>> = (0..blocks * segs)
+        .into_par_iter()
+        .map(|task| {
+            let (b, sg) = (task / segs, task % segs);
+            let r0 = b * row_block;
+            let rb = row_block.min(t - r0);
+            let c_lo = sg * per_seg * col_block;
+            let c_hi = ((sg + 1) * per_seg * col_block).min(n_local);
+            let xpack = pack_rows(&rows.x[r0 * d..(r0 + rb) * d], d);
+            let mut wide = if h32.is_none() {
+                vec![0f32; col_block.min(n_local) * d]
+            } else {
+                Vec::new()
+            };
+            let mut tops: Vec<TopK> = (0..rb).map(|_| TopK::new(k)).collect();
+            for c0 in (c_lo..c_hi).step_by(col_block) {
+                let cb = col_block.min(c_hi - c0);
+                let hb: &[f32] = match h32 {
+                    Some(h32) => &h32[c0 * d..(c0 + cb) * d],
+                    None => {
+                        crate::bf16::widen(&h[c0 * d..(c0 + cb) * d], &mut wide[..cb * d]);
+                        &wide[..cb * d]
+                    }
+                };
+                let g0 = col_lo + c0 as u64;
+                for (p, panel) in xpack.chunks_exact(PANEL_ROWS * d).enumerate() {
+                    let j0 = p * PANEL_ROWS;
+                    let nr = PANEL_ROWS.min(rb - j0);
+                    let masks: [&[u32]; PANEL_ROWS] =
+                        std::array::from_fn(|j| if j < nr { rows.mask(r0 + j0 + j) } else { &[] });
+                    panel_tile(panel, hb, d, g0, &masks[..nr], &mut tops[j0..j0 + nr], fma);
+                }
+            }
+            tops
+        })
+        .collect();
+    for (b, out_b) in out.chunks_mut(row_block * k).enumerate() {
+        let mut segs_b = parts[b * segs..(b + 1) * segs].iter();
+        let first = segs_b.next().expect("at least one segment");
+        let mut tops = first.clone();
+        for more in segs_b {
+            for (top, other) in tops.iter_mut().zip(more) {
+                for &c in &other.items {
+                    top.push(c);
+                }
+            }
+        }
+        for (i, top) in tops.into_iter().enumerate() {
+            out_b[i * k..(i + 1) * k].copy_from_slice(&top.into_padded());
+        }
+    }
+}
+
+/// Rows (`rb x d`, row-major) packed in panels of [`PANEL_ROWS`]: value `k` of the
+/// panel's row `j` at `k * PANEL_ROWS + j`, zeros past the last row.
+fn pack_rows(x: &[f32], d: usize) -> Vec<f32> {
+    let rb = x.len() / d;
+    let mut out = vec![0f32; rb.div_ceil(PANEL_ROWS) * PANEL_ROWS * d];
+    for (r, xr) in x.chunks_exact(d).enumerate() {
+        let (p, j) = (r / PANEL_ROWS, r % PANEL_ROWS);
+        let panel = &mut out[p * PANEL_ROWS * d..(p + 1) * PANEL_ROWS * d];
+        for (kk, &v) in xr.iter().enumerate() {
+            panel[kk * PANEL_ROWS + j] = v;
+        }
+    }
     out
+}
+
+/// One packed panel of rows (`tops.len()` of them valid) against a tile of columns
+/// (`hb`: `cb x d`, global ids `g0..`), register block by register block, columns in
+/// increasing order: each score beating its row's threshold is offered to the row's
+/// top K unless the column is one of the row's visible arcs.
+fn panel_tile(
+    panel: &[f32],
+    hb: &[f32],
+    d: usize,
+    g0: u64,
+    masks: &[&[u32]],
+    tops: &mut [TopK],
+    fma: bool,
+) {
+    let nr = tops.len();
+    let cb = hb.len() / d;
+    debug_assert!(panel.len() == PANEL_ROWS * d && nr <= PANEL_ROWS && masks.len() == nr);
+    // Rows past the panel's last never pass (+inf threshold).
+    let mut thr = [f32::INFINITY; PANEL_ROWS];
+    for (t, top) in thr.iter_mut().zip(tops.iter()) {
+        *t = top.threshold();
+    }
+    let mut scores = [0f32; PANEL_ROWS * PANEL_COLS];
+    for c in (0..cb).step_by(PANEL_COLS) {
+        let nc = PANEL_COLS.min(cb - c);
+        // SAFETY: the caller checked AVX-512F; `panel` holds `d` steps of 32 values;
+        // `hb` holds the block's `nc` rows of `d` values from row `c`.
+        let hb = &hb[c * d..(c + nc) * d];
+        let hits = unsafe {
+            if fma {
+                avx512::block::<true>(d, panel, hb, nc, &thr, &mut scores)
+            } else {
+                avx512::block::<false>(d, panel, hb, nc, &thr, &mut scores)
+            }
+        };
+        for (i, &mask) in hits.iter().enumerate().take(nc) {
+            let mut m = mask;
+            while m != 0 {
+                let j = m.trailing_zeros() as usize;
+                m &= m - 1;
+                let col = (g0 + (c + i) as u64) as u32;
+                if masks[j].binary_search(&col).is_ok() {
+                    continue;
+                }
+                tops[j].push(Cand {
+                    score: scores[i * PANEL_ROWS + j],
+                    col,
+                });
+                thr[j] = tops[j].threshold();
+            }
+        }
+    }
+}
+
+/// Off x86_64 there is no fused kernel: [`Scorer::auto`] never picks it.
+#[cfg(not(target_arch = "x86_64"))]
+mod avx512 {
+    pub unsafe fn block<const FMA: bool>(
+        _: usize,
+        _: &[f32],
+        _: &[f32],
+        _: usize,
+        _: &[f32; 32],
+        _: &mut [f32; 384],
+    ) -> [u32; 12] {
+        unreachable!("no AVX-512 scorer off x86_64")
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::{PANEL_COLS, PANEL_ROWS};
+    use std::arch::x86_64::*;
+
+    /// The scores of `nc` (1..=12) columns (`h`: their rows, `d` values each) against
+    /// one packed panel of 32 rows, each summed in `k` order from `+0` (rounding each
+    /// product and sum, or with fused multiply-adds when `FMA`), into
+    /// `scores[i * 32 + j]`; returns per column the rows `j` (bits) whose score is
+    /// greater than `thr[j]` (ordered: NaN never is).
+    ///
+    /// # Safety
+    /// AVX-512F must be present; `panel` holds `32 * d` values, `h` `nc * d`.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn block<const FMA: bool>(
+        d: usize,
+        panel: &[f32],
+        h: &[f32],
+        nc: usize,
+        thr: &[f32; PANEL_ROWS],
+        scores: &mut [f32; PANEL_ROWS * PANEL_COLS],
+    ) -> [u32; PANEL_COLS] {
+        debug_assert!((1..=PANEL_COLS).contains(&nc));
+        debug_assert!(panel.len() >= PANEL_ROWS * d && h.len() >= nc * d);
+        let mut acc = [[_mm512_setzero_ps(); 2]; PANEL_COLS];
+        let x = panel.as_ptr();
+        // Columns past `nc` repeat the last one (in bounds; their results are unused).
+        let hp: [*const f32; PANEL_COLS] =
+            std::array::from_fn(|i| h.as_ptr().add(i.min(nc - 1) * d));
+        for p in 0..d {
+            let b0 = _mm512_loadu_ps(x.add(p * PANEL_ROWS));
+            let b1 = _mm512_loadu_ps(x.add(p * PANEL_ROWS + 16));
+            for (acc, hi) in acc.iter_mut().zip(&hp) {
+                let a = _mm512_set1_ps(*hi.add(p));
+                if FMA {
+                    acc[0] = _mm512_fmadd_ps(a, b0, acc[0]);
+                    acc[1] = _mm512_fmadd_ps(a, b1, acc[1]);
+                } else {
+                    acc[0] = _mm512_add_ps(acc[0], _mm512_mul_ps(a, b0));
+                    acc[1] = _mm512_add_ps(acc[1], _mm512_mul_ps(a, b1));
+                }
+            }
+        }
+        let t0 = _mm512_loadu_ps(thr.as_ptr());
+        let t1 = _mm512_loadu_ps(thr.as_ptr().add(16));
+        let mut hits = [0u32; PANEL_COLS];
+        let s = scores.as_mut_ptr();
+        for (i, (acc, hit)) in acc.iter().zip(hits.iter_mut()).enumerate() {
+            let m0 = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(acc[0], t0);
+            let m1 = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(acc[1], t1);
+            *hit = u32::from(m0) | (u32::from(m1) << 16);
+            if *hit != 0 {
+                _mm512_storeu_ps(s.add(i * PANEL_ROWS), acc[0]);
+                _mm512_storeu_ps(s.add(i * PANEL_ROWS + 16), acc[1]);
+            }
+        }
+        hits
+    }
 }
 
 /// Offer one row of scores (columns `g0..`, increasing) to `top`: a chunk whose
