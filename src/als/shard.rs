@@ -92,6 +92,10 @@ pub struct Shards {
     pub fold: CsrShard,
     pub holdout: CsrShard,
     pub num_test: u64,
+    /// The checksum of the dataset's `/train` arcs summed over all ranks (`arc_checksum`,
+    /// the same at every rank count): what a model records of the dataset it was
+    /// trained on, so that `recommend` can refuse another.
+    pub arcs_checksum: [u64; 2],
 }
 
 /// Read rows `lo..hi` of a CSR pair whose whole `indptr` was read and checked, and
@@ -232,6 +236,8 @@ pub fn local_read_shards(
         fold,
         holdout,
         num_test,
+        // Summed over ranks by `global_read_shards_admitted`.
+        arcs_checksum: [0; 2],
     })
 }
 
@@ -266,7 +272,7 @@ pub fn global_read_shards_admitted<C: Comm>(
     admit: &dyn Fn(&ShardSizes) -> Result<()>,
 ) -> Result<Shards> {
     let _p = comm.stats().phase("io");
-    let shards = comm.agree(local_read_shards(path, comm.rank(), comm.size(), admit))?;
+    let mut shards = comm.agree(local_read_shards(path, comm.rank(), comm.size(), admit))?;
     let (a, b) = (
         arc_checksum(&shards.rows, false),
         arc_checksum(&shards.cols, true),
@@ -285,6 +291,7 @@ pub fn global_read_shards_admitted<C: Comm>(
             Error::Remote { rank: 0, code: 2 }
         });
     }
+    shards.arcs_checksum = [sums[0], sums[1]];
     Ok(shards)
 }
 

@@ -7,7 +7,9 @@ use super::checkpoint::{
 };
 use super::eval::{EvalSet, Recall};
 use super::exchange::ExchangePlan;
-use super::model::{global_write_tables, local_checksum, TablePart};
+use super::model::{
+    data_checksum_hex, global_write_tables, local_checksum, TablePart, DATA_CHECKSUM,
+};
 use super::shard::{balance_by_nnz, global_read_shards_admitted, CsrShard, Shards};
 use super::solve::{
     all_pairs_term, cg_solve, cg_solve_with_loss, cholesky_solve, eigenbasis, gramian,
@@ -939,6 +941,10 @@ impl<T: TableScalar> Trainer<T> {
             ("format", Attr::Str("torusrec-als-model".into())),
             ("config", Attr::Str(cfg_json)),
             ("checksum", Attr::Str(format!("{:016x}", report.checksum))),
+            (
+                DATA_CHECKSUM,
+                Attr::Str(data_checksum_hex(self.shards.arcs_checksum)),
+            ),
             ("epochs", Attr::F64(self.pos.epoch as f64)),
             ("loss", Attr::F64(report.loss)),
         ];

@@ -647,6 +647,8 @@ pub fn global_validation_shards<C: Comm>(
         fold,
         holdout,
         num_test: stats.rows,
+        // The dataset's: a validation split is never written into a model.
+        arcs_checksum: full.arcs_checksum,
     };
     Ok((shards, stats))
 }

@@ -8,6 +8,13 @@
 //! original ids, best first; `u64::MAX` pads) and `/scores` (f32 [n, K]; NaN pads),
 //! root attributes `format = "torusrec-recommendations"`, `k`, `model`, `data`. Files
 //! are written by rank 0 under `<out>.partial` and renamed when complete.
+//!
+//! The model must be of `--data`: a model records the checksum of its dataset's
+//! training arcs (`data_checksum`), and another dataset (or other row and column
+//! counts) is refused with exit 2 naming both. A model written before torusrec
+//! recorded the checksum is accepted with a warning (only its shape can be checked):
+//! it was trained correctly, and retraining to add one attribute would be a cost
+//! without a gain for the model's many correct uses.
 
 use super::output::RunOutput;
 use crate::als::model::TableScalar;
@@ -40,7 +47,7 @@ pub struct RecommendArgs {
     /// The trained model (`als --out`).
     #[arg(long, value_name = "model.h5")]
     pub model: PathBuf,
-    /// The prepared dataset the model was trained on.
+    /// The prepared dataset the model was trained on (another is refused).
     #[arg(long, value_name = "D.h5")]
     pub data: PathBuf,
     /// Rows to recommend for: original node ids, comma-separated.
@@ -385,6 +392,13 @@ fn run_as<C: Comm, T: TableScalar>(
     };
     let t0 = Instant::now();
     let mut rec = Recommender::<T>::global_load(comm, &args.model, info, &args.data)?;
+    if root && info.data_checksum.is_none() {
+        eprintln!(
+            "recommend: warning: {} does not record the dataset it was trained on (written by an older torusrec); only its row and column counts were checked against {}",
+            crate::error::short_path(&args.model),
+            crate::error::short_path(&args.data)
+        );
+    }
     rec.block_rows = args.block_rows;
     let k = args.k;
     comm.agree(if k as u64 > rec.num_cols() {
