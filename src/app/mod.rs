@@ -6,6 +6,7 @@ pub mod als;
 pub mod clicks;
 pub mod embed;
 pub mod inspect;
+pub mod launch;
 pub mod output;
 pub mod plot;
 pub mod prepare;
