@@ -30,9 +30,10 @@ use super::AlsConfig;
 use crate::bf16::TableDtype;
 use crate::ckpt::signals::Preemption;
 use crate::comm::{prefix_offsets, Comm};
-use crate::data::dataset::{open_h5, read_range};
+use crate::data::dataset::read_range;
 use crate::data::graph::block_range;
 use crate::error::{Error, Result};
+use crate::h5::open_h5;
 use std::path::Path;
 use std::time::Instant;
 

@@ -565,9 +565,9 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         if let Some(out) = &a.out {
             // A resumed run may overwrite the model its first attempt wrote.
             let resumed = checkpoint_config(a).continues_a_run();
-            crate::data::dataset::check_output(out, a.force || resumed)?;
+            crate::outfile::check_output(out, a.force || resumed)?;
             if root {
-                crate::data::dataset::probe_writable(out)?;
+                crate::outfile::probe_writable(out)?;
             }
         }
         // A rank's ids of one table in one step travel with u32 offsets.
@@ -811,7 +811,7 @@ pub fn global_plan<C: Comm>(comm: &C, a: &PlanArgs) -> Result<()> {
         }
         let mem = a.mem_per_rank.as_deref().map(parse_bytes).transpose()?;
         if let Some(out) = &a.out {
-            crate::data::dataset::check_output(out, a.force)?;
+            crate::outfile::check_output(out, a.force)?;
         }
         let cost = cost_model_of(a.cost_model.as_deref(), comm.rank() == 0)?;
         if comm.rank() != 0 {
@@ -908,11 +908,9 @@ pub fn global_plan<C: Comm>(comm: &C, a: &PlanArgs) -> Result<()> {
         }
         println!("plan: {}", plan_summary(&spec, &plan, state));
         if let Some(out) = &a.out {
-            let tmp = crate::data::dataset::temp_path(out);
             let text = serde_json::to_string_pretty(&plan)
                 .map_err(|e| Error::Config(format!("plan: {e}")))?;
-            std::fs::write(&tmp, text).map_err(|e| Error::io(&tmp, e))?;
-            std::fs::rename(&tmp, out).map_err(|e| Error::io(out, e))?;
+            crate::outfile::write(out, text.as_bytes())?;
             println!("wrote {}", out.display());
         }
         Ok(())

@@ -22,13 +22,12 @@ use crate::als::recommend::{
     list_ids, local_read_model_info, RecBlock, RecSink, Recommender, Which, DEFAULT_BLOCK_ROWS,
 };
 use crate::bf16::{Bf16, TableDtype};
-use crate::ckpt::commit::local_commit;
 use crate::ckpt::signals::Preemption;
 use crate::comm::Comm;
-use crate::data::dataset::{check_output, temp_path};
 use crate::error::{quote, Error, Result};
 use crate::h5::{ctx as h5, write_attrs, Attr};
 use crate::metrics::{human_bytes, peak_rss_bytes};
+use crate::outfile::{check_output, commit, temp_path};
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -352,7 +351,7 @@ fn local_finish(sink: Sink<'_>, cfg: &Config) -> Result<()> {
         }
     }
     match (&sink.tmp, &cfg.out) {
-        (Some(tmp), Some((out, _))) => local_commit(tmp, out),
+        (Some(tmp), Some((out, _))) => commit(tmp, out),
         _ => Ok(()),
     }
 }
