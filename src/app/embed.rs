@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use crate::app::als::resolve_threads;
 use crate::app::group;
 use crate::ckpt::signals::Preemption;
-use crate::ckpt::{CheckpointConfig, Resume};
+use crate::ckpt::CheckpointConfig;
 use crate::cli::{
     DenseGemmArg, DenseOptKind, EmbedArgs, GenerateClicksArgs, ModelArgs, OutputModeArg, PlanArgs,
     TableOptKind, VocabArg,
@@ -307,20 +307,9 @@ fn preloaded_per_rank(preload: bool, steps: u64, step_examples: f64, ranks: usiz
     }
 }
 
-/// The checkpoint settings of `embed`.
+/// The checkpoint settings of `embed` (no `--wait-for-data`).
 fn checkpoint_config(a: &EmbedArgs) -> CheckpointConfig {
-    CheckpointConfig {
-        dir: a.checkpoint_dir.clone(),
-        every: a.checkpoint_every,
-        keep: a.keep,
-        resume: match a.resume.as_deref() {
-            None => Resume::No,
-            Some("auto") => Resume::Auto,
-            Some(p) => Resume::Path(PathBuf::from(p)),
-        },
-        release_hold: a.release_hold,
-        wait_for_data: 0.0,
-    }
+    a.checkpoint.config(a.checkpoint_every, 0.0)
 }
 
 /// The model to train, where its examples come from, and how their ids become the
