@@ -644,9 +644,8 @@ pub struct EmbedArgs {
     /// Overwrite an existing --out.
     #[arg(long)]
     pub force: bool,
-    /// Write checkpoints (and the training hold) into this directory.
-    #[arg(long, value_name = "DIR")]
-    pub checkpoint_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub checkpoint: CheckpointArgs,
     /// Checkpoint every N steps (0: only on preemption and at the end).
     #[arg(
         long,
@@ -655,6 +654,17 @@ pub struct EmbedArgs {
         requires = "checkpoint_dir"
     )]
     pub checkpoint_every: u64,
+}
+
+/// The checkpoint flags of a training run, one set for every workload. Each workload
+/// keeps its own `--checkpoint-every`, whose unit and default differ (ALS: half-epochs,
+/// 2; embed: steps, 0). (Not a const generic default: clap keeps a derived default in
+/// one static per function, shared by every instantiation.)
+#[derive(Debug, Clone, Args)]
+pub struct CheckpointArgs {
+    /// Write checkpoints (and the training hold) into this directory.
+    #[arg(long, value_name = "DIR")]
+    pub checkpoint_dir: Option<PathBuf>,
     /// Keep the newest K checkpoints.
     #[arg(
         long,
@@ -663,12 +673,33 @@ pub struct EmbedArgs {
         requires = "checkpoint_dir"
     )]
     pub keep: usize,
-    /// `auto`: continue from the newest checkpoint in --checkpoint-dir; or a file.
+    /// `auto`: continue from the newest checkpoint in --checkpoint-dir (fresh if none);
+    /// or a checkpoint file.
     #[arg(long, value_name = "auto|PATH")]
     pub resume: Option<String>,
-    /// Start even though HOLD.json is in the checkpoint directory.
+    /// Start even though HOLD.json is in the checkpoint directory (it is kept, renamed).
     #[arg(long, requires = "checkpoint_dir")]
     pub release_hold: bool,
+}
+
+impl CheckpointArgs {
+    /// The checkpoint settings these flags give, with the workload's own
+    /// `--checkpoint-every` and `--wait-for-data` (or 0).
+    pub fn config(&self, every: u64, wait_for_data: f64) -> crate::ckpt::CheckpointConfig {
+        use crate::ckpt::Resume;
+        crate::ckpt::CheckpointConfig {
+            dir: self.checkpoint_dir.clone(),
+            every,
+            keep: self.keep,
+            resume: match self.resume.as_deref() {
+                None => Resume::No,
+                Some("auto") => Resume::Auto,
+                Some(p) => Resume::Path(PathBuf::from(p)),
+            },
+            release_hold: self.release_hold,
+            wait_for_data,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -874,9 +905,8 @@ pub struct AlsArgs {
     /// Also compute the exact loss after each row half-epoch, not only per epoch.
     #[arg(long)]
     pub loss_every_half: bool,
-    /// Write checkpoints (and the training hold) into this directory.
-    #[arg(long, value_name = "DIR")]
-    pub checkpoint_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub checkpoint: CheckpointArgs,
     /// Checkpoint every N half-epochs (0: only on preemption and at the end).
     #[arg(
         long,
@@ -885,21 +915,6 @@ pub struct AlsArgs {
         requires = "checkpoint_dir"
     )]
     pub checkpoint_every: u64,
-    /// Keep the newest K checkpoints.
-    #[arg(
-        long,
-        value_name = "K",
-        default_value_t = 3,
-        requires = "checkpoint_dir"
-    )]
-    pub keep: usize,
-    /// `auto`: continue from the newest checkpoint in --checkpoint-dir (fresh if none);
-    /// or a checkpoint file.
-    #[arg(long, value_name = "auto|PATH")]
-    pub resume: Option<String>,
-    /// Start even though HOLD.json is in the checkpoint directory (it is kept, renamed).
-    #[arg(long, requires = "checkpoint_dir")]
-    pub release_hold: bool,
     /// Wait up to SECS for the dataset to appear (or finish being written).
     #[arg(long, value_name = "SECS", default_value_t = 0.0)]
     pub wait_for_data: f64,
@@ -1005,18 +1020,9 @@ impl AlsArgs {
             force: self.force,
             step_nnz: self.step_nnz,
             loss_every_half: self.loss_every_half,
-            checkpoint: crate::als::CheckpointConfig {
-                dir: self.checkpoint_dir.clone(),
-                every: self.checkpoint_every,
-                keep: self.keep,
-                resume: match self.resume.as_deref() {
-                    None => crate::als::Resume::No,
-                    Some("auto") => crate::als::Resume::Auto,
-                    Some(p) => crate::als::Resume::Path(PathBuf::from(p)),
-                },
-                release_hold: self.release_hold,
-                wait_for_data: self.wait_for_data,
-            },
+            checkpoint: self
+                .checkpoint
+                .config(self.checkpoint_every, self.wait_for_data),
             table_dtype: self.table_dtype,
             mem_per_rank: self.mem_per_rank,
             basis: self.basis,

@@ -34,6 +34,23 @@ pub fn open_rw(path: impl AsRef<Path>) -> hdf5::Result<hdf5::File> {
     unlocked().open_rw(path)
 }
 
+/// Open an HDF5 file read-only, with a clear error (exit 2) when it is missing or not
+/// HDF5.
+pub fn open_h5(path: &Path) -> Result<hdf5::File> {
+    if !path.is_file() {
+        return Err(Error::input(path, "no such file"));
+    }
+    let mut magic = [0u8; 8];
+    let is_h5 = std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+        .is_ok()
+        && magic == *b"\x89HDF\r\n\x1a\n";
+    if !is_h5 {
+        return Err(Error::input(path, "not an HDF5 file"));
+    }
+    open(path).map_err(|e| Error::input(path, format!("cannot open as HDF5: {e}")))
+}
+
 /// An HDF5 result with the file and what was being done, for the error message.
 pub fn ctx<T>(path: &Path, what: impl Into<String>, r: hdf5::Result<T>) -> Result<T> {
     r.map_err(|e| Error::hdf5(path, what, e))

@@ -112,6 +112,12 @@ fn real_main() -> i32 {
     };
     let (rank, size) = (world.rank(), world.size());
     init_logging(rank, size);
+    // Before any other collective: every rank runs the same command line and binary.
+    if size > 1 {
+        if let Err(code) = check_same_launch(&world, rank, size) {
+            return code;
+        }
+    }
     let dims = match &cli.torus {
         Some(spec) => match parse_torus(spec, size) {
             Ok(d) => d,
@@ -171,6 +177,34 @@ fn real_main() -> i32 {
             e.exit_code()
         }
     }
+}
+
+/// Collective over the world: every rank must call. The launch check
+/// ([`torusrec::app::launch`]): on a mismatch rank 0 names the groups of ranks, every
+/// rank not in rank 0's group prints its own arguments, and every rank returns exit 2.
+fn check_same_launch(world: &MpiWorld, rank: usize, size: usize) -> Result<(), i32> {
+    use torusrec::app::launch;
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let binary = launch::binary_identity();
+    let hashes = world.all_gather_u64(launch::launch_hash(&binary, &args));
+    let Err(e) = launch::check_same_launch(&hashes) else {
+        return Ok(());
+    };
+    let line = shorten_tokens(
+        &args
+            .iter()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" "),
+    );
+    if rank == 0 {
+        eprintln!("[0/{size}] torusrec: {e}; rank 0 runs {binary}: {line}");
+    } else if hashes[rank] != hashes[0] {
+        eprintln!(
+            "[{rank}/{size}] torusrec: this rank differs from rank 0; it runs {binary}: {line}"
+        );
+    }
+    Err(e.exit_code())
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {

@@ -77,6 +77,19 @@ pub fn parse_bytes(s: &str) -> crate::Result<u64> {
     Ok((v * mult as f64) as u64)
 }
 
+/// `1,234,567` style integers for people.
+pub fn group(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -423,7 +423,7 @@ fn a_signal_during_any_pass_of_prepare_stops_every_rank_with_nothing_written() {
             .expect_code(1)
             .occurs(&format!("during the {pass} pass of prepare"), 1);
         assert!(!out.exists(), "{pass}: the output exists");
-        let temp = torusrec::data::dataset::temp_path(&out);
+        let temp = torusrec::outfile::temp_path(&out);
         assert!(!temp.exists(), "{pass}: {} left", temp.display());
     }
 }

@@ -1023,3 +1023,94 @@ fn project_refuses_seed_and_scale_it_would_ignore() {
             .stderr_has(&["--data", flag[0]]);
     }
 }
+
+/// Ranks started with different arguments (mpirun's MPMD syntax) stop at start with
+/// exit 2 on every rank, the message naming the ranks that differ, instead of meeting
+/// in collectives of different sizes (an MPI truncation abort). Identical parts run.
+#[test]
+fn ranks_launched_with_different_arguments_exit_2_naming_them() {
+    let dir = tempdir();
+    let data = util::synthetic_dataset(dir.path(), 300, 3000, 4);
+    let als = |dim: &str| -> Vec<std::ffi::OsString> {
+        let mut v: Vec<std::ffi::OsString> = vec!["als".into(), "--data".into()];
+        v.push(data.clone().into());
+        for a in ["--dim", dim, "--epochs", "1", "--threads", "1"] {
+            v.push(a.into());
+        }
+        v
+    };
+    let codes = dir.path().join("codes");
+    std::fs::create_dir(&codes).unwrap();
+    let o = TestCommand::mpirun(2)
+        .record_rank_codes(&codes)
+        .args(als("8"))
+        .and_rank_with(als("16"))
+        .run();
+    assert_eq!(rank_codes(&codes, 3), vec![Some(2); 3], "{}", o.dump());
+    o.occurs("different command lines or binaries", 1)
+        .stderr_has(&["(ranks 0-1; rank 2)", "--dim 8", "[2/3]", "--dim 16"])
+        .occurs("this rank differs from rank 0", 1);
+    // The same arguments in every part: an ordinary run.
+    TestCommand::mpirun(1)
+        .args(als("8"))
+        .and_rank_with(als("8"))
+        .run()
+        .expect_code(0)
+        .stdout_has(&["final:"]);
+}
+
+/// `als` and `embed` take one set of checkpoint flags (`cli::CheckpointArgs`): the
+/// same names, help and defaults; each keeps its own `--checkpoint-every` (2
+/// half-epochs, 0 steps). Every one of them needs `--checkpoint-dir`.
+#[test]
+fn als_and_embed_share_the_checkpoint_flags() {
+    use clap::CommandFactory;
+    let cli = torusrec::cli::Cli::command();
+    let flags = [
+        "checkpoint_dir",
+        "keep",
+        "resume",
+        "release_hold",
+        "checkpoint_every",
+    ];
+    let describe = |sub: &str| -> Vec<(String, String, Vec<String>)> {
+        let cmd = cli.find_subcommand(sub).unwrap();
+        flags
+            .iter()
+            .map(|id| {
+                let a = cmd
+                    .get_arguments()
+                    .find(|a| a.get_id() == id)
+                    .unwrap_or_else(|| panic!("{sub} has no {id}"));
+                (
+                    a.get_long().unwrap().to_string(),
+                    a.get_help().map(|h| h.to_string()).unwrap_or_default(),
+                    a.get_default_values()
+                        .iter()
+                        .map(|v| v.to_string_lossy().into_owned())
+                        .collect(),
+                )
+            })
+            .collect()
+    };
+    let (als, embed) = (describe("als"), describe("embed"));
+    assert_eq!(als[..4], embed[..4], "als and embed differ");
+    assert_eq!(als[1].2, ["3"], "--keep");
+    assert_eq!(als[4].2, ["2"], "als --checkpoint-every");
+    assert_eq!(embed[4].2, ["0"], "embed --checkpoint-every");
+    // Each flag but the directory is refused without --checkpoint-dir, by both.
+    for sub in ["als", "embed"] {
+        for flag in [
+            &["--keep", "2"][..],
+            &["--release-hold"],
+            &["--checkpoint-every", "1"],
+        ] {
+            TestCommand::direct()
+                .arg(sub)
+                .args(flag)
+                .run()
+                .expect_code(2)
+                .stderr_has(&["--checkpoint-dir"]);
+        }
+    }
+}

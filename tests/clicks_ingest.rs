@@ -20,7 +20,6 @@ use clap::Parser;
 use torusrec::cli::{Cli, Command, PrepareCmd, PrepareCommand};
 use torusrec::comm::threads::run;
 use torusrec::comm::Comm;
-use torusrec::data::dataset::temp_path;
 use torusrec::embed::clicklog::ClickLog;
 use torusrec::embed::clicks::Batch;
 use torusrec::embed::criteo::Layout;
@@ -28,6 +27,7 @@ use torusrec::embed::criteo_gen::{CriteoGen, GenSource};
 use torusrec::embed::ingest::{global_write_log, IngestReport, LogHeader};
 use torusrec::embed::spec::{preset, VocabKind};
 use torusrec::embed::textlog::TextFiles;
+use torusrec::outfile::temp_path;
 use torusrec::Error;
 use util::{rank_codes, tempdir, TestCommand};
 

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use torusrec::app::prepare::{global_run_with, PrepareConfig, Source};
 use torusrec::comm::threads::run;
 use torusrec::comm::Comm;
-use torusrec::data::dataset::{global_write_dataset, temp_path, Dataset};
+use torusrec::data::dataset::{global_write_dataset, Dataset};
 use torusrec::data::graph::LocalRows;
 use torusrec::data::prepare::global_prepare;
 use torusrec::data::readers::{bv_info, read_bv, SourceInfo};
@@ -17,6 +17,7 @@ use torusrec::data::stream::{
     global_prepare_stream, BvRows, MemoryRows, RowSource, StreamOpts, SyntheticRows,
 };
 use torusrec::data::webgraph_gen::{generate_rows, HostLayout, WebGraphSpec};
+use torusrec::outfile::temp_path;
 
 fn cnr() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/cnr-2000/cnr-2000")

@@ -609,6 +609,75 @@ fn outputs_and_models_are_checked() {
     o.expect_code(2).stderr_has(&["not a model"]);
 }
 
+/// A dataset of the same graph with another split has the same row and column counts
+/// but other training arcs: its checksum differs from the one the model records, and
+/// `recommend` refuses it (exit 2) naming both files and both checksums. A model
+/// without the checksum (written before it was recorded) is accepted with a warning.
+#[test]
+fn a_model_of_another_split_of_the_same_graph_is_refused() {
+    let fx = fixture();
+    let tsv = fx.dir.path().join("g.tsv");
+    let other = fx.dir.path().join("resplit.h5");
+    TestCommand::direct()
+        .args(["prepare", "--format", "tsv", "--seed", "7", "--input"])
+        .arg(&tsv)
+        .arg("--out")
+        .arg(&other)
+        .run()
+        .expect_code(0);
+    let (a, b) = (
+        Dataset::read(&fx.data).unwrap(),
+        Dataset::read(&other).unwrap(),
+    );
+    assert_eq!(
+        (a.meta.num_rows, a.meta.num_cols),
+        (b.meta.num_rows, b.meta.num_cols)
+    );
+    assert_ne!(a.train, b.train, "another split has other training arcs");
+    let attr = |p: &Path| -> String {
+        let f = hdf5::File::open(p).unwrap();
+        let v: hdf5::types::VarLenUnicode = f.attr("data_checksum").unwrap().read_scalar().unwrap();
+        v.as_str().to_string()
+    };
+    let recorded = attr(&fx.model);
+    assert_eq!(recorded.len(), 32, "{recorded}");
+    // The same dataset passes at any rank count (the checksum does not depend on it).
+    for np in [1, 3] {
+        let o = recommend(&fx, np, &["--test"]);
+        o.expect_code(0);
+        assert!(!o.stderr.contains("warning"), "{}", o.stderr);
+    }
+    // A model trained on the other split records another checksum.
+    let m2 = fx.dir.path().join("m2.h5");
+    train(&other, &m2, &[]);
+    let theirs = attr(&m2);
+    assert_ne!(recorded, theirs);
+    TestCommand::mpirun(2)
+        .args(["recommend", "--test", "--model"])
+        .arg(&fx.model)
+        .arg("--data")
+        .arg(&other)
+        .run()
+        .expect_code(2)
+        .occurs("a model of another dataset", 1)
+        .stderr_has(&["g.h5", "resplit.h5", &recorded, &theirs]);
+    // An older model, without the attribute: accepted, with a warning naming it.
+    let old = fx.dir.path().join("old.h5");
+    std::fs::copy(&fx.model, &old).unwrap();
+    hdf5::File::open_rw(&old)
+        .unwrap()
+        .delete_attr("data_checksum")
+        .unwrap();
+    TestCommand::mpirun(2)
+        .args(["recommend", "--test", "--model"])
+        .arg(&old)
+        .arg("--data")
+        .arg(&fx.data)
+        .run()
+        .expect_code(0)
+        .occurs("does not record the dataset it was trained on", 1);
+}
+
 #[test]
 fn preemption_between_blocks_exits_75_without_output() {
     let fx = fixture();

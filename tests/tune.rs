@@ -566,3 +566,39 @@ fn a_preempted_tune_exits_1_on_every_rank_and_saves_nothing() {
     assert!(!o.stdout.contains("best:"), "{}", o.dump());
     assert!(!json.exists(), "a preempted tune wrote its JSON");
 }
+
+/// `--out-json` reaches its name whole or not at all (`torusrec::outfile`): a crash
+/// after the new JSON is written but before it is renamed into place
+/// (`TORUSREC_FAULT=before-rename`) leaves the old file as it was (the file was
+/// written in place before, so a crash could leave half of it).
+#[test]
+fn a_crash_while_writing_out_json_keeps_the_old_file() {
+    let dir = tempdir();
+    let data = prepare_cnr(dir.path());
+    let json = dir.path().join("tune.json");
+    std::fs::write(&json, "{\"old\": true}\n").unwrap();
+    let o = TestCommand::mpirun(1)
+        .arg("tune")
+        .arg("--data")
+        .arg(&data)
+        .args(["--dim", "8", "--epochs", "2", "--threads", "1"])
+        .args(["--reg", "1e-3,1e-1", "--unobserved-weight", "1e-2"])
+        .args(["--force", "--out-json"])
+        .arg(&json)
+        .env("TORUSREC_FAULT", "before-rename")
+        .timeout(Duration::from_secs(300))
+        .run();
+    assert_ne!(o.code, 0, "{}", o.dump());
+    o.stderr_has(&["aborting at before-rename"]);
+    assert_eq!(
+        std::fs::read_to_string(&json).unwrap(),
+        "{\"old\": true}\n",
+        "{}",
+        o.dump()
+    );
+    // What was to replace it is complete under the temporary name.
+    let partial = torusrec::outfile::temp_path(&json);
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&partial).unwrap()).unwrap();
+    assert!(v.get("best").is_some() || v.get("points").is_some(), "{v}");
+}

@@ -192,7 +192,7 @@ impl AlsConfig {
         // A resumed run may overwrite the model its first attempt wrote.
         if let Some(out) = &self.out {
             if !self.checkpoint.continues_a_run() {
-                crate::data::dataset::check_output(out, self.force)?;
+                crate::outfile::check_output(out, self.force)?;
             }
         }
         Ok(())

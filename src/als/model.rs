@@ -11,6 +11,17 @@ use crate::rng::mix64;
 use hdf5::types::VarLenUnicode;
 use std::path::Path;
 
+/// The root attribute of a model (`als --out`) that names the dataset it was trained
+/// on: the checksum of the dataset's `/train` arcs ([`data_checksum_hex`]), the same at
+/// every rank count. `recommend` refuses a dataset with another checksum; a model
+/// written before the attribute existed is accepted with a warning.
+pub const DATA_CHECKSUM: &str = "data_checksum";
+
+/// The 32 hex digits of a dataset's arcs checksum (`Shards::arcs_checksum`).
+pub fn data_checksum_hex(c: [u64; 2]) -> String {
+    format!("{:016x}{:016x}", c[0], c[1])
+}
+
 /// One rank's rows `lo..lo + data.len()/d` of a distributed `n x d` table.
 pub struct TablePart<'a, T> {
     pub name: &'a str,

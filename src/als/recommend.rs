@@ -22,7 +22,7 @@
 //! never by rows x columns. Between blocks the ranks agree on the preemption flag.
 
 use super::eval::{global_merge_topk, local_score_topk, Cand, FoldPlan, ScoreRows};
-use super::model::{local_read_rows, stored_dtype, TableScalar};
+use super::model::{data_checksum_hex, local_read_rows, stored_dtype, TableScalar, DATA_CHECKSUM};
 use super::shard::{global_read_shards, owner_of, Shards};
 use super::solve::SolveParams;
 use super::train::global_gramian;
@@ -30,9 +30,10 @@ use super::AlsConfig;
 use crate::bf16::TableDtype;
 use crate::ckpt::signals::Preemption;
 use crate::comm::{prefix_offsets, Comm};
-use crate::data::dataset::{open_h5, read_range};
+use crate::data::dataset::read_range;
 use crate::data::graph::block_range;
 use crate::error::{Error, Result};
+use crate::h5::open_h5;
 use std::path::Path;
 use std::time::Instant;
 
@@ -68,6 +69,9 @@ pub struct ModelInfo {
     pub dtype: TableDtype,
     pub num_rows: u64,
     pub num_cols: u64,
+    /// The checksum of the dataset the model was trained on ([`DATA_CHECKSUM`]; `None`
+    /// in a model written before it was recorded).
+    pub data_checksum: Option<String>,
 }
 
 /// `a, b, c (and N more)`: the first ids of a list for an error message.
@@ -130,7 +134,13 @@ pub fn local_read_model_info(path: &Path) -> Result<ModelInfo> {
         }
         shapes[i] = shape[0] as u64;
     }
+    let data_checksum = if f.attr(DATA_CHECKSUM).is_ok() {
+        Some(read_str_attr(&f, path, DATA_CHECKSUM)?)
+    } else {
+        None
+    };
     Ok(ModelInfo {
+        data_checksum,
         dtype: config.table_dtype,
         config,
         dim,
@@ -269,7 +279,8 @@ impl<T: TableScalar> Recommender<T> {
     /// Collective: every rank must call. Reads this rank's shard of the dataset and of
     /// the model's tables (`info` from [`local_read_model_info`], the same on every
     /// rank) and the Gramian of H. A model of another dataset (other row or column
-    /// counts) is refused (exit 2) naming both values.
+    /// counts, or another checksum of the training arcs, [`ModelInfo::data_checksum`])
+    /// is refused (exit 2) naming both values.
     pub fn global_load<C: Comm>(
         comm: &C,
         model: &Path,
@@ -297,6 +308,20 @@ impl<T: TableScalar> Recommender<T> {
                     crate::error::short_path(data),
                     m.num_rows,
                     m.num_cols
+                ),
+            ))
+        } else if let Some(c) = info
+            .data_checksum
+            .as_ref()
+            .filter(|&c| *c != data_checksum_hex(shards.arcs_checksum))
+        {
+            Err(Error::input(
+                model,
+                format!(
+                    "trained on {} (training arcs checksum {c}), but {} has checksum {}: a model of another dataset",
+                    crate::error::short_path(&info.config.data),
+                    crate::error::short_path(data),
+                    data_checksum_hex(shards.arcs_checksum)
                 ),
             ))
         } else if m.num_rows != m.num_cols {

@@ -97,6 +97,10 @@ pub struct Shards {
     pub num_test: u64,
     /// Where the training CSR lives and the gather blocks' size (see `memory::layout`).
     pub layout: Layout,
+    /// The checksum of the dataset's `/train` arcs summed over all ranks (`arc_checksum`,
+    /// the same at every rank count): what a model records of the dataset it was
+    /// trained on, so that `recommend` can refuse another.
+    pub arcs_checksum: [u64; 2],
 }
 
 /// Read rows `lo..hi` of a CSR pair whose whole `indptr` was read and checked, and
@@ -280,6 +284,8 @@ pub fn local_read_shards(
         holdout,
         num_test,
         layout,
+        // Summed over ranks by `global_read_shards_admitted` (or by the spill).
+        arcs_checksum: [0; 2],
     })
 }
 
@@ -297,13 +303,13 @@ pub fn arc_checksum(csr: &CsrShard, transposed: bool) -> [u64; 2] {
 }
 
 /// Collective: every rank must call. Compare the summed checksums of `/train`'s arcs
-/// (`a`) and `/train_t`'s (`b`).
+/// (`a`) and `/train_t`'s (`b`); returns `/train`'s sum over ranks.
 pub fn global_check_transpose<C: Comm>(
     comm: &C,
     path: &Path,
     a: [u64; 2],
     b: [u64; 2],
-) -> Result<()> {
+) -> Result<[u64; 2]> {
     let mut sums = [a[0], a[1], b[0], b[1]];
     comm.all_reduce_sum(&mut sums);
     if sums[..2] != sums[2..] {
@@ -318,7 +324,7 @@ pub fn global_check_transpose<C: Comm>(
             Error::Remote { rank: 0, code: 2 }
         });
     }
-    Ok(())
+    Ok([sums[0], sums[1]])
 }
 
 /// Collective: every rank must call. Reads the shards (after `admit` accepted their
@@ -329,10 +335,10 @@ pub fn global_read_shards_admitted<C: Comm>(
     admit: &dyn Fn(&[ShardSizes], usize) -> Result<Layout>,
 ) -> Result<Shards> {
     let _p = comm.stats().phase("io");
-    let shards = comm.agree(local_read_shards(path, comm.rank(), comm.size(), admit))?;
+    let mut shards = comm.agree(local_read_shards(path, comm.rank(), comm.size(), admit))?;
     if shards.rows.on_disk.is_none() {
-        // Spilled shards are checked as the spill reads them.
-        global_check_transpose(
+        // Spilled shards are checked (and their checksum kept) as the spill reads them.
+        shards.arcs_checksum = global_check_transpose(
             comm,
             path,
             arc_checksum(&shards.rows, false),

@@ -7,7 +7,9 @@ use super::checkpoint::{
 };
 use super::eval::{AutoChoice, EvalReport, EvalSet, Recall};
 use super::exchange::ExchangePlan;
-use super::model::{global_write_tables, local_checksum, TablePart};
+use super::model::{
+    data_checksum_hex, global_write_tables, local_checksum, TablePart, DATA_CHECKSUM,
+};
 use super::shard::{
     balance_by_nnz, global_check_transpose, global_read_shards_admitted, CsrShard, Layout,
     ShardSizes, Shards,
@@ -491,6 +493,9 @@ pub fn global_read_shards_for<C: Comm>(comm: &C, cfg: &AlsConfig) -> Result<Shar
             let n = match cfg.eval_rows {
                 super::eval::EvalRows::Sample(n) => s.test_rows.min(n),
                 super::eval::EvalRows::All => s.test_rows,
+                // A quarter of an epoch scores far fewer rows than this on the graphs
+                // where memory matters.
+                super::eval::EvalRows::Auto => s.test_rows.min(super::eval::AUTO_ESTIMATE_ROWS),
             };
             ShardSizes {
                 test_rows: n,
@@ -638,7 +643,7 @@ impl<T: TableScalar> Trainer<T> {
                 "train_t",
                 true,
             )?;
-            global_check_transpose(comm, &cfg.data, a, b)?;
+            shards.arcs_checksum = global_check_transpose(comm, &cfg.data, a, b)?;
             if comm.rank() == 0 {
                 let blocks = |s: &Side| s.spill.as_ref().map_or(1, |x| x.block_starts.len());
                 log::info!(
@@ -1677,6 +1682,10 @@ impl<T: TableScalar> Trainer<T> {
             ("format", Attr::Str("torusrec-als-model".into())),
             ("config", Attr::Str(cfg_json)),
             ("checksum", Attr::Str(format!("{:016x}", report.checksum))),
+            (
+                DATA_CHECKSUM,
+                Attr::Str(data_checksum_hex(self.shards.arcs_checksum)),
+            ),
             ("epochs", Attr::F64(self.pos.epoch as f64)),
             ("loss", Attr::F64(report.loss)),
         ];

@@ -649,6 +649,8 @@ pub fn global_validation_shards<C: Comm>(
         holdout,
         num_test: stats.rows,
         layout: full.layout,
+        // The dataset's: a validation split is never written into a model.
+        arcs_checksum: full.arcs_checksum,
     };
     Ok((shards, stats))
 }

@@ -9,13 +9,13 @@ use std::time::Instant;
 use super::group;
 use crate::cli::{ClicksFormat, GenerateClicksArgs, PrepareClicksArgs};
 use crate::comm::Comm;
-use crate::data::dataset::check_output;
 use crate::embed::criteo::Layout;
 use crate::embed::criteo_gen::{CriteoGen, GenSource, MAX_DAYS, MAX_PER_DAY};
 use crate::embed::ingest::{global_write_log, IngestReport, LogHeader};
 use crate::embed::textlog::TextFiles;
 use crate::error::{Error, Result};
 use crate::metrics::{human_bytes, peak_rss_bytes};
+use crate::outfile::check_output;
 
 /// Bad lines printed with their file, line and reason.
 const SHOW_BAD: usize = 5;

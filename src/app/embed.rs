@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use crate::app::als::resolve_threads;
 use crate::app::group;
 use crate::ckpt::signals::Preemption;
-use crate::ckpt::{CheckpointConfig, Resume};
+use crate::ckpt::CheckpointConfig;
 use crate::cli::{
     DenseGemmArg, DenseOptKind, EmbedArgs, GenerateClicksArgs, ModelArgs, OutputModeArg, PlanArgs,
     TableOptKind, VocabArg,
@@ -329,20 +329,9 @@ fn preloaded_per_rank(preload: bool, steps: u64, step_examples: f64, ranks: usiz
     }
 }
 
-/// The checkpoint settings of `embed`.
+/// The checkpoint settings of `embed` (no `--wait-for-data`).
 fn checkpoint_config(a: &EmbedArgs) -> CheckpointConfig {
-    CheckpointConfig {
-        dir: a.checkpoint_dir.clone(),
-        every: a.checkpoint_every,
-        keep: a.keep,
-        resume: match a.resume.as_deref() {
-            None => Resume::No,
-            Some("auto") => Resume::Auto,
-            Some(p) => Resume::Path(PathBuf::from(p)),
-        },
-        release_hold: a.release_hold,
-        wait_for_data: 0.0,
-    }
+    a.checkpoint.config(a.checkpoint_every, 0.0)
 }
 
 /// The model to train, where its examples come from, and how their ids become the
@@ -591,9 +580,9 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         if let Some(out) = &a.out {
             // A resumed run may overwrite the model its first attempt wrote.
             let resumed = checkpoint_config(a).continues_a_run();
-            crate::data::dataset::check_output(out, a.force || resumed)?;
+            crate::outfile::check_output(out, a.force || resumed)?;
             if root {
-                crate::data::dataset::probe_writable(out)?;
+                crate::outfile::probe_writable(out)?;
             }
         }
         // A rank's ids of one table in one step travel with u32 offsets.
@@ -914,7 +903,7 @@ pub fn global_plan<C: Comm>(comm: &C, a: &PlanArgs) -> Result<()> {
         }
         let mem = a.mem_per_rank.as_deref().map(parse_bytes).transpose()?;
         if let Some(out) = &a.out {
-            crate::data::dataset::check_output(out, a.force)?;
+            crate::outfile::check_output(out, a.force)?;
         }
         let method = match a.method.as_deref() {
             None | Some("auto") => None,
@@ -1067,11 +1056,9 @@ pub fn global_plan<C: Comm>(comm: &C, a: &PlanArgs) -> Result<()> {
             }
         };
         if let Some(out) = &a.out {
-            let tmp = crate::data::dataset::temp_path(out);
             let text = serde_json::to_string_pretty(&plan)
                 .map_err(|e| Error::Config(format!("plan: {e}")))?;
-            std::fs::write(&tmp, text).map_err(|e| Error::io(&tmp, e))?;
-            std::fs::rename(&tmp, out).map_err(|e| Error::io(out, e))?;
+            crate::outfile::write(out, text.as_bytes())?;
             println!("wrote {}", out.display());
         }
         Ok(())

@@ -7,6 +7,7 @@ pub mod calibrate;
 pub mod clicks;
 pub mod embed;
 pub mod inspect;
+pub mod launch;
 pub mod output;
 pub mod plot;
 pub mod prepare;
@@ -17,6 +18,8 @@ pub mod tune;
 use crate::cli::{Command, GenerateClicksFormat, GenerateCommand, PrepareCmd, PrepareCommand};
 use crate::comm::Comm;
 use crate::error::Result;
+/// `1,234,567` style integers (in [`crate::metrics`], below every module that prints).
+pub use crate::metrics::group;
 
 /// Collective: every rank must call. Runs one subcommand; returns the lines rank 0
 /// printed (for tests), or an error with the agreed exit code on every rank.
@@ -98,17 +101,4 @@ pub fn run<C: Comm>(
             Ok(())
         }
     }
-}
-
-/// `1,234,567` style integers for people.
-pub fn group(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::with_capacity(s.len() + s.len() / 3);
-    for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    out
 }

@@ -957,19 +957,10 @@ fn check_out(args: &PlotArgs) -> Result<()> {
     Ok(())
 }
 
-/// Writes `text` to `out` through a temporary name in the same directory and a rename,
-/// so that a reader never sees half a picture.
+/// Writes `text` to `out` durably, through a temporary name and a rename
+/// ([`crate::outfile::write`]), so that a reader never sees half a picture.
 pub fn write_atomic(out: &Path, text: &str) -> Result<()> {
-    let name = out
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "plot.svg".into());
-    let tmp = out.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
-    std::fs::write(&tmp, text).map_err(|e| Error::io(&tmp, e))?;
-    std::fs::rename(&tmp, out).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        Error::io(out, e)
-    })
+    crate::outfile::write(out, text.as_bytes())
 }
 
 /// The SVG that `args` asks for (no file written).

@@ -6,7 +6,6 @@
 use super::group;
 use crate::cli::{GenerateWebgraphArgs, InputFormat, PrepareArgs};
 use crate::comm::Comm;
-use crate::data::dataset::check_output;
 use crate::data::prepare::SplitMeta;
 use crate::data::readers::{bv_info, read_mtx_pairs, read_tsv_pairs, SourceInfo};
 use crate::data::stream::{
@@ -16,6 +15,7 @@ use crate::data::stream::{
 use crate::data::webgraph_gen::WebGraphSpec;
 use crate::error::{Error, Result};
 use crate::metrics::{human_bytes, peak_rss_bytes};
+use crate::outfile::check_output;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 

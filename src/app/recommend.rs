@@ -8,6 +8,13 @@
 //! original ids, best first; `u64::MAX` pads) and `/scores` (f32 [n, K]; NaN pads),
 //! root attributes `format = "torusrec-recommendations"`, `k`, `model`, `data`. Files
 //! are written by rank 0 under `<out>.partial` and renamed when complete.
+//!
+//! The model must be of `--data`: a model records the checksum of its dataset's
+//! training arcs (`data_checksum`), and another dataset (or other row and column
+//! counts) is refused with exit 2 naming both. A model written before torusrec
+//! recorded the checksum is accepted with a warning (only its shape can be checked):
+//! it was trained correctly, and retraining to add one attribute would be a cost
+//! without a gain for the model's many correct uses.
 
 use super::output::RunOutput;
 use crate::als::model::TableScalar;
@@ -15,13 +22,12 @@ use crate::als::recommend::{
     list_ids, local_read_model_info, RecBlock, RecSink, Recommender, Which, DEFAULT_BLOCK_ROWS,
 };
 use crate::bf16::{Bf16, TableDtype};
-use crate::ckpt::commit::local_commit;
 use crate::ckpt::signals::Preemption;
 use crate::comm::Comm;
-use crate::data::dataset::{check_output, temp_path};
 use crate::error::{quote, Error, Result};
 use crate::h5::{ctx as h5, write_attrs, Attr};
 use crate::metrics::{human_bytes, peak_rss_bytes};
+use crate::outfile::{check_output, commit, temp_path};
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -40,7 +46,7 @@ pub struct RecommendArgs {
     /// The trained model (`als --out`).
     #[arg(long, value_name = "model.h5")]
     pub model: PathBuf,
-    /// The prepared dataset the model was trained on.
+    /// The prepared dataset the model was trained on (another is refused).
     #[arg(long, value_name = "D.h5")]
     pub data: PathBuf,
     /// Rows to recommend for: original node ids, comma-separated.
@@ -345,7 +351,7 @@ fn local_finish(sink: Sink<'_>, cfg: &Config) -> Result<()> {
         }
     }
     match (&sink.tmp, &cfg.out) {
-        (Some(tmp), Some((out, _))) => local_commit(tmp, out),
+        (Some(tmp), Some((out, _))) => commit(tmp, out),
         _ => Ok(()),
     }
 }
@@ -385,6 +391,13 @@ fn run_as<C: Comm, T: TableScalar>(
     };
     let t0 = Instant::now();
     let mut rec = Recommender::<T>::global_load(comm, &args.model, info, &args.data)?;
+    if root && info.data_checksum.is_none() {
+        eprintln!(
+            "recommend: warning: {} does not record the dataset it was trained on (written by an older torusrec); only its row and column counts were checked against {}",
+            crate::error::short_path(&args.model),
+            crate::error::short_path(&args.data)
+        );
+    }
     rec.block_rows = args.block_rows;
     let k = args.k;
     comm.agree(if k as u64 > rec.num_cols() {

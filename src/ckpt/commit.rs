@@ -3,8 +3,8 @@
 //!
 //! Commit ([`global_write_atomic`]): rank 0 creates `<path>.partial` with every dataset
 //! and attribute; every rank in rank order writes its slab (barrier between turns: one
-//! HDF5 writer at a time); rank 0 fsyncs the temporary, renames it to `path` and fsyncs
-//! the directory. Each stage is agreed, so all ranks fail or none; on failure `path`
+//! HDF5 writer at a time); rank 0 commits it ([`crate::outfile::commit`]: fsync, rename,
+//! directory fsync). Each stage is agreed, so all ranks fail or none; on failure `path`
 //! is untouched and rank 0 removes the temporary.
 //!
 //! Checkpoint ([`global_write_checkpoint`]): the file `ckpt-<step>.h5` committed this
@@ -17,9 +17,9 @@
 
 use super::{apply_retention, file_name, SCHEMA};
 use crate::comm::Comm;
-use crate::data::dataset::{open_h5, temp_path};
 use crate::error::{Error, Result};
-use crate::h5::{self, Attr};
+use crate::h5::{self, open_h5, Attr};
+use crate::outfile::temp_path;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -58,7 +58,7 @@ pub fn global_write_atomic<C: Comm>(
         result = comm.agree(mine);
         if result.is_ok() && comm.rank() == 0 {
             super::faults::point("before-commit", 0);
-            result = local_commit(&tmp, path);
+            result = crate::outfile::commit(&tmp, path);
         }
         result = comm.agree(result);
     }
@@ -66,22 +66,6 @@ pub fn global_write_atomic<C: Comm>(
         let _ = std::fs::remove_file(&tmp);
     }
     result
-}
-
-/// Rank 0: make the complete temporary durable, rename it into place, and make the
-/// rename durable (a directory that cannot be synced, as on some file systems, is
-/// not an error: the rename itself is atomic).
-pub fn local_commit(tmp: &Path, path: &Path) -> Result<()> {
-    std::fs::File::open(tmp)
-        .and_then(|f| f.sync_all())
-        .map_err(|e| Error::io(tmp, e))?;
-    std::fs::rename(tmp, path).map_err(|e| Error::io(path, e))?;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
-    Ok(())
 }
 
 /// A workload's checkpoint manifest (stored as JSON).

@@ -9,7 +9,8 @@
 //! deleted (retention) only after the new one is committed.
 
 pub mod commit;
-pub mod faults;
+/// The test hooks (moved below every module: [`crate::outfile`] has a fault point too).
+pub use crate::faults;
 pub mod policy;
 pub mod signals;
 pub mod status;
@@ -380,17 +381,15 @@ impl Hold {
 pub fn create_dir(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir)
         .map_err(|e| Error::input(dir, format!("cannot create the checkpoint directory: {e}")))?;
-    crate::data::dataset::probe_writable(&dir.join("probe"))
+    crate::outfile::probe_writable(&dir.join("probe"))
 }
 
 /// Write `HOLD.json` into `dir` (atomically).
 pub fn write_hold(dir: &Path, hold: &Hold) -> Result<PathBuf> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let path = dir.join(HOLD_FILE);
-    let tmp = dir.join(format!("{HOLD_FILE}.partial"));
     let text = serde_json::to_string_pretty(hold).map_err(|e| Error::Config(e.to_string()))?;
-    std::fs::write(&tmp, text + "\n").map_err(|e| Error::io(&tmp, e))?;
-    std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
+    crate::outfile::write(&path, (text + "\n").as_bytes())?;
     Ok(path)
 }
 

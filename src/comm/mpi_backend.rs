@@ -42,6 +42,14 @@ impl MpiWorld {
         self.universe.world().rank() as usize
     }
 
+    /// Collective over the world: every rank must call. Every rank's `value`, by rank
+    /// (one fixed-size `MPI_Allgather`, for the launch check before the torus exists).
+    pub fn all_gather_u64(&self, value: u64) -> Vec<u64> {
+        let mut out = vec![0u64; self.size()];
+        self.universe.world().all_gather_into(&value, &mut out[..]);
+        out
+    }
+
     /// `MPI_Dims_create` for `ndims` dimensions.
     pub fn dims_create(&self, ndims: usize) -> Vec<usize> {
         let mut dims: Vec<Count> = vec![0; ndims];

@@ -31,7 +31,7 @@
 //! This needs every rank to see the same file (one node, or a shared file system
 //! with coherent writes to disjoint ranges).
 
-use super::dataset::{temp_path, U32_DATASETS, U64_DATASETS};
+use super::dataset::{U32_DATASETS, U64_DATASETS};
 use super::graph::{block_range, LocalRows};
 use super::prepare::{global_select_test_rows_by, split_test_row, SplitMeta};
 use super::readers::{bv_for_each_chunk, SourceInfo};
@@ -39,6 +39,7 @@ use super::webgraph_gen::{generate_degrees, generate_rows, HostLayout, WebGraphS
 use crate::comm::{prefix_offsets, Comm};
 use crate::error::{Error, Result};
 use crate::h5::{ctx as h5, write_attrs};
+use crate::outfile::temp_path;
 use rayon::prelude::*;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -620,7 +621,7 @@ pub fn check_memory(
             path: name.into(),
             msg: format!(
                 "{} nodes (K = {min_links}) need an estimated {} per rank to prepare, more than {} (the node's memory divided by the {} rank(s) on it)",
-                crate::app::group(nodes),
+                crate::metrics::group(nodes),
                 crate::metrics::human_bytes(need),
                 crate::metrics::human_bytes(limit),
                 crate::als::memory::ranks_on_node()
@@ -1004,7 +1005,7 @@ pub fn global_prepare_stream_mapped<C: Comm, S: RowSource>(
         comm.agree(file.sync())?;
         drop(file);
         let renamed = if me == 0 {
-            crate::ckpt::commit::local_commit(&tmp, out)
+            crate::outfile::commit(&tmp, out)
         } else {
             Ok(())
         };

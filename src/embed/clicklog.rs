@@ -45,8 +45,10 @@ use ndarray::ArrayView2;
 
 use super::clicks::{Bags, Batch, ClickGen, KeyBags};
 use super::spec::ModelSpec;
-use crate::data::dataset::{check_output, open_h5, read_range, temp_path};
+use crate::data::dataset::read_range;
+use crate::h5::open_h5;
 use crate::h5::{check_elem_type, ctx as h5, read_str_attr, read_u64_attr, write_attrs, Attr};
+use crate::outfile::{check_output, temp_path};
 use crate::{Error, Result};
 
 /// The value of the `schema` attribute.
@@ -101,7 +103,7 @@ pub fn write_click_log(
     let written = write_into(&tmp, spec, seed, n, chunk);
     let done = written.and_then(|s| {
         // Durable before it is visible (the file is closed by now).
-        crate::ckpt::commit::local_commit(&tmp, path)?;
+        crate::outfile::commit(&tmp, path)?;
         Ok(s)
     });
     match done {

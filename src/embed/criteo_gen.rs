@@ -311,9 +311,9 @@ impl CriteoGen {
     /// multi-member file every gzip reader accepts). Written under `<path>.partial`,
     /// made durable and renamed. Returns the bytes written.
     pub fn write_day(&self, d: u64, n: u64, path: &Path, gzip: bool) -> Result<u64> {
-        let tmp = crate::data::dataset::temp_path(path);
+        let tmp = crate::outfile::temp_path(path);
         let r = self.write_day_into(d, n, &tmp, gzip).and_then(|bytes| {
-            crate::ckpt::commit::local_commit(&tmp, path)?;
+            crate::outfile::commit(&tmp, path)?;
             Ok(bytes)
         });
         if r.is_err() {
@@ -615,7 +615,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(back, want);
-        assert!(!crate::data::dataset::temp_path(&q).exists());
+        assert!(!crate::outfile::temp_path(&q).exists());
     }
 
     #[test]

@@ -20,7 +20,7 @@
 //!    contiguous and allocated at once (as `crate::data::stream` does), and broadcasts
 //!    their byte offsets; every rank streams its segments again and writes each block
 //!    with positional writes into its disjoint ranges; then every rank syncs, and rank 0
-//!    commits (`crate::ckpt::commit::local_commit`: fsync, rename, directory fsync).
+//!    commits (`crate::outfile::commit`: fsync, rename, directory fsync).
 //!    A segment that yields other counts than in pass 1 (a file changed meanwhile) is an
 //!    input error.
 //!
@@ -44,9 +44,9 @@ use super::clicks::{Bags, KeyBags};
 use super::hll::{Hll, HLL_REGISTERS};
 use super::spec::{ModelSpec, Pooling, TableSpec, ValencyDist, VocabKind, MAX_DIM, MAX_VOCAB};
 use crate::comm::Comm;
-use crate::data::dataset::temp_path;
 use crate::error::{Error, Result};
 use crate::h5::{ctx as h5, write_attrs, Attr};
+use crate::outfile::temp_path;
 
 /// Bad lines each rank keeps the reason of (the rest are counted).
 pub const FIRST_BAD: usize = 8;
@@ -826,7 +826,7 @@ fn global_create_write_commit<C: Comm, S: ExampleSource>(
         comm.agree(written)?;
         drop(file);
         let committed = if me == 0 {
-            crate::ckpt::commit::local_commit(&tmp, plan.out)
+            crate::outfile::commit(&tmp, plan.out)
         } else {
             Ok(())
         };

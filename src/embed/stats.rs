@@ -154,11 +154,9 @@ impl BatchStats {
     /// read back may differ from those written in the last bit.)
     pub fn save(&self, path: &Path) -> Result<()> {
         // A cache, replaced when stale: only where it goes is checked.
-        crate::data::dataset::check_output(path, true)?;
-        let tmp = crate::data::dataset::temp_path(path);
+        crate::outfile::check_output(path, true)?;
         let text = serde_json::to_string_pretty(self).map_err(|e| Error::Config(e.to_string()))?;
-        std::fs::write(&tmp, text + "\n").map_err(|e| Error::io(&tmp, e))?;
-        std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
+        crate::outfile::write(path, (text + "\n").as_bytes())
     }
 
     /// Whether these stats were made for this model, generator seed, batch size and
@@ -479,7 +477,7 @@ mod tests {
         let mut s = synthetic_stats(&spec, 4, 64);
         s.seed = 17;
         s.save(&path).unwrap();
-        assert!(!crate::data::dataset::temp_path(&path).exists());
+        assert!(!crate::outfile::temp_path(&path).exists());
         let back = BatchStats::load(&path).unwrap().unwrap();
         // serde_json's default float parser may be off by an ulp.
         let close = |a: f64, b: f64| (a - b).abs() <= 1e-15 * b.abs();

@@ -155,7 +155,9 @@ impl Source {
                     s.push_str(&format!(" eval-day {d}"));
                 }
                 if log.keyed() {
-                    s.push_str(&format!(" files {:?}", log.source_files()));
+                    // The file names as a JSON array (explicit, not a `Debug` format).
+                    let files = serde_json::Value::from(log.source_files().to_vec());
+                    s.push_str(&format!(" files {files}"));
                 }
                 s
             }

@@ -63,6 +63,8 @@ pub struct TestCommand {
     timeout: Duration,
     rank_codes: Option<PathBuf>,
     envs: Vec<(String, String)>,
+    /// Under `mpirun`: further ranks with their own arguments (MPMD, `: -np 1 ...`).
+    more: Vec<Vec<OsString>>,
 }
 
 /// What a finished run produced.
@@ -95,7 +97,24 @@ impl TestCommand {
             timeout: TIMEOUT,
             rank_codes: None,
             envs: Vec::new(),
+            more: Vec::new(),
         }
+    }
+
+    /// Under `mpirun`: one more rank, after the others, that runs the binary with
+    /// `args` instead (mpirun's MPMD syntax, `: -np 1 torusrec ARGS`).
+    pub fn and_rank_with<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        assert!(
+            matches!(self.launcher, Launcher::Mpirun(_)),
+            "more ranks only under mpirun"
+        );
+        self.more
+            .push(args.into_iter().map(|a| a.as_ref().to_owned()).collect());
+        self
     }
 
     pub fn arg(mut self, a: impl AsRef<OsStr>) -> Self {
@@ -157,14 +176,22 @@ impl TestCommand {
                 for (k, _) in &self.envs {
                     c.args(["-x", k]);
                 }
-                if let Some(dir) = &self.rank_codes {
-                    let script = format!(
-                        "\"$@\"; echo $? > {}/rank.$OMPI_COMM_WORLD_RANK",
-                        shell_quote(dir)
-                    );
-                    c.args(["sh", "-c"]).arg(script).arg("sh");
-                }
+                let wrap = |c: &mut Command| {
+                    if let Some(dir) = &self.rank_codes {
+                        let script = format!(
+                            "\"$@\"; echo $? > {}/rank.$OMPI_COMM_WORLD_RANK",
+                            shell_quote(dir)
+                        );
+                        c.args(["sh", "-c"]).arg(script).arg("sh");
+                    }
+                };
+                wrap(&mut c);
                 c.arg(bin()).args(&self.args);
+                for more in &self.more {
+                    c.args([":", "-np", "1"]);
+                    wrap(&mut c);
+                    c.arg(bin()).args(more);
+                }
                 c
             }
         };

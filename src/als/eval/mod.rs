@@ -53,6 +53,9 @@ pub const AUTO_PROBE_ROWS: u64 = 256;
 /// last epoch evaluates the restored tables): the former default.
 pub const AUTO_UNTIMED_ROWS: u64 = 10_000;
 
+/// The rows `--eval-rows auto` is assumed to score by the memory estimate.
+pub const AUTO_ESTIMATE_ROWS: u64 = 10_000;
+
 /// Which test rows an evaluation scores.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EvalRows {

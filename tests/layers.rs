@@ -1,0 +1,76 @@
+//! The module layers point down (issue 13): the checkpoint machinery, the file helpers
+//! and `data` do not import the modules above them. A source scan: a `use` or path of
+//! a higher module in a lower one fails here, naming the file and line.
+
+use std::path::{Path, PathBuf};
+
+fn rust_files(p: &Path) -> Vec<PathBuf> {
+    if p.is_file() {
+        return vec![p.to_path_buf()];
+    }
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(p).unwrap() {
+        let path = e.unwrap().path();
+        if path.is_dir() {
+            out.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|x| x == "rs") {
+            out.push(path);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Every line of the files under `lower` (relative to `src/`) that names one of the
+/// `higher` modules (`crate::<m>`).
+fn upward_imports(lower: &str, higher: &[&str]) -> Vec<String> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut found = Vec::new();
+    for f in rust_files(&src.join(lower)) {
+        let text = std::fs::read_to_string(&f).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            for m in higher {
+                if code.contains(&format!("crate::{m}::"))
+                    || code.contains(&format!("crate::{m}}}"))
+                {
+                    found.push(format!("{}:{}: {}", f.display(), i + 1, line.trim()));
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn lower_layers_do_not_import_higher_ones() {
+    let cases: [(&str, &[&str]); 7] = [
+        ("ckpt", &["data", "app", "als", "embed", "cli", "project"]),
+        (
+            "h5.rs",
+            &["data", "app", "als", "embed", "cli", "project", "ckpt"],
+        ),
+        (
+            "outfile.rs",
+            &["data", "app", "als", "embed", "cli", "project", "ckpt"],
+        ),
+        (
+            "faults.rs",
+            &["data", "app", "als", "embed", "cli", "project", "ckpt"],
+        ),
+        (
+            "metrics.rs",
+            &["data", "app", "als", "embed", "cli", "project", "ckpt"],
+        ),
+        (
+            "error.rs",
+            &["data", "app", "als", "embed", "cli", "project", "ckpt"],
+        ),
+        ("data", &["app", "cli", "project", "embed"]),
+    ];
+    let mut all = Vec::new();
+    for (lower, higher) in cases {
+        all.extend(upward_imports(lower, higher));
+    }
+    assert!(all.is_empty(), "imports that point up:\n{}", all.join("\n"));
+}
