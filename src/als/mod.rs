@@ -185,6 +185,9 @@ impl AlsConfig {
                     dir.display()
                 )));
             }
+            crate::outfile::probe_writable(&dir.join("torusrec-spill")).map_err(|e| {
+                Config(format!("--spill-dir {}: not writable ({e})", dir.display()))
+            })?;
         }
         if self.hub_chunk == 0 {
             return Err(Config("--hub-chunk 0: must be positive".into()));

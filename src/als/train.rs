@@ -15,9 +15,9 @@ use super::shard::{
     ShardSizes, Shards,
 };
 use super::solve::{
-    all_pairs_term, cg_solve, cg_solve_with_loss, cholesky_solve, eigenbasis, gramian,
-    local_loss_terms, local_loss_terms_from, matmul64, rotate_rows, transpose64, LossTerms,
-    RowsView, SolveError, SolveParams,
+    add_loss_terms_to_chunks, all_pairs_term, cg_solve, cg_solve_with_loss, cholesky_solve,
+    eigenbasis, fold_loss_chunks, gramian, local_loss_terms, local_loss_terms_from, matmul64,
+    rotate_rows, transpose64, LossTerms, RowsView, SolveError, SolveParams, LOSS_CHUNK,
 };
 use super::spill::{local_spill_side, step_chunks, Chunk, ChunkReader, SpillSpec, SpilledSide};
 use super::{AlsConfig, Resume, SolverKind};
@@ -411,25 +411,6 @@ fn solve_range<T: TableElem>(
     (finite, solve_err)
 }
 
-/// The loss pieces of solved rows (widened to f32 through `scratch` when bf16).
-fn rows_loss<T: TableElem>(
-    rows: &[T],
-    view: RowsView,
-    fixed: &[T],
-    d: usize,
-    params: SolveParams,
-    scratch: &mut Vec<f32>,
-) -> (f64, f64) {
-    match T::as_f32(rows) {
-        Some(x) => local_loss_terms(x, view, fixed, d, params.alpha0, params.n_other),
-        None => {
-            scratch.clear();
-            scratch.extend(rows.iter().map(|v| v.to_f32()));
-            local_loss_terms(scratch, view, fixed, d, params.alpha0, params.n_other)
-        }
-    }
-}
-
 /// Intersect `[a, b)` with a sorted list of disjoint ranges; returns the parts of
 /// `[a, b)` *not* covered.
 pub fn uncovered(a: u64, b: u64, done: &[(u64, u64)]) -> Vec<(u64, u64)> {
@@ -573,7 +554,7 @@ pub struct Trainer<T: TableScalar = f32> {
     reader: Option<ChunkReader>,
     chunk: Option<Chunk>,
     /// Gathering in blocks without fused loss terms: the terms of the steps so far.
-    step_loss: Option<LossTerms>,
+    step_loss: Option<Vec<(f64, f64)>>,
     /// The loss pieces the CG solves of this half computed on the fly, when the whole
     /// half runs in this process (`None` after resuming inside a half: then the loss
     /// takes a separate pass over the observed cells).
@@ -888,8 +869,10 @@ impl<T: TableScalar> Trainer<T> {
         // a second pass over the observed cells unless the solves computed its pieces).
         let loss = if want_loss {
             let t = Instant::now();
+            let f32_tables = T::as_f32(&self.w[..0]).is_some();
             let (obs, reg_solved) = match (self.fused.take(), self.step_loss.take()) {
-                (Some(f), _) | (None, Some(f)) => (f.observed, f.reg),
+                (Some(f), _) => (f.observed, f.reg),
+                (None, Some(accs)) => fold_loss_chunks(&accs, (!f32_tables).then_some(LOSS_BLOCK)),
                 (None, None) if self.side().spill.is_some() => {
                     comm.agree(self.local_loss_pass_spilled(params))?
                 }
@@ -1169,7 +1152,8 @@ impl<T: TableScalar> Trainer<T> {
     ) -> Result<()> {
         let multi = self.side().plan.is_none();
         if multi && want_loss && self.fused.is_none() && self.step_loss.is_none() {
-            self.step_loss = Some(LossTerms::default());
+            let chunks = self.side().shard.num_rows().div_ceil(LOSS_CHUNK);
+            self.step_loss = Some(vec![(0.0, 0.0); chunks]);
         }
         let start = self.pos.step;
         if start > 0 || !self.local_done.is_empty() {
@@ -1303,21 +1287,21 @@ impl<T: TableScalar> Trainer<T> {
             }
             non_finite |= solve_err.is_err() || !finite;
         }
-        if let Some(acc) = &mut self.step_loss {
+        if let Some(accs) = &mut self.step_loss {
             let view = RowsView {
                 indptr: &ip,
                 indices: &chunk.indices,
             };
-            let (o, r) = rows_loss(
-                &solved[r0 * d..r1 * d],
-                view,
-                fixed,
-                d,
-                params,
-                &mut self.scratch,
-            );
-            acc.observed += o;
-            acc.reg += r;
+            let rows = &solved[r0 * d..r1 * d];
+            let x: &[f32] = match T::as_f32(rows) {
+                Some(x) => x,
+                None => {
+                    self.scratch.clear();
+                    self.scratch.extend(rows.iter().map(|v| v.to_f32()));
+                    &self.scratch
+                }
+            };
+            add_loss_terms_to_chunks(accs, r0, x, view, fixed, d, params.alpha0, params.n_other);
         }
         (non_finite, solve_err)
     }

@@ -73,6 +73,74 @@ pub fn local_loss_terms_from<T: TableElem>(
     parts.iter().fold(init, |(a, b), &(o, r)| (a + o, b + r))
 }
 
+/// Add the loss pieces of rows `first..first + rows.num_rows()` of a shard to their
+/// [`LOSS_CHUNK`]-row chunks' sums `accs` (indexed by shard chunk), each row's terms in
+/// the order [`local_loss_terms`] adds them. Rows fed in increasing order, in any runs,
+/// leave in `accs` the chunk sums of one call over the whole shard; [`fold_loss_chunks`]
+/// then adds them as it does. Parallel over the chunks the rows touch.
+#[allow(clippy::too_many_arguments)]
+pub fn add_loss_terms_to_chunks<T: TableElem>(
+    accs: &mut [(f64, f64)],
+    first: usize,
+    x: &[f32],
+    rows: RowsView,
+    fixed: &[T],
+    d: usize,
+    alpha0: f32,
+    n_other: f64,
+) {
+    let n_rows = rows.num_rows();
+    assert_eq!(
+        x.len(),
+        n_rows * d,
+        "add_loss_terms_to_chunks: x is not rows x d"
+    );
+    if n_rows == 0 {
+        return;
+    }
+    if d > 0 {
+        if let Err((r, msg)) = rows.validate(fixed.len() / d) {
+            panic!("add_loss_terms_to_chunks: row {r}: {msg}");
+        }
+    }
+    let (c0, c1) = (first / LOSS_CHUNK, (first + n_rows - 1) / LOSS_CHUNK + 1);
+    accs[c0..c1]
+        .par_iter_mut()
+        .enumerate()
+        .for_each(|(k, acc)| {
+            let c = c0 + k;
+            let lo = (c * LOSS_CHUNK).max(first) - first;
+            let hi = ((c + 1) * LOSS_CHUNK).min(first + n_rows) - first;
+            for u in lo..hi {
+                let idx = &rows.indices[rows.range(u)];
+                if d == 0 {
+                    acc.0 += idx.len() as f64;
+                    continue;
+                }
+                let w = &x[u * d..][..d];
+                for &i in idx {
+                    let e = 1.0 - dot64(w, &fixed[i as usize * d..][..d]);
+                    acc.0 += e * e;
+                }
+                acc.1 += (idx.len() as f64 + f64::from(alpha0) * n_other) * dot64(w, w);
+            }
+        });
+}
+
+/// The loss pieces from chunk sums, added as a pass over the whole shard adds them:
+/// in order (f32 tables), or per block of `block` rows and then the blocks in order
+/// (bf16 tables, widened a block at a time).
+pub fn fold_loss_chunks(accs: &[(f64, f64)], block: Option<usize>) -> (f64, f64) {
+    let add = |(a, b): (f64, f64), &(o, r): &(f64, f64)| (a + o, b + r);
+    match block {
+        None => accs.iter().fold((0.0, 0.0), add),
+        Some(rows) => accs
+            .chunks((rows / LOSS_CHUNK).max(1))
+            .map(|blk| blk.iter().fold((0.0, 0.0), add))
+            .fold((0.0, 0.0), |acc, (o, r)| (acc.0 + o, acc.1 + r)),
+    }
+}
+
 /// `trace(G_w G_h) = sum_{u,i} (w_u . h_i)^2` over all pairs, from the two Gramians
 /// (`d * d` each, row-major). Panics if a length is not `d * d`.
 pub fn all_pairs_term(gw: &[f64], gh: &[f64], d: usize) -> f64 {

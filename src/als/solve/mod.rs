@@ -63,7 +63,10 @@ pub use basis::{eigenbasis, matmul64, rotate_rows, transpose64};
 pub use cg::{cg_solve, cg_solve_with_loss, GATHER_FLOATS, LONG_GATHER_FLOATS};
 pub use cholesky::cholesky_solve;
 pub use gramian::{gramian, gramian_ref};
-pub use loss::{all_pairs_term, local_loss_terms, local_loss_terms_from, LOSS_CHUNK};
+pub use loss::{
+    add_loss_terms_to_chunks, all_pairs_term, fold_loss_chunks, local_loss_terms,
+    local_loss_terms_from, LOSS_CHUNK,
+};
 
 /// Hyper-parameters of one half-epoch's solve.
 #[derive(Debug, Clone, Copy, PartialEq)]
