@@ -98,8 +98,8 @@ pub fn add_loss_terms_to_chunks<T: TableElem>(
     if n_rows == 0 {
         return;
     }
-    if d > 0 {
-        if let Err((r, msg)) = rows.validate(fixed.len() / d) {
+    if let Some(n_fixed) = fixed.len().checked_div(d) {
+        if let Err((r, msg)) = rows.validate(n_fixed) {
             panic!("add_loss_terms_to_chunks: row {r}: {msg}");
         }
     }
