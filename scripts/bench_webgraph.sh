@@ -110,13 +110,16 @@ for v in $VARIANTS; do
         bin="${spec#*:}"
         dt="${dtl%@*}"
         run="$OUT/$tag-np$NP-t$THREADS-d$DIM-${dtl/@/-}"
+        erows="$EVAL_ROWS"
+        # The binary before --eval-rows auto: its old default.
+        [[ "$dtl" == *@base && "$erows" == auto ]] && erows=10000
         rm -f "$run.jsonl"
         log "als $tag $dtl ($bin)"
         rc=0
         # shellcheck disable=SC2086
         timeout "$TIMEOUT" "${MPI[@]}" "$bin" als --data "$data" --dim "$DIM" --epochs "$EPOCHS" \
             --reg "$REG" --unobserved-weight "$ALPHA0" --cg-steps "$CG_STEPS" --threads "$THREADS" \
-            --table-dtype "$dt" --eval-rows "$EVAL_ROWS" --metrics "$run.jsonl" "${extra[@]}" \
+            --table-dtype "$dt" --eval-rows "$erows" --metrics "$run.jsonl" "${extra[@]}" \
             > "$run.log" 2>&1 || rc=$?
         if ((rc != 0)); then
             log "  exit $rc; last lines of $run.log:"
