@@ -672,7 +672,10 @@ impl EvalSet {
         choice.epoch_seconds = Some(secs[0]);
         choice.probe_rows = AUTO_PROBE_ROWS;
         choice.probe_seconds = secs[1];
-        choice.rows = choose_eval_rows(secs[0], per_row, available, AUTO_MIN_ROWS);
+        // The first evaluation also pays for the probe: the quarter of the epoch covers
+        // both (`n * per_row + probe <= share * epoch`).
+        let budget_epoch = secs[0] - secs[1] / AUTO_EPOCH_SHARE;
+        choice.rows = choose_eval_rows(budget_epoch, per_row, available, AUTO_MIN_ROWS);
         if choice.rows == AUTO_PROBE_ROWS {
             return Ok((probe, choice, Some(result)));
         }
