@@ -252,12 +252,16 @@ pub fn estimate_with(
     };
     // During a fetch: the gathered rows plus one round's send and receive buffers, or
     // ALX's dense f32 buffer of every rank's ids.
-    let round = 2 * super::exchange::FETCH_ROUND_BYTES as u64;
+    // A round's send and receive buffers: at most the round's bytes each, and at most
+    // the other ranks' share of the gathered rows (a rank's own rows are copied).
+    let round = |gathered: u64| {
+        2 * (super::exchange::FETCH_ROUND_BYTES as u64).min(gathered * d * b * (p - 1) / p)
+    };
     let fetch = |gathered: u64| {
         let dense = if allgather {
             p * gathered * d * 4
         } else {
-            round
+            round(gathered)
         };
         gathered * d * b + dense
     };
@@ -391,7 +395,8 @@ mod tests {
         assert_eq!(part(&f, "tables"), 1000 * 64 * 4);
         // Two ranks: each gathers at most the whole other table (1000 rows), plus the
         // buffers of one round.
-        let round = 2 * crate::als::exchange::FETCH_ROUND_BYTES as u64;
+        // The round buffers: the other rank's half of them, sent and received.
+        let round = 2 * (1000 * 64 * 4 / 2);
         assert_eq!(part(&f, "exchange"), 1000 * 64 * 4 + round);
         let one = estimate(&sizes(1), 64, TableDtype::F32, false, 1000, 1);
         assert_eq!(part(&one, "plans"), 0);
