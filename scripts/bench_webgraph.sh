@@ -134,7 +134,12 @@ for v in $VARIANTS; do
         ij="$OUT/implicit-$tag-d$DIM-e$EPOCHS-r$IREG-a$IALPHA.json"
         log "implicit $tag (reg $IREG, alpha $IALPHA, $CORES threads)"
         sample=()
-        [[ "$EVAL_ROWS" != all ]] && sample=(--eval-rows "$EVAL_ROWS")
+        # implicit's script takes a count: auto's rows depend on torusrec's speed.
+        case "$EVAL_ROWS" in
+            all) ;;
+            auto) sample=(--eval-rows 10000) ;;
+            *) sample=(--eval-rows "$EVAL_ROWS") ;;
+        esac
         timeout "$TIMEOUT" "$PYTHON" scripts/compare_implicit.py "$data" --dim "$DIM" --epochs "$EPOCHS" \
             --reg "$IREG" --alpha "$IALPHA" --cg-steps "$CG_STEPS" --threads "$CORES" --seed "$SEED" \
             "${sample[@]}" --json "$ij" > "${ij%.json}.log" 2>&1 || log "implicit failed; see ${ij%.json}.log"
