@@ -195,8 +195,16 @@ pub fn layout(
                 ..lay
             })
             .total();
-            // A gathered row also costs its id in the plans of every rank it serves.
-            (l.saturating_sub(rest) / (row_bytes + 4 * s.ranks as u64)).max(MIN_GATHER_ROWS)
+            // A gathered row also costs its id in the plans of every rank it serves, and
+            // the fetch rounds' buffers grow with the rows up to their cap: leave the
+            // cap, or, when that leaves nothing, twice the rows' bytes.
+            let per_row = row_bytes + 4 * s.ranks as u64;
+            let cap = 2 * super::exchange::FETCH_ROUND_BYTES as u64;
+            match l.saturating_sub(rest).checked_sub(cap) {
+                Some(left) if left / per_row >= MIN_GATHER_ROWS => left / per_row,
+                _ => l.saturating_sub(rest) / (per_row + 2 * row_bytes),
+            }
+            .max(MIN_GATHER_ROWS)
         }),
     };
     if let Some(r) = rows.filter(|&r| r < whole) {
