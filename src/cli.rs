@@ -969,7 +969,7 @@ pub(crate) fn parse_threads(s: &str) -> std::result::Result<usize, String> {
 }
 
 fn parse_mem(s: &str) -> std::result::Result<u64, String> {
-    crate::app::embed::parse_bytes(s).map_err(|e| e.to_string())
+    crate::metrics::parse_bytes(s).map_err(|e| e.to_string())
 }
 
 impl AlsArgs {
