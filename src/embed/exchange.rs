@@ -23,7 +23,7 @@ use super::pooled::{self, Served};
 use super::spec::Pooling;
 use super::tables::{sq_sum, LocalShard, Store, TableOpt};
 use crate::allocs::{reserve_with_room as reserve_total, resize_for_overwrite};
-use crate::comm::{Comm, Received};
+use crate::comm::{Comm, Elem, Received};
 use crate::{Error, Result};
 
 /// A map from ids (below `u32::MAX`, which marks an empty slot) to positions: open
@@ -297,7 +297,39 @@ pub fn global_lookup<C: Comm>(
     Ok((lk, counts))
 }
 
-/// [`global_lookup`] into `lk`, reusing its buffers.
+/// Collective: every rank must call. Sends one all-to-all-v request in the layout
+/// every exchange uses (the lookup's ids, the backward's gradients, the pooled
+/// lookup's bags): per destination rank in rank order, the message `write` appends
+/// for the slots that rank owns (`owned[d]`). `send` is cleared and reserved once for
+/// `size(s)` values per owned slot `s`, and left with unspecified contents; the
+/// messages arrive in `recv`, timed under the communication phase `phase`.
+pub(super) fn global_send_request<C: Comm, T: Elem>(
+    comm: &C,
+    phase: &'static str,
+    owned: &[Vec<usize>],
+    send: &mut Vec<T>,
+    size: impl Fn(usize) -> usize,
+    mut write: impl FnMut(&[usize], &mut Vec<T>),
+    recv: &mut Received<T>,
+) -> Result<()> {
+    send.clear();
+    let total: usize = owned.iter().flatten().map(|&s| size(s)).sum();
+    reserve_total(send, total);
+    let mut send_counts = vec![0usize; comm.size()];
+    for (d, owned) in owned.iter().enumerate() {
+        let start = send.len();
+        write(owned, send);
+        send_counts[d] = send.len() - start;
+    }
+    let _p = comm.stats().phase(phase);
+    comm.all_to_all_v_move(send, &send_counts, recv)
+}
+
+/// [`global_lookup`] into `lk`, reusing its buffers. Phases: dedup the batch's ids
+/// per table ([`local_dedup`]), the pooled tables' exchange
+/// ([`pooled::global_forward`]), the request of the rows ([`global_send_request`]),
+/// the owners' response ([`global_serve_rows`]) and the placement of the rows
+/// ([`local_place_rows`]).
 pub fn global_lookup_into<C: Comm>(
     comm: &C,
     store: &Store,
@@ -305,8 +337,6 @@ pub fn global_lookup_into<C: Comm>(
     dedup: bool,
     lk: &mut Lookup,
 ) -> Result<ExchangeCounts> {
-    let p = comm.size();
-    let me = comm.rank();
     let spec = &store.spec;
     let nt = spec.tables.len();
     let Lookup {
@@ -321,13 +351,76 @@ pub fn global_lookup_into<C: Comm>(
     // fill).
     let len = batch.n * spec.mlp_input();
     resize_for_overwrite(x, len);
+    local_dedup(store, batch, dedup, ids, occ, &mut bufs.index);
+    let mut counts = ExchangeCounts::default();
+    for t in 0..nt {
+        if !store.is_replicated(t) {
+            counts.occurrences += batch.bags[t].ids.len() as u64;
+        }
+    }
+    let members = &mut bufs.members;
+    route(store, ids, members);
+    pooled::global_forward(
+        comm,
+        store,
+        batch,
+        ids,
+        occ,
+        &mut counts,
+        &mut bufs.pooled,
+        x,
+        served,
+    )?;
+
+    // Requests: per destination, the counts of the slots it owns, then local rows.
+    let members = &*members;
+    let ids_ref = &*ids;
+    global_send_request(
+        comm,
+        "lookup",
+        &store.owned,
+        &mut bufs.send,
+        |s| 1 + members[s].len(),
+        |owned, send| {
+            send.extend(owned.iter().map(|&s| members[s].len() as u32));
+            for &s in owned {
+                let t = store.slots[s].table;
+                let rows = store.slots[s].rows;
+                send.extend(
+                    members[s]
+                        .iter()
+                        .map(|&i| rows.local(ids_ref[t][i as usize] as u64) as u32),
+                );
+                counts.sent += members[s].len() as u64;
+            }
+        },
+        &mut bufs.req,
+    )?;
+    counts.owner_rows += global_serve_rows(comm, store, &bufs.req, &mut bufs.resp, &mut bufs.got)?;
+    local_place_rows(store, ids, members, &bufs.got, rows);
+    Ok(counts)
+}
+
+/// Dedup phase of the lookup: per table (in parallel), the ids to fetch (`ids`:
+/// unique in first-seen order with `dedup`, every occurrence without) and each
+/// occurrence's index into them (`occ`); `index` keeps the dedup indices (empty
+/// between lookups).
+fn local_dedup(
+    store: &Store,
+    batch: &Batch,
+    dedup: bool,
+    ids: &mut Vec<Vec<u32>>,
+    occ: &mut Vec<Vec<u32>>,
+    index: &mut Vec<Option<Index>>,
+) {
+    let spec = &store.spec;
+    let nt = spec.tables.len();
     ids.resize_with(nt, Vec::new);
     occ.resize_with(nt, Vec::new);
-    rows.resize_with(nt, Vec::new);
-    bufs.index.resize_with(nt, || None);
+    index.resize_with(nt, || None);
     ids.par_iter_mut()
         .zip(occ.par_iter_mut())
-        .zip(bufs.index.par_iter_mut())
+        .zip(index.par_iter_mut())
         .enumerate()
         .for_each(|(t, ((u, occ), index))| {
             let bag_ids = &batch.bags[t].ids;
@@ -352,66 +445,26 @@ pub fn global_lookup_into<C: Comm>(
                 occ.extend(0..bag_ids.len() as u32);
             }
         });
-    let mut counts = ExchangeCounts::default();
-    for t in 0..nt {
-        if !store.is_replicated(t) {
-            counts.occurrences += batch.bags[t].ids.len() as u64;
-        }
-    }
-    let members = &mut bufs.members;
-    route(store, ids, members);
-    pooled::global_forward(
-        comm,
-        store,
-        batch,
-        ids,
-        occ,
-        &mut counts,
-        &mut bufs.pooled,
-        x,
-        served,
-    )?;
+}
 
-    // Requests: per destination, the counts of the slots it owns, then local rows.
-    let send = &mut bufs.send;
-    send.clear();
-    let total: usize = store
-        .owned
-        .iter()
-        .flatten()
-        .map(|&s| 1 + members[s].len())
-        .sum();
-    reserve_total(send, total);
-    let mut send_counts = vec![0usize; p];
-    for (d, owned) in store.owned.iter().enumerate() {
-        let start = send.len();
-        send.extend(owned.iter().map(|&s| members[s].len() as u32));
-        for &s in owned {
-            let t = store.slots[s].table;
-            let rows = store.slots[s].rows;
-            send.extend(
-                members[s]
-                    .iter()
-                    .map(|&i| rows.local(ids[t][i as usize] as u64) as u32),
-            );
-            counts.sent += members[s].len() as u64;
-        }
-        send_counts[d] = send.len() - start;
-    }
-    {
-        let _p = comm.stats().phase("lookup");
-        comm.all_to_all_v_move(send, &send_counts, &mut bufs.req)?;
-    }
-
-    // Serve: the rows asked for, slot by slot; the (source, slot) blocks in parallel,
-    // each into its own part of the response.
+/// Collective: every rank must call. Serve phase of the lookup: the rows every
+/// source asked for in `req`, slot by slot (the (source, slot) blocks in parallel,
+/// each into its own part of `resp`), sent back into `got`. Returns the rows served.
+fn global_serve_rows<C: Comm>(
+    comm: &C,
+    store: &Store,
+    req: &Received<u32>,
+    resp: &mut Vec<f32>,
+    got: &mut Received<f32>,
+) -> Result<u64> {
+    let p = comm.size();
     let isa = Isa::detect();
-    let mine = &store.owned[me];
+    let mine = &store.owned[comm.rank()];
+    let mut served = 0u64;
     let mut blocks: Vec<(usize, usize, &[u32])> = Vec::new();
     let mut resp_counts = vec![0usize; p];
     for (q, rc) in resp_counts.iter_mut().enumerate() {
-        let (hdr, rows) =
-            split_message(bufs.req.from_rank(q), mine.len(), |_| 1, |c| c as usize, q)?;
+        let (hdr, rows) = split_message(req.from_rank(q), mine.len(), |_| 1, |c| c as usize, q)?;
         let mut k = 0;
         for (j, &s) in mine.iter().enumerate() {
             let ls = &store.local[store.slot_local[s].expect("owned slot is local")];
@@ -419,10 +472,9 @@ pub fn global_lookup_into<C: Comm>(
             *rc += hdr[j] * ls.shard.width();
             k += hdr[j];
         }
-        counts.owner_rows += rows.len() as u64;
+        served += rows.len() as u64;
     }
     // Every value is copied from a row below (a reused buffer needs no zero fill).
-    let resp = &mut bufs.resp;
     resize_for_overwrite(resp, resp_counts.iter().sum());
     let mut parts: Vec<&mut [f32]> = Vec::with_capacity(blocks.len());
     let mut rest = &mut resp[..];
@@ -452,12 +504,24 @@ pub fn global_lookup_into<C: Comm>(
     drop(blocks);
     {
         let _p = comm.stats().phase("lookup");
-        comm.all_to_all_v_move(resp, &resp_counts, &mut bufs.got)?;
+        comm.all_to_all_v_move(resp, &resp_counts, got)?;
     }
-    let got = &bufs.got;
+    Ok(served)
+}
 
-    // Place the rows where the batch will pool them: tables in parallel, each from
-    // its slots' parts of the response.
+/// Placement phase of the lookup: the rows of `got` where the batch will pool them
+/// (`rows`, per `rows` table), tables in parallel, each from its slots' parts of the
+/// response (checked against what was asked) or from its replica.
+fn local_place_rows(
+    store: &Store,
+    ids: &[Vec<u32>],
+    members: &[Vec<u32>],
+    got: &Received<f32>,
+    rows: &mut Vec<Vec<f32>>,
+) {
+    let spec = &store.spec;
+    let nt = spec.tables.len();
+    rows.resize_with(nt, Vec::new);
     let mut per_table: Vec<Vec<(usize, &[f32])>> = vec![Vec::new(); nt];
     for (d, owned) in store.owned.iter().enumerate() {
         let data = got.from_rank(d);
@@ -481,7 +545,6 @@ pub fn global_lookup_into<C: Comm>(
     // Every value of a `rows` table's buffer is written below: each id's row comes
     // from its row slot, or its columns from the table's column slots, or from the
     // replica (a reused buffer needs no zero fill).
-    let members = &*members;
     rows.par_iter_mut()
         .zip(&per_table)
         .enumerate()
@@ -508,7 +571,6 @@ pub fn global_lookup_into<C: Comm>(
                 }
             }
         });
-    Ok(counts)
 }
 
 /// Whether table `t` is sharded and in the `pooled` output mode.
@@ -1066,16 +1128,83 @@ pub struct BackwardBufs {
     grads: Vec<Vec<f32>>,
     sort: Vec<SortScratch>,
     stats: Vec<Vec<f64>>,
-    /// Column shards under row-wise Adagrad: the partial statistics sent, received,
-    /// and per slot the full rows' totals.
-    col_send: Vec<f64>,
-    col_got: Received<f64>,
-    col_totals: Vec<Vec<f64>>,
+    col: ColumnBufs,
+}
+
+/// Column shards under row-wise Adagrad: the partial statistics sent, received, and
+/// per slot the full rows' totals.
+#[derive(Debug, Default)]
+struct ColumnBufs {
+    send: Vec<f64>,
+    got: Received<f64>,
+    totals: Vec<Vec<f64>>,
+}
+
+/// What the backward needs to know of each slot this rank owns (`j` indexes
+/// `store.owned[me]`).
+struct OwnedInfo {
+    widths: Vec<usize>,
+    /// Rows of the slot's shard.
+    shard_rows: Vec<u64>,
+    /// Column shards under row-wise Adagrad exchange row statistics in ascending
+    /// row order; other slots keep their rows in first-seen order.
+    needs_order: Vec<bool>,
+    pooled_slot: Vec<bool>,
+    /// A pooled slot with dedup sums its sources in place (into its first source's
+    /// sums) and is updated right after they are scattered, while they are in cache
+    /// ("fused"); other slots are summed into their own buffers and updated later.
+    /// (Not a column shard under row-wise Adagrad: its statistics need the other
+    /// shards'.)
+    fused: Vec<bool>,
+    /// The slot's table's `dim`.
+    dims: Vec<f64>,
+}
+
+impl OwnedInfo {
+    fn new(store: &Store, me: usize, dedup: bool) -> Self {
+        let mine = &store.owned[me];
+        let widths: Vec<usize> = mine.iter().map(|&s| store.slots[s].width()).collect();
+        let shard_rows: Vec<u64> = mine
+            .iter()
+            .map(|&s| store.local[store.slot_local[s].expect("owned slot is local")].rows)
+            .collect();
+        let needs_order: Vec<bool> = mine
+            .iter()
+            .map(|&s| {
+                store.opt.needs_row_stat()
+                    && matches!(
+                        store.plan.tables[store.slots[s].table],
+                        Placement::Column { .. }
+                    )
+            })
+            .collect();
+        let pooled_slot: Vec<bool> = mine.iter().map(|&s| pooled::is_pooled(store, s)).collect();
+        let fused: Vec<bool> = (0..mine.len())
+            .map(|j| pooled_slot[j] && dedup && !needs_order[j])
+            .collect();
+        let dims: Vec<f64> = mine
+            .iter()
+            .map(|&s| store.spec.tables[store.slots[s].table].dim as f64)
+            .collect();
+        OwnedInfo {
+            widths,
+            shard_rows,
+            needs_order,
+            pooled_slot,
+            fused,
+            dims,
+        }
+    }
 }
 
 /// Collective: every rank must call. Sends this step's gradients to the owners and
 /// applies the table optimizer once per updated row. Data-parallel tables are not
-/// touched here (see [`local_apply_replicated`]).
+/// touched here (see [`local_apply_replicated`]). Phases: the request of the
+/// gradients ([`global_send_request`]), the pooled tables' backward
+/// ([`global_pooled_backward`], which also updates the fused slots), the sums per
+/// slot over sources ([`local_sum_slots`]), the row statistics of row-wise Adagrad
+/// ([`local_row_norms`], [`global_column_totals`]) and the update
+/// ([`local_apply_owned`]).
 pub fn global_backward<C: Comm>(
     comm: &C,
     store: &mut Store,
@@ -1083,7 +1212,6 @@ pub fn global_backward<C: Comm>(
     served: &Served,
     bufs: &mut BackwardBufs,
 ) -> Result<ExchangeCounts> {
-    let p = comm.size();
     let me = comm.rank();
     let ids: Vec<&[u32]> = grads.tables.iter().map(|t| t.ids.as_slice()).collect();
     route(store, &ids, &mut bufs.members);
@@ -1092,129 +1220,150 @@ pub fn global_backward<C: Comm>(
 
     // Per destination: counts of its slots, then per slot the local rows (as bits)
     // and their gradients' column slices.
-    let send = &mut bufs.send;
-    send.clear();
-    let total: usize = store
-        .owned
-        .iter()
-        .flatten()
-        .map(|&s| 1 + members[s].len() * (1 + store.slots[s].width()))
-        .sum();
-    reserve_total(send, total);
-    let mut send_counts = vec![0usize; p];
-    for (d, owned) in store.owned.iter().enumerate() {
-        let start = send.len();
-        send.extend(
-            owned
-                .iter()
-                .map(|&s| f32::from_bits(members[s].len() as u32)),
-        );
-        for &s in owned {
-            let sh = &store.slots[s];
-            let t = sh.table;
-            let dim = store.spec.tables[t].dim;
-            send.extend(
-                members[s]
-                    .iter()
-                    .map(|&i| f32::from_bits(sh.rows.local(ids[t][i as usize] as u64) as u32)),
-            );
-            let g = &grads.tables[t].grads;
-            for &i in &members[s] {
-                let o = i as usize * dim;
-                send.extend_from_slice(&g[o + sh.cols.start..o + sh.cols.end]);
-            }
-        }
-        send_counts[d] = send.len() - start;
-    }
     {
-        let _p = comm.stats().phase("backward");
-        comm.all_to_all_v_move(send, &send_counts, &mut bufs.got)?;
+        let store = &*store;
+        let grads = &*grads;
+        global_send_request(
+            comm,
+            "backward",
+            &store.owned,
+            &mut bufs.send,
+            |s| 1 + members[s].len() * (1 + store.slots[s].width()),
+            |owned, send| {
+                send.extend(
+                    owned
+                        .iter()
+                        .map(|&s| f32::from_bits(members[s].len() as u32)),
+                );
+                for &s in owned {
+                    let sh = &store.slots[s];
+                    let t = sh.table;
+                    let dim = store.spec.tables[t].dim;
+                    send.extend(
+                        members[s].iter().map(|&i| {
+                            f32::from_bits(sh.rows.local(ids[t][i as usize] as u64) as u32)
+                        }),
+                    );
+                    let g = &grads.tables[t].grads;
+                    for &i in &members[s] {
+                        let o = i as usize * dim;
+                        send.extend_from_slice(&g[o + sh.cols.start..o + sh.cols.end]);
+                    }
+                }
+            },
+            &mut bufs.got,
+        )?;
     }
-    // Sum per slot over sources in rank order.
-    let mine = &store.owned[me];
-    let widths: Vec<usize> = mine.iter().map(|&s| store.slots[s].width()).collect();
-    let dedup = grads.dedup;
-    let shard_rows: Vec<u64> = mine
-        .iter()
-        .map(|&s| store.local[store.slot_local[s].expect("owned slot is local")].rows)
-        .collect();
-    // Column shards under row-wise Adagrad exchange row statistics in ascending row
-    // order; other slots keep their rows in first-seen order.
-    let needs_order: Vec<bool> = mine
-        .iter()
-        .map(|&s| {
-            store.opt.needs_row_stat()
-                && matches!(
-                    store.plan.tables[store.slots[s].table],
-                    Placement::Column { .. }
-                )
-        })
-        .collect();
-    let pooled_slot: Vec<bool> = mine.iter().map(|&s| pooled::is_pooled(store, s)).collect();
-    // A pooled slot with dedup sums its sources in place (into its first source's
-    // sums) and is updated right after they are scattered, while they are in cache
-    // ("fused"); other slots are summed into their own buffers and updated below.
-    // (Not a column shard under row-wise Adagrad: its statistics need the other
-    // shards'.)
-    let fused: Vec<bool> = (0..mine.len())
-        .map(|j| pooled_slot[j] && dedup && !needs_order[j])
-        .collect();
-    let nj = mine.len();
-    let opt = store.opt;
-    let isa = Isa::detect();
-    let dims: Vec<f64> = mine
-        .iter()
-        .map(|&s| store.spec.tables[store.slots[s].table].dim as f64)
-        .collect();
-    let owned = pooled::Owned {
-        slots: mine,
-        widths: &widths,
-        pooled: &pooled_slot,
-        any_pooled: (0..store.spec.tables.len()).any(|t| is_pooled_table(store, t)),
-    };
+    let info = OwnedInfo::new(store, me, grads.dedup);
+    let nj = info.widths.len();
     bufs.index.resize_with(nj, || None);
     bufs.rows.resize_with(nj, Vec::new);
     bufs.stats.resize_with(nj, Vec::new);
-    {
-        // Lend each fused slot its shard for the step.
-        let mut shards: Vec<Option<&mut LocalShard>> = store.local.iter_mut().map(Some).collect();
-        let fused_slots: Vec<Option<pooled::Fused>> = bufs
-            .index
-            .iter_mut()
-            .zip(bufs.rows.iter_mut())
-            .zip(bufs.stats.iter_mut())
-            .enumerate()
-            .map(|(j, ((index, rows), stats))| {
-                fused[j].then(|| pooled::Fused {
-                    shard: shards[store.slot_local[mine[j]].expect("owned slot is local")]
-                        .take()
-                        .expect("one shard per slot"),
-                    dim: dims[j],
-                    index,
-                    rows,
-                    stats,
-                })
-            })
-            .collect();
-        pooled::global_backward(
-            comm,
-            &owned,
-            &mut grads.pooled_send,
-            &grads.pooled_counts,
-            served,
-            &mut bufs.pooled,
-            pooled::InPlace {
-                opt,
-                isa,
-                slots: fused_slots,
-            },
-        )?;
+    global_pooled_backward(comm, store, &info, grads, served, bufs)?;
+    local_sum_slots(comm.size(), &info, grads.dedup, served, bufs)?;
+    for rows in &bufs.rows {
+        counts.owner_rows += rows.len() as u64;
     }
-    let mut pieces: Vec<Vec<(&[f32], &[f32])>> = vec![Vec::new(); mine.len()];
+    // Per slot not yet updated: its summed rows and their gradients (none for the
+    // fused slots).
+    let sums: Vec<(&[u32], &[f32])> = (0..nj)
+        .map(|j| {
+            if info.fused[j] {
+                (&[][..], &[][..])
+            } else {
+                (bufs.rows[j].as_slice(), bufs.grads[j].as_slice())
+            }
+        })
+        .collect();
+    let isa = Isa::detect();
+    local_row_norms(isa, store.opt, &mut bufs.stats, &sums, &info.widths);
+    let partial = &bufs.stats;
+    let is_total = global_column_totals(comm, store, &sums, partial, &mut bufs.col)?;
+    let totals: Vec<&[f64]> = (0..nj)
+        .map(|j| {
+            if is_total[j] {
+                bufs.col.totals[j].as_slice()
+            } else {
+                partial[j].as_slice()
+            }
+        })
+        .collect();
+    counts.update_seconds += local_apply_owned(isa, store, me, &info, &sums, &totals);
+    Ok(counts)
+}
+
+/// Collective: every rank must call. The pooled tables' backward
+/// ([`pooled::global_backward`]): each fused slot is lent its shard for the step and
+/// summed and updated there; the other pooled slots' per-source sums are left in
+/// `bufs.pooled.sums`.
+fn global_pooled_backward<C: Comm>(
+    comm: &C,
+    store: &mut Store,
+    info: &OwnedInfo,
+    grads: &mut StepGrads,
+    served: &Served,
+    bufs: &mut BackwardBufs,
+) -> Result<()> {
+    let mine = &store.owned[comm.rank()];
+    let owned = pooled::Owned {
+        slots: mine,
+        widths: &info.widths,
+        pooled: &info.pooled_slot,
+        any_pooled: (0..store.spec.tables.len()).any(|t| is_pooled_table(store, t)),
+    };
+    // Lend each fused slot its shard for the step.
+    let mut shards: Vec<Option<&mut LocalShard>> = store.local.iter_mut().map(Some).collect();
+    let fused_slots: Vec<Option<pooled::Fused>> = bufs
+        .index
+        .iter_mut()
+        .zip(bufs.rows.iter_mut())
+        .zip(bufs.stats.iter_mut())
+        .enumerate()
+        .map(|(j, ((index, rows), stats))| {
+            info.fused[j].then(|| pooled::Fused {
+                shard: shards[store.slot_local[mine[j]].expect("owned slot is local")]
+                    .take()
+                    .expect("one shard per slot"),
+                dim: info.dims[j],
+                index,
+                rows,
+                stats,
+            })
+        })
+        .collect();
+    pooled::global_backward(
+        comm,
+        &owned,
+        &mut grads.pooled_send,
+        &grads.pooled_counts,
+        served,
+        &mut bufs.pooled,
+        pooled::InPlace {
+            opt: store.opt,
+            isa: Isa::detect(),
+            slots: fused_slots,
+        },
+    )
+}
+
+/// Sum phase of the backward: per slot this rank owns (in parallel), the gradients
+/// the `p` sources sent (`bufs.got`; for a pooled slot, its per-source sums) summed
+/// per row over sources in rank order into `bufs.rows` and `bufs.grads` (left empty
+/// for the fused slots, already updated).
+fn local_sum_slots(
+    p: usize,
+    info: &OwnedInfo,
+    dedup: bool,
+    served: &Served,
+    bufs: &mut BackwardBufs,
+) -> Result<()> {
+    let nj = info.widths.len();
+    let widths = &info.widths;
+    let mut pieces: Vec<Vec<(&[f32], &[f32])>> = vec![Vec::new(); nj];
     for q in 0..p {
         let (hdr, mut body) = split_message(
             bufs.got.from_rank(q),
-            mine.len(),
+            nj,
             |j| 1 + widths[j],
             |c: f32| c.to_bits() as usize,
             q,
@@ -1236,11 +1385,11 @@ pub fn global_backward<C: Comm>(
         .zip(bufs.pooled.sums.par_iter_mut())
         .enumerate()
         .try_for_each(|(j, ((((index, rows), gs), sort), per_source))| {
-            let (w, n, sorted) = (widths[j], shard_rows[j], needs_order[j]);
-            if !pooled_slot[j] {
+            let (w, n, sorted) = (widths[j], info.shard_rows[j], info.needs_order[j]);
+            if !info.pooled_slot[j] {
                 return sum_slot_into(&pieces[j], w, dedup, n, sorted, index, rows, gs, sort);
             }
-            if fused[j] {
+            if info.fused[j] {
                 // Summed and updated by the pooled backward.
                 gs.clear();
                 return Ok(());
@@ -1254,34 +1403,22 @@ pub fn global_backward<C: Comm>(
                 .map(|(&r, g)| (r, g.as_slice()))
                 .collect();
             sum_slot_into(&pc, w, dedup, n, sorted, index, rows, gs, sort)
-        })?;
-    for rows in &bufs.rows {
-        counts.owner_rows += rows.len() as u64;
-    }
-    // Per slot not yet updated: its summed rows and their gradients (none for the
-    // fused slots).
-    let sums: Vec<(&[u32], &[f32])> = (0..nj)
-        .map(|j| {
-            if fused[j] {
-                (&[][..], &[][..])
-            } else {
-                (bufs.rows[j].as_slice(), bufs.grads[j].as_slice())
-            }
         })
-        .collect();
+}
 
-    // Row statistics for row-wise Adagrad: squared norms of full rows; column shards
-    // add their partial sums across the table's owners, in slot order.
-    let column_stats = opt.needs_row_stat()
-        && store
-            .plan
-            .tables
-            .iter()
-            .any(|pl| matches!(pl, Placement::Column { .. }));
-    bufs.stats
+/// Row statistics for row-wise Adagrad (into `stats`, per slot; cleared otherwise):
+/// the squared norms of the summed gradients' rows of `sums`.
+fn local_row_norms(
+    isa: Isa,
+    opt: TableOpt,
+    stats: &mut [Vec<f64>],
+    sums: &[(&[u32], &[f32])],
+    widths: &[usize],
+) {
+    stats
         .par_iter_mut()
-        .zip(&sums)
-        .zip(&widths)
+        .zip(sums)
+        .zip(widths)
         .for_each(|((st, (_, g)), &w)| {
             st.clear();
             if opt.needs_row_stat() {
@@ -1289,96 +1426,120 @@ pub fn global_backward<C: Comm>(
                 sq_sums(isa, g, w, st);
             }
         });
-    let partial = &bufs.stats;
-    // Per column slot: the full rows' statistics (other slots use their own).
+}
+
+/// Collective: every rank must call. Under row-wise Adagrad with column-wise tables,
+/// column shards add their partial row statistics (`partial`, per slot this rank
+/// owns) across the table's owners, in slot order, into `col.totals`. Returns per
+/// slot whether its totals are there (column slots; other slots use their own).
+fn global_column_totals<C: Comm>(
+    comm: &C,
+    store: &Store,
+    sums: &[(&[u32], &[f32])],
+    partial: &[Vec<f64>],
+    col: &mut ColumnBufs,
+) -> Result<Vec<bool>> {
+    let p = comm.size();
+    let mine = &store.owned[comm.rank()];
+    let nj = mine.len();
+    let column_stats = store.opt.needs_row_stat()
+        && store
+            .plan
+            .tables
+            .iter()
+            .any(|pl| matches!(pl, Placement::Column { .. }));
     let mut is_total = vec![false; nj];
-    bufs.col_totals.resize_with(nj, Vec::new);
-    if column_stats {
-        let is_col = |s: usize| {
-            matches!(
-                store.plan.tables[store.slots[s].table],
-                Placement::Column { .. }
-            )
-        };
-        let send = &mut bufs.col_send;
-        send.clear();
-        let mut send_counts = vec![0usize; p];
-        for (d, theirs) in store.owned.iter().enumerate() {
-            let start = send.len();
-            for (j, &s) in mine.iter().enumerate() {
-                if !is_col(s) {
-                    continue;
-                }
-                for &s2 in theirs {
-                    if store.slots[s2].table == store.slots[s].table {
-                        send.extend_from_slice(&partial[j]);
-                    }
-                }
-            }
-            send_counts[d] = send.len() - start;
-        }
-        let got = &mut bufs.col_got;
-        {
-            let _p = comm.stats().phase("backward");
-            comm.all_to_all_v_into(send, &send_counts, got)?;
-        }
-        // (slot of the sender, my slot) -> partial sums.
-        let mut from: HashMap<(usize, usize), &[f64]> = HashMap::new();
-        for (q, theirs) in store.owned.iter().enumerate() {
-            let mut data = got.from_rank(q);
-            for &s in theirs {
-                if !is_col(s) {
-                    continue;
-                }
-                for (j, &s2) in mine.iter().enumerate() {
-                    if store.slots[s2].table == store.slots[s].table {
-                        let n = sums[j].0.len();
-                        if data.len() < n {
-                            protocol_violation(format!(
-                                "rank {q}: short column statistics for table {}",
-                                store.slots[s].table
-                            ));
-                        }
-                        from.insert((s, s2), &data[..n]);
-                        data = &data[n..];
-                    }
-                }
-            }
-        }
-        for (j, &s2) in mine.iter().enumerate() {
-            if !is_col(s2) {
+    col.totals.resize_with(nj, Vec::new);
+    if !column_stats {
+        return Ok(is_total);
+    }
+    let is_col = |s: usize| {
+        matches!(
+            store.plan.tables[store.slots[s].table],
+            Placement::Column { .. }
+        )
+    };
+    let send = &mut col.send;
+    send.clear();
+    let mut send_counts = vec![0usize; p];
+    for (d, theirs) in store.owned.iter().enumerate() {
+        let start = send.len();
+        for (j, &s) in mine.iter().enumerate() {
+            if !is_col(s) {
                 continue;
             }
-            let t = store.slots[s2].table;
-            let tot = &mut bufs.col_totals[j];
-            tot.clear();
-            tot.resize(sums[j].0.len(), 0.0);
-            for &s in &store.table_slots[t] {
-                let part = from.get(&(s, s2)).unwrap_or_else(|| {
-                    protocol_violation(format!("no column statistics from slot {s}"))
-                });
-                for (a, &b) in tot.iter_mut().zip(part.iter()) {
-                    *a += b;
+            for &s2 in theirs {
+                if store.slots[s2].table == store.slots[s].table {
+                    send.extend_from_slice(&partial[j]);
                 }
             }
-            is_total[j] = true;
+        }
+        send_counts[d] = send.len() - start;
+    }
+    let got = &mut col.got;
+    {
+        let _p = comm.stats().phase("backward");
+        comm.all_to_all_v_into(send, &send_counts, got)?;
+    }
+    // (slot of the sender, my slot) -> partial sums.
+    let mut from: HashMap<(usize, usize), &[f64]> = HashMap::new();
+    for (q, theirs) in store.owned.iter().enumerate() {
+        let mut data = got.from_rank(q);
+        for &s in theirs {
+            if !is_col(s) {
+                continue;
+            }
+            for (j, &s2) in mine.iter().enumerate() {
+                if store.slots[s2].table == store.slots[s].table {
+                    let n = sums[j].0.len();
+                    if data.len() < n {
+                        protocol_violation(format!(
+                            "rank {q}: short column statistics for table {}",
+                            store.slots[s].table
+                        ));
+                    }
+                    from.insert((s, s2), &data[..n]);
+                    data = &data[n..];
+                }
+            }
         }
     }
-    let totals: Vec<&[f64]> = (0..nj)
-        .map(|j| {
-            if is_total[j] {
-                bufs.col_totals[j].as_slice()
-            } else {
-                partial[j].as_slice()
+    for (j, &s2) in mine.iter().enumerate() {
+        if !is_col(s2) {
+            continue;
+        }
+        let t = store.slots[s2].table;
+        let tot = &mut col.totals[j];
+        tot.clear();
+        tot.resize(sums[j].0.len(), 0.0);
+        for &s in &store.table_slots[t] {
+            let part = from.get(&(s, s2)).unwrap_or_else(|| {
+                protocol_violation(format!("no column statistics from slot {s}"))
+            });
+            for (a, &b) in tot.iter_mut().zip(part.iter()) {
+                *a += b;
             }
-        })
-        .collect();
+        }
+        is_total[j] = true;
+    }
+    Ok(is_total)
+}
 
-    // Apply once per row (rows were checked against their shard when summed);
-    // shards in parallel.
+/// Update phase of the backward: the table optimizer applied once per summed row of
+/// each slot not fused (rows were checked against their shard when summed), shards
+/// in parallel. Returns the seconds it took.
+fn local_apply_owned(
+    isa: Isa,
+    store: &mut Store,
+    me: usize,
+    info: &OwnedInfo,
+    sums: &[(&[u32], &[f32])],
+    totals: &[&[f64]],
+) -> f64 {
+    let opt = store.opt;
     let mut job: Vec<Option<usize>> = vec![None; store.local.len()];
-    for (j, &s) in mine.iter().enumerate() {
-        if !fused[j] {
+    for (j, &s) in store.owned[me].iter().enumerate() {
+        if !info.fused[j] {
             job[store.slot_local[s].expect("owned slot is local")] = Some(j);
         }
     }
@@ -1386,10 +1547,9 @@ pub fn global_backward<C: Comm>(
     store.local.par_iter_mut().zip(job).for_each(|(ls, j)| {
         let Some(j) = j else { return };
         let (rows, gs) = sums[j];
-        apply_rows(isa, opt, ls, dims[j], rows, gs, totals[j]);
+        apply_rows(isa, opt, ls, info.dims[j], rows, gs, totals[j]);
     });
-    counts.update_seconds += t_update.elapsed().as_secs_f64();
-    Ok(counts)
+    t_update.elapsed().as_secs_f64()
 }
 
 /// The table optimizer applied once to each of `rows` (local rows of `ls`, distinct)

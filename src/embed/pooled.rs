@@ -26,7 +26,8 @@ use rayon::prelude::*;
 
 use super::clicks::Batch;
 use super::exchange::{
-    apply_rows, is_pooled_table, protocol_violation, sum_sources_into, ExchangeCounts, Index,
+    apply_rows, global_send_request, is_pooled_table, protocol_violation, sum_sources_into,
+    ExchangeCounts, Index,
 };
 use super::kernels::{pool_bags, scatter_bags, scatter_bags_fresh, sq_sums, Bags, Isa};
 use super::placement::Placement;
@@ -285,33 +286,30 @@ pub fn global_forward<C: Comm>(
 
     // Requests: per destination, per slot it owns that is pooled:
     // [n, distinct, occurrences], rows, per-example counts, indices.
-    let send = &mut bufs.send;
-    send.clear();
-    let total: usize = store
-        .owned
-        .iter()
-        .flatten()
-        .filter(|&&s| is_pooled(store, s))
-        .map(|&s| 3 + local_of(s).rows.len() + n + local_of(s).idx.len())
-        .sum();
-    reserve_total(send, total);
-    let mut send_counts = vec![0usize; p];
-    for (d, owned) in store.owned.iter().enumerate() {
-        let start = send.len();
-        for &s in owned.iter().filter(|&&s| is_pooled(store, s)) {
-            let sb = local_of(s);
-            send.extend([n as u32, sb.rows.len() as u32, sb.idx.len() as u32]);
-            send.extend_from_slice(&sb.rows);
-            send.extend(sb.offsets.windows(2).map(|w| w[1] - w[0]));
-            send.extend_from_slice(&sb.idx);
-            counts.sent += sb.rows.len() as u64;
-        }
-        send_counts[d] = send.len() - start;
-    }
-    {
-        let _p = comm.stats().phase("lookup");
-        comm.all_to_all_v_move(send, &send_counts, &mut served.req)?;
-    }
+    global_send_request(
+        comm,
+        "lookup",
+        &store.owned,
+        &mut bufs.send,
+        |s| {
+            if is_pooled(store, s) {
+                3 + local_of(s).rows.len() + n + local_of(s).idx.len()
+            } else {
+                0
+            }
+        },
+        |owned, send| {
+            for &s in owned.iter().filter(|&&s| is_pooled(store, s)) {
+                let sb = local_of(s);
+                send.extend([n as u32, sb.rows.len() as u32, sb.idx.len() as u32]);
+                send.extend_from_slice(&sb.rows);
+                send.extend(sb.offsets.windows(2).map(|w| w[1] - w[0]));
+                send.extend_from_slice(&sb.idx);
+                counts.sent += sb.rows.len() as u64;
+            }
+        },
+        &mut served.req,
+    )?;
 
     // Parse what every source asked of each pooled slot of mine (checked, then kept
     // where it arrived).
