@@ -55,6 +55,46 @@ pub struct SplitMeta {
     pub source_arcs: u64,
 }
 
+/// Collective: every rank must call, with the kept mask of its block of rows (blocks
+/// in rank order cover the `n` nodes). Steps 3 and 5: the mask is all-gathered and
+/// turned into the renumbering, `new_id[u]` = the number of kept nodes before `u`
+/// (`u32::MAX` for a removed node), returned with the number of kept nodes. A filter
+/// that keeps no node is an input error of `name`, the same on every rank.
+pub(super) fn global_renumber<C: Comm>(
+    comm: &C,
+    local_kept: Vec<u8>,
+    n: usize,
+    name: &str,
+    min_links: u64,
+) -> Result<(Vec<u32>, u64)> {
+    let kept = comm.all_gather_v(&local_kept)?.data;
+    drop(local_kept);
+    debug_assert_eq!(kept.len(), n);
+    let mut new_id = vec![u32::MAX; n];
+    let mut next: u64 = 0;
+    for (u, &k) in kept.iter().enumerate() {
+        if k != 0 {
+            new_id[u] = next as u32;
+            next += 1;
+        }
+    }
+    drop(kept);
+    let num_kept = next;
+    // The same on every rank; agreeing prints it once.
+    let nonempty = if num_kept == 0 {
+        Err(Error::Input {
+            path: name.into(),
+            msg: format!(
+                "no node has at least {min_links} in-links and {min_links} out-links: the filter leaves an empty graph"
+            ),
+        })
+    } else {
+        Ok(())
+    };
+    comm.agree(nonempty)?;
+    Ok((new_id, num_kept))
+}
+
 /// Collective: every rank must call, with its block of the cleaned-or-not input.
 /// Applies the variant filter and the split. Errors (such as a filter that empties
 /// the graph) are returned identically on every rank.
@@ -85,32 +125,8 @@ pub fn global_prepare<C: Comm>(
         })
         .collect();
     drop(in_deg);
-    let kept = comm.all_gather_v(&local_kept)?.data;
-    debug_assert_eq!(kept.len(), n);
-
-    // 5. Renumbering: new id = number of kept nodes before it.
-    let mut new_id = vec![u32::MAX; n];
-    let mut next: u64 = 0;
-    for (u, &k) in kept.iter().enumerate() {
-        if k != 0 {
-            new_id[u] = next as u32;
-            next += 1;
-        }
-    }
-    drop(kept);
-    let num_kept = next;
-    // The same on every rank; agreeing prints it once.
-    let nonempty = if num_kept == 0 {
-        Err(Error::Input {
-            path: info.name.clone().into(),
-            msg: format!(
-                "no node has at least {min_links} in-links and {min_links} out-links: the filter leaves an empty graph"
-            ),
-        })
-    } else {
-        Ok(())
-    };
-    comm.agree(nonempty)?;
+    // 5. Renumbering.
+    let (new_id, num_kept) = global_renumber(comm, local_kept, n, &info.name, min_links)?;
 
     // 4. Filter and renumber the owned rows.
     let block_lo = rows.lo as usize;

@@ -33,7 +33,7 @@
 
 use super::dataset::{U32_DATASETS, U64_DATASETS};
 use super::graph::{block_range, LocalRows};
-use super::prepare::{global_select_test_rows_by, split_test_row, SplitMeta};
+use super::prepare::{global_renumber, global_select_test_rows_by, split_test_row, SplitMeta};
 use super::readers::{bv_for_each_chunk, SourceInfo};
 use super::webgraph_gen::{generate_degrees, generate_rows, HostLayout, WebGraphSpec};
 use crate::comm::{prefix_offsets, Comm};
@@ -631,8 +631,20 @@ pub fn check_memory(
     }
 }
 
+/// What every pass reads: the rank's rows, the buffer sizes, and whether it logs
+/// progress (rank 0).
+struct Passes<'a, S> {
+    src: &'a S,
+    opts: &'a StreamOpts,
+    log_on: bool,
+}
+
 /// [`global_prepare_stream`] of a renumbered source: `ids` (when given) maps its
-/// nodes back to the input's ids for `/node_ids` and `source_nodes`.
+/// nodes back to the input's ids for `/node_ids` and `source_nodes`. The passes of
+/// the module doc: [`global_degrees`], then the renumbering
+/// ([`global_renumber`](super::prepare::global_renumber)), [`global_filter_lengths`],
+/// the output's layout ([`global_layout`]), [`local_split_write`] and
+/// [`local_transpose`], each pass ending in an agreement of every rank.
 #[allow(clippy::too_many_arguments)]
 pub fn global_prepare_stream_mapped<C: Comm, S: RowSource>(
     comm: &C,
@@ -647,7 +659,11 @@ pub fn global_prepare_stream_mapped<C: Comm, S: RowSource>(
     let _phase = comm.stats().phase("prepare");
     let me = comm.rank();
     let p = comm.size();
-    let log_on = me == 0;
+    let pass = Passes {
+        src,
+        opts,
+        log_on: me == 0,
+    };
     comm.agree(check_memory(&info.name, info.nodes, p, min_links, opts))?;
     let n = usize::try_from(info.nodes)
         .map_err(|_| Error::input(&info.name, "too many nodes for this platform"))?;
@@ -655,42 +671,8 @@ pub fn global_prepare_stream_mapped<C: Comm, S: RowSource>(
     let block_rows = (bhi - blo) as usize;
     let orig = |u: u64| -> u64 { ids.map_or(u, |m| m.ids[u as usize] as u64) };
 
-    // Pass 1: degrees. With K = 0 every node is kept, so in-degrees are not needed,
-    // and a source that knows its cleaned out-degrees (the generator) skips the pass.
-    let mut prog = Progress::new(log_on, "degrees", block_rows as u64);
-    let known = if min_links == 0 {
-        src.clean_out_degrees()
-    } else {
-        None
-    };
-    let (in_deg, out_deg, raw_arcs) = match known {
-        Some(d) => {
-            let arcs = d.iter().map(|&x| x as u64).sum::<u64>();
-            (Vec::new(), d, arcs)
-        }
-        None => {
-            let mut in_deg = vec![0u64; if min_links == 0 { 0 } else { n }];
-            let mut out_deg: Vec<u32> = Vec::with_capacity(block_rows);
-            let mut raw_arcs = 0u64;
-            let pass1 = src.for_each_chunk(opts.chunk_arcs, &mut |mut rows| {
-                check_signal("degrees")?;
-                raw_arcs += rows.num_arcs();
-                local_clean_chunk(&mut rows);
-                if min_links > 0 {
-                    for &t in &rows.targets {
-                        in_deg[t as usize] += 1;
-                    }
-                }
-                out_deg.extend(rows.indptr.windows(2).map(|w| (w[1] - w[0]) as u32));
-                prog.add(rows.num_rows() as u64, rows.num_arcs());
-                Ok(())
-            });
-            comm.agree(pass1)?;
-            comm.all_reduce_sum(&mut in_deg);
-            (in_deg, out_deg, raw_arcs)
-        }
-    };
-    let t_degrees = prog.seconds();
+    // Pass 1: degrees, then the kept mask and the renumbering.
+    let (in_deg, out_deg, raw_arcs, t_degrees) = global_degrees(comm, &pass, n, min_links)?;
     let mut info = info.clone();
     if src.counts_arcs() {
         let mut a = [raw_arcs];
@@ -706,71 +688,225 @@ pub fn global_prepare_stream_mapped<C: Comm, S: RowSource>(
         })
         .collect();
     drop(in_deg);
-    let kept = comm.all_gather_v(&local_kept)?.data;
-    drop(local_kept);
-    let mut new_id = vec![u32::MAX; n];
-    let mut next: u64 = 0;
-    for (u, &k) in kept.iter().enumerate() {
-        if k != 0 {
-            new_id[u] = next as u32;
-            next += 1;
-        }
-    }
-    drop(kept);
-    let num_kept = next;
-    let nonempty = if num_kept == 0 {
-        Err(Error::Input {
-            path: info.name.clone().into(),
-            msg: format!(
-                "no node has at least {min_links} in-links and {min_links} out-links: the filter leaves an empty graph"
-            ),
-        })
-    } else {
-        Ok(())
-    };
-    comm.agree(nonempty)?;
+    let (new_id, num_kept) = global_renumber(comm, local_kept, n, &info.name, min_links)?;
     let row_lo = new_id[blo as usize..]
         .iter()
         .find(|&&v| v != u32::MAX)
         .map_or(num_kept, |&v| v as u64);
 
-    // Pass 2: kept row lengths after the filter. When the filter keeps every node
-    // (K = 0, the default of synthetic graphs) they are the cleaned out-degrees.
-    let mut prog = Progress::new(log_on, "filter", block_rows as u64);
-    let (flen, node_ids) = if num_kept == info.nodes {
+    // Pass 2: kept row lengths after the filter.
+    let keep_all = num_kept == info.nodes;
+    let (flen, node_ids, t_filter) =
+        global_filter_lengths(comm, &pass, &new_id, &orig, out_deg, keep_all)?;
+    let mut lay = global_layout(comm, &info, ids, &flen, row_lo, num_kept, min_links, seed)?;
+
+    let tmp = temp_path(out);
+    let created = if me == 0 {
+        create_allocated_layout(&tmp, &lay.meta, &lay.shapes)
+    } else {
+        Ok([NO_OFFSET; NUM_DATASETS])
+    };
+    let mut ds_offs = comm.agree(created)?;
+    let result = (|| -> Result<[f64; 2]> {
+        comm.broadcast(0, &mut ds_offs)?;
+        let opened = RawFile::open(&tmp, ds_offs);
+        let file = comm.agree(opened)?;
+
+        // Pass 3: split and write the owned rows; count training arcs per column.
+        let mut prog = Progress::new(pass.log_on, "split+write", block_rows as u64);
+        let mut col_count = vec![0u64; num_kept as usize];
+        let written = local_split_write(
+            &pass,
+            &file,
+            &new_id,
+            &node_ids,
+            &lay,
+            &mut col_count,
+            &mut prog,
+        );
+        comm.agree(written)?;
+        let t_write = prog.seconds();
+        drop(new_id);
+        drop(std::mem::take(&mut lay.is_test));
+        drop(flen);
+        drop(node_ids);
+
+        // Pass 4: the transpose, by blocks of columns, reading /train back.
+        comm.all_reduce_sum(&mut col_count);
+        let (clo, chi) = block_range(num_kept, p, me);
+        let mut prog = Progress::new(pass.log_on, "transpose", chi - clo);
+        let transposed = local_transpose(&pass, &file, num_kept, (clo, chi), col_count, &mut prog);
+        comm.agree(transposed)?;
+        let t_transpose = prog.seconds();
+        // The commit protocol (docs/design.md): durable before it is visible, then
+        // the rename and the directory made durable.
+        comm.agree(file.sync())?;
+        drop(file);
+        let renamed = if me == 0 {
+            crate::outfile::commit(&tmp, out)
+        } else {
+            Ok(())
+        };
+        comm.agree(renamed)?;
+        Ok([t_write, t_transpose])
+    })();
+    let [t_write, t_transpose] = match result {
+        Ok(t) => t,
+        Err(e) => {
+            if me == 0 {
+                let _ = std::fs::remove_file(&tmp);
+            }
+            return Err(e);
+        }
+    };
+    let sizes = lay.sizes;
+    let mut counts = [sizes[0], sizes[1], sizes[2], sizes[3]];
+    comm.all_reduce_sum(&mut counts);
+    Ok(StreamReport {
+        meta: lay.meta,
+        train_arcs: counts[0],
+        test_rows: counts[1],
+        fold_arcs: counts[2],
+        holdout_arcs: counts[3],
+        pass_seconds: [t_degrees, t_filter, t_write, t_transpose],
+    })
+}
+
+/// Collective: every rank must call. Pass 1, degrees: the all-reduced in-degrees of
+/// the `n` nodes (empty with K = 0, where every node is kept), the cleaned
+/// out-degree of each owned row, the arcs the source yielded and the pass's
+/// seconds. A source that knows its cleaned out-degrees (the generator) skips the
+/// pass at K = 0.
+fn global_degrees<C: Comm, S: RowSource>(
+    comm: &C,
+    pass: &Passes<S>,
+    n: usize,
+    min_links: u64,
+) -> Result<(Vec<u64>, Vec<u32>, u64, f64)> {
+    let (blo, bhi) = pass.src.block();
+    let block_rows = (bhi - blo) as usize;
+    let mut prog = Progress::new(pass.log_on, "degrees", block_rows as u64);
+    let known = if min_links == 0 {
+        pass.src.clean_out_degrees()
+    } else {
+        None
+    };
+    let (in_deg, out_deg, raw_arcs) = match known {
+        Some(d) => {
+            let arcs = d.iter().map(|&x| x as u64).sum::<u64>();
+            (Vec::new(), d, arcs)
+        }
+        None => {
+            let mut in_deg = vec![0u64; if min_links == 0 { 0 } else { n }];
+            let mut out_deg: Vec<u32> = Vec::with_capacity(block_rows);
+            let mut raw_arcs = 0u64;
+            let pass1 = pass
+                .src
+                .for_each_chunk(pass.opts.chunk_arcs, &mut |mut rows| {
+                    check_signal("degrees")?;
+                    raw_arcs += rows.num_arcs();
+                    local_clean_chunk(&mut rows);
+                    if min_links > 0 {
+                        for &t in &rows.targets {
+                            in_deg[t as usize] += 1;
+                        }
+                    }
+                    out_deg.extend(rows.indptr.windows(2).map(|w| (w[1] - w[0]) as u32));
+                    prog.add(rows.num_rows() as u64, rows.num_arcs());
+                    Ok(())
+                });
+            comm.agree(pass1)?;
+            comm.all_reduce_sum(&mut in_deg);
+            (in_deg, out_deg, raw_arcs)
+        }
+    };
+    Ok((in_deg, out_deg, raw_arcs, prog.seconds()))
+}
+
+/// Collective: every rank must call. Pass 2, filter: the length of each kept owned
+/// row after dropping arcs to removed nodes, and its original id (through `orig`),
+/// with the pass's seconds. When the filter keeps every node (`keep_all`: K = 0, the
+/// default of synthetic graphs) they are the cleaned out-degrees, without a pass.
+fn global_filter_lengths<C: Comm, S: RowSource>(
+    comm: &C,
+    pass: &Passes<S>,
+    new_id: &[u32],
+    orig: &dyn Fn(u64) -> u64,
+    out_deg: Vec<u32>,
+    keep_all: bool,
+) -> Result<(Vec<u32>, Vec<u64>, f64)> {
+    let (blo, bhi) = pass.src.block();
+    let mut prog = Progress::new(pass.log_on, "filter", bhi - blo);
+    let (flen, node_ids) = if keep_all {
         (out_deg, (blo..bhi).map(orig).collect::<Vec<u64>>())
     } else {
         drop(out_deg);
         let mut flen: Vec<u32> = Vec::new();
         let mut node_ids: Vec<u64> = Vec::new();
-        let pass2 = src.for_each_chunk(opts.chunk_arcs, &mut |mut rows| {
-            check_signal("filter")?;
-            local_clean_chunk(&mut rows);
-            let lens: Vec<Option<u32>> = (0..rows.num_rows())
-                .into_par_iter()
-                .map(|i| {
-                    let u = rows.lo as usize + i;
-                    (new_id[u] != u32::MAX).then(|| {
-                        rows.row(i)
-                            .iter()
-                            .filter(|&&t| new_id[t as usize] != u32::MAX)
-                            .count() as u32
+        let pass2 = pass
+            .src
+            .for_each_chunk(pass.opts.chunk_arcs, &mut |mut rows| {
+                check_signal("filter")?;
+                local_clean_chunk(&mut rows);
+                let lens: Vec<Option<u32>> = (0..rows.num_rows())
+                    .into_par_iter()
+                    .map(|i| {
+                        let u = rows.lo as usize + i;
+                        (new_id[u] != u32::MAX).then(|| {
+                            rows.row(i)
+                                .iter()
+                                .filter(|&&t| new_id[t as usize] != u32::MAX)
+                                .count() as u32
+                        })
                     })
-                })
-                .collect();
-            for (i, l) in lens.into_iter().enumerate() {
-                if let Some(l) = l {
-                    node_ids.push(orig(rows.lo + i as u64));
-                    flen.push(l);
+                    .collect();
+                for (i, l) in lens.into_iter().enumerate() {
+                    if let Some(l) = l {
+                        node_ids.push(orig(rows.lo + i as u64));
+                        flen.push(l);
+                    }
                 }
-            }
-            prog.add(rows.num_rows() as u64, rows.num_arcs());
-            Ok(())
-        });
+                prog.add(rows.num_rows() as u64, rows.num_arcs());
+                Ok(())
+            });
         comm.agree(pass2)?;
         (flen, node_ids)
     };
-    let t_filter = prog.seconds();
+    Ok((flen, node_ids, prog.seconds()))
+}
+
+/// Every size and offset of the output, decided by the filtered row lengths.
+struct Layout {
+    meta: SplitMeta,
+    /// Per kept owned row: whether it is a test row.
+    is_test: Vec<bool>,
+    /// This rank's train arcs, test rows, fold arcs, holdout arcs, kept rows.
+    sizes: [u64; 5],
+    /// Where this rank's train arcs, test rows, fold arcs and holdout arcs start.
+    offs: [u64; 4],
+    /// The renumbered id of this rank's first kept row.
+    row_lo: u64,
+    /// The datasets' shapes, in offset-table order.
+    shapes: [usize; NUM_DATASETS],
+}
+
+/// Collective: every rank must call. The split's test rows
+/// (`global_select_test_rows_by`) and every size of the output, from the filtered
+/// lengths `flen` of this rank's kept rows (the first renumbered `row_lo`). A filter
+/// that keeps no arc is an input error, the same on every rank.
+#[allow(clippy::too_many_arguments)]
+fn global_layout<C: Comm>(
+    comm: &C,
+    info: &SourceInfo,
+    ids: Option<&IdMap>,
+    flen: &[u32],
+    row_lo: u64,
+    num_kept: u64,
+    min_links: u64,
+    seed: u64,
+) -> Result<Layout> {
+    let me = comm.rank();
+    let p = comm.size();
     let kept_rows = flen.len();
     let num_arcs = {
         let mut a = [flen.iter().map(|&l| l as u64).sum::<u64>()];
@@ -807,12 +943,6 @@ pub fn global_prepare_stream_mapped<C: Comm, S: RowSource>(
     let field =
         |f: usize| -> Vec<usize> { (0..p).map(|r| all_sizes[r * 5 + f] as usize).collect() };
     let offs: Vec<Vec<usize>> = (0..5).map(|f| prefix_offsets(&field(f))).collect();
-    let (train_off, test_off, fold_off, hold_off) = (
-        offs[0][me] as u64,
-        offs[1][me] as u64,
-        offs[2][me] as u64,
-        offs[3][me] as u64,
-    );
     let total = |f: usize| offs[f][p];
     debug_assert_eq!(offs[4][me] as u64, row_lo);
     let meta = SplitMeta {
@@ -838,199 +968,179 @@ pub fn global_prepare_stream_mapped<C: Comm, S: RowSource>(
         total(2),
         total(3),
     ];
-
-    let tmp = temp_path(out);
-    let created = if me == 0 {
-        create_allocated_layout(&tmp, &meta, &shapes)
-    } else {
-        Ok([NO_OFFSET; NUM_DATASETS])
-    };
-    let mut ds_offs = comm.agree(created)?;
-    let result = (|| -> Result<[f64; 2]> {
-        comm.broadcast(0, &mut ds_offs)?;
-        let opened = RawFile::open(&tmp, ds_offs);
-        let file = comm.agree(opened)?;
-
-        // Pass 3: split and write the owned rows; count training arcs per column.
-        let mut prog = Progress::new(log_on, "split+write", block_rows as u64);
-        let mut col_count = vec![0u64; rows_n];
-        let written = (|| -> Result<()> {
-            file.put(NODE_IDS, row_lo, &node_ids)?;
-            let mut k = 0usize; // kept rows done
-            let (mut train_at, mut test_at, mut fold_at, mut hold_at) =
-                (train_off, test_off, fold_off, hold_off);
-            src.for_each_chunk(opts.chunk_arcs, &mut |mut rows| {
-                check_signal("split+write")?;
-                local_clean_chunk(&mut rows);
-                let kept_here: Vec<usize> = (0..rows.num_rows())
-                    .filter(|&i| new_id[rows.lo as usize + i] != u32::MAX)
-                    .collect();
-                let k0 = k;
-                k += kept_here.len();
-                // Renumbered kept rows of the chunk, split, in parallel.
-                let split: Vec<SplitRow> = kept_here
-                    .par_iter()
-                    .enumerate()
-                    .map(|(j, &i)| {
-                        let mut r = Vec::new();
-                        renumber_into(rows.row(i), &new_id, &mut r);
-                        if is_test[k0 + j] {
-                            let (mut fold, mut hold) =
-                                split_test_row(&r, seed, row_lo + (k0 + j) as u64);
-                            fold.sort_unstable();
-                            hold.sort_unstable();
-                            (Vec::new(), Some((fold, hold)))
-                        } else {
-                            (r, None)
-                        }
-                    })
-                    .collect();
-                let mut t_indptr = Vec::with_capacity(split.len());
-                let mut t_idx = Vec::new();
-                let (mut test_ids, mut f_indptr, mut f_idx, mut h_indptr, mut h_idx) =
-                    (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-                let t_start = train_at;
-                let (f_start, h_start, q_start) = (fold_at, hold_at, test_at);
-                for (j, (train, test)) in split.into_iter().enumerate() {
-                    t_indptr.push(train_at);
-                    train_at += train.len() as u64;
-                    for &c in &train {
-                        col_count[c as usize] += 1;
-                    }
-                    t_idx.extend_from_slice(&train);
-                    if let Some((fold, hold)) = test {
-                        test_ids.push((row_lo + (k0 + j) as u64) as u32);
-                        test_at += 1;
-                        f_indptr.push(fold_at);
-                        fold_at += fold.len() as u64;
-                        f_idx.extend_from_slice(&fold);
-                        h_indptr.push(hold_at);
-                        hold_at += hold.len() as u64;
-                        h_idx.extend_from_slice(&hold);
-                    }
-                }
-                file.put(TRAIN_INDPTR, row_lo + k0 as u64, &t_indptr)?;
-                file.put(TRAIN_INDICES, t_start, &t_idx)?;
-                file.put(TEST_ROWS, q_start, &test_ids)?;
-                file.put(FOLD_INDPTR, q_start, &f_indptr)?;
-                file.put(FOLD_INDICES, f_start, &f_idx)?;
-                file.put(HOLDOUT_INDPTR, q_start, &h_indptr)?;
-                file.put(HOLDOUT_INDICES, h_start, &h_idx)?;
-                prog.add(rows.num_rows() as u64, rows.num_arcs());
-                Ok(())
-            })?;
-            debug_assert_eq!(k, kept_rows);
-            // Closing entries; neighbours agree on the shared boundary values.
-            file.put(TRAIN_INDPTR, row_lo + kept_rows as u64, &[train_at])?;
-            file.put(FOLD_INDPTR, test_at, &[fold_at])?;
-            file.put(HOLDOUT_INDPTR, test_at, &[hold_at])?;
-            Ok(())
-        })();
-        comm.agree(written)?;
-        let t_write = prog.seconds();
-        drop(new_id);
-        drop(is_test);
-        drop(flen);
-        drop(node_ids);
-
-        // Pass 4: the transpose, by blocks of columns, reading /train back.
-        comm.all_reduce_sum(&mut col_count);
-        let (clo, chi) = block_range(num_kept, p, me);
-        let before: u64 = col_count[..clo as usize].iter().sum();
-        let mine: Vec<u64> = col_count[clo as usize..chi as usize].to_vec();
-        drop(col_count);
-        let mut prog = Progress::new(log_on, "transpose", chi - clo);
-        let transposed = (|| -> Result<()> {
-            let mut indptr = Vec::with_capacity(mine.len() + 1);
-            let mut acc = before;
-            indptr.push(acc);
-            for &c in &mine {
-                acc += c;
-                indptr.push(acc);
-            }
-            file.put(TRAIN_T_INDPTR, clo, &indptr)?;
-            let mut a = 0usize;
-            while a < mine.len() {
-                check_signal("transpose")?;
-                // Columns a..b of the block, at most transpose_arcs arcs (>= 1 column).
-                let mut b = a + 1;
-                let mut arcs = mine[a];
-                while b < mine.len() && arcs + mine[b] <= opts.transpose_arcs as u64 {
-                    arcs += mine[b];
-                    b += 1;
-                }
-                let (ca, cb) = ((clo + a as u64) as u32, (clo + b as u64) as u32);
-                let mut fill: Vec<u64> = indptr[a..b].iter().map(|&x| x - indptr[a]).collect();
-                let mut buf = vec![0u32; arcs as usize];
-                let mut scratch = Scatter::default();
-                // Rows are read back in pieces of at most a quarter chunk (plus one row):
-                // the piece, its (column, row) pairs and the block are alive at once.
-                let read_arcs = (opts.chunk_arcs as u64 / 4).max(1);
-                let mut r0 = 0u64;
-                while r0 < num_kept {
-                    // A chunk of /train rows of about chunk_arcs arcs.
-                    let step = 1 << 16;
-                    let r1 = (r0 + step).min(num_kept);
-                    let ip: Vec<u64> = file.get(TRAIN_INDPTR, r0, r1 + 1)?;
-                    let mut s = 0usize;
-                    while s < ip.len() - 1 {
-                        let mut e = s + 1;
-                        while e < ip.len() - 1 && ip[e + 1] - ip[s] <= read_arcs {
-                            e += 1;
-                        }
-                        let idx: Vec<u32> = file.get(TRAIN_INDICES, ip[s], ip[e])?;
-                        local_scatter_columns(
-                            &idx,
-                            &ip[s..=e],
-                            r0 + s as u64,
-                            (ca, cb),
-                            &mut fill,
-                            &mut buf,
-                            &mut scratch,
-                        );
-                        s = e;
-                    }
-                    r0 = r1;
-                }
-                file.put(TRAIN_T_INDICES, indptr[a], &buf)?;
-                prog.add((b - a) as u64, arcs);
-                a = b;
-            }
-            Ok(())
-        })();
-        comm.agree(transposed)?;
-        let t_transpose = prog.seconds();
-        // The commit protocol (docs/design.md): durable before it is visible, then
-        // the rename and the directory made durable.
-        comm.agree(file.sync())?;
-        drop(file);
-        let renamed = if me == 0 {
-            crate::outfile::commit(&tmp, out)
-        } else {
-            Ok(())
-        };
-        comm.agree(renamed)?;
-        Ok([t_write, t_transpose])
-    })();
-    let [t_write, t_transpose] = match result {
-        Ok(t) => t,
-        Err(e) => {
-            if me == 0 {
-                let _ = std::fs::remove_file(&tmp);
-            }
-            return Err(e);
-        }
-    };
-    let mut counts = [sizes[0], sizes[1], sizes[2], sizes[3]];
-    comm.all_reduce_sum(&mut counts);
-    Ok(StreamReport {
+    Ok(Layout {
         meta,
-        train_arcs: counts[0],
-        test_rows: counts[1],
-        fold_arcs: counts[2],
-        holdout_arcs: counts[3],
-        pass_seconds: [t_degrees, t_filter, t_write, t_transpose],
+        is_test,
+        sizes,
+        offs: [
+            offs[0][me] as u64,
+            offs[1][me] as u64,
+            offs[2][me] as u64,
+            offs[3][me] as u64,
+        ],
+        row_lo,
+        shapes,
     })
+}
+
+/// Pass 3, split + write (rank-local): each chunk's kept rows filtered, renumbered
+/// and split, written straight into their ranges of `file`; the training arcs are
+/// counted per column into `col_count`.
+fn local_split_write<S: RowSource>(
+    pass: &Passes<S>,
+    file: &RawFile,
+    new_id: &[u32],
+    node_ids: &[u64],
+    lay: &Layout,
+    col_count: &mut [u64],
+    prog: &mut Progress,
+) -> Result<()> {
+    let (row_lo, seed, is_test) = (lay.row_lo, lay.meta.seed, &lay.is_test);
+    let kept_rows = lay.sizes[4] as usize;
+    file.put(NODE_IDS, row_lo, node_ids)?;
+    let mut k = 0usize; // kept rows done
+    let [mut train_at, mut test_at, mut fold_at, mut hold_at] = lay.offs;
+    pass.src
+        .for_each_chunk(pass.opts.chunk_arcs, &mut |mut rows| {
+            check_signal("split+write")?;
+            local_clean_chunk(&mut rows);
+            let kept_here: Vec<usize> = (0..rows.num_rows())
+                .filter(|&i| new_id[rows.lo as usize + i] != u32::MAX)
+                .collect();
+            let k0 = k;
+            k += kept_here.len();
+            // Renumbered kept rows of the chunk, split, in parallel.
+            let split: Vec<SplitRow> = kept_here
+                .par_iter()
+                .enumerate()
+                .map(|(j, &i)| {
+                    let mut r = Vec::new();
+                    renumber_into(rows.row(i), new_id, &mut r);
+                    if is_test[k0 + j] {
+                        let (mut fold, mut hold) =
+                            split_test_row(&r, seed, row_lo + (k0 + j) as u64);
+                        fold.sort_unstable();
+                        hold.sort_unstable();
+                        (Vec::new(), Some((fold, hold)))
+                    } else {
+                        (r, None)
+                    }
+                })
+                .collect();
+            let mut t_indptr = Vec::with_capacity(split.len());
+            let mut t_idx = Vec::new();
+            let (mut test_ids, mut f_indptr, mut f_idx, mut h_indptr, mut h_idx) =
+                (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            let t_start = train_at;
+            let (f_start, h_start, q_start) = (fold_at, hold_at, test_at);
+            for (j, (train, test)) in split.into_iter().enumerate() {
+                t_indptr.push(train_at);
+                train_at += train.len() as u64;
+                for &c in &train {
+                    col_count[c as usize] += 1;
+                }
+                t_idx.extend_from_slice(&train);
+                if let Some((fold, hold)) = test {
+                    test_ids.push((row_lo + (k0 + j) as u64) as u32);
+                    test_at += 1;
+                    f_indptr.push(fold_at);
+                    fold_at += fold.len() as u64;
+                    f_idx.extend_from_slice(&fold);
+                    h_indptr.push(hold_at);
+                    hold_at += hold.len() as u64;
+                    h_idx.extend_from_slice(&hold);
+                }
+            }
+            file.put(TRAIN_INDPTR, row_lo + k0 as u64, &t_indptr)?;
+            file.put(TRAIN_INDICES, t_start, &t_idx)?;
+            file.put(TEST_ROWS, q_start, &test_ids)?;
+            file.put(FOLD_INDPTR, q_start, &f_indptr)?;
+            file.put(FOLD_INDICES, f_start, &f_idx)?;
+            file.put(HOLDOUT_INDPTR, q_start, &h_indptr)?;
+            file.put(HOLDOUT_INDICES, h_start, &h_idx)?;
+            prog.add(rows.num_rows() as u64, rows.num_arcs());
+            Ok(())
+        })?;
+    debug_assert_eq!(k, kept_rows);
+    // Closing entries; neighbours agree on the shared boundary values.
+    file.put(TRAIN_INDPTR, row_lo + kept_rows as u64, &[train_at])?;
+    file.put(FOLD_INDPTR, test_at, &[fold_at])?;
+    file.put(HOLDOUT_INDPTR, test_at, &[hold_at])?;
+    Ok(())
+}
+
+/// Pass 4, transpose (rank-local): this rank's block `clo..chi` of columns of
+/// `/train` (whose all-reduced column counts are `col_count`), filled in sub-blocks
+/// of at most `transpose_arcs` arcs by reading `/train` back from `file` in chunks
+/// of rows, and written.
+fn local_transpose<S>(
+    pass: &Passes<S>,
+    file: &RawFile,
+    num_kept: u64,
+    (clo, chi): (u64, u64),
+    col_count: Vec<u64>,
+    prog: &mut Progress,
+) -> Result<()> {
+    let opts = pass.opts;
+    let before: u64 = col_count[..clo as usize].iter().sum();
+    let mine: Vec<u64> = col_count[clo as usize..chi as usize].to_vec();
+    drop(col_count);
+    let mut indptr = Vec::with_capacity(mine.len() + 1);
+    let mut acc = before;
+    indptr.push(acc);
+    for &c in &mine {
+        acc += c;
+        indptr.push(acc);
+    }
+    file.put(TRAIN_T_INDPTR, clo, &indptr)?;
+    let mut a = 0usize;
+    while a < mine.len() {
+        check_signal("transpose")?;
+        // Columns a..b of the block, at most transpose_arcs arcs (>= 1 column).
+        let mut b = a + 1;
+        let mut arcs = mine[a];
+        while b < mine.len() && arcs + mine[b] <= opts.transpose_arcs as u64 {
+            arcs += mine[b];
+            b += 1;
+        }
+        let (ca, cb) = ((clo + a as u64) as u32, (clo + b as u64) as u32);
+        let mut fill: Vec<u64> = indptr[a..b].iter().map(|&x| x - indptr[a]).collect();
+        let mut buf = vec![0u32; arcs as usize];
+        let mut scratch = Scatter::default();
+        // Rows are read back in pieces of at most a quarter chunk (plus one row):
+        // the piece, its (column, row) pairs and the block are alive at once.
+        let read_arcs = (opts.chunk_arcs as u64 / 4).max(1);
+        let mut r0 = 0u64;
+        while r0 < num_kept {
+            // A chunk of /train rows of about chunk_arcs arcs.
+            let step = 1 << 16;
+            let r1 = (r0 + step).min(num_kept);
+            let ip: Vec<u64> = file.get(TRAIN_INDPTR, r0, r1 + 1)?;
+            let mut s = 0usize;
+            while s < ip.len() - 1 {
+                let mut e = s + 1;
+                while e < ip.len() - 1 && ip[e + 1] - ip[s] <= read_arcs {
+                    e += 1;
+                }
+                let idx: Vec<u32> = file.get(TRAIN_INDICES, ip[s], ip[e])?;
+                local_scatter_columns(
+                    &idx,
+                    &ip[s..=e],
+                    r0 + s as u64,
+                    (ca, cb),
+                    &mut fill,
+                    &mut buf,
+                    &mut scratch,
+                );
+                s = e;
+            }
+            r0 = r1;
+        }
+        file.put(TRAIN_T_INDICES, indptr[a], &buf)?;
+        prog.add((b - a) as u64, arcs);
+        a = b;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
