@@ -221,7 +221,7 @@ md = ["# Tuning: `torusrec tune` vs benfred/implicit tuned the same way", "",
       f"{os.environ.get('EPOCHS')} epochs per point, CG {os.environ.get('CG_STEPS')} steps, "
       f"{os.environ.get('CORES')} threads, on one validation split of the training rows "
       f"(fraction {os.environ.get('VAL_FRACTION')}, seed {os.environ.get('VAL_SEED')}: the test protocol "
-      "applied to training rows, src/als/tune.rs; scripts/tune_implicit.py rebuilds it and the script "
+      "applied to training rows, src/als/tune/; scripts/tune_implicit.py rebuilds it and the script "
       "checks the digests agree); the point with the best validation Recall@20 is then trained on the "
       "full training rows for the same epochs and scored on all test rows (exact Recall, docs/design.md). "
       "The test rows are never seen by either search. Ratio: torusrec's test Recall@20 over implicit's. "

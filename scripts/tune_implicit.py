@@ -7,7 +7,7 @@ report its test recall — the peer of `torusrec tune` in scripts/bench_tune.sh.
         --epochs 8 --dim 128 --val-fraction 0.1 --val-seed 1 --eval-rows 5000 \\
         --final-eval-rows all --json out/bench/tune-implicit-cnr-k1.json
 
-Validation split (src/als/tune.rs, the test protocol of docs/design.md on training
+Validation split (src/als/tune/, the test protocol of docs/design.md on training
 rows): among the rows of /train that have arcs, the floor(r * fraction) rows with the
 smallest (hash3(val_seed, 14, row), row) are validation rows; a validation row's arcs
 (sorted) are Fisher-Yates shuffled by SplitMix64(hash3(val_seed, 15, row)) and the first

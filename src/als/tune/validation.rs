@@ -35,7 +35,7 @@ pub struct ValStats {
     pub holdout_arcs: u64,
     /// Training arcs left for the search.
     pub train_arcs: u64,
-    /// Wrapping sum of mixes of every validation row and held-out arc (src/als/tune.rs;
+    /// Wrapping sum of mixes of every validation row and held-out arc (src/als/tune/;
     /// scripts/tune_implicit.py computes the same): equal digests, equal splits.
     pub digest: u64,
 }
