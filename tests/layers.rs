@@ -74,3 +74,30 @@ fn lower_layers_do_not_import_higher_ones() {
     }
     assert!(all.is_empty(), "imports that point up:\n{}", all.join("\n"));
 }
+
+/// Every line of the files under `dir` (relative to `src/`) that contains `needle`,
+/// comments included.
+fn mentions(dir: &str, needle: &str) -> Vec<String> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut found = Vec::new();
+    for f in rust_files(&src.join(dir)) {
+        let text = std::fs::read_to_string(&f).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            if line.contains(needle) {
+                found.push(format!("{}:{}: {}", f.display(), i + 1, line.trim()));
+            }
+        }
+    }
+    found
+}
+
+/// The command line is below the subcommands (issue 32): `app` turns `cli`'s flags
+/// into configs and runs them; `cli` names nothing of `app`.
+#[test]
+fn cli_does_not_mention_app() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    assert!(src.join("cli/mod.rs").is_file(), "src/cli/ is a directory");
+    assert!(!rust_files(&src.join("cli")).is_empty());
+    let found = mentions("cli", "crate::app");
+    assert!(found.is_empty(), "cli mentions app:\n{}", found.join("\n"));
+}
