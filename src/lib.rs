@@ -19,6 +19,7 @@ pub mod faults;
 pub mod h5;
 pub mod hugepages;
 pub mod metrics;
+pub mod node;
 pub mod outfile;
 pub mod panic_guard;
 pub mod project;

@@ -101,3 +101,49 @@ fn cli_does_not_mention_app() {
     let found = mentions("cli", "crate::app");
     assert!(found.is_empty(), "cli mentions app:\n{}", found.join("\n"));
 }
+
+/// The launcher's environment and the node's description (issue 32): only src/node.rs
+/// reads the ranks on the node, the launcher's rank, the core count, the node's memory
+/// and its cgroup limit; every other module asks `node`.
+#[test]
+fn only_node_reads_the_launcher_and_the_node() {
+    let needles = [
+        "OMPI_COMM_WORLD",
+        "MPI_LOCALNRANKS",
+        "PMI_RANK",
+        "PMIX_RANK",
+        "SLURM_",
+        "available_parallelism",
+        "/proc/meminfo",
+        "/proc/cpuinfo",
+        "MemTotal",
+        "cgroup",
+    ];
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let node = src.join("node.rs");
+    // The scan would pass vacuously if node.rs stopped reading them.
+    let node_text = std::fs::read_to_string(&node).unwrap();
+    for n in needles {
+        assert!(node_text.contains(n), "src/node.rs does not read {n}");
+    }
+    let mut found = Vec::new();
+    for f in rust_files(&src) {
+        if f == node {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            for n in needles {
+                if code.contains(n) {
+                    found.push(format!("{}:{}: {}", f.display(), i + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "read outside src/node.rs:\n{}",
+        found.join("\n")
+    );
+}

@@ -1,24 +1,12 @@
 //! `torusrec calibrate`: measure what the planner prices and write it (rank 0).
 
-use crate::app::als::resolve_threads;
 use crate::cli::CalibrateArgs;
 use crate::comm::Comm;
 use crate::embed::planner::calib::{global_calibrate, CalibOptions, Conditions, Costs};
+use crate::node::resolve_threads;
 use crate::{Error, Result};
 
-/// This CPU's model name (`/proc/cpuinfo`), or `unknown`.
-pub fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|s| s.trim().to_string())
-        })
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "unknown".into())
-}
+use crate::node::cpu_model;
 
 /// `git rev-parse --short HEAD` in the working directory (with `+dirty` when the
 /// sources differ from it), or `unknown`.

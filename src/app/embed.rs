@@ -3,7 +3,6 @@
 use super::output::RunOutput;
 use std::path::{Path, PathBuf};
 
-use crate::app::als::resolve_threads;
 use crate::app::group;
 use crate::ckpt::signals::Preemption;
 use crate::ckpt::CheckpointConfig;
@@ -28,6 +27,7 @@ use crate::embed::stats::{load_or_measure_stats, BatchStats};
 use crate::embed::tables::TableOpt;
 use crate::embed::train::{EmbedConfig, IntervalReport, Source};
 use crate::metrics::human_bytes;
+use crate::node::resolve_threads;
 use crate::{Error, Result};
 
 pub use crate::metrics::parse_bytes;

@@ -589,7 +589,7 @@ fn global_run_measure<C: Comm>(
     preempt: Preemption,
 ) -> Result<()> {
     comm.agree(crate::data::dataset::check_output(&args.out, args.force))?;
-    let threads = super::als::resolve_threads(args.threads);
+    let threads = crate::node::resolve_threads(args.threads);
     let _ = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build_global();

@@ -317,7 +317,7 @@ fn local_finish(sink: Sink<'_>, cfg: &Config) -> Result<()> {
 /// Collective: every rank must call.
 pub fn global_run<C: Comm>(comm: &C, args: &RecommendArgs, preempt: Preemption) -> Result<()> {
     let cfg = comm.agree(args.validate())?;
-    let threads = super::als::resolve_threads(args.threads);
+    let threads = crate::node::resolve_threads(args.threads);
     // The global pool can be set once per process; tests may have set it already.
     let _ = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)

@@ -3,7 +3,6 @@
 //! best setting, and optionally train it on the full training rows and report its
 //! test recall — the only time the test rows are looked at.
 
-use super::als::resolve_threads;
 use crate::als::model::TableScalar;
 use crate::als::shard::Shards;
 use crate::als::train::{global_read_shards_for, global_train_as, EpochReport};
@@ -16,6 +15,7 @@ use crate::bf16::{Bf16, TableDtype};
 use crate::ckpt::signals::Preemption;
 use crate::comm::Comm;
 use crate::error::{Error, Result};
+use crate::node::resolve_threads;
 
 use crate::cli::TuneArgs;
 

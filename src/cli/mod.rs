@@ -584,7 +584,7 @@ pub(crate) fn parse_threads(s: &str) -> std::result::Result<usize, String> {
     let n: usize = s
         .parse()
         .map_err(|_| format!("not a thread count: {}", crate::error::quote(s)))?;
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = crate::node::cores();
     if n == 0 || n > 8 * cores {
         return Err(format!(
             "{n} threads per rank; expected 1..={} (8 per core, {cores} cores)",

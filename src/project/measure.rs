@@ -341,8 +341,7 @@ fn measure_inner<C: Comm>(
         });
     }
     let solve_flops = proj.flops / solve.max(1e-9);
-    let mem = crate::als::memory::node_memory_bytes().unwrap_or(0)
-        / crate::als::memory::ranks_on_node().max(1) as u64;
+    let mem = crate::node::memory_bytes().unwrap_or(0) / crate::node::ranks_on_node() as u64;
     let calibration = Calibration {
         shape: comm.torus().shape(),
         link_latency: latency,
