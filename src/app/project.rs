@@ -661,15 +661,5 @@ fn global_run_measure<C: Comm>(
 
 /// `als`'s configuration with every flag at its default.
 fn als_defaults(data: &Path) -> crate::als::AlsConfig {
-    #[derive(clap::Parser)]
-    struct Defaults {
-        #[command(flatten)]
-        als: crate::cli::AlsArgs,
-    }
-    let argv = [
-        std::ffi::OsStr::new("als"),
-        std::ffi::OsStr::new("--data"),
-        data.as_os_str(),
-    ];
-    <Defaults as clap::Parser>::parse_from(argv).als.to_config()
+    crate::als::AlsConfig::new(data)
 }

@@ -1,6 +1,7 @@
 //! The flags of `als`.
 
 use super::{parse_mem, parse_threads, CheckpointArgs};
+use crate::als::defaults;
 use clap::Args;
 use std::path::PathBuf;
 
@@ -10,32 +11,32 @@ pub struct AlsArgs {
     #[arg(long, value_name = "D.h5")]
     pub data: PathBuf,
     /// Embedding dimension d.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = defaults::DIM)]
     pub dim: usize,
     /// Epochs (each solves rows, then columns).
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = defaults::EPOCHS)]
     pub epochs: usize,
     /// lambda: regularization, scaled per row by (|I_u| + alpha0 * n).
-    #[arg(long, default_value_t = 0.01)]
+    #[arg(long, default_value_t = defaults::REG)]
     pub reg: f32,
     /// alpha0: the weight of every (unobserved) cell.
-    #[arg(long, value_name = "A0", default_value_t = 0.01)]
+    #[arg(long, value_name = "A0", default_value_t = defaults::UNOBSERVED_WEIGHT)]
     pub unobserved_weight: f32,
     /// Row solver.
-    #[arg(long, value_enum, default_value_t = crate::als::SolverKind::Cg)]
+    #[arg(long, value_enum, default_value_t = defaults::SOLVER)]
     pub solver: crate::als::SolverKind,
     /// CG iterations per half-epoch [default: 3] (CG only: refused with cholesky).
     #[arg(long, value_name = "CG_STEPS")]
     pub cg_steps: Option<usize>,
     /// Embedding exchange: deduplicated all-to-all, or ALX's all-gather baseline.
-    #[arg(long, value_enum, default_value_t = crate::als::ExchangeKind::Dedup)]
+    #[arg(long, value_enum, default_value_t = defaults::EXCHANGE)]
     pub exchange: crate::als::ExchangeKind,
     /// Rayon threads per rank (default: cores divided by the ranks on this node; at
     /// most 8 per core).
     #[arg(long, value_parser = parse_threads)]
     pub threads: Option<usize>,
     /// Evaluate Recall@20/50 every E epochs (0: only after the last).
-    #[arg(long, value_name = "E", default_value_t = 0)]
+    #[arg(long, value_name = "E", default_value_t = defaults::EVAL_EVERY)]
     pub eval_every: usize,
     /// Test rows each evaluation scores: a seeded sample of N (the same rows at any
     /// rank count; all of them when there are fewer), `all`, or `auto`: the first rows
@@ -44,10 +45,10 @@ pub struct AlsArgs {
     #[arg(long, value_name = "auto|N|all", default_value = "auto")]
     pub eval_rows: crate::als::eval::EvalRows,
     /// Seed of the initial tables.
-    #[arg(long, default_value_t = 42)]
+    #[arg(long, default_value_t = defaults::SEED)]
     pub seed: u64,
     /// Initial values are N(0, (init_std / sqrt(d))^2).
-    #[arg(long, default_value_t = 0.1)]
+    #[arg(long, default_value_t = defaults::INIT_STD)]
     pub init_std: f32,
     /// Rows with more non-zeros are processed in parallel chunks of this many
     /// [default: 8192] (CG only: refused with cholesky).
@@ -63,7 +64,7 @@ pub struct AlsArgs {
     #[arg(long)]
     pub force: bool,
     /// A step (between preemption checks) covers about this many non-zeros.
-    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
+    #[arg(long, value_name = "N", default_value_t = defaults::STEP_NNZ)]
     pub step_nnz: u64,
     /// Also compute the exact loss after each row half-epoch, not only per epoch.
     #[arg(long)]
@@ -74,7 +75,7 @@ pub struct AlsArgs {
     #[arg(
         long,
         value_name = "N",
-        default_value_t = 2,
+        default_value_t = defaults::CHECKPOINT_EVERY,
         requires = "checkpoint_dir"
     )]
     pub checkpoint_every: u64,
@@ -83,7 +84,7 @@ pub struct AlsArgs {
     pub wait_for_data: f64,
     /// Element type of the tables (stored, exchanged, checkpointed); solves and
     /// Gramians always compute in f32/f64.
-    #[arg(long, value_enum, default_value_t = crate::bf16::TableDtype::F32)]
+    #[arg(long, value_enum, default_value_t = defaults::TABLE_DTYPE)]
     pub table_dtype: crate::bf16::TableDtype,
     /// Refuse (exit 2) a run whose estimated memory per rank exceeds this (e.g. 8G,
     /// 512M; default: the node's memory divided by the ranks on the node).
@@ -94,7 +95,7 @@ pub struct AlsArgs {
     /// becomes diagonal; the same model, turned back into the starting basis at the end);
     /// `fixed` keeps the starting basis; `auto` is `eigen` for CG with f32 tables and at
     /// least 2 steps.
-    #[arg(long, value_enum, default_value_t = crate::als::BasisKind::Auto)]
+    #[arg(long, value_enum, default_value_t = defaults::BASIS)]
     pub basis: crate::als::BasisKind,
     /// Bytes of training CSR a rank holds (e.g. 256M): when every rank's CSR fits it
     /// is read into memory, else it is spilled once to a per-rank file in the layout
@@ -117,9 +118,9 @@ pub struct AlsArgs {
 
 impl AlsArgs {
     /// `--cg-steps` when not given.
-    pub const CG_STEPS: usize = 3;
+    pub const CG_STEPS: usize = defaults::CG_STEPS;
     /// `--hub-chunk` when not given.
-    pub const HUB_CHUNK: usize = 8192;
+    pub const HUB_CHUNK: usize = defaults::HUB_CHUNK;
 
     /// Refuses flags that the chosen solver would ignore: `--cg-steps` and
     /// `--hub-chunk` only tune CG (Cholesky solves each row exactly, whole).
@@ -175,5 +176,26 @@ impl AlsArgs {
                 spill_dir: self.spill_dir.clone(),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `AlsConfig::new` is what the command line gives with every flag at its default
+    /// (the string defaults `auto` and `256M` included).
+    #[test]
+    fn default_flags_give_the_default_config() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct W {
+            #[command(flatten)]
+            als: AlsArgs,
+        }
+        let a = W::parse_from(["als", "--data", "d.h5"]).als;
+        assert_eq!(a.to_config(), crate::als::AlsConfig::new("d.h5"));
+        let b = W::parse_from(["als", "--data", "d.h5", "--dim", "64", "--csr-buffer", "1M"]).als;
+        assert_ne!(b.to_config(), crate::als::AlsConfig::new("d.h5"));
     }
 }

@@ -1,7 +1,7 @@
 //! The flags of `tune` (validated into a tune config by `app::tune`).
 
 use crate::als::tune::{Strategy, Values};
-use crate::als::SolverKind;
+use crate::als::{defaults, SolverKind};
 use crate::bf16::TableDtype;
 use clap::Args;
 use std::path::PathBuf;
@@ -78,16 +78,16 @@ pub struct TuneArgs {
     pub force: bool,
     // The options below mean what they mean for `als`.
     /// Embedding dimension d.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = defaults::DIM)]
     pub dim: usize,
     /// Row solver.
-    #[arg(long, value_enum, default_value_t = SolverKind::Cg)]
+    #[arg(long, value_enum, default_value_t = defaults::SOLVER)]
     pub solver: SolverKind,
     /// CG iterations per half-epoch.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = defaults::CG_STEPS)]
     pub cg_steps: usize,
     /// Embedding exchange.
-    #[arg(long, value_enum, default_value_t = crate::als::ExchangeKind::Dedup)]
+    #[arg(long, value_enum, default_value_t = defaults::EXCHANGE)]
     pub exchange: crate::als::ExchangeKind,
     /// Rayon threads per rank (default: cores divided by the ranks on this node).
     #[arg(long)]
@@ -97,15 +97,15 @@ pub struct TuneArgs {
     #[arg(long, value_name = "N|all", default_value = "10000")]
     pub eval_rows: crate::als::eval::EvalRows,
     /// Seed of the initial tables (the same for every point).
-    #[arg(long, default_value_t = 42)]
+    #[arg(long, default_value_t = defaults::SEED)]
     pub seed: u64,
-    #[arg(long, default_value_t = 0.1)]
+    #[arg(long, default_value_t = defaults::INIT_STD)]
     pub init_std: f32,
-    #[arg(long, default_value_t = 8192)]
+    #[arg(long, default_value_t = defaults::HUB_CHUNK)]
     pub hub_chunk: usize,
-    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
+    #[arg(long, value_name = "N", default_value_t = defaults::STEP_NNZ)]
     pub step_nnz: u64,
     /// Element type of the tables.
-    #[arg(long, value_enum, default_value_t = TableDtype::F32)]
+    #[arg(long, value_enum, default_value_t = defaults::TABLE_DTYPE)]
     pub table_dtype: TableDtype,
 }
