@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod node;
 pub mod outfile;
 pub mod panic_guard;
+pub mod plot;
 pub mod project;
 pub mod rng;
 

@@ -44,7 +44,7 @@ fn upward_imports(lower: &str, higher: &[&str]) -> Vec<String> {
 
 #[test]
 fn lower_layers_do_not_import_higher_ones() {
-    let cases: [(&str, &[&str]); 7] = [
+    let cases: [(&str, &[&str]); 8] = [
         ("ckpt", &["data", "app", "als", "embed", "cli", "project"]),
         (
             "h5.rs",
@@ -67,6 +67,7 @@ fn lower_layers_do_not_import_higher_ones() {
             &["data", "app", "als", "embed", "cli", "project", "ckpt"],
         ),
         ("data", &["app", "cli", "project", "embed"]),
+        ("plot", &["app", "cli", "als", "embed", "project"]),
     ];
     let mut all = Vec::new();
     for (lower, higher) in cases {
