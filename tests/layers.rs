@@ -148,3 +148,14 @@ fn only_node_reads_the_launcher_and_the_node() {
         found.join("\n")
     );
 }
+
+/// The HDF5 and output-file helpers have one home each (issue 32): `data::dataset`
+/// no longer re-exports them for old callers.
+#[test]
+fn dataset_does_not_re_export_the_file_helpers() {
+    let found: Vec<String> = ["pub use crate::h5", "pub use crate::outfile"]
+        .iter()
+        .flat_map(|n| mentions("data", n))
+        .collect();
+    assert!(found.is_empty(), "re-exports:\n{}", found.join("\n"));
+}

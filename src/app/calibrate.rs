@@ -55,9 +55,9 @@ pub fn global_run<C: Comm>(comm: &C, a: &CalibrateArgs) -> Result<()> {
         if threads == 0 {
             return Err(Error::Config("--threads 0: need at least one".into()));
         }
-        crate::data::dataset::check_output(&a.out, a.force)?;
+        crate::outfile::check_output(&a.out, a.force)?;
         if root {
-            crate::data::dataset::probe_writable(&a.out)?;
+            crate::outfile::probe_writable(&a.out)?;
         }
         let mut o = CalibOptions::new(a.quick);
         if let Some(r) = a.reps {
@@ -103,7 +103,7 @@ pub fn global_run<C: Comm>(comm: &C, a: &CalibrateArgs) -> Result<()> {
 
 fn write(c: &Costs, a: &CalibrateArgs) -> Result<()> {
     let text = c.to_json()?;
-    let tmp = crate::data::dataset::temp_path(&a.out);
+    let tmp = crate::outfile::temp_path(&a.out);
     std::fs::write(&tmp, text).map_err(|e| Error::io(&tmp, e))?;
     std::fs::rename(&tmp, &a.out).map_err(|e| Error::io(&a.out, e))
 }

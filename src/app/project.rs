@@ -412,7 +412,7 @@ fn setup(args: &ChipArgs) -> Result<(Option<Calibration>, Chip, Vec<Vec<usize>>)
     let chip = chip_of(args, cal.as_ref())?;
     let shapes = shapes_of(args, &chip)?;
     if let Some(t) = &args.tsv {
-        crate::data::dataset::check_output(t, args.force)?;
+        crate::outfile::check_output(t, args.force)?;
     }
     Ok((cal, chip, shapes))
 }
@@ -588,7 +588,7 @@ fn global_run_measure<C: Comm>(
     args: &ProjectMeasureArgs,
     preempt: Preemption,
 ) -> Result<()> {
-    comm.agree(crate::data::dataset::check_output(&args.out, args.force))?;
+    comm.agree(crate::outfile::check_output(&args.out, args.force))?;
     let threads = crate::node::resolve_threads(args.threads);
     let _ = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)

@@ -11,8 +11,9 @@ use crate::als::train::Trainer;
 use crate::als::AlsConfig;
 use crate::ckpt::signals::Preemption;
 use crate::comm::{raw_gather_json, Collectives, Comm, Links};
-use crate::data::dataset::{check_indptr, dataset_len, open_h5, read_range};
+use crate::data::dataset::{check_indptr, dataset_len, read_range};
 use crate::error::{Error, Result};
+use crate::h5::open_h5;
 use std::path::Path;
 use std::time::Instant;
 
