@@ -19,8 +19,10 @@ pub mod faults;
 pub mod h5;
 pub mod hugepages;
 pub mod metrics;
+pub mod node;
 pub mod outfile;
 pub mod panic_guard;
+pub mod plot;
 pub mod project;
 pub mod rng;
 

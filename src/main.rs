@@ -13,19 +13,6 @@ fn main() {
     std::process::exit(real_main());
 }
 
-/// The launcher's rank before MPI is up, to print command-line errors once.
-fn launcher_rank() -> usize {
-    [
-        "OMPI_COMM_WORLD_RANK",
-        "PMI_RANK",
-        "PMIX_RANK",
-        "SLURM_PROCID",
-    ]
-    .iter()
-    .find_map(|v| std::env::var(v).ok()?.parse().ok())
-    .unwrap_or(0)
-}
-
 fn init_logging(rank: usize, size: usize) {
     let default = if rank == 0 { "info" } else { "warn" };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default))
@@ -78,7 +65,7 @@ fn real_main() -> i32 {
             } else {
                 exit::OK
             };
-            if launcher_rank() == 0 {
+            if torusrec::node::launcher_rank() == 0 {
                 if e.use_stderr() {
                     // Clap echoes the offending token whole; cut it like our own errors.
                     eprint!("{}", shorten_tokens(&e.render().to_string()));
@@ -92,7 +79,7 @@ fn real_main() -> i32 {
     // Drawing charts is one process's work: no MPI, no torus. Under a launcher, the
     // first rank draws and the others exit at once.
     if let torusrec::cli::Command::Plot(args) = &cli.command {
-        if launcher_rank() != 0 {
+        if torusrec::node::launcher_rank() != 0 {
             return exit::OK;
         }
         return match torusrec::app::plot::run(args) {

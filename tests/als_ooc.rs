@@ -18,7 +18,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 use torusrec::als::memory::{GatherBuffer, ShardSizes};
 use torusrec::als::spill::step_chunks;
 use torusrec::als::train::{global_train_as, Side, TableScalar, TrainReport, Trainer};
-use torusrec::als::{AlsConfig, MemoryConfig, Resume, SolverKind};
+use torusrec::als::{AlsConfig, Resume, SolverKind};
 use torusrec::bf16::{Bf16, TableDtype};
 use torusrec::ckpt::file_name;
 use torusrec::ckpt::signals::Preemption;
@@ -139,29 +139,18 @@ const SETTINGS: [Setting; 4] = [
 
 fn config(data: &Data, s: Setting) -> AlsConfig {
     AlsConfig {
-        data: data.path.clone(),
         dim: DIM,
         epochs: 2,
         reg: 0.05,
         unobserved_weight: 0.05,
         solver: s.solver,
-        cg_steps: 3,
-        exchange: torusrec::als::ExchangeKind::Dedup,
-        eval_every: 0,
         eval_rows: torusrec::als::eval::EvalRows::All,
         seed: 3,
-        init_std: 0.1,
         hub_chunk: 64,
-        out: None,
-        metrics: None,
-        force: false,
         step_nnz: data.step_nnz,
         loss_every_half: s.loss_every_half,
-        checkpoint: Default::default(),
         table_dtype: s.dtype,
-        mem_per_rank: None,
-        basis: torusrec::als::BasisKind::Auto,
-        memory: MemoryConfig::default(),
+        ..AlsConfig::new(&data.path)
     }
 }
 

@@ -15,29 +15,16 @@ use util::max_rel_diff;
 
 fn config(data: &Path) -> AlsConfig {
     AlsConfig {
-        data: data.to_path_buf(),
         dim: 8,
         epochs: 3,
         reg: 0.05,
         unobserved_weight: 0.05,
         solver: SolverKind::Cholesky,
-        cg_steps: 3,
-        exchange: ExchangeKind::Dedup,
-        eval_every: 0,
         eval_rows: torusrec::als::eval::EvalRows::All,
         seed: 3,
-        init_std: 0.1,
         hub_chunk: 64,
-        out: None,
-        metrics: None,
-        force: false,
         step_nnz: 2000,
-        loss_every_half: false,
-        checkpoint: Default::default(),
-        table_dtype: Default::default(),
-        mem_per_rank: None,
-        basis: torusrec::als::BasisKind::Auto,
-        memory: Default::default(),
+        ..AlsConfig::new(data)
     }
 }
 

@@ -9,7 +9,7 @@ mod util;
 use std::path::Path;
 use torusrec::als::model::TableScalar;
 use torusrec::als::train::Trainer;
-use torusrec::als::{AlsConfig, ExchangeKind, SolverKind};
+use torusrec::als::{AlsConfig, ExchangeKind};
 use torusrec::bf16::{Bf16, TableDtype};
 use torusrec::ckpt::signals::Preemption;
 use torusrec::comm::threads::run_on;
@@ -21,29 +21,18 @@ use util::TestCommand;
 
 fn config(data: &Path, dim: usize, exchange: ExchangeKind, dtype: TableDtype) -> AlsConfig {
     AlsConfig {
-        data: data.to_path_buf(),
         dim,
         epochs: 2,
         reg: 0.05,
         unobserved_weight: 0.05,
-        solver: SolverKind::Cg,
         cg_steps: 2,
         exchange,
-        eval_every: 0,
         eval_rows: torusrec::als::eval::EvalRows::All,
         seed: 3,
-        init_std: 0.1,
         hub_chunk: 64,
-        out: None,
-        metrics: None,
-        force: false,
         step_nnz: 5000,
-        loss_every_half: false,
-        checkpoint: Default::default(),
         table_dtype: dtype,
-        mem_per_rank: None,
-        basis: torusrec::als::BasisKind::Auto,
-        memory: Default::default(),
+        ..AlsConfig::new(data)
     }
 }
 

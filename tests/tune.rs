@@ -14,7 +14,7 @@ use torusrec::als::tune::{
     arg_best, global_refine, global_search, global_validation_shards, grid_points, schedule,
     total_epochs, Refiner, Strategy, ValSpec,
 };
-use torusrec::als::{AlsConfig, ExchangeKind, SolverKind};
+use torusrec::als::AlsConfig;
 use torusrec::ckpt::signals::Preemption;
 use torusrec::comm::single::SingleComm;
 use torusrec::comm::threads::run;
@@ -23,29 +23,15 @@ use util::{cnr2000, tempdir, TestCommand};
 
 fn config(data: &Path) -> AlsConfig {
     AlsConfig {
-        data: data.to_path_buf(),
         dim: 8,
         epochs: 2,
         reg: 0.05,
         unobserved_weight: 0.05,
-        solver: SolverKind::Cg,
-        cg_steps: 3,
-        exchange: ExchangeKind::Dedup,
-        eval_every: 0,
         eval_rows: torusrec::als::eval::EvalRows::All,
         seed: 3,
-        init_std: 0.1,
         hub_chunk: 64,
-        out: None,
-        metrics: None,
-        force: false,
         step_nnz: 2000,
-        loss_every_half: false,
-        checkpoint: Default::default(),
-        table_dtype: Default::default(),
-        mem_per_rank: None,
-        basis: torusrec::als::BasisKind::Auto,
-        memory: Default::default(),
+        ..AlsConfig::new(data)
     }
 }
 

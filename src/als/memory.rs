@@ -318,48 +318,12 @@ pub fn estimate_with(
     }
 }
 
-/// The node's memory: the smaller of `MemTotal` and a cgroup limit, if readable.
-pub fn node_memory_bytes() -> Option<u64> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let total = meminfo
-        .lines()
-        .find(|l| l.starts_with("MemTotal:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse::<u64>()
-        .ok()?
-        * 1024;
-    let cgroup = [
-        "/sys/fs/cgroup/memory.max",
-        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
-    ]
-    .iter()
-    .find_map(|p| std::fs::read_to_string(p).ok()?.trim().parse::<u64>().ok());
-    Some(cgroup.map_or(total, |c| c.min(total)))
-}
-
-/// Ranks that share this node, from the launcher's environment (1 if unknown).
-pub fn ranks_on_node() -> usize {
-    [
-        "OMPI_COMM_WORLD_LOCAL_SIZE",
-        "MPI_LOCALNRANKS",
-        "SLURM_NTASKS_PER_NODE",
-    ]
-    .iter()
-    .find_map(|v| std::env::var(v).ok()?.parse::<usize>().ok())
-    .unwrap_or(1)
-    .max(1)
-}
-
-/// `--mem-per-rank`, else the node's memory divided by the ranks on it.
-pub fn limit(flag: Option<u64>) -> Option<u64> {
-    flag.or_else(|| node_memory_bytes().map(|m| m / ranks_on_node() as u64))
-}
+pub use crate::node::{mem_limit as limit, memory_bytes as node_memory_bytes, ranks_on_node};
 
 /// `Err(message)` when the estimate exceeds the limit.
 pub fn check(est: &MemEstimate, limit: Option<u64>, flag_given: bool) -> Result<(), String> {
-    match limit {
-        Some(l) if est.total() > l => Err(format!(
+    crate::node::check_fits(est.total(), limit, |l| {
+        format!(
             "this run needs an estimated {} per rank, more than {} ({}); use more ranks, --table-dtype bf16, a smaller --dim, or raise --mem-per-rank",
             est.describe(),
             human_bytes(l),
@@ -368,9 +332,8 @@ pub fn check(est: &MemEstimate, limit: Option<u64>, flag_given: bool) -> Result<
             } else {
                 "the node's memory divided by the ranks on it; --mem-per-rank overrides"
             }
-        )),
-        _ => Ok(()),
-    }
+        )
+    })
 }
 
 #[cfg(test)]

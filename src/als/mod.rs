@@ -42,6 +42,30 @@ pub enum BasisKind {
     Fixed,
 }
 
+/// The defaults of `als`'s flags, shared by the command line (`cli::AlsArgs`), by
+/// [`AlsConfig::new`] and by the `tune` flags that mean the same.
+pub mod defaults {
+    use super::{BasisKind, ExchangeKind, SolverKind};
+    use crate::bf16::TableDtype;
+
+    pub const DIM: usize = 128;
+    pub const EPOCHS: usize = 16;
+    pub const REG: f32 = 0.01;
+    pub const UNOBSERVED_WEIGHT: f32 = 0.01;
+    pub const SOLVER: SolverKind = SolverKind::Cg;
+    pub const CG_STEPS: usize = 3;
+    pub const EXCHANGE: ExchangeKind = ExchangeKind::Dedup;
+    pub const EVAL_EVERY: usize = 0;
+    pub const SEED: u64 = 42;
+    pub const INIT_STD: f32 = 0.1;
+    pub const HUB_CHUNK: usize = 8192;
+    pub const STEP_NNZ: u64 = 1_000_000;
+    /// Half-epochs between checkpoints.
+    pub const CHECKPOINT_EVERY: u64 = 2;
+    pub const TABLE_DTYPE: TableDtype = TableDtype::F32;
+    pub const BASIS: BasisKind = BasisKind::Auto;
+}
+
 /// A validated training configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AlsConfig {
@@ -111,6 +135,38 @@ impl Default for MemoryConfig {
 pub use crate::ckpt::{CheckpointConfig, Resume, MAX_WAIT_SECS};
 
 impl AlsConfig {
+    /// `als --data <data>` with every other flag at its default ([`defaults`]).
+    pub fn new(data: impl Into<PathBuf>) -> Self {
+        Self {
+            data: data.into(),
+            dim: defaults::DIM,
+            epochs: defaults::EPOCHS,
+            reg: defaults::REG,
+            unobserved_weight: defaults::UNOBSERVED_WEIGHT,
+            solver: defaults::SOLVER,
+            cg_steps: defaults::CG_STEPS,
+            exchange: defaults::EXCHANGE,
+            eval_every: defaults::EVAL_EVERY,
+            eval_rows: eval::EvalRows::Auto,
+            seed: defaults::SEED,
+            init_std: defaults::INIT_STD,
+            hub_chunk: defaults::HUB_CHUNK,
+            out: None,
+            metrics: None,
+            force: false,
+            step_nnz: defaults::STEP_NNZ,
+            loss_every_half: false,
+            checkpoint: CheckpointConfig {
+                every: defaults::CHECKPOINT_EVERY,
+                ..CheckpointConfig::default()
+            },
+            table_dtype: defaults::TABLE_DTYPE,
+            mem_per_rank: None,
+            basis: defaults::BASIS,
+            memory: MemoryConfig::default(),
+        }
+    }
+
     /// Check values that do not depend on the data (rank-local, identical everywhere).
     pub fn validate(&self) -> crate::Result<()> {
         use crate::Error::Config;

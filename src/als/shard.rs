@@ -5,11 +5,12 @@ pub use super::memory::{Layout, ShardSizes};
 use crate::comm::Comm;
 use crate::data::dataset::{
     check_fold_disjoint, check_id_space, check_indptr, check_rows, check_test_rows, dataset_len,
-    open_h5, read_meta, read_range,
+    read_meta, read_range,
 };
 use crate::data::graph::block_range;
 use crate::data::prepare::SplitMeta;
 use crate::error::{Error, Result};
+use crate::h5::open_h5;
 use std::path::Path;
 
 /// `p + 1` boundaries splitting rows `0..n` into contiguous ranges of about equal

@@ -22,8 +22,9 @@
 //! process, however the process ends.
 
 use super::shard::CsrShard;
-use crate::data::dataset::{check_rows, open_h5, read_range};
+use crate::data::dataset::{check_rows, read_range};
 use crate::error::{Error, Result};
+use crate::h5::open_h5;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};

@@ -9,21 +9,7 @@ use crate::comm::Comm;
 use crate::error::{Error, Result};
 use crate::metrics::{human_bytes, peak_rss_bytes};
 
-/// Rayon threads per rank: `--threads`, else the cores divided by the ranks on this node.
-pub fn resolve_threads(flag: Option<usize>) -> usize {
-    flag.unwrap_or_else(|| {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let local = [
-            "OMPI_COMM_WORLD_LOCAL_SIZE",
-            "MPI_LOCALNRANKS",
-            "SLURM_NTASKS_PER_NODE",
-        ]
-        .iter()
-        .find_map(|v| std::env::var(v).ok()?.parse::<usize>().ok())
-        .unwrap_or(1);
-        (cores / local.max(1)).max(1)
-    })
-}
+use crate::node::resolve_threads;
 
 /// `1234567` as `1,234,567`.
 fn grouped(n: u64) -> String {

@@ -1,24 +1,12 @@
 //! `torusrec calibrate`: measure what the planner prices and write it (rank 0).
 
-use crate::app::als::resolve_threads;
 use crate::cli::CalibrateArgs;
 use crate::comm::Comm;
 use crate::embed::planner::calib::{global_calibrate, CalibOptions, Conditions, Costs};
+use crate::node::resolve_threads;
 use crate::{Error, Result};
 
-/// This CPU's model name (`/proc/cpuinfo`), or `unknown`.
-pub fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|s| s.trim().to_string())
-        })
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "unknown".into())
-}
+use crate::node::cpu_model;
 
 /// `git rev-parse --short HEAD` in the working directory (with `+dirty` when the
 /// sources differ from it), or `unknown`.
@@ -67,9 +55,9 @@ pub fn global_run<C: Comm>(comm: &C, a: &CalibrateArgs) -> Result<()> {
         if threads == 0 {
             return Err(Error::Config("--threads 0: need at least one".into()));
         }
-        crate::data::dataset::check_output(&a.out, a.force)?;
+        crate::outfile::check_output(&a.out, a.force)?;
         if root {
-            crate::data::dataset::probe_writable(&a.out)?;
+            crate::outfile::probe_writable(&a.out)?;
         }
         let mut o = CalibOptions::new(a.quick);
         if let Some(r) = a.reps {
@@ -115,7 +103,7 @@ pub fn global_run<C: Comm>(comm: &C, a: &CalibrateArgs) -> Result<()> {
 
 fn write(c: &Costs, a: &CalibrateArgs) -> Result<()> {
     let text = c.to_json()?;
-    let tmp = crate::data::dataset::temp_path(&a.out);
+    let tmp = crate::outfile::temp_path(&a.out);
     std::fs::write(&tmp, text).map_err(|e| Error::io(&tmp, e))?;
     std::fs::rename(&tmp, &a.out).map_err(|e| Error::io(&a.out, e))
 }

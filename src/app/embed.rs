@@ -3,7 +3,6 @@
 use super::output::RunOutput;
 use std::path::{Path, PathBuf};
 
-use crate::app::als::resolve_threads;
 use crate::app::group;
 use crate::ckpt::signals::Preemption;
 use crate::ckpt::CheckpointConfig;
@@ -28,6 +27,7 @@ use crate::embed::stats::{load_or_measure_stats, BatchStats};
 use crate::embed::tables::TableOpt;
 use crate::embed::train::{EmbedConfig, IntervalReport, Source};
 use crate::metrics::human_bytes;
+use crate::node::resolve_threads;
 use crate::{Error, Result};
 
 pub use crate::metrics::parse_bytes;
@@ -501,11 +501,18 @@ fn override_tables(model: &mut ModelSpec, a: &EmbedArgs) -> Result<()> {
     Ok(())
 }
 
-/// Collective: every rank must call. `torusrec embed`.
-pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Result<Summary> {
-    let threads = resolve_threads(a.threads);
-    let root = comm.rank() == 0;
-    let setup = (|| -> Result<(EmbedConfig, Source, CostModel, Option<Costs>)> {
+/// What `embed` trains with, from its flags: the configuration, the examples' source,
+/// the planner's cost model and the measured costs (`--costs`).
+type Setup = (EmbedConfig, Source, CostModel, Option<Costs>);
+
+impl EmbedArgs {
+    /// Validate `embed`'s flags (exit 2 on a bad one) and read what they name (the model,
+    /// the click log, the cost files), for `ranks` ranks with `threads` threads each
+    /// (building the global thread pool); `root` also checks that `--out` is writable.
+    /// Rank-local: every rank calls it before the first collective and the caller
+    /// agrees on the outcome.
+    fn local_setup(&self, threads: usize, root: bool, ranks: usize) -> Result<Setup> {
+        let a = self;
         if threads == 0 {
             return Err(Error::Config("--threads 0: need at least one".into()));
         }
@@ -530,7 +537,7 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
                 a.eval_every, a.log_every
             )));
         }
-        let costs = costs_of(a.costs.as_deref(), root, comm.size())?;
+        let costs = costs_of(a.costs.as_deref(), root, ranks)?;
         let cost = match &costs {
             Some(c) => c.model(),
             None => cost_model_of(a.cost_model.as_deref(), root)?,
@@ -553,12 +560,8 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         }
         let micro = match a.global_batch {
             Some(m) => m,
-            None => a.batch.checked_mul(comm.size()).ok_or_else(|| {
-                Error::Config(format!(
-                    "--batch {} x {} ranks overflows",
-                    a.batch,
-                    comm.size()
-                ))
+            None => a.batch.checked_mul(ranks).ok_or_else(|| {
+                Error::Config(format!("--batch {} x {} ranks overflows", a.batch, ranks))
             })?,
         };
         if micro == 0 {
@@ -599,16 +602,8 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
             DenseOptKind::Adagrad => DenseOpt::adagrad(a.dense_lr),
             DenseOptKind::Adam => DenseOpt::adam(a.dense_lr),
         };
-        let preloaded = preloaded_per_rank(a.preload, a.steps, step, comm.size());
-        memory::check(
-            &spec,
-            micro,
-            a.accumulate,
-            comm.size(),
-            &dense_opt,
-            0,
-            preloaded,
-        )?;
+        let preloaded = preloaded_per_rank(a.preload, a.steps, step, ranks);
+        memory::check(&spec, micro, a.accumulate, ranks, &dense_opt, 0, preloaded)?;
         let dense_gemm = match a.dense_gemm {
             DenseGemmArg::Auto => Gemm::auto(),
             DenseGemmArg::Openblas => Gemm::Blas,
@@ -634,7 +629,14 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
             ids,
         };
         Ok((cfg, source, cost, costs))
-    })();
+    }
+}
+
+/// Collective: every rank must call. `torusrec embed`.
+pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Result<Summary> {
+    let threads = resolve_threads(a.threads);
+    let root = comm.rank() == 0;
+    let setup = a.local_setup(threads, root, comm.size());
     let (cfg, source, cost, costs) = comm.agree(setup)?;
     let mut out = RunOutput::global_open(comm, a.metrics.as_deref())?;
 

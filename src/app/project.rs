@@ -412,7 +412,7 @@ fn setup(args: &ChipArgs) -> Result<(Option<Calibration>, Chip, Vec<Vec<usize>>)
     let chip = chip_of(args, cal.as_ref())?;
     let shapes = shapes_of(args, &chip)?;
     if let Some(t) = &args.tsv {
-        crate::data::dataset::check_output(t, args.force)?;
+        crate::outfile::check_output(t, args.force)?;
     }
     Ok((cal, chip, shapes))
 }
@@ -588,8 +588,8 @@ fn global_run_measure<C: Comm>(
     args: &ProjectMeasureArgs,
     preempt: Preemption,
 ) -> Result<()> {
-    comm.agree(crate::data::dataset::check_output(&args.out, args.force))?;
-    let threads = super::als::resolve_threads(args.threads);
+    comm.agree(crate::outfile::check_output(&args.out, args.force))?;
+    let threads = crate::node::resolve_threads(args.threads);
     let _ = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build_global();
@@ -661,15 +661,5 @@ fn global_run_measure<C: Comm>(
 
 /// `als`'s configuration with every flag at its default.
 fn als_defaults(data: &Path) -> crate::als::AlsConfig {
-    #[derive(clap::Parser)]
-    struct Defaults {
-        #[command(flatten)]
-        als: crate::cli::AlsArgs,
-    }
-    let argv = [
-        std::ffi::OsStr::new("als"),
-        std::ffi::OsStr::new("--data"),
-        data.as_os_str(),
-    ];
-    <Defaults as clap::Parser>::parse_from(argv).als.to_config()
+    crate::als::AlsConfig::new(data)
 }

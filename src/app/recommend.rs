@@ -19,7 +19,7 @@
 use super::output::RunOutput;
 use crate::als::model::TableScalar;
 use crate::als::recommend::{
-    list_ids, local_read_model_info, RecBlock, RecSink, Recommender, Which, DEFAULT_BLOCK_ROWS,
+    list_ids, local_read_model_info, RecBlock, RecSink, Recommender, Which,
 };
 use crate::bf16::{Bf16, TableDtype};
 use crate::ckpt::signals::Preemption;
@@ -35,49 +35,7 @@ use std::time::Instant;
 /// The `format` attribute of an HDF5 recommendations file.
 pub const FORMAT: &str = "torusrec-recommendations";
 
-/// `torusrec recommend`.
-#[derive(Debug, clap::Args)]
-#[command(group(
-    clap::ArgGroup::new("rows")
-        .required(true)
-        .args(["nodes", "nodes_file", "test", "all"])
-))]
-pub struct RecommendArgs {
-    /// The trained model (`als --out`).
-    #[arg(long, value_name = "model.h5")]
-    pub model: PathBuf,
-    /// The prepared dataset the model was trained on (another is refused).
-    #[arg(long, value_name = "D.h5")]
-    pub data: PathBuf,
-    /// Rows to recommend for: original node ids, comma-separated.
-    #[arg(long, value_name = "ID,ID,...")]
-    pub nodes: Option<String>,
-    /// Rows to recommend for: a file of original node ids, one per line (`#` starts a
-    /// comment).
-    #[arg(long, value_name = "FILE")]
-    pub nodes_file: Option<PathBuf>,
-    /// Every test row (folded in from its visible arcs, as evaluation does).
-    #[arg(long)]
-    pub test: bool,
-    /// Every row with training arcs or visible test arcs (needs --out F.h5).
-    #[arg(long)]
-    pub all: bool,
-    /// Columns per row.
-    #[arg(short = 'k', long = "k", value_name = "K", default_value_t = 20)]
-    pub k: usize,
-    /// Output: .tsv or .h5 (default: TSV on stdout; --all needs .h5).
-    #[arg(long, value_name = "F.tsv|F.h5")]
-    pub out: Option<PathBuf>,
-    /// Overwrite an existing --out.
-    #[arg(long)]
-    pub force: bool,
-    /// Rayon threads per rank (default: cores divided by the ranks on this node).
-    #[arg(long, value_parser = crate::cli::parse_threads)]
-    pub threads: Option<usize>,
-    /// Rows per block (memory is bounded by a block).
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_BLOCK_ROWS, hide = true)]
-    pub block_rows: usize,
-}
+use crate::cli::RecommendArgs;
 
 /// The output's kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -359,7 +317,7 @@ fn local_finish(sink: Sink<'_>, cfg: &Config) -> Result<()> {
 /// Collective: every rank must call.
 pub fn global_run<C: Comm>(comm: &C, args: &RecommendArgs, preempt: Preemption) -> Result<()> {
     let cfg = comm.agree(args.validate())?;
-    let threads = super::als::resolve_threads(args.threads);
+    let threads = crate::node::resolve_threads(args.threads);
     // The global pool can be set once per process; tests may have set it already.
     let _ = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)

@@ -5,7 +5,9 @@ use super::graph::LocalRows;
 use super::prepare::{LocalSplit, SplitMeta};
 use crate::comm::{prefix_offsets, Comm};
 use crate::error::{Error, Result};
-use crate::h5::{check_elem_type, ctx as h5, read_str_attr, read_u64_attr, write_attrs, Attr};
+use crate::h5::{
+    check_elem_type, ctx as h5, open_h5, read_str_attr, read_u64_attr, write_attrs, Attr,
+};
 use hdf5::H5Type;
 use std::path::Path;
 
@@ -27,11 +29,6 @@ pub const U32_DATASETS: [&str; 5] = [
     "test/fold/indices",
     "test/holdout/indices",
 ];
-
-// Moved down (the arrows point down: `ckpt` and others no longer import `data`).
-// Kept here for callers not yet moved; new code uses `crate::h5` and `crate::outfile`.
-pub use crate::h5::open_h5;
-pub use crate::outfile::{check_output, probe_writable, temp_path};
 
 /// Sizes of one rank's part: rows, train nnz, cols, train_t nnz, tests, fold nnz, holdout nnz.
 const PART_FIELDS: usize = 7;

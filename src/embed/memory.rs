@@ -6,6 +6,7 @@ use super::mlp::DenseOpt;
 use super::spec::ModelSpec;
 use crate::als::memory::{self, MemEstimate};
 use crate::metrics::human_bytes;
+use crate::node;
 use crate::{Error, Result};
 
 /// An upper bound of what one embed rank holds: `tables` bytes of its table shards
@@ -86,15 +87,15 @@ pub fn check(
         .parts
         .iter()
         .fold(0u64, |acc, p| acc.saturating_add(p.1));
-    match memory::limit(None) {
-        Some(limit) if total > limit => Err(Error::Config(format!(
+    node::check_fits(total, node::mem_limit(None), |limit| {
+        format!(
             "this model and step need an estimated {} per rank, more than {} (the node's memory divided by the {} rank(s) on it); use a smaller --batch or --accumulate, fewer --steps with --preload, smaller tables or hidden layers, or more ranks",
             est.describe(),
             human_bytes(limit),
-            memory::ranks_on_node()
-        ))),
-        _ => Ok(()),
-    }
+            node::ranks_on_node()
+        )
+    })
+    .map_err(Error::Config)
 }
 
 #[cfg(test)]

@@ -11,8 +11,9 @@ use crate::als::train::Trainer;
 use crate::als::AlsConfig;
 use crate::ckpt::signals::Preemption;
 use crate::comm::{raw_gather_json, Collectives, Comm, Links};
-use crate::data::dataset::{check_indptr, dataset_len, open_h5, read_range};
+use crate::data::dataset::{check_indptr, dataset_len, read_range};
 use crate::error::{Error, Result};
+use crate::h5::open_h5;
 use std::path::Path;
 use std::time::Instant;
 
@@ -341,8 +342,7 @@ fn measure_inner<C: Comm>(
         });
     }
     let solve_flops = proj.flops / solve.max(1e-9);
-    let mem = crate::als::memory::node_memory_bytes().unwrap_or(0)
-        / crate::als::memory::ranks_on_node().max(1) as u64;
+    let mem = crate::node::memory_bytes().unwrap_or(0) / crate::node::ranks_on_node() as u64;
     let calibration = Calibration {
         shape: comm.torus().shape(),
         link_latency: latency,

@@ -4,6 +4,16 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
+mod als;
+mod embed;
+mod recommend;
+mod tune;
+
+pub use als::AlsArgs;
+pub use embed::{CheckpointArgs, DenseOptKind, EmbedArgs, PlanArgs, TableOptKind, VocabArg};
+pub use recommend::RecommendArgs;
+pub use tune::TuneArgs;
+
 /// torusrec: ALX-style iALS and sharded embedding training on a simulated TPU torus.
 ///
 /// One SPMD binary: launch it with `mpirun -np P torusrec ...` (or `srun` in an sbatch
@@ -49,7 +59,7 @@ pub enum Command {
     /// the table and the `als` command of the best; --train-final trains it and reports
     /// its test recall. A preempted tune saves nothing and exits 1 (not 75); a rerun
     /// starts over.
-    Tune(crate::app::tune::TuneArgs),
+    Tune(TuneArgs),
     /// Train the sharded embedding (click-through) model: tables placed by table, row
     /// or column across ranks, deduplicated all-to-all lookups, data-parallel MLP
     /// with gradient accumulation.
@@ -98,7 +108,7 @@ pub enum Command {
     /// every row (--all); seen arcs excluded, test rows folded in as evaluation does.
     /// Output: TSV `node rank neighbour score` (stdout or --out F.tsv) or HDF5
     /// (--out F.h5: /rows, /topk, /scores).
-    Recommend(crate::app::recommend::RecommendArgs),
+    Recommend(RecommendArgs),
 }
 
 /// `torusrec project ...`.
@@ -481,279 +491,6 @@ pub struct GenerateClicksArgs {
     pub dim: Option<usize>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum VocabArg {
-    Fixed,
-    Modulo,
-    Hash,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum TableOptKind {
-    Sgd,
-    RowwiseAdagrad,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum DenseOptKind {
-    Adagrad,
-    Adam,
-}
-
-#[derive(Debug, Args)]
-pub struct EmbedArgs {
-    #[command(flatten)]
-    pub model: ModelArgs,
-    /// Train on a click log from `generate clicks` or `prepare clicks` instead of
-    /// examples generated on the fly. The model is the log's (one table per
-    /// categorical column, hash tables for a `prepare clicks` log) unless --tables
-    /// gives one with the same tables and dense features; the options below
-    /// override every table.
-    #[arg(long, value_name = "F.h5", conflicts_with_all = ["preset", "scale"])]
-    pub data: Option<PathBuf>,
-    /// Every table's vocabulary: fixed (ids are rows below the table's vocab), modulo
-    /// (row = id mod --capacity: the hashing trick) or hash (a hash table of
-    /// --capacity rows keyed by the raw 64-bit id, with admission and eviction).
-    /// Default: the model's (hash for a `prepare clicks` log, fixed otherwise).
-    #[arg(long, value_enum, value_name = "KIND")]
-    pub vocab: Option<VocabArg>,
-    /// Rows of every modulo or hash table (total over ranks), or `Fx`: F times each
-    /// table's vocab (e.g. 1.1x: room for keys that spread unevenly over owners).
-    /// Default: the model's vocab (for a `prepare clicks` log, the distinct ids of
-    /// each column it counted).
-    #[arg(long, value_name = "ROWS|Fx")]
-    pub capacity: Option<String>,
-    /// Hash tables: an id gets a trained row once seen N times (until then it looks
-    /// up nothing and only its count is kept). Default: the model's (1).
-    #[arg(long, value_name = "N")]
-    pub admit_after: Option<u32>,
-    /// Hash tables, when full: lfu (evict the least frequently seen ids, a sixteenth
-    /// of the table at a time) or ttl:STEPS (ids unseen for STEPS steps expire; when
-    /// full, the least recently seen go). An id seen in the current step is never
-    /// evicted; if every one was, a new id looks up nothing. Default: the model's (lfu).
-    #[arg(long, value_name = "lfu|ttl:STEPS")]
-    pub evict: Option<String>,
-    /// Width of every table (default: the model's; 16 for a `prepare clicks` log).
-    #[arg(long, value_name = "D")]
-    pub dim: Option<usize>,
-    /// Hold out day K of a click log of several days (input file K of `prepare
-    /// clicks`, from 0) for AUC and log loss, and train on the other days.
-    #[arg(
-        long,
-        value_name = "K",
-        requires = "data",
-        conflicts_with = "eval_examples"
-    )]
-    pub eval_day: Option<usize>,
-    /// Warm start: the tables (with their optimizer state and counts), the MLP and its
-    /// optimizer state from a checkpoint of another run (a file, or the newest in a
-    /// directory), on any rank count, then train on this run's data from step 0.
-    /// The model must be the same (tables, widths, vocabularies, MLP).
-    #[arg(long, value_name = "CKPT|DIR")]
-    pub init_from: Option<PathBuf>,
-    /// Examples per rank per micro-batch.
-    #[arg(long, default_value_t = 2048)]
-    pub batch: usize,
-    /// Examples per micro-batch over all ranks (default: --batch x ranks); cut into
-    /// contiguous blocks per rank, which may be uneven or empty.
-    #[arg(long, value_name = "M", conflicts_with = "batch")]
-    pub global_batch: Option<usize>,
-    /// Micro-batches per optimizer step: dense gradients are summed locally and
-    /// all-reduced once per step; tables are updated once per step per id.
-    #[arg(long, value_name = "K", default_value_t = 1)]
-    pub accumulate: usize,
-    /// Optimizer steps.
-    #[arg(long, default_value_t = 100)]
-    pub steps: u64,
-    /// auto (the cost-based planner), a plan JSON file, or one placement for every
-    /// table: table, row_block, row_cyclic, column, data_parallel.
-    #[arg(long, value_name = "auto|PLAN.json|KIND", default_value = "auto")]
-    pub plan: String,
-    /// Batch statistics for `--plan auto`: reused when they match the model, seed,
-    /// batch and ranks, measured on sampled batches and written otherwise.
-    #[arg(long, value_name = "stats.json")]
-    pub stats: Option<PathBuf>,
-    /// The planner's machine constants for `--plan auto` (JSON object with any of
-    /// net_bw, allreduce_bw, mem_bw in bytes/s, lookup_s, shard_s in seconds,
-    /// line_bytes; a missing one keeps its default).
-    #[arg(long, value_name = "COST.json")]
-    pub cost_model: Option<PathBuf>,
-    /// Measured costs from `torusrec calibrate`: `--plan auto` plans with their fit,
-    /// and any plan's step is predicted at the start (`plan: ... predicted step S s`)
-    /// and compared with the measured seconds per step and each rank's busy seconds
-    /// in the embedding phases at the end (both also in --metrics).
-    #[arg(long, value_name = "costs.json", conflicts_with = "cost_model")]
-    pub costs: Option<PathBuf>,
-    /// Memory for tables and optimizer state per rank (e.g. 8G, 512M).
-    #[arg(long, value_name = "BYTES")]
-    pub mem_per_rank: Option<String>,
-    #[arg(long, value_enum, default_value_t = TableOptKind::RowwiseAdagrad)]
-    pub table_opt: TableOptKind,
-    #[arg(long, default_value_t = 0.02)]
-    pub table_lr: f32,
-    #[arg(long, value_enum, default_value_t = DenseOptKind::Adagrad)]
-    pub dense_opt: DenseOptKind,
-    #[arg(long, default_value_t = 0.002)]
-    pub dense_lr: f32,
-    /// The kernel of the MLP's matrix products, most of a step: auto (torusrec's
-    /// AVX-512 kernel where the CPU has AVX-512F, else OpenBLAS), openblas, or avx512.
-    /// They differ in rounding only; each gives the same bits run after run.
-    #[arg(long, value_enum, default_value_t = DenseGemmArg::Auto)]
-    pub dense_gemm: DenseGemmArg,
-    /// How sharded tables' lookups come back: auto (the plan's choice per table: the
-    /// planner's cost model for `--plan auto`, `rows` for a placement kind, the file's
-    /// for a plan file), rows (distinct rows come back and are pooled here), or pooled
-    /// (the owners pool each example's rows and return one vector per example).
-    #[arg(long, value_enum, default_value_t = OutputModeArg::Auto)]
-    pub output_mode: OutputModeArg,
-    /// Send every id occurrence instead of each distinct id once (for comparison).
-    #[arg(long)]
-    pub no_dedup: bool,
-    /// Overlap the next step's lookup with this step's dense phase (the next step then
-    /// sees tables one step stale). A checkpoint ends the overlap at its step (the next
-    /// lookup is redone on the updated tables), so a run resumed from a periodic
-    /// checkpoint has the bits of the uninterrupted one; one resumed from a preemption
-    /// checkpoint continues as if a periodic checkpoint had been due at that step.
-    #[arg(long)]
-    pub pipeline: bool,
-    /// Held-out examples for AUC and log loss.
-    #[arg(long, value_name = "N", default_value_t = 16384)]
-    pub eval_examples: u64,
-    /// Generate or read every rank's training examples before the first step (as
-    /// benchmark peers do), so that steps are timed without data generation.
-    #[arg(long)]
-    pub preload: bool,
-    /// Evaluate every S steps (0: only at the end).
-    #[arg(long, value_name = "S", default_value_t = 0)]
-    pub eval_every: u64,
-    /// A progress line every S steps.
-    #[arg(long, value_name = "S", default_value_t = 10)]
-    pub log_every: u64,
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Rayon threads per rank (default: cores divided by the ranks on this node; at
-    /// most 8 per core).
-    #[arg(long, value_parser = parse_threads)]
-    pub threads: Option<usize>,
-    /// Append one JSON object per interval (and a final one) to this file.
-    #[arg(long, value_name = "run.jsonl")]
-    pub metrics: Option<PathBuf>,
-    /// Write the trained tables and MLP here (HDF5).
-    #[arg(long, value_name = "model.h5")]
-    pub out: Option<PathBuf>,
-    /// Overwrite an existing --out.
-    #[arg(long)]
-    pub force: bool,
-    #[command(flatten)]
-    pub checkpoint: CheckpointArgs,
-    /// Checkpoint every N steps (0: only on preemption and at the end).
-    #[arg(
-        long,
-        value_name = "N",
-        default_value_t = 0,
-        requires = "checkpoint_dir"
-    )]
-    pub checkpoint_every: u64,
-}
-
-/// The checkpoint flags of a training run, one set for every workload. Each workload
-/// keeps its own `--checkpoint-every`, whose unit and default differ (ALS: half-epochs,
-/// 2; embed: steps, 0). (Not a const generic default: clap keeps a derived default in
-/// one static per function, shared by every instantiation.)
-#[derive(Debug, Clone, Args)]
-pub struct CheckpointArgs {
-    /// Write checkpoints (and the training hold) into this directory.
-    #[arg(long, value_name = "DIR")]
-    pub checkpoint_dir: Option<PathBuf>,
-    /// Keep the newest K checkpoints.
-    #[arg(
-        long,
-        value_name = "K",
-        default_value_t = 3,
-        requires = "checkpoint_dir"
-    )]
-    pub keep: usize,
-    /// `auto`: continue from the newest checkpoint in --checkpoint-dir (fresh if none);
-    /// or a checkpoint file.
-    #[arg(long, value_name = "auto|PATH")]
-    pub resume: Option<String>,
-    /// Start even though HOLD.json is in the checkpoint directory (it is kept, renamed).
-    #[arg(long, requires = "checkpoint_dir")]
-    pub release_hold: bool,
-}
-
-impl CheckpointArgs {
-    /// The checkpoint settings these flags give, with the workload's own
-    /// `--checkpoint-every` and `--wait-for-data` (or 0).
-    pub fn config(&self, every: u64, wait_for_data: f64) -> crate::ckpt::CheckpointConfig {
-        use crate::ckpt::Resume;
-        crate::ckpt::CheckpointConfig {
-            dir: self.checkpoint_dir.clone(),
-            every,
-            keep: self.keep,
-            resume: match self.resume.as_deref() {
-                None => Resume::No,
-                Some("auto") => Resume::Auto,
-                Some(p) => Resume::Path(PathBuf::from(p)),
-            },
-            release_hold: self.release_hold,
-            wait_for_data,
-        }
-    }
-}
-
-#[derive(Debug, Args)]
-pub struct PlanArgs {
-    #[command(flatten)]
-    pub model: ModelArgs,
-    /// Ranks to plan for.
-    #[arg(long, value_name = "P")]
-    pub ranks: usize,
-    /// Examples per rank per batch.
-    #[arg(long, default_value_t = 2048)]
-    pub batch: usize,
-    /// Memory for tables and optimizer state per rank (e.g. 8G).
-    #[arg(long, value_name = "BYTES")]
-    pub mem_per_rank: Option<String>,
-    #[arg(long, value_enum, default_value_t = TableOptKind::RowwiseAdagrad)]
-    pub table_opt: TableOptKind,
-    /// Batch statistics: reused when they match, else measured and written here.
-    #[arg(long, value_name = "stats.json")]
-    pub stats: Option<PathBuf>,
-    /// The planner's machine constants (JSON object with any of net_bw,
-    /// allreduce_bw, mem_bw in bytes/s, lookup_s, shard_s in seconds, line_bytes; a
-    /// missing one keeps its default).
-    #[arg(long, value_name = "COST.json")]
-    pub cost_model: Option<PathBuf>,
-    /// Measured costs from `torusrec calibrate`: plan with their fit and print each
-    /// plan's predicted seconds per step.
-    #[arg(long, value_name = "costs.json", conflicts_with = "cost_model")]
-    pub costs: Option<PathBuf>,
-    /// The plan --out writes: auto (the planner) or a heuristic (random,
-    /// size-greedy, dim-greedy, lookup-greedy), for comparing them in `embed`.
-    #[arg(long, value_name = "NAME", requires = "out")]
-    pub method: Option<String>,
-    /// Batches sampled to measure the statistics.
-    #[arg(long, default_value_t = 4)]
-    pub sample_batches: usize,
-    /// Estimate the statistics from the Zipf law instead of sampling batches (no
-    /// measurement, so not with --stats).
-    #[arg(long, conflicts_with = "stats")]
-    pub estimate: bool,
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Write the plan (JSON) here.
-    #[arg(long, value_name = "PLAN.json")]
-    pub out: Option<PathBuf>,
-    /// Overwrite an existing --out.
-    #[arg(long)]
-    pub force: bool,
-    /// Instead of planning the model, compare the planner with the heuristics on N
-    /// table tasks sampled from it (10 to 30 tables each, as in AutoShard/DreamShard).
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub tasks: usize,
-}
-
 #[derive(Debug, Args)]
 pub struct GenerateWebgraphArgs {
     /// Preset name.
@@ -841,124 +578,13 @@ pub struct InspectArgs {
     pub path: PathBuf,
 }
 
-#[derive(Debug, Args)]
-pub struct AlsArgs {
-    /// Prepared dataset (.h5), from `prepare` or `generate webgraph`.
-    #[arg(long, value_name = "D.h5")]
-    pub data: PathBuf,
-    /// Embedding dimension d.
-    #[arg(long, default_value_t = 128)]
-    pub dim: usize,
-    /// Epochs (each solves rows, then columns).
-    #[arg(long, default_value_t = 16)]
-    pub epochs: usize,
-    /// lambda: regularization, scaled per row by (|I_u| + alpha0 * n).
-    #[arg(long, default_value_t = 0.01)]
-    pub reg: f32,
-    /// alpha0: the weight of every (unobserved) cell.
-    #[arg(long, value_name = "A0", default_value_t = 0.01)]
-    pub unobserved_weight: f32,
-    /// Row solver.
-    #[arg(long, value_enum, default_value_t = crate::als::SolverKind::Cg)]
-    pub solver: crate::als::SolverKind,
-    /// CG iterations per half-epoch [default: 3] (CG only: refused with cholesky).
-    #[arg(long, value_name = "CG_STEPS")]
-    pub cg_steps: Option<usize>,
-    /// Embedding exchange: deduplicated all-to-all, or ALX's all-gather baseline.
-    #[arg(long, value_enum, default_value_t = crate::als::ExchangeKind::Dedup)]
-    pub exchange: crate::als::ExchangeKind,
-    /// Rayon threads per rank (default: cores divided by the ranks on this node; at
-    /// most 8 per core).
-    #[arg(long, value_parser = parse_threads)]
-    pub threads: Option<usize>,
-    /// Evaluate Recall@20/50 every E epochs (0: only after the last).
-    #[arg(long, value_name = "E", default_value_t = 0)]
-    pub eval_every: usize,
-    /// Test rows each evaluation scores: a seeded sample of N (the same rows at any
-    /// rank count; all of them when there are fewer), `all`, or `auto`: the first rows
-    /// of the sample that the first evaluation finds it can score in a quarter of an
-    /// epoch's training time (at least 100), kept for the whole run.
-    #[arg(long, value_name = "auto|N|all", default_value = "auto")]
-    pub eval_rows: crate::als::eval::EvalRows,
-    /// Seed of the initial tables.
-    #[arg(long, default_value_t = 42)]
-    pub seed: u64,
-    /// Initial values are N(0, (init_std / sqrt(d))^2).
-    #[arg(long, default_value_t = 0.1)]
-    pub init_std: f32,
-    /// Rows with more non-zeros are processed in parallel chunks of this many
-    /// [default: 8192] (CG only: refused with cholesky).
-    #[arg(long, value_name = "HUB_CHUNK")]
-    pub hub_chunk: Option<usize>,
-    /// Write the trained tables /W and /H here (HDF5).
-    #[arg(long, value_name = "model.h5")]
-    pub out: Option<PathBuf>,
-    /// Append one JSON object per epoch (and a final one) to this file.
-    #[arg(long, value_name = "run.jsonl")]
-    pub metrics: Option<PathBuf>,
-    /// Overwrite an existing --out.
-    #[arg(long)]
-    pub force: bool,
-    /// A step (between preemption checks) covers about this many non-zeros.
-    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
-    pub step_nnz: u64,
-    /// Also compute the exact loss after each row half-epoch, not only per epoch.
-    #[arg(long)]
-    pub loss_every_half: bool,
-    #[command(flatten)]
-    pub checkpoint: CheckpointArgs,
-    /// Checkpoint every N half-epochs (0: only on preemption and at the end).
-    #[arg(
-        long,
-        value_name = "N",
-        default_value_t = 2,
-        requires = "checkpoint_dir"
-    )]
-    pub checkpoint_every: u64,
-    /// Wait up to SECS for the dataset to appear (or finish being written).
-    #[arg(long, value_name = "SECS", default_value_t = 0.0)]
-    pub wait_for_data: f64,
-    /// Element type of the tables (stored, exchanged, checkpointed); solves and
-    /// Gramians always compute in f32/f64.
-    #[arg(long, value_enum, default_value_t = crate::bf16::TableDtype::F32)]
-    pub table_dtype: crate::bf16::TableDtype,
-    /// Refuse (exit 2) a run whose estimated memory per rank exceeds this (e.g. 8G,
-    /// 512M; default: the node's memory divided by the ranks on the node).
-    #[arg(long, value_name = "BYTES", value_parser = parse_mem)]
-    pub mem_per_rank: Option<u64>,
-    /// The basis the tables are trained in: `eigen` rotates both tables into the
-    /// eigenbasis of the fixed side's Gramian before each half-epoch (CG's Gramian term
-    /// becomes diagonal; the same model, turned back into the starting basis at the end);
-    /// `fixed` keeps the starting basis; `auto` is `eigen` for CG with f32 tables and at
-    /// least 2 steps.
-    #[arg(long, value_enum, default_value_t = crate::als::BasisKind::Auto)]
-    pub basis: crate::als::BasisKind,
-    /// Bytes of training CSR a rank holds (e.g. 256M): when every rank's CSR fits it
-    /// is read into memory, else it is spilled once to a per-rank file in the layout
-    /// the solver reads and streamed back in chunks (the next read while the current
-    /// one is solved). Changes memory and I/O, never the numbers.
-    #[arg(long, value_name = "BYTES", value_parser = parse_mem, default_value = "256M")]
-    pub csr_buffer: u64,
-    /// Bytes of the fixed table's rows a rank gathers at once: `auto` (what
-    /// --mem-per-rank leaves after everything else), `all` (the whole half-epoch's
-    /// rows, once), or a size: past it the half-epoch gathers in blocks of steps.
-    /// Changes memory and bytes exchanged, never the numbers.
-    #[arg(long, value_name = "BYTES|auto|all", default_value = "auto")]
-    pub gather_buffer: crate::als::memory::GatherBuffer,
-    /// Directory for the per-rank spill files of the training CSR (default: the
-    /// system's temporary directory; the files are unlinked at once and vanish with
-    /// the process).
-    #[arg(long, value_name = "DIR")]
-    pub spill_dir: Option<PathBuf>,
-}
-
 /// Threads per rank: at least 1, at most 8 per core of this machine (more only
 /// thrash; a typo like 100000 would spawn them all).
 pub(crate) fn parse_threads(s: &str) -> std::result::Result<usize, String> {
     let n: usize = s
         .parse()
         .map_err(|_| format!("not a thread count: {}", crate::error::quote(s)))?;
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = crate::node::cores();
     if n == 0 || n > 8 * cores {
         return Err(format!(
             "{n} threads per rank; expected 1..={} (8 per core, {cores} cores)",
@@ -970,67 +596,4 @@ pub(crate) fn parse_threads(s: &str) -> std::result::Result<usize, String> {
 
 fn parse_mem(s: &str) -> std::result::Result<u64, String> {
     crate::metrics::parse_bytes(s).map_err(|e| e.to_string())
-}
-
-impl AlsArgs {
-    /// `--cg-steps` when not given.
-    pub const CG_STEPS: usize = 3;
-    /// `--hub-chunk` when not given.
-    pub const HUB_CHUNK: usize = 8192;
-
-    /// Refuses flags that the chosen solver would ignore: `--cg-steps` and
-    /// `--hub-chunk` only tune CG (Cholesky solves each row exactly, whole).
-    pub fn check_solver_flags(&self) -> crate::Result<()> {
-        if self.solver == crate::als::SolverKind::Cholesky {
-            let given: Vec<&str> = [
-                ("--cg-steps", self.cg_steps.is_some()),
-                ("--hub-chunk", self.hub_chunk.is_some()),
-            ]
-            .into_iter()
-            .filter_map(|(f, on)| on.then_some(f))
-            .collect();
-            if !given.is_empty() {
-                return Err(crate::Error::Config(format!(
-                    "{} given with --solver cholesky, which ignores it: --cg-steps and --hub-chunk are for --solver cg",
-                    given.join(" and ")
-                )));
-            }
-        }
-        Ok(())
-    }
-
-    /// The training configuration (validated later, on every rank).
-    pub fn to_config(&self) -> crate::als::AlsConfig {
-        crate::als::AlsConfig {
-            data: self.data.clone(),
-            dim: self.dim,
-            epochs: self.epochs,
-            reg: self.reg,
-            unobserved_weight: self.unobserved_weight,
-            solver: self.solver,
-            cg_steps: self.cg_steps.unwrap_or(Self::CG_STEPS),
-            exchange: self.exchange,
-            eval_every: self.eval_every,
-            eval_rows: self.eval_rows,
-            seed: self.seed,
-            init_std: self.init_std,
-            hub_chunk: self.hub_chunk.unwrap_or(Self::HUB_CHUNK),
-            out: self.out.clone(),
-            metrics: self.metrics.clone(),
-            force: self.force,
-            step_nnz: self.step_nnz,
-            loss_every_half: self.loss_every_half,
-            checkpoint: self
-                .checkpoint
-                .config(self.checkpoint_every, self.wait_for_data),
-            table_dtype: self.table_dtype,
-            mem_per_rank: self.mem_per_rank,
-            basis: self.basis,
-            memory: crate::als::MemoryConfig {
-                csr_buffer: self.csr_buffer,
-                gather_buffer: self.gather_buffer,
-                spill_dir: self.spill_dir.clone(),
-            },
-        }
-    }
 }
