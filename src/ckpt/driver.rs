@@ -20,7 +20,10 @@ pub enum Status {
     /// A preemption signal reached some rank: the driver checkpoints and exits 75.
     Preempt,
     /// A non-finite value, a failed solve: the driver writes a hold and exits 76.
-    Hold { reason: String, rank: Option<usize> },
+    Hold {
+        reason: String,
+        rank: Option<usize>,
+    },
 }
 
 /// What a workload sees of the driver while it runs a unit of work.
@@ -186,7 +189,8 @@ pub fn global_drive<C: Comm, W: Workload>(
         }
         if let Some(dir) = dir {
             if super::policy::due(done, ck.every) && done != total {
-                w.global_checkpoint(comm, dir, ck.keep)?;
+                let p = w.global_checkpoint(comm, dir, ck.keep)?;
+                log::debug!("checkpoint {} after {done} {}(s)", p.display(), W::UNIT);
                 saved_at = Some(done);
                 w.after_periodic_checkpoint();
             }
