@@ -173,9 +173,9 @@ impl Workload for EmbedWork<'_> {
         };
         let done = tr.step;
         let mut report = None;
-        if done % self.log_every == 0 || done == self.steps || preempted {
+        if done.is_multiple_of(self.log_every) || done == self.steps || preempted {
             let mut r = tr.global_interval(comm)?;
-            if self.eval_every > 0 && done % self.eval_every == 0 && done != self.steps {
+            if self.eval_every > 0 && done.is_multiple_of(self.eval_every) && done != self.steps {
                 let (auc, ll) = tr.global_evaluate(comm)?;
                 r.eval_auc = auc;
                 r.eval_logloss = ll;
