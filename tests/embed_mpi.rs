@@ -353,6 +353,23 @@ fn with_pipelining_a_resume_from_a_periodic_checkpoint_is_exact() {
     assert_eq!(checksum(&r), checksum(&full));
 }
 
+/// A restart under the hold of an embedding-model run names the step the hold
+/// happened in (the hold has a step, no epoch: it used to say "epoch ?").
+#[test]
+fn a_restart_under_an_embed_hold_names_its_step() {
+    let _g = serial();
+    let dir = tempdir();
+    ckpt_cmd(2, dir.path(), &[])
+        .env("TORUSREC_INJECT_NAN", "3@0")
+        .run()
+        .expect_code(76)
+        .stderr_has(&["on rank 0 at step 3"]);
+    ckpt_run(2, dir.path(), &["--resume", "auto"])
+        .expect_code(76)
+        .stderr_has(&["HOLD.json", "(rank 0, step 3)", "--release-hold"])
+        .occurs("epoch", 0);
+}
+
 #[test]
 fn nan_holds_the_run_and_corrupt_checkpoints_hold_it() {
     let _g = serial();

@@ -20,15 +20,16 @@ use super::solve::{
     rotate_rows, transpose64, LossTerms, RowsView, SolveError, SolveParams, LOSS_CHUNK,
 };
 use super::spill::{local_spill_side, step_chunks, Chunk, ChunkReader, SpillSpec, SpilledSide};
-use super::{AlsConfig, Resume, SolverKind};
+use super::{AlsConfig, SolverKind};
 use crate::bf16::TableElem;
+use crate::ckpt::driver::{self as drive, Boundary, Status, Workload};
 use crate::ckpt::{self, faults, signals::Preemption, status::StepStatus};
 use crate::comm::Comm;
 use crate::error::{Error, Result};
 use crate::h5::Attr;
 use crate::rng::{stream, SplitMix64};
 use serde::{Deserialize, Serialize};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// Seconds per phase of one epoch (this rank's wall time; rank 0 reports its own).
@@ -565,6 +566,28 @@ pub struct Trainer<T: TableScalar = f32> {
     basis: Basis,
 }
 
+/// What an epoch measured so far (it may span two units of the run driver).
+struct EpochAcc {
+    t0: Instant,
+    bytes0: u64,
+    io0: (u64, u64),
+    times: PhaseTimes,
+    /// The loss after the column half.
+    loss: Option<f64>,
+}
+
+impl EpochAcc {
+    fn start<C: Comm, T: TableScalar>(comm: &C, _tr: &Trainer<T>) -> Self {
+        EpochAcc {
+            t0: Instant::now(),
+            bytes0: comm.stats().get("exchange").bytes_sent,
+            io0: crate::metrics::io_read_bytes().unwrap_or_default(),
+            times: PhaseTimes::default(),
+            loss: None,
+        }
+    }
+}
+
 /// A row-major `d x d` matrix with `diag` on its diagonal.
 fn diag_matrix(diag: &[f64]) -> Vec<f64> {
     let d = diag.len();
@@ -824,7 +847,12 @@ impl<T: TableScalar> Trainer<T> {
     /// Collective: every rank must call. Runs the remaining steps of the current half;
     /// at every step boundary the ranks agree on preemption and non-finite values.
     /// Returns the loss after the half (`None` after a row half unless `--loss-every-half`).
-    fn global_half<C: Comm>(&mut self, comm: &C, times: &mut PhaseTimes) -> Result<Option<f64>> {
+    fn global_half<C: Comm>(
+        &mut self,
+        comm: &C,
+        times: &mut PhaseTimes,
+        boundary: &Boundary<'_>,
+    ) -> Result<(Status, Option<f64>)> {
         let d = self.cfg.dim;
         let half = self.pos.half;
         let (nr, nc) = (self.shards.meta.num_rows, self.shards.meta.num_cols);
@@ -843,22 +871,22 @@ impl<T: TableScalar> Trainer<T> {
                 let rotated = self.rotate_into_eigenbasis();
                 times.basis += t.elapsed().as_secs_f64();
                 if let Err(e) = rotated {
-                    return Err(self.global_hold(
-                        comm,
-                        format!(
-                            "{e} (the {} table's Gramian, epoch {})",
-                            if half == 0 { "column (H)" } else { "row (W)" },
-                            self.pos.epoch + 1
-                        ),
-                        None,
-                    ));
+                    let reason = format!(
+                        "{e} (the {} table's Gramian, epoch {})",
+                        if half == 0 { "column (H)" } else { "row (W)" },
+                        self.pos.epoch + 1
+                    );
+                    return Ok((Status::Hold { reason, rank: None }, None));
                 }
             }
         }
-        if self.side().spill.is_some() {
-            self.global_steps_spilled(comm, times, params, want_loss)?;
+        let stopped = if self.side().spill.is_some() {
+            self.global_steps_spilled(comm, times, params, want_loss, boundary)?
         } else {
-            self.global_steps_in_memory(comm, times, params)?;
+            self.global_steps_in_memory(comm, times, params, boundary)?
+        };
+        if let Some(status) = stopped {
+            return Ok((status, None));
         }
         // The half is complete: Gramian of the solved side and the exact loss.
         let t = Instant::now();
@@ -924,12 +952,14 @@ impl<T: TableScalar> Trainer<T> {
         self.chunk = None;
         self.basis.fixed_diag = None;
         match loss {
-            Some(l) if !l.is_finite() => Err(self.global_hold(
-                comm,
-                format!("the loss is {l} after epoch {}", self.pos.epoch),
-                None,
+            Some(l) if !l.is_finite() => Ok((
+                Status::Hold {
+                    reason: format!("the loss is {l} after epoch {}", self.pos.epoch),
+                    rank: None,
+                },
+                loss,
             )),
-            _ => Ok(loss),
+            _ => Ok((Status::Done, loss)),
         }
     }
 
@@ -1035,7 +1065,8 @@ impl<T: TableScalar> Trainer<T> {
         comm: &C,
         times: &mut PhaseTimes,
         params: SolveParams,
-    ) -> Result<()> {
+        boundary: &Boundary<'_>,
+    ) -> Result<Option<Status>> {
         let d = self.cfg.dim;
         let half = self.pos.half;
         if self.fixed.is_none() {
@@ -1085,27 +1116,28 @@ impl<T: TableScalar> Trainer<T> {
             times.solve += t.elapsed().as_secs_f64();
             self.local_done = merge_ranges([self.local_done.clone(), vec![(a, b)]].concat());
             self.pos.step += 1;
-            self.global_step_end(comm, times, None, non_finite, solve_err)?;
+            let end = self.global_step_end(comm, None, non_finite, solve_err, boundary)?;
+            if end.is_some() {
+                return Ok(end);
+            }
         }
-        Ok(())
+        Ok(None)
     }
 
     /// Collective: every rank must call. After a step: agree on how it ended (a local
-    /// failure, a non-finite value, a preemption) and act on it.
+    /// failure: the error; a non-finite value, a preemption: the status that stops
+    /// the half; `None`: go on).
     fn global_step_end<C: Comm>(
         &mut self,
         comm: &C,
-        times: &mut PhaseTimes,
         failed: Option<Error>,
         non_finite: bool,
         solve_err: std::result::Result<(), SolveError>,
-    ) -> Result<()> {
+        boundary: &Boundary<'_>,
+    ) -> Result<Option<Status>> {
         let half = self.pos.half;
-        if comm.rank() == 0 && faults::preempt_at() == Some(self.global_step()) {
-            self.preempt.raise();
-        }
-        let status =
-            StepStatus::global_agree_all(comm, failed.is_some(), non_finite, self.preempt.is_set());
+        let flag = boundary.preempt_requested(self.global_step());
+        let status = StepStatus::global_agree_all(comm, failed.is_some(), non_finite, flag);
         match status {
             StepStatus::Failed { rank } => {
                 self.reader = None;
@@ -1119,22 +1151,22 @@ impl<T: TableScalar> Trainer<T> {
                     Err(e) if comm.rank() == rank => e.to_string(),
                     _ => "a non-finite value".to_string(),
                 };
-                Err(self.global_hold(
-                    comm,
-                    format!(
-                        "{what} in the {} table on rank {rank} in epoch {}, step {}",
-                        if half == 0 { "row (W)" } else { "column (H)" },
-                        self.pos.epoch + 1,
-                        self.pos.step
-                    ),
-                    Some(rank),
-                ))
+                let reason = format!(
+                    "{what} in the {} table on rank {rank} in epoch {}, step {}",
+                    if half == 0 { "row (W)" } else { "column (H)" },
+                    self.pos.epoch + 1,
+                    self.pos.step
+                );
+                Ok(Some(Status::Hold {
+                    reason,
+                    rank: Some(rank),
+                }))
             }
             StepStatus::Preempt => {
                 self.reader = None;
-                Err(self.global_preempt(comm, times))
+                Ok(Some(Status::Preempt))
             }
-            StepStatus::Done => Ok(()),
+            StepStatus::Done => Ok(None),
         }
     }
 
@@ -1149,7 +1181,8 @@ impl<T: TableScalar> Trainer<T> {
         times: &mut PhaseTimes,
         params: SolveParams,
         want_loss: bool,
-    ) -> Result<()> {
+        boundary: &Boundary<'_>,
+    ) -> Result<Option<Status>> {
         let multi = self.side().plan.is_none();
         if multi && want_loss && self.fused.is_none() && self.step_loss.is_none() {
             let chunks = self.side().shard.num_rows().div_ceil(LOSS_CHUNK);
@@ -1157,7 +1190,10 @@ impl<T: TableScalar> Trainer<T> {
         }
         let start = self.pos.step;
         if start > 0 || !self.local_done.is_empty() {
-            self.global_catch_up(comm, times, params, multi)?;
+            let end = self.global_catch_up(comm, times, params, multi, boundary)?;
+            if end.is_some() {
+                return Ok(end);
+            }
         }
         // The gather for the first step.
         if multi {
@@ -1224,11 +1260,14 @@ impl<T: TableScalar> Trainer<T> {
                 .concat(),
             );
             self.pos.step += 1;
-            self.global_step_end(comm, times, failed, non_finite, solve_err)?;
+            let end = self.global_step_end(comm, failed, non_finite, solve_err, boundary)?;
+            if end.is_some() {
+                return Ok(end);
+            }
         }
         self.reader = None;
         self.chunk = None;
-        Ok(())
+        Ok(None)
     }
 
     /// The own gather block holding step `s` (0 when the half gathers once).
@@ -1316,7 +1355,8 @@ impl<T: TableScalar> Trainer<T> {
         times: &mut PhaseTimes,
         params: SolveParams,
         multi: bool,
-    ) -> Result<()> {
+        boundary: &Boundary<'_>,
+    ) -> Result<Option<Status>> {
         let start = self.pos.step;
         let spans: Vec<(usize, usize)> = if multi {
             let r = &self.side().rounds;
@@ -1397,7 +1437,7 @@ impl<T: TableScalar> Trainer<T> {
             }
             times.solve += t.elapsed().as_secs_f64();
         }
-        self.global_step_end(comm, times, failed, non_finite, solve_err)
+        self.global_step_end(comm, failed, non_finite, solve_err, boundary)
     }
 
     /// Rank-local: the loss pieces of a spilled side gathered once, as [`loss_pass`]
@@ -1445,19 +1485,29 @@ impl<T: TableScalar> Trainer<T> {
         ckpt::global_hold(comm, self.cfg.checkpoint.dir.as_deref(), hold)
     }
 
+    /// Collective: every rank must call. Act on how a half ended when the caller
+    /// drives the epochs itself ([`Trainer::global_epoch`]; `global_train` runs on
+    /// the run driver, [`crate::ckpt::driver`]): a hold (written) or a preemption
+    /// (checkpointed) becomes the error that stops every rank.
+    fn global_stop<C: Comm>(&mut self, comm: &C, status: Status) -> Result<()> {
+        match status {
+            Status::Done => Ok(()),
+            Status::Hold { reason, rank } => Err(self.global_hold(comm, reason, rank)),
+            Status::Preempt => Err(self.global_preempt(comm)),
+        }
+    }
+
     /// Collective: every rank must call. Write a checkpoint after a preemption signal
     /// and return the error that makes every rank exit 75 (1 when there is no
     /// checkpoint directory: nothing was saved).
-    fn global_preempt<C: Comm>(&mut self, comm: &C, times: &mut PhaseTimes) -> Error {
+    fn global_preempt<C: Comm>(&mut self, comm: &C) -> Error {
         if self.cfg.checkpoint.dir.is_none() {
             return Error::Interrupted(
                 "signal received; no --checkpoint-dir, so nothing was saved (exit 1, not 75: there is nothing to resume)".into(),
             );
         }
-        let t = Instant::now();
         match self.global_checkpoint(comm) {
             Ok(path) => {
-                times.checkpoint += t.elapsed().as_secs_f64();
                 let since = self
                     .preempt
                     .seconds_since()
@@ -1486,26 +1536,54 @@ impl<T: TableScalar> Trainer<T> {
     }
 
     /// Collective: every rank must call. One epoch (or what remains of it): rows
-    /// against H, then columns against W; evaluates when `evaluate`.
+    /// against H, then columns against W; evaluates when `evaluate`. For callers that
+    /// drive the epochs themselves (`tune`, `project measure`): a hold or preemption
+    /// is acted on here, and checkpoints are written as `--checkpoint-every` says.
     pub fn global_epoch<C: Comm>(&mut self, comm: &C, evaluate: bool) -> Result<EpochReport> {
-        let t0 = Instant::now();
-        let bytes0 = comm.stats().get("exchange").bytes_sent;
-        let io0 = crate::metrics::io_read_bytes().unwrap_or_default();
-        let mut times = PhaseTimes::default();
+        let preempt = self.preempt.clone();
+        let boundary = Boundary::new(&preempt);
+        let mut acc = EpochAcc::start(comm, self);
         if self.pos.half == 0 {
-            self.global_half(comm, &mut times)?;
-            self.global_maybe_checkpoint(comm, &mut times)?;
+            let (status, _) = self.global_half(comm, &mut acc.times, &boundary)?;
+            self.global_stop(comm, status)?;
+            self.global_maybe_checkpoint(comm, &mut acc.times)?;
         }
-        let loss_rows = self.pos.loss_rows;
         // The column half always computes the loss.
-        let loss = self.global_half(comm, &mut times)?.unwrap_or(f64::NAN);
+        let (status, loss) = self.global_half(comm, &mut acc.times, &boundary)?;
+        self.global_stop(comm, status)?;
+        acc.loss = loss;
+        self.global_end_of_training(comm, &mut acc.times);
+        self.global_maybe_checkpoint(comm, &mut acc.times)?;
+        self.global_epoch_report(comm, acc, evaluate)
+    }
+
+    /// Collective: every rank must call. After the last epoch's column half: the
+    /// model leaves in the basis it started in.
+    fn global_end_of_training<C: Comm>(&mut self, comm: &C, times: &mut PhaseTimes) {
         if self.pos.epoch >= self.cfg.epochs {
-            // Training is over: the model leaves in the basis it started in.
             let t = Instant::now();
             self.global_to_starting_basis(comm);
             times.basis += t.elapsed().as_secs_f64();
         }
-        self.global_maybe_checkpoint(comm, &mut times)?;
+    }
+
+    /// Collective: every rank must call. The report of the epoch `acc` measured (and
+    /// its evaluation when `evaluate`), once its column half is done.
+    fn global_epoch_report<C: Comm>(
+        &mut self,
+        comm: &C,
+        acc: EpochAcc,
+        evaluate: bool,
+    ) -> Result<EpochReport> {
+        let EpochAcc {
+            t0,
+            bytes0,
+            io0,
+            mut times,
+            loss,
+        } = acc;
+        let loss_rows = self.pos.loss_rows;
+        let loss = loss.unwrap_or(f64::NAN);
         // Training traffic only: the evaluation's fold-in fetch is not counted here.
         let train_bytes = comm.stats().get("exchange").bytes_sent - bytes0;
         let eval = if evaluate {
@@ -1688,53 +1766,6 @@ impl<T: TableScalar> Trainer<T> {
     }
 }
 
-/// Collective: every rank must call. Wait up to `secs` for `path` to exist without a
-/// `.partial` sibling (a dataset still being written). A preemption signal on any rank
-/// ends the wait on every rank (exit 75: nothing had started, so a requeue is right).
-fn global_wait_for_data<C: Comm>(
-    comm: &C,
-    path: &Path,
-    secs: f64,
-    preempt: &Preemption,
-) -> Result<()> {
-    if secs <= 0.0 {
-        return Ok(());
-    }
-    let partial = crate::outfile::temp_path(path);
-    let t = Instant::now();
-    let mut waited = false;
-    loop {
-        let ready = u64::from(path.is_file() && !partial.exists());
-        // Every rank must see it (shared file systems can lag); a signal stops all.
-        let state = comm.all_reduce_max((1 - ready) | (u64::from(preempt.is_set()) << 1));
-        if state & 2 != 0 {
-            return Err(Error::Preempted(format!(
-                "signal received while waiting for {}; training had not started",
-                path.display()
-            )));
-        }
-        let all = state == 0;
-        if all {
-            if waited && comm.rank() == 0 {
-                log::info!(
-                    "{} appeared after {:.1} s",
-                    path.display(),
-                    t.elapsed().as_secs_f64()
-                );
-            }
-            return Ok(());
-        }
-        if t.elapsed().as_secs_f64() >= secs {
-            return Ok(()); // reading it will report what is wrong
-        }
-        if !waited && comm.rank() == 0 {
-            log::info!("waiting up to {secs} s for {}", path.display());
-        }
-        waited = true;
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
-}
-
 /// Collective: every rank must call. [`global_train_as`] with f32 tables.
 pub fn global_train<C: Comm>(
     comm: &C,
@@ -1745,9 +1776,111 @@ pub fn global_train<C: Comm>(
     global_train_as::<C, f32>(comm, cfg, preempt, on_epoch)
 }
 
+/// iALS as a workload of the run driver ([`crate::ckpt::driver`]): a unit of work is
+/// one half-epoch; its steps run inside it, and at every step boundary the ranks
+/// agree on how the step ended (asking the driver's [`Boundary`] whether to preempt).
+struct AlsWork<T: TableScalar> {
+    tr: Trainer<T>,
+    /// The epoch in progress (from its first half run by this process).
+    acc: Option<EpochAcc>,
+}
+
+impl<T: TableScalar> Workload for AlsWork<T> {
+    type Restored = (Manifest, usize);
+    type Report = EpochReport;
+    type Note = std::convert::Infallible;
+    const UNIT: &'static str = "half-epoch";
+
+    fn position(&self) -> u64 {
+        self.tr.pos.epoch as u64 * 2 + self.tr.pos.half as u64
+    }
+
+    fn total(&self) -> u64 {
+        self.tr.cfg.epochs as u64 * 2
+    }
+
+    fn describe_position(&self) -> String {
+        let p = &self.tr.pos;
+        format!("at epoch {}, half {}, step {}", p.epoch, p.half, p.step)
+    }
+
+    fn stamp_hold(&self, hold: ckpt::Hold) -> ckpt::Hold {
+        ckpt::Hold {
+            epoch: Some(self.tr.pos.epoch + 1),
+            ..hold
+        }
+    }
+
+    fn past_the_end(&self, path: &Path) -> Option<String> {
+        let (at, epochs) = (&self.tr.pos, self.tr.cfg.epochs);
+        (at.epoch > epochs || (at.epoch == epochs && (at.half > 0 || at.step > 0))).then(|| {
+            format!(
+                "{}: the checkpoint is past --epochs {epochs} (epoch {}, half {}, step {}); give --epochs {} or more to continue it",
+                path.display(),
+                at.epoch,
+                at.half,
+                at.step,
+                at.epoch + 1
+            )
+        })
+    }
+
+    fn global_restore<C: Comm>(&mut self, comm: &C, path: &Path) -> Result<(Manifest, usize)> {
+        let (manifest, w, h): (Manifest, Vec<T>, Vec<T>) =
+            global_restore(comm, &self.tr.run_state(), path)?;
+        let d = self.tr.cfg.dim;
+        let basis = manifest.basis.to_basis(d).map_err(Error::Corrupt)?;
+        let gram_w = global_gramian(comm, &w, d);
+        let gram_h = global_gramian(comm, &h, d);
+        self.tr
+            .restore(manifest.position.clone(), w, h, gram_w, gram_h);
+        self.tr.restore_basis(basis);
+        Ok((manifest, self.tr.steps_per_half))
+    }
+
+    fn global_step<C: Comm>(
+        &mut self,
+        comm: &C,
+        boundary: &Boundary<'_>,
+    ) -> Result<(Status, Option<EpochReport>)> {
+        let tr = &mut self.tr;
+        let acc = self.acc.get_or_insert_with(|| EpochAcc::start(comm, tr));
+        let half = tr.pos.half;
+        let (status, loss) = tr.global_half(comm, &mut acc.times, boundary)?;
+        if status != Status::Done || half == 0 {
+            return Ok((status, None));
+        }
+        acc.loss = loss;
+        tr.global_end_of_training(comm, &mut acc.times);
+        let Some(acc) = self.acc.take() else {
+            return Ok((status, None));
+        };
+        let (e, cfg) = (tr.pos.epoch, &tr.cfg);
+        let evaluate = e == cfg.epochs || (cfg.eval_every > 0 && e % cfg.eval_every == 0);
+        let report = tr.global_epoch_report(comm, acc, evaluate)?;
+        Ok((status, Some(report)))
+    }
+
+    fn global_checkpoint<C: Comm>(
+        &mut self,
+        comm: &C,
+        _dir: &Path,
+        _keep: usize,
+    ) -> Result<PathBuf> {
+        // The trainer writes into its own `cfg.checkpoint` (the driver's).
+        let t = Instant::now();
+        let path = self.tr.global_checkpoint(comm)?;
+        if let Some(acc) = &mut self.acc {
+            acc.times.checkpoint += t.elapsed().as_secs_f64();
+        }
+        Ok(path)
+    }
+}
+
 /// Collective: every rank must call. Trains until `cfg.epochs` are complete (resuming
-/// if asked), calling `on_epoch` on every rank after each epoch, and writes the model
-/// if `cfg.out` is set. `T` must be the element type `cfg.table_dtype` names.
+/// if asked) on the run driver ([`drive::global_drive`]), calling `on_epoch` on every
+/// rank after each epoch, and writes the model if `cfg.out` is set. `T` must be the
+/// element type `cfg.table_dtype` names.
 pub fn global_train_as<C: Comm, T: TableScalar>(
     comm: &C,
     cfg: &AlsConfig,
@@ -1762,72 +1895,52 @@ pub fn global_train_as<C: Comm, T: TableScalar>(
             T::DTYPE
         ))));
     }
-    let resume = match ckpt::global_prepare_checkpoints(comm, &cfg.checkpoint) {
-        Err(Error::Hold(r)) => return Err(Error::Hold(r)),
-        other => other?,
-    };
-    global_wait_for_data(comm, &cfg.data, cfg.checkpoint.wait_for_data, &preempt)?;
-    let mut tr = Trainer::<T>::global_new(comm, cfg, preempt)?;
     let mut resumed_from = None;
-    let t_restore = Instant::now();
-    let fall_back = cfg.checkpoint.resume == Resume::Auto;
-    let restored = ckpt::global_restore_newest(comm, &resume, fall_back, |p| {
-        global_restore(comm, &tr.run_state(), p)
-    });
-    let restored = match restored {
-        Ok(x) => x,
-        Err(Error::Hold(reason) | Error::Corrupt(reason)) => {
-            return Err(tr.global_hold(comm, reason, None))
-        }
-        Err(e) => return Err(e),
-    };
-    if let Some((path, (manifest, w, h))) = restored {
-        let (manifest, w, h): (Manifest, Vec<T>, Vec<T>) = (manifest, w, h);
-        // Every rank read the same manifest and agrees (rank 0 reports it).
-        let at = &manifest.position;
-        if at.epoch > cfg.epochs || (at.epoch == cfg.epochs && (at.half > 0 || at.step > 0)) {
-            return comm.agree(Err(Error::Config(format!(
-                "{}: the checkpoint is past --epochs {} (epoch {}, half {}, step {}); give --epochs {} or more to continue it",
-                path.display(),
-                cfg.epochs,
-                at.epoch,
-                at.half,
-                at.step,
-                at.epoch + 1
-            ))));
-        }
-        let restore_secs = t_restore.elapsed().as_secs_f64();
-        let restore_mb = std::fs::metadata(&path).map_or(0, |m| m.len()) as f64 / 1e6;
-        let d = cfg.dim;
-        let gram_w = global_gramian(comm, &w, d);
-        let gram_h = global_gramian(comm, &h, d);
-        if comm.rank() == 0 {
-            log::info!(
-                "resumed from {} (written by {} rank(s)): epoch {}, half {}, step {}/{}; read and verified {:.1} MB in {:.3} s, {:.0} MB/s",
-                path.display(),
-                manifest.world_size,
-                manifest.position.epoch,
-                manifest.position.half,
-                manifest.position.step,
-                tr.steps_per_half,
-                restore_mb,
-                restore_secs,
-                restore_mb / restore_secs.max(1e-9)
-            );
-        }
-        resumed_from = Some(manifest.position.clone());
-        let basis = manifest.basis.to_basis(d).map_err(Error::Corrupt)?;
-        tr.restore(manifest.position, w, h, gram_w, gram_h);
-        tr.restore_basis(basis);
-    }
     let mut epochs = Vec::with_capacity(cfg.epochs);
-    while tr.pos.epoch < cfg.epochs {
-        let e = tr.pos.epoch + 1;
-        let evaluate = e == cfg.epochs || (cfg.eval_every > 0 && e % cfg.eval_every == 0);
-        let rep = tr.global_epoch(comm, evaluate)?;
-        on_epoch(&rep);
-        epochs.push(rep);
-    }
+    let make = || {
+        Ok(AlsWork {
+            tr: Trainer::<T>::global_new(comm, cfg, preempt.clone())?,
+            acc: None,
+        })
+    };
+    let work = drive::global_drive(
+        comm,
+        &cfg.checkpoint,
+        &preempt,
+        Some(cfg.data.as_path()),
+        make,
+        |e| match e {
+            drive::Event::Resumed {
+                path,
+                restored: (manifest, steps_per_half),
+                seconds,
+            } => {
+                if comm.rank() == 0 {
+                    let mb = std::fs::metadata(path).map_or(0, |m| m.len()) as f64 / 1e6;
+                    log::info!(
+                        "resumed from {} (written by {} rank(s)): epoch {}, half {}, step {}/{}; read and verified {:.1} MB in {:.3} s, {:.0} MB/s",
+                        path.display(),
+                        manifest.world_size,
+                        manifest.position.epoch,
+                        manifest.position.half,
+                        manifest.position.step,
+                        steps_per_half,
+                        mb,
+                        seconds,
+                        mb / seconds.max(1e-9)
+                    );
+                }
+                resumed_from = Some(manifest.position.clone());
+            }
+            drive::Event::Progress { .. } => {}
+            drive::Event::Report(r) => {
+                on_epoch(r);
+                epochs.push(r.clone());
+            }
+            drive::Event::Note(n) => match n {},
+        },
+    )?;
+    let mut tr = work.tr;
     // Resumed from a checkpoint inside the run with fewer --epochs than it had reached:
     // no epoch ran to undo the rotation (a no-op otherwise).
     tr.global_to_starting_basis(comm);
@@ -1852,11 +1965,6 @@ pub fn global_train_as<C: Comm, T: TableScalar>(
         epochs,
         resumed_from,
     };
-    if cfg.checkpoint.dir.is_some()
-        && !ckpt::policy::due(tr.pos.epoch as u64 * 2, cfg.checkpoint.every)
-    {
-        tr.global_checkpoint(comm)?;
-    }
     if let Some(out) = &cfg.out {
         tr.global_write_model(comm, out, &report)?;
     }

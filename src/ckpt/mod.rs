@@ -9,6 +9,7 @@
 //! deleted (retention) only after the new one is committed.
 
 pub mod commit;
+pub mod driver;
 /// The test hooks (moved below every module: [`crate::outfile`] has a fault point too).
 pub use crate::faults;
 pub mod policy;
@@ -225,11 +226,11 @@ pub fn global_prepare_checkpoints<C: Comm>(
             if let Some(h) = read_hold(dir)? {
                 if !ck.release_hold {
                     return Err(Error::Hold(format!(
-                        "{} exists: {} (rank {}, epoch {}); fix the cause, then restart with --release-hold",
+                        "{} exists: {} (rank {}, {}); fix the cause, then restart with --release-hold",
                         dir.join(HOLD_FILE).display(),
                         h.reason,
                         h.rank.map_or("?".into(), |r| r.to_string()),
-                        h.epoch.map_or("?".into(), |e| e.to_string())
+                        h.position()
                     )));
                 }
                 if let Some(to) = release_hold(dir)? {
@@ -364,6 +365,15 @@ pub struct Hold {
 }
 
 impl Hold {
+    /// Where the run was, for messages: "step 5" (embedding model), "epoch 2" (iALS).
+    pub fn position(&self) -> String {
+        match (self.step, self.epoch) {
+            (Some(s), _) => format!("step {s}"),
+            (None, Some(e)) => format!("epoch {e}"),
+            (None, None) => "position unknown".into(),
+        }
+    }
+
     /// A hold for `reason` (seen on `rank`, if one), now; the caller adds the position.
     pub fn new(reason: String, rank: Option<usize>) -> Self {
         Hold {

@@ -1,8 +1,9 @@
-//! The training driver of the embedding model, as a library function like iALS's
-//! [`crate::als::train::global_train`]: checkpoints (prepare, restore with fall-back,
-//! periodic, on preemption, final), the training hold, the optimizer steps with their
-//! reporting intervals and evaluations, and the trained model. It prints nothing: what
-//! happens is reported through [`Event`]s, and `app/` turns them into lines.
+//! The embedding model on the shared run driver ([`crate::ckpt::driver`]), like
+//! iALS's [`crate::als::train::global_train`]: its unit of work is one optimizer step
+//! (with the reporting intervals and evaluations that end at it); the driver does the
+//! checkpoints, the hold and preemption. Then the evaluation and the trained model.
+//! It prints nothing: what happens is reported through [`Event`]s, and `app/` turns
+//! them into lines.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -14,8 +15,9 @@ use super::checkpoint::{
 use super::model::{global_write_model, Evaluation};
 use super::placement::Plan;
 use super::train::{EmbedConfig, EmbedTrainer, IntervalReport, Source, StepStatus};
+use crate::ckpt::driver::{self as drive, Boundary, Status, Workload};
 use crate::ckpt::signals::Preemption;
-use crate::ckpt::{self, CheckpointConfig, Hold, Resume};
+use crate::ckpt::{CheckpointConfig, Hold};
 use crate::comm::Comm;
 use crate::{Error, Result};
 
@@ -63,12 +65,147 @@ pub struct Summary {
     pub peak_rss_bytes: u64,
 }
 
+/// The embedding model as a workload of the run driver: a unit is one optimizer step.
+struct EmbedWork<'r> {
+    tr: EmbedTrainer,
+    steps: u64,
+    log_every: u64,
+    eval_every: u64,
+    run: &'r RunConfig,
+}
+
+/// What [`EmbedWork::global_start`] reports.
+enum Note {
+    WarmStarted(WarmStart, f64),
+    Preloaded { from: u64, to: u64, seconds: f64 },
+}
+
+impl Workload for EmbedWork<'_> {
+    type Restored = EmbedManifest;
+    type Report = IntervalReport;
+    type Note = Note;
+    const UNIT: &'static str = "step";
+
+    fn position(&self) -> u64 {
+        self.tr.step
+    }
+
+    fn total(&self) -> u64 {
+        self.steps
+    }
+
+    fn describe_position(&self) -> String {
+        format!("after step {}", self.tr.step)
+    }
+
+    fn stamp_hold(&self, hold: Hold) -> Hold {
+        Hold {
+            step: Some(self.tr.step + 1),
+            ..hold
+        }
+    }
+
+    fn past_the_end(&self, _path: &Path) -> Option<String> {
+        let (step, steps) = (self.tr.step, self.steps);
+        (step > steps).then(|| format!(
+            "the checkpoint resumed is at step {step}, past --steps {steps}; give --steps {step} or more to continue it"
+        ))
+    }
+
+    fn global_restore<C: Comm>(&mut self, comm: &C, path: &Path) -> Result<EmbedManifest> {
+        global_restore(comm, &mut self.tr, path)
+    }
+
+    fn global_start<C: Comm>(
+        &mut self,
+        comm: &C,
+        resumed: bool,
+        note: &mut dyn FnMut(Note),
+    ) -> Result<()> {
+        if let (false, Some(from)) = (resumed, &self.run.init_from) {
+            let t = Instant::now();
+            let path = comm.agree(init_from_path(from))?;
+            let start = global_init_from(comm, &mut self.tr, &path).map_err(|e| match e {
+                // Another run's checkpoint is this run's input: exit 2, no hold.
+                Error::Corrupt(r) | Error::Hold(r) => Error::input(&path, r),
+                e => e,
+            })?;
+            note(Note::WarmStarted(start, t.elapsed().as_secs_f64()));
+        }
+        if self.run.preload {
+            let t = Instant::now();
+            let (p, r, from) = (comm.size(), comm.rank(), self.tr.step);
+            comm.agree(self.tr.local_preload(p, r, from, self.steps))?;
+            note(Note::Preloaded {
+                from,
+                to: self.steps,
+                seconds: t.elapsed().as_secs_f64(),
+            });
+        }
+        Ok(())
+    }
+
+    fn global_step<C: Comm>(
+        &mut self,
+        comm: &C,
+        boundary: &Boundary<'_>,
+    ) -> Result<(Status, Option<IntervalReport>)> {
+        let tr = &mut self.tr;
+        let flag = boundary.preempt_requested(tr.step + 1);
+        let status = tr.global_step(comm, flag)?;
+        let preempted = match status {
+            StepStatus::NonFinite { rank } => {
+                let reason = format!(
+                    "non-finite loss or gradient on rank {rank} at step {}",
+                    tr.step + 1
+                );
+                return Ok((
+                    Status::Hold {
+                        reason,
+                        rank: Some(rank),
+                    },
+                    None,
+                ));
+            }
+            StepStatus::Failed { rank } => return Err(Error::Remote { rank, code: 1 }),
+            StepStatus::Preempt => true,
+            StepStatus::Done => false,
+        };
+        let done = tr.step;
+        let mut report = None;
+        if done.is_multiple_of(self.log_every) || done == self.steps || preempted {
+            let mut r = tr.global_interval(comm)?;
+            if self.eval_every > 0 && done.is_multiple_of(self.eval_every) && done != self.steps {
+                let (auc, ll) = tr.global_evaluate(comm)?;
+                r.eval_auc = auc;
+                r.eval_logloss = ll;
+            }
+            report = Some(r);
+        }
+        let status = if preempted {
+            Status::Preempt
+        } else {
+            Status::Done
+        };
+        Ok((status, report))
+    }
+
+    fn global_checkpoint<C: Comm>(&mut self, comm: &C, dir: &Path, keep: usize) -> Result<PathBuf> {
+        global_write_checkpoint(comm, &self.tr, dir, keep)
+    }
+
+    fn after_periodic_checkpoint(&mut self) {
+        // A run resumed from this checkpoint looks the next step up afresh.
+        self.tr.drop_prefetched();
+    }
+}
+
 /// Collective: every rank must call, with the same `cfg`, `plan` and `run`. Trains
-/// until `cfg.steps` optimizer steps are done (resuming if asked), calling `on_event`
-/// on every rank as it goes, and writes the model if `run.out` is set. Stops with
-/// [`Error::Hold`] (a hold is written next to the checkpoints) on a non-finite value
-/// or a checkpoint that cannot be resumed, and with [`Error::Preempted`] after
-/// checkpointing on a preemption signal.
+/// until `cfg.steps` optimizer steps are done (resuming if asked) on the run driver
+/// ([`drive::global_drive`]), calling `on_event` on every rank as it goes, and writes
+/// the model if `run.out` is set. Stops with [`Error::Hold`] (a hold is written next
+/// to the checkpoints) on a non-finite value or a checkpoint that cannot be resumed,
+/// and with [`Error::Preempted`] after checkpointing on a preemption signal.
 pub fn global_train<C: Comm>(
     comm: &C,
     cfg: EmbedConfig,
@@ -78,122 +215,41 @@ pub fn global_train<C: Comm>(
     preempt: Preemption,
     mut on_event: impl FnMut(Event<'_>),
 ) -> Result<Summary> {
-    let ck = &run.checkpoint;
-    comm.agree(ck.validate())?;
-    let resume = ckpt::global_prepare_checkpoints(comm, ck)?;
-    let steps = cfg.steps;
-    let (log_every, eval_every) = (cfg.log_every, cfg.eval_every);
-    let mut tr = comm.agree(EmbedTrainer::new(cfg, source, plan, comm.rank()))?;
-    let hold = |reason: String, rank: Option<usize>, step: u64| -> Error {
-        let h = Hold {
-            step: Some(step),
-            ..Hold::new(reason, rank)
-        };
-        ckpt::global_hold(comm, ck.dir.as_deref(), h)
-    };
-    let t = Instant::now();
-    let fall_back = ck.resume == Resume::Auto;
-    match ckpt::global_restore_newest(comm, &resume, fall_back, |p| {
-        global_restore(comm, &mut tr, p)
-    }) {
-        Ok(Some((path, m))) => on_event(Event::Resumed {
-            path: &path,
-            manifest: &m,
-            seconds: t.elapsed().as_secs_f64(),
-        }),
-        Ok(None) => {
-            if let Some(from) = &run.init_from {
-                let t = Instant::now();
-                let path = comm.agree(init_from_path(from))?;
-                let start = global_init_from(comm, &mut tr, &path).map_err(|e| match e {
-                    // Another run's checkpoint is this run's input: exit 2, no hold.
-                    Error::Corrupt(r) | Error::Hold(r) => Error::input(&path, r),
-                    e => e,
-                })?;
-                on_event(Event::WarmStarted {
-                    start: &start,
-                    seconds: t.elapsed().as_secs_f64(),
-                });
-            }
-        }
-        Err(Error::Hold(r) | Error::Corrupt(r)) => return Err(hold(r, None, 0)),
-        Err(e) => return Err(e),
-    }
-    if tr.step > steps {
-        // Every rank restored the same step and agrees (rank 0 reports it).
-        return comm.agree(Err(Error::Config(format!(
-            "the checkpoint resumed is at step {}, past --steps {steps}; give --steps {} or more to continue it",
-            tr.step, tr.step
-        ))));
-    }
-    let checkpoint = |tr: &EmbedTrainer| -> Result<Option<PathBuf>> {
-        match &ck.dir {
-            Some(dir) => global_write_checkpoint(comm, tr, dir, ck.keep).map(Some),
-            None => Ok(None),
-        }
-    };
-    if run.preload {
-        let t = Instant::now();
-        let (p, r, from) = (comm.size(), comm.rank(), tr.step);
-        comm.agree(tr.local_preload(p, r, from, steps))?;
-        on_event(Event::Preloaded {
-            from,
-            to: steps,
-            seconds: t.elapsed().as_secs_f64(),
-        });
-    }
+    let (steps, log_every, eval_every) = (cfg.steps, cfg.log_every, cfg.eval_every);
     let mut last = None;
-    while tr.step < steps {
-        let flag = preempt.is_set() || ckpt::faults::preempt_at() == Some(tr.step + 1);
-        let status = tr.global_step(comm, flag)?;
-        if let StepStatus::NonFinite { rank } = status {
-            return Err(hold(
-                format!(
-                    "non-finite loss or gradient on rank {rank} at step {}",
-                    tr.step + 1
-                ),
-                Some(rank),
-                tr.step + 1,
-            ));
+    let make = || {
+        Ok(EmbedWork {
+            tr: comm.agree(EmbedTrainer::new(cfg, source, plan, comm.rank()))?,
+            steps,
+            log_every,
+            eval_every,
+            run,
+        })
+    };
+    let w = drive::global_drive(comm, &run.checkpoint, &preempt, None, make, |e| match e {
+        drive::Event::Resumed {
+            path,
+            restored,
+            seconds,
+        } => on_event(Event::Resumed {
+            path,
+            manifest: restored,
+            seconds,
+        }),
+        drive::Event::Progress { done, total } => on_event(Event::Step { done, steps: total }),
+        drive::Event::Report(r) => {
+            on_event(Event::Interval(r));
+            last = Some(r.clone());
         }
-        let done = tr.step;
-        if done % log_every != 0 {
-            on_event(Event::Step { done, steps });
+        drive::Event::Note(Note::WarmStarted(start, seconds)) => on_event(Event::WarmStarted {
+            start: &start,
+            seconds,
+        }),
+        drive::Event::Note(Note::Preloaded { from, to, seconds }) => {
+            on_event(Event::Preloaded { from, to, seconds })
         }
-        if done % log_every == 0 || done == steps || status == StepStatus::Preempt {
-            let mut r = tr.global_interval(comm)?;
-            if eval_every > 0 && done % eval_every == 0 && done != steps {
-                let (auc, ll) = tr.global_evaluate(comm)?;
-                r.eval_auc = auc;
-                r.eval_logloss = ll;
-            }
-            on_event(Event::Interval(&r));
-            last = Some(r);
-        }
-        if status == StepStatus::Preempt {
-            let since = preempt
-                .seconds_since()
-                .map(|s| format!(", {s:.2} s after the signal"))
-                .unwrap_or_default();
-            return Err(match checkpoint(&tr)? {
-                Some(p) => Error::Preempted(format!(
-                    "checkpoint {} written after step {done}{since}",
-                    p.display()
-                )),
-                None => Error::Interrupted(format!(
-                    "signal received after step {done}; no --checkpoint-dir, so nothing was saved (exit 1, not 75: there is nothing to resume)"
-                )),
-            });
-        }
-        if ck.every > 0 && done % ck.every == 0 && done != steps {
-            checkpoint(&tr)?;
-            // A run resumed from this checkpoint looks the next step up afresh.
-            tr.drop_prefetched();
-        }
-    }
-    if tr.step > 0 {
-        checkpoint(&tr)?;
-    }
+    })?;
+    let mut tr = w.tr;
     let (auc, logloss) = tr.global_evaluate(comm)?;
     let checksum = format!("{:016x}", tr.global_checksum(comm)?);
     if let Some(out) = &run.out {
