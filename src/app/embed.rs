@@ -516,13 +516,13 @@ impl EmbedArgs {
         if threads == 0 {
             return Err(Error::Config("--threads 0: need at least one".into()));
         }
-        if a.cost_model.is_some() && a.plan != "auto" {
+        if a.planner.cost_model.is_some() && a.plan != "auto" {
             return Err(Error::Config(format!(
                 "--cost-model acts on --plan auto only (the planner), not --plan {}",
                 a.plan
             )));
         }
-        if a.stats.is_some() && a.plan != "auto" {
+        if a.planner.stats.is_some() && a.plan != "auto" {
             return Err(Error::Config(format!(
                 "--stats acts on --plan auto only (the planner), not --plan {}",
                 a.plan
@@ -537,10 +537,10 @@ impl EmbedArgs {
                 a.eval_every, a.log_every
             )));
         }
-        let costs = costs_of(a.costs.as_deref(), root, ranks)?;
+        let costs = costs_of(a.planner.costs.as_deref(), root, ranks)?;
         let cost = match &costs {
             Some(c) => c.model(),
-            None => cost_model_of(a.cost_model.as_deref(), root)?,
+            None => cost_model_of(a.planner.cost_model.as_deref(), root)?,
         };
         // The global pool may exist already (a library caller); then it must match.
         let built = rayon::ThreadPoolBuilder::new()
@@ -579,7 +579,12 @@ impl EmbedArgs {
                 )));
             }
         }
-        let mem = a.mem_per_rank.as_deref().map(parse_bytes).transpose()?;
+        let mem = a
+            .planner
+            .mem_per_rank
+            .as_deref()
+            .map(parse_bytes)
+            .transpose()?;
         if let Some(out) = &a.out {
             // A resumed run may overwrite the model its first attempt wrote.
             let resumed = checkpoint_config(a).continues_a_run();
@@ -617,7 +622,7 @@ impl EmbedArgs {
             micro,
             accumulate: a.accumulate,
             steps: a.steps,
-            table_opt: table_opt(a.table_opt, a.table_lr),
+            table_opt: table_opt(a.planner.table_opt, a.table_lr),
             dense_opt,
             dense_gemm,
             dedup: !a.no_dedup,
@@ -652,7 +657,7 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         per_rank,
         cfg.mem_per_rank,
         cfg.table_opt,
-        a.stats.as_deref(),
+        a.planner.stats.as_deref(),
         &cost,
         costs.is_some(),
     )?;
@@ -685,7 +690,7 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         );
     }
     // Rank 0: the step the measured costs predict for this plan (in its final modes).
-    let predicted = match (&costs, &plan_stats, a.costs.as_deref()) {
+    let predicted = match (&costs, &plan_stats, a.planner.costs.as_deref()) {
         (Some(c), Some(st), Some(path)) => {
             let state = cfg.table_opt.state_per_row() as u64;
             let rep = planner::evaluate(&cfg.spec, st, &plan, &cost, state);
@@ -903,7 +908,12 @@ pub fn global_plan<C: Comm>(comm: &C, a: &PlanArgs) -> Result<()> {
                     a.batch, a.ranks
                 )));
         }
-        let mem = a.mem_per_rank.as_deref().map(parse_bytes).transpose()?;
+        let mem = a
+            .planner
+            .mem_per_rank
+            .as_deref()
+            .map(parse_bytes)
+            .transpose()?;
         if let Some(out) = &a.out {
             crate::outfile::check_output(out, a.force)?;
         }
@@ -922,15 +932,15 @@ pub fn global_plan<C: Comm>(comm: &C, a: &PlanArgs) -> Result<()> {
                     })?,
             ),
         };
-        if a.tasks > 0 && (a.method.is_some() || a.costs.is_some()) {
+        if a.tasks > 0 && (a.method.is_some() || a.planner.costs.is_some()) {
             return Err(Error::Config(
                 "--tasks compares the planners on sampled tasks; --method and --costs act on the model's plan".into(),
             ));
         }
-        let costs = costs_of(a.costs.as_deref(), comm.rank() == 0, a.ranks)?;
+        let costs = costs_of(a.planner.costs.as_deref(), comm.rank() == 0, a.ranks)?;
         let cost = match &costs {
             Some(c) => c.model(),
-            None => cost_model_of(a.cost_model.as_deref(), comm.rank() == 0)?,
+            None => cost_model_of(a.planner.cost_model.as_deref(), comm.rank() == 0)?,
         };
         if comm.rank() != 0 {
             return Ok(());
@@ -938,7 +948,7 @@ pub fn global_plan<C: Comm>(comm: &C, a: &PlanArgs) -> Result<()> {
         if a.tasks > 0 {
             return plan_tasks(&spec, a, mem, &cost);
         }
-        let state = table_opt(a.table_opt, 0.01).state_per_row() as u64;
+        let state = table_opt(a.planner.table_opt, 0.01).state_per_row() as u64;
         let (stats, how) = if a.estimate {
             (
                 crate::embed::stats::synthetic_stats(&spec, a.ranks, a.batch),
@@ -954,7 +964,7 @@ pub fn global_plan<C: Comm>(comm: &C, a: &PlanArgs) -> Result<()> {
                 a.ranks,
                 a.batch,
                 a.sample_batches,
-                a.stats.as_deref(),
+                a.planner.stats.as_deref(),
             )?
         };
         let mem = mem.unwrap_or(u64::MAX);
@@ -972,7 +982,7 @@ pub fn global_plan<C: Comm>(comm: &C, a: &PlanArgs) -> Result<()> {
         let opts = plan_options(
             a.ranks,
             Some(mem),
-            table_opt(a.table_opt, 0.01),
+            table_opt(a.planner.table_opt, 0.01),
             a.seed,
             &cost,
         );
@@ -1025,7 +1035,7 @@ pub fn global_plan<C: Comm>(comm: &C, a: &PlanArgs) -> Result<()> {
             );
         }
         println!("plan: {}", plan_summary(&spec, &plan, state));
-        if let (Some(c), Some(path)) = (&costs, a.costs.as_deref()) {
+        if let (Some(c), Some(path)) = (&costs, a.planner.costs.as_deref()) {
             let layers = spec.mlp_layers();
             let mut rows = vec![("planner", rep.cost_per_rank.clone())];
             for h in Heuristic::ALL {
@@ -1072,7 +1082,7 @@ pub fn global_plan<C: Comm>(comm: &C, a: &PlanArgs) -> Result<()> {
 /// as a Markdown table (imbalance `N max / sum` under the cost model; "-" where a
 /// heuristic cannot fit the memory).
 fn plan_tasks(pool: &ModelSpec, a: &PlanArgs, mem: Option<u64>, cost: &CostModel) -> Result<()> {
-    let opt = table_opt(a.table_opt, 0.01);
+    let opt = table_opt(a.planner.table_opt, 0.01);
     let tasks = planner::sample_tasks(pool, a.tasks, 10..31, a.seed);
     println!(
         "| task | tables | planner | {} | planner <= lookup-greedy |",

@@ -92,26 +92,9 @@ pub struct EmbedArgs {
     /// table: table, row_block, row_cyclic, column, data_parallel.
     #[arg(long, value_name = "auto|PLAN.json|KIND", default_value = "auto")]
     pub plan: String,
-    /// Batch statistics for `--plan auto`: reused when they match the model, seed,
-    /// batch and ranks, measured on sampled batches and written otherwise.
-    #[arg(long, value_name = "stats.json")]
-    pub stats: Option<PathBuf>,
-    /// The planner's machine constants for `--plan auto` (JSON object with any of
-    /// net_bw, allreduce_bw, mem_bw in bytes/s, lookup_s, shard_s in seconds,
-    /// line_bytes; a missing one keeps its default).
-    #[arg(long, value_name = "COST.json")]
-    pub cost_model: Option<PathBuf>,
-    /// Measured costs from `torusrec calibrate`: `--plan auto` plans with their fit,
-    /// and any plan's step is predicted at the start (`plan: ... predicted step S s`)
-    /// and compared with the measured seconds per step and each rank's busy seconds
-    /// in the embedding phases at the end (both also in --metrics).
-    #[arg(long, value_name = "costs.json", conflicts_with = "cost_model")]
-    pub costs: Option<PathBuf>,
-    /// Memory for tables and optimizer state per rank (e.g. 8G, 512M).
-    #[arg(long, value_name = "BYTES")]
-    pub mem_per_rank: Option<String>,
-    #[arg(long, value_enum, default_value_t = TableOptKind::RowwiseAdagrad)]
-    pub table_opt: TableOptKind,
+    // What `--plan auto` plans with (--mem-per-rank and --table-opt act on every plan).
+    #[command(flatten)]
+    pub planner: PlannerArgs,
     #[arg(long, default_value_t = 0.02)]
     pub table_lr: f32,
     #[arg(long, value_enum, default_value_t = DenseOptKind::Adagrad)]
@@ -225,6 +208,33 @@ impl CheckpointArgs {
     }
 }
 
+/// What the cost-based planner plans with: one set of flags for `embed` and `plan`.
+#[derive(Debug, Clone, Args)]
+pub struct PlannerArgs {
+    /// Memory for tables and optimizer state per rank (e.g. 8G, 512M): a plan must
+    /// fit it, and `embed` refuses to start a plan that does not.
+    #[arg(long, value_name = "BYTES")]
+    pub mem_per_rank: Option<String>,
+    /// The tables' optimizer (its state per row counts against --mem-per-rank).
+    #[arg(long, value_enum, default_value_t = TableOptKind::RowwiseAdagrad)]
+    pub table_opt: TableOptKind,
+    /// Batch statistics for the planner: reused when they match the model, seed,
+    /// batch and ranks; otherwise measured on sampled batches and written here.
+    #[arg(long, value_name = "stats.json")]
+    pub stats: Option<PathBuf>,
+    /// The planner's machine constants (JSON object with any of net_bw,
+    /// allreduce_bw, mem_bw in bytes/s, lookup_s, shard_s in seconds, line_bytes; a
+    /// missing one keeps its default).
+    #[arg(long, value_name = "COST.json")]
+    pub cost_model: Option<PathBuf>,
+    /// Measured costs from `torusrec calibrate`: the planner plans with their fit and
+    /// each plan's seconds per step are predicted. `embed` prints `plan: ... predicted
+    /// step S s` at the start and, at the end, the measured seconds per step and each
+    /// rank's busy seconds in the embedding phases (both also in --metrics).
+    #[arg(long, value_name = "costs.json", conflicts_with = "cost_model")]
+    pub costs: Option<PathBuf>,
+}
+
 #[derive(Debug, Args)]
 pub struct PlanArgs {
     #[command(flatten)]
@@ -235,23 +245,8 @@ pub struct PlanArgs {
     /// Examples per rank per batch.
     #[arg(long, default_value_t = 2048)]
     pub batch: usize,
-    /// Memory for tables and optimizer state per rank (e.g. 8G).
-    #[arg(long, value_name = "BYTES")]
-    pub mem_per_rank: Option<String>,
-    #[arg(long, value_enum, default_value_t = TableOptKind::RowwiseAdagrad)]
-    pub table_opt: TableOptKind,
-    /// Batch statistics: reused when they match, else measured and written here.
-    #[arg(long, value_name = "stats.json")]
-    pub stats: Option<PathBuf>,
-    /// The planner's machine constants (JSON object with any of net_bw,
-    /// allreduce_bw, mem_bw in bytes/s, lookup_s, shard_s in seconds, line_bytes; a
-    /// missing one keeps its default).
-    #[arg(long, value_name = "COST.json")]
-    pub cost_model: Option<PathBuf>,
-    /// Measured costs from `torusrec calibrate`: plan with their fit and print each
-    /// plan's predicted seconds per step.
-    #[arg(long, value_name = "costs.json", conflicts_with = "cost_model")]
-    pub costs: Option<PathBuf>,
+    #[command(flatten)]
+    pub planner: PlannerArgs,
     /// The plan --out writes: auto (the planner) or a heuristic (random,
     /// size-greedy, dim-greedy, lookup-greedy), for comparing them in `embed`.
     #[arg(long, value_name = "NAME", requires = "out")]

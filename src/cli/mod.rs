@@ -10,7 +10,9 @@ mod recommend;
 mod tune;
 
 pub use als::AlsArgs;
-pub use embed::{CheckpointArgs, DenseOptKind, EmbedArgs, PlanArgs, TableOptKind, VocabArg};
+pub use embed::{
+    CheckpointArgs, DenseOptKind, EmbedArgs, PlanArgs, PlannerArgs, TableOptKind, VocabArg,
+};
 pub use recommend::RecommendArgs;
 pub use tune::TuneArgs;
 
