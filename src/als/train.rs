@@ -1771,9 +1771,9 @@ pub fn global_train<C: Comm>(
     comm: &C,
     cfg: &AlsConfig,
     preempt: Preemption,
-    on_epoch: impl FnMut(&EpochReport),
+    on_event: impl FnMut(TrainEvent),
 ) -> Result<(Trainer, TrainReport)> {
-    global_train_as::<C, f32>(comm, cfg, preempt, on_epoch)
+    global_train_as::<C, f32>(comm, cfg, preempt, on_event)
 }
 
 /// iALS as a workload of the run driver ([`crate::ckpt::driver`]): a unit of work is
@@ -1877,15 +1877,31 @@ impl<T: TableScalar> Workload for AlsWork<T> {
     }
 }
 
+/// What [`global_train_as`] reports while it runs, for the caller to print (the
+/// library prints nothing; every rank sees every event).
+#[derive(Debug)]
+pub enum TrainEvent<'a> {
+    /// Restored from the checkpoint at `path` (written by `manifest.world_size` ranks)
+    /// in `seconds`, read and verified.
+    Resumed {
+        path: &'a std::path::Path,
+        manifest: &'a Manifest,
+        steps_per_half: usize,
+        seconds: f64,
+    },
+    /// An epoch ended.
+    Epoch(&'a EpochReport),
+}
+
 /// Collective: every rank must call. Trains until `cfg.epochs` are complete (resuming
-/// if asked) on the run driver ([`drive::global_drive`]), calling `on_epoch` on every
-/// rank after each epoch, and writes the model if `cfg.out` is set. `T` must be the
+/// if asked) on the run driver ([`drive::global_drive`]), calling `on_event` on every
+/// rank when it resumes and after each epoch, and writes the model if `cfg.out` is set. `T` must be the
 /// element type `cfg.table_dtype` names.
 pub fn global_train_as<C: Comm, T: TableScalar>(
     comm: &C,
     cfg: &AlsConfig,
     preempt: Preemption,
-    mut on_epoch: impl FnMut(&EpochReport),
+    mut on_event: impl FnMut(TrainEvent),
 ) -> Result<(Trainer<T>, TrainReport)> {
     comm.agree(cfg.validate())?;
     if cfg.table_dtype != T::DTYPE {
@@ -1915,26 +1931,17 @@ pub fn global_train_as<C: Comm, T: TableScalar>(
                 restored: (manifest, steps_per_half),
                 seconds,
             } => {
-                if comm.rank() == 0 {
-                    let mb = std::fs::metadata(path).map_or(0, |m| m.len()) as f64 / 1e6;
-                    log::info!(
-                        "resumed from {} (written by {} rank(s)): epoch {}, half {}, step {}/{}; read and verified {:.1} MB in {:.3} s, {:.0} MB/s",
-                        path.display(),
-                        manifest.world_size,
-                        manifest.position.epoch,
-                        manifest.position.half,
-                        manifest.position.step,
-                        steps_per_half,
-                        mb,
-                        seconds,
-                        mb / seconds.max(1e-9)
-                    );
-                }
+                on_event(TrainEvent::Resumed {
+                    path,
+                    manifest,
+                    steps_per_half: *steps_per_half,
+                    seconds,
+                });
                 resumed_from = Some(manifest.position.clone());
             }
             drive::Event::Progress { .. } => {}
             drive::Event::Report(r) => {
-                on_epoch(r);
+                on_event(TrainEvent::Epoch(r));
                 epochs.push(r.clone());
             }
             drive::Event::Note(n) => match n {},

@@ -1,7 +1,7 @@
 //! `torusrec als`: training with people-facing progress and machine-readable metrics.
 
 use super::output::RunOutput;
-use crate::als::train::{global_train_as, EpochReport, TrainReport};
+use crate::als::train::{global_train_as, EpochReport, TrainEvent, TrainReport};
 use crate::bf16::{Bf16, TableDtype};
 use crate::ckpt::signals::Preemption;
 use crate::cli::AlsArgs;
@@ -99,11 +99,14 @@ pub fn global_run<C: Comm>(comm: &C, args: &AlsArgs, preempt: Preemption) -> Res
         );
     }
     let epochs = cfg.epochs;
-    let on_epoch = |r: &EpochReport| {
-        out.line(&epoch_line(r, epochs));
-        out.record(r);
-        if r.epoch < epochs {
-            out.progress(r.epoch as u64, epochs as u64);
+    let on_epoch = |e: TrainEvent| match e {
+        TrainEvent::Resumed { .. } => log_resumed(root, &e),
+        TrainEvent::Epoch(r) => {
+            out.line(&epoch_line(r, epochs));
+            out.record(r);
+            if r.epoch < epochs {
+                out.progress(r.epoch as u64, epochs as u64);
+            }
         }
     };
     let (meta, report) = match cfg.table_dtype {
@@ -151,4 +154,33 @@ mod tests {
         assert_eq!(grouped(1000), "1,000");
         assert_eq!(grouped(1234567), "1,234,567");
     }
+}
+
+/// Rank 0 logs where a run resumed: the checkpoint, its position and the read rate.
+pub(super) fn log_resumed(root: bool, e: &TrainEvent) {
+    let TrainEvent::Resumed {
+        path,
+        manifest,
+        steps_per_half,
+        seconds,
+    } = e
+    else {
+        return;
+    };
+    if !root {
+        return;
+    }
+    let mb = std::fs::metadata(path).map_or(0, |m| m.len()) as f64 / 1e6;
+    log::info!(
+        "resumed from {} (written by {} rank(s)): epoch {}, half {}, step {}/{}; read and verified {:.1} MB in {:.3} s, {:.0} MB/s",
+        path.display(),
+        manifest.world_size,
+        manifest.position.epoch,
+        manifest.position.half,
+        manifest.position.step,
+        steps_per_half,
+        mb,
+        seconds,
+        mb / seconds.max(1e-9)
+    );
 }

@@ -5,7 +5,7 @@
 
 use crate::als::model::TableScalar;
 use crate::als::shard::Shards;
-use crate::als::train::{global_read_shards_for, global_train_as, EpochReport};
+use crate::als::train::{global_read_shards_for, global_train_as, TrainEvent};
 use crate::als::tune::{
     global_refine, global_search, global_validation_shards, grid_points, refine_design,
     refine_trainings, schedule, Point, PointResult, SearchReport, Strategy, ValSpec, ValStats,
@@ -359,12 +359,15 @@ pub fn global_run<C: Comm>(comm: &C, args: &TuneArgs, preempt: Preemption) -> Re
             );
         }
         let epochs = final_cfg.epochs;
-        let on_epoch = |r: &EpochReport| {
-            if root {
-                println!(
-                    "final epoch {:>3}/{epochs}  loss {:.6e}  {:.2} s",
-                    r.epoch, r.loss, r.seconds
-                );
+        let on_epoch = |e: TrainEvent| match e {
+            TrainEvent::Resumed { .. } => super::als::log_resumed(root, &e),
+            TrainEvent::Epoch(r) => {
+                if root {
+                    println!(
+                        "final epoch {:>3}/{epochs}  loss {:.6e}  {:.2} s",
+                        r.epoch, r.loss, r.seconds
+                    );
+                }
             }
         };
         let rep = match final_cfg.table_dtype {
