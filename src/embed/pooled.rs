@@ -269,9 +269,7 @@ pub fn global_forward<C: Comm>(
         served.bags.clear();
         return Ok(());
     }
-    let p = comm.size();
-    let me = comm.rank();
-    let mine = &store.bags_order(me);
+    debug_assert_eq!((store.owned.len(), store.rank), (comm.size(), comm.rank()));
     local_bags(store, batch, ids, occ, bufs);
     // A slot's index among its table's slots.
     let in_table = |s: usize| -> usize {
@@ -311,8 +309,22 @@ pub fn global_forward<C: Comm>(
         &mut served.req,
     )?;
 
-    // Parse what every source asked of each pooled slot of mine (checked, then kept
-    // where it arrived).
+    local_parse_requests(store, served, counts);
+    let resp_counts = local_pool(store, served, &mut bufs.resp);
+    {
+        let _p = comm.stats().phase("lookup");
+        comm.all_to_all_v_move(&mut bufs.resp, &resp_counts, &mut bufs.got)?;
+    }
+
+    local_combine(store, batch, &bufs.got, x);
+    Ok(())
+}
+
+/// Parses what every source asked of each pooled slot of this rank (checked, then kept
+/// where it arrived, in `served`).
+fn local_parse_requests(store: &Store, served: &mut Served, counts: &mut ExchangeCounts) {
+    let (p, me) = (store.owned.len(), store.rank);
+    let mine = &store.bags_order(me);
     served.bags.resize_with(store.owned[me].len(), Vec::new);
     for (j, b) in served.bags.iter_mut().enumerate() {
         b.resize_with(if mine.contains(&j) { p } else { 0 }, Default::default);
@@ -367,7 +379,14 @@ pub fn global_forward<C: Comm>(
             ));
         }
     }
+}
 
+/// Pools every source's bags of each pooled slot of this rank into `resp`, in the
+/// response's order (per source rank, its slots in order); returns the values per
+/// destination.
+fn local_pool(store: &Store, served: &Served, resp: &mut Vec<f32>) -> Vec<usize> {
+    let (p, me) = (store.owned.len(), store.rank);
+    let mine = &store.bags_order(me);
     // Pool: one task per (source, slot), examples in order.
     let isa = Isa::detect();
     let tasks: Vec<(usize, usize)> = (0..p)
@@ -385,7 +404,6 @@ pub fn global_forward<C: Comm>(
         resp_counts[q] += served.examples(j, q) * width_of(j);
     }
     // Every value is written by the pooling (a reused buffer needs no zero fill).
-    let resp = &mut bufs.resp;
     resize_for_overwrite(resp, resp_counts.iter().sum());
     let mut parts: Vec<&mut [f32]> = Vec::with_capacity(tasks.len());
     let mut rest = &mut resp[..];
@@ -405,11 +423,13 @@ pub fn global_forward<C: Comm>(
         let ls = &store.local[store.slot_local[s].expect("owned slot is local")];
         pool_bags(isa, &ls.data, ls.shard.width(), sv.bags(j, q, true), out);
     });
-    {
-        let _p = comm.stats().phase("lookup");
-        comm.all_to_all_v_move(resp, &resp_counts, &mut bufs.got)?;
-    }
+    resp_counts
+}
 
+/// Combines the pooled parts that came back (`got`) into the MLP input `x`.
+fn local_combine(store: &Store, batch: &Batch, got: &Received<f32>, x: &mut [f32]) {
+    let spec = &store.spec;
+    let (nt, n) = (spec.tables.len(), batch.n);
     // Combine into the MLP input: a row-wise table's partials added in the order of
     // their owners' ranks (slot order within a rank), a column-wise table's slices placed. A full-width part that comes first is taken as
     // it is (`0.0 + x`, the bits of adding it to zeros); the others start from zeros.
@@ -417,7 +437,7 @@ pub fn global_forward<C: Comm>(
     // `n x width` values).
     let mut parts: Vec<Vec<(usize, usize, &[f32])>> = vec![Vec::new(); nt];
     for (d, owned) in store.owned.iter().enumerate() {
-        let mut data = bufs.got.from_rank(d);
+        let mut data = got.from_rank(d);
         for &s in owned.iter().filter(|&&s| is_pooled(store, s)) {
             let sh = &store.slots[s];
             let w = sh.width();
@@ -481,7 +501,6 @@ pub fn global_forward<C: Comm>(
                 }
             }
         });
-    Ok(())
 }
 
 /// The pooled backward's buffers, kept from step to step.
