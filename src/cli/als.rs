@@ -40,8 +40,9 @@ pub struct AlsArgs {
     pub eval_every: usize,
     /// Test rows each evaluation scores: a seeded sample of N (the same rows at any
     /// rank count; all of them when there are fewer), `all`, or `auto`: the first rows
-    /// of the sample that the first evaluation finds it can score in a quarter of an
-    /// epoch's training time (at least 100), kept for the whole run.
+    /// of the sample that the first evaluation finds it can score in a fifth of an
+    /// epoch's training time, to stay within a quarter (at least 100 rows), kept for
+    /// the whole run.
     #[arg(long, value_name = "auto|N|all", default_value = "auto")]
     pub eval_rows: crate::als::eval::EvalRows,
     /// Seed of the initial tables.
