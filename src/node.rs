@@ -42,6 +42,27 @@ pub fn resolve_threads(flag: Option<usize>) -> usize {
     flag.unwrap_or_else(|| (cores() / ranks_on_node()).max(1))
 }
 
+/// Makes `threads` the size of this process's global rayon pool, once for every
+/// subcommand. The pool can be built once per process: if a caller (a library user, a
+/// test) built it already with another size, that is refused rather than ignored.
+pub fn install_threads(threads: usize) -> crate::Result<()> {
+    if threads == 0 {
+        return Err(crate::Error::Config(
+            "--threads 0: need at least one".into(),
+        ));
+    }
+    let built = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build_global();
+    if built.is_err() && rayon::current_num_threads() != threads {
+        return Err(crate::Error::Config(format!(
+            "--threads {threads}: this process's thread pool already has {}",
+            rayon::current_num_threads()
+        )));
+    }
+    Ok(())
+}
+
 /// The node's memory: the smaller of `MemTotal` and a cgroup limit, if readable.
 pub fn memory_bytes() -> Option<u64> {
     let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;

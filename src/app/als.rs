@@ -6,7 +6,7 @@ use crate::bf16::{Bf16, TableDtype};
 use crate::ckpt::signals::Preemption;
 use crate::cli::AlsArgs;
 use crate::comm::Comm;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::metrics::{human_bytes, peak_rss_bytes};
 
 use crate::node::resolve_threads;
@@ -72,13 +72,7 @@ pub fn global_run<C: Comm>(comm: &C, args: &AlsArgs, preempt: Preemption) -> Res
     comm.agree(args.check_solver_flags())?;
     let cfg = args.to_config();
     let threads = resolve_threads(args.threads);
-    if threads == 0 {
-        return comm.agree(Err(Error::Config("--threads 0: need at least one".into())));
-    }
-    // The global pool can be set once per process; tests may have set it already.
-    let _ = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build_global();
+    comm.agree(crate::node::install_threads(threads))?;
     let root = comm.rank() == 0;
     let mut out = RunOutput::global_open(comm, cfg.metrics.as_deref())?;
     if root {

@@ -66,15 +66,7 @@ pub fn global_run<C: Comm>(comm: &C, a: &CalibrateArgs) -> Result<()> {
             }
             o.reps = r;
         }
-        let built = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build_global();
-        if built.is_err() && rayon::current_num_threads() != threads {
-            return Err(Error::Config(format!(
-                "--threads {threads}: this process's thread pool already has {}",
-                rayon::current_num_threads()
-            )));
-        }
+        crate::node::install_threads(threads)?;
         Ok(o)
     })();
     let o = comm.agree(setup)?;
@@ -102,10 +94,7 @@ pub fn global_run<C: Comm>(comm: &C, a: &CalibrateArgs) -> Result<()> {
 }
 
 fn write(c: &Costs, a: &CalibrateArgs) -> Result<()> {
-    let text = c.to_json()?;
-    let tmp = crate::outfile::temp_path(&a.out);
-    std::fs::write(&tmp, text).map_err(|e| Error::io(&tmp, e))?;
-    std::fs::rename(&tmp, &a.out).map_err(|e| Error::io(&a.out, e))
+    crate::outfile::write(&a.out, c.to_json()?.as_bytes())
 }
 
 fn report(c: &Costs, a: &CalibrateArgs, secs: f64) {

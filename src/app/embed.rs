@@ -542,16 +542,7 @@ impl EmbedArgs {
             Some(c) => c.model(),
             None => cost_model_of(a.planner.cost_model.as_deref(), root)?,
         };
-        // The global pool may exist already (a library caller); then it must match.
-        let built = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build_global();
-        if built.is_err() && rayon::current_num_threads() != threads {
-            return Err(Error::Config(format!(
-                "--threads {threads}: this process's thread pool already has {}",
-                rayon::current_num_threads()
-            )));
-        }
+        crate::node::install_threads(threads)?;
         let (spec, source, ids) = model_and_source(a)?;
         if a.pipeline && !hash_tables(&spec).is_empty() {
             return Err(Error::Config(

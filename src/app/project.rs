@@ -590,9 +590,7 @@ fn global_run_measure<C: Comm>(
 ) -> Result<()> {
     comm.agree(crate::outfile::check_output(&args.out, args.force))?;
     let threads = crate::node::resolve_threads(args.threads);
-    let _ = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build_global();
+    comm.agree(crate::node::install_threads(threads))?;
     let cfg = crate::als::AlsConfig {
         data: args.data.clone(),
         dim: args.dim,

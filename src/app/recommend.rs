@@ -318,10 +318,7 @@ fn local_finish(sink: Sink<'_>, cfg: &Config) -> Result<()> {
 pub fn global_run<C: Comm>(comm: &C, args: &RecommendArgs, preempt: Preemption) -> Result<()> {
     let cfg = comm.agree(args.validate())?;
     let threads = crate::node::resolve_threads(args.threads);
-    // The global pool can be set once per process; tests may have set it already.
-    let _ = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build_global();
+    comm.agree(crate::node::install_threads(threads))?;
     let info = comm.agree(local_read_model_info(&args.model))?;
     match info.dtype {
         TableDtype::F32 => run_as::<C, f32>(comm, args, &cfg, &info, threads, preempt),

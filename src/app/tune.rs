@@ -256,9 +256,7 @@ pub fn table(report: &SearchReport) -> Vec<String> {
 pub fn global_run<C: Comm>(comm: &C, args: &TuneArgs, preempt: Preemption) -> Result<()> {
     let cfg = comm.agree(args.to_config())?;
     let threads = resolve_threads(cfg.threads);
-    let _ = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build_global();
+    comm.agree(crate::node::install_threads(threads))?;
     let root = comm.rank() == 0;
     let b = &cfg.base;
     if root {
