@@ -28,7 +28,7 @@ use crate::h5::open_h5;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 
 /// The default `--csr-buffer`: bytes of training CSR indices a rank holds at once.
@@ -425,9 +425,12 @@ pub struct Chunk {
 }
 
 /// Reads chunks of a spill in order on a background thread, one ahead of the
-/// consumer (two chunks in memory at most). Dropping it stops the thread.
+/// consumer (two chunks in memory at most). Dropping it stops the thread. A chunk the
+/// consumer is done with goes back through [`ChunkReader::recycle`], so the reader
+/// fills it again instead of faulting in a fresh buffer for every chunk.
 pub struct ChunkReader {
     rx: Receiver<Result<Chunk>>,
+    spare: SyncSender<Vec<u32>>,
     _thread: std::thread::JoinHandle<()>,
 }
 
@@ -454,10 +457,11 @@ impl ChunkReader {
             })
             .collect();
         let (tx, rx) = sync_channel(0);
+        let (spare, spares) = sync_channel::<Vec<u32>>(2);
         let thread = std::thread::spawn(move || {
             SPILL_RANK.with(|c| c.set(Some(rank)));
             for (s0, s1, a, b) in spans {
-                let mut indices = Vec::new();
+                let mut indices = spares.try_recv().unwrap_or_default();
                 let r = read_u32s(&file, a, (b - a) as usize, &mut indices)
                     .map(|()| Chunk { s0, s1, a, indices })
                     .map_err(|e| Error::Io {
@@ -472,8 +476,15 @@ impl ChunkReader {
         });
         Self {
             rx,
+            spare,
             _thread: thread,
         }
+    }
+
+    /// Hands a consumed chunk's buffer back for a later chunk (dropped if the reader
+    /// holds enough spares or has stopped).
+    pub fn recycle(&self, chunk: Chunk) {
+        let _ = self.spare.try_send(chunk.indices);
     }
 
     /// The next chunk (an error if the reader stopped early).

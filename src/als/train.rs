@@ -1237,7 +1237,9 @@ impl<T: TableScalar> Trainer<T> {
             let t = Instant::now();
             let mut failed = None;
             if self.chunk.as_ref().is_none_or(|c| j >= c.s1) {
-                self.chunk = None;
+                if let (Some(c), Some(r)) = (self.chunk.take(), self.reader.as_ref()) {
+                    r.recycle(c);
+                }
                 match self.reader.as_ref().map(|r| r.next()) {
                     Some(Ok(c)) => self.chunk = Some(c),
                     Some(Err(e)) => failed = Some(e),
