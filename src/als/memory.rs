@@ -231,12 +231,14 @@ pub fn estimate_with(
     let p = s.ranks as u64;
     let offsets = (s.rows_local + 1 + s.cols_local + 1) * 8;
     let indices = (s.nnz_rows + s.nnz_cols) * 4;
-    // Streamed: at most the buffer (two chunks of half of it), and while the spill
-    // is written a bitmap of the other side's ids.
+    // Streamed: a half reads one side's indices, at most the buffer (two chunks of
+    // half of it), and while the spill is written a bitmap of the other side's ids.
     let csr = if lay.csr_in_memory {
         offsets + indices
     } else {
-        offsets + lay.csr_buffer.min(indices) + s.num_rows.max(s.num_cols).div_ceil(8)
+        offsets
+            + lay.csr_buffer.min(s.nnz_rows.max(s.nnz_cols) * 4)
+            + s.num_rows.max(s.num_cols).div_ceil(8)
     };
     let counts = (s.rows_local + s.cols_local) * 4;
     let tables = (s.rows_local + s.cols_local) * d * b;
@@ -257,26 +259,6 @@ pub fn estimate_with(
         (1, _) => 0,
         (_, None) => (g_rows + g_cols) * 4 * 2,
         (_, Some(_)) => g_rows.max(g_cols) * 4 * p,
-    };
-    // During a fetch: the gathered rows plus one round's send and receive buffers, or
-    // ALX's dense f32 buffer of every rank's ids.
-    // A round's send and receive buffers: at most the round's bytes each, and at most
-    // the other ranks' share of the gathered rows (a rank's own rows are copied).
-    let round = |gathered: u64| {
-        2 * (super::exchange::FETCH_ROUND_BYTES as u64).min(gathered * d * b * (p - 1) / p)
-    };
-    let fetch = |gathered: u64| {
-        let dense = if allgather {
-            p * gathered * d * 4
-        } else {
-            round(gathered)
-        };
-        gathered * d * b + dense
-    };
-    let exchange = if p == 1 {
-        0
-    } else {
-        fetch(g_rows).max(fetch(g_cols))
     };
     // Evaluation: the fold-in rows of H, the folded-in test rows on every rank.
     let eval = s.num_cols.min(s.fold_nnz_local) * d * b + s.test_rows * d * 4;
@@ -305,6 +287,31 @@ pub fn estimate_with(
         _ => long,
     };
     let cg = threads.max(1) as u64 * long.max(GATHER_FLOATS as u64) * 4;
+    // During a fetch: the gathered rows plus one round's send and receive buffers, or
+    // ALX's dense f32 buffer of every rank's ids.
+    // A round's send and receive buffers: at most the round's bytes each, and at most
+    // the other ranks' share of the gathered rows (a rank's own rows are copied).
+    let round = |gathered: u64| {
+        2 * (super::exchange::FETCH_ROUND_BYTES as u64).min(gathered * d * b * (p - 1) / p)
+    };
+    let fetch = |gathered: u64| {
+        let dense = if allgather {
+            p * gathered * d * 4
+        } else {
+            round(gathered)
+        };
+        // The round (or dense) buffers are freed before the solve's threads copy their
+        // rows (allocated per batch and freed after it; those of 4 MiB and more go
+        // back to the kernel, see main.rs): the larger of the two is live, so the
+        // buffers count only past the copies. (The f32 scratch of a bf16 run is kept
+        // from step to step: it counts in full.)
+        gathered * d * b + dense.saturating_sub(cg)
+    };
+    let exchange = if p == 1 {
+        0
+    } else {
+        fetch(g_rows).max(fetch(g_cols))
+    };
     MemEstimate {
         parts: vec![
             ("tables", tables),
@@ -365,10 +372,24 @@ mod tests {
         assert_eq!(part(&f, "tables"), 2 * part(&b, "tables"));
         assert_eq!(part(&f, "tables"), 1000 * 64 * 4);
         // Two ranks: each gathers at most the whole other table (1000 rows), plus the
-        // buffers of one round.
-        // The round buffers: the other rank's half of them, sent and received.
+        // buffers of one round: the other rank's half of them, sent and received, past
+        // the solver's thread copies (which are allocated after they are freed).
         let round = 2 * (1000 * 64 * 4 / 2);
-        assert_eq!(part(&f, "exchange"), 1000 * 64 * 4 + round);
+        let solve = part(&f, "solver copies");
+        assert!(solve > round);
+        assert_eq!(part(&f, "exchange"), 1000 * 64 * 4);
+        // Ten times the nodes: the rounds outgrow the copies and count past them.
+        let big = ShardSizes {
+            num_rows: 10_000,
+            num_cols: 10_000,
+            rows_local: 5_000,
+            cols_local: 5_000,
+            ..sizes(2)
+        };
+        let fb = estimate(&big, 64, TableDtype::F32, false, 1000, 1);
+        let round = 2 * (10_000 * 64 * 4 / 2);
+        assert!(round > solve);
+        assert_eq!(part(&fb, "exchange"), 10_000 * 64 * 4 + round - solve);
         let one = estimate(&sizes(1), 64, TableDtype::F32, false, 1000, 1);
         assert_eq!(part(&one, "plans"), 0);
         // One rank: only the evaluation's fold-in rows and test rows.
@@ -377,7 +398,10 @@ mod tests {
         assert_eq!(part(&b, "f32 scratch"), 100 * 64 * 4);
         // ALX's all-gather holds a dense f32 buffer of every rank's ids instead.
         let ag = estimate(&sizes(2), 64, TableDtype::F32, true, 1000, 1);
-        assert_eq!(part(&ag, "exchange"), 1000 * 64 * 4 + 2 * 1000 * 64 * 4);
+        assert_eq!(
+            part(&ag, "exchange"),
+            1000 * 64 * 4 + (2 * 1000 * 64 * 4u64).saturating_sub(solve)
+        );
     }
 
     #[test]
