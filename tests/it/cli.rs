@@ -2,7 +2,7 @@
 //! under a timeout (see `util`). Checks exit codes, printed output, and the prepared
 //! files read back through the library.
 
-mod util;
+use crate::util;
 
 use std::path::{Path, PathBuf};
 use torusrec::data::dataset::Dataset;

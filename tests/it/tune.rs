@@ -4,7 +4,7 @@
 //! its budget), and the binary end to end (the printed `als` command reproduces the
 //! final training; bad options exit 2; the same split under mpirun at 1-3 ranks).
 
-mod util;
+use crate::util;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -3,30 +3,10 @@
 //! the transpose of `/train`, an id space larger than u32 ids can name) exits 2 naming
 //! the dataset and the first bad entry, on every rank, never a panic or a silent run.
 
-mod util;
+use crate::util;
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
-use util::{cnr2000, rank_codes, tempdir, TestCommand};
-
-/// cnr-2000 with K = 10, prepared once per test process.
-fn dataset() -> &'static PathBuf {
-    static DATA: OnceLock<PathBuf> = OnceLock::new();
-    DATA.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("als-input-tests");
-        std::fs::create_dir_all(&dir).unwrap();
-        let out = dir.join("cnr-k10.h5");
-        TestCommand::direct()
-            .arg("prepare")
-            .arg("--input")
-            .arg(cnr2000())
-            .args(["--format", "bv", "--min-links", "10", "--force", "--out"])
-            .arg(&out)
-            .run()
-            .expect_code(0);
-        out
-    })
-}
+use util::{cnr2000_k10, rank_codes, tempdir, TestCommand};
 
 fn read<T: hdf5::H5Type>(path: &Path, name: &str) -> Vec<T> {
     let f = torusrec::h5::open(path).unwrap();
@@ -48,7 +28,7 @@ fn write<T: hdf5::H5Type>(path: &Path, name: &str, v: &[T]) {
 /// A copy of the dataset with `mutate` applied.
 fn corrupt(dir: &Path, tag: &str, mutate: impl FnOnce(&Path)) -> PathBuf {
     let p = dir.join(format!("{tag}.h5"));
-    std::fs::copy(dataset(), &p).unwrap();
+    std::fs::copy(cnr2000_k10(), &p).unwrap();
     mutate(&p);
     p
 }
@@ -91,8 +71,8 @@ fn refused(data: &Path, np: usize, needles: &[&str]) {
 fn corrupt_csr_arrays_are_refused_with_exit_2_naming_dataset_and_entry() {
     let dir = tempdir();
     let d = dir.path();
-    let ip: Vec<u64> = read(dataset(), "train/indptr");
-    let idx: Vec<u32> = read(dataset(), "train/indices");
+    let ip: Vec<u64> = read(cnr2000_k10(), "train/indptr");
+    let idx: Vec<u32> = read(cnr2000_k10(), "train/indices");
     // A row with at least two arcs, away from the ends.
     let row = (ip.len() / 2..ip.len() - 1)
         .find(|&r| ip[r + 1] - ip[r] >= 2)
@@ -144,8 +124,8 @@ fn corrupt_csr_arrays_are_refused_with_exit_2_naming_dataset_and_entry() {
     refused(&p, 2, &["train/indices", "has id"]);
 
     // The same count per column but another arc: only the transpose check sees it.
-    let tip: Vec<u64> = read(dataset(), "train_t/indptr");
-    let tidx: Vec<u32> = read(dataset(), "train_t/indices");
+    let tip: Vec<u64> = read(cnr2000_k10(), "train_t/indptr");
+    let tidx: Vec<u32> = read(cnr2000_k10(), "train_t/indices");
     let col = (0..tip.len() - 1)
         .find(|&c| {
             let r = &tidx[tip[c] as usize..tip[c + 1] as usize];
@@ -173,7 +153,7 @@ fn corrupt_csr_arrays_are_refused_with_exit_2_naming_dataset_and_entry() {
     });
     refused(&p, 1, &["train/indptr", "entries, expected"]);
 
-    let test_rows: Vec<u32> = read(dataset(), "test/rows");
+    let test_rows: Vec<u32> = read(cnr2000_k10(), "test/rows");
     let p = corrupt(d, "test-row-with-arcs", |p| {
         let mut v = test_rows.clone();
         // A row with training arcs, between its neighbours in the list.
@@ -188,7 +168,7 @@ fn corrupt_csr_arrays_are_refused_with_exit_2_naming_dataset_and_entry() {
     });
     refused(&p, 1, &["train/indices", "has training arcs"]);
 
-    let hip: Vec<u64> = read(dataset(), "test/holdout/indptr");
+    let hip: Vec<u64> = read(cnr2000_k10(), "test/holdout/indptr");
     let p = corrupt(d, "empty-holdout", |p| {
         let mut v = hip.clone();
         v[1] = v[0];
@@ -207,7 +187,7 @@ fn thread_counts_beyond_8_per_core_are_refused() {
         let run = TestCommand::direct()
             .arg("als")
             .arg("--data")
-            .arg(dataset())
+            .arg(cnr2000_k10())
             .args(["--dim", "8", "--epochs", "1", "--threads", bad])
             .run();
         run.expect_code(2);
@@ -217,7 +197,7 @@ fn thread_counts_beyond_8_per_core_are_refused() {
     let run = TestCommand::direct()
         .arg("als")
         .arg("--data")
-        .arg(dataset())
+        .arg(cnr2000_k10())
         .args(["--threads", &huge])
         .run();
     run.expect_code(2);

@@ -2,7 +2,7 @@
 //! ranks, dedup and all-gather give the same tables with fewer bytes for dedup, and
 //! bad input fails with exit 2 on every rank, printed once, without hanging.
 
-mod util;
+use crate::util;
 
 use std::path::Path;
 use util::{cnr2000, max_rel_diff, rank_codes, tempdir, Launcher, TestCommand};

@@ -8,7 +8,7 @@
 //! The cases run one after another (each is a short run of the binary); all failures
 //! are reported together. A few run at 2 ranks to show that every rank exits alike.
 
-mod util;
+use crate::util;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

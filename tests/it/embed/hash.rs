@@ -4,7 +4,7 @@
 //! equal to the occurrences trained, evaluation leaving the tables alone, a key's
 //! admission the same on every sending rank, and pipelining refused.
 
-mod util;
+use crate::util;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
