@@ -13,14 +13,8 @@ use util::{cnr2000, group, rank_codes, tempdir, Launcher, TestCommand};
 
 /// `torusrec prepare --format bv` of the bundled cnr-2000 graph.
 fn prepare_cnr(launcher: Launcher, k: u64, seed: u64, out: &Path) -> util::Output {
-    TestCommand::new(launcher)
-        .arg("prepare")
-        .arg("--input")
-        .arg(cnr2000())
-        .args(["--format", "bv", "--min-links", &k.to_string()])
+    util::prepare_cnr2000(TestCommand::new(launcher), k, out)
         .args(["--seed", &seed.to_string()])
-        .arg("--out")
-        .arg(out)
         .run()
 }
 

@@ -19,7 +19,7 @@ use torusrec::ckpt::signals::Preemption;
 use torusrec::comm::single::SingleComm;
 use torusrec::comm::threads::run;
 use torusrec::data::dataset::Dataset;
-use util::{cnr2000, tempdir, TestCommand};
+use util::{tempdir, TestCommand};
 
 fn config(data: &Path) -> AlsConfig {
     AlsConfig {
@@ -405,12 +405,7 @@ fn bad_options_exit_2_with_a_message() {
 
 fn prepare_cnr(dir: &Path) -> PathBuf {
     let out = dir.join("cnr-k50.h5");
-    TestCommand::direct()
-        .arg("prepare")
-        .arg("--input")
-        .arg(cnr2000())
-        .args(["--format", "bv", "--min-links", "50", "--out"])
-        .arg(&out)
+    util::prepare_cnr2000(TestCommand::direct(), 50, &out)
         .run()
         .expect_code(0);
     out

@@ -47,25 +47,46 @@ pub fn cnr2000_k10() -> &'static Path {
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("tests-data");
         std::fs::create_dir_all(&dir).unwrap();
         let out = dir.join("cnr2000-k10.h5");
-        TestCommand::direct()
-            .arg("prepare")
-            .arg("--input")
-            .arg(cnr2000())
-            .args([
-                "--format",
-                "bv",
-                "--min-links",
-                "10",
-                "--seed",
-                "42",
-                "--force",
-            ])
-            .arg("--out")
-            .arg(&out)
+        prepare_cnr2000(TestCommand::direct(), 10, &out)
+            .args(["--seed", "42", "--force"])
             .run()
             .expect_code(0);
         out
     })
+}
+
+/// `torusrec prepare` of the bundled cnr-2000 graph (BV) keeping K = `k` in- and
+/// out-links, into `out`, started by `launcher` (`--seed`, `--force`: add them).
+pub fn prepare_cnr2000(launcher: TestCommand, k: u64, out: &Path) -> TestCommand {
+    launcher
+        .args(["prepare", "--format", "bv", "--min-links", &k.to_string()])
+        .arg("--input")
+        .arg(cnr2000())
+        .arg("--out")
+        .arg(out)
+}
+
+/// Dataset `name` of the HDF5 file `path`, whole.
+#[track_caller]
+pub fn h5_read<T: hdf5::H5Type>(path: &Path, name: &str) -> Vec<T> {
+    let f = torusrec::h5::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    f.dataset(name)
+        .unwrap_or_else(|e| panic!("{}: /{name}: {e}", path.display()))
+        .read_raw::<T>()
+        .unwrap()
+}
+
+/// Overwrite dataset `name` of the HDF5 file `path` with `v` (of its length).
+#[track_caller]
+pub fn h5_write<T: hdf5::H5Type>(path: &Path, name: &str, v: &[T]) {
+    let f = torusrec::h5::open_rw(path).unwrap();
+    let ds = f.dataset(name).unwrap();
+    assert_eq!(
+        ds.size(),
+        v.len(),
+        "{name}: the mutation changed the length"
+    );
+    ds.write_raw(v).unwrap();
 }
 
 /// `torusrec embed` of the `tiny` preset under `mpirun -np NP`: a global batch of 128,

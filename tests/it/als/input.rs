@@ -6,24 +6,7 @@
 use crate::util;
 
 use std::path::{Path, PathBuf};
-use util::{cnr2000_k10, rank_codes, tempdir, TestCommand};
-
-fn read<T: hdf5::H5Type>(path: &Path, name: &str) -> Vec<T> {
-    let f = torusrec::h5::open(path).unwrap();
-    f.dataset(name).unwrap().read_raw::<T>().unwrap()
-}
-
-/// Overwrite dataset `name` with `v` (same length).
-fn write<T: hdf5::H5Type>(path: &Path, name: &str, v: &[T]) {
-    let f = torusrec::h5::open_rw(path).unwrap();
-    let ds = f.dataset(name).unwrap();
-    assert_eq!(
-        ds.size(),
-        v.len(),
-        "{name}: the mutation changed the length"
-    );
-    ds.write_raw(v).unwrap();
-}
+use util::{cnr2000_k10, h5_read, h5_write, rank_codes, tempdir, TestCommand};
 
 /// A copy of the dataset with `mutate` applied.
 fn corrupt(dir: &Path, tag: &str, mutate: impl FnOnce(&Path)) -> PathBuf {
@@ -71,8 +54,8 @@ fn refused(data: &Path, np: usize, needles: &[&str]) {
 fn corrupt_csr_arrays_are_refused_with_exit_2_naming_dataset_and_entry() {
     let dir = tempdir();
     let d = dir.path();
-    let ip: Vec<u64> = read(cnr2000_k10(), "train/indptr");
-    let idx: Vec<u32> = read(cnr2000_k10(), "train/indices");
+    let ip: Vec<u64> = h5_read(cnr2000_k10(), "train/indptr");
+    let idx: Vec<u32> = h5_read(cnr2000_k10(), "train/indices");
     // A row with at least two arcs, away from the ends.
     let row = (ip.len() / 2..ip.len() - 1)
         .find(|&r| ip[r + 1] - ip[r] >= 2)
@@ -82,7 +65,7 @@ fn corrupt_csr_arrays_are_refused_with_exit_2_naming_dataset_and_entry() {
     let p = corrupt(d, "decreasing", |p| {
         let mut v = ip.clone();
         v[row + 1] = v[row] - 1;
-        write(p, "train/indptr", &v);
+        h5_write(p, "train/indptr", &v);
     });
     refused(
         &p,
@@ -93,14 +76,14 @@ fn corrupt_csr_arrays_are_refused_with_exit_2_naming_dataset_and_entry() {
 
     let p = corrupt(d, "shifted", |p| {
         let v: Vec<u64> = ip.iter().map(|x| x + 1).collect();
-        write(p, "train/indptr", &v);
+        h5_write(p, "train/indptr", &v);
     });
     refused(&p, 1, &["train/indptr", "starts at 1, expected 0"]);
 
     let p = corrupt(d, "duplicate", |p| {
         let mut v = idx.clone();
         v[a + 1] = v[a];
-        write(p, "train/indices", &v);
+        h5_write(p, "train/indices", &v);
     });
     refused(
         &p,
@@ -114,7 +97,7 @@ fn corrupt_csr_arrays_are_refused_with_exit_2_naming_dataset_and_entry() {
     let p = corrupt(d, "out-of-range", |p| {
         let mut v = idx.clone();
         v[b - 1] = u32::MAX;
-        write(p, "train/indices", &v);
+        h5_write(p, "train/indices", &v);
     });
     refused(
         &p,
@@ -124,8 +107,8 @@ fn corrupt_csr_arrays_are_refused_with_exit_2_naming_dataset_and_entry() {
     refused(&p, 2, &["train/indices", "has id"]);
 
     // The same count per column but another arc: only the transpose check sees it.
-    let tip: Vec<u64> = read(cnr2000_k10(), "train_t/indptr");
-    let tidx: Vec<u32> = read(cnr2000_k10(), "train_t/indices");
+    let tip: Vec<u64> = h5_read(cnr2000_k10(), "train_t/indptr");
+    let tidx: Vec<u32> = h5_read(cnr2000_k10(), "train_t/indices");
     let col = (0..tip.len() - 1)
         .find(|&c| {
             let r = &tidx[tip[c] as usize..tip[c + 1] as usize];
@@ -135,7 +118,7 @@ fn corrupt_csr_arrays_are_refused_with_exit_2_naming_dataset_and_entry() {
     let p = corrupt(d, "not-transpose", |p| {
         let mut v = tidx.clone();
         v[tip[col] as usize] += 1;
-        write(p, "train_t/indices", &v);
+        h5_write(p, "train_t/indices", &v);
     });
     refused(&p, 1, &["train_t/indices", "not the transpose of /train"]);
     refused(&p, 2, &["train_t/indices", "not the transpose of /train"]);
@@ -153,7 +136,7 @@ fn corrupt_csr_arrays_are_refused_with_exit_2_naming_dataset_and_entry() {
     });
     refused(&p, 1, &["train/indptr", "entries, expected"]);
 
-    let test_rows: Vec<u32> = read(cnr2000_k10(), "test/rows");
+    let test_rows: Vec<u32> = h5_read(cnr2000_k10(), "test/rows");
     let p = corrupt(d, "test-row-with-arcs", |p| {
         let mut v = test_rows.clone();
         // A row with training arcs, between its neighbours in the list.
@@ -164,15 +147,15 @@ fn corrupt_csr_arrays_are_refused_with_exit_2_naming_dataset_and_entry() {
             .find(|&r| ip[r as usize + 1] > ip[r as usize])
             .unwrap();
         v[k] = r;
-        write(p, "test/rows", &v);
+        h5_write(p, "test/rows", &v);
     });
     refused(&p, 1, &["train/indices", "has training arcs"]);
 
-    let hip: Vec<u64> = read(cnr2000_k10(), "test/holdout/indptr");
+    let hip: Vec<u64> = h5_read(cnr2000_k10(), "test/holdout/indptr");
     let p = corrupt(d, "empty-holdout", |p| {
         let mut v = hip.clone();
         v[1] = v[0];
-        write(p, "test/holdout/indptr", &v);
+        h5_write(p, "test/holdout/indptr", &v);
     });
     refused(
         &p,

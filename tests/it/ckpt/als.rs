@@ -15,9 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use torusrec::ckpt::file_name;
-use util::{
-    bin, cnr2000, collect, drain, rank_codes, serial, shell_quote, tempdir, Output, TIMEOUT,
-};
+use util::{bin, collect, drain, rank_codes, serial, shell_quote, tempdir, Output, TIMEOUT};
 
 const DIM: usize = 16;
 const STEP_NNZ: u64 = 50_000;
@@ -65,23 +63,10 @@ fn data() -> &'static Data {
 /// `torusrec prepare` of cnr-2000 with K = 10 and split seed `seed`.
 fn prepare(out: &Path, seed: u64) {
     let seed = seed.to_string();
-    let run = util::TestCommand::direct()
-        .arg("prepare")
-        .arg("--input")
-        .arg(cnr2000())
-        .args([
-            "--format",
-            "bv",
-            "--min-links",
-            "10",
-            "--seed",
-            &seed,
-            "--force",
-        ])
-        .arg("--out")
-        .arg(out)
-        .run();
-    run.expect_code(0);
+    util::prepare_cnr2000(util::TestCommand::direct(), 10, out)
+        .args(["--seed", &seed, "--force"])
+        .run()
+        .expect_code(0);
 }
 
 /// What an uninterrupted run produced.
