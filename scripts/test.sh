@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Format check, clippy, and the full test suite (unit, thread-communicator and
-# end-to-end mpirun tests). Extra arguments go to `cargo test`, e.g.
-#   scripts/test.sh --test cli
+# end-to-end mpirun tests). Extra arguments go to `cargo test`, e.g. one feature's
+# integration tests (tests/it, a module per feature), or the tests that plant faults
+# through the environment (tests/faults, a binary of their own):
+#   scripts/test.sh --test it cli::
+#   scripts/test.sh --test faults
 #   scripts/test.sh -- --nocapture
 # Budget: well under 30 minutes on 2 cores, including the release build.
 set -euo pipefail

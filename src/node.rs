@@ -2,7 +2,7 @@
 //! the ranks that share it, its memory (the smaller of `MemTotal` and a cgroup limit),
 //! this process's rank before MPI is up, and the CPU's model name. The only module that
 //! reads the launcher's environment, `/proc/meminfo`, `/proc/cpuinfo` and the cgroup
-//! files (tests/layers.rs checks it); each workload keeps its own memory estimate and
+//! files (tests/it/layers.rs checks it); each workload keeps its own memory estimate and
 //! refuses a run through [`check_fits`].
 
 /// Cores this process may use (1 if unknown).

@@ -5,7 +5,7 @@
 //! Each function mirrors one algorithm step for step (same chunks, same halves, same
 //! 24-byte packet headers, the same forwarding rank for every hop), so a measured run
 //! with `--collectives torus` counts exactly these bytes and messages (tested in
-//! tests/project.rs). Time: every shift is synchronous over the torus (each rank sends
+//! tests/faults/project.rs). Time: every shift is synchronous over the torus (each rank sends
 //! one message to one neighbour and waits for one), so a collective's time is the sum
 //! over its shifts of `latency + (largest message of that shift) / bandwidth`; the
 //! model keeps the two sums ([`Traffic::serial_messages`], [`Traffic::serial_bytes`])

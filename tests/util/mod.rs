@@ -1,14 +1,19 @@
-//! Running the `torusrec` binary from integration tests, directly or under
-//! `mpirun`, always under a timeout (after ripgrep's `tests/util.rs`).
+//! What the integration tests share (both binaries, `tests/it` and `tests/faults`):
+//! running the `torusrec` binary, directly or under `mpirun`, always under a timeout
+//! (after ripgrep's `tests/util.rs`); the one lock of the tests that must not overlap;
+//! the datasets and commands several features use. `ooc`: iALS on simulated ranks in
+//! out-of-core layouts (`als::ooc` and the preemption tests of `faults`).
 
 #![allow(dead_code)]
+
+pub mod ooc;
 
 use std::ffi::{OsStr, OsString};
 use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 /// No single run may take longer than this; a hang fails the test instead of the CI job.
@@ -22,6 +27,90 @@ pub fn bin() -> PathBuf {
 /// The bundled cnr-2000 graph (a BV basename).
 pub fn cnr2000() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/cnr-2000/cnr-2000")
+}
+
+/// One test at a time: the tests that start `mpirun` jobs of several ranks (they
+/// oversubscribe the cores, and the signal tests depend on timing) and, in
+/// `tests/faults`, every test (each changes the process environment) take this lock
+/// first and hold it to their end. A test that failed while holding it does not stop
+/// the others.
+pub fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// cnr-2000 prepared with K = 10 and split seed 42 (22,988 nodes), once per test
+/// process.
+pub fn cnr2000_k10() -> &'static Path {
+    static DATA: OnceLock<PathBuf> = OnceLock::new();
+    DATA.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("tests-data");
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = dir.join("cnr2000-k10.h5");
+        prepare_cnr2000(TestCommand::direct(), 10, &out)
+            .args(["--seed", "42", "--force"])
+            .run()
+            .expect_code(0);
+        out
+    })
+}
+
+/// `torusrec prepare` of the bundled cnr-2000 graph (BV) keeping K = `k` in- and
+/// out-links, into `out`, started by `launcher` (`--seed`, `--force`: add them).
+pub fn prepare_cnr2000(launcher: TestCommand, k: u64, out: &Path) -> TestCommand {
+    launcher
+        .args(["prepare", "--format", "bv", "--min-links", &k.to_string()])
+        .arg("--input")
+        .arg(cnr2000())
+        .arg("--out")
+        .arg(out)
+}
+
+/// Dataset `name` of the HDF5 file `path`, whole.
+#[track_caller]
+pub fn h5_read<T: hdf5::H5Type>(path: &Path, name: &str) -> Vec<T> {
+    let f = torusrec::h5::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    f.dataset(name)
+        .unwrap_or_else(|e| panic!("{}: /{name}: {e}", path.display()))
+        .read_raw::<T>()
+        .unwrap()
+}
+
+/// Overwrite dataset `name` of the HDF5 file `path` with `v` (of its length).
+#[track_caller]
+pub fn h5_write<T: hdf5::H5Type>(path: &Path, name: &str, v: &[T]) {
+    let f = torusrec::h5::open_rw(path).unwrap();
+    let ds = f.dataset(name).unwrap();
+    assert_eq!(
+        ds.size(),
+        v.len(),
+        "{name}: the mutation changed the length"
+    );
+    ds.write_raw(v).unwrap();
+}
+
+/// `torusrec embed` of the `tiny` preset under `mpirun -np NP`: a global batch of 128,
+/// `steps` steps, a report every `log_every`, 2048 held-out examples, one thread.
+pub fn tiny_embed(np: usize, steps: &str, log_every: &str) -> TestCommand {
+    TestCommand::mpirun(np).args([
+        "embed",
+        "--preset",
+        "tiny",
+        "--global-batch",
+        "128",
+        "--steps",
+        steps,
+        "--log-every",
+        log_every,
+        "--eval-examples",
+        "2048",
+        "--table-lr",
+        "0.05",
+        "--dense-lr",
+        "0.01",
+        "--threads",
+        "1",
+    ])
 }
 
 /// A scratch directory, removed when dropped.
@@ -275,7 +364,7 @@ impl TestCommand {
 }
 
 /// Read a pipe to its end on a thread (so a chatty child never blocks on a full pipe).
-fn drain(mut r: impl Read + Send + 'static) -> mpsc::Receiver<Vec<u8>> {
+pub fn drain(mut r: impl Read + Send + 'static) -> mpsc::Receiver<Vec<u8>> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let mut buf = Vec::new();
@@ -285,7 +374,8 @@ fn drain(mut r: impl Read + Send + 'static) -> mpsc::Receiver<Vec<u8>> {
     rx
 }
 
-fn collect(rx: &mpsc::Receiver<Vec<u8>>) -> String {
+/// What [`drain`] read (waits at most 10 s for the pipe to close).
+pub fn collect(rx: &mpsc::Receiver<Vec<u8>>) -> String {
     match rx.recv_timeout(Duration::from_secs(10)) {
         Ok(b) => String::from_utf8_lossy(&b).into_owned(),
         Err(_) => "<output not closed: a leftover process still holds the pipe>".into(),
@@ -315,7 +405,8 @@ fn kill_group(child: &mut Child) {
     let _ = child.wait();
 }
 
-fn shell_quote(p: &Path) -> String {
+/// `p` in single quotes for `sh`.
+pub fn shell_quote(p: &Path) -> String {
     format!("'{}'", p.to_string_lossy().replace('\'', r"'\''"))
 }
 
@@ -332,14 +423,26 @@ pub fn rank_codes(dir: &Path, np: usize) -> Vec<Option<i32>> {
 }
 
 impl Output {
-    /// The checksum on rank 0's `final:` line (panics, with the run, if there is none).
+    /// The checksum on rank 0's `final:` line, 16 hex digits (panics, with the run, if
+    /// there is none).
+    #[track_caller]
     pub fn final_checksum(&self) -> String {
-        self.stdout
+        let line = self
+            .stdout
             .lines()
             .find(|l| l.starts_with("final:"))
-            .and_then(|l| l.split("checksum ").nth(1))
-            .map(|s| s.split_whitespace().next().unwrap_or("").to_string())
-            .unwrap_or_else(|| panic!("no checksum\n{}", self.dump()))
+            .unwrap_or_else(|| panic!("no `final:` line\n{}", self.dump()));
+        let mut words = line.split_whitespace();
+        words.find(|w| *w == "checksum");
+        let sum = words
+            .next()
+            .unwrap_or_else(|| panic!("no checksum in {line:?}\n{}", self.dump()));
+        assert!(
+            sum.len() == 16 && sum.chars().all(|c| c.is_ascii_hexdigit()),
+            "checksum {sum:?} is not 16 hex digits\n{}",
+            self.dump()
+        );
+        sum.to_string()
     }
 
     /// The whole run, for assertion messages.

@@ -2,19 +2,14 @@
 //! ranks, dedup and all-gather give the same tables with fewer bytes for dedup, and
 //! bad input fails with exit 2 on every rank, printed once, without hanging.
 
-mod util;
+use crate::util;
 
 use std::path::Path;
-use util::{cnr2000, max_rel_diff, rank_codes, tempdir, Launcher, TestCommand};
+use util::{max_rel_diff, prepare_cnr2000, rank_codes, tempdir, Launcher, TestCommand};
 
 fn prepare(dir: &Path, k: u64) -> std::path::PathBuf {
     let out = dir.join(format!("cnr-k{k}.h5"));
-    TestCommand::direct()
-        .arg("prepare")
-        .arg("--input")
-        .arg(cnr2000())
-        .args(["--format", "bv", "--min-links", &k.to_string(), "--out"])
-        .arg(&out)
+    prepare_cnr2000(TestCommand::direct(), k, &out)
         .run()
         .expect_code(0);
     out
@@ -384,12 +379,7 @@ fn collectives_cut_into_pieces_give_the_same_dataset_and_tables() {
     let dir = tempdir();
     let prep = |name: &str, max: Option<&str>| {
         let out = dir.path().join(name);
-        let mut c = TestCommand::new(Launcher::Mpirun(2))
-            .arg("prepare")
-            .arg("--input")
-            .arg(cnr2000())
-            .args(["--format", "bv", "--min-links", "50", "--out"])
-            .arg(&out);
+        let mut c = prepare_cnr2000(TestCommand::mpirun(2), 50, &out);
         if let Some(m) = max {
             c = c.env("TORUSREC_MPI_MAX_COUNT", m);
         }
@@ -412,13 +402,8 @@ fn a_signal_during_any_pass_of_prepare_stops_every_rank_with_nothing_written() {
     let dir = tempdir();
     let out = dir.path().join("cnr.h5");
     for pass in ["degrees", "filter", "split+write", "transpose"] {
-        TestCommand::new(Launcher::Mpirun(2))
+        prepare_cnr2000(TestCommand::mpirun(2), 10, &out)
             .env("TORUSREC_PREEMPT_IN", pass)
-            .arg("prepare")
-            .arg("--input")
-            .arg(cnr2000())
-            .args(["--format", "bv", "--min-links", "10", "--out"])
-            .arg(&out)
             .run()
             .expect_code(1)
             .occurs(&format!("during the {pass} pass of prepare"), 1);

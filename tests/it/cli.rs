@@ -2,7 +2,7 @@
 //! under a timeout (see `util`). Checks exit codes, printed output, and the prepared
 //! files read back through the library.
 
-mod util;
+use crate::util;
 
 use std::path::{Path, PathBuf};
 use torusrec::data::dataset::Dataset;
@@ -13,14 +13,8 @@ use util::{cnr2000, group, rank_codes, tempdir, Launcher, TestCommand};
 
 /// `torusrec prepare --format bv` of the bundled cnr-2000 graph.
 fn prepare_cnr(launcher: Launcher, k: u64, seed: u64, out: &Path) -> util::Output {
-    TestCommand::new(launcher)
-        .arg("prepare")
-        .arg("--input")
-        .arg(cnr2000())
-        .args(["--format", "bv", "--min-links", &k.to_string()])
+    util::prepare_cnr2000(TestCommand::new(launcher), k, out)
         .args(["--seed", &seed.to_string()])
-        .arg("--out")
-        .arg(out)
         .run()
 }
 

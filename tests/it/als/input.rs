@@ -3,52 +3,15 @@
 //! the transpose of `/train`, an id space larger than u32 ids can name) exits 2 naming
 //! the dataset and the first bad entry, on every rank, never a panic or a silent run.
 
-mod util;
+use crate::util;
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
-use util::{cnr2000, rank_codes, tempdir, TestCommand};
-
-/// cnr-2000 with K = 10, prepared once per test process.
-fn dataset() -> &'static PathBuf {
-    static DATA: OnceLock<PathBuf> = OnceLock::new();
-    DATA.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("als-input-tests");
-        std::fs::create_dir_all(&dir).unwrap();
-        let out = dir.join("cnr-k10.h5");
-        TestCommand::direct()
-            .arg("prepare")
-            .arg("--input")
-            .arg(cnr2000())
-            .args(["--format", "bv", "--min-links", "10", "--force", "--out"])
-            .arg(&out)
-            .run()
-            .expect_code(0);
-        out
-    })
-}
-
-fn read<T: hdf5::H5Type>(path: &Path, name: &str) -> Vec<T> {
-    let f = torusrec::h5::open(path).unwrap();
-    f.dataset(name).unwrap().read_raw::<T>().unwrap()
-}
-
-/// Overwrite dataset `name` with `v` (same length).
-fn write<T: hdf5::H5Type>(path: &Path, name: &str, v: &[T]) {
-    let f = torusrec::h5::open_rw(path).unwrap();
-    let ds = f.dataset(name).unwrap();
-    assert_eq!(
-        ds.size(),
-        v.len(),
-        "{name}: the mutation changed the length"
-    );
-    ds.write_raw(v).unwrap();
-}
+use util::{cnr2000_k10, h5_read, h5_write, rank_codes, tempdir, TestCommand};
 
 /// A copy of the dataset with `mutate` applied.
 fn corrupt(dir: &Path, tag: &str, mutate: impl FnOnce(&Path)) -> PathBuf {
     let p = dir.join(format!("{tag}.h5"));
-    std::fs::copy(dataset(), &p).unwrap();
+    std::fs::copy(cnr2000_k10(), &p).unwrap();
     mutate(&p);
     p
 }
@@ -91,8 +54,8 @@ fn refused(data: &Path, np: usize, needles: &[&str]) {
 fn corrupt_csr_arrays_are_refused_with_exit_2_naming_dataset_and_entry() {
     let dir = tempdir();
     let d = dir.path();
-    let ip: Vec<u64> = read(dataset(), "train/indptr");
-    let idx: Vec<u32> = read(dataset(), "train/indices");
+    let ip: Vec<u64> = h5_read(cnr2000_k10(), "train/indptr");
+    let idx: Vec<u32> = h5_read(cnr2000_k10(), "train/indices");
     // A row with at least two arcs, away from the ends.
     let row = (ip.len() / 2..ip.len() - 1)
         .find(|&r| ip[r + 1] - ip[r] >= 2)
@@ -102,7 +65,7 @@ fn corrupt_csr_arrays_are_refused_with_exit_2_naming_dataset_and_entry() {
     let p = corrupt(d, "decreasing", |p| {
         let mut v = ip.clone();
         v[row + 1] = v[row] - 1;
-        write(p, "train/indptr", &v);
+        h5_write(p, "train/indptr", &v);
     });
     refused(
         &p,
@@ -113,14 +76,14 @@ fn corrupt_csr_arrays_are_refused_with_exit_2_naming_dataset_and_entry() {
 
     let p = corrupt(d, "shifted", |p| {
         let v: Vec<u64> = ip.iter().map(|x| x + 1).collect();
-        write(p, "train/indptr", &v);
+        h5_write(p, "train/indptr", &v);
     });
     refused(&p, 1, &["train/indptr", "starts at 1, expected 0"]);
 
     let p = corrupt(d, "duplicate", |p| {
         let mut v = idx.clone();
         v[a + 1] = v[a];
-        write(p, "train/indices", &v);
+        h5_write(p, "train/indices", &v);
     });
     refused(
         &p,
@@ -134,7 +97,7 @@ fn corrupt_csr_arrays_are_refused_with_exit_2_naming_dataset_and_entry() {
     let p = corrupt(d, "out-of-range", |p| {
         let mut v = idx.clone();
         v[b - 1] = u32::MAX;
-        write(p, "train/indices", &v);
+        h5_write(p, "train/indices", &v);
     });
     refused(
         &p,
@@ -144,8 +107,8 @@ fn corrupt_csr_arrays_are_refused_with_exit_2_naming_dataset_and_entry() {
     refused(&p, 2, &["train/indices", "has id"]);
 
     // The same count per column but another arc: only the transpose check sees it.
-    let tip: Vec<u64> = read(dataset(), "train_t/indptr");
-    let tidx: Vec<u32> = read(dataset(), "train_t/indices");
+    let tip: Vec<u64> = h5_read(cnr2000_k10(), "train_t/indptr");
+    let tidx: Vec<u32> = h5_read(cnr2000_k10(), "train_t/indices");
     let col = (0..tip.len() - 1)
         .find(|&c| {
             let r = &tidx[tip[c] as usize..tip[c + 1] as usize];
@@ -155,7 +118,7 @@ fn corrupt_csr_arrays_are_refused_with_exit_2_naming_dataset_and_entry() {
     let p = corrupt(d, "not-transpose", |p| {
         let mut v = tidx.clone();
         v[tip[col] as usize] += 1;
-        write(p, "train_t/indices", &v);
+        h5_write(p, "train_t/indices", &v);
     });
     refused(&p, 1, &["train_t/indices", "not the transpose of /train"]);
     refused(&p, 2, &["train_t/indices", "not the transpose of /train"]);
@@ -173,7 +136,7 @@ fn corrupt_csr_arrays_are_refused_with_exit_2_naming_dataset_and_entry() {
     });
     refused(&p, 1, &["train/indptr", "entries, expected"]);
 
-    let test_rows: Vec<u32> = read(dataset(), "test/rows");
+    let test_rows: Vec<u32> = h5_read(cnr2000_k10(), "test/rows");
     let p = corrupt(d, "test-row-with-arcs", |p| {
         let mut v = test_rows.clone();
         // A row with training arcs, between its neighbours in the list.
@@ -184,15 +147,15 @@ fn corrupt_csr_arrays_are_refused_with_exit_2_naming_dataset_and_entry() {
             .find(|&r| ip[r as usize + 1] > ip[r as usize])
             .unwrap();
         v[k] = r;
-        write(p, "test/rows", &v);
+        h5_write(p, "test/rows", &v);
     });
     refused(&p, 1, &["train/indices", "has training arcs"]);
 
-    let hip: Vec<u64> = read(dataset(), "test/holdout/indptr");
+    let hip: Vec<u64> = h5_read(cnr2000_k10(), "test/holdout/indptr");
     let p = corrupt(d, "empty-holdout", |p| {
         let mut v = hip.clone();
         v[1] = v[0];
-        write(p, "test/holdout/indptr", &v);
+        h5_write(p, "test/holdout/indptr", &v);
     });
     refused(
         &p,
@@ -207,7 +170,7 @@ fn thread_counts_beyond_8_per_core_are_refused() {
         let run = TestCommand::direct()
             .arg("als")
             .arg("--data")
-            .arg(dataset())
+            .arg(cnr2000_k10())
             .args(["--dim", "8", "--epochs", "1", "--threads", bad])
             .run();
         run.expect_code(2);
@@ -217,7 +180,7 @@ fn thread_counts_beyond_8_per_core_are_refused() {
     let run = TestCommand::direct()
         .arg("als")
         .arg("--data")
-        .arg(dataset())
+        .arg(cnr2000_k10())
         .args(["--threads", &huge])
         .run();
     run.expect_code(2);

@@ -9,7 +9,7 @@
 //! fixed, so a failure reproduces; proptest then shrinks it to a small mutation.
 //! Each test prints how many mutated inputs it ran (shrinking runs count too).
 
-mod util;
+use crate::util;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};

@@ -2,7 +2,7 @@
 //! `--eval-rows` sample (the same rows and recall bits at every rank count), `all`
 //! against the reference full evaluation, and a bf16 H against the same values in f32.
 
-mod util;
+use crate::util;
 
 use std::path::Path;
 use torusrec::als::eval::{

@@ -1,60 +1,25 @@
 //! End-to-end runs of `torusrec embed`, `plan` and `generate clicks` under `mpirun`:
 //! every placement at several rank counts, dedup on and off give the same checksum,
-//! a click log trains like generated data, preemption writes a checkpoint and exits
-//! 75 and the resumed run equals the uninterrupted one (also resumed on another rank
-//! count), a NaN holds the run (76) until released, a corrupt checkpoint holds it,
-//! and bad input exits 2 on every rank with one message.
+//! a click log trains like generated data, and bad input exits 2 on every rank with
+//! one message. Checkpoints, preemption and the hold of these runs: `ckpt::embed`.
 
-mod util;
+use crate::util;
 
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
-use util::{tempdir, Output, TestCommand};
+use util::{serial, tempdir, tiny_embed, Output, TestCommand};
 
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
+/// The tiny model's run of 12 steps at `np` ranks with `extra` flags.
 fn embed_cmd(np: usize, extra: &[&str]) -> TestCommand {
-    embed_steps(np, "12").args(extra)
-}
-
-/// [`embed_cmd`]'s run with `steps` steps.
-fn embed_steps(np: usize, steps: &str) -> TestCommand {
-    let base = [
-        "embed",
-        "--preset",
-        "tiny",
-        "--global-batch",
-        "128",
-        "--steps",
-        steps,
-        "--log-every",
-        "4",
-        "--eval-examples",
-        "2048",
-        "--table-lr",
-        "0.05",
-        "--dense-lr",
-        "0.01",
-        "--threads",
-        "1",
-    ];
-    TestCommand::mpirun(np).args(base)
+    tiny_embed(np, "12", "4").args(extra)
 }
 
 fn embed(np: usize, extra: &[&str]) -> Output {
     embed_cmd(np, extra).run()
 }
 
-fn checksum(o: &Output) -> String {
-    o.final_checksum()
-}
-
 #[test]
 fn every_placement_runs_and_dedup_does_not_change_the_bits() {
-    let _g = serial();
+    let _serial = serial();
     for np in [1, 2, 4] {
         let mut sums = Vec::new();
         for plan in [
@@ -68,18 +33,18 @@ fn every_placement_runs_and_dedup_does_not_change_the_bits() {
             let o = embed(np, &["--plan", plan]);
             o.expect_code(0)
                 .stdout_has(&["plan: ", "step     12/12", "final: eval AUC"]);
-            sums.push(checksum(&o));
+            sums.push(o.final_checksum());
         }
         // The same placement, dedup off: the same bits.
         let off = embed(np, &["--plan", "column", "--no-dedup"]);
         off.expect_code(0);
         assert_eq!(
-            checksum(&off),
+            off.final_checksum(),
             sums[4],
             "P={np}: --no-dedup changed the result"
         );
         // Different placements sum in other orders: close, not equal (checked in
-        // tests/embed_threads.rs); here they must all have trained.
+        // `embed::threads`); here they must all have trained.
         assert!(sums.iter().all(|s| s.len() == 16));
     }
 }
@@ -97,11 +62,15 @@ fn final_auc(o: &Output) -> f64 {
 
 #[test]
 fn the_dense_gemm_option_picks_the_kernel_each_reproducible() {
-    let _g = serial();
+    let _serial = serial();
     let blas = embed(2, &["--dense-gemm", "openblas"]);
     blas.expect_code(0).stdout_has(&["(openblas GEMM)"]);
     let again = embed(2, &["--dense-gemm", "openblas"]);
-    assert_eq!(checksum(&again), checksum(&blas), "openblas twice");
+    assert_eq!(
+        again.final_checksum(),
+        blas.final_checksum(),
+        "openblas twice"
+    );
     let auto = embed(2, &[]);
     auto.expect_code(0);
     if auto.stdout.contains("(torusrec-avx512 GEMM)") {
@@ -109,8 +78,16 @@ fn the_dense_gemm_option_picks_the_kernel_each_reproducible() {
         // rounds otherwise than OpenBLAS (other bits) and trains the same model.
         let avx = embed(2, &["--dense-gemm", "avx512"]);
         avx.expect_code(0).stdout_has(&["(torusrec-avx512 GEMM)"]);
-        assert_eq!(checksum(&avx), checksum(&auto), "auto is avx512 here");
-        assert_ne!(checksum(&avx), checksum(&blas), "the kernels round alike?");
+        assert_eq!(
+            avx.final_checksum(),
+            auto.final_checksum(),
+            "auto is avx512 here"
+        );
+        assert_ne!(
+            avx.final_checksum(),
+            blas.final_checksum(),
+            "the kernels round alike?"
+        );
         assert!(
             (final_auc(&avx) - final_auc(&blas)).abs() < 0.01,
             "AUC {} against {}",
@@ -120,7 +97,7 @@ fn the_dense_gemm_option_picks_the_kernel_each_reproducible() {
     } else {
         // No AVX-512: `auto` is OpenBLAS, and `avx512` is refused before training.
         auto.stdout_has(&["(openblas GEMM)"]);
-        assert_eq!(checksum(&auto), checksum(&blas));
+        assert_eq!(auto.final_checksum(), blas.final_checksum());
         embed(2, &["--dense-gemm", "avx512"])
             .expect_code(2)
             .stderr_has(&["no AVX-512F"]);
@@ -129,7 +106,7 @@ fn the_dense_gemm_option_picks_the_kernel_each_reproducible() {
 
 #[test]
 fn a_click_log_trains_and_bad_logs_exit_2_on_every_rank() {
-    let _g = serial();
+    let _serial = serial();
     let dir = tempdir();
     let log = dir.path().join("clicks.h5");
     TestCommand::direct()
@@ -212,7 +189,7 @@ fn a_click_log_trains_and_bad_logs_exit_2_on_every_rank() {
 
 #[test]
 fn bad_configs_exit_2_once() {
-    let _g = serial();
+    let _serial = serial();
     let dir = tempdir();
     let toml = dir.path().join("m.toml");
     std::fs::write(&toml, "[[table]]\nname = \"a\"\nvocab = 100\ndim = 0\n").unwrap();
@@ -282,143 +259,9 @@ fn bad_configs_exit_2_once() {
         .stderr_has(&["made for 3 ranks"]);
 }
 
-fn ckpt_run(np: usize, dir: &Path, extra: &[&str]) -> Output {
-    ckpt_cmd(np, dir, extra).run()
-}
-
-fn ckpt_cmd(np: usize, dir: &Path, extra: &[&str]) -> TestCommand {
-    let d = dir.to_str().unwrap();
-    embed_cmd(np, &["--checkpoint-dir", d, "--plan", "row_cyclic"]).args(extra)
-}
-
-#[test]
-fn preemption_checkpoints_and_resume_is_exact() {
-    let _g = serial();
-    let reference = embed(2, &["--plan", "row_cyclic"]);
-    reference.expect_code(0);
-    for at in ["1", "5", "11"] {
-        let dir = tempdir();
-        let o = ckpt_cmd(2, dir.path(), &[])
-            .env("TORUSREC_PREEMPT_AT", at)
-            .run();
-        o.expect_code(75).stderr_has(&["preempted", "checkpoint"]);
-        let r = ckpt_run(2, dir.path(), &["--resume", "auto"]);
-        r.expect_code(0).stdout_has(&["resumed from"]);
-        assert_eq!(checksum(&r), checksum(&reference), "preempted at {at}");
-    }
-    // Resume on another rank count and another plan: it finishes where it should.
-    let dir = tempdir();
-    let d = dir.path().to_str().unwrap();
-    embed_cmd(4, &["--checkpoint-dir", d, "--plan", "column"])
-        .env("TORUSREC_PREEMPT_AT", "6")
-        .run()
-        .expect_code(75);
-    embed(
-        3,
-        &[
-            "--checkpoint-dir",
-            d,
-            "--plan",
-            "row_block",
-            "--resume",
-            "auto",
-        ],
-    )
-    .expect_code(0)
-    .stdout_has(&["written by 4 rank(s)) at step 6", "step     12/12"]);
-}
-
-#[test]
-fn with_pipelining_a_resume_from_a_periodic_checkpoint_is_exact() {
-    let _g = serial();
-    // The uninterrupted run writes checkpoints at steps 4, 8 and 12; a run resumed
-    // from the one at step 4 must end with the same bits, although the uninterrupted
-    // run had looked step 5 up during step 4.
-    let dir = tempdir();
-    let args = ["--pipeline", "--checkpoint-every", "4", "--accumulate", "2"];
-    let full = ckpt_run(2, dir.path(), &args);
-    full.expect_code(0);
-    let steps: Vec<u64> = torusrec::ckpt::list(dir.path())
-        .unwrap()
-        .iter()
-        .map(|c| c.0)
-        .collect();
-    assert_eq!(steps, vec![4, 8, 12]);
-    let at4 = dir.path().join(torusrec::ckpt::file_name(4));
-    let again = tempdir();
-    let mut resume = args.to_vec();
-    resume.extend(["--resume", at4.to_str().unwrap()]);
-    let r = ckpt_run(2, again.path(), &resume);
-    r.expect_code(0).stdout_has(&["resumed from", "at step 4"]);
-    assert_eq!(checksum(&r), checksum(&full));
-}
-
-/// A restart under the hold of an embedding-model run names the step the hold
-/// happened in (the hold has a step, no epoch: it used to say "epoch ?").
-#[test]
-fn a_restart_under_an_embed_hold_names_its_step() {
-    let _g = serial();
-    let dir = tempdir();
-    ckpt_cmd(2, dir.path(), &[])
-        .env("TORUSREC_INJECT_NAN", "3@0")
-        .run()
-        .expect_code(76)
-        .stderr_has(&["on rank 0 at step 3"]);
-    ckpt_run(2, dir.path(), &["--resume", "auto"])
-        .expect_code(76)
-        .stderr_has(&["HOLD.json", "(rank 0, step 3)", "--release-hold"])
-        .occurs("epoch", 0);
-}
-
-#[test]
-fn nan_holds_the_run_and_corrupt_checkpoints_hold_it() {
-    let _g = serial();
-    let dir = tempdir();
-    let o = ckpt_cmd(3, dir.path(), &["--checkpoint-every", "2"])
-        .env("TORUSREC_INJECT_NAN", "5@1")
-        .run();
-    o.expect_code(76)
-        .occurs("non-finite", 1)
-        .stderr_has(&["on rank 1 at step 5"]);
-    let hold = torusrec::ckpt::read_hold(dir.path())
-        .unwrap()
-        .expect("HOLD.json");
-    assert_eq!((hold.rank, hold.step, hold.epoch), (Some(1), Some(5), None));
-    ckpt_run(3, dir.path(), &["--resume", "auto"])
-        .expect_code(76)
-        .stderr_has(&["HOLD.json"]);
-    // Released, but another seed: the checkpoint does not belong to this run.
-    ckpt_run(
-        3,
-        dir.path(),
-        &["--resume", "auto", "--release-hold", "--seed", "9"],
-    )
-    .expect_code(76)
-    .stderr_has(&["configuration"]);
-    ckpt_run(3, dir.path(), &["--resume", "auto", "--release-hold"])
-        .expect_code(0)
-        .stdout_has(&["resumed from", "at step 4"]);
-
-    // Flip bytes in the middle of the newest checkpoint: restore refuses with 76.
-    let (_, newest) = torusrec::ckpt::list(dir.path()).unwrap().pop().unwrap();
-    let mut bytes = std::fs::read(&newest).unwrap();
-    let n = bytes.len();
-    for b in &mut bytes[n / 2..n / 2 + 64] {
-        *b ^= 0x5a;
-    }
-    std::fs::write(&newest, &bytes).unwrap();
-    ckpt_run(2, dir.path(), &["--resume", newest.to_str().unwrap()])
-        .expect_code(76)
-        .stderr_has(&["ckpt-"]);
-    assert!(
-        newest.exists(),
-        "a corrupt checkpoint is kept for a person to look at"
-    );
-}
-
 #[test]
 fn pooled_output_mode_trains_over_mpi_with_the_bits_of_rows() {
-    let _g = serial();
+    let _serial = serial();
     for plan in ["table", "column"] {
         let rows = embed(2, &["--plan", plan, "--output-mode", "rows"]);
         let pooled = embed(2, &["--plan", plan, "--output-mode", "pooled"]);
@@ -426,7 +269,7 @@ fn pooled_output_mode_trains_over_mpi_with_the_bits_of_rows() {
         pooled
             .expect_code(0)
             .stdout_has(&["output 5 pooled, 0 rows"]);
-        assert_eq!(checksum(&rows), checksum(&pooled), "{plan}");
+        assert_eq!(rows.final_checksum(), pooled.final_checksum(), "{plan}");
     }
     // The planner names each table's mode and both modes' bytes.
     let o = TestCommand::direct()
@@ -453,7 +296,7 @@ fn large_allocs(metrics: &Path) -> Vec<f64> {
 
 #[test]
 fn a_step_allocates_no_large_buffer_once_its_buffers_have_grown() {
-    let _g = serial();
+    let _serial = serial();
     let dir = tempdir();
     // Per-table payloads of this shape are well above the 64 KiB that counts.
     for (i, extra) in [
@@ -498,53 +341,4 @@ fn a_step_allocates_no_large_buffer_once_its_buffers_have_grown() {
             "{extra:?}: large allocations per step"
         );
     }
-}
-
-#[test]
-fn a_run_neither_mixes_checkpoint_directories_nor_overwrites_an_output_it_did_not_write() {
-    let _g = serial();
-    let dir = tempdir();
-    let ck = dir.path().join("ck");
-    let cks = ck.to_str().unwrap();
-    let run = |steps: &str, extra: &[&str]| {
-        embed_steps(2, steps)
-            .args(["--checkpoint-dir", cks])
-            .args(extra)
-            .run()
-    };
-    let steps = || -> Vec<u64> {
-        torusrec::ckpt::list(&ck)
-            .unwrap()
-            .iter()
-            .map(|c| c.0)
-            .collect()
-    };
-    run("12", &["--checkpoint-every", "4"]).expect_code(0);
-    assert_eq!(steps(), vec![4, 8, 12]);
-    // A fresh run would delete them by retention: refused, nothing deleted.
-    run("12", &["--seed", "3"])
-        .expect_code(2)
-        .occurs("3 checkpoint(s) of an earlier run", 1);
-    // A branch from step 4 into the same directory: 8 and 12 would outlive its own.
-    let at4 = ck.join(torusrec::ckpt::file_name(4));
-    run("12", &["--resume", at4.to_str().unwrap()])
-        .expect_code(2)
-        .occurs("2 checkpoint(s) past step 4", 1);
-    // Resuming past --steps is refused rather than reporting a run it did not do.
-    run("8", &["--resume", "auto"])
-        .expect_code(2)
-        .occurs("at step 12, past --steps 8", 1);
-    assert_eq!(steps(), vec![4, 8, 12]);
-
-    // --resume auto with nothing to resume is a first attempt: --out is protected.
-    let out = dir.path().join("model.h5");
-    std::fs::write(&out, "precious").unwrap();
-    let fresh = dir.path().join("empty");
-    embed_steps(2, "2")
-        .args(["--checkpoint-dir", fresh.to_str().unwrap()])
-        .args(["--resume", "auto", "--out", out.to_str().unwrap()])
-        .run()
-        .expect_code(2)
-        .stderr_has(&["--force"]);
-    assert_eq!(std::fs::read_to_string(&out).unwrap(), "precious");
 }

@@ -4,7 +4,7 @@
 //! equal to the occurrences trained, evaluation leaving the tables alone, a key's
 //! admission the same on every sending rank, and pipelining refused.
 
-mod util;
+use crate::util;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -159,13 +159,6 @@ fn summed(c: &ThreadComm, mut v: [u64; 6]) -> [u64; 6] {
     v
 }
 
-fn tmp() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("torusrec-hash-")
-        .tempdir()
-        .unwrap()
-}
-
 fn ckpt_path(dir: &Path, step: u64) -> PathBuf {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
@@ -215,7 +208,7 @@ fn a_resumed_run_continues_bit_for_bit_with_eviction() {
         let (data, model) = hash_model(TIGHT, 2, evict);
         let cfg = config(&data, &model, 6);
         for p in [2, 3] {
-            let dir = tmp();
+            let dir = util::tempdir();
             let res = run(p, |c| {
                 // Uninterrupted.
                 let mut tr = trainer(&c, &data, &cfg);
@@ -251,7 +244,7 @@ fn a_resumed_run_continues_bit_for_bit_with_eviction() {
 fn resharding_4_to_2_to_3_keeps_every_entry() {
     let (data, model) = hash_model(ROOMY, 2, Evict::Lfu);
     let cfg = config(&data, &model, 4);
-    let (d4, d2) = (tmp(), tmp());
+    let (d4, d2) = (util::tempdir(), util::tempdir());
     let at4 = run(4, |c| {
         let mut tr = trainer(&c, &data, &cfg);
         train_to(&c, &mut tr, 4);
@@ -300,7 +293,7 @@ fn resharding_4_to_2_to_3_keeps_every_entry() {
 fn a_warm_start_on_another_rank_count_keeps_counts_and_resets_steps() {
     let (data, model) = hash_model(ROOMY, 2, Evict::Ttl(3));
     let cfg = config(&data, &model, 4);
-    let dir = tmp();
+    let dir = util::tempdir();
     let before = run(2, |c| {
         let mut tr = trainer(&c, &data, &cfg);
         train_to(&c, &mut tr, 4);

@@ -3,20 +3,19 @@
 //! resuming on another rank count, crashes while a checkpoint is written, corrupt and
 //! mismatched checkpoints, and the NaN hold (docs/design.md, "Exit codes" and "Checkpoints").
 //!
-//! Every run is under a timeout. The tests take a process-wide lock and run one at a
+//! Every run is under a timeout. The tests take [`util::serial`] and run one at a
 //! time: they start up to four ranks each, and the signal tests depend on timing.
 
-mod util;
+use crate::util;
 
 use std::ffi::{OsStr, OsString};
-use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{mpsc, Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use torusrec::ckpt::file_name;
-use util::{bin, cnr2000, rank_codes, tempdir, Output, TIMEOUT};
+use util::{bin, collect, drain, rank_codes, serial, shell_quote, tempdir, Output, TIMEOUT};
 
 const DIM: usize = 16;
 const STEP_NNZ: u64 = 50_000;
@@ -30,12 +29,7 @@ const LONG_EPOCHS: usize = 60;
 // ---------------------------------------------------------------------------------
 // one test at a time, the dataset and the uninterrupted reference runs
 
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The cnr-2000 K = 10 variant (22,988 nodes), prepared once per test process.
+/// The cnr-2000 K = 10 variant (22,988 nodes, [`util::cnr2000_k10`]) and its steps.
 struct Data {
     path: PathBuf,
     /// `ceil(train_nnz / STEP_NNZ)`.
@@ -45,10 +39,7 @@ struct Data {
 fn data() -> &'static Data {
     static DATA: OnceLock<Data> = OnceLock::new();
     DATA.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ckpt-tests");
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("cnr2000-k10.h5");
-        prepare(&path, 42);
+        let path = util::cnr2000_k10().to_path_buf();
         let f = torusrec::h5::open(&path).unwrap();
         let indptr = f
             .dataset("train/indptr")
@@ -72,23 +63,10 @@ fn data() -> &'static Data {
 /// `torusrec prepare` of cnr-2000 with K = 10 and split seed `seed`.
 fn prepare(out: &Path, seed: u64) {
     let seed = seed.to_string();
-    let run = util::TestCommand::direct()
-        .arg("prepare")
-        .arg("--input")
-        .arg(cnr2000())
-        .args([
-            "--format",
-            "bv",
-            "--min-links",
-            "10",
-            "--seed",
-            &seed,
-            "--force",
-        ])
-        .arg("--out")
-        .arg(out)
-        .run();
-    run.expect_code(0);
+    util::prepare_cnr2000(util::TestCommand::direct(), 10, out)
+        .args(["--seed", &seed, "--force"])
+        .run()
+        .expect_code(0);
 }
 
 /// What an uninterrupted run produced.
@@ -121,7 +99,7 @@ fn reference(np: usize, epochs: usize) -> Arc<Reference> {
         .run();
     run.expect_code(0);
     let r = Arc::new(Reference {
-        checksum: final_checksum(&run),
+        checksum: run.final_checksum(),
         w: read_table(&out, "W"),
         h: read_table(&out, "H"),
     });
@@ -404,27 +382,6 @@ fn signal(pid: u32, sig: &str) {
         .status();
 }
 
-fn drain(mut r: impl Read + Send + 'static) -> mpsc::Receiver<Vec<u8>> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        let _ = r.read_to_end(&mut buf);
-        let _ = tx.send(buf);
-    });
-    rx
-}
-
-fn collect(rx: &mpsc::Receiver<Vec<u8>>) -> String {
-    match rx.recv_timeout(Duration::from_secs(10)) {
-        Ok(b) => String::from_utf8_lossy(&b).into_owned(),
-        Err(_) => "<output not closed: a leftover process still holds the pipe>".into(),
-    }
-}
-
-fn shell_quote(p: &Path) -> String {
-    format!("'{}'", p.to_string_lossy().replace('\'', r"'\''"))
-}
-
 /// (pid, parent pid, command name) of every process.
 fn processes() -> Vec<(u32, u32, String)> {
     let mut v = Vec::new();
@@ -516,26 +473,6 @@ fn names(dir: &Path) -> Vec<String> {
     v
 }
 
-/// The checksum of the `final:` line.
-#[track_caller]
-fn final_checksum(run: &Output) -> String {
-    let line = run
-        .stdout
-        .lines()
-        .find(|l| l.starts_with("final:"))
-        .unwrap_or_else(|| panic!("no `final:` line\n{}", run.dump()));
-    let mut words = line.split_whitespace();
-    words.find(|w| *w == "checksum");
-    let sum = words
-        .next()
-        .unwrap_or_else(|| panic!("no checksum in {line:?}"));
-    assert!(
-        sum.len() == 16 && sum.chars().all(|c| c.is_ascii_hexdigit()),
-        "checksum {sum:?} is not 16 hex digits"
-    );
-    sum.to_string()
-}
-
 #[track_caller]
 fn assert_rank_codes(dir: &Path, np: usize, want: i32, run: &Output) {
     let got = rank_codes(dir, np);
@@ -614,7 +551,7 @@ fn relative_difference(got: &Table, want: &Table) -> (f64, f64) {
 fn assert_resumed_equal(run: &Output, out: &Path, reference: &Reference, what: &str) {
     run.expect_code(0);
     assert_eq!(
-        final_checksum(run),
+        run.final_checksum(),
         reference.checksum,
         "{what}: the resumed run's checksum differs from the uninterrupted run\n{}",
         run.dump()
@@ -905,7 +842,7 @@ fn checkpoint_from_4_ranks_resumes_on_2_and_3_ranks() {
             assert_resumed_equal(&resumed, &out, &reference, "resumed on 4 ranks");
             continue;
         }
-        let checksum = final_checksum(&resumed);
+        let checksum = resumed.final_checksum();
         for (name, want) in [("W", &reference.w), ("H", &reference.h)] {
             let got = read_table(&out, name);
             let (max_rel, frob_rel) = relative_difference(&got, want);

@@ -12,7 +12,7 @@
 //!    naming file and line, with nothing written; truncated and corrupt gzip; an empty
 //!    input; a preemption signal.
 
-mod util;
+use crate::util;
 
 use std::path::{Path, PathBuf};
 

@@ -8,12 +8,12 @@
 //! The cases run one after another (each is a short run of the binary); all failures
 //! are reported together. A few run at 2 ranks to show that every rank exits alike.
 
-mod util;
+use crate::util;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use util::{cnr2000, rank_codes, tempdir, TestCommand};
+use util::{cnr2000, h5_read, rank_codes, tempdir, TestCommand};
 
 /// One malformed input and what the binary must answer.
 struct Case {
@@ -170,17 +170,11 @@ fn props_with(key: &str, value: &str) -> Vec<u8> {
         .into_bytes()
 }
 
-fn h5_read<T: hdf5::H5Type>(path: &Path, name: &str) -> Vec<T> {
-    let f = torusrec::h5::open(path).unwrap();
-    f.dataset(name).unwrap().read_raw::<T>().unwrap()
-}
-
 /// A copy of `src` with dataset `name` overwritten by `v` (same length).
 fn h5_with<T: hdf5::H5Type>(dir: &Path, tag: &str, src: &Path, name: &str, v: &[T]) -> String {
     let p = dir.join(format!("{tag}.h5"));
     std::fs::copy(src, &p).unwrap();
-    let f = torusrec::h5::open_rw(&p).unwrap();
-    f.dataset(name).unwrap().write_raw(v).unwrap();
+    util::h5_write(&p, name, v);
     s(&p)
 }
 
@@ -236,12 +230,7 @@ fn every_bad_input_exits_2_with_a_message() {
 
     // ---- A prepared dataset (cnr-2000, K = 10) and a click log to corrupt.
     let good = d.join("good.h5");
-    TestCommand::direct()
-        .arg("prepare")
-        .arg("--input")
-        .arg(cnr2000())
-        .args(["--format", "bv", "--min-links", "10", "--out"])
-        .arg(&good)
+    util::prepare_cnr2000(TestCommand::direct(), 10, &good)
         .run()
         .expect_code(0);
     let spec = write(d, "spec.toml", SPEC_OK.as_bytes());

@@ -3,7 +3,7 @@
 //! give the same bits, K micro-batches equal one big batch, uneven and empty
 //! per-rank batches do not hang.
 
-mod util;
+use crate::util;
 
 use torusrec::comm::threads::run;
 use torusrec::comm::Comm;

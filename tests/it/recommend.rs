@@ -5,7 +5,7 @@
 //! ties by id); seen arcs are never recommended; bad ids, bad outputs and a model of
 //! another dataset exit 2; a preemption between blocks exits 75 leaving no output.
 
-mod util;
+use crate::util;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

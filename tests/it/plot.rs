@@ -3,7 +3,7 @@
 //! rasterized to PNG (resvg) at the size asked for; bad inputs exit 2 naming the file
 //! (and line), and an existing output is kept without --force.
 
-mod util;
+use crate::util;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

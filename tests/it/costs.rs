@@ -3,7 +3,7 @@
 //! (exit 2, naming the field); a table made expensive in the file moves; `embed
 //! --costs` predicts its step at the start and reports the measured one at the end.
 
-mod util;
+use crate::util;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@
 //! its budget), and the binary end to end (the printed `als` command reproduces the
 //! final training; bad options exit 2; the same split under mpirun at 1-3 ranks).
 
-mod util;
+use crate::util;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -19,7 +19,7 @@ use torusrec::ckpt::signals::Preemption;
 use torusrec::comm::single::SingleComm;
 use torusrec::comm::threads::run;
 use torusrec::data::dataset::Dataset;
-use util::{cnr2000, tempdir, TestCommand};
+use util::{tempdir, TestCommand};
 
 fn config(data: &Path) -> AlsConfig {
     AlsConfig {
@@ -405,12 +405,7 @@ fn bad_options_exit_2_with_a_message() {
 
 fn prepare_cnr(dir: &Path) -> PathBuf {
     let out = dir.join("cnr-k50.h5");
-    TestCommand::direct()
-        .arg("prepare")
-        .arg("--input")
-        .arg(cnr2000())
-        .args(["--format", "bv", "--min-links", "50", "--out"])
-        .arg(&out)
+    util::prepare_cnr2000(TestCommand::direct(), 50, &out)
         .run()
         .expect_code(0);
     out

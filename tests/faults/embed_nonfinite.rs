@@ -1,9 +1,9 @@
 //! A non-finite embedding gradient (loss and MLP gradients finite) stops the step
-//! on every rank before anything is applied. Its own test binary: the fault is
-//! planted through the environment (`TORUSREC_INJECT_NAN_GRAD=STEP@RANK`), which
-//! would reach any other test running in the same process.
+//! on every rank before anything is applied. The fault is planted through the
+//! environment (`TORUSREC_INJECT_NAN_GRAD=STEP@RANK`).
 
-mod util;
+use crate::util;
+use crate::EnvVar;
 
 use torusrec::comm::threads::run;
 use torusrec::comm::Comm;
@@ -28,7 +28,8 @@ fn snapshot(tr: &EmbedTrainer) -> (Vec<Vec<f32>>, Vec<f32>) {
 fn a_non_finite_embedding_gradient_refuses_the_step_and_applies_nothing() {
     // Step 2, rank 1: a NaN in that rank's embedding gradient, after the backward
     // expanded it (the loss and the MLP's gradients are finite).
-    std::env::set_var("TORUSREC_INJECT_NAN_GRAD", "2@1");
+    let _serial = util::serial();
+    let _nan = EnvVar::set("TORUSREC_INJECT_NAN_GRAD", "2@1");
     let spec = preset("tiny", 1.0).unwrap();
     let opt = TableOpt::RowWiseAdagrad { lr: 0.1, eps: 1e-8 };
     let cfg = util::embed_config(&spec, opt, 24, 1, 3);

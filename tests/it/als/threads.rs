@@ -2,7 +2,7 @@
 //! single-process, dedup equals all-gather with fewer bytes, monotone loss with the
 //! exact solver, learning beyond popularity, and bad configurations.
 
-mod util;
+use crate::util;
 
 use std::path::Path;
 use torusrec::als::train::{global_train, TrainReport};
@@ -299,7 +299,7 @@ fn a_resume_with_fewer_epochs_leaves_the_tables_in_the_starting_basis() {
     assert_eq!(m.basis.rotation.len(), 16 * 16, "the checkpoint's rotation");
     // Resumed from it with --epochs 1: no epoch runs, and the model written is the
     // one-epoch run's, bit for bit (the same rotation back). Into a directory of its
-    // own: the first one holds checkpoints past this one (refused, see ckpt.rs).
+    // own: the first one holds checkpoints past this one (refused, see `ckpt::als`).
     cfg.epochs = 1;
     cfg.checkpoint.resume = torusrec::als::Resume::Path(after_one);
     cfg.checkpoint.dir = Some(dir.path().join("ckpt-branch"));

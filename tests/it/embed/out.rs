@@ -2,48 +2,17 @@
 //! its optimizer state and the MLP, equal to the run's last checkpoint bitwise and,
 //! whatever the rank count and placement, the same model (bitwise before training,
 //! where every value comes from the seed and the global id; within the tolerance of
-//! tests/embed_threads.rs after it). An existing file is refused without --force
+//! `embed::threads` after it). An existing file is refused without --force
 //! (exit 2, untouched, before training) and replaced with it; an unwritable output
 //! exits 2 before training; a preempted run writes none, its resumed run writes it.
 
-mod util;
+use crate::util;
 
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
-use util::{max_rel_diff, tempdir, Output, TestCommand};
-
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
+use util::{max_rel_diff, serial, tempdir, tiny_embed, Output, TestCommand};
 
 fn embed(np: usize, steps: &str, extra: &[&str]) -> Output {
-    TestCommand::mpirun(np)
-        .args([
-            "embed",
-            "--preset",
-            "tiny",
-            "--global-batch",
-            "128",
-            "--steps",
-            steps,
-            "--log-every",
-            "6",
-            "--eval-examples",
-            "2048",
-            "--table-lr",
-            "0.05",
-            "--dense-lr",
-            "0.01",
-            "--threads",
-            "1",
-        ])
-        .args(extra)
-        .run()
-}
-
-fn checksum(o: &Output) -> String {
-    o.final_checksum()
+    tiny_embed(np, steps, "6").args(extra).run()
 }
 
 /// The datasets of a model or checkpoint file: per table rows and (if any) state,
@@ -100,7 +69,7 @@ fn has_attr(path: &Path, name: &str) -> bool {
 
 #[test]
 fn the_model_equals_the_checkpoint_and_does_not_depend_on_the_placement() {
-    let _g = serial();
+    let _serial = serial();
     let dir = tempdir();
     let mut models = Vec::new();
     for (np, plan) in [(1, "table"), (2, "column"), (3, "row_cyclic"), (3, "auto")] {
@@ -125,7 +94,7 @@ fn the_model_equals_the_checkpoint_and_does_not_depend_on_the_placement() {
         assert_eq!(str_attr(&out, "format"), "torusrec-embed-model", "{what}");
         assert_eq!(u64_attr(&out, "version"), 1, "{what}");
         assert_eq!(u64_attr(&out, "step"), 12, "{what}");
-        assert_eq!(str_attr(&out, "checksum"), checksum(&o), "{what}");
+        assert_eq!(str_attr(&out, "checksum"), o.final_checksum(), "{what}");
         assert!(has_attr(&out, "auc") && has_attr(&out, "logloss"), "{what}");
         let (_, ckpt) = torusrec::ckpt::list(&ck).unwrap().pop().unwrap();
         let manifest = torusrec::embed::checkpoint::local_read_manifest(&ckpt).unwrap();
@@ -150,7 +119,7 @@ fn the_model_equals_the_checkpoint_and_does_not_depend_on_the_placement() {
         assert!(m.rows.iter().flatten().all(|v| v.is_finite()), "{what}");
         models.push((what, m));
     }
-    // Placements and rank counts sum in other orders: close, as in embed_threads.
+    // Placements and rank counts sum in other orders: close, as in `embed::threads`.
     let (_, reference) = &models[0];
     for (what, m) in &models[1..] {
         for t in 0..reference.rows.len() {
@@ -167,7 +136,7 @@ fn the_model_equals_the_checkpoint_and_does_not_depend_on_the_placement() {
 
 #[test]
 fn untrained_models_are_the_same_bits_at_every_placement() {
-    let _g = serial();
+    let _serial = serial();
     let dir = tempdir();
     let mut models = Vec::new();
     for (np, plan) in [
@@ -219,7 +188,7 @@ fn untrained_models_are_the_same_bits_at_every_placement() {
 
 #[test]
 fn an_existing_model_is_refused_without_force_and_replaced_with_it() {
-    let _g = serial();
+    let _serial = serial();
     let dir = tempdir();
     let out = dir.path().join("model.h5");
     std::fs::write(&out, b"an earlier model").unwrap();
@@ -247,7 +216,7 @@ fn an_existing_model_is_refused_without_force_and_replaced_with_it() {
 
 #[test]
 fn an_unwritable_output_exits_2_before_training() {
-    let _g = serial();
+    let _serial = serial();
     let dir = tempdir();
     let missing = dir.path().join("no-such-dir").join("model.h5");
     let is_dir = dir.path().join("a-dir");
@@ -273,7 +242,7 @@ fn an_unwritable_output_exits_2_before_training() {
 
 #[test]
 fn a_preempted_run_writes_no_model_and_its_resumed_run_does() {
-    let _g = serial();
+    let _serial = serial();
     let dir = tempdir();
     let ck = dir.path().join("ck");
     let out = dir.path().join("model.h5");
@@ -305,5 +274,5 @@ fn a_preempted_run_writes_no_model_and_its_resumed_run_does() {
     o.expect_code(0)
         .stdout_has(&["resumed from", "wrote the model"]);
     assert_eq!(u64_attr(&out, "step"), 8);
-    assert_eq!(str_attr(&out, "checksum"), checksum(&o));
+    assert_eq!(str_attr(&out, "checksum"), o.final_checksum());
 }

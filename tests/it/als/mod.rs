@@ -1,0 +1,8 @@
+//! iALS: evaluation, input validation, runs under `mpirun`, out-of-core layouts, and
+//! training on the thread communicator.
+
+mod eval;
+mod input;
+mod mpi;
+mod ooc;
+mod threads;

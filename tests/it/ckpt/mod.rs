@@ -1,0 +1,5 @@
+//! Checkpoints, preemption, resume and the training hold, end to end under `mpirun`:
+//! of iALS (`als`) and of the embedding model (`embed`).
+
+mod als;
+mod embed;

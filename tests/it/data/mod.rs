@@ -1,0 +1,7 @@
+//! Preparing datasets: the streaming prepare, click-log ingestion, and bad inputs
+//! (a table of cases and mutation fuzzing).
+
+mod bad_inputs;
+mod bad_inputs_fuzz;
+mod clicks_ingest;
+mod prepare_stream;
