@@ -20,6 +20,8 @@
 # measured (target: 10 % mean, 20 % worst); calibrated busy max/min (target <= 1.05
 # and never above the other two planners').
 #
+# Knobs: RANKS="2 4", WORKLOADS="torchrec-peer dlrm-synthetic skewed", KEEP_ROWS=1 (add
+# to an earlier invocation's rows), RECALIBRATE=0 (keep its costs-P.json).
 # Writes bench/costs.md (or $OUT/costs.md with QUICK=1: a tiny setting that checks
 # the script in a minute: calibrate --quick, small models, a few steps).
 # Run it on a quiet machine: the times are the point.
@@ -72,11 +74,18 @@ train() {
   "${MPI[@]}" -np "$np" "$BIN" embed "$@" --batch "$BATCH" --steps "$TOTAL" --log-every "$WARM" \
       --eval-examples 4096 --threads 1 --seed 1 --preload --plan "$plan" \
       --costs "$OUT/costs-$np.json" --metrics "$OUT/$name.jsonl" > "$OUT/$name.log" 2>&1 \
-    || { echo "run $name failed:"; tail -20 "$OUT/$name.log"; exit 1; }
+    || { local rc=$?; rm -f "$OUT/$name.jsonl"
+         # Exit 2: refused before training (e.g. the memory estimate); a row says so.
+         [[ $rc == 2 ]] && return 0
+         echo "run $name failed:"; tail -20 "$OUT/$name.log"; exit 1; }
 }
 
-# row WORKLOAD P PLANNER NAME: a table row from a run's metrics.
+# row WORKLOAD P PLANNER NAME: a table row from a run's metrics (or why it did not run).
 row() {
+  if [[ ! -f "$OUT/$4.jsonl" ]]; then
+    echo "| $1 | $2 | $3 | refused: $(grep -o 'torusrec: .*' "$OUT/$4.log" | head -1 | cut -c11-160 | tr '|' '/') | - | - | - | - | - |"
+    return
+  fi
   python3 - "$1" "$2" "$3" "$OUT/$4.jsonl" <<'PY'
 import json, sys
 w, p, planner, f = sys.argv[1:]
@@ -95,11 +104,15 @@ PY
 COMMIT="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo ' (with uncommitted changes)')"
 CPU="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 TABLE="$OUT/costs-rows.md"
-: > "$TABLE"
+# KEEP_ROWS=1 adds to the rows of an earlier invocation (e.g. RANKS=4 run apart).
+[[ "${KEEP_ROWS:-0}" == 1 ]] || : > "$TABLE"
+WORKLOADS="${WORKLOADS:-torchrec-peer dlrm-synthetic skewed}"
 for P in $RANKS; do
+  # RECALIBRATE=0 keeps an earlier invocation's costs-P.json (with KEEP_ROWS=1).
+  [[ "${RECALIBRATE:-1}" == 0 && -f "$OUT/costs-$P.json" ]] ||
   "${MPI[@]}" -np "$P" "$BIN" calibrate "${CAL[@]}" --threads 1 --out "$OUT/costs-$P.json" --force \
     > "$OUT/calibrate-$P.log" 2>&1 || { echo "calibrate at $P failed:"; tail -20 "$OUT/calibrate-$P.log"; exit 1; }
-  for W in torchrec-peer dlrm-synthetic skewed; do
+  for W in $WORKLOADS; do
     # shellcheck disable=SC2046
     model=( $(workload "$W") )
     "$BIN" plan "${model[@]}" --ranks "$P" --batch "$BATCH" --seed 1 \
@@ -125,7 +138,7 @@ done
   echo "Planners: calibrated (\`embed --plan auto --costs\`), analytic (\`plan\` with the default constants), lookup-greedy (\`plan --method lookup-greedy\`); each run predicts its plan's step with the same measured costs (\`--costs\`)."
   echo "Busy: each rank's seconds per step in the embedding phases (lookup, pooling, backward) less its seconds inside their collectives."
   echo
-  for P in $RANKS; do
+  for P in $(ls "$OUT"/calibrate-*.log 2>/dev/null | sed 's/.*calibrate-\([0-9]*\)\.log/\1/' | sort -n); do
     echo "Calibration at $P ranks (\`$OUT/costs-$P.json\`):"
     echo
     grep -E '^(calibrate|fit):' "$OUT/calibrate-$P.log" | sed 's/^/    /'
@@ -139,6 +152,8 @@ done
 import sys
 rows = [l.strip("|\n").split("|") for l in open(sys.argv[1]) if l.startswith("|")]
 rows = [[c.strip() for c in r] for r in rows]
+refused = [r for r in rows if r[3].startswith("refused")]
+rows = [r for r in rows if not r[3].startswith("refused")]
 errs = [abs(float(r[5])) for r in rows]
 print(f"Prediction error |predicted - measured| / measured over {len(rows)} runs: mean {sum(errs)/len(errs):.1f} %, worst {max(errs):.1f} % (target: 10 % mean, 20 % worst).")
 print()
@@ -156,6 +171,8 @@ for (w, p), g in sorted(groups.items()):
     print(f"- {w} at P={p}: busy max/min calibrated {c:.3f}, " + ", ".join(f"{k} {v:.3f}" for k, v in g.items() if k != "calibrated"))
 print()
 print(f"Calibrated busy max/min <= 1.05 in {sum(cal_ok)} of {len(cal_ok)} settings; no worse than both others in {sum(cal_best)} of {len(cal_best)}.")
+for r in refused:
+    print(f"- not run: {r[0]} at P={r[1]} ({r[2]}): {r[3]}")
 PY
 } > "$MD"
 echo "wrote $MD"
