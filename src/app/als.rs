@@ -137,19 +137,6 @@ pub fn global_run<C: Comm>(comm: &C, args: &AlsArgs, preempt: Preemption) -> Res
     Ok(report)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::grouped;
-
-    #[test]
-    fn grouped_digits() {
-        assert_eq!(grouped(0), "0");
-        assert_eq!(grouped(999), "999");
-        assert_eq!(grouped(1000), "1,000");
-        assert_eq!(grouped(1234567), "1,234,567");
-    }
-}
-
 /// Rank 0 logs where a run resumed: the checkpoint, its position and the read rate.
 pub(super) fn log_resumed(root: bool, e: &TrainEvent) {
     let TrainEvent::Resumed {
@@ -177,4 +164,17 @@ pub(super) fn log_resumed(root: bool, e: &TrainEvent) {
         seconds,
         mb / seconds.max(1e-9)
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::grouped;
+
+    #[test]
+    fn grouped_digits() {
+        assert_eq!(grouped(0), "0");
+        assert_eq!(grouped(999), "999");
+        assert_eq!(grouped(1000), "1,000");
+        assert_eq!(grouped(1234567), "1,234,567");
+    }
 }

@@ -412,7 +412,7 @@ fn local_pool(store: &Store, served: &Served, resp: &mut Vec<f32>) -> Vec<usize>
         parts.push(head);
         rest = tail;
     }
-    let sv = &*served;
+    let sv = served;
     // Run slot by slot (every source's bags of a slot one after another): the rows
     // the sources share are still in cache for the second. The parts stay in the
     // response's order.

@@ -31,13 +31,6 @@ pub(super) fn view2<T>(v: &[T], rows: usize, cols: usize) -> ArrayView2<'_, T> {
         .expect("invariant: a contiguous prefix of the right length")
 }
 
-/// A mutable row-major `rows x cols` view of the front of `v`.
-#[cfg(test)]
-pub(super) fn view2_mut<T>(v: &mut [T], rows: usize, cols: usize) -> ArrayViewMut2<'_, T> {
-    ArrayViewMut2::from_shape((rows, cols), &mut v[..rows * cols])
-        .expect("invariant: a contiguous prefix of the right length")
-}
-
 /// `s` as `&[f32]` when `T` is `f32` (the fast path that reads the table in place).
 #[inline(always)]
 pub(super) fn as_f32<T: TableElem>(s: &[T]) -> Option<&[f32]> {

@@ -4,7 +4,6 @@ use super::gramian::{self, *};
 use super::kernels::*;
 use super::loss::*;
 use super::*;
-use ndarray::linalg::general_mat_mul;
 
 use crate::rng::SplitMix64;
 
