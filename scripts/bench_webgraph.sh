@@ -127,6 +127,8 @@ for v in $VARIANTS; do
         else
             grep '^epoch\|^final' "$run.log" >&2 || true
         fi
+        # This run's files replace an earlier invocation's of the same run (APPEND=1).
+        awk -F'\t' -v f="$run.jsonl" '$5 != f' "$MANIFEST" > "$MANIFEST.tmp" && mv "$MANIFEST.tmp" "$MANIFEST"
         printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s %s\n' "$tag" "$scale" "$dtl" "$genlog" "$run.jsonl" "$rc" "$run.log" \
             "$commit" "$(date -u +%Y-%m-%d)" >> "$MANIFEST"
     done
