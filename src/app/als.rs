@@ -93,8 +93,13 @@ pub fn global_run<C: Comm>(comm: &C, args: &AlsArgs, preempt: Preemption) -> Res
         );
     }
     let epochs = cfg.epochs;
-    let on_epoch = |e: TrainEvent| match e {
-        TrainEvent::Resumed { .. } => log_resumed(root, &e),
+    let on_event = |e: TrainEvent| match e {
+        TrainEvent::Resumed {
+            path,
+            manifest,
+            steps_per_half,
+            seconds,
+        } => log_resumed(root, path, manifest, steps_per_half, seconds),
         TrainEvent::Epoch(r) => {
             out.line(&epoch_line(r, epochs));
             out.record(r);
@@ -105,11 +110,11 @@ pub fn global_run<C: Comm>(comm: &C, args: &AlsArgs, preempt: Preemption) -> Res
     };
     let (meta, report) = match cfg.table_dtype {
         TableDtype::F32 => {
-            let (tr, rep) = global_train_as::<C, f32>(comm, &cfg, preempt, on_epoch)?;
+            let (tr, rep) = global_train_as::<C, f32>(comm, &cfg, preempt, on_event)?;
             (tr.shards.meta.clone(), rep)
         }
         TableDtype::Bf16 => {
-            let (tr, rep) = global_train_as::<C, Bf16>(comm, &cfg, preempt, on_epoch)?;
+            let (tr, rep) = global_train_as::<C, Bf16>(comm, &cfg, preempt, on_event)?;
             (tr.shards.meta.clone(), rep)
         }
     };
@@ -138,16 +143,13 @@ pub fn global_run<C: Comm>(comm: &C, args: &AlsArgs, preempt: Preemption) -> Res
 }
 
 /// Rank 0 logs where a run resumed: the checkpoint, its position and the read rate.
-pub(super) fn log_resumed(root: bool, e: &TrainEvent) {
-    let TrainEvent::Resumed {
-        path,
-        manifest,
-        steps_per_half,
-        seconds,
-    } = e
-    else {
-        return;
-    };
+pub(super) fn log_resumed(
+    root: bool,
+    path: &std::path::Path,
+    manifest: &crate::als::checkpoint::Manifest,
+    steps_per_half: usize,
+    seconds: f64,
+) {
     if !root {
         return;
     }

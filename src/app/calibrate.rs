@@ -52,9 +52,6 @@ pub fn global_run<C: Comm>(comm: &C, a: &CalibrateArgs) -> Result<()> {
     let threads = resolve_threads(a.threads);
     let root = comm.rank() == 0;
     let setup = (|| -> Result<CalibOptions> {
-        if threads == 0 {
-            return Err(Error::Config("--threads 0: need at least one".into()));
-        }
         crate::outfile::check_output(&a.out, a.force)?;
         if root {
             crate::outfile::probe_writable(&a.out)?;

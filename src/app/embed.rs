@@ -513,9 +513,6 @@ impl EmbedArgs {
     /// agrees on the outcome.
     fn local_setup(&self, threads: usize, root: bool, ranks: usize) -> Result<Setup> {
         let a = self;
-        if threads == 0 {
-            return Err(Error::Config("--threads 0: need at least one".into()));
-        }
         if a.planner.cost_model.is_some() && a.plan != "auto" {
             return Err(Error::Config(format!(
                 "--cost-model acts on --plan auto only (the planner), not --plan {}",

@@ -357,8 +357,13 @@ pub fn global_run<C: Comm>(comm: &C, args: &TuneArgs, preempt: Preemption) -> Re
             );
         }
         let epochs = final_cfg.epochs;
-        let on_epoch = |e: TrainEvent| match e {
-            TrainEvent::Resumed { .. } => super::als::log_resumed(root, &e),
+        let on_event = |e: TrainEvent| match e {
+            TrainEvent::Resumed {
+                path,
+                manifest,
+                steps_per_half,
+                seconds,
+            } => super::als::log_resumed(root, path, manifest, steps_per_half, seconds),
             TrainEvent::Epoch(r) => {
                 if root {
                     println!(
@@ -369,8 +374,8 @@ pub fn global_run<C: Comm>(comm: &C, args: &TuneArgs, preempt: Preemption) -> Re
             }
         };
         let rep = match final_cfg.table_dtype {
-            TableDtype::F32 => global_train_as::<C, f32>(comm, &final_cfg, preempt, on_epoch)?.1,
-            TableDtype::Bf16 => global_train_as::<C, Bf16>(comm, &final_cfg, preempt, on_epoch)?.1,
+            TableDtype::F32 => global_train_as::<C, f32>(comm, &final_cfg, preempt, on_event)?.1,
+            TableDtype::Bf16 => global_train_as::<C, Bf16>(comm, &final_cfg, preempt, on_event)?.1,
         };
         let r = rep.recall.expect("the last epoch evaluates");
         if root {
