@@ -64,18 +64,11 @@
 //! ([`Refiner`]), `validation.rs` carves the validation split from the loaded shards
 //! ([`global_validation_shards`]) and `search.rs` trains and scores the points
 //! ([`global_search`], [`global_refine`]).
+//!
+//! [`Shards`]: super::shard::Shards
+//! [`Error::Interrupted`]: crate::error::Error::Interrupted
 
-use super::eval::Recall;
-use super::shard::{CsrShard, Shards};
-use super::train::{global_gramian, TableScalar, Trainer};
-use super::AlsConfig;
-use crate::ckpt::signals::Preemption;
-use crate::comm::{prefix_offsets, Comm};
-use crate::data::prepare::{global_select_rows_by, split_row_in};
-use crate::error::{Error, Result};
-use crate::rng::stream;
 use serde::{Deserialize, Serialize};
-use std::time::Instant;
 
 mod refine;
 mod schedule;
@@ -188,6 +181,7 @@ pub fn grid_points(regs: &[f32], weights: &[f32]) -> Vec<Point> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::als::eval::Recall;
 
     #[test]
     fn values_lists_and_log_ranges() {

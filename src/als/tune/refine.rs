@@ -1,7 +1,9 @@
 //! The `refine` search in (log10 reg, log10 weight): the grid cells' centres, then
 //! an opportunistic compass search (the module doc of `tune`).
 
-use super::*;
+use super::{grid_points, Point};
+use crate::als::eval::Recall;
+use crate::error::{Error, Result};
 
 /// Steps below this (in decades) are not refined further.
 pub const MIN_STEP_DECADES: f64 = 1e-3;

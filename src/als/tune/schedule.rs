@@ -1,6 +1,8 @@
 //! The epochs of the `grid` and `halving` strategies, and the trainings of `refine`.
 
-use super::*;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 pub enum Strategy {
@@ -105,6 +107,8 @@ pub fn schedule(
 /// `budget / max_epochs` (every training runs `max_epochs`), by default three times the
 /// design (12 for the default 2 x 2); refused (exit 2) when the budget does not cover
 /// the design.
+///
+/// [`refine_design`]: super::refine::refine_design
 pub fn refine_trainings(points: usize, budget: Option<usize>, max_epochs: usize) -> Result<usize> {
     let t = match budget {
         None => points.saturating_mul(3),

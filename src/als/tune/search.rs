@@ -1,6 +1,19 @@
 //! Training and scoring the points of a search.
 
-use super::*;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use super::refine::Refiner;
+use super::schedule::Rung;
+use super::Point;
+use crate::als::eval::Recall;
+use crate::als::shard::Shards;
+use crate::als::train::{global_gramian, TableScalar, Trainer};
+use crate::als::AlsConfig;
+use crate::ckpt::signals::Preemption;
+use crate::comm::Comm;
+use crate::error::{Error, Result};
 
 /// What one trained point scored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,7 +1,13 @@
 //! The validation split, carved from each rank's loaded shards (the module doc of
 //! `tune`).
 
-use super::*;
+use serde::{Deserialize, Serialize};
+
+use crate::als::shard::{CsrShard, Shards};
+use crate::comm::{prefix_offsets, Comm};
+use crate::data::prepare::{global_select_rows_by, split_row_in};
+use crate::error::{Error, Result};
+use crate::rng::stream;
 
 /// Where `tune`'s validation rows come from.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
