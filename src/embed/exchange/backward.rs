@@ -2,8 +2,19 @@
 //! tables' backward, the owners' sums over sources, the row statistics of row-wise
 //! Adagrad and the update.
 
-use super::request::{route, split_message};
-use super::*;
+use std::collections::HashMap;
+
+use rayon::prelude::*;
+
+use super::request::{global_send_request, protocol_violation, route, split_message};
+use super::{is_pooled_table, ExchangeCounts, Index, StepGrads};
+use crate::allocs::reserve_with_room as reserve_total;
+use crate::comm::{Comm, Received};
+use crate::embed::kernels::{prefetch_distinct_ahead, sq_sums, Isa};
+use crate::embed::placement::Placement;
+use crate::embed::pooled::{self, Served};
+use crate::embed::tables::{sq_sum, LocalShard, Store, TableOpt};
+use crate::{Error, Result};
 
 /// An owner's sum of one slot's gradients over sources (rows in first-seen order, or
 /// ascending when asked).

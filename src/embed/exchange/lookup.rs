@@ -1,8 +1,17 @@
 //! The forward exchange (the lookup), by phases: dedup, the pooled tables'
 //! exchange, the request, the owners' response and the placement of the rows.
 
-use super::request::{route, split_message};
-use super::*;
+use rayon::prelude::*;
+
+use super::request::{global_send_request, protocol_violation, route, split_message};
+use super::{is_pooled_table, ExchangeCounts, Index};
+use crate::allocs::{reserve_with_room as reserve_total, resize_for_overwrite};
+use crate::comm::{Comm, Received};
+use crate::embed::clicks::Batch;
+use crate::embed::kernels::{prefetch_distinct_ahead, Isa};
+use crate::embed::pooled::{self, Served};
+use crate::embed::tables::Store;
+use crate::Result;
 
 /// The rows fetched for one step. A lookup into a used value refills it in place
 /// (keeping its buffers), so that a step allocates none of its payloads.
@@ -16,7 +25,7 @@ pub struct Lookup {
     /// Per table in the `rows` mode: `ids.len() x dim` rows (empty for pooled tables).
     pub rows: Vec<Vec<f32>>,
     /// The batch's MLP input (`n x` [`ModelSpec::mlp_input`], row-major): the columns
-    /// of the `pooled` tables are filled by the lookup, the rest by [`pool`].
+    /// of the `pooled` tables are filled by the lookup, the rest by [`pool`](super::pool).
     pub x: Vec<f32>,
     /// The bags this rank pooled as an owner, for the backward.
     pub served: Served,

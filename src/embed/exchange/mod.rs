@@ -18,19 +18,15 @@
 //! This file keeps what both directions share: the dedup index, the counts, pooling
 //! and the step's gradients.
 
-use std::collections::HashMap;
-
 use rayon::prelude::*;
 
 use super::clicks::Batch;
-use super::kernels::{pool as pool_kernel, prefetch_distinct_ahead, scatter, sq_sums, Bag, Isa};
-use super::placement::{OutputMode, Placement};
-use super::pooled::{self, Served};
+use super::kernels::{pool as pool_kernel, scatter, Bag, Isa};
+use super::placement::OutputMode;
+use super::pooled;
 use super::spec::Pooling;
-use super::tables::{sq_sum, LocalShard, Store, TableOpt};
+use super::tables::Store;
 use crate::allocs::{reserve_with_room as reserve_total, resize_for_overwrite};
-use crate::comm::{Comm, Elem, Received};
-use crate::{Error, Result};
 
 mod backward;
 mod lookup;

@@ -2,7 +2,11 @@
 //! lookup, the backward and the pooled lookup ([`global_send_request`]), routed per
 //! slot ([`route`]) and parsed per source ([`split_message`]).
 
-use super::*;
+use crate::allocs::reserve_with_room as reserve_total;
+use crate::comm::{Comm, Elem, Received};
+use crate::embed::placement::{OutputMode, Placement};
+use crate::embed::tables::Store;
+use crate::Result;
 
 /// A message that breaks the exchange protocol is a bug, not an input error: panic
 /// (the panic hook aborts every rank) rather than return on one rank between
