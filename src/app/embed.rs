@@ -8,7 +8,7 @@ use crate::ckpt::signals::Preemption;
 use crate::ckpt::CheckpointConfig;
 use crate::cli::{
     DenseGemmArg, DenseOptKind, EmbedArgs, GenerateClicksArgs, ModelArgs, OutputModeArg, PlanArgs,
-    TableOptKind, VocabArg,
+    PlannerArgs, TableOptKind, VocabArg,
 };
 use crate::comm::Comm;
 use crate::embed::clicklog::{write_click_log, ClickLog};
@@ -130,6 +130,11 @@ fn plan_options(
     o.seed = seed;
     o.model = model.clone();
     o
+}
+
+/// `--mem-per-rank` in bytes (`None`: no limit); a bad size is refused (exit 2).
+fn mem_per_rank(p: &PlannerArgs) -> Result<Option<u64>> {
+    p.mem_per_rank.as_deref().map(parse_bytes).transpose()
 }
 
 /// `--cost-model`'s constants, or the defaults; printed when read from a file.
@@ -567,12 +572,7 @@ impl EmbedArgs {
                 )));
             }
         }
-        let mem = a
-            .planner
-            .mem_per_rank
-            .as_deref()
-            .map(parse_bytes)
-            .transpose()?;
+        let mem = mem_per_rank(&a.planner)?;
         if let Some(out) = &a.out {
             // A resumed run may overwrite the model its first attempt wrote.
             let resumed = checkpoint_config(a).continues_a_run();
@@ -896,12 +896,7 @@ pub fn global_plan<C: Comm>(comm: &C, a: &PlanArgs) -> Result<()> {
                     a.batch, a.ranks
                 )));
         }
-        let mem = a
-            .planner
-            .mem_per_rank
-            .as_deref()
-            .map(parse_bytes)
-            .transpose()?;
+        let mem = mem_per_rank(&a.planner)?;
         if let Some(out) = &a.out {
             crate::outfile::check_output(out, a.force)?;
         }
