@@ -188,6 +188,22 @@ fn costs_of(path: Option<&Path>, print: bool, world: usize) -> Result<Option<Cos
     Ok(Some(c))
 }
 
+/// `--costs` ([`costs_of`]) and the cost model the planner plans with: the
+/// calibration's fit, else `--cost-model`'s constants or the defaults
+/// ([`cost_model_of`]); `print` on rank 0.
+fn costs_and_model(
+    p: &PlannerArgs,
+    print: bool,
+    world: usize,
+) -> Result<(Option<Costs>, CostModel)> {
+    let costs = costs_of(p.costs.as_deref(), print, world)?;
+    let model = match &costs {
+        Some(c) => c.model(),
+        None => cost_model_of(p.cost_model.as_deref(), print)?,
+    };
+    Ok((costs, model))
+}
+
 /// Seconds with four significant digits, in plain notation.
 pub fn secs(x: f64) -> String {
     if !(x.is_finite() && x > 0.0) {
@@ -518,17 +534,16 @@ impl EmbedArgs {
     /// agrees on the outcome.
     fn local_setup(&self, threads: usize, root: bool, ranks: usize) -> Result<Setup> {
         let a = self;
-        if a.planner.cost_model.is_some() && a.plan != "auto" {
-            return Err(Error::Config(format!(
-                "--cost-model acts on --plan auto only (the planner), not --plan {}",
-                a.plan
-            )));
-        }
-        if a.planner.stats.is_some() && a.plan != "auto" {
-            return Err(Error::Config(format!(
-                "--stats acts on --plan auto only (the planner), not --plan {}",
-                a.plan
-            )));
+        for (flag, given) in [
+            ("--cost-model", a.planner.cost_model.is_some()),
+            ("--stats", a.planner.stats.is_some()),
+        ] {
+            if given && a.plan != "auto" {
+                return Err(Error::Config(format!(
+                    "{flag} acts on --plan auto only (the planner), not --plan {}",
+                    a.plan
+                )));
+            }
         }
         if a.log_every == 0 {
             return Err(Error::Config("--log-every 0: need at least 1".into()));
@@ -539,11 +554,7 @@ impl EmbedArgs {
                 a.eval_every, a.log_every
             )));
         }
-        let costs = costs_of(a.planner.costs.as_deref(), root, ranks)?;
-        let cost = match &costs {
-            Some(c) => c.model(),
-            None => cost_model_of(a.planner.cost_model.as_deref(), root)?,
-        };
+        let (costs, cost) = costs_and_model(&a.planner, root, ranks)?;
         crate::node::install_threads(threads)?;
         let (spec, source, ids) = model_and_source(a)?;
         if a.pipeline && !hash_tables(&spec).is_empty() {
@@ -654,6 +665,8 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         OutputModeArg::Rows => plan.with_modes(OutputMode::Rows),
         OutputModeArg::Pooled => plan.with_modes(OutputMode::Pooled),
     };
+    // Optimizer floats per table row, counted in every rank's table bytes.
+    let state = cfg.table_opt.state_per_row() as u64;
     if root {
         let s = &cfg.spec;
         println!(
@@ -672,15 +685,11 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
             cfg.dedup,
             cfg.pipeline
         );
-        println!(
-            "plan: {}",
-            plan_summary(s, &plan, cfg.table_opt.state_per_row() as u64)
-        );
+        println!("plan: {}", plan_summary(s, &plan, state));
     }
     // Rank 0: the step the measured costs predict for this plan (in its final modes).
     let predicted = match (&costs, &plan_stats, a.planner.costs.as_deref()) {
         (Some(c), Some(st), Some(path)) => {
-            let state = cfg.table_opt.state_per_row() as u64;
             let rep = planner::evaluate(&cfg.spec, st, &plan, &cost, state);
             let p = c.predict(
                 rep.cost_per_rank,
@@ -696,7 +705,7 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
     // Interval seconds, steps and busy seconds per rank, for the measured step.
     let mut timed: Vec<(f64, u64, Vec<f64>)> = Vec::new();
     let tables = plan
-        .bytes_per_rank(&cfg.spec, cfg.table_opt.state_per_row() as u64)
+        .bytes_per_rank(&cfg.spec, state)
         .into_iter()
         .max()
         .unwrap_or(0);
@@ -920,18 +929,14 @@ pub fn global_plan<C: Comm>(comm: &C, a: &PlanArgs) -> Result<()> {
                 "--tasks compares the planners on sampled tasks; --method and --costs act on the model's plan".into(),
             ));
         }
-        let costs = costs_of(a.planner.costs.as_deref(), comm.rank() == 0, a.ranks)?;
-        let cost = match &costs {
-            Some(c) => c.model(),
-            None => cost_model_of(a.planner.cost_model.as_deref(), comm.rank() == 0)?,
-        };
+        let (costs, cost) = costs_and_model(&a.planner, comm.rank() == 0, a.ranks)?;
         if comm.rank() != 0 {
             return Ok(());
         }
         if a.tasks > 0 {
             return plan_tasks(&spec, a, mem, &cost);
         }
-        let state = table_opt(a.planner.table_opt, 0.01).state_per_row() as u64;
+        let state = table_state_per_row(a.planner.table_opt);
         let (stats, how) = if a.estimate {
             (
                 crate::embed::stats::synthetic_stats(&spec, a.ranks, a.batch),
