@@ -115,7 +115,7 @@ fn report(c: &Costs, a: &CalibrateArgs, secs: f64) {
         c.all_reduce.len()
     );
     println!(
-        "fit: {:.1} ns per row access + bytes at {:.2} GB/s; interference {:.3} per extra table on a rank; all-to-all {:.1} us + {:.2} GB/s, all-reduce {:.1} us + {:.2} GB/s{}; MLP {:.2} GFLOP/s",
+        "fit: {:.1} ns per row access + bytes at {:.2} GB/s; interference {:.3} (k tables on a rank: 1 + that x (1 - 1/k)); all-to-all {:.1} us + {:.2} GB/s, all-reduce {:.1} us + {:.2} GB/s{}; MLP {:.2} GFLOP/s",
         m.lookup_s * 1e9,
         m.mem_bw / 1e9,
         m.interference,
@@ -143,6 +143,10 @@ fn report(c: &Costs, a: &CalibrateArgs, secs: f64) {
     println!(
         "fit: zipf over uniform per id, per width: {}",
         pairs(&f.zipf_ratio)
+    );
+    println!(
+        "fit: k tables together over alone per id, per k: {}",
+        pairs(&f.together_ratio)
     );
     println!("wrote {}", a.out.display());
 }

@@ -30,9 +30,25 @@ pub struct CostModel {
     /// Smallest memory access, in bytes (a cache line).
     pub line_bytes: f64,
     /// Multi-table interference: a rank holding `k` pieces costs `1 + interference
-    /// (k - 1)` times the sum of their costs (fitted by `torusrec calibrate` from
-    /// tables gathered together against each alone; 0: costs add up).
+    /// (1 - 1/k)` times the sum of their costs (fitted by `torusrec calibrate` from
+    /// tables gathered together against each alone; 0: costs add up). The form
+    /// saturates at `1 + interference`: once the tables a rank works through no longer
+    /// share the caches, more of them cost no more per id (measured at 2 ranks: 1.12,
+    /// 1.30 and 1.26 times alone for 2, 4 and 8 tables). A line in `k - 1` fitted to
+    /// those points and extrapolated to the 43 tables a rank of dlrm-synthetic holds
+    /// predicted 3.05 times the sum, where the measured embedding phases took 1.2 to
+    /// 1.3 times it.
     pub interference: f64,
+    /// The asking side of a `rows` table pays, per occurrence, what the calibrated
+    /// kernels pay per id: a gather to pool it from the received rows (`lookup_s +
+    /// a / mem_bw`) and a scatter to add its gradient (`lookup_s + 2 a / mem_bw`), `a`
+    /// the bytes of a row access. Without it (the defaults) an occurrence costs
+    /// `2 a / mem_bw`, streamed bytes only. `torusrec calibrate`'s fit sets it: its
+    /// per-id seconds are those kernels' (pool_bags, scatter_bags). At 2 ranks, the
+    /// all-`rows` plans' embedding phases took 58 (torchrec-peer) and 81 (skewed) ns
+    /// per occurrence more than the streamed-bytes price; the kernels' per-id
+    /// seconds add about 50 at width 64.
+    pub ask_row_access: bool,
     /// Measured correction of the row-access seconds (memory traffic and lookups) per
     /// embedding width: `[width, factor]` pairs, sorted by width; a piece of width `w`
     /// takes the factor of the nearest width (in log scale). Empty: factor 1.
@@ -49,6 +65,7 @@ impl Default for CostModel {
             shard_s: 10e-6,
             line_bytes: 64.0,
             interference: 0.0,
+            ask_row_access: false,
             width_factor: Vec::new(),
         }
     }
@@ -118,12 +135,12 @@ impl CostModel {
     }
 
     /// The cost of a rank whose pieces cost `sum` seconds together, `pieces` of them,
-    /// under multi-table interference.
+    /// under multi-table interference: `sum (1 + interference (1 - 1/pieces))`.
     pub fn with_interference(&self, sum: f64, pieces: usize) -> f64 {
         if self.interference == 0.0 || pieces < 2 {
             sum
         } else {
-            sum * (1.0 + self.interference * (pieces - 1) as f64)
+            sum * (1.0 + self.interference * interference_x(pieces))
         }
     }
 
@@ -131,6 +148,13 @@ impl CostModel {
     fn access(&self, w: usize) -> f64 {
         (4.0 * w as f64).max(self.line_bytes)
     }
+}
+
+/// The variable of the interference law for `k` tables together: `1 - 1/k` (0 for
+/// one table, tending to 1); [`CostModel::with_interference`] and the fit
+/// ([`super::calib::fit`]) share it.
+pub(crate) fn interference_x(k: usize) -> f64 {
+    1.0 - 1.0 / k.max(1) as f64
 }
 
 /// One piece of a placement: the rank, rows and width it holds.
@@ -308,6 +332,11 @@ impl<'a> Ctx<'a> {
         );
         let dedup = b * v * m.lookup_s;
         let secs = match mode {
+            OutputMode::Rows if m.ask_row_access => {
+                // Per occurrence a gather and a scatter of a row, as calibrated.
+                let a = m.access(ts.dim);
+                b * v * (2.0 * m.lookup_s + 3.0 * a / m.mem_bw) + 2.0 * u * a / m.mem_bw + dedup
+            }
             OutputMode::Rows => {
                 let a = m.access(ts.dim);
                 (2.0 * b * v * a + 2.0 * u * a) / m.mem_bw + dedup

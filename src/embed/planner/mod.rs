@@ -119,7 +119,10 @@
 //! a factor per embedding width on the row-access seconds (memory traffic and
 //! lookups of the owners and of the asking side), so that a width costs what was
 //! measured for it, and the multi-table interference `beta`: a rank holding `k`
-//! pieces costs `1 + beta (k - 1)` times their sum. The greedy and the local search
+//! pieces costs `1 + beta (1 - 1/k)` times their sum (a law that saturates: see
+//! [`calib`]). It also prices the asking side of a `rows` table per occurrence as the
+//! calibrated kernels (a gather and a scatter of a row; [`CostModel::ask_row_access`]).
+//! The greedy and the local search
 //! compare ranks by that cost; with `beta = 0` and no factors (the defaults) every
 //! cost is the sum above, bit for bit.
 //!
@@ -515,6 +518,22 @@ mod tests {
                 close(r.cost_per_rank[0], owner + ask),
                 "world {world}: {r:?}"
             );
+            // Occurrences priced as the calibrated kernels: per occurrence a gather
+            // (a lookup and 64 bytes) and a scatter (a lookup and 128 bytes) instead
+            // of 128 streamed bytes; the owner's cost is unchanged.
+            let k = CostModel {
+                ask_row_access: true,
+                ..m.clone()
+            };
+            let rk = evaluate(&spec, &stats, &plan, &k, 1);
+            let ask_k = 150.0 * (2.0 * 20e-9 + 3.0 * 64.0 / 100e9)
+                + 2.0 * 100.0 * 64.0 / 100e9
+                + 150.0 * 20e-9;
+            assert!(
+                close(rk.cost_per_rank[0], owner + ask_k),
+                "world {world}: {rk:?}"
+            );
+            assert!(ask_k > ask, "{ask_k} {ask}");
         }
     }
 
@@ -543,8 +562,9 @@ mod tests {
             ..CostModel::default()
         };
         let inter = evaluate(&spec, &stats, &plan, &m, 0);
-        // Three pieces on rank 0: 1 + 0.5 x 2 times their sum; one on rank 1: as is.
-        let want = 2.0 * plain.cost_per_rank[0];
+        // Three pieces on rank 0: 1 + 0.5 (1 - 1/3) times their sum; one on rank 1:
+        // as is.
+        let want = (1.0 + 0.5 * 2.0 / 3.0) * plain.cost_per_rank[0];
         assert!(
             (inter.cost_per_rank[0] - want).abs() <= 1e-12 * want,
             "{inter:?}"
