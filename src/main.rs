@@ -135,7 +135,7 @@ fn real_main() -> i32 {
     let comm = match world.into_torus(&dims) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("[{rank}/{size}] torusrec: {e}");
+            eprint_line(format!("[{rank}/{size}] torusrec: {e}"));
             return exit::OTHER;
         }
     };
@@ -169,12 +169,12 @@ fn real_main() -> i32 {
             e @ (Error::Preempted(_) | Error::Hold(_) | Error::Corrupt(_) | Error::Interrupted(_)),
         ) => {
             if rank == 0 {
-                eprintln!("[{rank}/{size}] torusrec: {e}");
+                eprint_line(format!("[{rank}/{size}] torusrec: {e}"));
             }
             e.exit_code()
         }
         Err(e) => {
-            eprintln!("[{rank}/{size}] torusrec: {}", error_chain(&e));
+            eprint_line(format!("[{rank}/{size}] torusrec: {}", error_chain(&e)));
             e.exit_code()
         }
     }
@@ -199,13 +199,26 @@ fn check_same_launch(world: &MpiWorld, rank: usize, size: usize) -> Result<(), i
             .join(" "),
     );
     if rank == 0 {
-        eprintln!("[0/{size}] torusrec: {e}; rank 0 runs {binary}: {line}");
+        eprint_line(format!(
+            "[0/{size}] torusrec: {e}; rank 0 runs {binary}: {line}"
+        ));
     } else if hashes[rank] != hashes[0] {
-        eprintln!(
+        eprint_line(format!(
             "[{rank}/{size}] torusrec: this rank differs from rank 0; it runs {binary}: {line}"
-        );
+        ));
     }
     Err(e.exit_code())
+}
+
+/// `line` and a newline on stderr in one write. `eprintln!` writes the pieces of its
+/// format one by one (stderr is unbuffered), so the lines of ranks that print at the
+/// same moment interleave mid-line in mpirun's forwarded output; one write of a line
+/// shorter than the pipe buffer (4 kB) is not split.
+fn eprint_line(line: String) {
+    use std::io::Write;
+    let mut s = line;
+    s.push('\n');
+    let _ = std::io::stderr().lock().write_all(s.as_bytes());
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
