@@ -22,10 +22,13 @@
 #      shapes (the planner's placement per chip count).
 # Sections 1-3 are measured; sections 4-5 are projected (and say so). Writes bench/torus.md.
 #   REPS=5 DIM=64 EPOCHS=3 OUT=out/bench-torus
+#   REUSE=1: sections 1-2 from the logs an earlier run left in $OUT (not run again; the
+#   table says so and dates them); sections 3-5 run.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REPS="${REPS:-5}"
 MEASURE_RUNS="${MEASURE_RUNS:-5}"
+REUSE="${REUSE:-0}"
 DIM="${DIM:-64}"
 EPOCHS="${EPOCHS:-3}"
 OUT="${OUT:-out/bench-torus}"
@@ -56,8 +59,12 @@ for shape in 2x2 2x4 2x2x2; do
     echo "## Collectives at $shape ($np ranks), mean of $REPS calls (slowest rank)"
     echo
   } >> "$table"
-  "${MPI[@]}" -np "$np" "$BIN" --torus "$shape" selftest --bench --reps "$REPS" \
-      > "$OUT/coll-$shape.log" 2>&1 || { tail -20 "$OUT/coll-$shape.log"; exit 1; }
+  if [[ $REUSE == 1 && -s "$OUT/coll-$shape.log" ]]; then
+    echo "(reused: \`$OUT/coll-$shape.log\` of $(date -u -r "$OUT/coll-$shape.log" '+%Y-%m-%d %H:%M UTC'), not run again)" >> "$table"; echo >> "$table"
+  else
+    "${MPI[@]}" -np "$np" "$BIN" --torus "$shape" selftest --bench --reps "$REPS" \
+        > "$OUT/coll-$shape.log" 2>&1 || { tail -20 "$OUT/coll-$shape.log"; exit 1; }
+  fi
   grep '^|' "$OUT/coll-$shape.log" >> "$table"
   echo >> "$table"
   # Chart data: rows "| op | size | mode | ms | GB/s |" with sizes like 65.5 kB / 1.0 MB.
@@ -73,12 +80,17 @@ done
   echo "| collectives | s/epoch (epochs 2..N) | R@20 | link summary (exchange phase) |"
   echo "|---|---|---|---|"
 } >> "$table"
+reused=()
 for c in mpi torus; do
   log="$OUT/als-$c.log"
-  rm -f "$OUT/als-$c.jsonl"
-  "${MPI[@]}" -np 4 "$BIN" --torus 2x2 --collectives "$c" als --data "$CNR" --dim "$DIM" \
-      --epochs "$EPOCHS" --threads 1 --reg 1e-4 --unobserved-weight 3e-3 \
-      --metrics "$OUT/als-$c.jsonl" > "$log" 2>&1 || { tail -20 "$log"; exit 1; }
+  if [[ $REUSE == 1 && -s "$OUT/als-$c.jsonl" ]]; then
+    reused+=("\`$log\` of $(date -u -r "$log" '+%Y-%m-%d %H:%M UTC')")
+  else
+    rm -f "$OUT/als-$c.jsonl"
+    "${MPI[@]}" -np 4 "$BIN" --torus 2x2 --collectives "$c" als --data "$CNR" --dim "$DIM" \
+        --epochs "$EPOCHS" --threads 1 --reg 1e-4 --unobserved-weight 3e-3 \
+        --metrics "$OUT/als-$c.jsonl" > "$log" 2>&1 || { tail -20 "$log"; exit 1; }
+  fi
   secs=$(python3 - "$OUT/als-$c.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
@@ -91,6 +103,9 @@ PY
   links=$(grep -o 'links exchange: .*' "$log" | head -1 | sed 's/links exchange: //')
   echo "| $c | $secs | $r20 | $links |" >> "$table"
 done
+if ((${#reused[@]} > 0)); then
+  { echo; echo "(reused, not run again: ${reused[*]})"; } >> "$table"
+fi
 echo >> "$table"
 charts=()
 for op in all-reduce all-to-all-v; do
