@@ -8,8 +8,7 @@
 #   3. `torusrec project measure` at 2x2, 2x4, 2x2x2 on cnr-2000 K=1: the projected
 #      per-link bytes and messages of every training phase against the measured
 #      counters (rank by rank), and the projected communication seconds (with this
-#      machine's link parameters, fitted at that shape to the run's own plan,
-#      exchange, Gramian and loss collectives replayed alone before the training)
+#      machine's link parameters, fitted to the torus collectives at that shape)
 #      against the measured ones; MEASURE_RUNS (default 5) runs per shape, each
 #      fitting the link model afresh: medians and spread (min..max) reported;
 #   4. `torusrec project als`: WebGraph in-dense, de-dense, dense and sparse at d=128
@@ -127,7 +126,7 @@ fi
 {
   echo "## Projection against measurement: \`project measure\` on cnr-2000 K=1 (d=$DIM, $EPOCHS epochs, torus collectives, 1 thread per rank)"
   echo
-  echo "Per-link bytes: every rank's bytes and messages on every link, per phase, projected from the dataset (exact) against the counters of the run. Seconds: the projection uses the link latency and bandwidth fitted at that shape to the run's own communication replayed alone before the training (the same plan, exchange, Gramian and loss collectives with the run's message sizes, without the solves between them: the column \`seconds replayed (fit)\`), by least squares in seconds over the four phases; the measured seconds are the slowest rank's time inside the phase's collectives, each started after a barrier so that waiting for slower ranks is not counted."
+  echo "Per-link bytes: every rank's bytes and messages on every link, per phase, projected from the dataset (exact) against the counters of the run. Seconds: the projection uses the link latency and bandwidth fitted at that shape to the torus collectives themselves (microbenchmarks, not this run); the measured seconds are the slowest rank's time inside the phase's collectives, each started after a barrier so that waiting for slower ranks is not counted."
   echo
 } >> "$table"
 printf 'shape\trun\tlatency_us\tbandwidth_gbs\tcomm_measured_s\tcomm_projected_s\tdiff_pct\n' > "$OUT/measure.tsv"

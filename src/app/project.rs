@@ -613,11 +613,11 @@ fn global_run_measure<C: Comm>(
                 c.solve_flops / 1e9,
                 c.peak_flops / 1e9
             );
-            println!("| phase | per-link bytes and messages, every rank | busiest link measured / projected | mean link measured / projected | seconds measured / projected | seconds replayed (fit) |");
-            println!("|---|---|---|---|---|---|");
+            println!("| phase | per-link bytes and messages, every rank | busiest link measured / projected | mean link measured / projected | seconds measured / projected |");
+            println!("|---|---|---|---|---|");
             for k in &m.checks {
                 println!(
-                    "| {}{} | {} | {} / {} | {:.0} / {:.0} | {:.4} / {:.4} | {:.4} |",
+                    "| {}{} | {} | {} / {} | {:.0} / {:.0} | {:.4} / {:.4} |",
                     k.phase,
                     if k.phase == "plan" {
                         " (once)"
@@ -630,8 +630,7 @@ fn global_run_measure<C: Comm>(
                     k.measured_mean,
                     k.projected_mean,
                     k.measured_seconds,
-                    k.projected_seconds,
-                    k.replayed_seconds
+                    k.projected_seconds
                 );
             }
             println!(

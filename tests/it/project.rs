@@ -162,14 +162,6 @@ fn project_measure_under_mpirun_checks_the_projection_and_calibrates() {
         serde_json::from_str(&std::fs::read_to_string(&cal).unwrap()).unwrap();
     assert_eq!(v["calibration"]["shape"], "2x2");
     assert!(v["calibration"]["link_bandwidth"].as_f64().unwrap() > 0.0);
-    // The link model is fitted to the run's own plan and exchange, replayed before it
-    // under the same phase names: the "equal" rows above say the replay's traffic is
-    // not counted as the run's, and here every phase was replayed.
-    let checks = v["checks"].as_array().unwrap();
-    assert_eq!(checks.len(), 4);
-    for c in checks {
-        assert!(c["replayed_seconds"].as_f64().unwrap() > 0.0, "{c}");
-    }
     // The calibration drives `--chip here`.
     let here = TestCommand::direct()
         .args(["project", "als", "--data"])
