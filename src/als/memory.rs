@@ -233,12 +233,16 @@ pub fn estimate_with(
     let indices = (s.nnz_rows + s.nnz_cols) * 4;
     // Streamed: a half reads one side's indices, at most the buffer (two chunks of
     // half of it), and while the spill is written a bitmap of the other side's ids.
+    // The chunk buffers of a streamed side live while its steps are solved only.
+    let chunks = if lay.csr_in_memory {
+        0
+    } else {
+        lay.csr_buffer.min(s.nnz_rows.max(s.nnz_cols) * 4)
+    };
     let csr = if lay.csr_in_memory {
         offsets + indices
     } else {
-        offsets
-            + lay.csr_buffer.min(s.nnz_rows.max(s.nnz_cols) * 4)
-            + s.num_rows.max(s.num_cols).div_ceil(8)
+        offsets + chunks + s.num_rows.max(s.num_cols).div_ceil(8)
     };
     let counts = (s.rows_local + s.cols_local) * 4;
     let tables = (s.rows_local + s.cols_local) * d * b;
@@ -278,9 +282,12 @@ pub fn estimate_with(
     // Past the cap an f32 row is read in place and a bf16 hub row is widened one hub
     // chunk at a time (by each of the threads).
     let long = s.max_row_nnz * d;
+    // The copy is each thread's scratch, kept from solve to solve (and half to half):
+    // past the cap an f32 row is read in place, but the rows below it are still
+    // gathered, up to the cap.
     let long = match dtype {
         _ if long <= LONG_GATHER_FLOATS as u64 => long,
-        TableDtype::F32 => 0,
+        TableDtype::F32 => LONG_GATHER_FLOATS as u64,
         _ if lay.hub_chunk > 0 && s.max_row_nnz > lay.hub_chunk => {
             LONG_GATHER_FLOATS as u64 + lay.hub_chunk * d
         }
@@ -300,12 +307,13 @@ pub fn estimate_with(
         } else {
             round(gathered)
         };
-        // The round (or dense) buffers are freed before the solve's threads copy their
-        // rows (allocated per batch and freed after it; those of 4 MiB and more go
-        // back to the kernel, see main.rs): the larger of the two is live, so the
-        // buffers count only past the copies. (The f32 scratch of a bf16 run is kept
-        // from step to step: it counts in full.)
-        gathered * d * b + dense.saturating_sub(cg)
+        // A half that gathers once fetches before its chunk reader starts, and frees
+        // the round (or dense) buffers first (blocks of 4 MiB and more go back to the
+        // kernel, see main.rs): the larger of the two is live, so the buffers count
+        // only past the chunks. Gathering in blocks, rounds run between steps while
+        // the chunks are held: both count.
+        let held = if lay.gather_rows.is_none() { chunks } else { 0 };
+        gathered * d * b + dense.saturating_sub(held)
     };
     let exchange = if p == 1 {
         0
@@ -372,13 +380,41 @@ mod tests {
         assert_eq!(part(&f, "tables"), 2 * part(&b, "tables"));
         assert_eq!(part(&f, "tables"), 1000 * 64 * 4);
         // Two ranks: each gathers at most the whole other table (1000 rows), plus the
-        // buffers of one round: the other rank's half of them, sent and received, past
-        // the solver's thread copies (which are allocated after they are freed).
+        // buffers of one round: the other rank's half of them, sent and received (the
+        // CSR is in memory: no chunk buffers to share the high-water mark with).
         let round = 2 * (1000 * 64 * 4 / 2);
-        let solve = part(&f, "solver copies");
-        assert!(solve > round);
-        assert_eq!(part(&f, "exchange"), 1000 * 64 * 4);
-        // Ten times the nodes: the rounds outgrow the copies and count past them.
+        assert_eq!(part(&f, "exchange"), 1000 * 64 * 4 + round);
+        // Streamed, gathering once per half: the fetch runs before the chunk reader
+        // starts, so the round buffers count only past the chunk buffers.
+        let streamed = |gather_rows| Layout {
+            csr_in_memory: false,
+            csr_buffer: 1 << 30,
+            gather_rows,
+            hub_chunk: 0,
+        };
+        let chunks = 20_000 / 2 * 4;
+        let once = estimate_with(
+            &sizes(2),
+            64,
+            TableDtype::F32,
+            false,
+            1000,
+            1,
+            &streamed(None),
+        );
+        assert_eq!(part(&once, "exchange"), 1000 * 64 * 4 + round - chunks);
+        // Gathering in blocks, a round runs between steps while the chunks are held.
+        let blocks = estimate_with(
+            &sizes(2),
+            64,
+            TableDtype::F32,
+            false,
+            1000,
+            1,
+            &streamed(Some(1000)),
+        );
+        assert_eq!(part(&blocks, "exchange"), 1000 * 64 * 4 + round);
+        // Ten times the nodes: ten times the rows and the rounds.
         let big = ShardSizes {
             num_rows: 10_000,
             num_cols: 10_000,
@@ -387,9 +423,7 @@ mod tests {
             ..sizes(2)
         };
         let fb = estimate(&big, 64, TableDtype::F32, false, 1000, 1);
-        let round = 2 * (10_000 * 64 * 4 / 2);
-        assert!(round > solve);
-        assert_eq!(part(&fb, "exchange"), 10_000 * 64 * 4 + round - solve);
+        assert_eq!(part(&fb, "exchange"), 10 * (1000 * 64 * 4 + round));
         let one = estimate(&sizes(1), 64, TableDtype::F32, false, 1000, 1);
         assert_eq!(part(&one, "plans"), 0);
         // One rank: only the evaluation's fold-in rows and test rows.
@@ -398,10 +432,7 @@ mod tests {
         assert_eq!(part(&b, "f32 scratch"), 100 * 64 * 4);
         // ALX's all-gather holds a dense f32 buffer of every rank's ids instead.
         let ag = estimate(&sizes(2), 64, TableDtype::F32, true, 1000, 1);
-        assert_eq!(
-            part(&ag, "exchange"),
-            1000 * 64 * 4 + (2 * 1000 * 64 * 4u64).saturating_sub(solve)
-        );
+        assert_eq!(part(&ag, "exchange"), 1000 * 64 * 4 + 2 * 1000 * 64 * 4);
     }
 
     #[test]
@@ -417,13 +448,15 @@ mod tests {
         };
         let e = estimate(&long, 64, TableDtype::F32, false, 1000, 2);
         assert_eq!(part(&e, "solver copies"), 2 * 10_000 * 64 * 4);
-        // Past the cap an f32 table's row is read in place; a bf16 one is still widened.
+        // Past the cap an f32 table's row is read in place, but the rows below the cap
+        // are still copied (into a scratch kept from solve to solve): the cap counts. A
+        // bf16 row is widened whole.
         let hub = ShardSizes {
             max_row_nnz: LONG_GATHER_FLOATS as u64,
             ..sizes(2)
         };
         let f = estimate(&hub, 64, TableDtype::F32, false, 1000, 1);
-        assert_eq!(part(&f, "solver copies"), GATHER_FLOATS as u64 * 4);
+        assert_eq!(part(&f, "solver copies"), LONG_GATHER_FLOATS as u64 * 4);
         let b = estimate(&hub, 64, TableDtype::Bf16, false, 1000, 1);
         assert_eq!(
             part(&b, "solver copies"),
