@@ -575,7 +575,8 @@ pub fn fit(c: &Costs) -> Fit {
     // saturating variable 1 - 1/k.
     let mut num = 0.0;
     let mut den = 0.0;
-    let mut by_k: Vec<(usize, f64, usize)> = Vec::new();
+    // Per table count: the sum and number of the ratios (for the report).
+    let mut by_k: std::collections::BTreeMap<usize, (f64, usize)> = Default::default();
     for pts in [&c.gather, &c.scatter] {
         for q in pts.iter().filter(|q| q.tables > 1) {
             let alone = pts.iter().find(|a| {
@@ -586,21 +587,16 @@ pub fn fit(c: &Costs) -> Fit {
                 let x = super::cost::interference_x(q.tables);
                 num += (r - 1.0) * x;
                 den += x * x;
-                match by_k.iter_mut().find(|e| e.0 == q.tables) {
-                    Some(e) => {
-                        e.1 += r;
-                        e.2 += 1;
-                    }
-                    None => by_k.push((q.tables, r, 1)),
-                }
+                let e = by_k.entry(q.tables).or_default();
+                e.0 += r;
+                e.1 += 1;
             }
         }
     }
     m.interference = if den > 0.0 { (num / den).max(0.0) } else { 0.0 };
-    by_k.sort_by_key(|e| e.0);
     let together_ratio = by_k
         .iter()
-        .map(|&(k, r, n)| [k as f64, r / n as f64])
+        .map(|(&k, &(r, n))| [k as f64, r / n as f64])
         .collect();
     m.ask_row_access = true;
     // Collectives.
