@@ -1477,56 +1477,6 @@ impl<T: TableScalar> Trainer<T> {
         Ok(acc)
     }
 
-    /// Collective: every rank must call. Record a hold (rank 0 writes HOLD.json next
-    /// to the checkpoints) and return the error that stops every rank with exit 76.
-    fn global_hold<C: Comm>(&self, comm: &C, reason: String, rank: Option<usize>) -> Error {
-        let hold = ckpt::Hold {
-            epoch: Some(self.pos.epoch + 1),
-            ..ckpt::Hold::new(reason, rank)
-        };
-        ckpt::global_hold(comm, self.cfg.checkpoint.dir.as_deref(), hold)
-    }
-
-    /// Collective: every rank must call. Act on how a half ended when the caller
-    /// drives the epochs itself ([`Trainer::global_epoch`]; `global_train` runs on
-    /// the run driver, [`crate::ckpt::driver`]): a hold (written) or a preemption
-    /// (checkpointed) becomes the error that stops every rank.
-    fn global_stop<C: Comm>(&mut self, comm: &C, status: Status) -> Result<()> {
-        match status {
-            Status::Done => Ok(()),
-            Status::Hold { reason, rank } => Err(self.global_hold(comm, reason, rank)),
-            Status::Preempt => Err(self.global_preempt(comm)),
-        }
-    }
-
-    /// Collective: every rank must call. Write a checkpoint after a preemption signal
-    /// and return the error that makes every rank exit 75 (1 when there is no
-    /// checkpoint directory: nothing was saved).
-    fn global_preempt<C: Comm>(&mut self, comm: &C) -> Error {
-        if self.cfg.checkpoint.dir.is_none() {
-            return Error::Interrupted(
-                "signal received; no --checkpoint-dir, so nothing was saved (exit 1, not 75: there is nothing to resume)".into(),
-            );
-        }
-        match self.global_checkpoint(comm) {
-            Ok(path) => {
-                let since = self
-                    .preempt
-                    .seconds_since()
-                    .map(|s| format!(" {s:.2} s after the signal"))
-                    .unwrap_or_default();
-                Error::Preempted(format!(
-                    "checkpoint {} written at epoch {}, half {}, step {}{since}",
-                    path.display(),
-                    self.pos.epoch,
-                    self.pos.half,
-                    self.pos.step
-                ))
-            }
-            Err(e) => e,
-        }
-    }
-
     /// Collective: every rank must call. Write a checkpoint of the current position.
     pub fn global_checkpoint<C: Comm>(&mut self, comm: &C) -> Result<std::path::PathBuf> {
         let mine: Vec<u64> = self.local_done.iter().flat_map(|&(a, b)| [a, b]).collect();
@@ -1535,28 +1485,6 @@ impl<T: TableScalar> Trainer<T> {
         let step = self.global_step();
         let path = global_write_checkpoint(comm, &self.run_state(), step)?;
         Ok(path)
-    }
-
-    /// Collective: every rank must call. One epoch (or what remains of it): rows
-    /// against H, then columns against W; evaluates when `evaluate`. For callers that
-    /// drive the epochs themselves (`tune`, `project measure`): a hold or preemption
-    /// is acted on here, and checkpoints are written as `--checkpoint-every` says.
-    pub fn global_epoch<C: Comm>(&mut self, comm: &C, evaluate: bool) -> Result<EpochReport> {
-        let preempt = self.preempt.clone();
-        let boundary = Boundary::new(&preempt);
-        let mut acc = EpochAcc::start(comm, self);
-        if self.pos.half == 0 {
-            let (status, _) = self.global_half(comm, &mut acc.times, &boundary)?;
-            self.global_stop(comm, status)?;
-            self.global_maybe_checkpoint(comm, &mut acc.times)?;
-        }
-        // The column half always computes the loss.
-        let (status, loss) = self.global_half(comm, &mut acc.times, &boundary)?;
-        self.global_stop(comm, status)?;
-        acc.loss = loss;
-        self.global_end_of_training(comm, &mut acc.times);
-        self.global_maybe_checkpoint(comm, &mut acc.times)?;
-        self.global_epoch_report(comm, acc, evaluate)
     }
 
     /// Collective: every rank must call. After the last epoch's column half: the
@@ -1632,17 +1560,6 @@ impl<T: TableScalar> Trainer<T> {
             storage_read_bytes: sums[3],
             phases: times,
         })
-    }
-
-    fn global_maybe_checkpoint<C: Comm>(&mut self, comm: &C, times: &mut PhaseTimes) -> Result<()> {
-        let halves = self.pos.epoch as u64 * 2 + self.pos.half as u64;
-        if self.cfg.checkpoint.dir.is_some() && ckpt::policy::due(halves, self.cfg.checkpoint.every)
-        {
-            let t = Instant::now();
-            self.global_checkpoint(comm)?;
-            times.checkpoint += t.elapsed().as_secs_f64();
-        }
-        Ok(())
     }
 
     /// Collective: every rank must call. Recall@20/50 of the current tables (with
@@ -1785,6 +1702,19 @@ struct AlsWork<T: TableScalar> {
     tr: Trainer<T>,
     /// The epoch in progress (from its first half run by this process).
     acc: Option<EpochAcc>,
+    /// Which epochs are evaluated.
+    eval: EvalAt,
+}
+
+/// Which epochs of a run evaluate Recall@K.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EvalAt {
+    /// The last, and every `--eval-every` epochs.
+    Config,
+    /// The last only.
+    Last,
+    /// None.
+    Never,
 }
 
 impl<T: TableScalar> Workload for AlsWork<T> {
@@ -1858,7 +1788,11 @@ impl<T: TableScalar> Workload for AlsWork<T> {
             return Ok((status, None));
         };
         let (e, cfg) = (tr.pos.epoch, &tr.cfg);
-        let evaluate = e == cfg.epochs || (cfg.eval_every > 0 && e % cfg.eval_every == 0);
+        let evaluate = match self.eval {
+            EvalAt::Config => e == cfg.epochs || (cfg.eval_every > 0 && e % cfg.eval_every == 0),
+            EvalAt::Last => e == cfg.epochs,
+            EvalAt::Never => false,
+        };
         let report = tr.global_epoch_report(comm, acc, evaluate)?;
         Ok((status, Some(report)))
     }
@@ -1919,6 +1853,7 @@ pub fn global_train_as<C: Comm, T: TableScalar>(
         Ok(AlsWork {
             tr: Trainer::<T>::global_new(comm, cfg, preempt.clone())?,
             acc: None,
+            eval: EvalAt::Config,
         })
     };
     let work = drive::global_drive(
@@ -1978,6 +1913,37 @@ pub fn global_train_as<C: Comm, T: TableScalar>(
         tr.global_write_model(comm, out, &report)?;
     }
     Ok((tr, report))
+}
+
+/// Collective: every rank must call. Trains `tr` from its position until
+/// `tr.cfg.epochs` are complete on the run driver ([`drive::global_drive`]) with no
+/// checkpoint directory, whatever `tr.cfg.checkpoint` says: for callers that train a
+/// model they do not keep (a `tune` point, the measured epochs of `project measure`).
+/// `eval` says which epochs evaluate. A preemption signal stops every rank with
+/// [`Error::Interrupted`] (nothing is saved), a non-finite value or failed solve with
+/// [`Error::Hold`] (no hold file: there is no directory). Returns the trainer and
+/// each epoch's report.
+pub fn global_train_unsaved<C: Comm, T: TableScalar>(
+    comm: &C,
+    tr: Trainer<T>,
+    eval: EvalAt,
+) -> Result<(Trainer<T>, Vec<EpochReport>)> {
+    let preempt = tr.preempt.clone();
+    let mut epochs = Vec::new();
+    let make = || {
+        Ok(AlsWork {
+            tr,
+            acc: None,
+            eval,
+        })
+    };
+    let no_checkpoints = ckpt::CheckpointConfig::default();
+    let work = drive::global_drive(comm, &no_checkpoints, &preempt, None, make, |e| {
+        if let drive::Event::Report(r) = e {
+            epochs.push(r.clone());
+        }
+    })?;
+    Ok((work.tr, epochs))
 }
 
 #[cfg(test)]

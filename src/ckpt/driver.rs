@@ -31,12 +31,7 @@ pub struct Boundary<'a> {
     preempt: &'a Preemption,
 }
 
-impl<'a> Boundary<'a> {
-    /// The boundary of a caller that drives units itself (`Trainer::global_epoch`).
-    pub fn new(preempt: &'a Preemption) -> Self {
-        Boundary { preempt }
-    }
-
+impl Boundary<'_> {
     /// Whether this rank asks for a preemption at the step boundary after which
     /// `done` steps of the workload's global step counter are complete: a signal
     /// arrived, or (the one fault-injection point of training, for tests)

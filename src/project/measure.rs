@@ -7,7 +7,7 @@
 use super::als::{AlsModel, AlsParams, EpochProjection};
 use super::chip::Calibration;
 use super::traffic::{self, Traffic};
-use crate::als::train::Trainer;
+use crate::als::train::{global_train_unsaved, EvalAt, Trainer};
 use crate::als::AlsConfig;
 use crate::ckpt::signals::Preemption;
 use crate::comm::{raw_gather_json, Collectives, Comm, Links};
@@ -255,15 +255,17 @@ fn measure_inner<C: Comm>(
         Ok(None)
     })?;
     let stats0 = comm.stats().links();
-    let mut tr = Trainer::<f32>::global_new(comm, cfg, preempt.clone())?;
+    let tr = Trainer::<f32>::global_new(comm, cfg, preempt.clone())?;
     let after_setup = comm.stats().links();
     let secs_setup = comm.stats().snapshot();
-    let mut solve = 0.0f64;
     let t = Instant::now();
-    for _ in 0..cfg.epochs {
-        let rep = tr.global_epoch(comm, false)?;
-        solve += rep.phases.solve;
-    }
+    let (_, reports) = global_train_unsaved(comm, tr, EvalAt::Never).map_err(|e| match e {
+        Error::Interrupted(_) => Error::Interrupted(
+            "signal received during the measured epochs; project measure saves nothing (exit 1, not 75: there is nothing to resume)".into(),
+        ),
+        other => other,
+    })?;
+    let solve: f64 = reports.iter().map(|r| r.phases.solve).sum();
     let epoch_seconds = t.elapsed().as_secs_f64() / cfg.epochs as f64;
     let after = comm.stats().links();
     let secs_after = comm.stats().snapshot();

@@ -9,7 +9,7 @@ use crate::EnvVar;
 
 use std::path::Path;
 use torusrec::als::model::TableScalar;
-use torusrec::als::train::Trainer;
+use torusrec::als::train::{global_train_unsaved, EvalAt, Trainer};
 use torusrec::als::{AlsConfig, ExchangeKind};
 use torusrec::bf16::{Bf16, TableDtype};
 use torusrec::ckpt::signals::Preemption;
@@ -50,11 +50,9 @@ fn measured<T: TableScalar>(dims: &[usize], cfg: &AlsConfig) -> Vec<Vec<Links>> 
     run_on(dims, |c| {
         c.stats().set_collectives(Collectives::Torus);
         let before = c.stats().links();
-        let mut tr = Trainer::<T>::global_new(&c, cfg, Preemption::default()).unwrap();
+        let tr = Trainer::<T>::global_new(&c, cfg, Preemption::default()).unwrap();
         let setup = c.stats().links();
-        for _ in 0..cfg.epochs {
-            tr.global_epoch(&c, false).unwrap();
-        }
+        global_train_unsaved(&c, tr, EvalAt::Never).unwrap();
         let after = c.stats().links();
         PHASES
             .iter()

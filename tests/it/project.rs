@@ -201,6 +201,32 @@ fn project_measure_under_mpirun_checks_the_projection_and_calibrates() {
     again.expect_code(2);
 }
 
+/// `project measure` trains its epochs on the run driver without checkpoints: a
+/// preemption signal stops every rank with exit 1 (75 would ask Slurm to requeue a
+/// run that saved nothing) and no calibration file is written.
+#[test]
+fn a_preempted_project_measure_exits_1_on_every_rank_and_writes_nothing() {
+    let dir = util::tempdir();
+    let data = util::synthetic_dataset(dir.path(), 900, 9000, 5);
+    let cal = dir.path().join("cal.json");
+    let codes = dir.path().join("codes");
+    std::fs::create_dir_all(&codes).unwrap();
+    let o = TestCommand::mpirun(2)
+        .args(["project", "measure", "--data"])
+        .arg(&data)
+        .args(["--dim", "8", "--epochs", "2", "--threads", "1", "--out"])
+        .arg(&cal)
+        .env("TORUSREC_PREEMPT_AT", "1")
+        .record_rank_codes(&codes)
+        .timeout(std::time::Duration::from_secs(300))
+        .run();
+    o.expect_code(0); // the rank-recording wrapper exits 0
+    let got = util::rank_codes(&codes, 2);
+    assert!(got.iter().all(|c| *c == Some(1)), "{got:?}\n{}", o.dump());
+    o.stderr_has(&["interrupted", "project measure saves nothing"]);
+    assert!(!cal.exists(), "a preempted measure wrote its calibration");
+}
+
 #[test]
 fn project_embed_plans_every_shape_and_projects_its_step() {
     let out = TestCommand::direct()

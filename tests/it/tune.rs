@@ -9,7 +9,7 @@ use crate::util;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use torusrec::als::shard::{global_read_shards, Shards};
-use torusrec::als::train::Trainer;
+use torusrec::als::train::{global_train_unsaved, EvalAt, Trainer};
 use torusrec::als::tune::{
     arg_best, global_refine, global_search, global_validation_shards, grid_points, schedule,
     total_epochs, Refiner, Strategy, ValSpec,
@@ -197,14 +197,11 @@ fn grid_scores_every_point_as_a_fresh_training_and_picks_the_arg_max() {
         let mut one = cfg.clone();
         one.reg = r.point.reg;
         one.unobserved_weight = r.point.unobserved_weight;
-        let mut tr =
-            Trainer::<f32>::global_from_shards(&c, &one, val.clone(), Preemption::manual())
-                .unwrap();
-        let mut last = None;
-        for e in 0..2 {
-            last = Some(tr.global_epoch(&c, e == 1).unwrap());
-        }
-        let last = last.unwrap();
+        let tr = Trainer::<f32>::global_from_shards(&c, &one, val.clone(), Preemption::manual())
+            .unwrap();
+        let (_, reports) = global_train_unsaved(&c, tr, EvalAt::Last).unwrap();
+        assert_eq!(reports.len(), 2);
+        let last = reports.last().unwrap();
         assert_eq!(last.recall.unwrap(), r.recall, "point {}", r.index);
         assert_eq!(last.loss, r.loss, "point {}", r.index);
     }
@@ -345,9 +342,9 @@ fn refine_trains_the_budget_inside_the_box_picks_the_arg_max_and_is_the_same_at_
     let mut solo = cfg.clone();
     solo.reg = last.point.reg;
     solo.unobserved_weight = last.point.unobserved_weight;
-    let mut tr = Trainer::<f32>::global_from_shards(&c, &solo, val, Preemption::manual()).unwrap();
-    tr.global_epoch(&c, false).unwrap();
-    let rep = tr.global_epoch(&c, true).unwrap();
+    let tr = Trainer::<f32>::global_from_shards(&c, &solo, val, Preemption::manual()).unwrap();
+    let (_, reports) = global_train_unsaved(&c, tr, EvalAt::Last).unwrap();
+    let rep = reports.last().unwrap();
     assert_eq!(rep.recall.unwrap(), last.recall);
     // Two ranks propose and pick the same points (every rank the same).
     let two = refine_at(2, &cfg, &regs, &weights, trainings);

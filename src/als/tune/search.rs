@@ -9,7 +9,7 @@ use super::schedule::Rung;
 use super::Point;
 use crate::als::eval::Recall;
 use crate::als::shard::Shards;
-use crate::als::train::{global_gramian, TableScalar, Trainer};
+use crate::als::train::{global_gramian, global_train_unsaved, EvalAt, TableScalar, Trainer};
 use crate::als::AlsConfig;
 use crate::ckpt::signals::Preemption;
 use crate::comm::Comm;
@@ -72,9 +72,10 @@ fn global_check_preempt<C: Comm>(comm: &C, preempt: &Preemption, what: &str) -> 
     Ok(())
 }
 
-/// One model, reset to the same initial tables for every point it trains.
+/// One model, reset to the same initial tables for every point it trains (`None`
+/// only while a point trains: the run driver owns it then).
 struct PointTrainer<T: TableScalar> {
-    tr: Trainer<T>,
+    tr: Option<Trainer<T>>,
     w0: Vec<T>,
     h0: Vec<T>,
     gram_h0: Vec<f64>,
@@ -101,7 +102,7 @@ impl<T: TableScalar> PointTrainer<T> {
         let (w0, h0) = (tr.w.clone(), tr.h.clone());
         let gram_h0 = global_gramian(comm, &h0, cfg.dim);
         Ok(PointTrainer {
-            tr,
+            tr: Some(tr),
             w0,
             h0,
             gram_h0,
@@ -120,7 +121,10 @@ impl<T: TableScalar> PointTrainer<T> {
     ) -> Result<PointResult> {
         global_check_preempt(comm, &self.preempt, "between tune points")?;
         let t = Instant::now();
-        let tr = &mut self.tr;
+        let mut tr = self
+            .tr
+            .take()
+            .expect("the trainer is back after every point");
         tr.cfg.reg = p.reg;
         tr.cfg.unobserved_weight = p.unobserved_weight;
         tr.cfg.epochs = epochs;
@@ -131,9 +135,8 @@ impl<T: TableScalar> PointTrainer<T> {
             Vec::new(),
             self.gram_h0.clone(),
         );
-        let mut last = None;
-        for e in 0..epochs {
-            let rep = tr.global_epoch(comm, e + 1 == epochs).map_err(|e| match e {
+        let (tr, reports) =
+            global_train_unsaved(comm, tr, EvalAt::Last).map_err(|e| match e {
                 Error::Interrupted(_) => Error::Interrupted(format!(
                     "signal received while training tune point {} (reg {}, weight {}); a tune saves nothing, a rerun starts over (exit 1, not 75: there is nothing to resume)",
                     index + 1,
@@ -142,9 +145,8 @@ impl<T: TableScalar> PointTrainer<T> {
                 )),
                 other => other,
             })?;
-            last = Some(rep);
-        }
-        let rep = last.expect("a point trains at least one epoch");
+        self.tr = Some(tr);
+        let rep = reports.last().expect("a point trains at least one epoch");
         Ok(PointResult {
             index,
             rung,
