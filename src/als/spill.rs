@@ -92,8 +92,11 @@ fn read_u32s(f: &File, at: u64, n: usize, out: &mut Vec<u32>) -> std::io::Result
             "injected read error (TORUSREC_INJECT_SPILL_ERROR)",
         ));
     }
-    out.clear();
-    out.resize(n, 0);
+    // A recycled buffer is overwritten, not zeroed first (a pass over the chunk).
+    if out.len() < n {
+        out.resize(n, 0);
+    }
+    out.truncate(n);
     f.read_exact_at(as_bytes_mut(out), at * 4)
 }
 
@@ -257,6 +260,26 @@ pub fn step_chunks(
         out.push((s0, s1));
         s0 = s1;
     }
+    out
+}
+
+/// The chunks a [`ChunkReader`] reads for steps `[from, to)`: [`step_chunks`] of at
+/// most `max_nnz` non-zeros, except the first, which is at most a sixteenth of that.
+/// The solver waits for the first chunk alone (nothing is solved before it); a small
+/// one lets it start at once, and solving it takes longer than reading the next.
+pub fn read_ahead_chunks(
+    step_bounds: &[u64],
+    indptr: &[u64],
+    from: usize,
+    to: usize,
+    max_nnz: u64,
+) -> Vec<(usize, usize)> {
+    let Some(&(_, s1)) = step_chunks(step_bounds, indptr, from, to, max_nnz / 16, &[]).first()
+    else {
+        return Vec::new();
+    };
+    let mut out = vec![(from, s1)];
+    out.extend(step_chunks(step_bounds, indptr, s1, to, max_nnz, &[]));
     out
 }
 
@@ -521,6 +544,21 @@ mod tests {
         assert_eq!(m.ones().len(), 6);
         m.clear_all();
         assert!(m.ones().is_empty());
+    }
+
+    #[test]
+    fn the_first_read_ahead_chunk_is_small_and_the_rest_cover_the_steps() {
+        // 40 steps of one row of 10 non-zeros each.
+        let step_bounds: Vec<u64> = (0..=40).collect();
+        let indptr: Vec<u64> = (0..=40).map(|r| r * 10).collect();
+        let c = read_ahead_chunks(&step_bounds, &indptr, 3, 40, 160);
+        assert_eq!(c[0], (3, 4)); // 160 / 16 = 10 non-zeros: one step
+        assert_eq!(c[1], (4, 20)); // then 16 steps of 10
+        assert_eq!(c.last().unwrap().1, 40);
+        for w in c.windows(2) {
+            assert_eq!(w[0].1, w[1].0, "{c:?}");
+        }
+        assert!(read_ahead_chunks(&step_bounds, &indptr, 40, 40, 160).is_empty());
     }
 
     #[test]

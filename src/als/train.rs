@@ -19,7 +19,9 @@ use super::solve::{
     eigenbasis, fold_loss_chunks, gramian, local_loss_terms, local_loss_terms_from, matmul64,
     rotate_rows, transpose64, LossTerms, RowsView, SolveError, SolveParams, LOSS_CHUNK,
 };
-use super::spill::{local_spill_side, step_chunks, Chunk, ChunkReader, SpillSpec, SpilledSide};
+use super::spill::{
+    local_spill_side, read_ahead_chunks, step_chunks, Chunk, ChunkReader, SpillSpec, SpilledSide,
+};
 use super::{AlsConfig, SolverKind};
 use crate::bf16::TableElem;
 use crate::ckpt::driver::{self as drive, Boundary, Status, Workload};
@@ -45,6 +47,10 @@ pub struct PhaseTimes {
     /// after the last epoch, the rotation back).
     #[serde(default)]
     pub basis: f64,
+    /// Of `solve`: the seconds the solver waited for the spill's chunk reader (0 when
+    /// the CSR is in memory). Near 0 means the disk keeps up.
+    #[serde(default)]
+    pub spill_wait: f64,
 }
 
 /// What one epoch did.
@@ -1208,13 +1214,12 @@ impl<T: TableScalar> Trainer<T> {
             let side = self.side();
             let spill = side.spill.as_ref().expect("a spilled side");
             let chunk_elems = (self.shards.layout.csr_buffer / 8).max(1);
-            let ranges = step_chunks(
+            let ranges = read_ahead_chunks(
                 &side.step_bounds,
                 &side.shard.indptr,
                 start,
                 steps,
                 chunk_elems,
-                &[],
             );
             let reader = ChunkReader::start(
                 spill,
@@ -1240,7 +1245,10 @@ impl<T: TableScalar> Trainer<T> {
                 if let (Some(c), Some(r)) = (self.chunk.take(), self.reader.as_ref()) {
                     r.recycle(c);
                 }
-                match self.reader.as_ref().map(|r| r.next()) {
+                let waited = Instant::now();
+                let next = self.reader.as_ref().map(|r| r.next());
+                times.spill_wait += waited.elapsed().as_secs_f64();
+                match next {
                     Some(Ok(c)) => self.chunk = Some(c),
                     Some(Err(e)) => failed = Some(e),
                     None => failed = Some(Error::Comm("no spill reader".into())),
