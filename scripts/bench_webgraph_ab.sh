@@ -20,6 +20,8 @@ NEW=target/release/torusrec
 [[ -f "$OUT/$V.h5" ]] || { echo "no $OUT/$V.h5: run scripts/bench_webgraph.sh with VARIANTS=$V first" >&2; exit 2; }
 commit=$(git rev-parse --short HEAD)
 mkdir -p out/ab bench
+# REPORT_ONLY=1 rewrites the table from out/ab/*.tsv without running anything.
+[[ "${REPORT_ONLY:-0}" == 1 ]] && REPS=0
 for rep in $(seq 1 "$REPS"); do
   for dt in $DTYPES; do
     for which in new base; do
@@ -45,8 +47,9 @@ flags = open("/proc/cpuinfo").read()
 isa = "AVX-512" if "avx512f" in flags else "AVX2"
 print("# iALS seconds per epoch, interleaved A/B against an older binary\n")
 print(f"By `scripts/bench_webgraph_ab.sh` on {cpu} ({isa}; the solver dispatches on it), 2 ranks x 1 thread, d = 128, the second of 2 epochs, runs alternated new/base; base is {os.environ.get('BASE_LABEL', 'BASE_BIN')}. Raw rows: `out/ab/*.tsv`.\n")
-print("| variant | tables | new (commit) s/epoch | base s/epoch | new / base | new peak RSS | new estimate | same checksum |")
-print("|---|---|---|---|---|---|---|---|")
+print("new / base: the ratio of the means, and of the medians (one slow run moves the mean).\n")
+print("| variant | tables | new (commit) s/epoch | base s/epoch | new / base (means) | medians | new peak RSS | new estimate | same checksum |")
+print("|---|---|---|---|---|---|---|---|---|")
 keys = sorted({(r[0], r[1]) for r in rows})
 for v, dt in keys:
     new = [r for r in rows if r[0] == v and r[1] == dt and r[2] == "new"]
@@ -56,6 +59,6 @@ for v, dt in keys:
     n = [float(r[4]) for r in new]; b = [float(r[4]) for r in base]
     same = "yes" if {r[7] for r in new} == {r[7] for r in base} and len({r[7] for r in new}) == 1 else "NO"
     commits = ",".join(sorted({r[8] for r in new}))
-    print(f"| {v} | {dt} | {st.mean(n):.2f} ({', '.join(f'{x:.2f}' for x in n)}; {commits}) | {st.mean(b):.2f} ({', '.join(f'{x:.2f}' for x in b)}) | {st.mean(n)/st.mean(b):.3f}x | {new[-1][5]} | {new[-1][6]} | {same} |")
+    print(f"| {v} | {dt} | {st.mean(n):.2f} ({', '.join(f'{x:.2f}' for x in n)}; {commits}) | {st.mean(b):.2f} ({', '.join(f'{x:.2f}' for x in b)}) | {st.mean(n)/st.mean(b):.3f}x | {st.median(n)/st.median(b):.3f}x | {new[-1][5]} | {new[-1][6]} | {same} |")
 PY
 cat bench/webgraph-ab.md
