@@ -13,15 +13,20 @@
 #        lookup-greedy  `plan --method lookup-greedy`, then `embed --plan ... --costs`
 #      (--costs on a plan file predicts its step with the measured costs; it does
 #      not change the plan.)
-# Reports per run: the predicted seconds per step (start of the run) and the
-# measured one (the intervals after the first, i.e. after WARM steps), their
-# difference, each rank's busy seconds per step in the embedding phases (max/min
-# over ranks), and examples/s. Summary: mean and worst |predicted - measured| /
-# measured (target: 10 % mean, 20 % worst); calibrated busy max/min (target <= 1.05
-# and never above the other two planners').
+#      The three runs are repeated REPEATS times (default 3), interleaved (calibrated,
+#      analytic, lookup-greedy, calibrated, ...), so that a slow spell of this shared
+#      machine does not land on one planner only.
+# Per run: the predicted seconds per step (start of the run) and the measured one
+# (the intervals after the first, i.e. after WARM steps), each rank's busy seconds
+# per step in the embedding phases (max/min over ranks), and examples/s; every run is
+# kept in $OUT/costs-runs.tsv. The table gives per plan the median over the repeats
+# and the range. Summary: mean and worst |predicted - median measured| / median
+# measured (target: 10 % mean, 20 % worst); calibrated median busy max/min (target
+# <= 1.05 and never above the other two planners').
 #
-# Knobs: RANKS="2 4", WORKLOADS="torchrec-peer dlrm-synthetic skewed", KEEP_ROWS=1 (add
-# to an earlier invocation's rows), RECALIBRATE=0 (keep its costs-P.json).
+# Knobs: RANKS="2 4", WORKLOADS="torchrec-peer dlrm-synthetic skewed", REPEATS=3,
+# KEEP_ROWS=1 (add to an earlier invocation's runs), RECALIBRATE=0 (keep its
+# costs-P.json).
 # Writes bench/costs.md (or $OUT/costs.md with QUICK=1: a tiny setting that checks
 # the script in a minute: calibrate --quick, small models, a few steps).
 # Run it on a quiet machine: the times are the point.
@@ -33,9 +38,11 @@ OUT="${OUT:-out/bench-costs}"
 if [[ $QUICK == 1 ]]; then
   STEPS="${STEPS:-4}"; WARM="${WARM:-2}"; SCALE="${SCALE:-0.01}"; PEER_SCALE="${PEER_SCALE:-0.01}"
   BATCH="${BATCH:-256}"; CAL=(--quick); MD="$OUT/costs.md"; SKEW_HOT=50000; SKEW_COLD=2000
+  REPEATS="${REPEATS:-1}"
 else
   STEPS="${STEPS:-30}"; WARM="${WARM:-10}"; SCALE="${SCALE:-0.1}"; PEER_SCALE="${PEER_SCALE:-1}"
   BATCH="${BATCH:-2048}"; CAL=(); MD=bench/costs.md; SKEW_HOT=1000000; SKEW_COLD=20000
+  REPEATS="${REPEATS:-3}"
 fi
 mkdir -p "$OUT" bench
 if [[ $(id -u) -eq 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
@@ -80,32 +87,34 @@ train() {
          echo "run $name failed:"; tail -20 "$OUT/$name.log"; exit 1; }
 }
 
-# row WORKLOAD P PLANNER NAME: a table row from a run's metrics (or why it did not run).
-row() {
-  if [[ ! -f "$OUT/$4.jsonl" ]]; then
-    echo "| $1 | $2 | $3 | refused: $(grep -o 'torusrec: .*' "$OUT/$4.log" | head -1 | cut -c11-160 | tr '|' '/') | - | - | - | - | - |"
+# run WORKLOAD P PLANNER REP NAME: a line of $RUNS (tab-separated) from a run's
+# metrics, or why it did not run.
+run() {
+  if [[ ! -f "$OUT/$5.jsonl" ]]; then
+    printf '%s\t%s\t%s\t%s\trefused: %s\n' "$1" "$2" "$3" "$4" \
+      "$(grep -o 'torusrec: .*' "$OUT/$5.log" | head -1 | cut -c11-160 | tr '|\t' '/ ')"
     return
   fi
-  python3 - "$1" "$2" "$3" "$OUT/$4.jsonl" <<'PY'
+  python3 - "$@" "$OUT/$5.jsonl" <<'PY'
 import json, sys
-w, p, planner, f = sys.argv[1:]
+w, p, planner, rep, _, f = sys.argv[1:]
 rows = [json.loads(l) for l in open(f) if l.strip()]
 fin = [r for r in rows if r.get("final")][-1]
 iv = [r for r in rows if not r.get("final")][1:]
 ex = sum(r["examples"] for r in iv) / max(sum(r["seconds"] for r in iv), 1e-12)
-pred, meas = fin["predicted"]["step"], fin["measured"]["seconds_per_step"]
-busy = fin["measured"]["busy_per_rank"]
-err = 100 * (pred - meas) / meas
-print(f"| {w} | {p} | {planner} | {pred:.4f} | {meas:.4f} | {err:+.1f} | "
-      f"{max(busy):.4f} / {min(busy):.4f} | {fin['measured']['busy_max_over_min']:.3f} | {ex:.0f} |")
+m = fin["measured"]
+busy = m["busy_per_rank"]
+print("\t".join([w, p, planner, rep, f"{fin['predicted']['step']:.6f}",
+                 f"{m['seconds_per_step']:.6f}", f"{max(busy):.6f}", f"{min(busy):.6f}",
+                 f"{m['busy_max_over_min']:.4f}", f"{ex:.1f}"]))
 PY
 }
 
 COMMIT="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo ' (with uncommitted changes)')"
 CPU="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-TABLE="$OUT/costs-rows.md"
-# KEEP_ROWS=1 adds to the rows of an earlier invocation (e.g. RANKS=4 run apart).
-[[ "${KEEP_ROWS:-0}" == 1 ]] || : > "$TABLE"
+RUNS="$OUT/costs-runs.tsv"
+# KEEP_ROWS=1 adds to the runs of an earlier invocation (e.g. RANKS=4 run apart).
+[[ "${KEEP_ROWS:-0}" == 1 ]] || : > "$RUNS"
 WORKLOADS="${WORKLOADS:-torchrec-peer dlrm-synthetic skewed}"
 for P in $RANKS; do
   # RECALIBRATE=0 keeps an earlier invocation's costs-P.json (with KEEP_ROWS=1).
@@ -119,12 +128,14 @@ for P in $RANKS; do
       --out "$OUT/$W-$P-analytic.json" --force > "$OUT/$W-$P-analytic-plan.log" 2>&1
     "$BIN" plan "${model[@]}" --ranks "$P" --batch "$BATCH" --seed 1 --costs "$OUT/costs-$P.json" \
       --method lookup-greedy --out "$OUT/$W-$P-lookup.json" --force > "$OUT/$W-$P-lookup-plan.log" 2>&1
-    train "$W-$P-calibrated" "$P" auto "${model[@]}"
-    train "$W-$P-analytic" "$P" "$OUT/$W-$P-analytic.json" "${model[@]}"
-    train "$W-$P-lookup" "$P" "$OUT/$W-$P-lookup.json" "${model[@]}"
-    for k in calibrated analytic lookup; do
-      name=$k; [[ $k == lookup ]] && name=lookup-greedy
-      row "$W" "$P" "$name" "$W-$P-$k" >> "$TABLE"
+    for ((r = 1; r <= REPEATS; r++)); do
+      train "$W-$P-calibrated-r$r" "$P" auto "${model[@]}"
+      train "$W-$P-analytic-r$r" "$P" "$OUT/$W-$P-analytic.json" "${model[@]}"
+      train "$W-$P-lookup-r$r" "$P" "$OUT/$W-$P-lookup.json" "${model[@]}"
+      for k in calibrated analytic lookup; do
+        name=$k; [[ $k == lookup ]] && name=lookup-greedy
+        run "$W" "$P" "$name" "$r" "$W-$P-$k-r$r" >> "$RUNS"
+      done
     done
   done
 done
@@ -132,7 +143,7 @@ done
 {
   echo "# Measured costs: predicted against measured step, and measured balance"
   echo
-  echo "Measured $(date -u +%Y-%m-%d) at commit $COMMIT on $(nproc) cores ($CPU) by \`scripts/bench_costs.sh\`$([[ $QUICK == 1 ]] && echo ' (QUICK=1: the tiny check setting, not a benchmark)'). Batch $BATCH per rank, $WARM warm-up steps then $STEPS timed (the intervals after the first), --preload, 1 thread per rank; every rank is a process on this machine (oversubscribed beyond 2 ranks)."
+  echo "Measured $(date -u +%Y-%m-%d) at commit $COMMIT on $(nproc) cores ($CPU) by \`scripts/bench_costs.sh\`$([[ $QUICK == 1 ]] && echo ' (QUICK=1: the tiny check setting, not a benchmark)'). Batch $BATCH per rank, $WARM warm-up steps then $STEPS timed (the intervals after the first), --preload, 1 thread per rank, $REPEATS run(s) of each plan, interleaved; every rank is a process on this machine (oversubscribed beyond 2 ranks)."
   echo
   echo "Workloads: torchrec-peer (scale $PEER_SCALE), dlrm-synthetic (scale $SCALE), skewed (4 hot tables: $SKEW_HOT rows, width 64, 30 ids per example; 28 cold: $SKEW_COLD rows, width 16, 1 id; \`$OUT/skewed.toml\`)."
   echo "Planners: calibrated (\`embed --plan auto --costs\`), analytic (\`plan\` with the default constants), lookup-greedy (\`plan --method lookup-greedy\`); each run predicts its plan's step with the same measured costs (\`--costs\`)."
@@ -144,23 +155,42 @@ done
     grep -E '^(calibrate|fit):' "$OUT/calibrate-$P.log" | sed 's/^/    /'
     echo
   done
-  echo "| workload | P | planner | predicted s/step | measured s/step | error % | busy max / min s | busy max/min | examples/s |"
-  echo "|---|---|---|---|---|---|---|---|---|"
-  cat "$TABLE"
-  echo
-  python3 - "$TABLE" <<'PY'
-import sys
-rows = [l.strip("|\n").split("|") for l in open(sys.argv[1]) if l.startswith("|")]
-rows = [[c.strip() for c in r] for r in rows]
-refused = [r for r in rows if r[3].startswith("refused")]
-rows = [r for r in rows if not r[3].startswith("refused")]
-errs = [abs(float(r[5])) for r in rows]
-print(f"Prediction error |predicted - measured| / measured over {len(rows)} runs: mean {sum(errs)/len(errs):.1f} %, worst {max(errs):.1f} % (target: 10 % mean, 20 % worst).")
+  python3 - "$RUNS" <<'PY'
+import statistics as st, sys
+runs = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
+refused = [r for r in runs if r[4].startswith("refused")]
+runs = [r for r in runs if not r[4].startswith("refused")]
+# Per (workload, P, planner), in the order first run.
+plans = {}
+for r in runs:
+    plans.setdefault((r[0], r[1], r[2]), []).append(r)
+med = lambda rs, i: st.median(float(r[i]) for r in rs)
+rng = lambda rs, i, f: f"{f % min(float(r[i]) for r in rs)}-{f % max(float(r[i]) for r in rs)}"
+print("Per plan: the median over its runs (the range over them in brackets); error: predicted against the median measured step.")
 print()
+print("| workload | P | planner | runs | predicted s/step | measured s/step | error % | busy max / min s | busy max/min | examples/s |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+errs, ratio = [], {}
+for (w, p, planner), rs in plans.items():
+    pred, meas = med(rs, 4), med(rs, 5)
+    err = 100 * (pred - meas) / meas
+    errs.append(abs(err))
+    ratio[(w, p, planner)] = med(rs, 8)
+    print(f"| {w} | {p} | {planner} | {len(rs)} | {pred:.4f} | {meas:.4f} ({rng(rs, 5, '%.4f')}) | {err:+.1f} | "
+          f"{med(rs, 6):.4f} / {med(rs, 7):.4f} | {med(rs, 8):.3f} ({rng(rs, 8, '%.3f')}) | {med(rs, 9):.0f} ({rng(rs, 9, '%.0f')}) |")
+seen = set()
+for r in refused:
+    if (r[0], r[1], r[2]) not in seen:
+        seen.add((r[0], r[1], r[2]))
+        print(f"| {r[0]} | {r[1]} | {r[2]} | - | {r[4][:150]} | - | - | - | - | - |")
+print()
+if errs:
+    print(f"Prediction error |predicted - measured| / measured over {len(errs)} plans (medians of their runs): mean {sum(errs)/len(errs):.1f} %, worst {max(errs):.1f} % (target: 10 % mean, 20 % worst).")
+    print()
 cal_ok, cal_best = [], []
 groups = {}
-for r in rows:
-    groups.setdefault((r[0], r[1]), {})[r[2]] = float(r[7])
+for (w, p, planner), v in ratio.items():
+    groups.setdefault((w, p), {})[planner] = v
 for (w, p), g in sorted(groups.items()):
     c = g.get("calibrated")
     if c is None:
@@ -168,11 +198,11 @@ for (w, p), g in sorted(groups.items()):
     others = [v for k, v in g.items() if k != "calibrated"]
     cal_ok.append(c <= 1.05)
     cal_best.append(all(c <= o + 1e-9 for o in others))
-    print(f"- {w} at P={p}: busy max/min calibrated {c:.3f}, " + ", ".join(f"{k} {v:.3f}" for k, v in g.items() if k != "calibrated"))
+    print(f"- {w} at P={p}: median busy max/min calibrated {c:.3f}, " + ", ".join(f"{k} {v:.3f}" for k, v in g.items() if k != "calibrated"))
 print()
-print(f"Calibrated busy max/min <= 1.05 in {sum(cal_ok)} of {len(cal_ok)} settings; no worse than both others in {sum(cal_best)} of {len(cal_best)}.")
-for r in refused:
-    print(f"- not run: {r[0]} at P={r[1]} ({r[2]}): {r[3]}")
+print(f"Calibrated median busy max/min <= 1.05 in {sum(cal_ok)} of {len(cal_ok)} settings; no worse than both others in {sum(cal_best)} of {len(cal_best)}.")
+for r in sorted(seen):
+    print(f"- not run: {r[0]} at P={r[1]} ({r[2]}): refused before training (see the table)")
 PY
 } > "$MD"
 echo "wrote $MD"

@@ -148,5 +148,15 @@ fn report(c: &Costs, a: &CalibrateArgs, secs: f64) {
         "fit: k tables together over alone per id, per k: {}",
         pairs(&f.together_ratio)
     );
+    let sizes = m
+        .size_factor
+        .iter()
+        .map(|[b, x]| format!("{}: {x:.2}", crate::metrics::human_bytes(*b as u64)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    println!(
+        "fit: per id at a table size over at {} (uniform ids): {sizes}",
+        crate::metrics::human_bytes(k.table_bytes)
+    );
     println!("wrote {}", a.out.display());
 }

@@ -167,6 +167,10 @@ pub struct CalibOptions {
     pub poolings: Vec<usize>,
     /// Table counts of the interference points.
     pub together: Vec<usize>,
+    /// Bytes of the table-size points (single tables of every width in `dims`,
+    /// uniform ids, pooling `size_pooling`), besides `table_bytes` itself.
+    pub sizes: Vec<u64>,
+    pub size_pooling: usize,
     /// Widths and pooling of the interference points.
     pub together_dims: Vec<usize>,
     pub together_pooling: usize,
@@ -194,6 +198,8 @@ impl CalibOptions {
                 dims: vec![8, 32],
                 poolings: vec![1, 8],
                 together: vec![2],
+                sizes: vec![1 << 18, 1 << 22],
+                size_pooling: 8,
                 together_dims: vec![32],
                 together_pooling: 8,
                 mlp_shapes: vec![vec![32, 16, 1]],
@@ -210,6 +216,8 @@ impl CalibOptions {
                 dims: vec![8, 16, 32, 64, 128],
                 poolings: vec![1, 8, 32],
                 together: vec![2, 4, 8],
+                sizes: vec![1 << 20, 8 << 20, 256 << 20],
+                size_pooling: 8,
                 together_dims: vec![16, 64],
                 together_pooling: 8,
                 mlp_shapes: shapes,
@@ -259,17 +267,33 @@ fn local_ids(dist: &str, rows: u64, n: usize, seed: u64) -> Vec<u32> {
     }
 }
 
-/// Rank-local: the gather-pool and scatter-update points of one setting: `k` tables
-/// of width `dim`, `pooling` ids per example, ids under `dist`.
-fn local_kernel_pair(
-    o: &CalibOptions,
+/// Rows of a table of `bytes` bytes of width `dim` (f32).
+fn rows_of(bytes: u64, dim: usize) -> u64 {
+    (bytes / (4 * dim as u64)).max(1)
+}
+
+/// One kernel setting: `k` tables of `bytes` bytes each, width `dim`, `pooling` ids
+/// per example, ids under `dist`.
+#[derive(Clone, Copy)]
+struct Setting<'a> {
+    bytes: u64,
     dim: usize,
     pooling: usize,
-    dist: &str,
+    dist: &'a str,
     k: usize,
-) -> (KernelPoint, KernelPoint) {
+}
+
+/// Rank-local: the gather-pool and scatter-update points of setting `st`.
+fn local_kernel_pair(o: &CalibOptions, st: Setting<'_>) -> (KernelPoint, KernelPoint) {
+    let Setting {
+        bytes,
+        dim,
+        pooling,
+        dist,
+        k,
+    } = st;
     let isa = Isa::detect();
-    let rows = (o.table_bytes / (4 * dim as u64)).max(1);
+    let rows = rows_of(bytes, dim);
     let examples = (o.ids / pooling).max(1);
     let n_ids = examples * pooling;
     let mut tables: Vec<Vec<f32>> = (0..k)
@@ -398,26 +422,46 @@ fn global_collectives<C: Comm>(
 /// and fit it; `cond` are the conditions (the caller's: CPU, commit, threads).
 pub fn global_calibrate<C: Comm>(comm: &C, o: &CalibOptions, cond: Conditions) -> Result<Costs> {
     let (mut gather, mut scatter) = (Vec::new(), Vec::new());
-    let mut settings: Vec<(usize, usize, &str, usize)> = Vec::new();
+    let mut settings: Vec<Setting> = Vec::new();
+    let at = |dim, pooling, dist, k| Setting {
+        bytes: o.table_bytes,
+        dim,
+        pooling,
+        dist,
+        k,
+    };
     for &d in &o.dims {
         for &pl in &o.poolings {
             for dist in ["uniform", "zipf"] {
-                settings.push((d, pl, dist, 1));
+                settings.push(at(d, pl, dist, 1));
             }
         }
     }
     for &d in &o.together_dims {
         for dist in ["uniform", "zipf"] {
             if !o.poolings.contains(&o.together_pooling) || !o.dims.contains(&d) {
-                settings.push((d, o.together_pooling, dist, 1));
+                settings.push(at(d, o.together_pooling, dist, 1));
             }
             for &k in &o.together {
-                settings.push((d, o.together_pooling, dist, k));
+                settings.push(at(d, o.together_pooling, dist, k));
             }
         }
     }
-    for (d, pl, dist, k) in settings {
-        let (g, s) = local_kernel_pair(o, d, pl, dist, k);
+    // Table sizes: against the reference size's point of the same width and pooling.
+    let size_ref = !o.poolings.contains(&o.size_pooling);
+    for &d in &o.dims {
+        if size_ref {
+            settings.push(at(d, o.size_pooling, "uniform", 1));
+        }
+        for &bytes in o.sizes.iter().filter(|&&b| b != o.table_bytes) {
+            settings.push(Setting {
+                bytes,
+                ..at(d, o.size_pooling, "uniform", 1)
+            });
+        }
+    }
+    for st in settings {
+        let (g, s) = local_kernel_pair(o, st);
         gather.push(g);
         scatter.push(s);
     }
@@ -528,10 +572,13 @@ fn access(m: &CostModel, w: usize) -> f64 {
 pub fn fit(c: &Costs) -> Fit {
     let mut m = CostModel::default();
     let p = c.conditions.ranks.max(1) as f64;
+    // The points at the reference table size (the others are the size points).
+    let tb = c.conditions.table_bytes;
+    let at_ref = |q: &KernelPoint| q.rows == rows_of(tb, q.dim);
     // Per id: (bytes a row access moves, seconds), uniform single-table points.
     let single = |pts: &[KernelPoint], mult: f64| -> Vec<(usize, f64, f64)> {
         pts.iter()
-            .filter(|q| q.tables == 1 && q.dist == "uniform")
+            .filter(|q| q.tables == 1 && q.dist == "uniform" && at_ref(q))
             .map(|q| {
                 (
                     q.dim,
@@ -580,7 +627,11 @@ pub fn fit(c: &Costs) -> Fit {
     for pts in [&c.gather, &c.scatter] {
         for q in pts.iter().filter(|q| q.tables > 1) {
             let alone = pts.iter().find(|a| {
-                a.tables == 1 && a.dim == q.dim && a.pooling == q.pooling && a.dist == q.dist
+                a.tables == 1
+                    && a.dim == q.dim
+                    && a.pooling == q.pooling
+                    && a.dist == q.dist
+                    && a.rows == q.rows
             });
             if let Some(a) = alone {
                 let r = (q.seconds / q.ids.max(1) as f64) / (a.seconds / a.ids.max(1) as f64);
@@ -622,6 +673,7 @@ pub fn fit(c: &Costs) -> Fit {
             ar_lat = lat;
         }
     }
+    m.size_factor = size_factor(c, &at_ref);
     // MLP: flops over seconds.
     let (mut f, mut s) = (0.0, 0.0);
     for q in &c.mlp {
@@ -637,10 +689,14 @@ pub fn fit(c: &Costs) -> Fit {
             for pts in [&c.gather, &c.scatter] {
                 for z in pts
                     .iter()
-                    .filter(|q| q.tables == 1 && q.dim == w && q.dist == "zipf")
+                    .filter(|q| q.tables == 1 && q.dim == w && q.dist == "zipf" && at_ref(q))
                 {
                     let u = pts.iter().find(|q| {
-                        q.tables == 1 && q.dim == w && q.pooling == z.pooling && q.dist == "uniform"
+                        q.tables == 1
+                            && q.dim == w
+                            && q.pooling == z.pooling
+                            && q.dist == "uniform"
+                            && at_ref(q)
                     });
                     if let Some(u) = u {
                         r.push((z.seconds / z.ids as f64) / (u.seconds / u.ids as f64));
@@ -658,6 +714,55 @@ pub fn fit(c: &Costs) -> Fit {
         zipf_ratio,
         together_ratio,
     }
+}
+
+/// Per table size measured: the per-id seconds of the single-table uniform points of
+/// that size over those of the reference size (same kernel, width and pooling),
+/// their geometric mean, as `[bytes, factor]` sorted by bytes with the reference at
+/// factor 1; empty without size points. Sizes within 5 % of each other (the same
+/// nominal size at widths that do not divide it) are one size.
+fn size_factor(c: &Costs, at_ref: &dyn Fn(&KernelPoint) -> bool) -> Vec<[f64; 2]> {
+    // (bytes, ln ratio) of every size point with its reference.
+    let mut r: Vec<(f64, f64)> = Vec::new();
+    for pts in [&c.gather, &c.scatter] {
+        for q in pts
+            .iter()
+            .filter(|q| q.tables == 1 && q.dist == "uniform" && !at_ref(q))
+        {
+            let reference = pts.iter().find(|a| {
+                a.tables == 1
+                    && a.dist == "uniform"
+                    && a.dim == q.dim
+                    && a.pooling == q.pooling
+                    && at_ref(a)
+            });
+            if let Some(a) = reference {
+                let ratio = (q.seconds / q.ids.max(1) as f64) / (a.seconds / a.ids.max(1) as f64);
+                r.push((q.rows as f64 * q.dim as f64 * 4.0, ratio.ln()));
+            }
+        }
+    }
+    if r.is_empty() {
+        return Vec::new();
+    }
+    r.sort_by(|a, b| a.0.total_cmp(&b.0));
+    // Groups of sizes within 5 % of the group's first: mean bytes, mean ln ratio.
+    let mut out: Vec<[f64; 2]> = Vec::new();
+    let mut i = 0;
+    while i < r.len() {
+        let first = r[i].0;
+        let j = i + r[i..].iter().take_while(|x| x.0 <= first * 1.05).count();
+        let n = (j - i) as f64;
+        let bytes = r[i..j].iter().map(|x| x.0).sum::<f64>() / n;
+        let ln = r[i..j].iter().map(|x| x.1).sum::<f64>() / n;
+        out.push([bytes, ln.exp()]);
+        i = j;
+    }
+    let tb = c.conditions.table_bytes as f64;
+    out.retain(|x| (x[0] / tb - 1.0).abs() > 0.05);
+    out.push([tb, 1.0]);
+    out.sort_by(|a, b| a[0].total_cmp(&b[0]));
+    out
 }
 
 /// Flops of the MLP's forward and backward over `batch` examples.
@@ -982,6 +1087,7 @@ fn parse(v: &Value) -> R<Costs> {
         "interference",
         "ask_row_access",
         "width_factor",
+        "size_factor",
     ])?;
     for k in ["net_bw", "allreduce_bw", "mem_bw", "line_bytes"] {
         m.num(k, true)?;
@@ -1036,7 +1142,7 @@ mod tests {
             pooling: 8,
             dist: dist.into(),
             tables,
-            rows: 1000,
+            rows: rows_of(1 << 20, dim),
             ids: 1000 * tables as u64,
             seconds: per_id * 1000.0 * tables as f64,
         }
@@ -1151,6 +1257,64 @@ mod tests {
             assert!(close(per_width(&g, w), per_width(&f, w)), "{w}: {g:?}");
         }
         assert!(close(per_width(&g, 64), 10.0 * per_width(&f, 64)), "{g:?}");
+        // Without size points: no size factor (the model prices every size alike).
+        assert!(f.model.size_factor.is_empty(), "{f:?}");
+    }
+
+    #[test]
+    fn the_size_factor_is_the_per_id_ratio_to_the_reference_size() {
+        let mut c = costs();
+        let f0 = fit(&c);
+        // Tables of 64 kB: 0.4 times the reference's per-id seconds (gather 0.3 and
+        // scatter 0.533..: geometric mean 0.4); of 16 MB: 2 times, at every width.
+        for d in [16, 32, 64, 128] {
+            let at = |q: &KernelPoint, bytes: u64, r: f64| KernelPoint {
+                rows: rows_of(bytes, d),
+                seconds: q.seconds * r,
+                ..q.clone()
+            };
+            let g = c
+                .gather
+                .iter()
+                .find(|q| q.dim == d && q.dist == "uniform")
+                .unwrap()
+                .clone();
+            let s = c
+                .scatter
+                .iter()
+                .find(|q| q.dim == d && q.tables == 1)
+                .unwrap()
+                .clone();
+            c.gather.push(at(&g, 1 << 16, 0.3));
+            c.scatter.push(at(&s, 1 << 16, 0.16 / 0.3));
+            c.gather.push(at(&g, 16 << 20, 2.0));
+            c.scatter.push(at(&s, 16 << 20, 2.0));
+        }
+        let f = fit(&c);
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs();
+        let sf = &f.model.size_factor;
+        assert_eq!(sf.len(), 3, "{sf:?}");
+        assert!(close(sf[0][0], 65536.0) && close(sf[0][1], 0.4), "{sf:?}");
+        assert_eq!(sf[1], [1048576.0, 1.0], "{sf:?}");
+        assert!(
+            close(sf[2][0], 16777216.0) && close(sf[2][1], 2.0),
+            "{sf:?}"
+        );
+        // The size points leave the rest of the fit as it was.
+        let mut m = f.model.clone();
+        m.size_factor.clear();
+        assert_eq!(m, f0.model);
+        assert_eq!(f.zipf_ratio, f0.zipf_ratio);
+        assert_eq!(f.together_ratio, f0.together_ratio);
+        // Between sizes: linear in ln bytes; beyond them: the end factors.
+        let at = |b: f64| f.model.size_factor_at(b);
+        assert!(close(at(4194304.0), 1.5), "{}", at(4194304.0));
+        assert!(close(at(262144.0), 0.7), "{}", at(262144.0));
+        assert!(close(at(1.0), 0.4) && close(at(1e12), 2.0));
+        assert!(f.model.check().is_ok());
+        let mut bad = f.model.clone();
+        bad.size_factor.swap(0, 2);
+        assert!(bad.check().unwrap_err().contains("size_factor[1]"));
     }
 
     #[test]

@@ -485,6 +485,48 @@ mod tests {
     }
 
     #[test]
+    fn the_size_factor_prices_a_small_tables_rows_below_a_large_ones() {
+        // Two tables with the same traffic (same width, same ids per batch), one of
+        // 1,000 rows on rank 0 and one of 1,000,000 on rank 1, in rows mode.
+        let spec = spec_of(vec![
+            table("small", 1000, 16, 3.0),
+            table("large", 1_000_000, 16, 3.0),
+        ]);
+        let stats = stats_of(&spec, 2, 50, &[(3.0, 100.0, 200.0), (3.0, 100.0, 200.0)]);
+        let plan = Plan {
+            world: 2,
+            spec_digest: spec.digest(),
+            tables: vec![Placement::Table { rank: 0 }, Placement::Table { rank: 1 }],
+            modes: vec![OutputMode::Rows, OutputMode::Rows],
+        };
+        let m = CostModel::default();
+        let r = evaluate(&spec, &stats, &plan, &m, 1);
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs();
+        assert!(close(r.cost_per_rank[0], r.cost_per_rank[1]), "{r:?}");
+        // The small table's rows (64 kB) at half the reference price, the large
+        // one's (64 MB) at twice: the owners' row accesses A become A/2 and 2A, and
+        // nothing else moves, so rank 1 gains twice what rank 0 saves.
+        let sized = CostModel {
+            size_factor: vec![[64e3, 0.5], [64e6, 2.0]],
+            ..m.clone()
+        };
+        let s = evaluate(&spec, &stats, &plan, &sized, 1);
+        let saved = r.cost_per_rank[0] - s.cost_per_rank[0];
+        let gained = s.cost_per_rank[1] - r.cost_per_rank[1];
+        assert!(saved > 0.0, "{s:?}");
+        assert!(close(gained, 2.0 * saved), "{saved} {gained}");
+        // A size factor of 1 everywhere prices as without one.
+        let ones = CostModel {
+            size_factor: vec![[1e3, 1.0], [1e9, 1.0]],
+            ..m
+        };
+        let o = evaluate(&spec, &stats, &plan, &ones, 1);
+        for (a, b) in o.cost_per_rank.iter().zip(&r.cost_per_rank) {
+            assert!(close(*a, *b), "{o:?} vs {r:?}");
+        }
+    }
+
+    #[test]
     fn only_the_bytes_sent_to_other_ranks_cross_the_network() {
         // A slow network (1 GB/s) and fast memory (100 GB/s): a rank's share of the
         // bytes to itself is a copy in memory, read and written.
