@@ -12,7 +12,8 @@
 //!   [`ZIPF_S`], ranks scattered over the rows by a hash as the click generator does),
 //!   over tables of [`CalibOptions::table_bytes`] each, alone (`tables` 1) and several
 //!   tables one after another per call (`tables` k: what a rank holding k tables does
-//!   each step);
+//!   each step); and single tables of the [`CalibOptions::sizes`] (uniform ids, pooling
+//!   [`CalibOptions::size_pooling`], every width): the table-size points;
 //! - the **MLP step** ([`Mlp::forward_backward`]) per shape (the presets' MLPs) and
 //!   batch;
 //! - **all-to-all-v** (uniform, `bytes` per rank in total) and **all-reduce** (`bytes`
@@ -24,8 +25,9 @@
 //!
 //! # The fit ([`fit`])
 //!
-//! From the uniform single-table points (cache misses, as the owners' distinct rows
-//! are): per id, `seconds / ids = lookup_s + x / mem_bw` by least squares, with `x`
+//! Every fit but the size factor uses only the points at the reference size
+//! (`table_bytes`). From the uniform single-table points (cache misses, as the owners'
+//! distinct rows are): per id, `seconds / ids = lookup_s + x / mem_bw` by least squares, with `x`
 //! the bytes a row access moves (`a(d) = max(4 d, 64)` for a gather, `2 a(d)` for a
 //! scatter: read and write). Each measured width then gets the factor
 //! `measured / fitted` (their sums over its gather and scatter points), so the model's
@@ -45,11 +47,15 @@
 //! fit `seconds = latency + x / bandwidth` by least relative squares, with `x` the
 //! bytes that cross to other ranks (`bytes (P - 1) / P` for all-to-all,
 //! `2 bytes (P - 1) / P` for all-reduce); on one rank nothing crosses, and the
-//! defaults' rates are kept. The MLP's rate is
-//! `sum flops / sum seconds` with `6 b sum_l in_l out_l` flops per point (forward
-//! one product per layer, backward two).
+//! defaults' rates are kept. An MLP point's rate is its flops over its seconds, with
+//! `6 b sum_l in_l out_l` flops (forward one product per layer, backward two); the
+//! step prediction takes a measured shape's own and interpolates between shapes
+//! ([`Costs::mlp_rate`]); [`Fit::mlp_flops`] is `sum flops / sum seconds`.
 //!
-//! `shard_s` and `line_bytes` are not measured; they keep the defaults.
+//! Each table size measured gets the geometric mean over its points (gather and
+//! scatter, every width) of their per-id seconds over the reference size's point of
+//! the same kernel, width and pooling ([`CostModel::size_factor`], the reference at
+//! 1). `shard_s` and `line_bytes` are not measured; they keep the defaults.
 //!
 //! # Reading ([`Costs::from_file`])
 //!
@@ -130,7 +136,8 @@ pub struct Fit {
     pub model: CostModel,
     pub all_to_all_latency_s: f64,
     pub all_reduce_latency_s: f64,
-    /// FLOP/s of the MLP step on one rank.
+    /// FLOP/s of the MLP step on one rank, over every shape (reported; the
+    /// prediction uses each shape's own, [`Costs::mlp_rate`]).
     pub mlp_flops: f64,
     /// Per measured width: the Zipf points' per-id seconds over the uniform ones'
     /// (below 1: hot rows hit the caches). Reported, not used by the planner (its
@@ -184,11 +191,14 @@ pub struct CalibOptions {
 impl CalibOptions {
     /// The full setting (about a minute on 2 cores) or the quick one (seconds).
     pub fn new(quick: bool) -> Self {
-        let shapes = ["torchrec-peer", "dlrm-synthetic", "tiny"]
+        let mut shapes: Vec<Vec<usize>> = ["torchrec-peer", "dlrm-synthetic", "tiny"]
             .iter()
             .filter_map(|p| crate::embed::spec::preset(p, 0.1).ok())
             .map(|s| s.mlp_layers())
             .collect();
+        // A mid-sized MLP between tiny's and the peers': the rate of a shape not
+        // measured is interpolated between measured ones (`Costs::mlp_rate`).
+        shapes.push(vec![512, 256, 128, 1]);
         if quick {
             CalibOptions {
                 quick,
@@ -797,7 +807,8 @@ impl Costs {
         let f = &self.fit;
         let embedding_max = embedding_per_rank.iter().copied().fold(0.0, f64::max);
         let threads = self.conditions.threads.max(1) as f64;
-        let dense = mlp_flops(layers, batch_per_rank) / f.mlp_flops / threads;
+        let dense =
+            mlp_flops(layers, batch_per_rank) / self.mlp_rate(layers, batch_per_rank) / threads;
         let n = world as f64;
         let params: f64 = layers.windows(2).map(|w| (w[0] * w[1] + w[1]) as f64).sum();
         let allreduce = if world > 1 {
@@ -812,6 +823,64 @@ impl Costs {
             allreduce,
             step: embedding_max + dense + allreduce,
         }
+    }
+
+    /// FLOP/s of the MLP step of `layers` over `batch` examples: a measured shape's
+    /// own rate at the measured batch nearest `batch` (in log scale); another shape's
+    /// interpolated linearly in the log of the flops per example between the measured
+    /// shapes around it (each at its batch nearest `batch`), the nearest one's beyond
+    /// them; the overall rate ([`Fit::mlp_flops`]) without points.
+    pub fn mlp_rate(&self, layers: &[usize], batch: usize) -> f64 {
+        struct Shape<'a> {
+            layers: &'a [usize],
+            /// ln of the flops per example.
+            x: f64,
+            /// |ln batch - ln `batch`| of the point kept, and its rate.
+            dist: f64,
+            rate: f64,
+        }
+        let lb = (batch.max(1) as f64).ln();
+        let mut shapes: Vec<Shape> = Vec::new();
+        for q in &self.mlp {
+            let rate = mlp_flops(&q.layers, q.batch) / q.seconds;
+            let dist = ((q.batch.max(1) as f64).ln() - lb).abs();
+            match shapes.iter_mut().find(|s| s.layers == q.layers.as_slice()) {
+                Some(s) if dist < s.dist => {
+                    s.dist = dist;
+                    s.rate = rate;
+                }
+                Some(_) => {}
+                None => shapes.push(Shape {
+                    layers: &q.layers,
+                    x: mlp_flops(&q.layers, 1).max(1.0).ln(),
+                    dist,
+                    rate,
+                }),
+            }
+        }
+        if let Some(s) = shapes.iter().find(|s| s.layers == layers) {
+            return s.rate;
+        }
+        shapes.sort_by(|a, b| a.x.total_cmp(&b.x));
+        let (Some(first), Some(last)) = (shapes.first(), shapes.last()) else {
+            return self.fit.mlp_flops;
+        };
+        let x = mlp_flops(layers, 1).max(1.0).ln();
+        if x <= first.x {
+            return first.rate;
+        }
+        for w in shapes.windows(2) {
+            let (a, b) = (&w[0], &w[1]);
+            if x <= b.x {
+                let t = if b.x > a.x {
+                    (x - a.x) / (b.x - a.x)
+                } else {
+                    1.0
+                };
+                return a.rate + t * (b.rate - a.rate);
+            }
+        }
+        last.rate
     }
 
     /// The planner's model (the fit of the points).
@@ -1315,6 +1384,38 @@ mod tests {
         let mut bad = f.model.clone();
         bad.size_factor.swap(0, 2);
         assert!(bad.check().unwrap_err().contains("size_factor[1]"));
+    }
+
+    #[test]
+    fn the_mlp_rate_is_the_shapes_own_or_interpolated_between_shapes() {
+        let mut c = costs();
+        // Shape a at 1 and 2 GFLOP/s (batches 100 and 1000); shape b (92 times a's
+        // flops per example) at 4 GFLOP/s.
+        let (a, b) = (vec![10, 10, 1], vec![100, 100, 1]);
+        let at = |l: &Vec<usize>, batch: usize, rate: f64| MlpPoint {
+            layers: l.clone(),
+            batch,
+            seconds: mlp_flops(l, batch) / rate,
+        };
+        c.mlp = vec![at(&a, 100, 1e9), at(&a, 1000, 2e9), at(&b, 1000, 4e9)];
+        let close = |x: f64, y: f64| (x - y).abs() <= 1e-9 * y;
+        // A measured shape: its rate at the nearest batch (in log scale).
+        assert!(close(c.mlp_rate(&a, 120), 1e9));
+        assert!(close(c.mlp_rate(&a, 900), 2e9));
+        assert!(close(c.mlp_rate(&b, 10), 4e9));
+        // Between: linear in ln(flops per example), from a's rate at that batch.
+        let (fa, fb) = (mlp_flops(&a, 1), mlp_flops(&b, 1));
+        let mid = vec![1, (fa * 10.0 / 12.0) as usize, 1];
+        assert!(close(mlp_flops(&mid, 1), fa * 10.0));
+        let want = 2e9 + 10f64.ln() / (fb / fa).ln() * 2e9;
+        let got = c.mlp_rate(&mid, 1000);
+        assert!(close(got, want), "{got} {want}");
+        // Beyond: the nearest shape's.
+        assert!(close(c.mlp_rate(&[1, 1, 1], 1000), 2e9));
+        assert!(close(c.mlp_rate(&[1000, 1000, 1], 1000), 4e9));
+        // predict() prices the MLP at that rate.
+        let p = c.predict(vec![0.0], &mid, 1000, 1);
+        assert!(close(p.dense, mlp_flops(&mid, 1000) / want));
     }
 
     #[test]
