@@ -26,10 +26,10 @@
 //! # The fit ([`fit`])
 //!
 //! Every fit but the size factor uses only the points at the reference size
-//! (`table_bytes`). From the uniform single-table points (cache misses, as the owners'
-//! distinct rows are): per id, `seconds / ids = lookup_s + x / mem_bw` by least squares, with `x`
-//! the bytes a row access moves (`a(d) = max(4 d, 64)` for a gather, `2 a(d)` for a
-//! scatter: read and write). Each measured width then gets the factor
+//! (`table_bytes`). From the uniform single-table points (cache misses, as the
+//! owners' distinct rows are): per id, `seconds / ids = lookup_s + x / mem_bw` by
+//! least squares, with `x` the bytes a row access moves (`a(d) = max(4 d, 64)` for
+//! a gather, `2 a(d)` for a scatter: read and write). Each measured width then gets the factor
 //! `measured / fitted` (their sums over its gather and scatter points), so the model's
 //! seconds of a width it measured (a gather and a scatter per id, summed over the
 //! pooling factors) are the measured ones ([`CostModel::width_factor`]). The interference
