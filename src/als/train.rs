@@ -552,6 +552,10 @@ pub struct Trainer<T: TableScalar = f32> {
     /// The gathered fixed table of the current half, once fetched (`Some(None)`: the
     /// local table itself, on one rank).
     fixed: Option<Option<Vec<T>>>,
+    /// The buffer of the last gathered rows, kept for the next gather (a fresh one
+    /// of hundreds of MB is page-faulted and zeroed by the kernel again); freed
+    /// before an evaluation or a checkpoint, which may need the memory.
+    spare: Vec<T>,
     pub preempt: Preemption,
     /// The f32 copy of a step's rows when the tables are bf16 (reused).
     scratch: Vec<f32>,
@@ -705,6 +709,7 @@ impl<T: TableScalar> Trainer<T> {
             pos: Position::default(),
             local_done: Vec::new(),
             fixed: None,
+            spare: Vec::new(),
             preempt,
             scratch: Vec::new(),
             fixed_block: None,
@@ -952,7 +957,7 @@ impl<T: TableScalar> Trainer<T> {
         self.pos.step = 0;
         self.pos.done.clear();
         self.local_done.clear();
-        self.fixed = None;
+        self.keep_fixed_as_spare();
         self.fixed_block = None;
         self.reader = None;
         self.chunk = None;
@@ -966,6 +971,13 @@ impl<T: TableScalar> Trainer<T> {
                 loss,
             )),
             _ => Ok((Status::Done, loss)),
+        }
+    }
+
+    /// Drop the gathered rows, keeping their buffer for the next gather.
+    fn keep_fixed_as_spare(&mut self) {
+        if let Some(Some(v)) = self.fixed.take() {
+            self.spare = v;
         }
     }
 
@@ -1020,7 +1032,9 @@ impl<T: TableScalar> Trainer<T> {
             .plan
             .as_ref()
             .expect("a side gathered once has its plan");
-        self.fixed = Some(plan.global_fetch(comm, fixed_local, self.cfg.dim)?);
+        let mut buf = std::mem::take(&mut self.spare);
+        let got = plan.global_fetch_into(comm, fixed_local, self.cfg.dim, &mut buf)?;
+        self.fixed = Some(got.then_some(buf));
         times.exchange += t.elapsed().as_secs_f64();
         Ok(())
     }
@@ -1049,14 +1063,19 @@ impl<T: TableScalar> Trainer<T> {
             None => Ok(Vec::new()),
         })?;
         if block.is_some() {
-            // The old block's rows go before the new ones arrive.
-            self.fixed = None;
+            // The old block's rows go before the new ones arrive (into their buffer).
+            if let Some(Some(v)) = self.fixed.take() {
+                self.spare = v;
+            }
         }
         let plan = ExchangePlan::global_from_needed(comm, self.cfg.exchange, needed, bounds)?;
-        let got = plan.global_fetch(comm, fixed_local, self.cfg.dim)?;
         if let Some(k) = block {
-            self.fixed = Some(got);
+            let mut buf = std::mem::take(&mut self.spare);
+            let got = plan.global_fetch_into(comm, fixed_local, self.cfg.dim, &mut buf)?;
+            self.fixed = Some(got.then_some(buf));
             self.fixed_block = Some(k);
+        } else {
+            plan.global_fetch(comm, fixed_local, self.cfg.dim)?;
         }
         times.exchange += t.elapsed().as_secs_f64();
         Ok(())
@@ -1487,6 +1506,7 @@ impl<T: TableScalar> Trainer<T> {
 
     /// Collective: every rank must call. Write a checkpoint of the current position.
     pub fn global_checkpoint<C: Comm>(&mut self, comm: &C) -> Result<std::path::PathBuf> {
+        self.spare = Vec::new();
         let mine: Vec<u64> = self.local_done.iter().flat_map(|&(a, b)| [a, b]).collect();
         let all = comm.all_gather_v(&mine)?.data;
         self.pos.done = merge_ranges(all.chunks_exact(2).map(|c| (c[0], c[1])).collect());
@@ -1586,6 +1606,7 @@ impl<T: TableScalar> Trainer<T> {
         times: &mut PhaseTimes,
         epoch_seconds: Option<f64>,
     ) -> Result<EvalReport> {
+        self.spare = Vec::new();
         let t = Instant::now();
         let params = self.params(self.shards.meta.num_cols);
         let r = self.eval.global_evaluate_epoch(
