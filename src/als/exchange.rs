@@ -197,26 +197,22 @@ impl ExchangePlan {
         local: &[T],
         d: usize,
     ) -> Result<Option<Vec<T>>> {
-        let mut out = Vec::new();
-        Ok(self
-            .global_fetch_into(comm, local, d, &mut out)?
-            .then_some(out))
+        self.global_fetch_reusing(comm, local, d, Vec::new())
     }
 
-    /// Collective: every rank must call. [`ExchangePlan::global_fetch`] into `out`
-    /// (refilled; `false`, and `out` left alone, where `global_fetch` gives `None`).
-    /// A buffer kept from an earlier fetch is reused when it is large enough: a fresh
-    /// one of hundreds of MB costs its page faults and the kernel's zeroing again (at
-    /// in-dense f32, P = 2, about 0.3 s per half on 2 cores).
-    pub fn global_fetch_into<C: Comm, T: Elem + TableElem>(
+    /// Collective: every rank must call. [`ExchangePlan::global_fetch`] into `out`, a
+    /// buffer kept from an earlier fetch (refilled; reused when it is large enough: a
+    /// fresh one of hundreds of MB costs its page faults and the kernel's zeroing
+    /// again, at in-dense f32, P = 2, about 0.3 s per half on 2 cores).
+    pub fn global_fetch_reusing<C: Comm, T: Elem + TableElem>(
         &self,
         comm: &C,
         local: &[T],
         d: usize,
-        out: &mut Vec<T>,
-    ) -> Result<bool> {
+        mut out: Vec<T>,
+    ) -> Result<Option<Vec<T>>> {
         if self.identity {
-            return Ok(false);
+            return Ok(None);
         }
         let _p = comm.stats().phase("exchange");
         let lo = self.bounds[comm.rank()];
@@ -233,8 +229,9 @@ impl ExchangePlan {
                     out.clear();
                     out.resize(n, T::default());
                 } else {
-                    *out = Vec::new();
-                    *out = crate::hugepages::huge_vec(n, T::default());
+                    // The old buffer goes before the new one is made.
+                    drop(std::mem::take(&mut out));
+                    out = crate::hugepages::huge_vec(n, T::default());
                 }
                 // Our own rows: a copy (they are `needed[need_off[me]..]`, in the order
                 // we asked ourselves for them).
@@ -306,7 +303,7 @@ impl ExchangePlan {
                         out[at..at + src.len()].copy_from_slice(src);
                     }
                 }
-                Ok(true)
+                Ok(Some(out))
             }
             ExchangeKind::Allgather => {
                 // ALX: gather every rank's ids (every half-epoch, as its batches change).
@@ -327,7 +324,7 @@ impl ExchangePlan {
                         .iter()
                         .map(|&x| T::from_f32(x)),
                 );
-                Ok(true)
+                Ok(Some(out))
             }
         }
     }

@@ -554,7 +554,8 @@ pub struct Trainer<T: TableScalar = f32> {
     fixed: Option<Option<Vec<T>>>,
     /// The buffer of the last gathered rows, kept for the next gather (a fresh one
     /// of hundreds of MB is page-faulted and zeroed by the kernel again); freed
-    /// before an evaluation or a checkpoint, which may need the memory.
+    /// before an evaluation or a checkpoint, which may need the memory, and when
+    /// training is over.
     spare: Vec<T>,
     pub preempt: Preemption,
     /// The f32 copy of a step's rows when the tables are bf16 (reused).
@@ -958,6 +959,10 @@ impl<T: TableScalar> Trainer<T> {
         self.pos.done.clear();
         self.local_done.clear();
         self.keep_fixed_as_spare();
+        if self.pos.epoch >= self.cfg.epochs {
+            // Training is over: nothing gathers again.
+            self.spare = Vec::new();
+        }
         self.fixed_block = None;
         self.reader = None;
         self.chunk = None;
@@ -1032,9 +1037,8 @@ impl<T: TableScalar> Trainer<T> {
             .plan
             .as_ref()
             .expect("a side gathered once has its plan");
-        let mut buf = std::mem::take(&mut self.spare);
-        let got = plan.global_fetch_into(comm, fixed_local, self.cfg.dim, &mut buf)?;
-        self.fixed = Some(got.then_some(buf));
+        let spare = std::mem::take(&mut self.spare);
+        self.fixed = Some(plan.global_fetch_reusing(comm, fixed_local, self.cfg.dim, spare)?);
         times.exchange += t.elapsed().as_secs_f64();
         Ok(())
     }
@@ -1049,6 +1053,10 @@ impl<T: TableScalar> Trainer<T> {
         times: &mut PhaseTimes,
     ) -> Result<()> {
         let t = Instant::now();
+        if block.is_some() {
+            // The old block's rows go before the new ones arrive (into their buffer).
+            self.keep_fixed_as_spare();
+        }
         let (side, fixed_local, bounds) = if self.pos.half == 0 {
             (&self.rows, &self.h, &self.shards.col_bounds)
         } else {
@@ -1062,17 +1070,10 @@ impl<T: TableScalar> Trainer<T> {
             Some(k) => spill.needed(k),
             None => Ok(Vec::new()),
         })?;
-        if block.is_some() {
-            // The old block's rows go before the new ones arrive (into their buffer).
-            if let Some(Some(v)) = self.fixed.take() {
-                self.spare = v;
-            }
-        }
         let plan = ExchangePlan::global_from_needed(comm, self.cfg.exchange, needed, bounds)?;
         if let Some(k) = block {
-            let mut buf = std::mem::take(&mut self.spare);
-            let got = plan.global_fetch_into(comm, fixed_local, self.cfg.dim, &mut buf)?;
-            self.fixed = Some(got.then_some(buf));
+            let spare = std::mem::take(&mut self.spare);
+            self.fixed = Some(plan.global_fetch_reusing(comm, fixed_local, self.cfg.dim, spare)?);
             self.fixed_block = Some(k);
         } else {
             plan.global_fetch(comm, fixed_local, self.cfg.dim)?;
