@@ -2,7 +2,16 @@
 
 use crate::cli::CalibrateArgs;
 use crate::comm::Comm;
-use crate::embed::planner::calib::{global_calibrate, CalibOptions, Conditions, Costs};
+use crate::embed::clicks::ClickGen;
+use crate::embed::gemm::Gemm;
+use crate::embed::keys::IdMap;
+use crate::embed::mlp::DenseOpt;
+use crate::embed::planner::calib::{
+    fit, global_calibrate, median, rows_of, CalibOptions, Conditions, Costs, PooledPoint,
+    POOLED_PLACEMENTS,
+};
+use crate::embed::tables::TableOpt;
+use crate::embed::train::{EmbedConfig, EmbedTrainer, Source};
 use crate::node::resolve_threads;
 use crate::{Error, Result};
 
@@ -81,13 +90,114 @@ pub fn global_run<C: Comm>(comm: &C, a: &CalibrateArgs) -> Result<()> {
         table_bytes: o.table_bytes,
     };
     let t = std::time::Instant::now();
-    let costs = global_calibrate(comm, &o, cond)?;
+    let mut costs = global_calibrate(comm, &o, cond)?;
+    costs.pooled = global_pooled_points(comm, &o)?;
+    costs.fit = fit(&costs);
     let res = if root {
         write(&costs, a).map(|_| report(&costs, a, t.elapsed().as_secs_f64()))
     } else {
         Ok(())
     };
     comm.agree(res)
+}
+
+/// Collective: every rank must call. The pooled points
+/// ([`crate::embed::planner::calib::PooledPoint`]): per width and pooling factor,
+/// `P` tables (one per rank) whole, in `P` column pieces and in `P` row blocks,
+/// trained with the real step; the runs of the three placements interleaved, the
+/// median kept. None on one rank (nothing is split) or at a width `P` does not
+/// divide.
+fn global_pooled_points<C: Comm>(comm: &C, o: &CalibOptions) -> Result<Vec<PooledPoint>> {
+    let p = comm.size();
+    let mut out = Vec::new();
+    if p < 2 {
+        return Ok(out);
+    }
+    let point = |dim, pooling, bytes, placement: &str| PooledPoint {
+        dim,
+        pooling,
+        tables: p,
+        rows: rows_of(bytes, dim),
+        batch: o.pooled_batch,
+        placement: placement.to_string(),
+        pieces: if placement == "table" { 1 } else { p },
+        seconds: 0.0,
+    };
+    // Per width and pooling, the three placements at the reference size; then the
+    // whole tables of the other sizes.
+    let mut groups: Vec<Vec<PooledPoint>> = Vec::new();
+    for &dim in o.pooled_dims.iter().filter(|&&d| d % p == 0) {
+        for &pooling in &o.pooled_poolings {
+            groups.push(
+                POOLED_PLACEMENTS
+                    .iter()
+                    .map(|pl| point(dim, pooling, o.table_bytes, pl))
+                    .collect(),
+            );
+        }
+    }
+    let (d, pl) = (o.pooled_size_dim, o.pooled_size_pooling);
+    let sizes = o.pooled_sizes.iter().filter(|&&b| b != o.table_bytes);
+    groups.push(sizes.map(|&b| point(d, pl, b, "table")).collect());
+    for mut pts in groups {
+        let mut runs = vec![Vec::new(); pts.len()];
+        for _ in 0..o.pooled_reps {
+            for (q, r) in pts.iter().zip(runs.iter_mut()) {
+                r.push(global_pooled_run(comm, o, q)?);
+            }
+        }
+        for (q, r) in pts.iter_mut().zip(runs) {
+            // At least 1 ns, as the kernels' points.
+            q.seconds = median(r).max(1e-9);
+        }
+        out.extend(pts);
+    }
+    Ok(out)
+}
+
+/// Collective: every rank must call. One run of point `q`: `pooled_warmup` steps,
+/// then the seconds per step of the embedding phases (lookup, pooling, backward and
+/// update, their collectives included; each phase the slowest rank's) over
+/// `pooled_steps`: what the planner's per-rank cost stands for in a step.
+fn global_pooled_run<C: Comm>(comm: &C, o: &CalibOptions, q: &PooledPoint) -> Result<f64> {
+    let (p, rank) = (comm.size(), comm.rank());
+    let spec = q.spec();
+    let plan = q.plan(&spec, p);
+    let steps = o.pooled_warmup + o.pooled_steps;
+    let cfg = EmbedConfig {
+        spec: spec.clone(),
+        seed: o.seed,
+        micro: q.batch * p,
+        accumulate: 1,
+        steps,
+        table_opt: TableOpt::RowWiseAdagrad {
+            lr: 0.01,
+            eps: 1e-8,
+        },
+        dense_opt: DenseOpt::adagrad(0.01),
+        dense_gemm: Gemm::auto(),
+        dedup: true,
+        pipeline: false,
+        eval_examples: 0,
+        eval_every: 0,
+        log_every: 0,
+        mem_per_rank: None,
+        ids: IdMap::default(),
+    };
+    let source = Source::Generated(ClickGen::new(&spec, o.seed));
+    let mut tr = comm.agree(EmbedTrainer::new(cfg, source, &plan, rank))?;
+    comm.agree(tr.local_preload(p, rank, 0, steps))?;
+    for _ in 0..o.pooled_warmup {
+        tr.global_step(comm, false)?;
+    }
+    // The warm-up's interval, discarded.
+    tr.global_interval(comm)?;
+    for _ in 0..o.pooled_steps {
+        tr.global_step(comm, false)?;
+    }
+    let r = tr.global_interval(comm)?;
+    let phases = r.seconds_lookup + r.seconds_pool + r.seconds_backward + r.seconds_update;
+    Ok(phases / r.steps.max(1) as f64)
 }
 
 fn write(c: &Costs, a: &CalibrateArgs) -> Result<()> {
@@ -158,5 +268,35 @@ fn report(c: &Costs, a: &CalibrateArgs, secs: f64) {
         "fit: per id at a table size over at {} (uniform ids): {sizes}",
         crate::metrics::human_bytes(k.table_bytes)
     );
+    if !c.pooled.is_empty() {
+        let pts = c
+            .pooled
+            .iter()
+            .map(|q| {
+                format!(
+                    "{} x{} d{} p{} {} {:.2} ms (model {:.2})",
+                    q.placement,
+                    q.pieces,
+                    q.dim,
+                    q.pooling,
+                    crate::metrics::human_bytes(q.rows * q.dim as u64 * 4),
+                    q.seconds * 1e3,
+                    q.modelled(m, k.ranks) * 1e3
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        println!(
+            "fit: pooled pieces {:.1} ns + {:.3} ns x width per occurrence, {:.1} ns per example served, occurrences at a table size over at the reference: {}; embedding phases per step (measured, modelled): {pts}",
+            m.pooled_occ_s * 1e9,
+            m.pooled_occ_float_s * 1e9,
+            m.pooled_example_s * 1e9,
+            m.pooled_size_factor
+                .iter()
+                .map(|[b, x]| format!("{}: {x:.2}", crate::metrics::human_bytes(*b as u64)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     println!("wrote {}", a.out.display());
 }

@@ -17,7 +17,10 @@
 //! - the **MLP step** ([`Mlp::forward_backward`]) per shape (the presets' MLPs) and
 //!   batch;
 //! - **all-to-all-v** (uniform, `bytes` per rank in total) and **all-reduce** (`bytes`
-//!   of f32 per rank) through the [`Comm`] trait at the launched rank count.
+//!   of f32 per rank) through the [`Comm`] trait at the launched rank count;
+//! - **pooled training steps** ([`PooledPoint`], measured by `torusrec calibrate`
+//!   through the real training step, at 2 ranks or more): `P` pooled tables whole,
+//!   in `P` column pieces and in `P` row blocks, and whole tables of other sizes.
 //!
 //! Each point is the median of `reps` timed calls after one untimed call; a kernel's
 //! seconds are the mean over ranks of each rank's median, a collective's the slowest
@@ -55,7 +58,11 @@
 //! Each table size measured gets the geometric mean over its points (gather and
 //! scatter, every width) of their per-id seconds over the reference size's point of
 //! the same kernel, width and pooling ([`CostModel::size_factor`], the reference at
-//! 1). `shard_s` and `line_bytes` are not measured; they keep the defaults.
+//! 1). The pooled points give the pooled owner side's coefficients
+//! ([`CostModel::pooled_occ_s`], [`CostModel::pooled_occ_float_s`],
+//! [`CostModel::pooled_example_s`], [`CostModel::pooled_size_factor`]; see
+//! `pooled_fit`). `shard_s` and `line_bytes` are not measured; they keep the
+//! defaults.
 //!
 //! # Reading ([`Costs::from_file`])
 //!
@@ -74,6 +81,9 @@ use super::CostModel;
 use crate::comm::Comm;
 use crate::embed::kernels::{self, Bags, Isa};
 use crate::embed::mlp::{Mlp, Workspace};
+use crate::embed::placement::{ColumnShard, OutputMode, Placement, Plan};
+use crate::embed::spec::{Evict, ModelSpec, Pooling, TableSpec, ValencyDist, VocabKind};
+use crate::embed::stats::synthetic_stats;
 use crate::error::{Error, Result};
 use crate::rng::{mix64, SplitMix64};
 
@@ -130,6 +140,124 @@ pub struct CollPoint {
     pub seconds: f64,
 }
 
+/// Training steps of `tables` pooled tables (one per rank, `rows` x `dim`, `pooling`
+/// Zipf ids per example, `batch` examples per rank) under one placement: `table`
+/// (each whole on its rank), `column` (`pieces` column pieces each, on successive
+/// ranks) or `row_block` (`pieces` row blocks each); `seconds` per step in the
+/// embedding phases (lookup, pooling, backward, update; collectives included; each
+/// phase the slowest rank's), the median over the repetitions.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PooledPoint {
+    pub dim: usize,
+    pub pooling: usize,
+    pub tables: usize,
+    pub rows: u64,
+    pub batch: usize,
+    pub placement: String,
+    pub pieces: usize,
+    pub seconds: f64,
+}
+
+/// The placements a [`PooledPoint`] may have.
+pub const POOLED_PLACEMENTS: [&str; 3] = ["table", "column", "row_block"];
+
+impl PooledPoint {
+    /// The model of the point's tables (Zipf ids with exponent [`ZIPF_S`]; a small
+    /// MLP, which the embedding phases do not time).
+    pub fn spec(&self) -> ModelSpec {
+        let tables = (0..self.tables)
+            .map(|t| TableSpec {
+                name: format!("t{t}"),
+                vocab: self.rows,
+                dim: self.dim,
+                pooling: Pooling::Sum,
+                valency: self.pooling as f64,
+                valency_dist: ValencyDist::Poisson,
+                vocab_kind: VocabKind::Fixed,
+                admit_after: 1,
+                evict: Evict::Lfu,
+            })
+            .collect();
+        ModelSpec {
+            n_dense: 1,
+            hidden: vec![16],
+            zipf: ZIPF_S,
+            tables,
+        }
+    }
+
+    /// The point's plan at `world` ranks: table `t`'s piece `j` on rank
+    /// `(t + j) % world`, every table `pooled`.
+    pub fn plan(&self, spec: &ModelSpec, world: usize) -> Plan {
+        let k = self.pieces.max(1);
+        let d = self.dim;
+        let tables = (0..self.tables)
+            .map(|t| match self.placement.as_str() {
+                "column" => Placement::Column {
+                    shards: (0..k)
+                        .map(|j| ColumnShard {
+                            rank: (t + j) % world,
+                            cols: [j * d / k, (j + 1) * d / k],
+                        })
+                        .collect(),
+                },
+                "row_block" => Placement::RowBlock {
+                    ranks: (0..k).map(|j| (t + j) % world).collect(),
+                },
+                _ => Placement::Table { rank: t % world },
+            })
+            .collect();
+        Plan {
+            world,
+            spec_digest: spec.digest(),
+            tables,
+            modes: vec![OutputMode::Pooled; self.tables],
+        }
+    }
+
+    /// The mean over the `world` ranks of what model `m` prices the point's plan at
+    /// per step (synthetic batch statistics of its spec).
+    pub fn modelled(&self, m: &CostModel, world: usize) -> f64 {
+        let spec = self.spec();
+        let stats = synthetic_stats(&spec, world, self.batch);
+        let plan = self.plan(&spec, world);
+        let rep = super::evaluate(&spec, &stats, &plan, m, POOLED_STATE_PER_ROW);
+        rep.cost_per_rank.iter().sum::<f64>() / world.max(1) as f64
+    }
+
+    /// Width of one of the point's pieces.
+    pub fn piece_width(&self) -> usize {
+        if self.placement == "column" {
+            self.dim / self.pieces.max(1)
+        } else {
+            self.dim
+        }
+    }
+
+    /// Bytes of one of the point's tables (the variable of
+    /// [`CostModel::pooled_size_factor`]).
+    pub fn span_bytes(&self) -> f64 {
+        self.rows as f64 * self.dim as f64 * 4.0
+    }
+
+    /// Per rank and step: the occurrences its pooled pieces see and the examples
+    /// they serve (over all ranks, divided by `world`).
+    fn per_rank_work(&self, world: usize) -> (f64, f64) {
+        let n = world as f64;
+        let examples = n * self.batch as f64 * self.tables as f64;
+        let k = self.pieces.max(1) as f64;
+        let (occ_pieces, ex_pieces) = match self.placement.as_str() {
+            "column" => (k, k),
+            "row_block" => (1.0, k),
+            _ => (1.0, 1.0),
+        };
+        (
+            occ_pieces * examples * self.pooling as f64 / n,
+            ex_pieces * examples / n,
+        )
+    }
+}
+
 /// What the points give (see the module doc).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Fit {
@@ -159,6 +287,9 @@ pub struct Costs {
     pub mlp: Vec<MlpPoint>,
     pub all_to_all: Vec<CollPoint>,
     pub all_reduce: Vec<CollPoint>,
+    /// Pooled training steps (none in files written before they were measured).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pooled: Vec<PooledPoint>,
     pub fit: Fit,
 }
 
@@ -185,6 +316,20 @@ pub struct CalibOptions {
     pub mlp_batches: Vec<usize>,
     /// Bytes per rank of the collectives.
     pub coll_bytes: Vec<u64>,
+    /// Pooled training steps ([`PooledPoint`]): widths, ids per example, examples
+    /// per rank, untimed and timed steps per run, runs per placement (interleaved;
+    /// the median is kept).
+    pub pooled_dims: Vec<usize>,
+    pub pooled_poolings: Vec<usize>,
+    pub pooled_batch: usize,
+    pub pooled_warmup: u64,
+    pub pooled_steps: u64,
+    pub pooled_reps: usize,
+    /// Table sizes (bytes) of whole-table pooled points at width `pooled_size_dim`
+    /// and pooling `pooled_size_pooling`, besides `table_bytes`.
+    pub pooled_sizes: Vec<u64>,
+    pub pooled_size_dim: usize,
+    pub pooled_size_pooling: usize,
     pub seed: u64,
 }
 
@@ -215,6 +360,15 @@ impl CalibOptions {
                 mlp_shapes: vec![vec![32, 16, 1]],
                 mlp_batches: vec![64],
                 coll_bytes: vec![4 << 10, 64 << 10],
+                pooled_dims: vec![8],
+                pooled_poolings: vec![1, 8],
+                pooled_batch: 64,
+                pooled_warmup: 1,
+                pooled_steps: 2,
+                pooled_reps: 1,
+                pooled_sizes: vec![1 << 18],
+                pooled_size_dim: 8,
+                pooled_size_pooling: 8,
                 seed: 1,
             }
         } else {
@@ -233,13 +387,23 @@ impl CalibOptions {
                 mlp_shapes: shapes,
                 mlp_batches: vec![512, 2048],
                 coll_bytes: vec![4 << 10, 64 << 10, 1 << 20, 8 << 20],
+                pooled_dims: vec![16, 64],
+                pooled_poolings: vec![1, 32],
+                pooled_batch: 2048,
+                pooled_warmup: 3,
+                pooled_steps: 10,
+                pooled_reps: 3,
+                pooled_sizes: vec![4 << 20, 256 << 20],
+                pooled_size_dim: 64,
+                pooled_size_pooling: 32,
                 seed: 1,
             }
         }
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+/// The median of `v` (the mean of the middle two for an even count; 0 when empty).
+pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
     if n == 0 {
@@ -278,7 +442,7 @@ fn local_ids(dist: &str, rows: u64, n: usize, seed: u64) -> Vec<u32> {
 }
 
 /// Rows of a table of `bytes` bytes of width `dim` (f32).
-fn rows_of(bytes: u64, dim: usize) -> u64 {
+pub fn rows_of(bytes: u64, dim: usize) -> u64 {
     (bytes / (4 * dim as u64)).max(1)
 }
 
@@ -508,6 +672,7 @@ pub fn global_calibrate<C: Comm>(comm: &C, o: &CalibOptions, cond: Conditions) -
         mlp,
         all_to_all,
         all_reduce,
+        pooled: Vec::new(),
         fit: Fit {
             model: CostModel::default(),
             all_to_all_latency_s: 0.0,
@@ -716,6 +881,13 @@ pub fn fit(c: &Costs) -> Fit {
             (!r.is_empty()).then(|| [w as f64, r.iter().sum::<f64>() / r.len() as f64])
         })
         .collect();
+    if let Some(([occ, occ_float, ex], sizes)) = pooled_fit(c, &m) {
+        m.pooled_measured = true;
+        m.pooled_occ_s = occ;
+        m.pooled_occ_float_s = occ_float;
+        m.pooled_example_s = ex;
+        m.pooled_size_factor = sizes;
+    }
     Fit {
         model: m,
         all_to_all_latency_s: a2a_lat,
@@ -725,6 +897,135 @@ pub fn fit(c: &Costs) -> Fit {
         together_ratio,
     }
 }
+
+/// `[pooled_occ_s, pooled_occ_float_s, pooled_example_s]` and the pooled size
+/// factor from the pooled points (`None` without them). The coefficients: least
+/// relative squares through the origin, over the points at the reference size, of
+/// each point's measured seconds less what `m` models for its plan with the
+/// measured path at zero coefficients (the asking side, the exchange, `shard_s`),
+/// over its rank's interference multiplier, against the occurrences its pieces see,
+/// the same times their width, and the examples they serve, per rank; kept >= 0
+/// (of the subsets of the three terms whose fit has no negative coefficient, the
+/// one with the least residual). The size factor: per other size, the factor of
+/// the occurrence terms that explains its point (at least 0.05), with 1 at the
+/// reference; empty without other sizes.
+fn pooled_fit(c: &Costs, m: &CostModel) -> Option<([f64; 3], Vec<[f64; 2]>)> {
+    if c.pooled.is_empty() {
+        return None;
+    }
+    let world = c.conditions.ranks.max(1);
+    let zero = CostModel {
+        pooled_measured: true,
+        pooled_occ_s: 0.0,
+        pooled_occ_float_s: 0.0,
+        pooled_example_s: 0.0,
+        pooled_size_factor: Vec::new(),
+        ..m.clone()
+    };
+    let tb = c.conditions.table_bytes;
+    // Per point: the three terms' work and the seconds to explain, each divided by
+    // the point's measured seconds (relative errors: a pooling-1 step is a tenth of
+    // a pooling-32 one).
+    // (the work, the seconds to explain) of point `q`.
+    let terms = |q: &PooledPoint| -> ([f64; 3], f64) {
+        let (o, e) = q.per_rank_work(world);
+        let w = q.piece_width() as f64;
+        let per_rank = (q.tables * q.pieces).div_ceil(world);
+        let mult = m.with_interference(1.0, per_rank);
+        let y = (q.seconds - q.modelled(&zero, world)) / mult;
+        let s = q.seconds;
+        ([o / s, o * w / s, e / s], y / s)
+    };
+    let at_ref = |q: &&PooledPoint| q.rows == rows_of(tb, q.dim);
+    let size_pts: Vec<&PooledPoint> = c.pooled.iter().filter(|q| !at_ref(q)).collect();
+    let ref_pts: Vec<&PooledPoint> = c.pooled.iter().filter(at_ref).collect();
+    // The coefficients from the reference size; then per size measured, the
+    // occurrences' factor that explains its point.
+    let rows: Vec<([f64; 3], f64)> = ref_pts.iter().map(|q| terms(q)).collect();
+    let coef = nonneg_least_squares(&rows);
+    let mut sizes: Vec<[f64; 2]> = size_pts
+        .iter()
+        .filter_map(|q| {
+            let (a, y) = terms(q);
+            let occ = a[0] * coef[0] + a[1] * coef[1];
+            (occ > 0.0).then(|| [q.span_bytes(), ((y - a[2] * coef[2]) / occ).max(0.05)])
+        })
+        .collect();
+    if !sizes.is_empty() {
+        sizes.push([tb as f64, 1.0]);
+        sizes.sort_by(|a, b| a[0].total_cmp(&b[0]));
+        sizes.dedup_by(|b, a| (b[0] / a[0] - 1.0).abs() < 0.05);
+    }
+    Some((coef, sizes))
+}
+
+/// Least squares through the origin with coefficients >= 0: of the subsets of the
+/// three terms whose fit has no negative coefficient, the one with the least
+/// residual (zeros when none has).
+fn nonneg_least_squares(rows: &[([f64; 3], f64)]) -> [f64; 3] {
+    let mut best: Option<(f64, [f64; 3])> = None;
+    for mask in 1..8u32 {
+        let cols: Vec<usize> = (0..3).filter(|j| mask & (1 << j) != 0).collect();
+        let Some(x) = least_squares(rows, &cols) else {
+            continue;
+        };
+        if x.iter().any(|&v| v < 0.0) {
+            continue;
+        }
+        let mut coef = [0.0; 3];
+        for (&j, &v) in cols.iter().zip(&x) {
+            coef[j] = v;
+        }
+        let res: f64 = rows
+            .iter()
+            .map(|(a, y)| {
+                let r = y - (0..3).map(|j| a[j] * coef[j]).sum::<f64>();
+                r * r
+            })
+            .sum();
+        if best.is_none_or(|(b, _)| res < b) {
+            best = Some((res, coef));
+        }
+    }
+    best.map_or([0.0; 3], |(_, c)| c)
+}
+
+/// Least squares of `y` on the columns `cols` of the rows' `a` (normal equations,
+/// Gaussian elimination with partial pivoting); `None` when they are singular.
+fn least_squares(rows: &[([f64; 3], f64)], cols: &[usize]) -> Option<Vec<f64>> {
+    let k = cols.len();
+    let mut n = vec![vec![0.0; k + 1]; k];
+    for (a, y) in rows {
+        for (i, &ci) in cols.iter().enumerate() {
+            for (j, &cj) in cols.iter().enumerate() {
+                n[i][j] += a[ci] * a[cj];
+            }
+            n[i][k] += a[ci] * y;
+        }
+    }
+    let scale = (0..k).map(|i| n[i][i]).fold(0.0, f64::max);
+    for col in 0..k {
+        let piv = (col..k).max_by(|&x, &y| n[x][col].abs().total_cmp(&n[y][col].abs()))?;
+        if n[piv][col].abs() <= 1e-12 * scale {
+            return None;
+        }
+        n.swap(col, piv);
+        let pivot_row = n[col].clone();
+        for (r, row) in n.iter_mut().enumerate() {
+            if r != col {
+                let f = row[col] / pivot_row[col];
+                for (x, p) in row[col..].iter_mut().zip(&pivot_row[col..]) {
+                    *x -= f * p;
+                }
+            }
+        }
+    }
+    Some((0..k).map(|i| n[i][k] / n[i][i]).collect())
+}
+
+/// Optimizer floats per row of the pooled points' tables (row-wise Adagrad, as
+/// `embed` trains by default).
+pub const POOLED_STATE_PER_ROW: u64 = 1;
 
 /// Per table size measured: the per-id seconds of the single-table uniform points of
 /// that size over those of the reference size (same kernel, width and pooling),
@@ -1043,6 +1344,7 @@ fn parse(v: &Value) -> R<Costs> {
         "mlp",
         "all_to_all",
         "all_reduce",
+        "pooled",
         "fit",
     ])?;
     let schema = top.string("schema")?;
@@ -1136,6 +1438,61 @@ fn parse(v: &Value) -> R<Costs> {
     };
     let all_to_all = coll("all_to_all")?;
     let all_reduce = coll("all_reduce")?;
+    // Optional: files written before the pooled steps were measured have none.
+    let pooled = match top.map.get("pooled") {
+        None => Vec::new(),
+        Some(_) => top
+            .objs("pooled")?
+            .iter()
+            .map(|o| {
+                o.only(&[
+                    "dim",
+                    "pooling",
+                    "tables",
+                    "rows",
+                    "batch",
+                    "placement",
+                    "pieces",
+                    "seconds",
+                ])?;
+                let placement = o.string("placement")?;
+                if !POOLED_PLACEMENTS.contains(&placement.as_str()) {
+                    return Err(format!(
+                        "{} {placement:?}: must be one of {}",
+                        o.at("placement"),
+                        POOLED_PLACEMENTS.join(", ")
+                    ));
+                }
+                let q = PooledPoint {
+                    dim: o.usize("dim", 1)?,
+                    pooling: o.usize("pooling", 1)?,
+                    tables: o.usize("tables", 1)?,
+                    rows: o.int("rows", 1)?,
+                    batch: o.usize("batch", 1)?,
+                    placement,
+                    pieces: o.usize("pieces", 1)?,
+                    seconds: o.num("seconds", true)?,
+                };
+                if q.placement == "column" && (q.pieces > q.dim || !q.dim.is_multiple_of(q.pieces))
+                {
+                    return Err(format!(
+                        "{} {}: must divide dim {}",
+                        o.at("pieces"),
+                        q.pieces,
+                        q.dim
+                    ));
+                }
+                if q.placement != "table" && q.pieces as u64 > q.rows {
+                    return Err(format!(
+                        "{} {}: more than the rows",
+                        o.at("pieces"),
+                        q.pieces
+                    ));
+                }
+                Ok(q)
+            })
+            .collect::<R<Vec<_>>>()?,
+    };
     let f = Obj::of(top.get("fit")?, "fit")?;
     f.only(&[
         "model",
@@ -1157,6 +1514,11 @@ fn parse(v: &Value) -> R<Costs> {
         "ask_row_access",
         "width_factor",
         "size_factor",
+        "pooled_measured",
+        "pooled_occ_s",
+        "pooled_occ_float_s",
+        "pooled_example_s",
+        "pooled_size_factor",
     ])?;
     for k in ["net_bw", "allreduce_bw", "mem_bw", "line_bytes"] {
         m.num(k, true)?;
@@ -1181,6 +1543,7 @@ fn parse(v: &Value) -> R<Costs> {
         mlp,
         all_to_all,
         all_reduce,
+        pooled,
         fit: Fit {
             model: CostModel::default(),
             all_to_all_latency_s: 0.0,
@@ -1235,6 +1598,7 @@ mod tests {
             scatter.push(point(32, "uniform", k, r * s(32)));
         }
         Costs {
+            pooled: Vec::new(),
             schema: SCHEMA.into(),
             conditions: Conditions {
                 ranks: 2,
@@ -1504,6 +1868,118 @@ mod tests {
         for (got, w) in f.together_ratio.iter().zip(want) {
             assert!(got[0] == w[0] && (got[1] - w[1]).abs() < 1e-9, "{f:?}");
         }
+    }
+
+    /// Pooled points whose seconds are what `m` prices at zero pooled
+    /// coefficients plus known ones: the fit gives the known ones back.
+    #[test]
+    fn the_pooled_fit_recovers_known_coefficients() {
+        let mut c = costs();
+        let m = fit(&c).model;
+        let (occ, occ_w, ex) = (60e-9, 0.5e-9, 90e-9);
+        let zero = CostModel {
+            pooled_measured: true,
+            ..m.clone()
+        };
+        let world = c.conditions.ranks;
+        let tb = c.conditions.table_bytes;
+        let mut pts = Vec::new();
+        for (dim, pooling) in [(16, 1), (16, 32), (64, 1), (64, 32)] {
+            for pl in POOLED_PLACEMENTS {
+                pts.push(PooledPoint {
+                    dim,
+                    pooling,
+                    tables: world,
+                    rows: rows_of(tb, dim),
+                    batch: 256,
+                    placement: pl.into(),
+                    pieces: if pl == "table" { 1 } else { world },
+                    seconds: 0.0,
+                });
+            }
+        }
+        // A table 4 times the reference size, its occurrences 1.5 times as dear.
+        pts.push(PooledPoint {
+            rows: rows_of(4 * tb, 64),
+            ..pts[9].clone()
+        });
+        for (i, q) in pts.iter_mut().enumerate() {
+            let (o, e) = q.per_rank_work(world);
+            let per_rank = (q.tables * q.pieces).div_ceil(world);
+            let mult = m.with_interference(1.0, per_rank);
+            let sf = if i == 12 { 1.5 } else { 1.0 };
+            let w = q.piece_width() as f64;
+            q.seconds = q.modelled(&zero, world) + mult * (o * sf * (occ + w * occ_w) + e * ex);
+        }
+        c.pooled = pts;
+        let f = fit(&c).model;
+        assert!(f.pooled_measured);
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b.abs().max(1e-12);
+        assert!(close(f.pooled_occ_s, occ), "{f:?}");
+        assert!(close(f.pooled_occ_float_s, occ_w), "{f:?}");
+        assert!(close(f.pooled_example_s, ex), "{f:?}");
+        let sizes = &f.pooled_size_factor;
+        assert_eq!(sizes.len(), 2, "{sizes:?}");
+        assert!(
+            close(sizes[0][1], 1.0) && close(sizes[1][1], 1.5),
+            "{sizes:?}"
+        );
+        // The model prices every point as it was made.
+        for q in &c.pooled {
+            let got = q.modelled(&f, world);
+            assert!((got / q.seconds - 1.0).abs() < 1e-6, "{q:?}: {got}");
+        }
+        // Written and read back, the fit is the same.
+        let path = std::env::temp_dir().join(format!("pooled-fit-{}.json", std::process::id()));
+        std::fs::write(&path, c.to_json().unwrap()).unwrap();
+        let back = Costs::from_file(&path).unwrap();
+        std::fs::remove_file(&path).ok();
+        // (JSON numbers come back to within a unit in the last place.)
+        assert_eq!(back.pooled.len(), c.pooled.len());
+        for (a, b) in back.pooled.iter().zip(&c.pooled) {
+            assert!((a.seconds / b.seconds - 1.0).abs() < 1e-12, "{a:?} {b:?}");
+        }
+        let g = &back.fit.model;
+        assert!(
+            close(g.pooled_occ_s, occ) && close(g.pooled_example_s, ex),
+            "{g:?}"
+        );
+        assert!(close(g.pooled_size_factor[1][1], 1.5), "{g:?}");
+    }
+
+    #[test]
+    fn a_bad_pooled_point_is_refused_by_name() {
+        let mut c = costs();
+        c.pooled = vec![PooledPoint {
+            dim: 16,
+            pooling: 8,
+            tables: 2,
+            rows: 1000,
+            batch: 64,
+            placement: "column".into(),
+            pieces: 2,
+            seconds: 1e-3,
+        }];
+        let good: Value = serde_json::from_str(&c.to_json().unwrap()).unwrap();
+        assert!(parse(&good).is_ok());
+        for (field, value, want) in [
+            ("placement", Value::from("diagonal"), "pooled[0].placement"),
+            (
+                "pieces",
+                Value::from(3),
+                "pooled[0].pieces 3: must divide dim 16",
+            ),
+            ("seconds", Value::from(-1.0), "pooled[0].seconds"),
+        ] {
+            let mut v = good.clone();
+            v["pooled"][0][field] = value;
+            let err = parse(&v).unwrap_err();
+            assert!(err.contains(want), "{field}: {err}");
+        }
+        // Files from before the pooled points read as none.
+        let mut old = good.clone();
+        old.as_object_mut().unwrap().remove("pooled");
+        assert!(parse(&old).unwrap().pooled.is_empty());
     }
 
     #[test]

@@ -62,6 +62,34 @@ pub struct CostModel {
     /// 0.6, 1 and 1.7 times as much in tables of 1, 8, 64 and 256 MB. Empty:
     /// factor 1.
     pub size_factor: Vec<[f64; 2]>,
+    /// Whether a `pooled` piece's owner seconds are the measured path's
+    /// (`pooled_occ_s` per occurrence it sees, `pooled_example_s` per example it
+    /// serves, its exchange and `shard_s`) instead of row accesses and bytes.
+    /// `torusrec calibrate` sets it when it measured pooled training steps
+    /// ([`super::calib::PooledPoint`]); false by default.
+    pub pooled_measured: bool,
+    /// Seconds per occurrence a `pooled` piece sees (with `pooled_measured`): the
+    /// row's gather and scatter, the request's index, the merge over sources, the
+    /// index the asking rank builds per piece. A table cut into `k` column pieces
+    /// pays it `k` times per occurrence (every piece sees every occurrence); the
+    /// pooled steps measured at 2 ranks took about twice as long in 2 column pieces
+    /// as whole, where the row-access pricing gave 1.6 times.
+    pub pooled_occ_s: f64,
+    /// Seconds per occurrence and float of the piece's width (with
+    /// `pooled_measured`): an occurrence of a piece of width `w` costs
+    /// `pooled_occ_s + w pooled_occ_float_s`.
+    pub pooled_occ_float_s: f64,
+    /// Seconds per example a `pooled` piece serves (with `pooled_measured`): the
+    /// per-example counts and offsets, the partial sum written, sent and added, the
+    /// gradient scattered back. Every piece serves every example of the batch, so a
+    /// table cut into `k` pieces (columns or row blocks) pays it `k` times.
+    pub pooled_example_s: f64,
+    /// Measured correction of a `pooled` piece's per-occurrence seconds by its
+    /// table's bytes (`vocab x dim x 4`, whatever the piece): `[bytes, factor]`
+    /// sorted by bytes, 1 at the size the rest was calibrated at, interpolated as
+    /// [`CostModel::size_factor`]. A pooled step of two 1M-row tables of width 64
+    /// took 1.5 times as long as one of two 262k-row tables. Empty: factor 1.
+    pub pooled_size_factor: Vec<[f64; 2]>,
 }
 
 impl Default for CostModel {
@@ -77,6 +105,11 @@ impl Default for CostModel {
             ask_row_access: false,
             width_factor: Vec::new(),
             size_factor: Vec::new(),
+            pooled_measured: false,
+            pooled_occ_s: 0.0,
+            pooled_occ_float_s: 0.0,
+            pooled_example_s: 0.0,
+            pooled_size_factor: Vec::new(),
         }
     }
 }
@@ -110,6 +143,9 @@ impl CostModel {
             ("lookup_s", self.lookup_s),
             ("shard_s", self.shard_s),
             ("interference", self.interference),
+            ("pooled_occ_s", self.pooled_occ_s),
+            ("pooled_occ_float_s", self.pooled_occ_float_s),
+            ("pooled_example_s", self.pooled_example_s),
         ] {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(format!("{name} {v}: must be a finite number >= 0"));
@@ -128,17 +164,22 @@ impl CostModel {
                 return Err(format!("width_factor[{i}] width {w}: widths must increase"));
             }
         }
-        for (i, [b, f]) in self.size_factor.iter().enumerate() {
-            if !(b.is_finite() && *b >= 1.0) {
-                return Err(format!("size_factor[{i}] bytes {b}: must be >= 1"));
-            }
-            if !(f.is_finite() && *f > 0.0) {
-                return Err(format!(
-                    "size_factor[{i}] factor {f}: must be a finite number > 0"
-                ));
-            }
-            if i > 0 && self.size_factor[i - 1][0] >= *b {
-                return Err(format!("size_factor[{i}] bytes {b}: sizes must increase"));
+        for (name, v) in [
+            ("size_factor", &self.size_factor),
+            ("pooled_size_factor", &self.pooled_size_factor),
+        ] {
+            for (i, [b, f]) in v.iter().enumerate() {
+                if !(b.is_finite() && *b >= 1.0) {
+                    return Err(format!("{name}[{i}] bytes {b}: must be >= 1"));
+                }
+                if !(f.is_finite() && *f > 0.0) {
+                    return Err(format!(
+                        "{name}[{i}] factor {f}: must be a finite number > 0"
+                    ));
+                }
+                if i > 0 && v[i - 1][0] >= *b {
+                    return Err(format!("{name}[{i}] bytes {b}: sizes must increase"));
+                }
             }
         }
         Ok(())
@@ -161,25 +202,13 @@ impl CostModel {
     /// bytes of rows (1 without one): linear in `ln bytes` between the measured
     /// sizes, the end factors beyond them.
     pub fn size_factor_at(&self, bytes: f64) -> f64 {
-        let sf = &self.size_factor;
-        let (Some(first), Some(last)) = (sf.first(), sf.last()) else {
-            return 1.0;
-        };
-        if bytes <= first[0] {
-            return first[1];
-        }
-        if bytes >= last[0] {
-            return last[1];
-        }
-        let x = bytes.ln();
-        for w in sf.windows(2) {
-            let ([b0, f0], [b1, f1]) = (w[0], w[1]);
-            if bytes <= b1 {
-                let t = (x - b0.ln()) / (b1.ln() - b0.ln());
-                return f0 + t * (f1 - f0);
-            }
-        }
-        last[1]
+        interpolate_ln(&self.size_factor, bytes)
+    }
+
+    /// The measured correction of a `pooled` piece's per-occurrence seconds in a
+    /// table of `bytes` ([`CostModel::pooled_size_factor`]; 1 without one).
+    pub fn pooled_size_factor_at(&self, bytes: f64) -> f64 {
+        interpolate_ln(&self.pooled_size_factor, bytes)
     }
 
     /// The cost of a rank whose pieces cost `sum` seconds together, `pieces` of them,
@@ -196,6 +225,29 @@ impl CostModel {
     fn access(&self, w: usize) -> f64 {
         (4.0 * w as f64).max(self.line_bytes)
     }
+}
+
+/// `[x, factor]` pairs sorted by `x`, at `x`: linear in `ln x` between them, the end
+/// factors beyond them; 1 when empty.
+fn interpolate_ln(sf: &[[f64; 2]], bytes: f64) -> f64 {
+    let (Some(first), Some(last)) = (sf.first(), sf.last()) else {
+        return 1.0;
+    };
+    if bytes <= first[0] {
+        return first[1];
+    }
+    if bytes >= last[0] {
+        return last[1];
+    }
+    let x = bytes.ln();
+    for w in sf.windows(2) {
+        let ([b0, f0], [b1, f1]) = (w[0], w[1]);
+        if bytes <= b1 {
+            let t = (x - b0.ln()) / (b1.ln() - b0.ln());
+            return f0 + t * (f1 - f0);
+        }
+    }
+    last[1]
 }
 
 /// The variable of the interference law for `k` tables together: `1 - 1/k` (0 for
@@ -357,10 +409,19 @@ impl<'a> Ctx<'a> {
         // Distinct rows are looked up (a likely miss) once to pool and once to update;
         // repeated occurrences hit the cache, as in the asking side of `rows`.
         let lookups = 2.0 * n_in;
-        (
-            self.owner_seconds(self.exchange_seconds(exchanged), memory, lookups, p),
-            exchanged,
-        )
+        let transfer = self.exchange_seconds(exchanged);
+        let secs = if m.pooled_measured {
+            // The whole table's bytes: a row block's ids are no fewer misses when
+            // the hot ids are few (at skewed, row blocks measured 1.6-1.8 times
+            // busier on one rank than the other).
+            let span = ts.vocab as f64 * ts.dim as f64 * 4.0;
+            let per_occ =
+                (m.pooled_occ_s + w * m.pooled_occ_float_s) * m.pooled_size_factor_at(span);
+            transfer + o_in * per_occ + examples * m.pooled_example_s + m.shard_s
+        } else {
+            self.owner_seconds(transfer, memory, lookups, p)
+        };
+        (secs, exchanged)
     }
 
     /// Seconds every rank spends asking for sharded table `t` under placement `p` in
