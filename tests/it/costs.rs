@@ -17,7 +17,7 @@ fn calibrate(dir: &Path) -> PathBuf {
         .arg(&out)
         .run()
         .expect_code(0)
-        .stdout_has(&["calibrate: 2 rank(s)", "fit: ", "wrote "]);
+        .stdout_has(&["calibrate: 2 rank(s)", "fit: ", "fit: pooled pieces ", "wrote "]);
     out
 }
 
@@ -85,6 +85,20 @@ fn calibrate_writes_a_file_that_plans_and_refuses_bad_ones_naming_the_field() {
     let g = v["gather"].as_array().unwrap();
     assert!(g.iter().any(|p| p["dist"] == "zipf"));
     assert!(g.iter().any(|p| p["tables"].as_u64() > Some(1)));
+    // Pooled training steps: each placement at the reference size, and a whole
+    // table of another size; the fit prices the pooled mode with them.
+    let pooled = v["pooled"].as_array().unwrap();
+    for pl in ["table", "column", "row_block"] {
+        assert!(pooled.iter().any(|p| p["placement"] == pl), "{pl}: {pooled:?}");
+    }
+    let rows: std::collections::BTreeSet<u64> = pooled
+        .iter()
+        .filter(|p| p["dim"] == 8)
+        .map(|p| p["rows"].as_u64().unwrap())
+        .collect();
+    assert!(rows.len() >= 2, "{pooled:?}");
+    assert!(pooled.iter().all(|p| p["seconds"].as_f64().unwrap() > 0.0));
+    assert_eq!(v["fit"]["model"]["pooled_measured"], true, "{}", v["fit"]);
     // An untouched file plans.
     plan(d.path(), "ok", &costs);
 
@@ -124,6 +138,10 @@ fn calibrate_writes_a_file_that_plans_and_refuses_bad_ones_naming_the_field() {
             "schema",
             Box::new(|w| w["schema"] = "torusrec-costs-v0".into()),
         ),
+        (
+            "pooled[0].placement",
+            Box::new(|w| w["pooled"][0]["placement"] = "diagonal".into()),
+        ),
     ];
     let spec = d.path().join("spec.toml");
     for (field, edit) in cases {
@@ -158,8 +176,11 @@ fn calibrate_writes_a_file_that_plans_and_refuses_bad_ones_naming_the_field() {
 #[test]
 fn a_table_made_expensive_in_the_costs_file_moves() {
     let d = tempdir();
-    let costs = calibrate(d.path());
-    let v = read(&costs);
+    let mut v = read(&calibrate(d.path()));
+    // Without the pooled steps, which price the pooled mode by occurrences and
+    // examples whatever the kernels' widths (a wide table could stay whole in it).
+    v.as_object_mut().unwrap().remove("pooled");
+    let costs = write(d.path(), "kernels.json", &v);
     // The same measurements but every kernel point of width 32 a thousand times
     // slower: the fit's factor for width 32 (the table "wide") grows a thousandfold.
     let mut w = v.clone();
