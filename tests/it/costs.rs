@@ -17,7 +17,12 @@ fn calibrate(dir: &Path) -> PathBuf {
         .arg(&out)
         .run()
         .expect_code(0)
-        .stdout_has(&["calibrate: 2 rank(s)", "fit: ", "fit: pooled pieces ", "wrote "]);
+        .stdout_has(&[
+            "calibrate: 2 rank(s)",
+            "fit: ",
+            "fit: pooled pieces ",
+            "wrote ",
+        ]);
     out
 }
 
@@ -89,7 +94,10 @@ fn calibrate_writes_a_file_that_plans_and_refuses_bad_ones_naming_the_field() {
     // table of another size; the fit prices the pooled mode with them.
     let pooled = v["pooled"].as_array().unwrap();
     for pl in ["table", "column", "row_block"] {
-        assert!(pooled.iter().any(|p| p["placement"] == pl), "{pl}: {pooled:?}");
+        assert!(
+            pooled.iter().any(|p| p["placement"] == pl),
+            "{pl}: {pooled:?}"
+        );
     }
     let rows: std::collections::BTreeSet<u64> = pooled
         .iter()

@@ -268,8 +268,9 @@ pub struct Fit {
     /// prediction uses each shape's own, [`Costs::mlp_rate`]).
     pub mlp_flops: f64,
     /// Per measured width: the Zipf points' per-id seconds over the uniform ones'
-    /// (below 1: hot rows hit the caches). Reported, not used by the planner (its
-    /// owners' rows are the distinct ids of a batch).
+    /// (below 1: hot rows hit the caches). With pooled points, the asking side of a
+    /// `rows` table is priced at it ([`CostModel::ask_zipf_factor`]); the owners'
+    /// rows are the distinct ids of a batch (uniform misses).
     pub zipf_ratio: Vec<[f64; 2]>,
     /// Per table count `k` measured together: the mean over the points of the per-id
     /// seconds together over alone (what [`CostModel::interference`] is fitted to).
@@ -857,7 +858,7 @@ pub fn fit(c: &Costs) -> Fit {
     }
     // Per width: the mean over (kernel, pooling) of Zipf's per-id seconds over
     // uniform ids', single tables.
-    let zipf_ratio = widths
+    let zipf_ratio: Vec<[f64; 2]> = widths
         .iter()
         .filter_map(|&w| {
             let mut r = Vec::new();
@@ -881,6 +882,11 @@ pub fn fit(c: &Costs) -> Fit {
             (!r.is_empty()).then(|| [w as f64, r.iter().sum::<f64>() / r.len() as f64])
         })
         .collect();
+    // The asking side of a `rows` table at the Zipf ids' rate: only with the pooled
+    // points (files from before them keep their plans).
+    if !c.pooled.is_empty() {
+        m.ask_zipf_factor = zipf_ratio.iter().map(|&[w, r]| [w, r.min(1.0)]).collect();
+    }
     if let Some(([occ, occ_float, ex], sizes)) = pooled_fit(c, &m) {
         m.pooled_measured = true;
         m.pooled_occ_s = occ;
@@ -1519,6 +1525,7 @@ fn parse(v: &Value) -> R<Costs> {
         "pooled_occ_float_s",
         "pooled_example_s",
         "pooled_size_factor",
+        "ask_zipf_factor",
     ])?;
     for k in ["net_bw", "allreduce_bw", "mem_bw", "line_bytes"] {
         m.num(k, true)?;
