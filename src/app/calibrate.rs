@@ -8,9 +8,8 @@ use crate::embed::keys::IdMap;
 use crate::embed::mlp::DenseOpt;
 use crate::embed::planner::calib::{
     fit, global_calibrate, median, rows_of, CalibOptions, Conditions, Costs, PooledPoint,
-    POOLED_PLACEMENTS,
+    POOLED_PLACEMENTS, POOLED_TABLE_OPT,
 };
-use crate::embed::tables::TableOpt;
 use crate::embed::train::{EmbedConfig, EmbedTrainer, Source};
 use crate::node::resolve_threads;
 use crate::{Error, Result};
@@ -170,10 +169,7 @@ fn global_pooled_run<C: Comm>(comm: &C, o: &CalibOptions, q: &PooledPoint) -> Re
         micro: q.batch * p,
         accumulate: 1,
         steps,
-        table_opt: TableOpt::RowWiseAdagrad {
-            lr: 0.01,
-            eps: 1e-8,
-        },
+        table_opt: POOLED_TABLE_OPT,
         dense_opt: DenseOpt::adagrad(0.01),
         dense_gemm: Gemm::auto(),
         dedup: true,
@@ -202,6 +198,14 @@ fn global_pooled_run<C: Comm>(comm: &C, o: &CalibOptions, q: &PooledPoint) -> Re
 
 fn write(c: &Costs, a: &CalibrateArgs) -> Result<()> {
     crate::outfile::write(&a.out, c.to_json()?.as_bytes())
+}
+
+/// `[bytes, factor]` pairs as `1.0 MB: 0.21, ...`.
+fn by_size(v: &[[f64; 2]]) -> String {
+    v.iter()
+        .map(|[b, x]| format!("{}: {x:.2}", crate::metrics::human_bytes(*b as u64)))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn report(c: &Costs, a: &CalibrateArgs, secs: f64) {
@@ -258,15 +262,10 @@ fn report(c: &Costs, a: &CalibrateArgs, secs: f64) {
         "fit: k tables together over alone per id, per k: {}",
         pairs(&f.together_ratio)
     );
-    let sizes = m
-        .size_factor
-        .iter()
-        .map(|[b, x]| format!("{}: {x:.2}", crate::metrics::human_bytes(*b as u64)))
-        .collect::<Vec<_>>()
-        .join(", ");
     println!(
-        "fit: per id at a table size over at {} (uniform ids): {sizes}",
-        crate::metrics::human_bytes(k.table_bytes)
+        "fit: per id at a table size over at {} (uniform ids): {}",
+        crate::metrics::human_bytes(k.table_bytes),
+        by_size(&m.size_factor)
     );
     if !c.pooled.is_empty() {
         let pts = c
@@ -279,7 +278,7 @@ fn report(c: &Costs, a: &CalibrateArgs, secs: f64) {
                     q.pieces,
                     q.dim,
                     q.pooling,
-                    crate::metrics::human_bytes(q.rows * q.dim as u64 * 4),
+                    crate::metrics::human_bytes(q.span_bytes() as u64),
                     q.seconds * 1e3,
                     q.modelled(m, k.ranks) * 1e3
                 )
@@ -291,11 +290,7 @@ fn report(c: &Costs, a: &CalibrateArgs, secs: f64) {
             m.pooled_occ_s * 1e9,
             m.pooled_occ_float_s * 1e9,
             m.pooled_example_s * 1e9,
-            m.pooled_size_factor
-                .iter()
-                .map(|[b, x]| format!("{}: {x:.2}", crate::metrics::human_bytes(*b as u64)))
-                .collect::<Vec<_>>()
-                .join(", ")
+            by_size(&m.pooled_size_factor)
         );
     }
     println!("wrote {}", a.out.display());

@@ -84,6 +84,7 @@ use crate::embed::mlp::{Mlp, Workspace};
 use crate::embed::placement::{ColumnShard, OutputMode, Placement, Plan};
 use crate::embed::spec::{Evict, ModelSpec, Pooling, TableSpec, ValencyDist, VocabKind};
 use crate::embed::stats::synthetic_stats;
+use crate::embed::tables::TableOpt;
 use crate::error::{Error, Result};
 use crate::rng::{mix64, SplitMix64};
 
@@ -221,7 +222,8 @@ impl PooledPoint {
         let spec = self.spec();
         let stats = synthetic_stats(&spec, world, self.batch);
         let plan = self.plan(&spec, world);
-        let rep = super::evaluate(&spec, &stats, &plan, m, POOLED_STATE_PER_ROW);
+        let state = POOLED_TABLE_OPT.state_per_row() as u64;
+        let rep = super::evaluate(&spec, &stats, &plan, m, state);
         rep.cost_per_rank.iter().sum::<f64>() / world.max(1) as f64
     }
 
@@ -932,7 +934,6 @@ fn pooled_fit(c: &Costs, m: &CostModel) -> Option<([f64; 3], Vec<[f64; 2]>)> {
     // Per point: the three terms' work and the seconds to explain, each divided by
     // the point's measured seconds (relative errors: a pooling-1 step is a tenth of
     // a pooling-32 one).
-    // (the work, the seconds to explain) of point `q`.
     let terms = |q: &PooledPoint| -> ([f64; 3], f64) {
         let (o, e) = q.per_rank_work(world);
         let w = q.piece_width() as f64;
@@ -1029,9 +1030,12 @@ fn least_squares(rows: &[([f64; 3], f64)], cols: &[usize]) -> Option<Vec<f64>> {
     Some((0..k).map(|i| n[i][k] / n[i][i]).collect())
 }
 
-/// Optimizer floats per row of the pooled points' tables (row-wise Adagrad, as
-/// `embed` trains by default).
-pub const POOLED_STATE_PER_ROW: u64 = 1;
+/// The optimizer of the pooled points' tables (row-wise Adagrad, as `embed` trains
+/// by default); its state per row counts in their modelled seconds.
+pub const POOLED_TABLE_OPT: TableOpt = TableOpt::RowWiseAdagrad {
+    lr: 0.01,
+    eps: 1e-8,
+};
 
 /// Per table size measured: the per-id seconds of the single-table uniform points of
 /// that size over those of the reference size (same kernel, width and pooling),

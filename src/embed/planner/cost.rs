@@ -430,21 +430,21 @@ impl<'a> Ctx<'a> {
         let examples = n * self.batch_per_rank;
         let w = p.width as f64;
         let exchanged = 4.0 * n_in + 4.0 * o_in + 4.0 * examples + 8.0 * examples * w;
-        let memory = o_in * (m.access(p.width) + 4.0 * w)
-            + n_in * (2.0 * m.access(p.width) + 4.0 * self.state as f64);
-        // Distinct rows are looked up (a likely miss) once to pool and once to update;
-        // repeated occurrences hit the cache, as in the asking side of `rows`.
-        let lookups = 2.0 * n_in;
         let transfer = self.exchange_seconds(exchanged);
         let secs = if m.pooled_measured {
-            // The whole table's bytes: a row block's ids are no fewer misses when
+            // At the whole table's bytes: a row block's ids are no fewer misses when
             // the hot ids are few (at skewed, row blocks measured 1.6-1.8 times
             // busier on one rank than the other).
-            let span = ts.vocab as f64 * ts.dim as f64 * 4.0;
-            let per_occ =
-                (m.pooled_occ_s + w * m.pooled_occ_float_s) * m.pooled_size_factor_at(span);
+            let size = m.pooled_size_factor_at(ts.bytes() as f64);
+            let per_occ = (m.pooled_occ_s + w * m.pooled_occ_float_s) * size;
             transfer + o_in * per_occ + examples * m.pooled_example_s + m.shard_s
         } else {
+            let memory = o_in * (m.access(p.width) + 4.0 * w)
+                + n_in * (2.0 * m.access(p.width) + 4.0 * self.state as f64);
+            // Distinct rows are looked up (a likely miss) once to pool and once to
+            // update; repeated occurrences hit the cache, as in the asking side of
+            // `rows`.
+            let lookups = 2.0 * n_in;
             self.owner_seconds(transfer, memory, lookups, p)
         };
         (secs, exchanged)
