@@ -233,7 +233,8 @@ pub fn estimate_with(
     let indices = (s.nnz_rows + s.nnz_cols) * 4;
     // Streamed: a half reads one side's indices, at most the buffer (two chunks of
     // half of it), and while the spill is written a bitmap of the other side's ids.
-    // The chunk buffers of a streamed side live while its steps are solved only.
+    // The chunk buffers are kept from half to half (freed before an evaluation or a
+    // checkpoint).
     let chunks = if lay.csr_in_memory {
         0
     } else {
@@ -307,13 +308,11 @@ pub fn estimate_with(
         } else {
             round(gathered)
         };
-        // A half that gathers once fetches before its chunk reader starts, and frees
-        // the round (or dense) buffers first (blocks of 4 MiB and more go back to the
-        // kernel, see main.rs): the larger of the two is live, so the buffers count
-        // only past the chunks. Gathering in blocks, rounds run between steps while
-        // the chunks are held: both count.
-        let held = if lay.gather_rows.is_none() { chunks } else { 0 };
-        gathered * d * b + dense.saturating_sub(held)
+        // The chunk buffers are kept from half to half (a fresh one is faulted in and
+        // zeroed by the kernel again), so they are held while a half fetches, whether
+        // it gathers once before its chunk reader starts or in blocks between steps:
+        // the round (or dense) buffers count on top of them.
+        gathered * d * b + dense
     };
     let exchange = if p == 1 {
         0
@@ -384,36 +383,33 @@ mod tests {
         // CSR is in memory: no chunk buffers to share the high-water mark with).
         let round = 2 * (1000 * 64 * 4 / 2);
         assert_eq!(part(&f, "exchange"), 1000 * 64 * 4 + round);
-        // Streamed, gathering once per half: the fetch runs before the chunk reader
-        // starts, so the round buffers count only past the chunk buffers.
+        // Streamed: the chunk buffers are kept from half to half, so a half's round
+        // buffers count on top of them, whether it gathers once or in blocks.
         let streamed = |gather_rows| Layout {
             csr_in_memory: false,
             csr_buffer: 1 << 30,
             gather_rows,
             hub_chunk: 0,
         };
-        let chunks = 20_000 / 2 * 4;
-        let once = estimate_with(
-            &sizes(2),
-            64,
-            TableDtype::F32,
-            false,
-            1000,
-            1,
-            &streamed(None),
-        );
-        assert_eq!(part(&once, "exchange"), 1000 * 64 * 4 + round - chunks);
-        // Gathering in blocks, a round runs between steps while the chunks are held.
-        let blocks = estimate_with(
-            &sizes(2),
-            64,
-            TableDtype::F32,
-            false,
-            1000,
-            1,
-            &streamed(Some(1000)),
-        );
-        assert_eq!(part(&blocks, "exchange"), 1000 * 64 * 4 + round);
+        for gather_rows in [None, Some(1000)] {
+            let e = estimate_with(
+                &sizes(2),
+                64,
+                TableDtype::F32,
+                false,
+                1000,
+                1,
+                &streamed(gather_rows),
+            );
+            assert_eq!(part(&e, "exchange"), 1000 * 64 * 4 + round);
+            // The CSR part: both sides' offsets, one side's chunks (all of its
+            // indices here: 20,000 / 2 non-zeros), the spill's bitmap and the counts.
+            let offsets = (500 + 1 + 500 + 1) * 8;
+            assert_eq!(
+                part(&e, "CSR"),
+                offsets + 20_000 / 2 * 4 + 1000 / 8 + 1000 * 4
+            );
+        }
         // Ten times the nodes: ten times the rows and the rounds.
         let big = ShardSizes {
             num_rows: 10_000,

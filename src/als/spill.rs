@@ -450,11 +450,12 @@ pub struct Chunk {
 /// Reads chunks of a spill in order on a background thread, one ahead of the
 /// consumer (two chunks in memory at most). Dropping it stops the thread. A chunk the
 /// consumer is done with goes back through [`ChunkReader::recycle`], so the reader
-/// fills it again instead of faulting in a fresh buffer for every chunk.
+/// fills it again instead of faulting in a fresh buffer for every chunk; and
+/// [`ChunkReader::finish`] hands the buffers back for the next half's reader.
 pub struct ChunkReader {
     rx: Receiver<Result<Chunk>>,
     spare: SyncSender<Vec<u32>>,
-    _thread: std::thread::JoinHandle<()>,
+    thread: std::thread::JoinHandle<Vec<Vec<u32>>>,
 }
 
 impl ChunkReader {
@@ -465,6 +466,7 @@ impl ChunkReader {
         step_bounds: &[u64],
         ranges: Vec<(usize, usize)>,
         rank: usize,
+        buffers: Vec<Vec<u32>>,
     ) -> Self {
         let file = Arc::clone(&spill.file.file);
         let path = spill.file.path.clone();
@@ -481,8 +483,14 @@ impl ChunkReader {
             .collect();
         let (tx, rx) = sync_channel(0);
         let (spare, spares) = sync_channel::<Vec<u32>>(2);
+        // The buffers of an earlier reader are filled first (a fresh one of the
+        // chunk's size is page-faulted and zeroed by the kernel again).
+        for b in buffers.into_iter().take(2) {
+            let _ = spare.try_send(b);
+        }
         let thread = std::thread::spawn(move || {
             SPILL_RANK.with(|c| c.set(Some(rank)));
+            let mut left = Vec::new();
             for (s0, s1, a, b) in spans {
                 let mut indices = spares.try_recv().unwrap_or_default();
                 let r = read_u32s(&file, a, (b - a) as usize, &mut indices)
@@ -492,16 +500,36 @@ impl ChunkReader {
                         source: std::io::Error::new(e.kind(), format!("spill read: {e}")),
                     });
                 let failed = r.is_err();
-                if tx.send(r).is_err() || failed {
-                    return;
+                if let Err(std::sync::mpsc::SendError(r)) = tx.send(r) {
+                    // The consumer is gone: keep the chunk's buffer.
+                    if let Ok(c) = r {
+                        left.push(c.indices);
+                    }
+                    break;
+                }
+                if failed {
+                    break;
                 }
             }
+            left.extend(spares.try_iter());
+            left
         });
-        Self {
-            rx,
-            spare,
-            _thread: thread,
-        }
+        Self { rx, spare, thread }
+    }
+
+    /// Stops the reader and returns its buffers (with `last`, the chunk in use):
+    /// the two largest, for the next reader ([`ChunkReader::start`]).
+    pub fn finish(self, last: Option<Chunk>) -> Vec<Vec<u32>> {
+        let ChunkReader { rx, spare, thread } = self;
+        // A send the thread is blocked in fails: it stops.
+        drop(rx);
+        drop(spare);
+        let mut out = thread.join().unwrap_or_default();
+        out.extend(last.map(|c| c.indices));
+        // Two are all a reader holds at once (the memory estimate counts two).
+        out.sort_by_key(|b| std::cmp::Reverse(b.capacity()));
+        out.truncate(2);
+        out
     }
 
     /// Hands a consumed chunk's buffer back for a later chunk (dropped if the reader

@@ -565,6 +565,9 @@ pub struct Trainer<T: TableScalar = f32> {
     /// A spilled side's chunks of the current half, read ahead, and the one in use.
     reader: Option<ChunkReader>,
     chunk: Option<Chunk>,
+    /// The chunk buffers of the last half's reader, for the next one (freed with
+    /// `spare`).
+    chunk_spares: Vec<Vec<u32>>,
     /// Gathering in blocks without fused loss terms: the terms of the steps so far.
     step_loss: Option<Vec<(f64, f64)>>,
     /// The loss pieces the CG solves of this half computed on the fly, when the whole
@@ -711,6 +714,7 @@ impl<T: TableScalar> Trainer<T> {
             local_done: Vec::new(),
             fixed: None,
             spare: Vec::new(),
+            chunk_spares: Vec::new(),
             preempt,
             scratch: Vec::new(),
             fixed_block: None,
@@ -960,8 +964,9 @@ impl<T: TableScalar> Trainer<T> {
         self.local_done.clear();
         self.keep_fixed_as_spare();
         if self.pos.epoch >= self.cfg.epochs {
-            // Training is over: nothing gathers again.
+            // Training is over: nothing gathers or reads again.
             self.spare = Vec::new();
+            self.chunk_spares = Vec::new();
         }
         self.fixed_block = None;
         self.reader = None;
@@ -1230,6 +1235,7 @@ impl<T: TableScalar> Trainer<T> {
             self.global_fetch_whole(comm, times)?;
         }
         let steps = self.steps_per_half;
+        let buffers = std::mem::take(&mut self.chunk_spares);
         {
             let side = self.side();
             let spill = side.spill.as_ref().expect("a spilled side");
@@ -1247,6 +1253,7 @@ impl<T: TableScalar> Trainer<T> {
                 &side.step_bounds,
                 ranges,
                 comm.rank(),
+                buffers,
             );
             self.reader = Some(reader);
             self.chunk = None;
@@ -1295,8 +1302,9 @@ impl<T: TableScalar> Trainer<T> {
                 return Ok(end);
             }
         }
-        self.reader = None;
-        self.chunk = None;
+        if let Some(r) = self.reader.take() {
+            self.chunk_spares = r.finish(self.chunk.take());
+        }
         Ok(None)
     }
 
@@ -1508,6 +1516,7 @@ impl<T: TableScalar> Trainer<T> {
     /// Collective: every rank must call. Write a checkpoint of the current position.
     pub fn global_checkpoint<C: Comm>(&mut self, comm: &C) -> Result<std::path::PathBuf> {
         self.spare = Vec::new();
+        self.chunk_spares = Vec::new();
         let mine: Vec<u64> = self.local_done.iter().flat_map(|&(a, b)| [a, b]).collect();
         let all = comm.all_gather_v(&mine)?.data;
         self.pos.done = merge_ranges(all.chunks_exact(2).map(|c| (c[0], c[1])).collect());
@@ -1608,6 +1617,7 @@ impl<T: TableScalar> Trainer<T> {
         epoch_seconds: Option<f64>,
     ) -> Result<EvalReport> {
         self.spare = Vec::new();
+        self.chunk_spares = Vec::new();
         let t = Instant::now();
         let params = self.params(self.shards.meta.num_cols);
         let r = self.eval.global_evaluate_epoch(
