@@ -488,11 +488,21 @@ impl ChunkReader {
         for b in buffers.into_iter().take(2) {
             let _ = spare.try_send(b);
         }
+        // Every buffer is made the size of the largest chunk once, so that a larger
+        // chunk after a smaller one does not grow it again (a copy into fresh pages).
+        let largest = spans
+            .iter()
+            .map(|s| (s.3 - s.2) as usize)
+            .max()
+            .unwrap_or(0);
         let thread = std::thread::spawn(move || {
             SPILL_RANK.with(|c| c.set(Some(rank)));
             let mut left = Vec::new();
             for (s0, s1, a, b) in spans {
                 let mut indices = spares.try_recv().unwrap_or_default();
+                if indices.capacity() < largest {
+                    indices = Vec::with_capacity(largest);
+                }
                 let r = read_u32s(&file, a, (b - a) as usize, &mut indices)
                     .map(|()| Chunk { s0, s1, a, indices })
                     .map_err(|e| Error::Io {
