@@ -126,10 +126,10 @@ fi
 {
   echo "## Projection against measurement: \`project measure\` on cnr-2000 K=1 (d=$DIM, $EPOCHS epochs, torus collectives, 1 thread per rank)"
   echo
-  echo "Per-link bytes: every rank's bytes and messages on every link, per phase, projected from the dataset (exact) against the counters of the run. Seconds: the projection uses link latencies and bandwidths fitted at that shape to the torus collectives themselves (microbenchmarks, not this run), one model per kind of collective (all-reduce; all-to-all, which forwards and repacks at every hop), each phase at its kind's; the measured seconds are the slowest rank's time inside the phase's collectives, each started after a barrier so that waiting for slower ranks is not counted."
+  echo "Per-link bytes: every rank's bytes and messages on every link, per phase, projected from the dataset (exact) against the counters of the run. Seconds: the projection uses the link latency and bandwidth fitted at that shape to the torus collectives themselves (microbenchmarks, not this run); the measured seconds are the slowest rank's time inside the phase's collectives, each started after a barrier so that waiting for slower ranks is not counted."
   echo
 } >> "$table"
-printf 'shape\trun\ta2a_latency_us\ta2a_bandwidth_gbs\treduce_latency_us\treduce_bandwidth_gbs\tcomm_measured_s\tcomm_projected_s\tdiff_pct\tone_link_projected_s\tone_link_diff_pct\n' > "$OUT/measure.tsv"
+printf 'shape\trun\tlatency_us\tbandwidth_gbs\tcomm_measured_s\tcomm_projected_s\tdiff_pct\n' > "$OUT/measure.tsv"
 for shape in 2x2 2x4 2x2x2; do
   np=$(( ${shape//x/*} ))
   for run in $(seq 1 "$MEASURE_RUNS"); do
@@ -141,33 +141,30 @@ for shape in 2x2 2x4 2x2x2; do
 import json, sys
 m = json.load(open(sys.argv[1]))
 c = m["calibration"]
-a, r = c["all_to_all_link"], c["reduce_link"]
 d = 100 * (m["projected_comm_seconds"] / m["comm_seconds"] - 1)
-o = m["projected_comm_seconds_one_link"]
-d1 = 100 * (o / m["comm_seconds"] - 1)
-print(f"{sys.argv[2]}\t{sys.argv[3]}\t{a['latency']*1e6:.1f}\t{a['bandwidth']/1e9:.3f}\t{r['latency']*1e6:.1f}\t{r['bandwidth']/1e9:.3f}\t{m['comm_seconds']:.4f}\t{m['projected_comm_seconds']:.4f}\t{d:+.1f}\t{o:.4f}\t{d1:+.1f}")
+print(f"{sys.argv[2]}\t{sys.argv[3]}\t{c['link_latency']*1e6:.1f}\t{c['link_bandwidth']/1e9:.3f}\t{m['comm_seconds']:.4f}\t{m['projected_comm_seconds']:.4f}\t{d:+.1f}")
 PY
   done
-  # The run of the median all-to-all link bandwidth stands for the shape (its log
-  # below, its calibration for section 4).
+  # The run of the median link bandwidth stands for the shape (its log below, its
+  # calibration for section 4).
   med=$(awk -F'\t' -v s="$shape" '$1 == s {print $4 "\t" $2}' "$OUT/measure.tsv" | sort -g | awk -v n="$MEASURE_RUNS" 'NR == int((n + 1) / 2) {print $2}')
   cp "$OUT/cal-$shape-$med.json" "$OUT/cal-$shape.json"
-  { echo "### $shape (run $med of $MEASURE_RUNS: the median all-to-all link bandwidth)"; echo; grep -v '^\[' "$OUT/measure-$shape-$med.log" | grep -v '^calibration written'; echo; } >> "$table"
+  { echo "### $shape (run $med of $MEASURE_RUNS: the median link bandwidth)"; echo; grep -v '^\[' "$OUT/measure-$shape-$med.log" | grep -v '^calibration written'; echo; } >> "$table"
 done
 {
-  echo "Summary (communication seconds per epoch), $MEASURE_RUNS runs per shape, each fitting the link models afresh: median and spread (min..max) over the runs. Each phase is projected with the link model of its collectives' kind (the exchange: all-to-all; the Gramian and the loss: all-reduce); the last two columns project every phase with one model fitted over both kinds' calls, as before."
+  echo "Summary (communication seconds per epoch), $MEASURE_RUNS runs per shape, each fitting the link model afresh: median and spread (min..max) over the runs."
   echo
-  echo "| shape | all-to-all latency us | all-to-all GB/s | all-reduce latency us | all-reduce GB/s | measured s | projected s | projected vs measured | one model: projected s | one model vs measured |"
-  echo "|---|---|---|---|---|---|---|---|---|---|"
+  echo "| shape | fitted latency us | fitted bandwidth GB/s | measured s | projected s | projected vs measured |"
+  echo "|---|---|---|---|---|---|"
   python3 - "$OUT/measure.tsv" <<'PY'
 import statistics, sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])][1:]
 for shape in dict.fromkeys(r[0] for r in rows):
     rs = [r for r in rows if r[0] == shape]
     cells = []
-    for k in range(2, 11):
+    for k in range(2, 7):
         v = [float(r[k]) for r in rs]
-        fmt = "{:+.1f}%" if k in (8, 10) else "{:.4g}"
+        fmt = "{:+.1f}%" if k == 6 else "{:.4g}"
         cells.append(f"{fmt.format(statistics.median(v))} ({fmt.format(min(v))}..{fmt.format(max(v))})")
     print(f"| {shape} | " + " | ".join(cells) + " |")
 PY
