@@ -613,16 +613,6 @@ fn global_run_measure<C: Comm>(
                 c.solve_flops / 1e9,
                 c.peak_flops / 1e9
             );
-            let link = |l: Option<crate::project::chip::LinkModel>| {
-                l.map_or("-".to_string(), |l| {
-                    format!("{:.1} us + {:.2} GB/s", l.latency * 1e6, l.bandwidth / 1e9)
-                })
-            };
-            println!(
-                "links per collective kind (each phase projected with its kind's): all-reduce {}, all-to-all {} per shift",
-                link(c.reduce_link),
-                link(c.all_to_all_link)
-            );
             println!("| phase | per-link bytes and messages, every rank | busiest link measured / projected | mean link measured / projected | seconds measured / projected |");
             println!("|---|---|---|---|---|");
             for k in &m.checks {
@@ -643,14 +633,11 @@ fn global_run_measure<C: Comm>(
                     k.projected_seconds
                 );
             }
-            let pct = |x: f64| 100.0 * (x / m.comm_seconds.max(1e-12) - 1.0);
             println!(
-                "communication per epoch: measured {:.4} s, projected {:.4} s ({:+.1}%; one link model for every kind: {:.4} s, {:+.1}%); epoch: measured {:.3} s, projected {:.3} s",
+                "communication per epoch: measured {:.4} s, projected {:.4} s ({:+.1}%); epoch: measured {:.3} s, projected {:.3} s",
                 m.comm_seconds,
                 m.projected_comm_seconds,
-                pct(m.projected_comm_seconds),
-                m.projected_comm_seconds_one_link,
-                pct(m.projected_comm_seconds_one_link),
+                100.0 * (m.projected_comm_seconds / m.comm_seconds.max(1e-12) - 1.0),
                 m.epoch_seconds,
                 m.projected_epoch_seconds
             );

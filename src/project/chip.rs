@@ -71,23 +71,6 @@ pub struct Calibration {
     /// Memory per rank (bytes): the machine's, divided by the ranks.
     pub memory_bytes: u64,
     pub threads: usize,
-    /// The link model fitted to each kind of collective alone (`project measure`
-    /// projects a phase with its kind's): the reductions (all-reduce) and the
-    /// dimension-ordered all-to-all, which forwards and repacks at every hop. `None`
-    /// in calibrations written before they were fitted.
-    #[serde(default)]
-    pub reduce_link: Option<LinkModel>,
-    #[serde(default)]
-    pub all_to_all_link: Option<LinkModel>,
-}
-
-/// Seconds of a chain of shifts: `latency` per shift plus its bytes at `bandwidth`.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct LinkModel {
-    /// Seconds per shift message.
-    pub latency: f64,
-    /// Bytes/s of one shift.
-    pub bandwidth: f64,
 }
 
 impl Calibration {
@@ -168,8 +151,6 @@ mod tests {
             peak_flops: 4e10,
             memory_bytes: GIB,
             threads: 1,
-            reduce_link: None,
-            all_to_all_link: None,
         };
         assert_eq!(c.solve_rate_on(&v3), 0.25 * 123e12);
     }

@@ -5,7 +5,7 @@
 //! with the projected ones, and the measured communication seconds with the projected.
 
 use super::als::{AlsModel, AlsParams, EpochProjection};
-use super::chip::{Calibration, LinkModel};
+use super::chip::Calibration;
 use super::traffic::{self, Traffic};
 use crate::als::train::{global_train_unsaved, EvalAt, Trainer};
 use crate::als::AlsConfig;
@@ -73,45 +73,22 @@ pub fn local_read_model(path: &Path, p: usize) -> Result<AlsModel> {
     Ok(TrainArcs::local_read(path)?.model(p))
 }
 
-/// The link models `project measure` fitted at one shape (see [`global_link_fit`]).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct LinkFits {
-    /// Over every call: the one model of the calibration's `link_latency` and
-    /// `link_bandwidth`.
-    pub all: LinkModel,
-    /// Over the all-reduces alone.
-    pub reduce: LinkModel,
-    /// Over the all-to-alls alone.
-    pub all_to_all: LinkModel,
-}
-
 /// Link parameters fitted to the torus collectives themselves on this shape, so that
 /// they include what a hop costs here beyond the bytes (packing, copies, scheduling):
 /// all-reduces of 16 kB to 4 MB and uniform all-to-alls of 64 kB to 8 MB per rank,
 /// each started after a barrier (as `project measure` times the run), the slowest
-/// rank's mean of `reps` calls; then the [`fit_link`] of each kind's calls and of all
-/// of them, with `shifts` and `bytes` the chain the traffic model computes for each
-/// call. The kinds are fitted apart because a hop costs them differently: the
-/// dimension-ordered all-to-all repacks what it forwards at every hop, the ring
-/// all-reduce adds in place.
-pub fn global_link_fit<C: Comm>(comm: &C, reps: usize) -> Result<LinkFits> {
+/// rank's mean of `reps` calls; then the `(latency, bandwidth)` of least relative
+/// squares of `seconds = latency x shifts + bytes / bandwidth` over those calls, with `shifts`
+/// and `bytes` the chain the traffic model computes for each call.
+pub fn global_link_fit<C: Comm>(comm: &C, reps: usize) -> Result<(f64, f64)> {
     let p = comm.size();
     if p < 2 {
-        let free = LinkModel {
-            latency: 0.0,
-            bandwidth: f64::INFINITY,
-        };
-        return Ok(LinkFits {
-            all: free,
-            reduce: free,
-            all_to_all: free,
-        });
+        return Ok((0.0, f64::INFINITY));
     }
     let _phase = comm.stats().phase("calibrate");
     let dims = comm.torus().dims.clone();
-    // (shifts, bytes of the chain, seconds) per call, of each kind.
-    let mut reduce: Vec<(f64, f64, f64)> = Vec::new();
-    let mut a2a: Vec<(f64, f64, f64)> = Vec::new();
+    // (shifts, bytes of the chain, seconds) per call kind.
+    let mut points: Vec<(f64, f64, f64)> = Vec::new();
     // In training every collective follows a solve that streams the tables through
     // the caches: time each call after evicting them too (32 MB written per rank).
     let mut evict = vec![0u8; 32 << 20];
@@ -136,7 +113,7 @@ pub fn global_link_fit<C: Comm>(comm: &C, reps: usize) -> Result<LinkFits> {
             Ok(())
         })?;
         let t = traffic::all_reduce(&dims, bytes / 4, 4);
-        reduce.push((t.serial_messages as f64, t.serial_bytes as f64, s));
+        points.push((t.serial_messages as f64, t.serial_bytes as f64, s));
     }
     for bytes in [64usize << 10, 1 << 20, 8 << 20] {
         let per = bytes / 4 / p;
@@ -144,25 +121,13 @@ pub fn global_link_fit<C: Comm>(comm: &C, reps: usize) -> Result<LinkFits> {
         let counts = vec![per; p];
         let s = time(&mut || comm.all_to_all_v(&send, &counts).map(|_| ()))?;
         let t = traffic::all_to_all(&dims, &|a, b| if a == b { 0 } else { 4 * per as u64 });
-        a2a.push((t.serial_messages as f64, t.serial_bytes as f64, s));
+        points.push((t.serial_messages as f64, t.serial_bytes as f64, s));
     }
-    let all: Vec<_> = reduce.iter().chain(&a2a).copied().collect();
-    Ok(LinkFits {
-        all: fit_link(&all),
-        reduce: fit_link(&reduce),
-        all_to_all: fit_link(&a2a),
-    })
-}
-
-/// The [`LinkModel`] of least relative squares of `seconds = latency x shifts + bytes
-/// / bandwidth` over `points` (`(shifts, bytes, seconds)`): each call's equation is
-/// divided by its seconds, so that the small calls, which fix the latency, weigh as
-/// much as the large ones. Without a positive solution, one parameter each: the
-/// bandwidth through the call of the most bytes per second and the latency of what
-/// is left.
-pub fn fit_link(points: &[(f64, f64, f64)]) -> LinkModel {
+    // Normal equations of s = a m + c b (a: latency, c: 1 / bandwidth) in relative
+    // error (each call's equation divided by its seconds), so that the small calls,
+    // which fix the latency, weigh as much as the large ones.
     let (mut mm, mut mb, mut bb, mut ms, mut bs) = (0.0, 0.0, 0.0, 0.0, 0.0);
-    for &(m, b, s) in points {
+    for &(m, b, s) in &points {
         let (m, b, s) = (m / s.max(1e-12), b / s.max(1e-12), 1.0);
         mm += m * m;
         mb += m * b;
@@ -173,6 +138,7 @@ pub fn fit_link(points: &[(f64, f64, f64)]) -> LinkModel {
     let det = mm * bb - mb * mb;
     let (mut a, mut c) = ((ms * bb - bs * mb) / det, (mm * bs - mb * ms) / det);
     if !(a.is_finite() && c.is_finite()) || a < 0.0 || c <= 0.0 {
+        // Fall back to one parameter each, through the largest and the smallest call.
         c = points
             .iter()
             .map(|&(_, b, s)| s / b.max(1.0))
@@ -182,10 +148,7 @@ pub fn fit_link(points: &[(f64, f64, f64)]) -> LinkModel {
             .map(|&(m, b, s)| ((s - c * b) / m.max(1.0)).max(0.0))
             .fold(f64::INFINITY, f64::min);
     }
-    LinkModel {
-        latency: a,
-        bandwidth: 1.0 / c,
-    }
+    Ok((a, 1.0 / c))
 }
 
 /// One rank's f32 matrix-multiply rate (FLOP/s) with `threads` threads.
@@ -230,9 +193,6 @@ pub struct Measured {
     /// Measured and projected communication seconds per epoch (the epoch phases).
     pub comm_seconds: f64,
     pub projected_comm_seconds: f64,
-    /// The same projection with one link model for every kind (the calibration's
-    /// `link_latency` and `link_bandwidth`).
-    pub projected_comm_seconds_one_link: f64,
     pub epoch_seconds: f64,
     pub projected_epoch_seconds: f64,
 }
@@ -285,7 +245,7 @@ fn measure_inner<C: Comm>(
     preempt: Preemption,
 ) -> Result<Option<Measured>> {
     let p = comm.size();
-    let fits = global_link_fit(comm, 20)?;
+    let (latency, bandwidth) = global_link_fit(comm, 20)?;
     let peak = local_gemm_peak(threads);
     let peak = f64::from_bits(comm.raw_all_reduce_max_u64(peak.to_bits()));
     // The model, on rank 0 (the whole training CSR).
@@ -350,15 +310,7 @@ fn measure_inner<C: Comm>(
     let dims = comm.torus().dims.clone();
     let proj: EpochProjection = model.project(&dims, &params);
     let mut checks = Vec::new();
-    let (mut comm_m, mut comm_p, mut comm_one) = (0.0, 0.0, 0.0);
-    // Each phase at its collectives' kind: the dedup exchange and the plan are
-    // all-to-alls (the plan's ids and the fetch's rounds; a round count's all-reduce
-    // of 8 bytes beside them); the rest reduces (the all-gather exchange gathers ids
-    // and all-reduces the rows).
-    let link_of = |ph: &str| match (ph, cfg.exchange) {
-        ("exchange" | "plan", crate::als::exchange::ExchangeKind::Dedup) => fits.all_to_all,
-        _ => fits.reduce,
-    };
+    let (mut comm_m, mut comm_p) = (0.0, 0.0);
     for (i, &ph) in phases.iter().enumerate() {
         let times = if ph == "plan" { 1 } else { cfg.epochs as u64 };
         let projected = proj
@@ -374,13 +326,11 @@ fn measure_inner<C: Comm>(
         }
         let (_, _, mb, mm) = measured.summary();
         let (_, _, pb, pm) = projected.summary();
-        let link = link_of(ph);
-        let ps = projected.seconds(link.latency, link.bandwidth) / times as f64;
+        let ps = projected.seconds(latency, bandwidth) / times as f64;
         let ms = secs / times as f64;
         if ph != "plan" {
             comm_m += ms;
             comm_p += ps;
-            comm_one += projected.seconds(fits.all.latency, fits.all.bandwidth) / times as f64;
         }
         checks.push(PhaseCheck {
             phase: ph.to_string(),
@@ -397,18 +347,16 @@ fn measure_inner<C: Comm>(
     let mem = crate::node::memory_bytes().unwrap_or(0) / crate::node::ranks_on_node() as u64;
     let calibration = Calibration {
         shape: comm.torus().shape(),
-        link_latency: fits.all.latency,
-        link_bandwidth: fits.all.bandwidth,
+        link_latency: latency,
+        link_bandwidth: bandwidth,
         solve_flops,
         peak_flops: peak,
         memory_bytes: mem,
         threads,
-        reduce_link: Some(fits.reduce),
-        all_to_all_link: Some(fits.all_to_all),
     };
-    let status = proj.phase("status").map_or(0.0, |t| {
-        t.seconds(fits.reduce.latency, fits.reduce.bandwidth)
-    });
+    let status = proj
+        .phase("status")
+        .map_or(0.0, |t| t.seconds(latency, bandwidth));
     Ok(Some(Measured {
         projected_epoch_seconds: proj.flops / solve_flops + comm_p + status,
         calibration,
@@ -416,31 +364,6 @@ fn measure_inner<C: Comm>(
         checks,
         comm_seconds: comm_m,
         projected_comm_seconds: comm_p,
-        projected_comm_seconds_one_link: comm_one,
         epoch_seconds,
     }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_link_fit_recovers_a_latency_and_a_bandwidth() {
-        let (lat, bw) = (250e-6, 1.5e9);
-        let points: Vec<(f64, f64, f64)> = [(2.0, 16e3), (2.0, 256e3), (4.0, 4e6), (6.0, 8e6)]
-            .iter()
-            .map(|&(m, b)| (m, b, m * lat + b / bw))
-            .collect();
-        let f = fit_link(&points);
-        assert!((f.latency / lat - 1.0).abs() < 1e-9, "{f:?}");
-        assert!((f.bandwidth / bw - 1.0).abs() < 1e-9, "{f:?}");
-        // Calls no positive bandwidth explains (the larger call is the faster one)
-        // fall back to the fastest bytes per second and the latency left over.
-        let odd = [(2.0, 1e6, 2e-3), (2.0, 2e6, 1e-3)];
-        let f = fit_link(&odd);
-        assert!(f.latency >= 0.0 && f.bandwidth > 0.0, "{f:?}");
-        assert!((f.bandwidth / 2e9 - 1.0).abs() < 1e-12, "{f:?}");
-        assert_eq!(f.latency, 0.0);
-    }
 }

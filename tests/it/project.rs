@@ -162,21 +162,6 @@ fn project_measure_under_mpirun_checks_the_projection_and_calibrates() {
         serde_json::from_str(&std::fs::read_to_string(&cal).unwrap()).unwrap();
     assert_eq!(v["calibration"]["shape"], "2x2");
     assert!(v["calibration"]["link_bandwidth"].as_f64().unwrap() > 0.0);
-    // Each kind of collective has its own link model, and the report gives both
-    // projections (per kind and with the one model).
-    for kind in ["reduce_link", "all_to_all_link"] {
-        assert!(
-            v["calibration"][kind]["bandwidth"].as_f64().unwrap() > 0.0,
-            "{kind}: {v}"
-        );
-        assert!(v["calibration"][kind]["latency"].as_f64().unwrap() >= 0.0);
-    }
-    assert!(v["projected_comm_seconds_one_link"].as_f64().unwrap() > 0.0);
-    assert!(
-        out.stdout.contains("links per collective kind") && out.stdout.contains("one link model"),
-        "{}",
-        out.stdout
-    );
     // The calibration drives `--chip here`.
     let here = TestCommand::direct()
         .args(["project", "als", "--data"])
