@@ -388,8 +388,13 @@ fn batch_observed<const FMA: bool, T: TableElem>(
                     CHUNK.with(|buf| {
                         let mut buf = buf.borrow_mut();
                         buf.resize(chunk.len() * d, 0.0);
-                        for (&i, h) in chunk.iter().zip(buf.chunks_exact_mut(d)) {
-                            widen_row(&sh.fixed[i as usize * d..][..d], h);
+                        // The rows are read at random, as the gathers above: prefetched
+                        // a few ahead.
+                        for (k, h) in buf.chunks_exact_mut(d).enumerate() {
+                            if let Some(&a) = chunk.get(k + PREFETCH_AHEAD) {
+                                prefetch_rows(&sh.fixed[a as usize * d..][..d]);
+                            }
+                            widen_row(&sh.fixed[chunk[k] as usize * d..][..d], h);
                         }
                         observed(sh.isa, &Gathered { buf: &buf, d }, v, part, c, s);
                     });
@@ -846,7 +851,11 @@ fn batch_loss<T: TableElem>(sh: &CgShared<T>, b: Batch, xb: &[f32], gathered: &[
             }
             None => {
                 let mut h = vec![0f32; d];
-                for &i in &sh.rows.indices[range] {
+                let idx = &sh.rows.indices[range];
+                for (k, &i) in idx.iter().enumerate() {
+                    if let Some(&a) = idx.get(k + PREFETCH_AHEAD) {
+                        prefetch_rows(&sh.fixed[a as usize * d..][..d]);
+                    }
                     widen_row(&sh.fixed[i as usize * d..][..d], &mut h);
                     let e = 1.0 - dot64(w, &h);
                     obs += e * e;
