@@ -566,7 +566,7 @@ pub struct Trainer<T: TableScalar = f32> {
     reader: Option<ChunkReader>,
     chunk: Option<Chunk>,
     /// The chunk buffers of the last half's reader, for the next one (freed with
-    /// `spare`).
+    /// `spare`, [`Trainer::free_spares`]).
     chunk_spares: Vec<Vec<u32>>,
     /// Gathering in blocks without fused loss terms: the terms of the steps so far.
     step_loss: Option<Vec<(f64, f64)>>,
@@ -965,8 +965,7 @@ impl<T: TableScalar> Trainer<T> {
         self.keep_fixed_as_spare();
         if self.pos.epoch >= self.cfg.epochs {
             // Training is over: nothing gathers or reads again.
-            self.spare = Vec::new();
-            self.chunk_spares = Vec::new();
+            self.free_spares();
         }
         self.fixed_block = None;
         self.reader = None;
@@ -982,6 +981,14 @@ impl<T: TableScalar> Trainer<T> {
             )),
             _ => Ok((Status::Done, loss)),
         }
+    }
+
+    /// Free the buffers kept for the next half (`spare`, `chunk_spares`): before an
+    /// evaluation or a checkpoint, which may need the memory, and when training is
+    /// over.
+    fn free_spares(&mut self) {
+        self.spare = Vec::new();
+        self.chunk_spares = Vec::new();
     }
 
     /// Drop the gathered rows, keeping their buffer for the next gather.
@@ -1515,8 +1522,7 @@ impl<T: TableScalar> Trainer<T> {
 
     /// Collective: every rank must call. Write a checkpoint of the current position.
     pub fn global_checkpoint<C: Comm>(&mut self, comm: &C) -> Result<std::path::PathBuf> {
-        self.spare = Vec::new();
-        self.chunk_spares = Vec::new();
+        self.free_spares();
         let mine: Vec<u64> = self.local_done.iter().flat_map(|&(a, b)| [a, b]).collect();
         let all = comm.all_gather_v(&mine)?.data;
         self.pos.done = merge_ranges(all.chunks_exact(2).map(|c| (c[0], c[1])).collect());
@@ -1616,8 +1622,7 @@ impl<T: TableScalar> Trainer<T> {
         times: &mut PhaseTimes,
         epoch_seconds: Option<f64>,
     ) -> Result<EvalReport> {
-        self.spare = Vec::new();
-        self.chunk_spares = Vec::new();
+        self.free_spares();
         let t = Instant::now();
         let params = self.params(self.shards.meta.num_cols);
         let r = self.eval.global_evaluate_epoch(

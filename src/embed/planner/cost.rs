@@ -164,37 +164,13 @@ impl CostModel {
             ("width_factor", &self.width_factor),
             ("ask_zipf_factor", &self.ask_zipf_factor),
         ] {
-            for (i, [w, f]) in v.iter().enumerate() {
-                if !(w.is_finite() && *w >= 1.0) {
-                    return Err(format!("{name}[{i}] width {w}: must be >= 1"));
-                }
-                if !(f.is_finite() && *f > 0.0) {
-                    return Err(format!(
-                        "{name}[{i}] factor {f}: must be a finite number > 0"
-                    ));
-                }
-                if i > 0 && v[i - 1][0] >= *w {
-                    return Err(format!("{name}[{i}] width {w}: widths must increase"));
-                }
-            }
+            check_pairs(name, v, "width", "widths")?;
         }
         for (name, v) in [
             ("size_factor", &self.size_factor),
             ("pooled_size_factor", &self.pooled_size_factor),
         ] {
-            for (i, [b, f]) in v.iter().enumerate() {
-                if !(b.is_finite() && *b >= 1.0) {
-                    return Err(format!("{name}[{i}] bytes {b}: must be >= 1"));
-                }
-                if !(f.is_finite() && *f > 0.0) {
-                    return Err(format!(
-                        "{name}[{i}] factor {f}: must be a finite number > 0"
-                    ));
-                }
-                if i > 0 && v[i - 1][0] >= *b {
-                    return Err(format!("{name}[{i}] bytes {b}: sizes must increase"));
-                }
-            }
+            check_pairs(name, v, "bytes", "sizes")?;
         }
         Ok(())
     }
@@ -237,6 +213,30 @@ impl CostModel {
     fn access(&self, w: usize) -> f64 {
         (4.0 * w as f64).max(self.line_bytes)
     }
+}
+
+/// `[x, factor]` pairs of field `name` usable: each `x` (a `key`) finite and >= 1 and
+/// increasing (`keys` must increase), each factor finite and > 0.
+fn check_pairs(
+    name: &str,
+    v: &[[f64; 2]],
+    key: &str,
+    keys: &str,
+) -> std::result::Result<(), String> {
+    for (i, [x, f]) in v.iter().enumerate() {
+        if !(x.is_finite() && *x >= 1.0) {
+            return Err(format!("{name}[{i}] {key} {x}: must be >= 1"));
+        }
+        if !(f.is_finite() && *f > 0.0) {
+            return Err(format!(
+                "{name}[{i}] factor {f}: must be a finite number > 0"
+            ));
+        }
+        if i > 0 && v[i - 1][0] >= *x {
+            return Err(format!("{name}[{i}] {key} {x}: {keys} must increase"));
+        }
+    }
+    Ok(())
 }
 
 /// The factor of the width nearest `w` (in log scale) among `[width, factor]`
