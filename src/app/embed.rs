@@ -702,8 +702,9 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         }
         _ => None,
     };
-    // Interval seconds, steps and busy seconds per rank, for the measured step.
-    let mut timed: Vec<(f64, u64, Vec<f64>)> = Vec::new();
+    // Interval seconds, steps and busy seconds per rank (wall, CPU), for the
+    // measured step.
+    let mut timed: Vec<Timed> = Vec::new();
     let tables = plan
         .bytes_per_rank(&cfg.spec, state)
         .into_iter()
@@ -772,7 +773,12 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         Event::Interval(r) => {
             out.line(&interval_line(r, steps));
             out.record(r);
-            timed.push((r.seconds, r.steps, r.busy_per_rank.clone()));
+            timed.push(Timed {
+                seconds: r.seconds,
+                steps: r.steps,
+                busy: r.busy_per_rank.clone(),
+                busy_cpu: r.busy_cpu_per_rank.clone(),
+            });
         }
     };
     let eval_examples = cfg.eval_examples;
@@ -816,6 +822,15 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
     Ok(s)
 }
 
+/// One interval's seconds, steps and busy seconds per rank (wall and CPU; see
+/// [`crate::embed::train::IntervalReport`]).
+struct Timed {
+    seconds: f64,
+    steps: u64,
+    busy: Vec<f64>,
+    busy_cpu: Vec<f64>,
+}
+
 /// The measured seconds per step and busy seconds per step of each rank in the
 /// embedding phases, over the intervals after the first (the first holds the
 /// warm-up) when there are several.
@@ -823,37 +838,56 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
 pub struct MeasuredStep {
     pub steps: u64,
     pub seconds_per_step: f64,
+    /// Wall seconds per step (the phases' less their collectives').
     pub busy_per_rank: Vec<f64>,
     /// Max over min of `busy_per_rank` (1 is perfect balance).
     pub busy_max_over_min: f64,
+    /// CPU seconds per step of each rank's process, the same way; empty with
+    /// `--pipeline`.
+    pub busy_cpu_per_rank: Vec<f64>,
+    /// Max over min of `busy_cpu_per_rank`; none when it is empty.
+    pub busy_cpu_max_over_min: Option<f64>,
 }
 
-fn measured_step(timed: &[(f64, u64, Vec<f64>)]) -> MeasuredStep {
-    let used = if timed.len() > 1 { &timed[1..] } else { timed };
-    let steps: u64 = used.iter().map(|t| t.1).sum();
-    let secs: f64 = used.iter().map(|t| t.0).sum();
-    let ranks = used.iter().map(|t| t.2.len()).max().unwrap_or(0);
+/// Per rank, the sum of `per(interval)` over `used` divided by `steps`, and its
+/// max over min; empty if an interval has none.
+fn per_step(used: &[Timed], steps: f64, per: impl Fn(&Timed) -> &[f64]) -> (Vec<f64>, f64) {
+    let ranks = used.iter().map(|t| per(t).len()).max().unwrap_or(0);
+    if used.iter().any(|t| per(t).len() != ranks) {
+        return (Vec::new(), f64::INFINITY);
+    }
     let mut busy = vec![0.0; ranks];
-    for (_, _, b) in used {
-        for (x, y) in busy.iter_mut().zip(b) {
+    for t in used {
+        for (x, y) in busy.iter_mut().zip(per(t)) {
             *x += y;
         }
     }
-    let n = steps.max(1) as f64;
-    busy.iter_mut().for_each(|x| *x /= n);
+    busy.iter_mut().for_each(|x| *x /= steps);
     let max = busy.iter().copied().fold(0.0, f64::max);
     let min = busy.iter().copied().fold(f64::INFINITY, f64::min);
+    (busy, if min > 0.0 { max / min } else { f64::INFINITY })
+}
+
+fn measured_step(timed: &[Timed]) -> MeasuredStep {
+    let used = if timed.len() > 1 { &timed[1..] } else { timed };
+    let steps: u64 = used.iter().map(|t| t.steps).sum();
+    let secs: f64 = used.iter().map(|t| t.seconds).sum();
+    let n = steps.max(1) as f64;
+    let (busy, ratio) = per_step(used, n, |t| &t.busy);
+    let (busy_cpu, cpu_ratio) = per_step(used, n, |t| &t.busy_cpu);
     MeasuredStep {
         steps,
         seconds_per_step: secs / n,
-        busy_max_over_min: if min > 0.0 { max / min } else { f64::INFINITY },
+        busy_max_over_min: ratio,
         busy_per_rank: busy,
+        busy_cpu_max_over_min: (!busy_cpu.is_empty()).then_some(cpu_ratio),
+        busy_cpu_per_rank: busy_cpu,
     }
 }
 
 fn measured_line(m: &MeasuredStep, p: &StepPrediction) -> String {
     format!(
-        "measured: {} s/step over the last {} steps (predicted {} s, {:+.1}%); busy seconds per step in the embedding phases per rank [{}] (max/min {:.3})",
+        "measured: {} s/step over the last {} steps (predicted {} s, {:+.1}%); busy seconds per step in the embedding phases per rank [{}] (max/min {:.3}){}",
         secs(m.seconds_per_step),
         m.steps,
         secs(p.step),
@@ -863,7 +897,18 @@ fn measured_line(m: &MeasuredStep, p: &StepPrediction) -> String {
             .map(|&x| secs(x))
             .collect::<Vec<_>>()
             .join(", "),
-        m.busy_max_over_min
+        m.busy_max_over_min,
+        match m.busy_cpu_max_over_min {
+            Some(r) => format!(
+                "; in CPU seconds [{}] (max/min {r:.3})",
+                m.busy_cpu_per_rank
+                    .iter()
+                    .map(|&x| secs(x))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            None => String::new(),
+        }
     )
 }
 

@@ -19,12 +19,14 @@ pub mod threads;
 mod torus;
 pub mod torus_coll;
 
-pub use stats::{link_name, CommStats, LinkStats, Links, PhaseGuard, PhaseStats, MAX_DIMS};
+pub use stats::{
+    link_name, process_cpu_seconds, CommStats, LinkStats, Links, PhaseGuard, PhaseStats, Timer,
+    MAX_DIMS,
+};
 pub use torus::{coords_to_rank, dims_create, parse_torus, rank_to_coords, Torus};
 pub use torus_coll::Collectives;
 
 use crate::error::{Error, Result};
-use std::time::Instant;
 
 /// The element types that collectives move.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,11 +177,11 @@ pub trait Comm {
     /// The start of a counted collective's time. With [`CommStats::set_sync_timing`],
     /// after an uncounted barrier, so that a rank's wait for slower ones is not
     /// counted as communication (for `project measure`).
-    fn timer_start(&self) -> Instant {
+    fn timer_start(&self) -> Timer {
         if self.stats().sync_timing() {
             self.raw_barrier();
         }
-        Instant::now()
+        Timer::start()
     }
 
     /// Whether the counted collectives run on neighbour exchanges.
@@ -193,7 +195,7 @@ pub trait Comm {
     fn barrier(&self) {
         let t = self.timer_start();
         self.raw_barrier();
-        self.stats().record(0, 0, t.elapsed());
+        self.stats().record(0, 0, t);
     }
 
     /// Collective: every rank must call with a buffer of the same length.
@@ -214,7 +216,7 @@ pub trait Comm {
         } else {
             0
         };
-        self.stats().record(b, b, t.elapsed());
+        self.stats().record(b, b, t);
     }
 
     /// Collective: every rank must call. The maximum of `value` over ranks.
@@ -226,7 +228,7 @@ pub trait Comm {
             self.raw_all_reduce_max_u64(value)
         };
         let b = if self.size() > 1 { 8 } else { 0 };
-        self.stats().record(b, b, t.elapsed());
+        self.stats().record(b, b, t);
         v
     }
 
@@ -309,7 +311,7 @@ pub trait Comm {
         self.stats().record(
             bytes_of::<T>(off(send_counts)) + counts_bytes,
             bytes_of::<T>(off(&out.counts)) + counts_bytes,
-            t.elapsed(),
+            t,
         );
         Ok(())
     }
@@ -335,7 +337,7 @@ pub trait Comm {
         let p = self.size() as u64;
         let sent = bytes_of::<T>(send.len()) * (p - 1) + 8 * (p - 1);
         let recv = bytes_of::<T>(data.len() - send.len()) + 8 * (p - 1);
-        self.stats().record(sent, recv, t.elapsed());
+        self.stats().record(sent, recv, t);
         Ok(Received { data, counts })
     }
 
@@ -349,7 +351,7 @@ pub trait Comm {
             (p, true) => (bytes_of::<T>(buf.len()) * (p as u64 - 1), 0),
             (_, false) => (0, bytes_of::<T>(buf.len())),
         };
-        self.stats().record(s, r, t.elapsed());
+        self.stats().record(s, r, t);
         Ok(())
     }
 

@@ -1,9 +1,9 @@
 //! Per-phase communication counters: bytes sent and received (to and from other
-//! ranks only), calls and wall time of each collective.
+//! ranks only), calls, wall time and CPU time of each collective.
 
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct PhaseStats {
@@ -11,6 +11,11 @@ pub struct PhaseStats {
     pub bytes_sent: u64,
     pub bytes_recv: u64,
     pub seconds: f64,
+    /// CPU seconds of this process (all its threads) inside the collectives: the
+    /// library's polling while it waits counts, time the process was not running
+    /// (another rank or process had the core) does not.
+    #[serde(default)]
+    pub cpu_seconds: f64,
 }
 
 impl PhaseStats {
@@ -19,6 +24,47 @@ impl PhaseStats {
         self.bytes_sent += o.bytes_sent;
         self.bytes_recv += o.bytes_recv;
         self.seconds += o.seconds;
+        self.cpu_seconds += o.cpu_seconds;
+    }
+}
+
+/// CPU seconds this process has used so far, all its threads together
+/// (`CLOCK_PROCESS_CPUTIME_ID`); 0 if the clock cannot be read.
+pub fn process_cpu_seconds() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime only writes the struct it is given.
+    if unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) } != 0 {
+        return 0.0;
+    }
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+/// The start of a timed span: its wall clock and this process's CPU clock.
+#[derive(Debug, Clone, Copy)]
+pub struct Timer {
+    wall: Instant,
+    cpu: f64,
+}
+
+impl Timer {
+    pub fn start() -> Timer {
+        Timer {
+            wall: Instant::now(),
+            cpu: process_cpu_seconds(),
+        }
+    }
+
+    /// Wall time since the start.
+    pub fn elapsed(&self) -> Duration {
+        self.wall.elapsed()
+    }
+
+    /// This process's CPU seconds since the start.
+    pub fn cpu_elapsed(&self) -> f64 {
+        (process_cpu_seconds() - self.cpu).max(0.0)
     }
 }
 
@@ -104,8 +150,9 @@ impl CommStats {
         self.inner.borrow().current
     }
 
-    /// Add one call to the current phase.
-    pub fn record(&self, bytes_sent: u64, bytes_recv: u64, elapsed: Duration) {
+    /// Add one call, started at `t`, to the current phase.
+    pub fn record(&self, bytes_sent: u64, bytes_recv: u64, t: Timer) {
+        let (elapsed, cpu) = (t.elapsed(), t.cpu_elapsed());
         let mut inner = self.inner.borrow_mut();
         let cur = inner.current;
         let slot = match inner.phases.iter().position(|(n, _)| *n == cur) {
@@ -120,6 +167,7 @@ impl CommStats {
         s.bytes_sent += bytes_sent;
         s.bytes_recv += bytes_recv;
         s.seconds += elapsed.as_secs_f64();
+        s.cpu_seconds += cpu;
     }
 
     /// Which algorithms the counted collectives of this rank's communicator use.

@@ -29,7 +29,7 @@ use super::placement::Plan;
 use super::spec::ModelSpec;
 use super::tables::{Store, TableOpt};
 pub use crate::ckpt::status::StepStatus;
-use crate::comm::Comm;
+use crate::comm::{Comm, Timer};
 use crate::data::graph::block_range;
 use crate::rng::mix64;
 use crate::Result;
@@ -303,6 +303,13 @@ pub struct IntervalReport {
     /// the seconds it spent inside their collectives (sending and waiting).
     #[serde(default)]
     pub busy_per_rank: Vec<f64>,
+    /// Per rank, the same in CPU seconds of the rank's process: its CPU seconds in
+    /// the embedding phases less those inside their collectives. Time the rank was
+    /// not running (ranks sharing cores, other processes) is not in it, so it is the
+    /// rank's own work where ranks oversubscribe the cores. Empty with `--pipeline`
+    /// (the lookup overlaps the MLP, whose CPU time cannot be told apart).
+    #[serde(default)]
+    pub busy_cpu_per_rank: Vec<f64>,
 }
 
 /// A micro-batch with its rows, fetched ahead.
@@ -457,6 +464,14 @@ struct Accum {
     bytes0: [u64; 4],
     /// Seconds inside the embedding phases' collectives when the interval started.
     comm0: f64,
+    /// This process's CPU seconds in the embedding phases (lookup, pooling,
+    /// backward), collectives included.
+    cpu_phases: f64,
+    /// CPU seconds inside the embedding phases' collectives when the interval
+    /// started.
+    comm_cpu0: f64,
+    /// A lookup ran beside the MLP (`--pipeline`): `cpu_phases` is not the phases'.
+    overlapped: bool,
     large_allocs: u64,
 }
 
@@ -471,6 +486,15 @@ fn embedding_comm_seconds<C: Comm>(comm: &C) -> f64 {
     ["lookup", "backward", "resolve"]
         .iter()
         .map(|p| comm.stats().get(p).seconds)
+        .sum()
+}
+
+/// CPU seconds this rank's process spent inside the collectives of the embedding
+/// phases.
+fn embedding_comm_cpu_seconds<C: Comm>(comm: &C) -> f64 {
+    ["lookup", "backward", "resolve"]
+        .iter()
+        .map(|p| comm.stats().get(p).cpu_seconds)
         .sum()
 }
 
@@ -572,6 +596,7 @@ impl EmbedTrainer {
             self.acc.start = Some(t_step);
             self.acc.bytes0 = phase_bytes(comm);
             self.acc.comm0 = embedding_comm_seconds(comm);
+            self.acc.comm_cpu0 = embedding_comm_cpu_seconds(comm);
         }
         let (p, rank) = (comm.size(), comm.rank());
         let (_, count) = self.schedule.window(self.step);
@@ -589,7 +614,7 @@ impl EmbedTrainer {
         let mut current = match self.prefetched.take() {
             Some(f) => f,
             None => {
-                let t = Instant::now();
+                let t = Timer::start();
                 let spare = self.spare.take();
                 let cx = FetchCtx {
                     source: &self.source,
@@ -601,12 +626,14 @@ impl EmbedTrainer {
                 counts += c;
                 self.acc.keys += r;
                 self.acc.t_lookup += t.elapsed().as_secs_f64();
+                self.acc.cpu_phases += t.cpu_elapsed();
                 f
             }
         };
-        let t = Instant::now();
+        let t = Timer::start();
         pool(&self.store, &current.batch, &mut current.lookup);
         self.acc.t_pool += t.elapsed().as_secs_f64();
+        self.acc.cpu_phases += t.cpu_elapsed();
         let n = current.batch.n;
         // Every value is overwritten by the MLP's backward (its last product has beta 0).
         self.dx.resize(n * width, 0.0);
@@ -676,13 +703,15 @@ impl EmbedTrainer {
             counts += c;
             self.acc.keys += r;
             self.acc.t_lookup += (wall - t_dense).max(0.0);
+            self.acc.overlapped = true;
             self.prefetched = Some(f);
         }
         // Expanding d loss / d input into the tables' gradients is the backward's.
-        let t = Instant::now();
+        let t = Timer::start();
         self.grads
             .accumulate(&self.store, &current.batch, &current.lookup, &self.dx);
         self.acc.t_backward += t.elapsed().as_secs_f64();
+        self.acc.cpu_phases += t.cpu_elapsed();
 
         if crate::ckpt::faults::inject_nan(self.step as usize + 1, comm.rank()) {
             loss = f64::NAN;
@@ -701,7 +730,7 @@ impl EmbedTrainer {
         let mut loss_sum = [loss];
         comm.all_reduce_sum(&mut loss_sum);
 
-        let t = Instant::now();
+        let t = Timer::start();
         counts += global_backward(
             comm,
             &mut self.store,
@@ -710,6 +739,7 @@ impl EmbedTrainer {
             &mut self.bwd,
         )?;
         self.acc.t_backward += t.elapsed().as_secs_f64();
+        self.acc.cpu_phases += t.cpu_elapsed();
         self.spare = Some(current);
 
         let t = Instant::now();
@@ -795,7 +825,17 @@ impl EmbedTrainer {
         let owner = comm.all_gather_v(&[a.counts.owner_rows])?.data;
         let in_comm = embedding_comm_seconds(comm) - a.comm0;
         let busy = (a.t_lookup + a.t_pool + a.t_backward - in_comm).max(0.0);
-        let busy_per_rank = comm.all_gather_v(&[busy])?.data;
+        let in_comm_cpu = embedding_comm_cpu_seconds(comm) - a.comm_cpu0;
+        let busy_cpu = (a.cpu_phases - in_comm_cpu).max(0.0);
+        // Per rank [wall, CPU]; the CPU seconds are dropped on every rank alike when
+        // a lookup overlapped the MLP (--pipeline is the run's).
+        let both = comm.all_gather_v(&[busy, busy_cpu])?.data;
+        let busy_per_rank: Vec<f64> = both.iter().step_by(2).copied().collect();
+        let busy_cpu_per_rank: Vec<f64> = if a.overlapped {
+            Vec::new()
+        } else {
+            both.iter().skip(1).step_by(2).copied().collect()
+        };
         let update = a.counts.update_seconds;
         let mut times = [
             a.t_lookup,
@@ -852,6 +892,7 @@ impl EmbedTrainer {
                 Vec::new()
             },
             busy_per_rank,
+            busy_cpu_per_rank,
         })
     }
 

@@ -266,6 +266,27 @@ fn embed_with_costs_predicts_its_step_and_reports_the_measured_one() {
     assert!((step - s).abs() <= 1e-3 * step, "{line} vs {step}");
     let m = &last["measured"];
     assert_eq!(m["busy_per_rank"].as_array().unwrap().len(), 2, "{m}");
+    // The same in CPU seconds: both ranks worked, so each is positive, and the
+    // ratio is theirs.
+    let cpu: Vec<f64> = m["busy_cpu_per_rank"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert_eq!(cpu.len(), 2, "{m}");
+    assert!(cpu.iter().all(|&c| c > 0.0 && c.is_finite()), "{m}");
+    let ratio =
+        cpu.iter().copied().fold(0.0, f64::max) / cpu.iter().copied().fold(f64::INFINITY, f64::min);
+    let got = m["busy_cpu_max_over_min"].as_f64().unwrap();
+    assert!((got - ratio).abs() <= 1e-9 * ratio, "{m}");
+    assert!(
+        run.stdout
+            .lines()
+            .any(|l| l.starts_with("measured: ") && l.contains("in CPU seconds [")),
+        "{}",
+        run.stdout
+    );
     // Three intervals of two steps: the first (warm-up) is left out.
     assert_eq!(m["steps"], 4, "{m}");
     assert!(m["seconds_per_step"].as_f64().unwrap() > 0.0, "{m}");
@@ -273,7 +294,7 @@ fn embed_with_costs_predicts_its_step_and_reports_the_measured_one() {
     let intervals = std::fs::read_to_string(&metrics).unwrap();
     let n = intervals
         .lines()
-        .filter(|l| l.contains("\"busy_per_rank\""))
+        .filter(|l| l.contains("\"busy_per_rank\"") && l.contains("\"busy_cpu_per_rank\""))
         .count();
     assert!(n >= 3, "{intervals}");
 
