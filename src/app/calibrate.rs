@@ -102,9 +102,9 @@ pub fn global_run<C: Comm>(comm: &C, a: &CalibrateArgs) -> Result<()> {
 
 /// Collective: every rank must call. The pooled points
 /// ([`crate::embed::planner::calib::PooledPoint`]): per width and pooling factor,
-/// `P` tables (one per rank) whole, in `P` column pieces and in `P` row blocks,
-/// trained with the real step; the runs of the three placements interleaved, the
-/// median kept. None on one rank (nothing is split) or at a width `P` does not
+/// `P` tables (one per rank) whole, in `P` column pieces and in `P` row blocks, and
+/// whole in `rows` mode, trained with the real step; the runs of the four
+/// interleaved, the median kept. None on one rank (nothing is split) or at a width `P` does not
 /// divide.
 fn global_pooled_points<C: Comm>(comm: &C, o: &CalibOptions) -> Result<Vec<PooledPoint>> {
     let p = comm.size();
@@ -120,19 +120,24 @@ fn global_pooled_points<C: Comm>(comm: &C, o: &CalibOptions) -> Result<Vec<Poole
         batch: o.pooled_batch,
         placement: placement.to_string(),
         pieces: if placement == "table" { 1 } else { p },
+        mode: "pooled".to_string(),
         seconds: 0.0,
     };
-    // Per width and pooling, the three placements at the reference size; then the
-    // whole tables of the other sizes.
+    let rows_point = |dim, pooling| PooledPoint {
+        mode: "rows".to_string(),
+        ..point(dim, pooling, o.table_bytes, "table")
+    };
+    // Per width and pooling, the three placements at the reference size and the
+    // whole tables in `rows` mode; then the whole tables of the other sizes.
     let mut groups: Vec<Vec<PooledPoint>> = Vec::new();
     for &dim in o.pooled_dims.iter().filter(|&&d| d % p == 0) {
         for &pooling in &o.pooled_poolings {
-            groups.push(
-                POOLED_PLACEMENTS
-                    .iter()
-                    .map(|pl| point(dim, pooling, o.table_bytes, pl))
-                    .collect(),
-            );
+            let mut g: Vec<PooledPoint> = POOLED_PLACEMENTS
+                .iter()
+                .map(|pl| point(dim, pooling, o.table_bytes, pl))
+                .collect();
+            g.push(rows_point(dim, pooling));
+            groups.push(g);
         }
     }
     let (d, pl) = (o.pooled_size_dim, o.pooled_size_pooling);
@@ -273,7 +278,8 @@ fn report(c: &Costs, a: &CalibrateArgs, secs: f64) {
             .iter()
             .map(|q| {
                 format!(
-                    "{} x{} d{} p{} {} {:.2} ms (model {:.2})",
+                    "{}{} x{} d{} p{} {} {:.2} ms (model {:.2})",
+                    if q.mode == "rows" { "rows " } else { "" },
                     q.placement,
                     q.pieces,
                     q.dim,
@@ -291,6 +297,14 @@ fn report(c: &Costs, a: &CalibrateArgs, secs: f64) {
             m.pooled_occ_float_s * 1e9,
             m.pooled_example_s * 1e9,
             by_size(&m.pooled_size_factor)
+        );
+    }
+    if m.ask_measured {
+        println!(
+            "fit: the asking side of a rows table {:.1} ns + {:.3} ns x width per occurrence, {:.1} ns per example",
+            m.ask_occ_s * 1e9,
+            m.ask_occ_float_s * 1e9,
+            m.ask_example_s * 1e9
         );
     }
     println!("wrote {}", a.out.display());

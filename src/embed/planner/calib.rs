@@ -141,8 +141,9 @@ pub struct CollPoint {
     pub seconds: f64,
 }
 
-/// Training steps of `tables` pooled tables (one per rank, `rows` x `dim`, `pooling`
-/// Zipf ids per example, `batch` examples per rank) under one placement: `table`
+/// Training steps of `tables` tables (one per rank, `rows` x `dim`, `pooling` Zipf
+/// ids per example, `batch` examples per rank) in output mode `mode` (`pooled`, or
+/// `rows`: the asking ranks pool the rows they receive) under one placement: `table`
 /// (each whole on its rank), `column` (`pieces` column pieces each, on successive
 /// ranks) or `row_block` (`pieces` row blocks each); `seconds` per step in the
 /// embedding phases (lookup, pooling, backward, update; collectives included; each
@@ -156,11 +157,17 @@ pub struct PooledPoint {
     pub batch: usize,
     pub placement: String,
     pub pieces: usize,
+    /// `pooled` or `rows` ([`POOLED_MODES`]; files from before the `rows` points
+    /// have no field: `pooled`).
+    pub mode: String,
     pub seconds: f64,
 }
 
 /// The placements a [`PooledPoint`] may have.
 pub const POOLED_PLACEMENTS: [&str; 3] = ["table", "column", "row_block"];
+
+/// The output modes a [`PooledPoint`] may have.
+pub const POOLED_MODES: [&str; 2] = ["pooled", "rows"];
 
 impl PooledPoint {
     /// The model of the point's tables (Zipf ids with exponent [`ZIPF_S`]; a small
@@ -188,7 +195,7 @@ impl PooledPoint {
     }
 
     /// The point's plan at `world` ranks: table `t`'s piece `j` on rank
-    /// `(t + j) % world`, every table `pooled`.
+    /// `(t + j) % world`, every table in the point's mode.
     pub fn plan(&self, spec: &ModelSpec, world: usize) -> Plan {
         let k = self.pieces.max(1);
         let d = self.dim;
@@ -212,7 +219,16 @@ impl PooledPoint {
             world,
             spec_digest: spec.digest(),
             tables,
-            modes: vec![OutputMode::Pooled; self.tables],
+            modes: vec![self.output_mode(); self.tables],
+        }
+    }
+
+    /// The point's output mode.
+    pub fn output_mode(&self) -> OutputMode {
+        if self.mode == "rows" {
+            OutputMode::Rows
+        } else {
+            OutputMode::Pooled
         }
     }
 
@@ -243,8 +259,13 @@ impl PooledPoint {
     }
 
     /// Per rank and step: the occurrences its pooled pieces see and the examples
-    /// they serve (over all ranks, divided by `world`).
+    /// they serve (over all ranks, divided by `world`); for a `rows` point, the
+    /// occurrences and examples the rank asks for (its own batch in every table).
     fn per_rank_work(&self, world: usize) -> (f64, f64) {
+        if self.output_mode() == OutputMode::Rows {
+            let examples = self.batch as f64 * self.tables as f64;
+            return (examples * self.pooling as f64, examples);
+        }
         let n = world as f64;
         let examples = n * self.batch as f64 * self.tables as f64;
         let k = self.pieces.max(1) as f64;
@@ -896,6 +917,12 @@ pub fn fit(c: &Costs) -> Fit {
         m.pooled_example_s = ex;
         m.pooled_size_factor = sizes;
     }
+    if let Some([occ, occ_float, ex]) = rows_fit(c, &m) {
+        m.ask_measured = true;
+        m.ask_occ_s = occ;
+        m.ask_occ_float_s = occ_float;
+        m.ask_example_s = ex;
+    }
     Fit {
         model: m,
         all_to_all_latency_s: a2a_lat,
@@ -918,7 +945,8 @@ pub fn fit(c: &Costs) -> Fit {
 /// the occurrence terms that explains its point (at least 0.05), with 1 at the
 /// reference; empty without other sizes.
 fn pooled_fit(c: &Costs, m: &CostModel) -> Option<([f64; 3], Vec<[f64; 2]>)> {
-    if c.pooled.is_empty() {
+    let pooled: Vec<&PooledPoint> = c.pooled.iter().filter(|q| q.mode == "pooled").collect();
+    if pooled.is_empty() {
         return None;
     }
     let world = c.conditions.ranks.max(1);
@@ -944,8 +972,8 @@ fn pooled_fit(c: &Costs, m: &CostModel) -> Option<([f64; 3], Vec<[f64; 2]>)> {
         ([o / s, o * w / s, e / s], y / s)
     };
     let at_ref = |q: &&PooledPoint| q.rows == rows_of(tb, q.dim);
-    let size_pts: Vec<&PooledPoint> = c.pooled.iter().filter(|q| !at_ref(q)).collect();
-    let ref_pts: Vec<&PooledPoint> = c.pooled.iter().filter(at_ref).collect();
+    let size_pts: Vec<&PooledPoint> = pooled.iter().copied().filter(|q| !at_ref(q)).collect();
+    let ref_pts: Vec<&PooledPoint> = pooled.iter().copied().filter(at_ref).collect();
     // The coefficients from the reference size; then per size measured, the
     // occurrences' factor that explains its point.
     let rows: Vec<([f64; 3], f64)> = ref_pts.iter().map(|q| terms(q)).collect();
@@ -964,6 +992,38 @@ fn pooled_fit(c: &Costs, m: &CostModel) -> Option<([f64; 3], Vec<[f64; 2]>)> {
         sizes.dedup_by(|b, a| (b[0] / a[0] - 1.0).abs() < 0.05);
     }
     Some((coef, sizes))
+}
+
+/// `[ask_occ_s, ask_occ_float_s, ask_example_s]` from the `rows` points (`None`
+/// without them): what each point's step took beyond what `m` prices with a free
+/// asking side (the owners' pieces), against the occurrences the rank asked for, the
+/// same times the width, and its examples per table; least squares of the relative
+/// errors with coefficients >= 0, as [`pooled_fit`]'s.
+fn rows_fit(c: &Costs, m: &CostModel) -> Option<[f64; 3]> {
+    let rows: Vec<&PooledPoint> = c.pooled.iter().filter(|q| q.mode == "rows").collect();
+    if rows.is_empty() {
+        return None;
+    }
+    let world = c.conditions.ranks.max(1);
+    let free = CostModel {
+        ask_measured: true,
+        ask_occ_s: 0.0,
+        ask_occ_float_s: 0.0,
+        ask_example_s: 0.0,
+        ..m.clone()
+    };
+    let pts: Vec<([f64; 3], f64)> = rows
+        .iter()
+        .map(|q| {
+            let (o, e) = q.per_rank_work(world);
+            let w = q.dim as f64;
+            let per_rank = (q.tables * q.pieces).div_ceil(world);
+            let y = (q.seconds - q.modelled(&free, world)) / m.with_interference(1.0, per_rank);
+            let s = q.seconds;
+            ([o / s, o * w / s, e / s], y / s)
+        })
+        .collect();
+    Some(nonneg_least_squares(&pts))
 }
 
 /// Least squares through the origin with coefficients >= 0: of the subsets of the
@@ -1463,9 +1523,21 @@ fn parse(v: &Value) -> R<Costs> {
                     "batch",
                     "placement",
                     "pieces",
+                    "mode",
                     "seconds",
                 ])?;
                 let placement = o.string("placement")?;
+                let mode = match o.map.get("mode") {
+                    None => "pooled".to_string(),
+                    Some(_) => o.string("mode")?,
+                };
+                if !POOLED_MODES.contains(&mode.as_str()) {
+                    return Err(format!(
+                        "{} {mode:?}: must be one of {}",
+                        o.at("mode"),
+                        POOLED_MODES.join(", ")
+                    ));
+                }
                 if !POOLED_PLACEMENTS.contains(&placement.as_str()) {
                     return Err(format!(
                         "{} {placement:?}: must be one of {}",
@@ -1481,6 +1553,7 @@ fn parse(v: &Value) -> R<Costs> {
                     batch: o.usize("batch", 1)?,
                     placement,
                     pieces: o.usize("pieces", 1)?,
+                    mode,
                     seconds: o.num("seconds", true)?,
                 };
                 if q.placement == "column" && (q.pieces > q.dim || !q.dim.is_multiple_of(q.pieces))
@@ -1530,6 +1603,10 @@ fn parse(v: &Value) -> R<Costs> {
         "pooled_example_s",
         "pooled_size_factor",
         "ask_zipf_factor",
+        "ask_measured",
+        "ask_occ_s",
+        "ask_occ_float_s",
+        "ask_example_s",
     ])?;
     for k in ["net_bw", "allreduce_bw", "mem_bw", "line_bytes"] {
         m.num(k, true)?;
@@ -1905,6 +1982,7 @@ mod tests {
                     batch: 256,
                     placement: pl.into(),
                     pieces: if pl == "table" { 1 } else { world },
+                    mode: "pooled".into(),
                     seconds: 0.0,
                 });
             }
@@ -1956,6 +2034,71 @@ mod tests {
             "{g:?}"
         );
         assert!(close(g.pooled_size_factor[1][1], 1.5), "{g:?}");
+        // No `rows` points: the asking side keeps the kernels' price.
+        assert!(!f.ask_measured && !g.ask_measured, "{f:?}");
+    }
+
+    /// `rows` points whose seconds are what `m` prices with a free asking side plus
+    /// known per-occurrence and per-example seconds: the fit gives them back, the
+    /// pooled fit is not moved, and the model prices every point as made.
+    #[test]
+    fn the_rows_fit_recovers_the_asking_sides_coefficients() {
+        let mut c = costs();
+        let m = fit(&c).model;
+        let (occ, occ_w, ex) = (40e-9, 1.5e-9, 200e-9);
+        let free = CostModel {
+            ask_measured: true,
+            ..m.clone()
+        };
+        let world = c.conditions.ranks;
+        let tb = c.conditions.table_bytes;
+        let mut pts = Vec::new();
+        for (dim, pooling) in [(16, 1), (16, 32), (64, 1), (64, 32)] {
+            let mut q = PooledPoint {
+                dim,
+                pooling,
+                tables: world,
+                rows: rows_of(tb, dim),
+                batch: 256,
+                placement: "table".into(),
+                pieces: 1,
+                mode: "rows".into(),
+                seconds: 0.0,
+            };
+            // Each rank asks for its 256 examples in every table.
+            let asked = 256.0 * world as f64;
+            let w = dim as f64;
+            q.seconds =
+                q.modelled(&free, world) + asked * (pooling as f64 * (occ + w * occ_w) + ex);
+            pts.push(q);
+        }
+        let before = fit(&c).model;
+        c.pooled = pts;
+        let f = fit(&c).model;
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b.abs().max(1e-12);
+        assert!(f.ask_measured, "{f:?}");
+        assert!(close(f.ask_occ_s, occ), "{f:?}");
+        assert!(close(f.ask_occ_float_s, occ_w), "{f:?}");
+        assert!(close(f.ask_example_s, ex), "{f:?}");
+        // Only `rows` points: nothing pooled was measured.
+        assert!(!f.pooled_measured && !before.pooled_measured, "{f:?}");
+        for q in &c.pooled {
+            let got = q.modelled(&f, world);
+            assert!((got / q.seconds - 1.0).abs() < 1e-6, "{q:?}: {got}");
+        }
+        // A plan's `rows` asking side is the measured one: twice the pooling, twice
+        // the occurrences' seconds.
+        let spec = c.pooled[1].spec();
+        let ctx_cost = |pooling: usize| {
+            let q = PooledPoint {
+                pooling,
+                ..c.pooled[1].clone()
+            };
+            q.modelled(&f, world) - q.modelled(&free, world)
+        };
+        let (a, b) = (ctx_cost(8), ctx_cost(16));
+        let per_occ = 256.0 * world as f64 * (occ + 16.0 * occ_w);
+        assert!(close(b - a, 8.0 * per_occ), "{a} {b} {spec:?}");
     }
 
     #[test]
@@ -1969,6 +2112,7 @@ mod tests {
             batch: 64,
             placement: "column".into(),
             pieces: 2,
+            mode: "pooled".into(),
             seconds: 1e-3,
         }];
         let good: Value = serde_json::from_str(&c.to_json().unwrap()).unwrap();
@@ -1981,12 +2125,21 @@ mod tests {
                 "pooled[0].pieces 3: must divide dim 16",
             ),
             ("seconds", Value::from(-1.0), "pooled[0].seconds"),
+            (
+                "mode",
+                Value::from("both"),
+                "pooled[0].mode \"both\": must be one of",
+            ),
         ] {
             let mut v = good.clone();
             v["pooled"][0][field] = value;
             let err = parse(&v).unwrap_err();
             assert!(err.contains(want), "{field}: {err}");
         }
+        // Points from before the `rows` points (no mode) are pooled.
+        let mut no_mode = good.clone();
+        no_mode["pooled"][0].as_object_mut().unwrap().remove("mode");
+        assert_eq!(parse(&no_mode).unwrap().pooled[0].mode, "pooled");
         // Files from before the pooled points read as none.
         let mut old = good.clone();
         old.as_object_mut().unwrap().remove("pooled");

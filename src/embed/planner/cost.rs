@@ -98,6 +98,25 @@ pub struct CostModel {
     /// to 0.75 at 2 ranks). Without it an all-`rows` plan of torchrec-peer was
     /// predicted 24 % slower than measured. Empty: factor 1.
     pub ask_zipf_factor: Vec<[f64; 2]>,
+    /// Whether the asking side of a `rows` table is priced from measured `rows`
+    /// training steps (`ask_occ_s + w ask_occ_float_s` per occurrence of a table of
+    /// width `w`, `ask_example_s` per example) instead of the kernels' row accesses.
+    /// `torusrec calibrate` sets it when it measured `rows` steps
+    /// ([`super::calib::PooledPoint`] with mode `rows`): what those steps took beyond
+    /// the owners' modelled work, which is placing the received rows, pooling every
+    /// occurrence from them, adding every occurrence's gradient and sending the
+    /// distinct ones back. At 2 ranks the all-`rows` plan of the skewed workload (4
+    /// tables of 30 ids per example) measured 85 to 92 ms per step in the embedding
+    /// phases against 63 ms priced from the kernels. False by default.
+    pub ask_measured: bool,
+    /// Seconds per occurrence the asking rank of a `rows` table pays (with
+    /// `ask_measured`).
+    pub ask_occ_s: f64,
+    /// Seconds per occurrence and float of the table's width (with `ask_measured`).
+    pub ask_occ_float_s: f64,
+    /// Seconds per example (with `ask_measured`): the example's output row of the
+    /// table written and its gradient read.
+    pub ask_example_s: f64,
 }
 
 impl Default for CostModel {
@@ -119,6 +138,10 @@ impl Default for CostModel {
             pooled_example_s: 0.0,
             pooled_size_factor: Vec::new(),
             ask_zipf_factor: Vec::new(),
+            ask_measured: false,
+            ask_occ_s: 0.0,
+            ask_occ_float_s: 0.0,
+            ask_example_s: 0.0,
         }
     }
 }
@@ -155,6 +178,9 @@ impl CostModel {
             ("pooled_occ_s", self.pooled_occ_s),
             ("pooled_occ_float_s", self.pooled_occ_float_s),
             ("pooled_example_s", self.pooled_example_s),
+            ("ask_occ_s", self.ask_occ_s),
+            ("ask_occ_float_s", self.ask_occ_float_s),
+            ("ask_example_s", self.ask_example_s),
         ] {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(format!("{name} {v}: must be a finite number >= 0"));
@@ -466,6 +492,11 @@ impl<'a> Ctx<'a> {
             st.unique_per_rank_batch,
         );
         let dedup = b * v * m.lookup_s;
+        if mode == OutputMode::Rows && m.ask_measured {
+            // Measured whole (deduplication included): no kernel corrections.
+            let w = ts.dim as f64;
+            return b * v * (m.ask_occ_s + w * m.ask_occ_float_s) + b * m.ask_example_s;
+        }
         let secs = match mode {
             OutputMode::Rows if m.ask_row_access => {
                 // Per occurrence a gather and a scatter of a row, as calibrated (at
