@@ -481,21 +481,14 @@ fn phase_bytes<C: Comm>(comm: &C) -> [u64; 4] {
     PHASES.map(|p| comm.stats().get(p).bytes_sent)
 }
 
-/// Seconds this rank spent inside the collectives of the embedding phases.
-fn embedding_comm_seconds<C: Comm>(comm: &C) -> f64 {
-    ["lookup", "backward", "resolve"]
-        .iter()
-        .map(|p| comm.stats().get(p).seconds)
-        .sum()
-}
-
-/// CPU seconds this rank's process spent inside the collectives of the embedding
-/// phases.
-fn embedding_comm_cpu_seconds<C: Comm>(comm: &C) -> f64 {
-    ["lookup", "backward", "resolve"]
-        .iter()
-        .map(|p| comm.stats().get(p).cpu_seconds)
-        .sum()
+/// Seconds this rank spent inside the collectives of the embedding phases: wall and
+/// process CPU seconds.
+fn embedding_comm_seconds<C: Comm>(comm: &C) -> (f64, f64) {
+    let mut t = crate::comm::PhaseStats::default();
+    for p in ["lookup", "backward", "resolve"] {
+        t.merge(&comm.stats().get(p));
+    }
+    (t.seconds, t.cpu_seconds)
 }
 
 impl EmbedTrainer {
@@ -595,8 +588,7 @@ impl EmbedTrainer {
         if self.acc.start.is_none() {
             self.acc.start = Some(t_step);
             self.acc.bytes0 = phase_bytes(comm);
-            self.acc.comm0 = embedding_comm_seconds(comm);
-            self.acc.comm_cpu0 = embedding_comm_cpu_seconds(comm);
+            (self.acc.comm0, self.acc.comm_cpu0) = embedding_comm_seconds(comm);
         }
         let (p, rank) = (comm.size(), comm.rank());
         let (_, count) = self.schedule.window(self.step);
@@ -823,10 +815,10 @@ impl EmbedTrainer {
         comm.all_reduce_sum(&mut sums);
         let hash = self.global_hash_report(comm, sums[6], sums[7]);
         let owner = comm.all_gather_v(&[a.counts.owner_rows])?.data;
-        let in_comm = embedding_comm_seconds(comm) - a.comm0;
+        let (comm_wall, comm_cpu) = embedding_comm_seconds(comm);
+        let in_comm = comm_wall - a.comm0;
         let busy = (a.t_lookup + a.t_pool + a.t_backward - in_comm).max(0.0);
-        let in_comm_cpu = embedding_comm_cpu_seconds(comm) - a.comm_cpu0;
-        let busy_cpu = (a.cpu_phases - in_comm_cpu).max(0.0);
+        let busy_cpu = (a.cpu_phases - (comm_cpu - a.comm_cpu0)).max(0.0);
         // Per rank [wall, CPU]; the CPU seconds are dropped on every rank alike when
         // a lookup overlapped the MLP (--pipeline is the run's).
         let both = comm.all_gather_v(&[busy, busy_cpu])?.data;
