@@ -14,27 +14,49 @@ pub const LARGE: usize = 64 << 10;
 pub struct Counting;
 
 static LARGE_ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+static LARGE_LIVE: AtomicU64 = AtomicU64::new(0);
+static LARGE_PEAK: AtomicU64 = AtomicU64::new(0);
+
+fn grew(bytes: usize) {
+    let live = LARGE_LIVE.fetch_add(bytes as u64, Ordering::Relaxed) + bytes as u64;
+    LARGE_PEAK.fetch_max(live, Ordering::Relaxed);
+}
+
+fn shrank(bytes: usize) {
+    LARGE_LIVE.fetch_sub(bytes as u64, Ordering::Relaxed);
+}
 
 // SAFETY: every call is forwarded to `System` unchanged.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if layout.size() >= LARGE {
             LARGE_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+            grew(layout.size());
         }
         System.alloc(layout)
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         if layout.size() >= LARGE {
             LARGE_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+            grew(layout.size());
         }
         System.alloc_zeroed(layout)
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if layout.size() >= LARGE {
+            shrank(layout.size());
+        }
         System.dealloc(ptr, layout)
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         if new_size >= LARGE && new_size > layout.size() {
             LARGE_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        if layout.size() >= LARGE {
+            shrank(layout.size());
+        }
+        if new_size >= LARGE {
+            grew(new_size);
         }
         System.realloc(ptr, layout, new_size)
     }
@@ -65,6 +87,16 @@ pub fn resize_for_overwrite<T: Copy + Default>(v: &mut Vec<T>, len: usize) {
 /// every thread.
 pub fn large_allocations() -> u64 {
     LARGE_ALLOCATIONS.load(Ordering::Relaxed)
+}
+
+/// `(live, peak)` bytes of large allocations (of at least [`LARGE`] bytes) on every
+/// thread: the heap the estimate of a run's memory accounts for, without the
+/// program, its libraries and the allocator's own slack.
+pub fn large_bytes() -> (u64, u64) {
+    (
+        LARGE_LIVE.load(Ordering::Relaxed),
+        LARGE_PEAK.load(Ordering::Relaxed),
+    )
 }
 
 #[cfg(test)]

@@ -28,6 +28,9 @@ pub struct ShardSizes {
     /// All test rows, and the visible (fold-in) arcs of this rank's test rows.
     pub test_rows: u64,
     pub fold_nnz_local: u64,
+    /// Bytes of this rank's test rows (ids, visible and held-out arcs), read at the
+    /// start and held for the whole run.
+    pub test_bytes_local: u64,
     /// Training non-zeros of the whole matrix (they fix the steps of a half-epoch).
     pub nnz_total: u64,
     /// Non-zeros of the longest owned row or column (its item vectors are gathered
@@ -54,6 +57,16 @@ pub struct Layout {
 }
 
 impl Layout {
+    /// Indices in one chunk of a streamed side, for sides of at most `side_nnz`
+    /// non-zeros: at most half the buffer, and the largest side cut into chunks of
+    /// equal size, so that the two held at once take no more than the side itself
+    /// when it has more than one (a side a little over half the buffer would
+    /// otherwise hold two half-buffers).
+    pub fn chunk_elems(&self, side_nnz: u64) -> u64 {
+        let half = (self.csr_buffer / 8).max(1);
+        side_nnz.div_ceil(side_nnz.div_ceil(half).max(1)).max(1)
+    }
+
     /// Everything in memory, one gather per half (the layout of runs that fit).
     pub fn in_memory() -> Self {
         Layout {
@@ -199,7 +212,7 @@ pub fn layout(
             // the fetch rounds' buffers grow with the rows up to their cap: leave the
             // cap, or, when that leaves nothing, twice the rows' bytes.
             let per_row = row_bytes + 4 * s.ranks as u64;
-            let cap = 2 * super::exchange::FETCH_ROUND_BYTES as u64;
+            let cap = round_buffers(super::exchange::FETCH_ROUND_BYTES as u64);
             match l.saturating_sub(rest).checked_sub(cap) {
                 Some(left) if left / per_row >= MIN_GATHER_ROWS => left / per_row,
                 _ => l.saturating_sub(rest) / (per_row + 2 * row_bytes),
@@ -214,6 +227,13 @@ pub fn layout(
     }
     let e = est(&lay);
     (lay, e)
+}
+
+/// A fetch round's send and receive buffers for rounds of `bytes`: the receive buffer
+/// is kept from round to round with a quarter more room
+/// ([`crate::allocs::resize_for_overwrite`]).
+fn round_buffers(bytes: u64) -> u64 {
+    2 * bytes + bytes / 4
 }
 
 /// [`estimate`] for a given layout.
@@ -231,21 +251,21 @@ pub fn estimate_with(
     let p = s.ranks as u64;
     let offsets = (s.rows_local + 1 + s.cols_local + 1) * 8;
     let indices = (s.nnz_rows + s.nnz_cols) * 4;
-    // Streamed: a half reads one side's indices, at most the buffer (two chunks of
-    // half of it), and while the spill is written a bitmap of the other side's ids.
-    // The chunk buffers are kept from half to half (freed before an evaluation or a
-    // checkpoint).
+    // Streamed: a half reads one side's indices, two chunks at a time (of at most
+    // half the buffer each, see `Layout::chunk_elems`), and while the spill is written
+    // a bitmap of the other side's ids. The chunk buffers are kept from half to half
+    // (freed before an evaluation or a checkpoint).
     let chunks = if lay.csr_in_memory {
         0
     } else {
-        lay.csr_buffer.min(s.nnz_rows.max(s.nnz_cols) * 4)
+        2 * lay.chunk_elems(s.nnz_rows.max(s.nnz_cols)) * 4
     };
     let csr = if lay.csr_in_memory {
         offsets + indices
     } else {
         offsets + chunks + s.num_rows.max(s.num_cols).div_ceil(8)
     };
-    let counts = (s.rows_local + s.cols_local) * 4;
+    let counts = (s.rows_local + s.cols_local) * 4 + s.test_bytes_local;
     let tables = (s.rows_local + s.cols_local) * d * b;
     // Rows of the other side one half-epoch gathers: each distinct id once, at most
     // the whole other table and at most one per non-zero (none on one rank).
@@ -300,7 +320,9 @@ pub fn estimate_with(
     // A round's send and receive buffers: at most the round's bytes each, and at most
     // the other ranks' share of the gathered rows (a rank's own rows are copied).
     let round = |gathered: u64| {
-        2 * (super::exchange::FETCH_ROUND_BYTES as u64).min(gathered * d * b * (p - 1) / p)
+        round_buffers(
+            (super::exchange::FETCH_ROUND_BYTES as u64).min(gathered * d * b * (p - 1) / p),
+        )
     };
     let fetch = |gathered: u64| {
         let dense = if allgather {
@@ -365,6 +387,7 @@ mod tests {
             nnz_cols: 20_000 / p as u64,
             test_rows: 100,
             fold_nnz_local: 500,
+            test_bytes_local: 0,
             nnz_total: 20_000,
             max_row_nnz: 90,
             max_csr_nnz: 40_000 / p as u64,
@@ -381,7 +404,8 @@ mod tests {
         // Two ranks: each gathers at most the whole other table (1000 rows), plus the
         // buffers of one round: the other rank's half of them, sent and received (the
         // CSR is in memory: no chunk buffers to share the high-water mark with).
-        let round = 2 * (1000 * 64 * 4 / 2);
+        // (The receive buffer is kept with a quarter more room.)
+        let round = 2 * (1000 * 64 * 4 / 2) + 1000 * 64 * 4 / 2 / 4;
         assert_eq!(part(&f, "exchange"), 1000 * 64 * 4 + round);
         // Streamed: the chunk buffers are kept from half to half, so a half's round
         // buffers count on top of them, whether it gathers once or in blocks.
@@ -402,13 +426,29 @@ mod tests {
                 &streamed(gather_rows),
             );
             assert_eq!(part(&e, "exchange"), 1000 * 64 * 4 + round);
-            // The CSR part: both sides' offsets, one side's chunks (all of its
-            // indices here: 20,000 / 2 non-zeros), the spill's bitmap and the counts.
+            // The CSR part: both sides' offsets, two chunks (one side fits in half
+            // the buffer here: two chunks of all of its 20,000 / 2 non-zeros), the
+            // spill's bitmap and the counts.
             let offsets = (500 + 1 + 500 + 1) * 8;
             assert_eq!(
                 part(&e, "CSR"),
-                offsets + 20_000 / 2 * 4 + 1000 / 8 + 1000 * 4
+                offsets + 2 * 20_000 / 2 * 4 + 1000 / 8 + 1000 * 4
             );
+            // The test rows are held whatever the layout.
+            let held = ShardSizes {
+                test_bytes_local: 12_345,
+                ..sizes(2)
+            };
+            let h = estimate_with(
+                &held,
+                64,
+                TableDtype::F32,
+                false,
+                1000,
+                1,
+                &streamed(gather_rows),
+            );
+            assert_eq!(part(&h, "CSR"), part(&e, "CSR") + 12_345);
         }
         // Ten times the nodes: ten times the rows and the rounds.
         let big = ShardSizes {
@@ -429,6 +469,29 @@ mod tests {
         // ALX's all-gather holds a dense f32 buffer of every rank's ids instead.
         let ag = estimate(&sizes(2), 64, TableDtype::F32, true, 1000, 1);
         assert_eq!(part(&ag, "exchange"), 1000 * 64 * 4 + 2 * 1000 * 64 * 4);
+    }
+
+    #[test]
+    fn chunks_cut_the_side_evenly_within_half_the_buffer() {
+        let lay = |csr_buffer| Layout {
+            csr_in_memory: false,
+            csr_buffer,
+            gather_rows: None,
+            hub_chunk: 0,
+        };
+        // Half of 100 bytes holds 12 indices.
+        assert_eq!(lay(100).chunk_elems(12), 12);
+        // One more: two chunks of 7, not 12 and 1.
+        assert_eq!(lay(100).chunk_elems(13), 7);
+        assert_eq!(lay(100).chunk_elems(25), 9);
+        assert_eq!(lay(100).chunk_elems(0), 1);
+        assert_eq!(lay(4).chunk_elems(5), 1);
+        // Two chunks never hold more than the side once it needs more than one, nor
+        // more than the buffer.
+        for side in 13..500 {
+            let c = lay(100).chunk_elems(side);
+            assert!(c <= 12 && 2 * c <= side + 1, "{side}: {c}");
+        }
     }
 
     #[test]

@@ -228,6 +228,12 @@ pub fn local_read_shards(
                 nnz_cols: nnz_at(&col_ip, &col_bounds, r),
                 test_rows: num_test,
                 fold_nnz_local: fold_ip[th as usize] - fold_ip[tl as usize],
+                // The test rows' ids and both CSRs, held for the whole run.
+                test_bytes_local: (th - tl) * 4
+                    + 2 * (th - tl + 1) * 8
+                    + (fold_ip[th as usize] - fold_ip[tl as usize] + holdout_ip[th as usize]
+                        - holdout_ip[tl as usize])
+                        * 4,
                 nnz_total: nnz_rows,
                 max_row_nnz: max_len_at(&row_ip, &row_bounds, r).max(max_len_at(
                     &col_ip,

@@ -501,7 +501,9 @@ impl ChunkReader {
             for (s0, s1, a, b) in spans {
                 let mut indices = spares.try_recv().unwrap_or_default();
                 if indices.capacity() < largest {
-                    indices = Vec::with_capacity(largest);
+                    // The small buffer goes first: never three at once.
+                    indices = Vec::new();
+                    indices.reserve_exact(largest);
                 }
                 let r = read_u32s(&file, a, (b - a) as usize, &mut indices)
                     .map(|()| Chunk { s0, s1, a, indices })

@@ -517,7 +517,9 @@ pub fn global_read_shards_for<C: Comm>(comm: &C, cfg: &AlsConfig) -> Result<Shar
                 } else {
                     format!(
                         "spilled, read in chunks of {}",
-                        crate::metrics::human_bytes(lay.csr_buffer / 2)
+                        crate::metrics::human_bytes(
+                            4 * lay.chunk_elems(all[rank].nnz_rows.max(all[rank].nnz_cols))
+                        )
                     )
                 },
                 match lay.gather_rows {
@@ -1246,7 +1248,7 @@ impl<T: TableScalar> Trainer<T> {
         {
             let side = self.side();
             let spill = side.spill.as_ref().expect("a spilled side");
-            let chunk_elems = (self.shards.layout.csr_buffer / 8).max(1);
+            let chunk_elems = self.chunk_elems();
             let ranges = read_ahead_chunks(
                 &side.step_bounds,
                 &side.shard.indptr,
@@ -1313,6 +1315,15 @@ impl<T: TableScalar> Trainer<T> {
             self.chunk_spares = r.finish(self.chunk.take());
         }
         Ok(None)
+    }
+
+    /// Indices in one chunk of a streamed side (the same for both sides, so that the
+    /// buffers kept from half to half fit either).
+    fn chunk_elems(&self) -> u64 {
+        let nnz = |s: &Side| s.shard.indptr.last().copied().unwrap_or(0);
+        self.shards
+            .layout
+            .chunk_elems(nnz(&self.rows).max(nnz(&self.cols)))
     }
 
     /// The own gather block holding step `s` (0 when the half gathers once).
@@ -1434,7 +1445,7 @@ impl<T: TableScalar> Trainer<T> {
                 continue;
             }
             let t = Instant::now();
-            let chunk_elems = (self.shards.layout.csr_buffer / 8).max(1);
+            let chunk_elems = self.chunk_elems();
             let side = self.side();
             let chunks = step_chunks(
                 &side.step_bounds,
@@ -1580,7 +1591,17 @@ impl<T: TableScalar> Trainer<T> {
             io1.1.saturating_sub(io0.1),
         ];
         comm.all_reduce_sum(&mut sums);
-        let peak_rss_bytes = comm.all_reduce_max(crate::metrics::peak_rss_bytes().unwrap_or(0));
+        let rss = crate::metrics::peak_rss_bytes().unwrap_or(0);
+        let (live, heap) = crate::allocs::large_bytes();
+        log::debug!(
+            "memory of rank {} after epoch {}: peak RSS {}, large allocations {} live, {} at peak",
+            comm.rank(),
+            self.pos.epoch,
+            crate::metrics::human_bytes(rss),
+            crate::metrics::human_bytes(live),
+            crate::metrics::human_bytes(heap)
+        );
+        let peak_rss_bytes = comm.all_reduce_max(rss);
         let links = if comm.size() > 1 {
             crate::comm::global_link_summary(comm)?
         } else {

@@ -720,7 +720,14 @@ fn cg_batch_body<const FMA: bool, T: TableElem>(
     let idx_all = &sh.rows.indices[base..sh.rows.range(b.r1 - 1).end];
     let widened = sh.widened(b);
     if widened {
-        s.gathered.resize(idx_all.len() * d, 0.0);
+        // Grown to the size asked, not doubled: the memory estimate counts one long
+        // row's copy per thread, not twice that.
+        let n = idx_all.len() * d;
+        if n > s.gathered.capacity() {
+            s.gathered = Vec::new();
+            s.gathered.reserve_exact(n.max(GATHER_FLOATS));
+        }
+        s.gathered.resize(n, 0.0);
     }
     // Empty rows: b = 0, the solution is 0.
     for j in 0..nb {
