@@ -83,6 +83,16 @@ pub fn resize_for_overwrite<T: Copy + Default>(v: &mut Vec<T>, len: usize) {
     v.truncate(len);
 }
 
+/// Make room in `v` for `total` elements in all, exactly (no doubling): when it must
+/// grow, its old buffer is freed before the new one is made, so that the two are never
+/// held at once (its contents are dropped: for a caller that overwrites them).
+pub fn regrow_exact<T>(v: &mut Vec<T>, total: usize) {
+    if total > v.capacity() {
+        *v = Vec::new();
+        v.reserve_exact(total);
+    }
+}
+
 /// Large allocations (of at least [`LARGE`] bytes) made so far by this process, on
 /// every thread.
 pub fn large_allocations() -> u64 {
@@ -115,6 +125,21 @@ mod tests {
         resize_for_overwrite(&mut v, 100);
         assert_eq!(v.len(), 100);
         assert!(v.capacity() >= 125, "{}", v.capacity());
+    }
+
+    #[test]
+    fn regrow_exact_grows_to_the_size_asked_and_keeps_a_large_enough_buffer() {
+        let mut v: Vec<u32> = Vec::with_capacity(10);
+        v.extend([1, 2, 3]);
+        regrow_exact(&mut v, 8);
+        assert_eq!(v, [1, 2, 3], "a buffer with room is kept as it is");
+        regrow_exact(&mut v, 1000);
+        assert!(v.is_empty());
+        assert!(
+            v.capacity() >= 1000 && v.capacity() < 1250,
+            "{}",
+            v.capacity()
+        );
     }
 
     #[test]

@@ -500,11 +500,8 @@ impl ChunkReader {
             let mut left = Vec::new();
             for (s0, s1, a, b) in spans {
                 let mut indices = spares.try_recv().unwrap_or_default();
-                if indices.capacity() < largest {
-                    // The small buffer goes first: never three at once.
-                    indices = Vec::new();
-                    indices.reserve_exact(largest);
-                }
+                // The small buffer goes first: never three at once.
+                crate::allocs::regrow_exact(&mut indices, largest);
                 let r = read_u32s(&file, a, (b - a) as usize, &mut indices)
                     .map(|()| Chunk { s0, s1, a, indices })
                     .map_err(|e| Error::Io {

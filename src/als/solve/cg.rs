@@ -724,8 +724,7 @@ fn cg_batch_body<const FMA: bool, T: TableElem>(
         // row's copy per thread, not twice that.
         let n = idx_all.len() * d;
         if n > s.gathered.capacity() {
-            s.gathered = Vec::new();
-            s.gathered.reserve_exact(n.max(GATHER_FLOATS));
+            crate::allocs::regrow_exact(&mut s.gathered, n.max(GATHER_FLOATS));
         }
         s.gathered.resize(n, 0.0);
     }
