@@ -25,6 +25,7 @@
 # <= 1.05 and never above the other two planners').
 #
 # Knobs: RANKS="2 4", WORKLOADS="torchrec-peer dlrm-synthetic skewed", REPEATS=3,
+# SKEW_MULT=4 (skewed runs that many times WARM and STEPS: its steps are short),
 # KEEP_ROWS=1 (add to an earlier invocation's runs), RECALIBRATE=0 (keep its
 # costs-P.json).
 # Writes bench/costs.md (or $OUT/costs.md with QUICK=1: a tiny setting that checks
@@ -38,11 +39,11 @@ OUT="${OUT:-out/bench-costs}"
 if [[ $QUICK == 1 ]]; then
   STEPS="${STEPS:-4}"; WARM="${WARM:-2}"; SCALE="${SCALE:-0.01}"; PEER_SCALE="${PEER_SCALE:-0.01}"
   BATCH="${BATCH:-256}"; CAL=(--quick); MD="$OUT/costs.md"; SKEW_HOT=50000; SKEW_COLD=2000
-  REPEATS="${REPEATS:-1}"
+  REPEATS="${REPEATS:-1}"; SKEW_MULT="${SKEW_MULT:-1}"
 else
   STEPS="${STEPS:-30}"; WARM="${WARM:-10}"; SCALE="${SCALE:-0.1}"; PEER_SCALE="${PEER_SCALE:-1}"
   BATCH="${BATCH:-2048}"; CAL=(); MD=bench/costs.md; SKEW_HOT=1000000; SKEW_COLD=20000
-  REPEATS="${REPEATS:-3}"
+  REPEATS="${REPEATS:-3}"; SKEW_MULT="${SKEW_MULT:-4}"
 fi
 mkdir -p "$OUT" bench
 if [[ $(id -u) -eq 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
@@ -50,7 +51,6 @@ export OPENBLAS_NUM_THREADS=1
 cargo build --release --quiet
 BIN=target/release/torusrec
 MPI=(mpirun --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS)
-TOTAL=$((WARM + STEPS))
 
 # The skewed workload: 4 hot tables (long bags, wide) and 28 cold ones (one id, narrow).
 {
@@ -82,11 +82,19 @@ batch_for() {
   if [[ $1 == dlrm-synthetic && $2 -gt 2 ]]; then echo $((BATCH * 2 / $2)); else echo "$BATCH"; fi
 }
 
+# mult_for WORKLOAD: how many times WARM and STEPS it runs. skewed's steps are a
+# tenth of the others' (about 0.1 s at P = 2), so 30 of them are 3 s, and one slow
+# second of this shared machine moved its measured step by a third between runs of
+# the same plan: it runs SKEW_MULT times as many.
+mult_for() {
+  if [[ $1 == skewed ]]; then echo "$SKEW_MULT"; else echo 1; fi
+}
+
 # train NAME NP PLAN MODEL...: one run with --costs; metrics in $OUT/NAME.jsonl.
 train() {
   local name=$1 np=$2 plan=$3; shift 3
   rm -f "$OUT/$name.jsonl"
-  "${MPI[@]}" -np "$np" "$BIN" embed "$@" --batch "$B" --steps "$TOTAL" --log-every "$WARM" \
+  "${MPI[@]}" -np "$np" "$BIN" embed "$@" --batch "$B" --steps $(((WARM + STEPS) * M)) --log-every $((WARM * M)) \
       --eval-examples 4096 --threads 1 --seed 1 --preload --plan "$plan" \
       --costs "$OUT/costs-$np.json" --metrics "$OUT/$name.jsonl" > "$OUT/$name.log" 2>&1 \
     || { local rc=$?; rm -f "$OUT/$name.jsonl"
@@ -136,6 +144,7 @@ for P in $RANKS; do
     # shellcheck disable=SC2046
     model=( $(workload "$W") )
     B=$(batch_for "$W" "$P")
+    M=$(mult_for "$W")
     "$BIN" plan "${model[@]}" --ranks "$P" --batch "$B" --seed 1 \
       --out "$OUT/$W-$P-analytic.json" --force > "$OUT/$W-$P-analytic-plan.log" 2>&1
     "$BIN" plan "${model[@]}" --ranks "$P" --batch "$B" --seed 1 --costs "$OUT/costs-$P.json" \
@@ -155,7 +164,7 @@ done
 {
   echo "# Measured costs: predicted against measured step, and measured balance"
   echo
-  echo "Measured $(date -u +%Y-%m-%d) at commit $COMMIT on $(nproc) cores ($CPU) by \`scripts/bench_costs.sh\`$([[ $QUICK == 1 ]] && echo ' (QUICK=1: the tiny check setting, not a benchmark)'). Batch $BATCH per rank, $WARM warm-up steps then $STEPS timed (the intervals after the first), --preload, 1 thread per rank, $REPEATS run(s) of each plan, interleaved; every rank is a process on this machine (oversubscribed beyond 2 ranks)."
+  echo "Measured $(date -u +%Y-%m-%d) at commit $COMMIT on $(nproc) cores ($CPU) by \`scripts/bench_costs.sh\`$([[ $QUICK == 1 ]] && echo ' (QUICK=1: the tiny check setting, not a benchmark)'). Batch $BATCH per rank, $WARM warm-up steps then $STEPS timed (the intervals after the first), --preload, 1 thread per rank, $REPEATS run(s) of each plan, interleaved (skewed: $SKEW_MULT times the warm-up and timed steps, as its steps are short); every rank is a process on this machine (oversubscribed beyond 2 ranks)."
   echo
   echo "Workloads: torchrec-peer (scale $PEER_SCALE), dlrm-synthetic (scale $SCALE), skewed (4 hot tables: $SKEW_HOT rows, width 64, 30 ids per example; 28 cold: $SKEW_COLD rows, width 16, 1 id; \`$OUT/skewed.toml\`)."
   echo "Planners: calibrated (\`embed --plan auto --costs\`), analytic (\`plan\` with the default constants), lookup-greedy (\`plan --method lookup-greedy\`); each run predicts its plan's step with the same measured costs (\`--costs\`)."

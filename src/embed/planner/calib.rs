@@ -22,9 +22,11 @@
 //!   through the real training step, at 2 ranks or more): `P` pooled tables whole,
 //!   in `P` column pieces and in `P` row blocks, and whole tables of other sizes.
 //!
-//! Each point is the median of `reps` timed calls after one untimed call; a kernel's
-//! seconds are the mean over ranks of each rank's median, a collective's the slowest
-//! rank's mean.
+//! Each kernel point is the median of `reps` timed calls after one untimed call; the
+//! MLP points are timed together in interleaved rounds (one call of each per round)
+//! and each is the median of its rounds; a kernel's or an MLP point's seconds are
+//! the mean over ranks of each rank's median, a collective's the slowest rank's
+//! mean.
 //!
 //! # The fit ([`fit`])
 //!
@@ -338,6 +340,8 @@ pub struct CalibOptions {
     pub together_pooling: usize,
     pub mlp_shapes: Vec<Vec<usize>>,
     pub mlp_batches: Vec<usize>,
+    /// Interleaved rounds of the MLP points (`local_mlp_points`).
+    pub mlp_rounds: usize,
     /// Bytes per rank of the collectives.
     pub coll_bytes: Vec<u64>,
     /// Pooled training steps ([`PooledPoint`]): widths, ids per example, examples
@@ -383,6 +387,7 @@ impl CalibOptions {
                 together_pooling: 8,
                 mlp_shapes: vec![vec![32, 16, 1]],
                 mlp_batches: vec![64],
+                mlp_rounds: 3,
                 coll_bytes: vec![4 << 10, 64 << 10],
                 pooled_dims: vec![8],
                 pooled_poolings: vec![1, 8],
@@ -410,6 +415,7 @@ impl CalibOptions {
                 together_pooling: 8,
                 mlp_shapes: shapes,
                 mlp_batches: vec![512, 2048],
+                mlp_rounds: 15,
                 coll_bytes: vec![4 << 10, 64 << 10, 1 << 20, 8 << 20],
                 pooled_dims: vec![16, 64],
                 pooled_poolings: vec![1, 32],
@@ -541,26 +547,78 @@ fn local_kernel_pair(o: &CalibOptions, st: Setting<'_>) -> (KernelPoint, KernelP
     (point(gather), point(scatter))
 }
 
-/// Rank-local: the MLP step of `layers` over `batch` examples.
-fn local_mlp_point(o: &CalibOptions, layers: &[usize], batch: usize) -> Result<MlpPoint> {
-    let mlp = Mlp::new(layers, o.seed)?;
-    let n_in = layers[0];
-    let x: Vec<f32> = (0..batch * n_in).map(|i| (i % 13) as f32 * 0.01).collect();
-    let labels: Vec<f32> = (0..batch).map(|i| (i % 2) as f32).collect();
-    let mut grad = vec![0.0f32; mlp.n_params()];
-    let mut dx = vec![0.0f32; batch * n_in];
-    let mut ws = Workspace::default();
-    let xv = ndarray::ArrayView2::from_shape((batch, n_in), &x)
-        .map_err(|e| Error::Config(format!("calibrate: MLP input: {e}")))?;
-    let seconds = time_median(o.reps, || {
-        let l = mlp.forward_backward(xv, &labels, 1.0 / batch as f32, &mut grad, &mut dx, &mut ws);
-        std::hint::black_box(l);
-    });
-    Ok(MlpPoint {
-        layers: layers.to_vec(),
-        batch,
-        seconds,
-    })
+/// Rank-local: the MLP step (forward and backward) of every shape of
+/// `o.mlp_shapes` over every batch of `o.mlp_batches`, timed in `o.mlp_rounds`
+/// interleaved rounds (one call of each point per round, after one untimed call of
+/// each); each point's seconds are the median of its rounds. A slow spell of a
+/// shared machine lasting a second or two then falls on one round of every point,
+/// not on all the calls of the point timed during it (consecutive calls moved one
+/// shape's rate by up to a third between calibrations, and the MLP is the largest
+/// term of a step).
+fn local_mlp_points(o: &CalibOptions) -> Result<Vec<MlpPoint>> {
+    struct Case {
+        mlp: Mlp,
+        batch: usize,
+        x: Vec<f32>,
+        labels: Vec<f32>,
+        grad: Vec<f32>,
+        dx: Vec<f32>,
+        ws: Workspace,
+        times: Vec<f64>,
+    }
+    impl Case {
+        fn call(&mut self) -> f64 {
+            let n_in = self.mlp.n_in();
+            let xv = ndarray::ArrayView2::from_shape((self.batch, n_in), &self.x)
+                .expect("the input is batch x n_in by construction");
+            let s = Instant::now();
+            let l = self.mlp.forward_backward(
+                xv,
+                &self.labels,
+                1.0 / self.batch as f32,
+                &mut self.grad,
+                &mut self.dx,
+                &mut self.ws,
+            );
+            std::hint::black_box(l);
+            s.elapsed().as_secs_f64()
+        }
+    }
+    let mut cases = Vec::new();
+    for layers in &o.mlp_shapes {
+        for &batch in &o.mlp_batches {
+            let mlp = Mlp::new(layers, o.seed)?;
+            let n_in = mlp.n_in();
+            let grad = vec![0.0f32; mlp.n_params()];
+            cases.push(Case {
+                mlp,
+                batch,
+                x: (0..batch * n_in).map(|i| (i % 13) as f32 * 0.01).collect(),
+                labels: (0..batch).map(|i| (i % 2) as f32).collect(),
+                grad,
+                dx: vec![0.0f32; batch * n_in],
+                ws: Workspace::default(),
+                times: Vec::new(),
+            });
+        }
+    }
+    for c in cases.iter_mut() {
+        c.call();
+    }
+    for _ in 0..o.mlp_rounds.max(1) {
+        for c in cases.iter_mut() {
+            let t = c.call();
+            c.times.push(t);
+        }
+    }
+    Ok(cases
+        .into_iter()
+        .map(|c| MlpPoint {
+            layers: c.mlp.layers().to_vec(),
+            batch: c.batch,
+            seconds: median(c.times),
+        })
+        .collect())
 }
 
 /// Collective: every rank must call. The mean over ranks of each value.
@@ -663,12 +721,7 @@ pub fn global_calibrate<C: Comm>(comm: &C, o: &CalibOptions, cond: Conditions) -
         gather.push(g);
         scatter.push(s);
     }
-    let mut mlp = Vec::new();
-    for layers in &o.mlp_shapes {
-        for &b in &o.mlp_batches {
-            mlp.push(comm.agree(local_mlp_point(o, layers, b))?);
-        }
-    }
+    let mut mlp = comm.agree(local_mlp_points(o))?;
     // Kernel seconds: the mean over ranks.
     let mut secs: Vec<f64> = gather
         .iter()
@@ -1655,6 +1708,33 @@ fn parse(v: &Value) -> R<Costs> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_mlp_points_are_every_shape_at_every_batch_each_timed_in_every_round() {
+        let o = CalibOptions {
+            mlp_shapes: vec![vec![8, 4, 1], vec![16, 8, 1]],
+            mlp_batches: vec![32, 64],
+            mlp_rounds: 5,
+            ..CalibOptions::new(true)
+        };
+        let pts = local_mlp_points(&o).unwrap();
+        let got: Vec<(Vec<usize>, usize)> =
+            pts.iter().map(|p| (p.layers.clone(), p.batch)).collect();
+        let want = vec![
+            (vec![8, 4, 1], 32),
+            (vec![8, 4, 1], 64),
+            (vec![16, 8, 1], 32),
+            (vec![16, 8, 1], 64),
+        ];
+        assert_eq!(got, want);
+        assert!(pts.iter().all(|p| p.seconds > 0.0), "{pts:?}");
+        // A bad shape is refused as the MLP refuses it, not timed.
+        let bad = CalibOptions {
+            mlp_shapes: vec![vec![8]],
+            ..o
+        };
+        assert!(local_mlp_points(&bad).is_err());
+    }
 
     fn point(dim: usize, dist: &str, tables: usize, per_id: f64) -> KernelPoint {
         KernelPoint {
