@@ -340,7 +340,7 @@ pub struct CalibOptions {
     pub together_pooling: usize,
     pub mlp_shapes: Vec<Vec<usize>>,
     pub mlp_batches: Vec<usize>,
-    /// Interleaved rounds of the MLP points (`local_mlp_points`).
+    /// Interleaved rounds of the MLP points (`global_mlp_points`).
     pub mlp_rounds: usize,
     /// Bytes per rank of the collectives.
     pub coll_bytes: Vec<u64>,
@@ -547,15 +547,18 @@ fn local_kernel_pair(o: &CalibOptions, st: Setting<'_>) -> (KernelPoint, KernelP
     (point(gather), point(scatter))
 }
 
-/// Rank-local: the MLP step (forward and backward) of every shape of
-/// `o.mlp_shapes` over every batch of `o.mlp_batches`, timed in `o.mlp_rounds`
-/// interleaved rounds (one call of each point per round, after one untimed call of
-/// each); each point's seconds are the median of its rounds. A slow spell of a
-/// shared machine lasting a second or two then falls on one round of every point,
-/// not on all the calls of the point timed during it (consecutive calls moved one
-/// shape's rate by up to a third between calibrations, and the MLP is the largest
-/// term of a step).
-fn local_mlp_points(o: &CalibOptions) -> Result<Vec<MlpPoint>> {
+/// Collective: every rank must call. The MLP step (forward and backward) of every
+/// shape of `o.mlp_shapes` over every batch of `o.mlp_batches`, timed in
+/// `o.mlp_rounds` interleaved rounds (one call of each point per round, after one
+/// untimed call of each); each point's seconds are the median of its rounds. A slow
+/// spell of a shared machine lasting a second or two then falls on one round of
+/// every point, not on all the calls of the point timed during it (consecutive calls
+/// moved one shape's rate by up to a third between calibrations, and the MLP is the
+/// largest term of a step). Every call starts after a barrier, as a training step's
+/// dense phase starts after the lookup's collectives: the ranks run it together, as
+/// they do there (unsynchronized, 4 ranks on 2 cores measured a third less than
+/// training's rate).
+fn global_mlp_points<C: Comm>(comm: &C, o: &CalibOptions) -> Result<Vec<MlpPoint>> {
     struct Case {
         mlp: Mlp,
         batch: usize,
@@ -585,28 +588,34 @@ fn local_mlp_points(o: &CalibOptions) -> Result<Vec<MlpPoint>> {
         }
     }
     let mut cases = Vec::new();
-    for layers in &o.mlp_shapes {
-        for &batch in &o.mlp_batches {
-            let mlp = Mlp::new(layers, o.seed)?;
-            let n_in = mlp.n_in();
-            let grad = vec![0.0f32; mlp.n_params()];
-            cases.push(Case {
-                mlp,
-                batch,
-                x: (0..batch * n_in).map(|i| (i % 13) as f32 * 0.01).collect(),
-                labels: (0..batch).map(|i| (i % 2) as f32).collect(),
-                grad,
-                dx: vec![0.0f32; batch * n_in],
-                ws: Workspace::default(),
-                times: Vec::new(),
-            });
+    let made = (|| -> Result<()> {
+        for layers in &o.mlp_shapes {
+            for &batch in &o.mlp_batches {
+                let mlp = Mlp::new(layers, o.seed)?;
+                let n_in = mlp.n_in();
+                let grad = vec![0.0f32; mlp.n_params()];
+                cases.push(Case {
+                    mlp,
+                    batch,
+                    x: (0..batch * n_in).map(|i| (i % 13) as f32 * 0.01).collect(),
+                    labels: (0..batch).map(|i| (i % 2) as f32).collect(),
+                    grad,
+                    dx: vec![0.0f32; batch * n_in],
+                    ws: Workspace::default(),
+                    times: Vec::new(),
+                });
+            }
         }
-    }
+        Ok(())
+    })();
+    comm.agree(made)?;
     for c in cases.iter_mut() {
+        comm.barrier();
         c.call();
     }
     for _ in 0..o.mlp_rounds.max(1) {
         for c in cases.iter_mut() {
+            comm.barrier();
             let t = c.call();
             c.times.push(t);
         }
@@ -721,7 +730,7 @@ pub fn global_calibrate<C: Comm>(comm: &C, o: &CalibOptions, cond: Conditions) -
         gather.push(g);
         scatter.push(s);
     }
-    let mut mlp = comm.agree(local_mlp_points(o))?;
+    let mut mlp = global_mlp_points(comm, o)?;
     // Kernel seconds: the mean over ranks.
     let mut secs: Vec<f64> = gather
         .iter()
@@ -1717,7 +1726,7 @@ mod tests {
             mlp_rounds: 5,
             ..CalibOptions::new(true)
         };
-        let pts = local_mlp_points(&o).unwrap();
+        let pts = global_mlp_points(&crate::comm::single::SingleComm::new(), &o).unwrap();
         let got: Vec<(Vec<usize>, usize)> =
             pts.iter().map(|p| (p.layers.clone(), p.batch)).collect();
         let want = vec![
@@ -1733,7 +1742,7 @@ mod tests {
             mlp_shapes: vec![vec![8]],
             ..o
         };
-        assert!(local_mlp_points(&bad).is_err());
+        assert!(global_mlp_points(&crate::comm::single::SingleComm::new(), &bad).is_err());
     }
 
     fn point(dim: usize, dist: &str, tables: usize, per_id: f64) -> KernelPoint {
