@@ -587,37 +587,34 @@ fn global_mlp_points<C: Comm>(comm: &C, o: &CalibOptions) -> Result<Vec<MlpPoint
             s.elapsed().as_secs_f64()
         }
     }
-    let mut cases = Vec::new();
-    let made = (|| -> Result<()> {
-        for layers in &o.mlp_shapes {
-            for &batch in &o.mlp_batches {
-                let mlp = Mlp::new(layers, o.seed)?;
-                let n_in = mlp.n_in();
-                let grad = vec![0.0f32; mlp.n_params()];
-                cases.push(Case {
-                    mlp,
-                    batch,
-                    x: (0..batch * n_in).map(|i| (i % 13) as f32 * 0.01).collect(),
-                    labels: (0..batch).map(|i| (i % 2) as f32).collect(),
-                    grad,
-                    dx: vec![0.0f32; batch * n_in],
-                    ws: Workspace::default(),
-                    times: Vec::new(),
-                });
-            }
-        }
-        Ok(())
-    })();
-    comm.agree(made)?;
-    for c in cases.iter_mut() {
-        comm.barrier();
-        c.call();
-    }
-    for _ in 0..o.mlp_rounds.max(1) {
+    let made: Result<Vec<Case>> = o
+        .mlp_shapes
+        .iter()
+        .flat_map(|layers| o.mlp_batches.iter().map(move |&batch| (layers, batch)))
+        .map(|(layers, batch)| {
+            let mlp = Mlp::new(layers, o.seed)?;
+            let n_in = mlp.n_in();
+            Ok(Case {
+                grad: vec![0.0f32; mlp.n_params()],
+                mlp,
+                batch,
+                x: (0..batch * n_in).map(|i| (i % 13) as f32 * 0.01).collect(),
+                labels: (0..batch).map(|i| (i % 2) as f32).collect(),
+                dx: vec![0.0f32; batch * n_in],
+                ws: Workspace::default(),
+                times: Vec::new(),
+            })
+        })
+        .collect();
+    let mut cases = comm.agree(made)?;
+    // Round 0 is the untimed call of each point.
+    for round in 0..=o.mlp_rounds.max(1) {
         for c in cases.iter_mut() {
             comm.barrier();
             let t = c.call();
-            c.times.push(t);
+            if round > 0 {
+                c.times.push(t);
+            }
         }
     }
     Ok(cases
