@@ -1747,11 +1747,11 @@ fn parse(v: &Value) -> R<Costs> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn kernel_rounds_keep_every_point_once_in_the_order_of_one_round() {
-        let cond = || Conditions {
-            ranks: 1,
-            torus: "1".into(),
+    /// Conditions of a test file: `ranks` on `torus`, quick, one rep.
+    fn test_conditions(ranks: usize, torus: &str) -> Conditions {
+        Conditions {
+            ranks,
+            torus: torus.into(),
             threads: 1,
             cpu: "test".into(),
             avx512: false,
@@ -1760,7 +1760,12 @@ mod tests {
             quick: true,
             reps: 1,
             table_bytes: 1 << 20,
-        };
+        }
+    }
+
+    #[test]
+    fn kernel_rounds_keep_every_point_once_in_the_order_of_one_round() {
+        let cond = || test_conditions(1, "1");
         let key = |c: &Costs| -> Vec<(usize, usize, String, usize, u64, u64)> {
             c.gather
                 .iter()
@@ -1844,18 +1849,7 @@ mod tests {
         Costs {
             pooled: Vec::new(),
             schema: SCHEMA.into(),
-            conditions: Conditions {
-                ranks: 2,
-                torus: "2x1".into(),
-                threads: 1,
-                cpu: "test".into(),
-                avx512: false,
-                avx2: true,
-                commit: "abc".into(),
-                quick: true,
-                reps: 1,
-                table_bytes: 1 << 20,
-            },
+            conditions: test_conditions(2, "2x1"),
             gather,
             scatter,
             mlp: vec![MlpPoint {
