@@ -104,8 +104,9 @@ pub fn global_run<C: Comm>(comm: &C, a: &CalibrateArgs) -> Result<()> {
 /// ([`crate::embed::planner::calib::PooledPoint`]): per width and pooling factor,
 /// `P` tables (one per rank) whole, in `P` column pieces and in `P` row blocks, and
 /// whole in `rows` mode, trained with the real step; the runs of the four
-/// interleaved, the median kept. None on one rank (nothing is split) or at a width `P` does not
-/// divide.
+/// interleaved, the median kept; then the whole tables of the other sizes, and the
+/// together points (`pooled_together` tables per rank, both modes). None on one rank
+/// (nothing is split); the three placements none at a width `P` does not divide.
 fn global_pooled_points<C: Comm>(comm: &C, o: &CalibOptions) -> Result<Vec<PooledPoint>> {
     let p = comm.size();
     let mut out = Vec::new();
@@ -143,6 +144,19 @@ fn global_pooled_points<C: Comm>(comm: &C, o: &CalibOptions) -> Result<Vec<Poole
     let (d, pl) = (o.pooled_size_dim, o.pooled_size_pooling);
     let sizes = o.pooled_sizes.iter().filter(|&&b| b != o.table_bytes);
     groups.push(sizes.map(|&b| point(d, pl, b, "table")).collect());
+    // The together points: `pooled_together` whole tables on every rank, in both
+    // modes (the interference of a rank's tables in a real step).
+    if o.pooled_together > 1 {
+        let together = PooledPoint {
+            tables: o.pooled_together * p,
+            ..point(d, o.pooled_together_pooling, o.table_bytes, "table")
+        };
+        let rows = PooledPoint {
+            mode: "rows".to_string(),
+            ..together.clone()
+        };
+        groups.push(vec![together, rows]);
+    }
     for mut pts in groups {
         let mut runs = vec![Vec::new(); pts.len()];
         for _ in 0..o.pooled_reps {
@@ -234,10 +248,18 @@ fn report(c: &Costs, a: &CalibrateArgs, secs: f64) {
         c.all_reduce.len()
     );
     println!(
-        "fit: {:.1} ns per row access + bytes at {:.2} GB/s; interference {:.3} (k tables on a rank: 1 + that x (1 - 1/k)); all-to-all {:.1} us + {:.2} GB/s, all-reduce {:.1} us + {:.2} GB/s{}; MLP {:.2} GFLOP/s",
+        "fit: {:.1} ns per row access + bytes at {:.2} GB/s; interference {:.3} (k tables on a rank: 1 + that x (1 - 1/k); {}); all-to-all {:.1} us + {:.2} GB/s, all-reduce {:.1} us + {:.2} GB/s{}; MLP {:.2} GFLOP/s",
         m.lookup_s * 1e9,
         m.mem_bw / 1e9,
         m.interference,
+        if c.pooled.iter().any(|q| q.together(k.ranks)) {
+            format!(
+                "from the together training steps; the kernel points give {:.3}",
+                f.kernel_interference
+            )
+        } else {
+            "from the kernel points".to_string()
+        },
         f.all_to_all_latency_s * 1e6,
         m.net_bw / 1e9,
         f.all_reduce_latency_s * 1e6,
@@ -281,7 +303,11 @@ fn report(c: &Costs, a: &CalibrateArgs, secs: f64) {
                     "{}{} x{} d{} p{} {} {:.2} ms (model {:.2})",
                     if q.mode == "rows" { "rows " } else { "" },
                     q.placement,
-                    q.pieces,
+                    if q.together(k.ranks) {
+                        q.pieces_per_rank(k.ranks)
+                    } else {
+                        q.pieces
+                    },
                     q.dim,
                     q.pooling,
                     crate::metrics::human_bytes(q.span_bytes() as u64),

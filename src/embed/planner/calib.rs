@@ -245,6 +245,28 @@ impl PooledPoint {
         rep.cost_per_rank.iter().sum::<f64>() / world.max(1) as f64
     }
 
+    /// Pieces on each rank (the most on any rank).
+    pub fn pieces_per_rank(&self, world: usize) -> usize {
+        (self.tables * self.pieces.max(1)).div_ceil(world.max(1))
+    }
+
+    /// The multiplier of a rank's seconds that `m`'s interference gives the point
+    /// (its pieces per rank and the bytes of the busiest rank, optimizer state
+    /// included, as the planner counts them).
+    pub fn interference(&self, m: &CostModel, world: usize) -> f64 {
+        let spec = self.spec();
+        let state = POOLED_TABLE_OPT.state_per_row() as u64;
+        let bytes = self.plan(&spec, world).bytes_per_rank(&spec, state);
+        let b = bytes.iter().copied().max().unwrap_or(0) as f64;
+        m.with_interference(1.0, self.pieces_per_rank(world), b)
+    }
+
+    /// Whether the point is a together point: several whole tables on every rank
+    /// (what the interference is fitted to), not one piece of each of `world` tables.
+    pub fn together(&self, world: usize) -> bool {
+        self.placement == "table" && self.tables > world.max(1)
+    }
+
     /// Width of one of the point's pieces.
     pub fn piece_width(&self) -> usize {
         if self.placement == "column" {
@@ -301,6 +323,9 @@ pub struct Fit {
     /// seconds together over alone (what [`CostModel::interference`] is fitted to).
     /// Reported, not used.
     pub together_ratio: Vec<[f64; 2]>,
+    /// The interference the kernel points give (`together_ratio`'s law); the model's
+    /// is the together training steps' when they were measured, else this.
+    pub kernel_interference: f64,
 }
 
 /// A calibration: conditions, points and their fit.
@@ -361,6 +386,12 @@ pub struct CalibOptions {
     pub pooled_sizes: Vec<u64>,
     pub pooled_size_dim: usize,
     pub pooled_size_pooling: usize,
+    /// Tables per rank of the together points: that many whole tables of
+    /// `table_bytes` on every rank, width `pooled_size_dim`, pooling
+    /// `pooled_together_pooling`, in both output modes (what
+    /// [`CostModel::interference`] is fitted to when measured; 0: none).
+    pub pooled_together: usize,
+    pub pooled_together_pooling: usize,
     pub seed: u64,
 }
 
@@ -402,6 +433,8 @@ impl CalibOptions {
                 pooled_sizes: vec![1 << 18],
                 pooled_size_dim: 8,
                 pooled_size_pooling: 8,
+                pooled_together: 2,
+                pooled_together_pooling: 8,
                 seed: 1,
             }
         } else {
@@ -431,6 +464,8 @@ impl CalibOptions {
                 pooled_sizes: vec![4 << 20, 256 << 20],
                 pooled_size_dim: 64,
                 pooled_size_pooling: 32,
+                pooled_together: 8,
+                pooled_together_pooling: 8,
                 seed: 1,
             }
         }
@@ -795,6 +830,7 @@ pub fn global_calibrate<C: Comm>(comm: &C, o: &CalibOptions, cond: Conditions) -
             mlp_flops: 1.0,
             zipf_ratio: Vec::new(),
             together_ratio: Vec::new(),
+            kernel_interference: 0.0,
         },
     };
     // Seconds too small to time (a clock tick) would fit nothing: at least 1 ns.
@@ -853,6 +889,10 @@ fn link_fit(pts: &[(f64, f64)]) -> Option<(f64, f64)> {
     (b > 0.0).then_some((a.max(0.0), 1.0 / b))
 }
 
+/// Most rounds of the interference and the training steps' coefficients fitted in
+/// turn ([`fit`]).
+const TOGETHER_ROUNDS: usize = 50;
+
 /// Bytes a row access of `w` floats moves (as [`CostModel`] counts it).
 fn access(m: &CostModel, w: usize) -> f64 {
     (4.0 * w as f64).max(m.line_bytes)
@@ -909,7 +949,9 @@ pub fn fit(c: &Costs) -> Fit {
         })
         .collect();
     // Interference: per-id seconds of k tables together over alone, against the
-    // saturating variable 1 - 1/k.
+    // law's variable (the size factor of their bytes together over one's; without
+    // size points the saturating 1 - 1/k).
+    m.size_factor = size_factor(c, &at_ref);
     let mut num = 0.0;
     let mut den = 0.0;
     // Per table count: the sum and number of the ratios (for the report).
@@ -925,7 +967,8 @@ pub fn fit(c: &Costs) -> Fit {
             });
             if let Some(a) = alone {
                 let r = (q.seconds / q.ids.max(1) as f64) / (a.seconds / a.ids.max(1) as f64);
-                let x = super::cost::interference_x(q.tables);
+                let bytes = q.tables as f64 * q.rows as f64 * q.dim as f64 * 4.0;
+                let x = m.interference_x(q.tables, bytes);
                 num += (r - 1.0) * x;
                 den += x * x;
                 let e = by_k.entry(q.tables).or_default();
@@ -963,7 +1006,6 @@ pub fn fit(c: &Costs) -> Fit {
             ar_lat = lat;
         }
     }
-    m.size_factor = size_factor(c, &at_ref);
     // MLP: flops over seconds.
     let (mut f, mut s) = (0.0, 0.0);
     for q in &c.mlp {
@@ -1001,20 +1043,38 @@ pub fn fit(c: &Costs) -> Fit {
     if !c.pooled.is_empty() {
         m.ask_zipf_factor = zipf_ratio.iter().map(|&[w, r]| [w, r.min(1.0)]).collect();
     }
-    if let Some(([occ, occ_float, ex], sizes)) = pooled_fit(c, &m) {
-        m.pooled_measured = true;
-        m.pooled_occ_s = occ;
-        m.pooled_occ_float_s = occ_float;
-        m.pooled_example_s = ex;
-        m.pooled_size_factor = sizes;
-    }
-    if let Some([occ, occ_float, ex]) = rows_fit(c, &m) {
-        m.ask_measured = true;
-        m.ask_occ_s = occ;
-        m.ask_occ_float_s = occ_float;
-        m.ask_example_s = ex;
+    // The training steps' coefficients at the interference, then the interference
+    // the together points give with them, until it settles (the coefficients of the
+    // points with pieces of several tables on a rank depend on it).
+    let kernel_interference = m.interference;
+    for round in 0..=TOGETHER_ROUNDS {
+        if let Some(([occ, occ_float, ex], sizes)) = pooled_fit(c, &m) {
+            m.pooled_measured = true;
+            m.pooled_occ_s = occ;
+            m.pooled_occ_float_s = occ_float;
+            m.pooled_example_s = ex;
+            m.pooled_size_factor = sizes;
+        }
+        if let Some([occ, occ_float, ex]) = rows_fit(c, &m) {
+            m.ask_measured = true;
+            m.ask_occ_s = occ;
+            m.ask_occ_float_s = occ_float;
+            m.ask_example_s = ex;
+        }
+        if round == TOGETHER_ROUNDS {
+            break;
+        }
+        let Some(beta) = together_fit(c, &m) else {
+            break;
+        };
+        let settled = (beta - m.interference).abs() <= 1e-6 * beta.max(1e-3);
+        m.interference = beta;
+        if settled {
+            break;
+        }
     }
     Fit {
+        kernel_interference,
         model: m,
         all_to_all_latency_s: a2a_lat,
         all_reduce_latency_s: ar_lat,
@@ -1036,11 +1096,15 @@ pub fn fit(c: &Costs) -> Fit {
 /// the occurrence terms that explains its point (at least 0.05), with 1 at the
 /// reference; empty without other sizes.
 fn pooled_fit(c: &Costs, m: &CostModel) -> Option<([f64; 3], Vec<[f64; 2]>)> {
-    let pooled: Vec<&PooledPoint> = c.pooled.iter().filter(|q| q.mode == "pooled").collect();
+    let world = c.conditions.ranks.max(1);
+    let pooled: Vec<&PooledPoint> = c
+        .pooled
+        .iter()
+        .filter(|q| q.mode == "pooled" && !q.together(world))
+        .collect();
     if pooled.is_empty() {
         return None;
     }
-    let world = c.conditions.ranks.max(1);
     let zero = CostModel {
         pooled_measured: true,
         pooled_occ_s: 0.0,
@@ -1056,8 +1120,7 @@ fn pooled_fit(c: &Costs, m: &CostModel) -> Option<([f64; 3], Vec<[f64; 2]>)> {
     let terms = |q: &PooledPoint| -> ([f64; 3], f64) {
         let (o, e) = q.per_rank_work(world);
         let w = q.piece_width() as f64;
-        let per_rank = (q.tables * q.pieces).div_ceil(world);
-        let mult = m.with_interference(1.0, per_rank);
+        let mult = q.interference(m, world);
         let y = (q.seconds - q.modelled(&zero, world)) / mult;
         let s = q.seconds;
         ([o / s, o * w / s, e / s], y / s)
@@ -1091,11 +1154,15 @@ fn pooled_fit(c: &Costs, m: &CostModel) -> Option<([f64; 3], Vec<[f64; 2]>)> {
 /// same times the width, and its examples per table; least squares of the relative
 /// errors with coefficients >= 0, as [`pooled_fit`]'s.
 fn rows_fit(c: &Costs, m: &CostModel) -> Option<[f64; 3]> {
-    let rows: Vec<&PooledPoint> = c.pooled.iter().filter(|q| q.mode == "rows").collect();
+    let world = c.conditions.ranks.max(1);
+    let rows: Vec<&PooledPoint> = c
+        .pooled
+        .iter()
+        .filter(|q| q.mode == "rows" && !q.together(world))
+        .collect();
     if rows.is_empty() {
         return None;
     }
-    let world = c.conditions.ranks.max(1);
     let free = CostModel {
         ask_measured: true,
         ask_occ_s: 0.0,
@@ -1108,13 +1175,39 @@ fn rows_fit(c: &Costs, m: &CostModel) -> Option<[f64; 3]> {
         .map(|q| {
             let (o, e) = q.per_rank_work(world);
             let w = q.dim as f64;
-            let per_rank = (q.tables * q.pieces).div_ceil(world);
-            let y = (q.seconds - q.modelled(&free, world)) / m.with_interference(1.0, per_rank);
+            let mult = q.interference(m, world);
+            let y = (q.seconds - q.modelled(&free, world)) / mult;
             let s = q.seconds;
             ([o / s, o * w / s, e / s], y / s)
         })
         .collect();
     Some(nonneg_least_squares(&pts))
+}
+
+/// The interference from the together points (`None` without them): the
+/// least-squares slope through the origin of `measured / modelled - 1` against
+/// `1 - 1/k` ([`super::cost::interference_x`]), with `modelled` what `m` prices the
+/// point at without interference and `k` its tables per rank; at least 0.
+fn together_fit(c: &Costs, m: &CostModel) -> Option<f64> {
+    let world = c.conditions.ranks.max(1);
+    let free = CostModel {
+        interference: 0.0,
+        ..m.clone()
+    };
+    let (mut num, mut den) = (0.0, 0.0);
+    for q in c.pooled.iter().filter(|q| q.together(world)) {
+        let modelled = q.modelled(&free, world);
+        if modelled > 0.0 {
+            let with_one = CostModel {
+                interference: 1.0,
+                ..m.clone()
+            };
+            let x = q.interference(&with_one, world) - 1.0;
+            num += (q.seconds / modelled - 1.0) * x;
+            den += x * x;
+        }
+    }
+    (den > 0.0).then(|| (num / den).max(0.0))
 }
 
 /// Least squares through the origin with coefficients >= 0: of the subsets of the
@@ -1675,7 +1768,12 @@ fn parse(v: &Value) -> R<Costs> {
         "mlp_flops",
         "zipf_ratio",
         "together_ratio",
+        "kernel_interference",
     ])?;
+    // Optional: files from before the together points have none.
+    if f.map.contains_key("kernel_interference") {
+        f.num("kernel_interference", false)?;
+    }
     let m = Obj::of(f.get("model")?, "fit.model")?;
     m.only(&[
         "net_bw",
@@ -1730,6 +1828,7 @@ fn parse(v: &Value) -> R<Costs> {
             mlp_flops: 1.0,
             zipf_ratio: Vec::new(),
             together_ratio: Vec::new(),
+            kernel_interference: 0.0,
         },
     };
     if !out
@@ -1884,6 +1983,7 @@ mod tests {
                 mlp_flops: 1.0,
                 zipf_ratio: Vec::new(),
                 together_ratio: Vec::new(),
+                kernel_interference: 0.0,
             },
         }
     }
@@ -1971,9 +2071,19 @@ mod tests {
             close(sf[2][0], 16777216.0) && close(sf[2][1], 2.0),
             "{sf:?}"
         );
+        // The interference's variable is now the size factor of the tables'
+        // bytes together over one's: 0.25, 0.5, 0.75 for 2, 4, 8 tables of 1 MB
+        // (made 0.3, 0.45, 0.525 slower), so its least-squares slope is
+        // 0.69375 / 0.875.
+        assert!(
+            close(f.model.interference, 0.69375 / 0.875),
+            "{}",
+            f.model.interference
+        );
         // The size points leave the rest of the fit as it was.
         let mut m = f.model.clone();
         m.size_factor.clear();
+        m.interference = f0.model.interference;
         assert_eq!(m, f0.model);
         assert_eq!(f.zipf_ratio, f0.zipf_ratio);
         assert_eq!(f.together_ratio, f0.together_ratio);
@@ -2071,15 +2181,49 @@ mod tests {
 
     #[test]
     fn interference_raises_the_cost_of_a_rank_with_several_pieces() {
+        // Without a size factor (the bytes do not count): 1 + beta (1 - 1/k).
         let mut m = CostModel::default();
-        assert_eq!(m.with_interference(2.0, 3), 2.0);
+        assert_eq!(m.with_interference(2.0, 3, 1e9), 2.0);
         m.interference = 0.25;
-        assert_eq!(m.with_interference(2.0, 1), 2.0);
-        assert_eq!(m.with_interference(2.0, 2), 2.25);
-        assert_eq!(m.with_interference(2.0, 4), 2.375);
+        assert_eq!(m.with_interference(2.0, 1, 1e9), 2.0);
+        assert_eq!(m.with_interference(2.0, 2, 1e9), 2.25);
+        assert_eq!(m.with_interference(2.0, 4, 1e9), 2.375);
         // Saturating: never above 1 + interference times the sum.
-        assert!(m.with_interference(2.0, 1000) < 2.5);
-        assert!(m.with_interference(2.0, 1000) > m.with_interference(2.0, 4));
+        assert!(m.with_interference(2.0, 1000, 1e9) < 2.5);
+        assert!(m.with_interference(2.0, 1000, 1e9) > m.with_interference(2.0, 4, 1e9));
+    }
+
+    #[test]
+    fn with_a_size_factor_pieces_interfere_as_one_table_of_their_bytes() {
+        // Per row access: 0.5 at 1 MB, 1 at 100 MB, 1.5 at 1 GB (linear in ln bytes).
+        let m = CostModel {
+            interference: 2.0,
+            size_factor: vec![[1e6, 0.5], [1e8, 1.0], [1e9, 1.5]],
+            ..CostModel::default()
+        };
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        // Ten tables of 1 MB share the caches as one of 10 MB: 0.75 / 0.5.
+        assert!(
+            close(m.interference_x(10, 1e7), 0.5),
+            "{}",
+            m.interference_x(10, 1e7)
+        );
+        assert!(close(
+            m.with_interference(3.0, 10, 1e7),
+            3.0 * (1.0 + 2.0 * 0.5)
+        ));
+        // Two of 100 MB: 1 + 0.5 ln 2 / ln 10 over 1.
+        let x = 0.5 * 2f64.ln() / 10f64.ln();
+        assert!(
+            close(m.interference_x(2, 2e8), x),
+            "{}",
+            m.interference_x(2, 2e8)
+        );
+        // Tables past the largest size measured already miss alone: no more together.
+        assert_eq!(m.interference_x(4, 8e9), 0.0);
+        // One piece never interferes.
+        assert_eq!(m.interference_x(1, 1e7), 0.0);
+        assert_eq!(m.with_interference(3.0, 1, 1e7), 3.0);
     }
 
     #[test]
@@ -2096,7 +2240,7 @@ mod tests {
         }
         let f = fit(&c);
         let m = &f.model;
-        let at = |k: usize| m.with_interference(1.0, k);
+        let at = |k: usize| m.with_interference(1.0, k, 1e9);
         assert!(at(43) <= 1.35 && at(43) >= 1.26, "{}: {f:?}", at(43));
         for (k, r) in [(2, 1.12), (4, 1.30), (8, 1.26)] {
             assert!((at(k) - r).abs() < 0.1, "{k}: {} against {r}", at(k));
@@ -2144,8 +2288,7 @@ mod tests {
         });
         for (i, q) in pts.iter_mut().enumerate() {
             let (o, e) = q.per_rank_work(world);
-            let per_rank = (q.tables * q.pieces).div_ceil(world);
-            let mult = m.with_interference(1.0, per_rank);
+            let mult = q.interference(&m, world);
             let sf = if i == 12 { 1.5 } else { 1.0 };
             let w = q.piece_width() as f64;
             q.seconds = q.modelled(&zero, world) + mult * (o * sf * (occ + w * occ_w) + e * ex);

@@ -225,14 +225,32 @@ impl CostModel {
         interpolate_ln(&self.pooled_size_factor, bytes)
     }
 
-    /// The cost of a rank whose pieces cost `sum` seconds together, `pieces` of them,
-    /// under multi-table interference: `sum (1 + interference (1 - 1/pieces))`.
-    pub fn with_interference(&self, sum: f64, pieces: usize) -> f64 {
+    /// The cost of a rank whose pieces cost `sum` seconds together, `pieces` of them
+    /// holding `bytes`, under multi-table interference: `sum (1 + interference x)`
+    /// with `x` [`CostModel::interference_x`].
+    pub fn with_interference(&self, sum: f64, pieces: usize, bytes: f64) -> f64 {
         if self.interference == 0.0 || pieces < 2 {
             sum
         } else {
-            sum * (1.0 + self.interference * interference_x(pieces))
+            sum * (1.0 + self.interference * self.interference_x(pieces, bytes))
         }
+    }
+
+    /// The variable of the interference law for `k` pieces of `bytes` together on a
+    /// rank: how much more a row access costs in a table of all their bytes than in
+    /// one of their mean size, `size_factor(bytes) / size_factor(bytes / k) - 1`
+    /// (the pieces share the caches as one table of their bytes would), at least 0;
+    /// without a size factor `1 - 1/k`. 0 for one piece.
+    pub fn interference_x(&self, k: usize, bytes: f64) -> f64 {
+        if k < 2 {
+            return 0.0;
+        }
+        if self.size_factor.is_empty() || bytes.is_nan() || bytes <= 0.0 {
+            return interference_x(k);
+        }
+        let together = self.size_factor_at(bytes);
+        let alone = self.size_factor_at(bytes / k as f64);
+        (together / alone - 1.0).max(0.0)
     }
 
     /// Bytes moved by one access to a row of `w` floats.
@@ -658,13 +676,14 @@ impl<'a> Ctx<'a> {
 
     /// Per rank, the cost of `cost` seconds over `count` pieces under the model's
     /// multi-table interference (`cost` itself without interference).
-    pub(super) fn effective(&self, cost: &[f64], count: &[usize]) -> Vec<f64> {
+    pub(super) fn effective(&self, cost: &[f64], count: &[usize], bytes: &[u64]) -> Vec<f64> {
         if self.model.interference == 0.0 {
             return cost.to_vec();
         }
         cost.iter()
             .zip(count)
-            .map(|(&c, &k)| self.model.with_interference(c, k))
+            .zip(bytes)
+            .map(|((&c, &k), &b)| self.model.with_interference(c, k, b as f64))
             .collect()
     }
 
@@ -801,16 +820,18 @@ pub(super) fn check_inputs<'a>(
 pub(super) fn report(ctx: &Ctx, plan: &Plan) -> PlanReport {
     let mut cost = vec![0.0; ctx.world];
     let mut count = vec![0usize; ctx.world];
+    let mut bytes = vec![0u64; ctx.world];
     for (t, p) in plan.tables.iter().enumerate() {
         let mode = plan.mode(t);
-        for (r, c, _) in ctx.contrib_mode(t, p, mode) {
+        for (r, c, b) in ctx.contrib_mode(t, p, mode) {
             cost[r] += c;
             count[r] += 1;
+            bytes[r] += b;
         }
         let ask = ctx.ask_cost(t, p, mode);
         cost.iter_mut().for_each(|c| *c += ask);
     }
-    let cost = ctx.effective(&cost, &count);
+    let cost = ctx.effective(&cost, &count, &bytes);
     PlanReport::new(cost, plan.bytes_per_rank(ctx.spec, ctx.state))
 }
 

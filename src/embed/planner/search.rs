@@ -131,7 +131,7 @@ fn greedy(ctx: &Ctx, mem: u64) -> Option<Vec<Placement>> {
             let c = if ctx.interference() {
                 let mut k = count.clone();
                 add.iter().for_each(|&(r, _, _)| k[r] += 1);
-                ctx.effective(&c, &k)
+                ctx.effective(&c, &k, &b)
             } else {
                 c
             };
@@ -206,7 +206,7 @@ fn local_search(
                 count[r] += 1;
             }
         }
-        let eff = ctx.effective(&cost, &count);
+        let eff = ctx.effective(&cost, &count, &bytes);
         let current = sorted_desc(&eff);
         let tol = 1e-9 * current[0];
         let a = ranks_by(&eff)[ctx.world - 1];
@@ -241,7 +241,7 @@ fn local_search(
             if b.iter().any(|&x| x > mem) {
                 return;
             }
-            let s = sorted_desc(&ctx.effective(&c, &k));
+            let s = sorted_desc(&ctx.effective(&c, &k, &b));
             if !lex_below(&s, &current, tol) {
                 return;
             }
