@@ -248,17 +248,21 @@ fn report(c: &Costs, a: &CalibrateArgs, secs: f64) {
         c.all_reduce.len()
     );
     println!(
-        "fit: {:.1} ns per row access + bytes at {:.2} GB/s; interference {:.3} (k tables on a rank: 1 + that x (1 - 1/k); {}); all-to-all {:.1} us + {:.2} GB/s, all-reduce {:.1} us + {:.2} GB/s{}; MLP {:.2} GFLOP/s",
+        "fit: {:.1} ns per row access + bytes at {:.2} GB/s; interference {:.3} (a rank's k pieces of B bytes: their owners' seconds times 1 + that x (size factor at B over at B/k, less 1); {}); all-to-all {:.1} us + {:.2} GB/s, all-reduce {:.1} us + {:.2} GB/s{}; MLP {:.2} GFLOP/s",
         m.lookup_s * 1e9,
         m.mem_bw / 1e9,
         m.interference,
-        if c.pooled.iter().any(|q| q.together(k.ranks)) {
+        // Left at the kernel points' when the together steps do not identify it
+        // (their sizes share one size factor; see the fit's `IDENTIFIES`).
+        if !c.pooled.iter().any(|q| q.together(k.ranks)) {
+            "from the kernel points".to_string()
+        } else if m.interference == f.kernel_interference {
+            "from the kernel points: the together training steps' bytes fall within one size factor and do not identify it".to_string()
+        } else {
             format!(
                 "from the together training steps; the kernel points give {:.3}",
                 f.kernel_interference
             )
-        } else {
-            "from the kernel points".to_string()
         },
         f.all_to_all_latency_s * 1e6,
         m.net_bw / 1e9,
@@ -299,15 +303,14 @@ fn report(c: &Costs, a: &CalibrateArgs, secs: f64) {
             .pooled
             .iter()
             .map(|q| {
+                let placement = if q.together(k.ranks) {
+                    format!("{} tables a rank", q.pieces_per_rank(k.ranks))
+                } else {
+                    format!("{} x{}", q.placement, q.pieces)
+                };
                 format!(
-                    "{}{} x{} d{} p{} {} {:.2} ms (model {:.2})",
+                    "{}{placement} d{} p{} {} {:.2} ms (model {:.2})",
                     if q.mode == "rows" { "rows " } else { "" },
-                    q.placement,
-                    if q.together(k.ranks) {
-                        q.pieces_per_rank(k.ranks)
-                    } else {
-                        q.pieces
-                    },
                     q.dim,
                     q.pooling,
                     crate::metrics::human_bytes(q.span_bytes() as u64),

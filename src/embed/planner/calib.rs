@@ -20,7 +20,9 @@
 //!   of f32 per rank) through the [`Comm`] trait at the launched rank count;
 //! - **pooled training steps** ([`PooledPoint`], measured by `torusrec calibrate`
 //!   through the real training step, at 2 ranks or more): `P` pooled tables whole,
-//!   in `P` column pieces and in `P` row blocks, and whole tables of other sizes.
+//!   in `P` column pieces and in `P` row blocks, the same whole in the `rows` mode,
+//!   whole tables of other sizes, and the together points
+//!   ([`CalibOptions::pooled_together`] whole tables on every rank, both modes).
 //!
 //! Each kernel point is the median of `reps` timed calls after one untimed call; the
 //! MLP points are timed together in interleaved rounds (one call of each per round)
@@ -37,16 +39,20 @@
 //! a gather, `2 a(d)` for a scatter: read and write). Each measured width then gets the factor
 //! `measured / fitted` (their sums over its gather and scatter points), so the model's
 //! seconds of a width it measured (a gather and a scatter per id, summed over the
-//! pooling factors) are the measured ones ([`CostModel::width_factor`]). The interference
-//! `beta` is the least-squares slope through the origin of
-//! `(per-id seconds of k tables together) / (per-id seconds alone) - 1` against
-//! `1 - 1/k` over every multi-table point (clamped at 0): a rank with `k` pieces costs
-//! `1 + beta (1 - 1/k)` times their sum ([`CostModel::interference`]). The law
-//! saturates: the measured ratio stops growing once the tables together outgrow the
-//! caches (at 2 ranks on this project's machine 1.12, 1.30, 1.26 for k = 2, 4, 8;
-//! [`Fit::together_ratio`] reports them), so a rank holding tens of tables costs
-//! about `1 + beta`, not the `1 + beta (k - 1)` a line through the calibrated `k`
-//! would extrapolate to. The same per-id seconds price the asking side of a `rows`
+//! pooling factors) are the measured ones ([`CostModel::width_factor`]). A rank with
+//! `k` pieces of `B` bytes together costs `1 + beta x` times their sum, `x` the size
+//! factor at `B` over the one at `B / k`, less 1 ([`CostModel::interference_x`]: the
+//! pieces share the caches as one table of their bytes; `1 - 1/k` without size
+//! points). With together points, `beta` ([`CostModel::interference`]) is the
+//! least-squares slope through the origin of `measured / modelled - 1` against `x`
+//! over them (`modelled` without interference; clamped at 0; points where an
+//! interference of 1 would add under 5 % to the price say nothing of it and are
+//! left out, as are kernel points with `x` under 0.05), fitted in turn with
+//! the pooled and `rows` coefficients, which depend on it, until it settles
+//! (`together_fit`). Without them it is the same slope of `(per-id seconds of k
+//! tables together) / (per-id seconds alone) - 1` over the kernel points of several
+//! tables ([`Fit::kernel_interference`], kept in every fit; [`Fit::together_ratio`]
+//! reports the ratios). The same per-id seconds price the asking side of a `rows`
 //! table: a gather and a scatter of a row per occurrence
 //! ([`CostModel::ask_row_access`], set by the fit). The collectives
 //! fit `seconds = latency + x / bandwidth` by least relative squares, with `x` the
@@ -893,6 +899,15 @@ fn link_fit(pts: &[(f64, f64)]) -> Option<(f64, f64)> {
 /// turn ([`fit`]).
 const TOGETHER_ROUNDS: usize = 50;
 
+/// Least share of a point's price that an interference of 1 must add for the point
+/// to say anything about the interference. Where the law's variable is near 0 (the
+/// tables' bytes together fall within one size factor), the slope through such
+/// points is the ratio of two small numbers: a quick calibration's kernel points
+/// (two tables of 1 MB, sizes measured to 4 MB, factors within 2 %) measured 1.24
+/// times alone and gave an interference of 26, under which two pieces of 128 kB
+/// cost 6 times their sum.
+const IDENTIFIES: f64 = 0.05;
+
 /// Bytes a row access of `w` floats moves (as [`CostModel`] counts it).
 fn access(m: &CostModel, w: usize) -> f64 {
     (4.0 * w as f64).max(m.line_bytes)
@@ -969,8 +984,10 @@ pub fn fit(c: &Costs) -> Fit {
                 let r = (q.seconds / q.ids.max(1) as f64) / (a.seconds / a.ids.max(1) as f64);
                 let bytes = q.tables as f64 * q.rows as f64 * q.dim as f64 * 4.0;
                 let x = m.interference_x(q.tables, bytes);
-                num += (r - 1.0) * x;
-                den += x * x;
+                if x >= IDENTIFIES {
+                    num += (r - 1.0) * x;
+                    den += x * x;
+                }
                 let e = by_k.entry(q.tables).or_default();
                 e.0 += r;
                 e.1 += 1;
@@ -1175,8 +1192,9 @@ fn rows_fit(c: &Costs, m: &CostModel) -> Option<[f64; 3]> {
         .map(|q| {
             let (o, e) = q.per_rank_work(world);
             let w = q.dim as f64;
-            let mult = q.interference(m, world);
-            let y = (q.seconds - q.modelled(&free, world)) / mult;
+            // The asking side is not under the interference (it works on the rows
+            // it received, not on the rank's tables).
+            let y = q.seconds - q.modelled(&free, world);
             let s = q.seconds;
             ([o / s, o * w / s, e / s], y / s)
         })
@@ -1185,27 +1203,34 @@ fn rows_fit(c: &Costs, m: &CostModel) -> Option<[f64; 3]> {
 }
 
 /// The interference from the together points (`None` without them): the
-/// least-squares slope through the origin of `measured / modelled - 1` against
-/// `1 - 1/k` ([`super::cost::interference_x`]), with `modelled` what `m` prices the
-/// point at without interference and `k` its tables per rank; at least 0.
+/// least-squares slope through the origin, relative to each point's seconds, of
+/// its seconds less what `m` prices it at without interference against what an
+/// interference of 1 adds to that price (its owners' seconds times the law's
+/// variable, [`CostModel::interference_x`]); at least 0. Points where that
+/// addition is under [`IDENTIFIES`] of the price are left out.
 fn together_fit(c: &Costs, m: &CostModel) -> Option<f64> {
     let world = c.conditions.ranks.max(1);
     let free = CostModel {
         interference: 0.0,
         ..m.clone()
     };
+    let one = CostModel {
+        interference: 1.0,
+        ..m.clone()
+    };
+    // Per point, relative to its seconds: what is left to explain without
+    // interference, and what an interference of 1 adds (the owners' seconds times
+    // the law's variable; the asking side is not multiplied).
     let (mut num, mut den) = (0.0, 0.0);
     for q in c.pooled.iter().filter(|q| q.together(world)) {
-        let modelled = q.modelled(&free, world);
-        if modelled > 0.0 {
-            let with_one = CostModel {
-                interference: 1.0,
-                ..m.clone()
-            };
-            let x = q.interference(&with_one, world) - 1.0;
-            num += (q.seconds / modelled - 1.0) * x;
-            den += x * x;
+        let base = q.modelled(&free, world);
+        let a = (q.modelled(&one, world) - base) / q.seconds;
+        if a < IDENTIFIES {
+            continue;
         }
+        let y = (q.seconds - base) / q.seconds;
+        num += a * y;
+        den += a * a;
     }
     (den > 0.0).then(|| (num / den).max(0.0))
 }
@@ -2392,6 +2417,95 @@ mod tests {
         let (a, b) = (ctx_cost(8), ctx_cost(16));
         let per_occ = 256.0 * world as f64 * (occ + 16.0 * occ_w);
         assert!(close(b - a, 8.0 * per_occ), "{a} {b} {spec:?}");
+    }
+
+    /// Pooled, `rows` and together points priced by a model with known
+    /// coefficients and interference: the fit, which fits the two in turn, gives
+    /// both back; without the together points the kernel points' interference stays.
+    #[test]
+    fn the_together_points_give_the_interference_with_the_coefficients() {
+        let mut c = costs();
+        let kernel = fit(&c).model;
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b.abs().max(1e-12);
+        // The kernel points were made with 0.6 (no size points: 1 - 1/k).
+        assert!(close(kernel.interference, 0.6), "{kernel:?}");
+        let truth = CostModel {
+            interference: 0.25,
+            pooled_measured: true,
+            pooled_occ_s: 60e-9,
+            pooled_occ_float_s: 0.5e-9,
+            pooled_example_s: 90e-9,
+            ask_measured: true,
+            ask_occ_s: 40e-9,
+            ask_occ_float_s: 1.5e-9,
+            ask_example_s: 200e-9,
+            ..kernel.clone()
+        };
+        let world = c.conditions.ranks;
+        let tb = c.conditions.table_bytes;
+        let point = |dim, pooling, tables, placement: &str, mode: &str| PooledPoint {
+            dim,
+            pooling,
+            tables,
+            rows: rows_of(tb, dim),
+            batch: 256,
+            placement: placement.into(),
+            pieces: if placement == "table" { 1 } else { world },
+            mode: mode.into(),
+            seconds: 0.0,
+        };
+        let mut pts = Vec::new();
+        for (dim, pooling) in [(16, 1), (16, 32), (64, 1), (64, 32)] {
+            for pl in POOLED_PLACEMENTS {
+                pts.push(point(dim, pooling, world, pl, "pooled"));
+            }
+            pts.push(point(dim, pooling, world, "table", "rows"));
+        }
+        for mode in POOLED_MODES {
+            pts.push(point(64, 8, 8 * world, "table", mode));
+        }
+        assert_eq!(pts.iter().filter(|q| q.together(world)).count(), 2);
+        assert!(pts.iter().all(|q| q.together(world) == (q.tables > world)));
+        for q in pts.iter_mut() {
+            q.seconds = q.modelled(&truth, world);
+        }
+        c.pooled = pts;
+        let f = fit(&c);
+        let m = &f.model;
+        assert!(close(m.interference, 0.25), "{m:?}");
+        assert!(close(f.kernel_interference, 0.6), "{f:?}");
+        for (got, want) in [
+            (m.pooled_occ_s, truth.pooled_occ_s),
+            (m.pooled_occ_float_s, truth.pooled_occ_float_s),
+            (m.pooled_example_s, truth.pooled_example_s),
+            (m.ask_occ_s, truth.ask_occ_s),
+            (m.ask_occ_float_s, truth.ask_occ_float_s),
+            (m.ask_example_s, truth.ask_example_s),
+        ] {
+            assert!(close(got, want), "{got} against {want}: {m:?}");
+        }
+        // The together points moved the interference: what it adds to 8 tables on
+        // a rank (their owners' seconds; the asking side is not multiplied) is
+        // 0.25 / 0.6 of what the kernel points' would add.
+        let crowded = &c.pooled[c.pooled.len() - 2];
+        let at = |beta: f64| {
+            let b = CostModel {
+                interference: beta,
+                ..m.clone()
+            };
+            crowded.modelled(&b, world)
+        };
+        let r = (at(0.25) - at(0.0)) / (at(0.6) - at(0.0));
+        assert!(close(r, 0.25 / 0.6), "{r}");
+        assert!(
+            close(at(0.25), crowded.seconds),
+            "{} {}",
+            at(0.25),
+            crowded.seconds
+        );
+        // Without them: the kernel points' interference.
+        c.pooled.retain(|q| !q.together(world));
+        assert!(close(fit(&c).model.interference, 0.6));
     }
 
     #[test]

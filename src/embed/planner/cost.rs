@@ -29,15 +29,15 @@ pub struct CostModel {
     pub shard_s: f64,
     /// Smallest memory access, in bytes (a cache line).
     pub line_bytes: f64,
-    /// Multi-table interference: a rank holding `k` pieces costs `1 + interference
-    /// (1 - 1/k)` times the sum of their costs (fitted by `torusrec calibrate` from
-    /// tables gathered together against each alone; 0: costs add up). The form
-    /// saturates at `1 + interference`: once the tables a rank works through no longer
-    /// share the caches, more of them cost no more per id (measured at 2 ranks: 1.12,
-    /// 1.30 and 1.26 times alone for 2, 4 and 8 tables). A line in `k - 1` fitted to
-    /// those points and extrapolated to the 43 tables a rank of dlrm-synthetic holds
-    /// predicted 3.05 times the sum, where the measured embedding phases took 1.2 to
-    /// 1.3 times it.
+    /// Multi-table interference: a rank holding `k` pieces of `B` bytes costs `1 +
+    /// interference x` times the sum of their costs, `x` [`CostModel::interference_x`]
+    /// (the size factor of `B` over that of `B / k`, less 1; `1 - 1/k` without a
+    /// size factor). Fitted by `torusrec calibrate` (0: costs add up). Priced per
+    /// table count alone (`1 - 1/k` with the kernel points' fit, 0.89 on an AVX-512
+    /// Xeon at 2 ranks), the 43 tables of about 100 MiB a rank of dlrm-synthetic
+    /// holds were predicted at 1.4 times their measured embedding phases: those
+    /// tables already paid their own size's factor, and the law charged their
+    /// sharing a second time.
     pub interference: f64,
     /// The asking side of a `rows` table pays, per occurrence, what the calibrated
     /// kernels pay per id: a gather to pool it from the received rows (`lookup_s +
@@ -821,6 +821,11 @@ pub(super) fn report(ctx: &Ctx, plan: &Plan) -> PlanReport {
     let mut cost = vec![0.0; ctx.world];
     let mut count = vec![0usize; ctx.world];
     let mut bytes = vec![0u64; ctx.world];
+    // The owners' pieces share a rank's caches (interference); the asking side
+    // works on the rows it received and is added after (without interference in
+    // the order the sums always had, so that those plans keep their bits).
+    let split = ctx.interference();
+    let mut ask = vec![0.0; ctx.world];
     for (t, p) in plan.tables.iter().enumerate() {
         let mode = plan.mode(t);
         for (r, c, b) in ctx.contrib_mode(t, p, mode) {
@@ -828,10 +833,14 @@ pub(super) fn report(ctx: &Ctx, plan: &Plan) -> PlanReport {
             count[r] += 1;
             bytes[r] += b;
         }
-        let ask = ctx.ask_cost(t, p, mode);
-        cost.iter_mut().for_each(|c| *c += ask);
+        let a = ctx.ask_cost(t, p, mode);
+        let into = if split { &mut ask } else { &mut cost };
+        into.iter_mut().for_each(|c| *c += a);
     }
-    let cost = ctx.effective(&cost, &count, &bytes);
+    let mut cost = ctx.effective(&cost, &count, &bytes);
+    if split {
+        cost.iter_mut().zip(&ask).for_each(|(c, a)| *c += a);
+    }
     PlanReport::new(cost, plan.bytes_per_rank(ctx.spec, ctx.state))
 }
 

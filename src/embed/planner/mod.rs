@@ -604,9 +604,13 @@ mod tests {
             ..CostModel::default()
         };
         let inter = evaluate(&spec, &stats, &plan, &m, 0);
-        // Three pieces on rank 0: 1 + 0.5 (1 - 1/3) times their sum; one on rank 1:
-        // as is.
-        let want = (1.0 + 0.5 * 2.0 / 3.0) * plain.cost_per_rank[0];
+        // Equal tables: rank 0 owns three pieces (3 o), rank 1 one (o), and every
+        // rank asks the same `a`. Under interference the owners' three pieces cost
+        // 1 + 0.5 (1 - 1/3) times their sum; the asking side and rank 1: as is.
+        let o = (plain.cost_per_rank[0] - plain.cost_per_rank[1]) / 2.0;
+        let a = plain.cost_per_rank[1] - o;
+        assert!(o > 0.0 && a > 0.0, "{plain:?}");
+        let want = (1.0 + 0.5 * 2.0 / 3.0) * 3.0 * o + a;
         assert!(
             (inter.cost_per_rank[0] - want).abs() <= 1e-12 * want,
             "{inter:?}"
