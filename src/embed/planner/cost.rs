@@ -30,14 +30,18 @@ pub struct CostModel {
     /// Smallest memory access, in bytes (a cache line).
     pub line_bytes: f64,
     /// Multi-table interference: a rank holding `k` pieces of `B` bytes costs `1 +
-    /// interference x` times the sum of their costs, `x` [`CostModel::interference_x`]
-    /// (the size factor of `B` over that of `B / k`, less 1; `1 - 1/k` without a
-    /// size factor). Fitted by `torusrec calibrate` (0: costs add up). Priced per
-    /// table count alone (`1 - 1/k` with the kernel points' fit, 0.89 on an AVX-512
-    /// Xeon at 2 ranks), the 43 tables of about 100 MiB a rank of dlrm-synthetic
-    /// holds were predicted at 1.4 times their measured embedding phases: those
-    /// tables already paid their own size's factor, and the law charged their
-    /// sharing a second time.
+    /// interference x` times the sum of their costs, `x`
+    /// [`CostModel::interference_x_sized`]: the size factor of `B` over that of the
+    /// pieces' cost-weighted mean size `sum c_i b_i / sum c_i`, less 1 (`1 - 1/k`
+    /// without a size factor). A piece that does most of the rank's work has already
+    /// paid its own size's factor; the pieces it shares the caches with raise its
+    /// price only by the bytes they add. Fitted by `torusrec calibrate` (0: costs add
+    /// up). Priced per table count alone (`1 - 1/k`, 0.89 on an AVX-512 Xeon at 2
+    /// ranks), the 43 tables of about 100 MiB a rank of dlrm-synthetic holds were
+    /// predicted at 1.4 times their measured embedding phases; priced at the plain
+    /// mean size `B / k`, a rank of the skewed workload (a few large hot tables doing
+    /// the work, many small cold ones) was charged the cold tables' small size and
+    /// predicted 80 % above its measured embedding phases (`docs/calibrate.md`).
     pub interference: f64,
     /// The asking side of a `rows` table pays, per occurrence, what the calibrated
     /// kernels pay per id: a gather to pool it from the received rows (`lookup_s +
@@ -226,30 +230,48 @@ impl CostModel {
     }
 
     /// The cost of a rank whose pieces cost `sum` seconds together, `pieces` of them
-    /// holding `bytes`, under multi-table interference: `sum (1 + interference x)`
-    /// with `x` [`CostModel::interference_x`].
+    /// of equal size holding `bytes`, under multi-table interference: `sum (1 +
+    /// interference x)` with `x` [`CostModel::interference_x`].
     pub fn with_interference(&self, sum: f64, pieces: usize, bytes: f64) -> f64 {
+        self.with_interference_sized(sum, pieces, bytes, bytes / pieces.max(1) as f64)
+    }
+
+    /// [`CostModel::with_interference`] for pieces of cost-weighted mean size `size`
+    /// (`sum c_i b_i / sum c_i`): `x` is [`CostModel::interference_x_sized`].
+    pub fn with_interference_sized(&self, sum: f64, pieces: usize, bytes: f64, size: f64) -> f64 {
         if self.interference == 0.0 || pieces < 2 {
             sum
         } else {
-            sum * (1.0 + self.interference * self.interference_x(pieces, bytes))
+            sum * (1.0 + self.interference * self.interference_x_sized(pieces, bytes, size))
         }
     }
 
-    /// The variable of the interference law for `k` pieces of `bytes` together on a
-    /// rank: how much more a row access costs in a table of all their bytes than in
-    /// one of their mean size, `size_factor(bytes) / size_factor(bytes / k) - 1`
-    /// (the pieces share the caches as one table of their bytes would), at least 0;
-    /// without a size factor `1 - 1/k`. 0 for one piece.
+    /// The variable of the interference law for `k` pieces of equal size holding
+    /// `bytes` together: [`CostModel::interference_x_sized`] at size `bytes / k`.
     pub fn interference_x(&self, k: usize, bytes: f64) -> f64 {
+        self.interference_x_sized(k, bytes, bytes / k.max(1) as f64)
+    }
+
+    /// The variable of the interference law for `k` pieces holding `bytes` together
+    /// on a rank, of cost-weighted mean size `size`: how much more a row access costs
+    /// in a table of all their bytes than in one of `size`, `size_factor(bytes) /
+    /// size_factor(size) - 1` (the pieces share the caches as one table of their
+    /// bytes would), at least 0; without a size factor `1 - 1/k`. 0 for one piece.
+    /// A `size` that is not a finite number > 0 is taken as `bytes / k`.
+    pub fn interference_x_sized(&self, k: usize, bytes: f64, size: f64) -> f64 {
         if k < 2 {
             return 0.0;
         }
         if self.size_factor.is_empty() || bytes.is_nan() || bytes <= 0.0 {
             return interference_x(k);
         }
+        let size = if size.is_finite() && size > 0.0 {
+            size
+        } else {
+            bytes / k as f64
+        };
         let together = self.size_factor_at(bytes);
-        let alone = self.size_factor_at(bytes / k as f64);
+        let alone = self.size_factor_at(size);
         (together / alone - 1.0).max(0.0)
     }
 
@@ -401,6 +423,55 @@ impl ModeCosts {
 
 /// What each rank gains from one placement: `(rank, seconds, bytes)`.
 pub(super) type Contrib = Vec<(usize, f64, u64)>;
+
+/// Per rank, what the owners' pieces placed so far add up to: their seconds, bytes
+/// and number, and the sum of each piece's seconds times its bytes (the
+/// interference law's cost-weighted mean size is `weighted / cost`).
+#[derive(Clone, Debug)]
+pub(super) struct Load {
+    pub(super) cost: Vec<f64>,
+    pub(super) bytes: Vec<u64>,
+    pub(super) count: Vec<usize>,
+    pub(super) weighted: Vec<f64>,
+}
+
+impl Load {
+    pub(super) fn new(world: usize) -> Load {
+        Load {
+            cost: vec![0.0; world],
+            bytes: vec![0; world],
+            count: vec![0; world],
+            weighted: vec![0.0; world],
+        }
+    }
+
+    /// Adds pieces `c`.
+    pub(super) fn add(&mut self, c: &Contrib) {
+        for &(r, x, y) in c {
+            self.cost[r] += x;
+            self.bytes[r] += y;
+            self.count[r] += 1;
+            self.weighted[r] += x * y as f64;
+        }
+    }
+
+    /// Removes pieces `c` (added before).
+    pub(super) fn remove(&mut self, c: &Contrib) {
+        for &(r, x, y) in c {
+            self.cost[r] -= x;
+            self.bytes[r] -= y;
+            self.count[r] -= 1;
+            self.weighted[r] -= x * y as f64;
+        }
+    }
+
+    /// This load with pieces `c` added.
+    pub(super) fn with(&self, c: &Contrib) -> Load {
+        let mut l = self.clone();
+        l.add(c);
+        l
+    }
+}
 
 /// The model, the stats and the world, checked against each other.
 pub(super) struct Ctx<'a> {
@@ -674,16 +745,18 @@ impl<'a> Ctx<'a> {
         plan
     }
 
-    /// Per rank, the cost of `cost` seconds over `count` pieces under the model's
-    /// multi-table interference (`cost` itself without interference).
-    pub(super) fn effective(&self, cost: &[f64], count: &[usize], bytes: &[u64]) -> Vec<f64> {
+    /// Per rank, the cost of its pieces under the model's multi-table interference
+    /// (their summed seconds without interference).
+    pub(super) fn effective(&self, load: &Load) -> Vec<f64> {
         if self.model.interference == 0.0 {
-            return cost.to_vec();
+            return load.cost.clone();
         }
-        cost.iter()
-            .zip(count)
-            .zip(bytes)
-            .map(|((&c, &k), &b)| self.model.with_interference(c, k, b as f64))
+        (0..load.cost.len())
+            .map(|r| {
+                let (c, k, b) = (load.cost[r], load.count[r], load.bytes[r] as f64);
+                let size = load.weighted[r] / c;
+                self.model.with_interference_sized(c, k, b, size)
+            })
             .collect()
     }
 
@@ -818,9 +891,7 @@ pub(super) fn check_inputs<'a>(
 }
 
 pub(super) fn report(ctx: &Ctx, plan: &Plan) -> PlanReport {
-    let mut cost = vec![0.0; ctx.world];
-    let mut count = vec![0usize; ctx.world];
-    let mut bytes = vec![0u64; ctx.world];
+    let mut load = Load::new(ctx.world);
     // The owners' pieces share a rank's caches (interference); the asking side
     // works on the rows it received and is added after (without interference in
     // the order the sums always had, so that those plans keep their bits).
@@ -828,16 +899,12 @@ pub(super) fn report(ctx: &Ctx, plan: &Plan) -> PlanReport {
     let mut ask = vec![0.0; ctx.world];
     for (t, p) in plan.tables.iter().enumerate() {
         let mode = plan.mode(t);
-        for (r, c, b) in ctx.contrib_mode(t, p, mode) {
-            cost[r] += c;
-            count[r] += 1;
-            bytes[r] += b;
-        }
+        load.add(&ctx.contrib_mode(t, p, mode));
         let a = ctx.ask_cost(t, p, mode);
-        let into = if split { &mut ask } else { &mut cost };
+        let into = if split { &mut ask } else { &mut load.cost };
         into.iter_mut().for_each(|c| *c += a);
     }
-    let mut cost = ctx.effective(&cost, &count, &bytes);
+    let mut cost = ctx.effective(&load);
     if split {
         cost.iter_mut().zip(&ask).for_each(|(c, a)| *c += a);
     }

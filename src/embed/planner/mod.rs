@@ -119,8 +119,9 @@
 //! a factor per embedding width on the row-access seconds (memory traffic and
 //! lookups of the owners and of the asking side), so that a width costs what was
 //! measured for it, and the multi-table interference `beta`: a rank holding `k`
-//! pieces costs `1 + beta (1 - 1/k)` times their sum (a law that saturates: see
-//! [`calib`]). It also prices the asking side of a `rows` table per occurrence as the
+//! pieces of `B` bytes costs `1 + beta x` times their sum, `x` the size factor of
+//! `B` over that of the pieces' cost-weighted mean size, less 1
+//! ([`CostModel::interference_x_sized`]; `1 - 1/k` without a size factor). It also prices the asking side of a `rows` table per occurrence as the
 //! calibrated kernels (a gather and a scatter of a row; [`CostModel::ask_row_access`]).
 //! The greedy and the local search
 //! compare ranks by that cost; with `beta = 0` and no factors (the defaults) every
@@ -624,6 +625,70 @@ mod tests {
         let (p, r) = plan_auto(&spec, &stats, &opts).unwrap();
         assert!(r.max_cost < inter.max_cost, "{p:?} {r:?}");
         assert_eq!(r, evaluate(&spec, &stats, &p, &opts.model, 0));
+    }
+
+    #[test]
+    fn interference_prices_a_rank_at_its_pieces_cost_weighted_size() {
+        // A large table doing most of the work and a small one beside it on rank 0.
+        let spec = spec_of(vec![
+            table("hot", 1 << 20, 64, 30.0),
+            table("cold", 1000, 16, 1.0),
+        ]);
+        let stats = synthetic_stats(&spec, 2, 256);
+        let plan = |cold: usize| Plan {
+            world: 2,
+            spec_digest: spec.digest(),
+            tables: vec![
+                Placement::Table { rank: 0 },
+                Placement::Table { rank: cold },
+            ],
+            modes: Vec::new(),
+        };
+        let sized = |interference: f64| CostModel {
+            interference,
+            size_factor: vec![[1e5, 1.0], [1e9, 3.0]],
+            ..CostModel::default()
+        };
+        // Without interference: together, rank 0 pays o0 + o1 + a; apart, rank 0
+        // pays o0 + a and rank 1 o1 + a (the asking side `a` is the same).
+        let together = evaluate(&spec, &stats, &plan(0), &sized(0.0), 0).cost_per_rank;
+        let apart = evaluate(&spec, &stats, &plan(1), &sized(0.0), 0).cost_per_rank;
+        let o0 = together[0] - apart[1];
+        let o1 = together[0] - apart[0];
+        let a = apart[0] - o0;
+        assert!(
+            o0 > 50.0 * o1 && o1 > 0.0 && a > 0.0,
+            "{together:?} {apart:?}"
+        );
+        let (b0, b1) = ((1u64 << 20) as f64 * 64.0 * 4.0, 1000.0 * 16.0 * 4.0);
+        let m = sized(1.0);
+        let size = (o0 * b0 + o1 * b1) / (o0 + o1);
+        let x = m.size_factor_at(b0 + b1) / m.size_factor_at(size) - 1.0;
+        let want = (o0 + o1) * (1.0 + x) + a;
+        let inter = evaluate(&spec, &stats, &plan(0), &m, 0).cost_per_rank;
+        assert!(
+            (inter[0] - want).abs() <= 1e-9 * want,
+            "{inter:?} want {want}"
+        );
+        // The cold table adds its few bytes to the hot one's: a small charge (x
+        // below 0.5 %), where the plain mean size (b0 + b1) / 2 charges the owners
+        // about 6 % more.
+        let mean = (o0 + o1) * m.with_interference(1.0, 2, b0 + b1) + a;
+        assert!(x > 0.0 && x < 5e-3, "{x}");
+        assert!(
+            mean - want > 0.04 * (o0 + o1),
+            "mean-size law {mean}, weighted {want}"
+        );
+        // Apart, nothing shares: interference changes no rank.
+        assert_eq!(
+            evaluate(&spec, &stats, &plan(1), &m, 0).cost_per_rank,
+            apart
+        );
+        // Equal pieces: the weighted size is the mean size.
+        assert_eq!(
+            m.interference_x_sized(4, 4e8, 1e8),
+            m.interference_x(4, 4e8)
+        );
     }
 
     #[test]

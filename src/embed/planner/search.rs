@@ -3,7 +3,7 @@
 
 use std::cmp::Ordering;
 
-use super::cost::{check_inputs, report, Contrib, Ctx};
+use super::cost::{check_inputs, report, Contrib, Ctx, Load};
 use super::heuristics::{heuristic_tables, table_wise_greedy, Heuristic};
 use super::{PlanOptions, PlanReport};
 use crate::data::graph::block_range;
@@ -89,16 +89,6 @@ pub(super) fn candidates(ctx: &Ctx, t: usize, cost: &[f64], bytes: &[u64]) -> Ve
     v
 }
 
-/// Costs and bytes per rank after adding `add`.
-fn with(cost: &[f64], bytes: &[u64], add: &Contrib) -> (Vec<f64>, Vec<u64>) {
-    let (mut c, mut b) = (cost.to_vec(), bytes.to_vec());
-    for &(r, x, y) in add {
-        c[r] += x;
-        b[r] += y;
-    }
-    (c, b)
-}
-
 fn max_of(v: &[f64]) -> f64 {
     v.iter().copied().fold(0.0, f64::max)
 }
@@ -113,28 +103,19 @@ fn greedy(ctx: &Ctx, mem: u64) -> Option<Vec<Placement>> {
     // Room kept on every rank for a row-wise share of each table still to place.
     let mut reserve: u64 = (0..n_tables).map(|t| ctx.row_share(t)).sum();
     let keep_escape = reserve <= mem;
-    let mut cost = vec![0.0; ctx.world];
-    let mut bytes = vec![0u64; ctx.world];
-    // Pieces per rank (for multi-table interference).
-    let mut count = vec![0usize; ctx.world];
+    let mut load = Load::new(ctx.world);
     let mut out = vec![Placement::DataParallel; n_tables];
     for t in order {
         reserve -= ctx.row_share(t);
         let limit = if keep_escape { mem - reserve } else { mem };
         let mut best: Option<(GreedyKey, Placement, Contrib)> = None;
-        for p in candidates(ctx, t, &cost, &bytes) {
+        for p in candidates(ctx, t, &load.cost, &load.bytes) {
             let add = ctx.contrib(t, &p);
-            let (c, b) = with(&cost, &bytes, &add);
-            if add.iter().any(|&(r, _, _)| b[r] > limit) {
+            let next = load.with(&add);
+            if add.iter().any(|&(r, _, _)| next.bytes[r] > limit) {
                 continue;
             }
-            let c = if ctx.interference() {
-                let mut k = count.clone();
-                add.iter().for_each(|&(r, _, _)| k[r] += 1);
-                ctx.effective(&c, &k, &b)
-            } else {
-                c
-            };
+            let c = ctx.effective(&next);
             let touched = add.iter().map(|&(r, _, _)| c[r]).fold(0.0, f64::max);
             let key = (
                 max_of(&c),
@@ -158,8 +139,7 @@ fn greedy(ctx: &Ctx, mem: u64) -> Option<Vec<Placement>> {
             }
         }
         let (_, p, add) = best?;
-        (cost, bytes) = with(&cost, &bytes, &add);
-        add.iter().for_each(|&(r, _, _)| count[r] += 1);
+        load.add(&add);
         out[t] = p;
     }
     Some(out)
@@ -196,17 +176,9 @@ fn local_search(
     let n_tables = ctx.n_tables();
     let mut contrib: Vec<Contrib> = (0..n_tables).map(|t| ctx.contrib(t, &place[t])).collect();
     for _ in 0..max_iters {
-        let mut cost = vec![0.0; ctx.world];
-        let mut bytes = vec![0u64; ctx.world];
-        let mut count = vec![0usize; ctx.world];
-        for c in &contrib {
-            for &(r, x, y) in c {
-                cost[r] += x;
-                bytes[r] += y;
-                count[r] += 1;
-            }
-        }
-        let eff = ctx.effective(&cost, &count, &bytes);
+        let mut load = Load::new(ctx.world);
+        contrib.iter().for_each(|c| load.add(c));
+        let eff = ctx.effective(&load);
         let current = sorted_desc(&eff);
         let tol = 1e-9 * current[0];
         let a = ranks_by(&eff)[ctx.world - 1];
@@ -216,13 +188,9 @@ fn local_search(
 
         let mut best: Option<(Vec<f64>, Vec<Change>)> = None;
         let mut consider = |changes: Vec<(usize, Placement)>| {
-            let (mut c, mut b, mut k) = (cost.clone(), bytes.clone(), count.clone());
+            let mut l = load.clone();
             for (t, _) in &changes {
-                for &(r, x, y) in &contrib[*t] {
-                    c[r] -= x;
-                    b[r] -= y;
-                    k[r] -= 1;
-                }
+                l.remove(&contrib[*t]);
             }
             let changes: Vec<Change> = changes
                 .into_iter()
@@ -232,16 +200,12 @@ fn local_search(
                 })
                 .collect();
             for (_, _, add) in &changes {
-                for &(r, x, y) in add {
-                    c[r] += x;
-                    b[r] += y;
-                    k[r] += 1;
-                }
+                l.add(add);
             }
-            if b.iter().any(|&x| x > mem) {
+            if l.bytes.iter().any(|&x| x > mem) {
                 return;
             }
-            let s = sorted_desc(&ctx.effective(&c, &k, &b));
+            let s = sorted_desc(&ctx.effective(&l));
             if !lex_below(&s, &current, tol) {
                 return;
             }
@@ -291,12 +255,9 @@ fn local_search(
                 }
             }
             // Re-place it with any candidate.
-            let (mut c, mut b) = (cost.clone(), bytes.clone());
-            for &(r, x, y) in &contrib[t] {
-                c[r] -= x;
-                b[r] -= y;
-            }
-            for p in candidates(ctx, t, &c, &b) {
+            let mut l = load.clone();
+            l.remove(&contrib[t]);
+            for p in candidates(ctx, t, &l.cost, &l.bytes) {
                 if p != place[t] {
                     consider(vec![(t, p)]);
                 }
