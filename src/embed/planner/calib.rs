@@ -41,9 +41,10 @@
 //! seconds of a width it measured (a gather and a scatter per id, summed over the
 //! pooling factors) are the measured ones ([`CostModel::width_factor`]). A rank with
 //! `k` pieces of `B` bytes together costs `1 + beta x` times their sum, `x` the size
-//! factor at `B` over the one at `B / k`, less 1 ([`CostModel::interference_x`]: the
-//! pieces share the caches as one table of their bytes; `1 - 1/k` without size
-//! points). With together points, `beta` ([`CostModel::interference`]) is the
+//! factor at `B` over the one at the pieces' cost-weighted mean size, less 1
+//! ([`CostModel::interference_x_sized`]: the pieces share the caches as one table of
+//! their bytes; `1 - 1/k` without size points). The together points' tables are of
+//! one size, `B / k`. With together points, `beta` ([`CostModel::interference`]) is the
 //! least-squares slope through the origin of `measured / modelled - 1` against `x`
 //! over them (`modelled` without interference; clamped at 0; points where an
 //! interference of 1 would add under 5 % to the price say nothing of it and are
