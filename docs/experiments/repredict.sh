@@ -2,6 +2,8 @@
 # Re-price the analytic and lookup-greedy plans of a bench_costs output directory with
 # another binary (e.g. one built with interference-laws.patch applied, choosing a law
 # with TORUSREC_LAW=L0..L4), against the steps measured in that run:
+# The patch applies to e8caaaf (the commit before d24268d adopted law L3), not later:
+#   git worktree add /tmp/laws e8caaaf && cd /tmp/laws
 #   git apply docs/experiments/interference-laws.patch
 #   CARGO_TARGET_DIR=/tmp/tgt cargo build --release
 #   TORUSREC_LAW=L3 BIN=/tmp/tgt/release/torusrec RANKS=2 O=out/bench-costs7 \
