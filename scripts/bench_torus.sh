@@ -126,7 +126,7 @@ fi
 {
   echo "## Projection against measurement: \`project measure\` on cnr-2000 K=1 (d=$DIM, $EPOCHS epochs, torus collectives, 1 thread per rank)"
   echo
-  echo "Per-link bytes: every rank's bytes and messages on every link, per phase, projected from the dataset (exact) against the counters of the run. Seconds: the projection uses the link latency and bandwidth fitted at that shape to the torus collectives themselves (microbenchmarks, not this run); the measured seconds are the slowest rank's time inside the phase's collectives, each started after a barrier so that waiting for slower ranks is not counted."
+  echo "Per-link bytes: every rank's bytes and messages on every link, per phase, projected from the dataset (exact) against the counters of the run. Seconds: the projection uses the link latency and bandwidth fitted at that shape to the torus collectives themselves (microbenchmarks, not this run, timed in a round before the epochs and one after each); the measured seconds are the slowest rank's time inside the phase's collectives, each started after a barrier so that waiting for slower ranks is not counted."
   echo
 } >> "$table"
 printf 'shape\trun\tlatency_us\tbandwidth_gbs\tcomm_measured_s\tcomm_projected_s\tdiff_pct\n' > "$OUT/measure.tsv"

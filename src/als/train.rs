@@ -1994,8 +1994,22 @@ pub fn global_train_unsaved<C: Comm, T: TableScalar>(
     tr: Trainer<T>,
     eval: EvalAt,
 ) -> Result<(Trainer<T>, Vec<EpochReport>)> {
+    global_train_unsaved_between(comm, tr, eval, || Ok(()))
+}
+
+/// [`global_train_unsaved`], calling `between` on every rank after each epoch's
+/// report (collective when it communicates: every rank calls it at the same point).
+/// The first error `between` returns is returned once the epochs are done (it is not
+/// called again).
+pub fn global_train_unsaved_between<C: Comm, T: TableScalar>(
+    comm: &C,
+    tr: Trainer<T>,
+    eval: EvalAt,
+    mut between: impl FnMut() -> Result<()>,
+) -> Result<(Trainer<T>, Vec<EpochReport>)> {
     let preempt = tr.preempt.clone();
     let mut epochs = Vec::new();
+    let mut failed = None;
     let make = || {
         Ok(AlsWork {
             tr,
@@ -2007,9 +2021,15 @@ pub fn global_train_unsaved<C: Comm, T: TableScalar>(
     let work = drive::global_drive(comm, &no_checkpoints, &preempt, None, make, |e| {
         if let drive::Event::Report(r) = e {
             epochs.push(r.clone());
+            if failed.is_none() {
+                failed = between().err();
+            }
         }
     })?;
-    Ok((work.tr, epochs))
+    match failed {
+        Some(e) => Err(e),
+        None => Ok((work.tr, epochs)),
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 use super::als::{AlsModel, AlsParams, EpochProjection};
 use super::chip::Calibration;
 use super::traffic::{self, Traffic};
-use crate::als::train::{global_train_unsaved, EvalAt, Trainer};
+use crate::als::train::{global_train_unsaved_between, EvalAt, Trainer};
 use crate::als::AlsConfig;
 use crate::ckpt::signals::Preemption;
 use crate::comm::{raw_gather_json, Collectives, Comm, Links};
@@ -77,78 +77,117 @@ pub fn local_read_model(path: &Path, p: usize) -> Result<AlsModel> {
 /// they include what a hop costs here beyond the bytes (packing, copies, scheduling):
 /// all-reduces of 16 kB to 4 MB and uniform all-to-alls of 64 kB to 8 MB per rank,
 /// each started after a barrier (as `project measure` times the run), the slowest
-/// rank's mean of `reps` calls; then the `(latency, bandwidth)` of least relative
-/// squares of `seconds = latency x shifts + bytes / bandwidth` over those calls, with `shifts`
-/// and `bytes` the chain the traffic model computes for each call.
-pub fn global_link_fit<C: Comm>(comm: &C, reps: usize) -> Result<(f64, f64)> {
-    let p = comm.size();
-    if p < 2 {
-        return Ok((0.0, f64::INFINITY));
-    }
-    let _phase = comm.stats().phase("calibrate");
-    let dims = comm.torus().dims.clone();
-    // (shifts, bytes of the chain, seconds) per call kind.
-    let mut points: Vec<(f64, f64, f64)> = Vec::new();
-    // In training every collective follows a solve that streams the tables through
-    // the caches: time each call after evicting them too (32 MB written per rank).
-    let mut evict = vec![0u8; 32 << 20];
-    let mut time = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
-        f()?;
-        let mut total = 0.0;
-        for rep in 0..reps {
-            evict.fill(rep as u8);
-            std::hint::black_box(&evict);
-            comm.raw_barrier();
-            let t = Instant::now();
-            f()?;
-            total += t.elapsed().as_secs_f64();
+/// rank's mean of the calls of a round, averaged over the rounds; then the `(latency,
+/// bandwidth)` of least relative squares of `seconds = latency x shifts + bytes /
+/// bandwidth` over those calls, with `shifts` and `bytes` the chain the traffic model
+/// computes for each call. `project measure` takes a round before the measured epochs
+/// and one after each, so that the link model samples the machine over the same
+/// minutes as the epochs it is checked against (a shared machine's speed moves from
+/// one minute to the next).
+#[derive(Debug, Default, Clone)]
+pub struct LinkPoints {
+    /// Per call kind and size: (shifts, bytes of the chain, summed seconds, rounds).
+    points: Vec<(f64, f64, f64, usize)>,
+}
+
+impl LinkPoints {
+    /// Collective: one round of the calls, `reps` timed calls each (the slowest rank's
+    /// mean), added to the earlier rounds'.
+    pub fn global_measure<C: Comm>(&mut self, comm: &C, reps: usize) -> Result<()> {
+        let p = comm.size();
+        if p < 2 {
+            return Ok(());
         }
-        let s = total / reps.max(1) as f64;
-        Ok(f64::from_bits(comm.raw_all_reduce_max_u64(s.to_bits())))
-    };
-    for bytes in [16usize << 10, 256 << 10, 4 << 20] {
-        let mut buf = vec![1.0f32; bytes / 4];
-        let s = time(&mut || {
-            comm.all_reduce_sum(&mut buf);
-            Ok(())
-        })?;
-        let t = traffic::all_reduce(&dims, bytes / 4, 4);
-        points.push((t.serial_messages as f64, t.serial_bytes as f64, s));
+        let _phase = comm.stats().phase("calibrate");
+        let dims = comm.torus().dims.clone();
+        let mut round: Vec<(f64, f64, f64)> = Vec::new();
+        // In training every collective follows a solve that streams the tables through
+        // the caches: time each call after evicting them too (32 MB written per rank).
+        let mut evict = vec![0u8; 32 << 20];
+        let mut time = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
+            f()?;
+            let mut total = 0.0;
+            for rep in 0..reps {
+                evict.fill(rep as u8);
+                std::hint::black_box(&evict);
+                comm.raw_barrier();
+                let t = Instant::now();
+                f()?;
+                total += t.elapsed().as_secs_f64();
+            }
+            let s = total / reps.max(1) as f64;
+            Ok(f64::from_bits(comm.raw_all_reduce_max_u64(s.to_bits())))
+        };
+        for bytes in [16usize << 10, 256 << 10, 4 << 20] {
+            let mut buf = vec![1.0f32; bytes / 4];
+            let s = time(&mut || {
+                comm.all_reduce_sum(&mut buf);
+                Ok(())
+            })?;
+            let t = traffic::all_reduce(&dims, bytes / 4, 4);
+            round.push((t.serial_messages as f64, t.serial_bytes as f64, s));
+        }
+        for bytes in [64usize << 10, 1 << 20, 8 << 20] {
+            let per = bytes / 4 / p;
+            let send = vec![2u32; per * p];
+            let counts = vec![per; p];
+            let s = time(&mut || comm.all_to_all_v(&send, &counts).map(|_| ()))?;
+            let t = traffic::all_to_all(&dims, &|a, b| if a == b { 0 } else { 4 * per as u64 });
+            round.push((t.serial_messages as f64, t.serial_bytes as f64, s));
+        }
+        if self.points.is_empty() {
+            self.points = round.iter().map(|&(m, b, _)| (m, b, 0.0, 0)).collect();
+        }
+        for (acc, (_, _, s)) in self.points.iter_mut().zip(round) {
+            acc.2 += s;
+            acc.3 += 1;
+        }
+        Ok(())
     }
-    for bytes in [64usize << 10, 1 << 20, 8 << 20] {
-        let per = bytes / 4 / p;
-        let send = vec![2u32; per * p];
-        let counts = vec![per; p];
-        let s = time(&mut || comm.all_to_all_v(&send, &counts).map(|_| ()))?;
-        let t = traffic::all_to_all(&dims, &|a, b| if a == b { 0 } else { 4 * per as u64 });
-        points.push((t.serial_messages as f64, t.serial_bytes as f64, s));
+
+    /// Rounds measured.
+    pub fn rounds(&self) -> usize {
+        self.points.first().map_or(0, |p| p.3)
     }
-    // Normal equations of s = a m + c b (a: latency, c: 1 / bandwidth) in relative
-    // error (each call's equation divided by its seconds), so that the small calls,
-    // which fix the latency, weigh as much as the large ones.
-    let (mut mm, mut mb, mut bb, mut ms, mut bs) = (0.0, 0.0, 0.0, 0.0, 0.0);
-    for &(m, b, s) in &points {
-        let (m, b, s) = (m / s.max(1e-12), b / s.max(1e-12), 1.0);
-        mm += m * m;
-        mb += m * b;
-        bb += b * b;
-        ms += m * s;
-        bs += b * s;
-    }
-    let det = mm * bb - mb * mb;
-    let (mut a, mut c) = ((ms * bb - bs * mb) / det, (mm * bs - mb * ms) / det);
-    if !(a.is_finite() && c.is_finite()) || a < 0.0 || c <= 0.0 {
-        // Fall back to one parameter each, through the largest and the smallest call.
-        c = points
+
+    /// `(latency, bandwidth)` of least relative squares over every call's mean seconds
+    /// over the rounds; `(0, inf)` without calls (one rank).
+    pub fn fit(&self) -> (f64, f64) {
+        if self.rounds() == 0 {
+            return (0.0, f64::INFINITY);
+        }
+        let points: Vec<(f64, f64, f64)> = self
+            .points
             .iter()
-            .map(|&(_, b, s)| s / b.max(1.0))
-            .fold(f64::INFINITY, f64::min);
-        a = points
-            .iter()
-            .map(|&(m, b, s)| ((s - c * b) / m.max(1.0)).max(0.0))
-            .fold(f64::INFINITY, f64::min);
+            .map(|&(m, b, s, n)| (m, b, s / n as f64))
+            .collect();
+        // Normal equations of s = a m + c b (a: latency, c: 1 / bandwidth) in relative
+        // error (each call's equation divided by its seconds), so that the small calls,
+        // which fix the latency, weigh as much as the large ones.
+        let (mut mm, mut mb, mut bb, mut ms, mut bs) = (0.0, 0.0, 0.0, 0.0, 0.0);
+        for &(m, b, s) in &points {
+            let (m, b, s) = (m / s.max(1e-12), b / s.max(1e-12), 1.0);
+            mm += m * m;
+            mb += m * b;
+            bb += b * b;
+            ms += m * s;
+            bs += b * s;
+        }
+        let det = mm * bb - mb * mb;
+        let (mut a, mut c) = ((ms * bb - bs * mb) / det, (mm * bs - mb * ms) / det);
+        if !(a.is_finite() && c.is_finite()) || a < 0.0 || c <= 0.0 {
+            // Fall back to one parameter each, through the largest and the smallest call.
+            c = points
+                .iter()
+                .map(|&(_, b, s)| s / b.max(1.0))
+                .fold(f64::INFINITY, f64::min);
+            a = points
+                .iter()
+                .map(|&(m, b, s)| ((s - c * b) / m.max(1.0)).max(0.0))
+                .fold(f64::INFINITY, f64::min);
+        }
+        (a, 1.0 / c)
     }
-    Ok((a, 1.0 / c))
 }
 
 /// One rank's f32 matrix-multiply rate (FLOP/s) with `threads` threads.
@@ -238,6 +277,9 @@ pub fn global_measure<C: Comm>(
     result
 }
 
+/// Timed calls of each link microbenchmark per round ([`LinkPoints::global_measure`]).
+const LINK_REPS: usize = 10;
+
 fn measure_inner<C: Comm>(
     comm: &C,
     cfg: &AlsConfig,
@@ -245,7 +287,11 @@ fn measure_inner<C: Comm>(
     preempt: Preemption,
 ) -> Result<Option<Measured>> {
     let p = comm.size();
-    let (latency, bandwidth) = global_link_fit(comm, 20)?;
+    // The link model's calls: a round before the epochs and one after each (10 calls
+    // each; 20 calls in one round before this), so that they sample the machine over
+    // the same minutes as the epochs they are checked against.
+    let mut links = LinkPoints::default();
+    links.global_measure(comm, LINK_REPS)?;
     let peak = local_gemm_peak(threads);
     let peak = f64::from_bits(comm.raw_all_reduce_max_u64(peak.to_bits()));
     // The model, on rank 0 (the whole training CSR).
@@ -259,14 +305,22 @@ fn measure_inner<C: Comm>(
     let after_setup = comm.stats().links();
     let secs_setup = comm.stats().snapshot();
     let t = Instant::now();
-    let (_, reports) = global_train_unsaved(comm, tr, EvalAt::Never).map_err(|e| match e {
+    let mut between = 0.0;
+    let trained = global_train_unsaved_between(comm, tr, EvalAt::Never, || {
+        let t = Instant::now();
+        let r = links.global_measure(comm, LINK_REPS);
+        between += t.elapsed().as_secs_f64();
+        r
+    });
+    let (_, reports) = trained.map_err(|e| match e {
         Error::Interrupted(_) => Error::Interrupted(
             "signal received during the measured epochs; project measure saves nothing (exit 1, not 75: there is nothing to resume)".into(),
         ),
         other => other,
     })?;
     let solve: f64 = reports.iter().map(|r| r.phases.solve).sum();
-    let epoch_seconds = t.elapsed().as_secs_f64() / cfg.epochs as f64;
+    let epoch_seconds = (t.elapsed().as_secs_f64() - between) / cfg.epochs as f64;
+    let (latency, bandwidth) = links.fit();
     let after = comm.stats().links();
     let secs_after = comm.stats().snapshot();
     let solve = f64::from_bits(comm.raw_all_reduce_max_u64(solve.to_bits())) / cfg.epochs as f64;
@@ -366,4 +420,37 @@ fn measure_inner<C: Comm>(
         projected_comm_seconds: comm_p,
         epoch_seconds,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_link_fit_averages_the_rounds_and_recovers_the_line() {
+        // Calls on a line of 250 us per shift and 1.5 GB/s, measured in two rounds
+        // whose seconds are 20 % above and below it: the mean over the rounds is on
+        // the line, and the fit gives its latency and bandwidth back.
+        let (a, c) = (250e-6, 1.0 / 1.5e9);
+        let calls = [
+            (8.0, 32768.0),
+            (8.0, 524288.0),
+            (16.0, 8388608.0),
+            (12.0, 65632.0),
+        ];
+        let points = calls
+            .iter()
+            .map(|&(m, b)| {
+                let s = a * m + c * b;
+                (m, b, 1.2 * s + 0.8 * s, 2)
+            })
+            .collect();
+        let links = LinkPoints { points };
+        assert_eq!(links.rounds(), 2);
+        let (lat, bw) = links.fit();
+        assert!((lat / a - 1.0).abs() < 1e-9, "{lat}");
+        assert!((bw * c - 1.0).abs() < 1e-9, "{bw}");
+        // Without calls (one rank) there are no links to price.
+        assert_eq!(LinkPoints::default().fit(), (0.0, f64::INFINITY));
+    }
 }
