@@ -20,7 +20,7 @@
 #   5. `torusrec project embed`: the torchrec-peer and dlrm-synthetic presets on TPU v4
 #      shapes (the planner's placement per chip count).
 # Sections 1-3 are measured; sections 4-5 are projected (and say so). Writes bench/torus.md.
-#   REPS=5 DIM=64 EPOCHS=3 OUT=out/bench-torus
+#   REPS=5 DIM=64 EPOCHS=3 MEASURE_EPOCHS=6 OUT=out/bench-torus
 #   REUSE=1: sections 1-2 from the logs an earlier run left in $OUT (not run again; the
 #   table says so and dates them); sections 3-5 run.
 set -euo pipefail
@@ -30,6 +30,9 @@ MEASURE_RUNS="${MEASURE_RUNS:-5}"
 REUSE="${REUSE:-0}"
 DIM="${DIM:-64}"
 EPOCHS="${EPOCHS:-3}"
+# Epochs of each `project measure` run: its communication seconds are a mean over
+# them, and the link model's rounds (one after each) sample the machine over them.
+MEASURE_EPOCHS="${MEASURE_EPOCHS:-6}"
 OUT="${OUT:-out/bench-torus}"
 mkdir -p "$OUT" bench
 if [[ $(id -u) -eq 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
@@ -124,7 +127,7 @@ fi
 
 # 3. The projection checked against measured runs.
 {
-  echo "## Projection against measurement: \`project measure\` on cnr-2000 K=1 (d=$DIM, $EPOCHS epochs, torus collectives, 1 thread per rank)"
+  echo "## Projection against measurement: \`project measure\` on cnr-2000 K=1 (d=$DIM, $MEASURE_EPOCHS epochs, torus collectives, 1 thread per rank)"
   echo
   echo "Per-link bytes: every rank's bytes and messages on every link, per phase, projected from the dataset (exact) against the counters of the run. Seconds: the projection uses the link latency and bandwidth fitted at that shape to the torus collectives themselves (microbenchmarks, not this run, timed in a round before the epochs and one after each); the measured seconds are the slowest rank's time inside the phase's collectives, each started after a barrier so that waiting for slower ranks is not counted."
   echo
@@ -135,7 +138,7 @@ for shape in 2x2 2x4 2x2x2; do
   for run in $(seq 1 "$MEASURE_RUNS"); do
     log="$OUT/measure-$shape-$run.log"
     "${MPI[@]}" -np "$np" "$BIN" --torus "$shape" project measure --data "$CNR" --dim "$DIM" \
-        --epochs "$EPOCHS" --threads 1 --out "$OUT/cal-$shape-$run.json" --force > "$log" 2>&1 \
+        --epochs "$MEASURE_EPOCHS" --threads 1 --out "$OUT/cal-$shape-$run.json" --force > "$log" 2>&1 \
         || { tail -20 "$log"; exit 1; }
     python3 - "$OUT/cal-$shape-$run.json" "$shape" "$run" >> "$OUT/measure.tsv" <<'PY'
 import json, sys
