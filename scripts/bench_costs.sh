@@ -30,7 +30,11 @@
 # Knobs: RANKS="2 4", WORKLOADS="torchrec-peer dlrm-synthetic skewed", REPEATS=3,
 # SKEW_MULT=4 (skewed runs that many times WARM and STEPS: its steps are short),
 # KEEP_ROWS=1 (add to an earlier invocation's runs), RECALIBRATE=0 (keep its
-# costs-P.json).
+# costs-P.json), MD=path (the table elsewhere than bench/costs.md), RECALIBRATE_EACH=1 (calibrate again before every repeat after the
+# first, costs-P-rN.json, and predict that repeat's three runs with it; the
+# calibrated plan is then planned once, `plan --costs costs-P.json`, so that every
+# repeat trains the same plans: a check of how much of the prediction error is the
+# machine's drift over the bench).
 # Writes bench/costs.md (or $OUT/costs.md with QUICK=1: a tiny setting that checks
 # the script in a minute: calibrate --quick, small models, a few steps).
 # Run it on a quiet machine: the times are the point.
@@ -45,7 +49,7 @@ if [[ $QUICK == 1 ]]; then
   REPEATS="${REPEATS:-1}"; SKEW_MULT="${SKEW_MULT:-1}"
 else
   STEPS="${STEPS:-30}"; WARM="${WARM:-10}"; SCALE="${SCALE:-0.1}"; PEER_SCALE="${PEER_SCALE:-1}"
-  BATCH="${BATCH:-2048}"; CAL=(); MD=bench/costs.md; SKEW_HOT=1000000; SKEW_COLD=20000
+  BATCH="${BATCH:-2048}"; CAL=(); MD="${MD:-bench/costs.md}"; SKEW_HOT=1000000; SKEW_COLD=20000
   REPEATS="${REPEATS:-3}"; SKEW_MULT="${SKEW_MULT:-4}"
 fi
 mkdir -p "$OUT" bench
@@ -99,7 +103,7 @@ train() {
   rm -f "$OUT/$name.jsonl"
   "${MPI[@]}" -np "$np" "$BIN" embed "$@" --batch "$B" --steps $(((WARM + STEPS) * M)) --log-every $((WARM * M)) \
       --eval-examples 4096 --threads 1 --seed 1 --preload --plan "$plan" \
-      --costs "$OUT/costs-$np.json" --metrics "$OUT/$name.jsonl" > "$OUT/$name.log" 2>&1 \
+      --costs "$COSTS" --metrics "$OUT/$name.jsonl" > "$OUT/$name.log" 2>&1 \
     || { local rc=$?; rm -f "$OUT/$name.jsonl"
          # Exit 2: refused before training (e.g. the memory estimate); a row says so.
          [[ $rc == 2 ]] && return 0
@@ -153,8 +157,20 @@ for P in $RANKS; do
       --out "$OUT/$W-$P-analytic.json" --force > "$OUT/$W-$P-analytic-plan.log" 2>&1
     "$BIN" plan "${model[@]}" --ranks "$P" --batch "$B" --seed 1 --costs "$OUT/costs-$P.json" \
       --method lookup-greedy --out "$OUT/$W-$P-lookup.json" --force > "$OUT/$W-$P-lookup-plan.log" 2>&1
+    calibrated=auto
+    if [[ ${RECALIBRATE_EACH:-0} == 1 ]]; then
+      calibrated="$OUT/$W-$P-calibrated.json"
+      "$BIN" plan "${model[@]}" --ranks "$P" --batch "$B" --seed 1 --costs "$OUT/costs-$P.json" \
+        --out "$calibrated" --force > "$OUT/$W-$P-calibrated-plan.log" 2>&1
+    fi
     for ((r = 1; r <= REPEATS; r++)); do
-      train "$W-$P-calibrated-r$r" "$P" auto "${model[@]}"
+      COSTS="$OUT/costs-$P.json"
+      if [[ ${RECALIBRATE_EACH:-0} == 1 && $r -gt 1 ]]; then
+        COSTS="$OUT/costs-$P-$W-r$r.json"
+        "${MPI[@]}" -np "$P" "$BIN" calibrate "${CAL[@]}" --threads 1 --out "$COSTS" --force \
+          > "$OUT/calibrate-$P-$W-r$r.log" 2>&1 || { echo "calibrate at $P failed:"; tail -20 "$OUT/calibrate-$P-$W-r$r.log"; exit 1; }
+      fi
+      train "$W-$P-calibrated-r$r" "$P" "$calibrated" "${model[@]}"
       train "$W-$P-analytic-r$r" "$P" "$OUT/$W-$P-analytic.json" "${model[@]}"
       train "$W-$P-lookup-r$r" "$P" "$OUT/$W-$P-lookup.json" "${model[@]}"
       for k in calibrated analytic lookup; do
@@ -174,7 +190,7 @@ done
   echo "Planners: calibrated (\`embed --plan auto --costs\`), analytic (\`plan\` with the default constants), lookup-greedy (\`plan --method lookup-greedy\`); each run predicts its plan's step with the same measured costs (\`--costs\`)."
   echo "Busy: each rank's seconds per step in the embedding phases (lookup, pooling, backward) less its seconds inside their collectives: wall seconds, and CPU seconds of the rank's process (its CPU time in those phases less its CPU time inside their collectives; time the rank waited for a core, which the wall seconds count, is not in it). dlrm-synthetic at P > 2 keeps the global batch of P = 2 (batch column)."
   echo
-  for P in $(ls "$OUT"/calibrate-*.log 2>/dev/null | sed 's/.*calibrate-\([0-9]*\)\.log/\1/' | sort -n); do
+  for P in $(ls "$OUT"/calibrate-*.log 2>/dev/null | grep -E 'calibrate-[0-9]+\.log$' | sed 's/.*calibrate-\([0-9]*\)\.log/\1/' | sort -n); do
     echo "Calibration at $P ranks (\`$OUT/costs-$P.json\`):"
     echo
     grep -E '^(calibrate|fit):' "$OUT/calibrate-$P.log" | sed 's/^/    /'
