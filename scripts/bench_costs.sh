@@ -30,11 +30,12 @@
 # Knobs: RANKS="2 4", WORKLOADS="torchrec-peer dlrm-synthetic skewed", REPEATS=3,
 # SKEW_MULT=4 (skewed runs that many times WARM and STEPS: its steps are short),
 # KEEP_ROWS=1 (add to an earlier invocation's runs), RECALIBRATE=0 (keep its
-# costs-P.json), MD=path (the table elsewhere than bench/costs.md), RECALIBRATE_EACH=1 (calibrate again before every repeat after the
-# first, costs-P-rN.json, and predict that repeat's three runs with it; the
+# costs-P.json), MD=path (the table elsewhere than bench/costs.md; not with QUICK=1),
+# RECALIBRATE_EACH=1 (per workload, calibrate again before every repeat after the
+# first, costs-P-W-rN.json, and predict that repeat's three runs with it; the
 # calibrated plan is then planned once, `plan --costs costs-P.json`, so that every
 # repeat trains the same plans: a check of how much of the prediction error is the
-# machine's drift over the bench).
+# machine's drift over the bench; the table says so).
 # Writes bench/costs.md (or $OUT/costs.md with QUICK=1: a tiny setting that checks
 # the script in a minute: calibrate --quick, small models, a few steps).
 # Run it on a quiet machine: the times are the point.
@@ -52,7 +53,7 @@ else
   BATCH="${BATCH:-2048}"; CAL=(); MD="${MD:-bench/costs.md}"; SKEW_HOT=1000000; SKEW_COLD=20000
   REPEATS="${REPEATS:-3}"; SKEW_MULT="${SKEW_MULT:-4}"
 fi
-mkdir -p "$OUT" bench
+mkdir -p "$OUT" bench "$(dirname "$MD")"
 if [[ $(id -u) -eq 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 export OPENBLAS_NUM_THREADS=1
 cargo build --release --quiet
@@ -187,7 +188,11 @@ done
   echo "Measured $(date -u +%Y-%m-%d) at commit $COMMIT on $(nproc) cores ($CPU) by \`scripts/bench_costs.sh\`$([[ $QUICK == 1 ]] && echo ' (QUICK=1: the tiny check setting, not a benchmark)'). Batch $BATCH per rank, $WARM warm-up steps then $STEPS timed (the intervals after the first), --preload, 1 thread per rank, $REPEATS run(s) of each plan, interleaved (skewed: $SKEW_MULT times the warm-up and timed steps, as its steps are short); every rank is a process on this machine (oversubscribed beyond 2 ranks)."
   echo
   echo "Workloads: torchrec-peer (scale $PEER_SCALE), dlrm-synthetic (scale $SCALE), skewed (4 hot tables: $SKEW_HOT rows, width 64, 30 ids per example; 28 cold: $SKEW_COLD rows, width 16, 1 id; \`$OUT/skewed.toml\`)."
-  echo "Planners: calibrated (\`embed --plan auto --costs\`), analytic (\`plan\` with the default constants), lookup-greedy (\`plan --method lookup-greedy\`); each run predicts its plan's step with the same measured costs (\`--costs\`)."
+  if [[ ${RECALIBRATE_EACH:-0} == 1 ]]; then
+    echo "Planners: calibrated (\`plan --costs costs-P.json\`, once per workload), analytic (\`plan\` with the default constants), lookup-greedy (\`plan --method lookup-greedy\`). RECALIBRATE_EACH=1: \`calibrate\` ran again before every repeat after the first (per workload, \`costs-P-W-rN.json\`), and each repeat's three runs predict their step with that repeat's costs (\`--costs\`)."
+  else
+    echo "Planners: calibrated (\`embed --plan auto --costs\`), analytic (\`plan\` with the default constants), lookup-greedy (\`plan --method lookup-greedy\`); each run predicts its plan's step with the same measured costs (\`--costs\`)."
+  fi
   echo "Busy: each rank's seconds per step in the embedding phases (lookup, pooling, backward) less its seconds inside their collectives: wall seconds, and CPU seconds of the rank's process (its CPU time in those phases less its CPU time inside their collectives; time the rank waited for a core, which the wall seconds count, is not in it). dlrm-synthetic at P > 2 keeps the global batch of P = 2 (batch column)."
   echo
   for P in $(ls "$OUT"/calibrate-*.log 2>/dev/null | grep -E 'calibrate-[0-9]+\.log$' | sed 's/.*calibrate-\([0-9]*\)\.log/\1/' | sort -n); do

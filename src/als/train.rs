@@ -1998,9 +1998,10 @@ pub fn global_train_unsaved<C: Comm, T: TableScalar>(
 }
 
 /// [`global_train_unsaved`], calling `between` on every rank after each epoch's
-/// report (collective when it communicates: every rank calls it at the same point).
-/// The first error `between` returns is returned once the epochs are done (it is not
-/// called again).
+/// report (every rank calls it at the same point, so it may communicate). When it
+/// communicates it must return the same `Ok` or `Err` on every rank: a rank whose
+/// `between` failed calls it no more and goes on with the epochs, and the first error
+/// is returned once they are done.
 pub fn global_train_unsaved_between<C: Comm, T: TableScalar>(
     comm: &C,
     tr: Trainer<T>,

@@ -90,59 +90,78 @@ pub struct LinkPoints {
     points: Vec<(f64, f64, f64, usize)>,
 }
 
+/// Collective: one round of the link microbenchmarks, `(shifts, bytes of the chain,
+/// seconds)` per call (the slowest rank's mean of `reps` timed calls).
+fn global_round<C: Comm>(comm: &C, reps: usize) -> Result<Vec<(f64, f64, f64)>> {
+    let p = comm.size();
+    let _phase = comm.stats().phase("calibrate");
+    let dims = comm.torus().dims.clone();
+    let mut round = Vec::new();
+    // In training every collective follows a solve that streams the tables through
+    // the caches: time each call after evicting them too (32 MB written per rank).
+    let mut evict = vec![0u8; 32 << 20];
+    let mut time = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
+        f()?;
+        let mut total = 0.0;
+        for rep in 0..reps {
+            evict.fill(rep as u8);
+            std::hint::black_box(&evict);
+            comm.raw_barrier();
+            let t = Instant::now();
+            f()?;
+            total += t.elapsed().as_secs_f64();
+        }
+        let s = total / reps.max(1) as f64;
+        Ok(f64::from_bits(comm.raw_all_reduce_max_u64(s.to_bits())))
+    };
+    for bytes in [16usize << 10, 256 << 10, 4 << 20] {
+        let mut buf = vec![1.0f32; bytes / 4];
+        let s = time(&mut || {
+            comm.all_reduce_sum(&mut buf);
+            Ok(())
+        })?;
+        let t = traffic::all_reduce(&dims, bytes / 4, 4);
+        round.push((t.serial_messages as f64, t.serial_bytes as f64, s));
+    }
+    for bytes in [64usize << 10, 1 << 20, 8 << 20] {
+        let per = bytes / 4 / p;
+        let send = vec![2u32; per * p];
+        let counts = vec![per; p];
+        let s = time(&mut || comm.all_to_all_v(&send, &counts).map(|_| ()))?;
+        let t = traffic::all_to_all(&dims, &|a, b| if a == b { 0 } else { 4 * per as u64 });
+        round.push((t.serial_messages as f64, t.serial_bytes as f64, s));
+    }
+    Ok(round)
+}
+
 impl LinkPoints {
     /// Collective: one round of the calls, `reps` timed calls each (the slowest rank's
-    /// mean), added to the earlier rounds'.
+    /// mean), added to the earlier rounds'. Each call is timed from a barrier to its
+    /// end with the communicator's own barrier-start off (as `project measure` counts a
+    /// phase's seconds: from after the barrier), then the setting is restored.
     pub fn global_measure<C: Comm>(&mut self, comm: &C, reps: usize) -> Result<()> {
-        let p = comm.size();
-        if p < 2 {
+        if comm.size() < 2 {
             return Ok(());
         }
-        let _phase = comm.stats().phase("calibrate");
-        let dims = comm.torus().dims.clone();
-        let mut round: Vec<(f64, f64, f64)> = Vec::new();
-        // In training every collective follows a solve that streams the tables through
-        // the caches: time each call after evicting them too (32 MB written per rank).
-        let mut evict = vec![0u8; 32 << 20];
-        let mut time = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
-            f()?;
-            let mut total = 0.0;
-            for rep in 0..reps {
-                evict.fill(rep as u8);
-                std::hint::black_box(&evict);
-                comm.raw_barrier();
-                let t = Instant::now();
-                f()?;
-                total += t.elapsed().as_secs_f64();
-            }
-            let s = total / reps.max(1) as f64;
-            Ok(f64::from_bits(comm.raw_all_reduce_max_u64(s.to_bits())))
-        };
-        for bytes in [16usize << 10, 256 << 10, 4 << 20] {
-            let mut buf = vec![1.0f32; bytes / 4];
-            let s = time(&mut || {
-                comm.all_reduce_sum(&mut buf);
-                Ok(())
-            })?;
-            let t = traffic::all_reduce(&dims, bytes / 4, 4);
-            round.push((t.serial_messages as f64, t.serial_bytes as f64, s));
-        }
-        for bytes in [64usize << 10, 1 << 20, 8 << 20] {
-            let per = bytes / 4 / p;
-            let send = vec![2u32; per * p];
-            let counts = vec![per; p];
-            let s = time(&mut || comm.all_to_all_v(&send, &counts).map(|_| ()))?;
-            let t = traffic::all_to_all(&dims, &|a, b| if a == b { 0 } else { 4 * per as u64 });
-            round.push((t.serial_messages as f64, t.serial_bytes as f64, s));
-        }
+        let sync = comm.stats().sync_timing();
+        comm.stats().set_sync_timing(false);
+        let round = global_round(comm, reps);
+        comm.stats().set_sync_timing(sync);
+        self.add_round(&round?);
+        Ok(())
+    }
+
+    /// Add one round's `(shifts, bytes of the chain, seconds)` per call, in the order
+    /// of the first round.
+    pub fn add_round(&mut self, round: &[(f64, f64, f64)]) {
         if self.points.is_empty() {
             self.points = round.iter().map(|&(m, b, _)| (m, b, 0.0, 0)).collect();
         }
-        for (acc, (_, _, s)) in self.points.iter_mut().zip(round) {
+        assert_eq!(self.points.len(), round.len(), "rounds of other calls");
+        for (acc, &(_, _, s)) in self.points.iter_mut().zip(round) {
             acc.2 += s;
             acc.3 += 1;
         }
-        Ok(())
     }
 
     /// Rounds measured.
@@ -307,10 +326,18 @@ fn measure_inner<C: Comm>(
     let t = Instant::now();
     let mut between = 0.0;
     let trained = global_train_unsaved_between(comm, tr, EvalAt::Never, || {
+        // After a barrier: a rank waiting for slower ones to end the epoch is not
+        // counted as round time.
+        comm.raw_barrier();
         let t = Instant::now();
-        let r = links.global_measure(comm, LINK_REPS);
+        // Its collectives fail only with a broken communicator, and not on every rank
+        // at once: a panic aborts the job (a rank's error here would leave the others
+        // in the round's collectives).
+        if let Err(e) = links.global_measure(comm, LINK_REPS) {
+            panic!("project measure: a round of link microbenchmarks failed: {e}");
+        }
         between += t.elapsed().as_secs_f64();
-        r
+        Ok(())
     });
     let (_, reports) = trained.map_err(|e| match e {
         Error::Interrupted(_) => Error::Interrupted(
@@ -428,9 +455,9 @@ mod tests {
 
     #[test]
     fn the_link_fit_averages_the_rounds_and_recovers_the_line() {
-        // Calls on a line of 250 us per shift and 1.5 GB/s, measured in two rounds
-        // whose seconds are 20 % above and below it: the mean over the rounds is on
-        // the line, and the fit gives its latency and bandwidth back.
+        // Calls on a line of 250 us per shift and 1.5 GB/s, measured in three rounds
+        // at 1.3, 0.9 and 0.8 times it: the mean over the rounds is on the line, and
+        // the fit gives its latency and bandwidth back. One round alone is not.
         let (a, c) = (250e-6, 1.0 / 1.5e9);
         let calls = [
             (8.0, 32768.0),
@@ -438,15 +465,19 @@ mod tests {
             (16.0, 8388608.0),
             (12.0, 65632.0),
         ];
-        let points = calls
-            .iter()
-            .map(|&(m, b)| {
-                let s = a * m + c * b;
-                (m, b, 1.2 * s + 0.8 * s, 2)
-            })
-            .collect();
-        let links = LinkPoints { points };
-        assert_eq!(links.rounds(), 2);
+        let round = |k: f64| -> Vec<(f64, f64, f64)> {
+            calls
+                .iter()
+                .map(|&(m, b)| (m, b, k * (a * m + c * b)))
+                .collect()
+        };
+        let mut links = LinkPoints::default();
+        links.add_round(&round(1.3));
+        let (lat1, _) = links.fit();
+        assert!((lat1 / a - 1.3).abs() < 1e-9, "{lat1}");
+        links.add_round(&round(0.9));
+        links.add_round(&round(0.8));
+        assert_eq!(links.rounds(), 3);
         let (lat, bw) = links.fit();
         assert!((lat / a - 1.0).abs() < 1e-9, "{lat}");
         assert!((bw * c - 1.0).abs() < 1e-9, "{bw}");
