@@ -53,6 +53,7 @@ else
   BATCH="${BATCH:-2048}"; CAL=(); MD="${MD:-bench/costs.md}"; SKEW_HOT=1000000; SKEW_COLD=20000
   REPEATS="${REPEATS:-3}"; SKEW_MULT="${SKEW_MULT:-4}"
 fi
+RECALIBRATE_EACH="${RECALIBRATE_EACH:-0}"
 mkdir -p "$OUT" bench "$(dirname "$MD")"
 if [[ $(id -u) -eq 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 export OPENBLAS_NUM_THREADS=1
@@ -96,6 +97,12 @@ batch_for() {
 # the same plan: it runs SKEW_MULT times as many.
 mult_for() {
   if [[ $1 == skewed ]]; then echo "$SKEW_MULT"; else echo 1; fi
+}
+
+# calibrate_to P FILE LOG: `torusrec calibrate` at P ranks into FILE.
+calibrate_to() {
+  "${MPI[@]}" -np "$1" "$BIN" calibrate "${CAL[@]}" --threads 1 --out "$2" --force > "$3" 2>&1 \
+    || { echo "calibrate at $1 failed:"; tail -20 "$3"; exit 1; }
 }
 
 # train NAME NP PLAN MODEL...: one run with --costs; metrics in $OUT/NAME.jsonl.
@@ -147,8 +154,7 @@ WORKLOADS="${WORKLOADS:-torchrec-peer dlrm-synthetic skewed}"
 for P in $RANKS; do
   # RECALIBRATE=0 keeps an earlier invocation's costs-P.json (with KEEP_ROWS=1).
   [[ "${RECALIBRATE:-1}" == 0 && -f "$OUT/costs-$P.json" ]] ||
-  "${MPI[@]}" -np "$P" "$BIN" calibrate "${CAL[@]}" --threads 1 --out "$OUT/costs-$P.json" --force \
-    > "$OUT/calibrate-$P.log" 2>&1 || { echo "calibrate at $P failed:"; tail -20 "$OUT/calibrate-$P.log"; exit 1; }
+    calibrate_to "$P" "$OUT/costs-$P.json" "$OUT/calibrate-$P.log"
   for W in $WORKLOADS; do
     # shellcheck disable=SC2046
     model=( $(workload "$W") )
@@ -159,17 +165,16 @@ for P in $RANKS; do
     "$BIN" plan "${model[@]}" --ranks "$P" --batch "$B" --seed 1 --costs "$OUT/costs-$P.json" \
       --method lookup-greedy --out "$OUT/$W-$P-lookup.json" --force > "$OUT/$W-$P-lookup-plan.log" 2>&1
     calibrated=auto
-    if [[ ${RECALIBRATE_EACH:-0} == 1 ]]; then
+    if [[ $RECALIBRATE_EACH == 1 ]]; then
       calibrated="$OUT/$W-$P-calibrated.json"
       "$BIN" plan "${model[@]}" --ranks "$P" --batch "$B" --seed 1 --costs "$OUT/costs-$P.json" \
         --out "$calibrated" --force > "$OUT/$W-$P-calibrated-plan.log" 2>&1
     fi
     for ((r = 1; r <= REPEATS; r++)); do
       COSTS="$OUT/costs-$P.json"
-      if [[ ${RECALIBRATE_EACH:-0} == 1 && $r -gt 1 ]]; then
+      if [[ $RECALIBRATE_EACH == 1 && $r -gt 1 ]]; then
         COSTS="$OUT/costs-$P-$W-r$r.json"
-        "${MPI[@]}" -np "$P" "$BIN" calibrate "${CAL[@]}" --threads 1 --out "$COSTS" --force \
-          > "$OUT/calibrate-$P-$W-r$r.log" 2>&1 || { echo "calibrate at $P failed:"; tail -20 "$OUT/calibrate-$P-$W-r$r.log"; exit 1; }
+        calibrate_to "$P" "$COSTS" "$OUT/calibrate-$P-$W-r$r.log"
       fi
       train "$W-$P-calibrated-r$r" "$P" "$calibrated" "${model[@]}"
       train "$W-$P-analytic-r$r" "$P" "$OUT/$W-$P-analytic.json" "${model[@]}"
@@ -188,7 +193,7 @@ done
   echo "Measured $(date -u +%Y-%m-%d) at commit $COMMIT on $(nproc) cores ($CPU) by \`scripts/bench_costs.sh\`$([[ $QUICK == 1 ]] && echo ' (QUICK=1: the tiny check setting, not a benchmark)'). Batch $BATCH per rank, $WARM warm-up steps then $STEPS timed (the intervals after the first), --preload, 1 thread per rank, $REPEATS run(s) of each plan, interleaved (skewed: $SKEW_MULT times the warm-up and timed steps, as its steps are short); every rank is a process on this machine (oversubscribed beyond 2 ranks)."
   echo
   echo "Workloads: torchrec-peer (scale $PEER_SCALE), dlrm-synthetic (scale $SCALE), skewed (4 hot tables: $SKEW_HOT rows, width 64, 30 ids per example; 28 cold: $SKEW_COLD rows, width 16, 1 id; \`$OUT/skewed.toml\`)."
-  if [[ ${RECALIBRATE_EACH:-0} == 1 ]]; then
+  if [[ $RECALIBRATE_EACH == 1 ]]; then
     echo "Planners: calibrated (\`plan --costs costs-P.json\`, once per workload), analytic (\`plan\` with the default constants), lookup-greedy (\`plan --method lookup-greedy\`). RECALIBRATE_EACH=1: \`calibrate\` ran again before every repeat after the first (per workload, \`costs-P-W-rN.json\`), and each repeat's three runs predict their step with that repeat's costs (\`--costs\`)."
   else
     echo "Planners: calibrated (\`embed --plan auto --costs\`), analytic (\`plan\` with the default constants), lookup-greedy (\`plan --method lookup-greedy\`); each run predicts its plan's step with the same measured costs (\`--costs\`)."

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Re-price the analytic and lookup-greedy plans of a bench_costs output directory with
 # another binary (e.g. one built with interference-laws.patch applied, choosing a law
-# with TORUSREC_LAW=L0..L4), against the steps measured in that run:
-# The patch applies to e8caaaf (the commit before d24268d adopted law L3), not later:
+# with TORUSREC_LAW=L0..L4), against the steps measured in that run. The patch
+# applies to e8caaaf (the commit before d24268d adopted law L3), not later:
 #   git worktree add /tmp/laws e8caaaf && cd /tmp/laws
 #   git apply docs/experiments/interference-laws.patch
 #   CARGO_TARGET_DIR=/tmp/tgt cargo build --release

@@ -86,8 +86,10 @@ pub fn local_read_model(path: &Path, p: usize) -> Result<AlsModel> {
 /// one minute to the next).
 #[derive(Debug, Default, Clone)]
 pub struct LinkPoints {
-    /// Per call kind and size: (shifts, bytes of the chain, summed seconds, rounds).
-    points: Vec<(f64, f64, f64, usize)>,
+    /// Per call kind and size: (shifts, bytes of the chain, seconds summed over the
+    /// rounds).
+    calls: Vec<(f64, f64, f64)>,
+    rounds: usize,
 }
 
 /// Collective: one round of the link microbenchmarks, `(shifts, bytes of the chain,
@@ -154,32 +156,30 @@ impl LinkPoints {
     /// Add one round's `(shifts, bytes of the chain, seconds)` per call, in the order
     /// of the first round.
     pub fn add_round(&mut self, round: &[(f64, f64, f64)]) {
-        if self.points.is_empty() {
-            self.points = round.iter().map(|&(m, b, _)| (m, b, 0.0, 0)).collect();
+        if self.rounds == 0 {
+            self.calls = round.iter().map(|&(m, b, _)| (m, b, 0.0)).collect();
         }
-        assert_eq!(self.points.len(), round.len(), "rounds of other calls");
-        for (acc, &(_, _, s)) in self.points.iter_mut().zip(round) {
+        assert_eq!(self.calls.len(), round.len(), "rounds of other calls");
+        for (acc, &(_, _, s)) in self.calls.iter_mut().zip(round) {
             acc.2 += s;
-            acc.3 += 1;
         }
+        self.rounds += 1;
     }
 
     /// Rounds measured.
     pub fn rounds(&self) -> usize {
-        self.points.first().map_or(0, |p| p.3)
+        self.rounds
     }
 
     /// `(latency, bandwidth)` of least relative squares over every call's mean seconds
     /// over the rounds; `(0, inf)` without calls (one rank).
     pub fn fit(&self) -> (f64, f64) {
-        if self.rounds() == 0 {
+        if self.rounds == 0 || self.calls.is_empty() {
             return (0.0, f64::INFINITY);
         }
-        let points: Vec<(f64, f64, f64)> = self
-            .points
-            .iter()
-            .map(|&(m, b, s, n)| (m, b, s / n as f64))
-            .collect();
+        let n = self.rounds as f64;
+        let points: Vec<(f64, f64, f64)> =
+            self.calls.iter().map(|&(m, b, s)| (m, b, s / n)).collect();
         // Normal equations of s = a m + c b (a: latency, c: 1 / bandwidth) in relative
         // error (each call's equation divided by its seconds), so that the small calls,
         // which fix the latency, weigh as much as the large ones.
@@ -306,9 +306,9 @@ fn measure_inner<C: Comm>(
     preempt: Preemption,
 ) -> Result<Option<Measured>> {
     let p = comm.size();
-    // The link model's calls: a round before the epochs and one after each (10 calls
-    // each; 20 calls in one round before this), so that they sample the machine over
-    // the same minutes as the epochs they are checked against.
+    // The link model's calls: a round before the epochs and one after each, so that
+    // they sample the machine over the same minutes as the epochs they are checked
+    // against.
     let mut links = LinkPoints::default();
     links.global_measure(comm, LINK_REPS)?;
     let peak = local_gemm_peak(threads);
@@ -337,7 +337,6 @@ fn measure_inner<C: Comm>(
             panic!("project measure: a round of link microbenchmarks failed: {e}");
         }
         between += t.elapsed().as_secs_f64();
-        Ok(())
     });
     let (_, reports) = trained.map_err(|e| match e {
         Error::Interrupted(_) => Error::Interrupted(
