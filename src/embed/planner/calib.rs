@@ -1082,8 +1082,23 @@ pub fn fit(c: &Costs) -> Fit {
         if round == TOGETHER_ROUNDS {
             break;
         }
-        let Some(beta) = together_fit(c, &m) else {
-            break;
+        let beta = match together_fit(c, &m) {
+            Some(beta) => beta,
+            // The size law has no variable at the together points (their bytes cost
+            // no more per row access than one table's on this machine's size
+            // points), yet their steps may cost more than their pieces' sum: the
+            // table count's law prices what they measure, if it identifies it.
+            None if round == 0 && !m.interference_count => {
+                m.interference_count = true;
+                match together_fit(c, &m) {
+                    Some(beta) if beta > 0.0 => beta,
+                    _ => {
+                        m.interference_count = false;
+                        break;
+                    }
+                }
+            }
+            None => break,
         };
         let settled = (beta - m.interference).abs() <= 1e-6 * beta.max(1e-3);
         m.interference = beta;
@@ -1809,6 +1824,7 @@ fn parse(v: &Value) -> R<Costs> {
         "shard_s",
         "line_bytes",
         "interference",
+        "interference_count",
         "ask_row_access",
         "width_factor",
         "size_factor",
@@ -2507,6 +2523,110 @@ mod tests {
         // Without them: the kernel points' interference.
         c.pooled.retain(|q| !q.together(world));
         assert!(close(fit(&c).model.interference, 0.6));
+    }
+
+    #[test]
+    fn together_steps_the_size_law_cannot_see_are_priced_by_the_table_count() {
+        // Size points that fall beyond the reference size (a table of 16 MB at 0.6
+        // times the reference's per-id seconds): k tables of the reference size
+        // together have no variable under the size law. Their steps, made with an
+        // interference of 0.25 under the count law (1 - 1/k), are priced by it.
+        let mut c = costs();
+        for d in [16, 32, 64, 128] {
+            let at = |q: &KernelPoint, bytes: u64, r: f64| KernelPoint {
+                rows: rows_of(bytes, d),
+                seconds: q.seconds * r,
+                ..q.clone()
+            };
+            let g = c
+                .gather
+                .iter()
+                .find(|q| q.dim == d && q.dist == "uniform" && q.tables == 1)
+                .unwrap()
+                .clone();
+            let s = c
+                .scatter
+                .iter()
+                .find(|q| q.dim == d && q.tables == 1)
+                .unwrap()
+                .clone();
+            c.gather.push(at(&g, 1 << 16, 0.4));
+            c.scatter.push(at(&s, 1 << 16, 0.4));
+            c.gather.push(at(&g, 16 << 20, 0.6));
+            c.scatter.push(at(&s, 16 << 20, 0.6));
+        }
+        let kernel = fit(&c).model;
+        let world = c.conditions.ranks;
+        let tb = c.conditions.table_bytes as f64;
+        assert!(!kernel.size_factor.is_empty());
+        assert!(!kernel.interference_count);
+        assert_eq!(
+            kernel.interference_x(8 * world, 8.0 * world as f64 * tb),
+            0.0
+        );
+        let truth = CostModel {
+            interference: 0.25,
+            interference_count: true,
+            pooled_measured: true,
+            pooled_occ_s: 60e-9,
+            pooled_occ_float_s: 0.5e-9,
+            pooled_example_s: 90e-9,
+            ask_measured: true,
+            ask_occ_s: 40e-9,
+            ask_occ_float_s: 1.5e-9,
+            ask_example_s: 200e-9,
+            ..kernel.clone()
+        };
+        let point = |dim, pooling, tables, placement: &str, mode: &str| PooledPoint {
+            dim,
+            pooling,
+            tables,
+            rows: rows_of(c.conditions.table_bytes, dim),
+            batch: 256,
+            placement: placement.into(),
+            pieces: if placement == "table" { 1 } else { world },
+            mode: mode.into(),
+            seconds: 0.0,
+        };
+        let mut pts = Vec::new();
+        for (dim, pooling) in [(16, 1), (16, 32), (64, 1), (64, 32)] {
+            for pl in POOLED_PLACEMENTS {
+                pts.push(point(dim, pooling, world, pl, "pooled"));
+            }
+            pts.push(point(dim, pooling, world, "table", "rows"));
+        }
+        for mode in POOLED_MODES {
+            pts.push(point(64, 8, 8 * world, "table", mode));
+        }
+        for q in pts.iter_mut() {
+            q.seconds = q.modelled(&truth, world);
+        }
+        let crowded = pts[pts.len() - 2].clone();
+        let apart = CostModel {
+            interference: 0.0,
+            ..truth.clone()
+        };
+        assert!(crowded.seconds > 1.1 * crowded.modelled(&apart, world));
+        c.pooled = pts;
+        let m = fit(&c).model;
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b.abs().max(1e-12);
+        assert!(m.interference_count, "{m:?}");
+        assert!(close(m.interference, 0.25), "{m:?}");
+        assert!(close(crowded.modelled(&m, world), crowded.seconds));
+        for (got, want) in [
+            (m.pooled_occ_s, truth.pooled_occ_s),
+            (m.ask_occ_s, truth.ask_occ_s),
+            (m.ask_example_s, truth.ask_example_s),
+        ] {
+            assert!(close(got, want), "{got} against {want}: {m:?}");
+        }
+        // Together steps that cost no more than their pieces: no interference, and
+        // the size law kept.
+        for q in c.pooled.iter_mut() {
+            q.seconds = q.modelled(&apart, world);
+        }
+        let m = fit(&c).model;
+        assert!(!m.interference_count && m.interference == 0.0, "{m:?}");
     }
 
     #[test]

@@ -43,6 +43,14 @@ pub struct CostModel {
     /// the work, many small cold ones) was charged the cold tables' small size and
     /// predicted 80 % above its measured embedding phases (`docs/calibrate.md`).
     pub interference: f64,
+    /// The interference law's variable is `1 - 1/k` (the table count) even with a
+    /// size factor. `torusrec calibrate`'s fit sets it when the size law cannot see
+    /// the interference its together training steps measure: on an AMD EPYC at 2
+    /// ranks the size points fell beyond the reference size (268 MB at 0.59 of 67
+    /// MB), so the 8 tables of 67 MB a rank had no variable under the size law,
+    /// while their steps took 18 % (pooled) and 21 % (`rows`) more than the model
+    /// without interference. False by default.
+    pub interference_count: bool,
     /// The asking side of a `rows` table pays, per occurrence, what the calibrated
     /// kernels pay per id: a gather to pool it from the received rows (`lookup_s +
     /// a / mem_bw`) and a scatter to add its gradient (`lookup_s + 2 a / mem_bw`), `a`
@@ -133,6 +141,7 @@ impl Default for CostModel {
             shard_s: 10e-6,
             line_bytes: 64.0,
             interference: 0.0,
+            interference_count: false,
             ask_row_access: false,
             width_factor: Vec::new(),
             size_factor: Vec::new(),
@@ -256,13 +265,15 @@ impl CostModel {
     /// on a rank, of cost-weighted mean size `size`: how much more a row access costs
     /// in a table of all their bytes than in one of `size`, `size_factor(bytes) /
     /// size_factor(size) - 1` (the pieces share the caches as one table of their
-    /// bytes would), at least 0; without a size factor `1 - 1/k`. 0 for one piece.
-    /// A `size` that is not a finite number > 0 is taken as `bytes / k`.
+    /// bytes would), at least 0; without a size factor, or with
+    /// [`CostModel::interference_count`], `1 - 1/k`. 0 for one piece. A `size` that
+    /// is not a finite number > 0 is taken as `bytes / k`.
     pub fn interference_x_sized(&self, k: usize, bytes: f64, size: f64) -> f64 {
         if k < 2 {
             return 0.0;
         }
-        if self.size_factor.is_empty() || bytes.is_nan() || bytes <= 0.0 {
+        if self.interference_count || self.size_factor.is_empty() || bytes.is_nan() || bytes <= 0.0
+        {
             return interference_x(k);
         }
         let size = if size.is_finite() && size > 0.0 {
