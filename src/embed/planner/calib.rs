@@ -2436,35 +2436,15 @@ mod tests {
         assert!(close(b - a, 8.0 * per_occ), "{a} {b} {spec:?}");
     }
 
-    /// Pooled, `rows` and together points priced by a model with known
-    /// coefficients and interference: the fit, which fits the two in turn, gives
-    /// both back; without the together points the kernel points' interference stays.
-    #[test]
-    fn the_together_points_give_the_interference_with_the_coefficients() {
-        let mut c = costs();
-        let kernel = fit(&c).model;
-        let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b.abs().max(1e-12);
-        // The kernel points were made with 0.6 (no size points: 1 - 1/k).
-        assert!(close(kernel.interference, 0.6), "{kernel:?}");
-        let truth = CostModel {
-            interference: 0.25,
-            pooled_measured: true,
-            pooled_occ_s: 60e-9,
-            pooled_occ_float_s: 0.5e-9,
-            pooled_example_s: 90e-9,
-            ask_measured: true,
-            ask_occ_s: 40e-9,
-            ask_occ_float_s: 1.5e-9,
-            ask_example_s: 200e-9,
-            ..kernel.clone()
-        };
-        let world = c.conditions.ranks;
-        let tb = c.conditions.table_bytes;
+    /// The training-step points of the interference tests, unpriced: pooled steps in
+    /// each placement and `rows` steps, a table a rank, at two widths and poolings;
+    /// then one step of each mode with 8 tables a rank (the together points).
+    fn step_points(world: usize, table_bytes: u64) -> Vec<PooledPoint> {
         let point = |dim, pooling, tables, placement: &str, mode: &str| PooledPoint {
             dim,
             pooling,
             tables,
-            rows: rows_of(tb, dim),
+            rows: rows_of(table_bytes, dim),
             batch: 256,
             placement: placement.into(),
             pieces: if placement == "table" { 1 } else { world },
@@ -2481,6 +2461,39 @@ mod tests {
         for mode in POOLED_MODES {
             pts.push(point(64, 8, 8 * world, "table", mode));
         }
+        pts
+    }
+
+    /// The step coefficients the interference tests price their points with.
+    fn step_truth(kernel: &CostModel, interference: f64, count: bool) -> CostModel {
+        CostModel {
+            interference,
+            interference_count: count,
+            pooled_measured: true,
+            pooled_occ_s: 60e-9,
+            pooled_occ_float_s: 0.5e-9,
+            pooled_example_s: 90e-9,
+            ask_measured: true,
+            ask_occ_s: 40e-9,
+            ask_occ_float_s: 1.5e-9,
+            ask_example_s: 200e-9,
+            ..kernel.clone()
+        }
+    }
+
+    /// Pooled, `rows` and together points priced by a model with known
+    /// coefficients and interference: the fit, which fits the two in turn, gives
+    /// both back; without the together points the kernel points' interference stays.
+    #[test]
+    fn the_together_points_give_the_interference_with_the_coefficients() {
+        let mut c = costs();
+        let kernel = fit(&c).model;
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b.abs().max(1e-12);
+        // The kernel points were made with 0.6 (no size points: 1 - 1/k).
+        assert!(close(kernel.interference, 0.6), "{kernel:?}");
+        let truth = step_truth(&kernel, 0.25, false);
+        let world = c.conditions.ranks;
+        let mut pts = step_points(world, c.conditions.table_bytes);
         assert_eq!(pts.iter().filter(|q| q.together(world)).count(), 2);
         assert!(pts.iter().all(|q| q.together(world) == (q.tables > world)));
         for q in pts.iter_mut() {
@@ -2564,40 +2577,8 @@ mod tests {
             kernel.interference_x(8 * world, 8.0 * world as f64 * tb),
             0.0
         );
-        let truth = CostModel {
-            interference: 0.25,
-            interference_count: true,
-            pooled_measured: true,
-            pooled_occ_s: 60e-9,
-            pooled_occ_float_s: 0.5e-9,
-            pooled_example_s: 90e-9,
-            ask_measured: true,
-            ask_occ_s: 40e-9,
-            ask_occ_float_s: 1.5e-9,
-            ask_example_s: 200e-9,
-            ..kernel.clone()
-        };
-        let point = |dim, pooling, tables, placement: &str, mode: &str| PooledPoint {
-            dim,
-            pooling,
-            tables,
-            rows: rows_of(c.conditions.table_bytes, dim),
-            batch: 256,
-            placement: placement.into(),
-            pieces: if placement == "table" { 1 } else { world },
-            mode: mode.into(),
-            seconds: 0.0,
-        };
-        let mut pts = Vec::new();
-        for (dim, pooling) in [(16, 1), (16, 32), (64, 1), (64, 32)] {
-            for pl in POOLED_PLACEMENTS {
-                pts.push(point(dim, pooling, world, pl, "pooled"));
-            }
-            pts.push(point(dim, pooling, world, "table", "rows"));
-        }
-        for mode in POOLED_MODES {
-            pts.push(point(64, 8, 8 * world, "table", mode));
-        }
+        let truth = step_truth(&kernel, 0.25, true);
+        let mut pts = step_points(world, c.conditions.table_bytes);
         for q in pts.iter_mut() {
             q.seconds = q.modelled(&truth, world);
         }
