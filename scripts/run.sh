@@ -24,6 +24,9 @@ fi
 if [[ $(id -u) -eq 0 ]]; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
+# PMIx checks a local rank by the node's credentials, not munge: with munge installed
+# but its daemon stopped, every mpirun would otherwise retry munge's socket for ~2.3 s.
+export PMIX_MCA_psec="${PMIX_MCA_psec:-native}"
 # shellcheck source=scripts/blas_env.sh
 . scripts/blas_env.sh   # one BLAS thread per rank, the same OpenBLAS kernels on every rank
 MPIRUN=(mpirun --oversubscribe --bind-to none "${BLAS_MPI_ENV[@]}" -np "$NP")

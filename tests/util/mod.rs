@@ -29,6 +29,18 @@ pub fn cnr2000() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/cnr-2000/cnr-2000")
 }
 
+/// The environment of every `torusrec` and `mpirun` a test starts: Open MPI as
+/// root, one BLAS thread a rank, and PMIx's security check by the node's own
+/// credentials rather than munge. Where munge is installed (the Slurm tests add it)
+/// but its daemon is not running, PMIx retries munge's socket for about 2.3 s at
+/// every start of `mpirun` and of a singleton rank: most of a short test's time.
+pub fn set_mpi_env(cmd: &mut Command) {
+    cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OPENBLAS_NUM_THREADS", "1")
+        .env("PMIX_MCA_psec", "native");
+}
+
 /// One test at a time: the tests that start `mpirun` jobs of several ranks (they
 /// oversubscribe the cores, and the signal tests depend on timing) and, in
 /// `tests/faults`, every test (each changes the process environment) take this lock
@@ -284,10 +296,8 @@ impl TestCommand {
                 c
             }
         };
-        cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-            .env("OPENBLAS_NUM_THREADS", "1")
-            .env_remove("RUST_LOG")
+        set_mpi_env(&mut cmd);
+        cmd.env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -210,10 +210,8 @@ impl Job {
             c.args(["sh", "-c"]).arg(script).arg("sh");
         }
         c.arg(bin()).args(&self.args);
-        c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-            .env("OPENBLAS_NUM_THREADS", "1")
-            .env_remove("RUST_LOG")
+        util::set_mpi_env(&mut c);
+        c.env_remove("RUST_LOG")
             .env_remove("TORUSREC_FAULT")
             .env_remove("TORUSREC_INJECT_NAN")
             .env_remove("TORUSREC_PREEMPT_AT");
