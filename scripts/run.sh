@@ -21,12 +21,8 @@ if ! command -v cargo >/dev/null 2>&1 && [[ -f "${CARGO_HOME:-$HOME/.cargo}/env"
 fi
 
 # --- MPI launch settings: the one place they are defined -------------------------------
-if [[ $(id -u) -eq 0 ]]; then
-    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-fi
-# PMIx checks a local rank by the node's credentials, not munge: with munge installed
-# but its daemon stopped, every mpirun would otherwise retry munge's socket for ~2.3 s.
-export PMIX_MCA_psec="${PMIX_MCA_psec:-native}"
+# shellcheck source=scripts/mpi_env.sh
+. scripts/mpi_env.sh    # Open MPI as root; PMIx without munge's retries
 # shellcheck source=scripts/blas_env.sh
 . scripts/blas_env.sh   # one BLAS thread per rank, the same OpenBLAS kernels on every rank
 MPIRUN=(mpirun --oversubscribe --bind-to none "${BLAS_MPI_ENV[@]}" -np "$NP")

@@ -17,13 +17,9 @@ if ! command -v cargo >/dev/null 2>&1 && [[ -f "${CARGO_HOME:-$HOME/.cargo}/env"
 fi
 
 # Same MPI environment as scripts/run.sh (the integration tests launch mpirun themselves).
-if [[ $(id -u) -eq 0 ]]; then
-    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-fi
+# shellcheck source=scripts/mpi_env.sh
+. scripts/mpi_env.sh
 export OPENBLAS_NUM_THREADS=1
-# PMIx checks a local rank by the node's credentials, not munge: with munge installed
-# but its daemon stopped, every mpirun would otherwise retry munge's socket for ~2.3 s.
-export PMIX_MCA_psec="${PMIX_MCA_psec:-native}"
 export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
 
 # rustfmt and clippy are rustup components; add them if missing (needs rustup's network).
