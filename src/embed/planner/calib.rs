@@ -26,7 +26,8 @@
 //!
 //! Each kernel point is the median of `reps` timed calls after one untimed call; the
 //! MLP points are timed together in interleaved rounds (one call of each per round)
-//! and each is the median of its rounds; a kernel's or an MLP point's seconds are
+//! and each is the slowest rank's seconds of a round, averaged over the rounds (what
+//! a synchronized step pays: [`synchronized_seconds`]); a kernel point's seconds are
 //! the mean over ranks of each rank's median, a collective's the slowest rank's
 //! mean.
 //!
@@ -602,14 +603,18 @@ fn local_kernel_pair(o: &CalibOptions, st: Setting<'_>) -> (KernelPoint, KernelP
 /// Collective: every rank must call. The MLP step (forward and backward) of every
 /// shape of `o.mlp_shapes` over every batch of `o.mlp_batches`, timed in
 /// `o.mlp_rounds` interleaved rounds (one call of each point per round, after one
-/// untimed call of each); each point's seconds are the median of its rounds. A slow
-/// spell of a shared machine lasting a second or two then falls on one round of
-/// every point, not on all the calls of the point timed during it (consecutive calls
-/// moved one shape's rate by up to a third between calibrations, and the MLP is the
-/// largest term of a step). Every call starts after a barrier, as a training step's
-/// dense phase starts after the lookup's collectives: the ranks run it together, as
-/// they do there (unsynchronized, 4 ranks on 2 cores measured a third less than
-/// training's rate).
+/// untimed call of each). A slow spell of a shared machine lasting a second or two
+/// then falls on one round of every point, not on all the calls of the point timed
+/// during it. Every call starts after a barrier, as a training step's dense phase
+/// starts after the lookup's collectives: the ranks run it together, as they do there
+/// (unsynchronized, 4 ranks on 2 cores measured a third less than training's rate).
+///
+/// A point's seconds are what a step pays for it ([`synchronized_seconds`]): the
+/// slowest rank's seconds of each round, averaged over the rounds. A step's dense
+/// phase ends in a collective, so the step waits for the slowest rank, and a
+/// training run's seconds per step are a mean over its steps, slow ones included.
+/// (Each rank's median of its rounds, averaged over ranks, had the dense phase of
+/// the costs bench's runs 5 to 25 % above its prediction.)
 fn global_mlp_points<C: Comm>(comm: &C, o: &CalibOptions) -> Result<Vec<MlpPoint>> {
     struct Case {
         mlp: Mlp,
@@ -669,14 +674,40 @@ fn global_mlp_points<C: Comm>(comm: &C, o: &CalibOptions) -> Result<Vec<MlpPoint
             }
         }
     }
+    // Every rank's rounds of every point, point-major: [rank][point][round].
+    let rounds = cases.first().map_or(0, |c| c.times.len());
+    let mine: Vec<f64> = cases.iter().flat_map(|c| c.times.iter().copied()).collect();
+    let all = comm.all_gather_v(&mine)?;
+    let per_rank: Vec<&[f64]> = (0..comm.size()).map(|r| all.from_rank(r)).collect();
     Ok(cases
-        .into_iter()
-        .map(|c| MlpPoint {
-            layers: c.mlp.layers().to_vec(),
-            batch: c.batch,
-            seconds: median(c.times),
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let of_point: Vec<&[f64]> = per_rank
+                .iter()
+                .map(|t| &t[i * rounds..(i + 1) * rounds])
+                .collect();
+            MlpPoint {
+                layers: c.mlp.layers().to_vec(),
+                batch: c.batch,
+                seconds: synchronized_seconds(&of_point),
+            }
         })
         .collect())
+}
+
+/// The seconds a synchronized step pays for a phase timed in rounds on every rank
+/// (`per_rank[r][round]`): the slowest rank's seconds of each round, averaged over
+/// the rounds (0 without rounds).
+pub fn synchronized_seconds(per_rank: &[&[f64]]) -> f64 {
+    let rounds = per_rank.iter().map(|t| t.len()).min().unwrap_or(0);
+    if rounds == 0 {
+        return 0.0;
+    }
+    let sum: f64 = (0..rounds)
+        .map(|k| per_rank.iter().map(|t| t[k]).fold(0.0, f64::max))
+        .sum();
+    sum / rounds as f64
 }
 
 /// Collective: every rank must call. The mean over ranks of each value.
@@ -801,23 +832,15 @@ pub fn global_calibrate<C: Comm>(comm: &C, o: &CalibOptions, cond: Conditions) -
             }
         }
     }
-    let mut mlp = global_mlp_points(comm, o)?;
-    // Kernel seconds: the mean over ranks.
-    let mut secs: Vec<f64> = gather
-        .iter()
-        .chain(&scatter)
-        .map(|p| p.seconds)
-        .chain(mlp.iter().map(|p| p.seconds))
-        .collect();
+    let mlp = global_mlp_points(comm, o)?;
+    // Kernel seconds: the mean over ranks (the MLP points are the ranks' already).
+    let mut secs: Vec<f64> = gather.iter().chain(&scatter).map(|p| p.seconds).collect();
     global_mean(comm, &mut secs);
-    let (ng, ns) = (gather.len(), scatter.len());
+    let ng = gather.len();
     for (p, s) in gather.iter_mut().zip(&secs[..ng]) {
         p.seconds = *s;
     }
-    for (p, s) in scatter.iter_mut().zip(&secs[ng..ng + ns]) {
-        p.seconds = *s;
-    }
-    for (p, s) in mlp.iter_mut().zip(&secs[ng + ns..]) {
+    for (p, s) in scatter.iter_mut().zip(&secs[ng..]) {
         p.seconds = *s;
     }
     let (all_to_all, all_reduce) = global_collectives(comm, o)?;
@@ -1956,6 +1979,19 @@ mod tests {
             ..o
         };
         assert!(global_mlp_points(&crate::comm::single::SingleComm::new(), &bad).is_err());
+    }
+
+    #[test]
+    fn a_synchronized_phase_costs_the_mean_over_rounds_of_the_slowest_rank() {
+        // Rank 1 is slow in round 0, rank 0 in round 2: the step waits for each.
+        let r0 = [1.0, 2.0, 5.0];
+        let r1 = [3.0, 1.0, 4.0];
+        let got = synchronized_seconds(&[&r0, &r1]);
+        assert!((got - (3.0 + 2.0 + 5.0) / 3.0).abs() < 1e-12, "{got}");
+        // One rank: the mean of its rounds (a slow round counts, as in training).
+        assert!((synchronized_seconds(&[&r0]) - 8.0 / 3.0).abs() < 1e-12);
+        assert_eq!(synchronized_seconds(&[]), 0.0);
+        assert_eq!(synchronized_seconds(&[&[], &[]]), 0.0);
     }
 
     fn point(dim: usize, dist: &str, tables: usize, per_id: f64) -> KernelPoint {
