@@ -613,8 +613,9 @@ fn local_kernel_pair(o: &CalibOptions, st: Setting<'_>) -> (KernelPoint, KernelP
 /// slowest rank's seconds of each round, averaged over the rounds. A step's dense
 /// phase ends in a collective, so the step waits for the slowest rank, and a
 /// training run's seconds per step are a mean over its steps, slow ones included.
-/// (Each rank's median of its rounds, averaged over ranks, had the dense phase of
-/// the costs bench's runs 5 to 25 % above its prediction.)
+/// (With each rank's median of its rounds, averaged over ranks, the dense phase of
+/// three costs benches measured, in the median over their runs, 1.11, 1.18 and 1.27
+/// times its prediction; docs/calibrate.md.)
 fn global_mlp_points<C: Comm>(comm: &C, o: &CalibOptions) -> Result<Vec<MlpPoint>> {
     struct Case {
         mlp: Mlp,
