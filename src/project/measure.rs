@@ -76,7 +76,8 @@ pub fn local_read_model(path: &Path, p: usize) -> Result<AlsModel> {
 /// Link parameters fitted to the torus collectives themselves on this shape, so that
 /// they include what a hop costs here beyond the bytes (packing, copies, scheduling):
 /// all-reduces of 16 kB to 4 MB and uniform all-to-alls of 64 kB to 8 MB per rank,
-/// each started after a barrier (as `project measure` times the run), the slowest
+/// each after the rank has written as many bytes as its solves stream
+/// ([`evict_bytes`]) and started after a barrier (as `project measure` times the run), the slowest
 /// rank's mean of the calls of a round, averaged over the rounds; then the `(latency,
 /// bandwidth)` of least relative squares of `seconds = latency x shifts + bytes /
 /// bandwidth` over those calls, with `shifts` and `bytes` the chain the traffic model
@@ -92,16 +93,29 @@ pub struct LinkPoints {
     rounds: usize,
 }
 
+/// Bytes written before each link call when the run's are not known.
+pub const DEFAULT_EVICT_BYTES: usize = 32 << 20;
+
+/// The bytes a rank's solves stream in training, written before each link call: its
+/// shards of both tables (`table_bytes`) and of both CSRs (`nnz` non-zeros, a u32 id
+/// each), at least 1 MiB. They shrink as the ranks grow, and so does what a rank
+/// evicts before a collective; a fixed 32 MB (the setting before) priced the 8-rank
+/// tori's calls as after a solve twice the size of theirs.
+pub fn evict_bytes(table_bytes: u64, nnz: u64) -> usize {
+    (table_bytes + 4 * nnz).max(1 << 20) as usize
+}
+
 /// Collective: one round of the link microbenchmarks, `(shifts, bytes of the chain,
-/// seconds)` per call (the slowest rank's mean of `reps` timed calls).
-fn global_round<C: Comm>(comm: &C, reps: usize) -> Result<Vec<(f64, f64, f64)>> {
+/// seconds)` per call (the slowest rank's mean of `reps` timed calls), each call after
+/// `evict` bytes written by every rank.
+fn global_round<C: Comm>(comm: &C, reps: usize, evict: usize) -> Result<Vec<(f64, f64, f64)>> {
     let p = comm.size();
     let _phase = comm.stats().phase("calibrate");
     let dims = comm.torus().dims.clone();
     let mut round = Vec::new();
-    // In training every collective follows a solve that streams the tables through
-    // the caches: time each call after evicting them too (32 MB written per rank).
-    let mut evict = vec![0u8; 32 << 20];
+    // In training every collective follows a solve that streams the rank's tables and
+    // CSR through the caches: time each call after writing as many bytes.
+    let mut evict = vec![0u8; evict.max(1)];
     let mut time = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
         f()?;
         let mut total = 0.0;
@@ -141,13 +155,13 @@ impl LinkPoints {
     /// mean), added to the earlier rounds'. Each call is timed from a barrier to its
     /// end with the communicator's own barrier-start off (as `project measure` counts a
     /// phase's seconds: from after the barrier), then the setting is restored.
-    pub fn global_measure<C: Comm>(&mut self, comm: &C, reps: usize) -> Result<()> {
+    pub fn global_measure<C: Comm>(&mut self, comm: &C, reps: usize, evict: usize) -> Result<()> {
         if comm.size() < 2 {
             return Ok(());
         }
         let sync = comm.stats().sync_timing();
         comm.stats().set_sync_timing(false);
-        let round = global_round(comm, reps);
+        let round = global_round(comm, reps, evict);
         comm.stats().set_sync_timing(sync);
         self.add_round(&round?);
         Ok(())
@@ -253,6 +267,8 @@ pub struct Measured {
     pub projected_comm_seconds: f64,
     pub epoch_seconds: f64,
     pub projected_epoch_seconds: f64,
+    /// Bytes written before each link call ([`evict_bytes`]), the most on any rank.
+    pub evict_bytes: u64,
 }
 
 fn links_of(stats: &[(String, Links)], phase: &str) -> Links {
@@ -306,11 +322,6 @@ fn measure_inner<C: Comm>(
     preempt: Preemption,
 ) -> Result<Option<Measured>> {
     let p = comm.size();
-    // The link model's calls: a round before the epochs and one after each, so that
-    // they sample the machine over the same minutes as the epochs they are checked
-    // against.
-    let mut links = LinkPoints::default();
-    links.global_measure(comm, LINK_REPS)?;
     let peak = local_gemm_peak(threads);
     let peak = f64::from_bits(comm.raw_all_reduce_max_u64(peak.to_bits()));
     // The model, on rank 0 (the whole training CSR).
@@ -323,6 +334,16 @@ fn measure_inner<C: Comm>(
     let tr = Trainer::<f32>::global_new(comm, cfg, preempt.clone())?;
     let after_setup = comm.stats().links();
     let secs_setup = comm.stats().snapshot();
+    // The link model's calls: a round before the epochs and one after each, so that
+    // they sample the machine over the same minutes as the epochs they are checked
+    // against, each call after this rank's solve-sized eviction.
+    let evict = evict_bytes(
+        ((tr.w.len() + tr.h.len()) * std::mem::size_of::<f32>()) as u64,
+        tr.rows_side().shard.nnz() + tr.cols_side().shard.nnz(),
+    );
+    let evict_bytes = comm.raw_all_reduce_max_u64(evict as u64);
+    let mut links = LinkPoints::default();
+    links.global_measure(comm, LINK_REPS, evict)?;
     let t = Instant::now();
     let mut between = 0.0;
     let trained = global_train_unsaved_between(comm, tr, EvalAt::Never, || {
@@ -333,7 +354,7 @@ fn measure_inner<C: Comm>(
         // Its collectives fail only with a broken communicator, and not on every rank
         // at once: a panic aborts the job (a rank's error here would leave the others
         // in the round's collectives).
-        if let Err(e) = links.global_measure(comm, LINK_REPS) {
+        if let Err(e) = links.global_measure(comm, LINK_REPS, evict) {
             panic!("project measure: a round of link microbenchmarks failed: {e}");
         }
         between += t.elapsed().as_secs_f64();
@@ -445,6 +466,7 @@ fn measure_inner<C: Comm>(
         comm_seconds: comm_m,
         projected_comm_seconds: comm_p,
         epoch_seconds,
+        evict_bytes,
     }))
 }
 
@@ -482,5 +504,18 @@ mod tests {
         assert!((bw * c - 1.0).abs() < 1e-9, "{bw}");
         // Without calls (one rank) there are no links to price.
         assert_eq!(LinkPoints::default().fit(), (0.0, f64::INFINITY));
+    }
+
+    #[test]
+    fn a_link_call_first_writes_what_the_solves_of_its_rank_stream() {
+        // Both tables' shards and a u32 id per non-zero of both CSRs.
+        assert_eq!(evict_bytes(16 << 20, 3 << 20), (16 << 20) + (12 << 20));
+        // Twice the ranks, half the bytes each.
+        assert_eq!(
+            evict_bytes(8 << 20, 3 << 19),
+            evict_bytes(16 << 20, 3 << 20) / 2
+        );
+        // A tiny shard still writes a MiB.
+        assert_eq!(evict_bytes(0, 0), 1 << 20);
     }
 }
