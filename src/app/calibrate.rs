@@ -105,7 +105,8 @@ pub fn global_run<C: Comm>(comm: &C, a: &CalibrateArgs) -> Result<()> {
 /// `P` tables (one per rank) whole, in `P` column pieces and in `P` row blocks, and
 /// whole in `rows` mode, trained with the real step; the runs of the four
 /// interleaved, the median kept; then the whole tables of the other sizes, and the
-/// together points (`pooled_together` tables per rank, both modes). None on one rank
+/// together points (`pooled_together` tables per rank, both modes, each interleaved
+/// with its partner: one such table a rank). None on one rank
 /// (nothing is split); the three placements none at a width `P` does not divide.
 fn global_pooled_points<C: Comm>(comm: &C, o: &CalibOptions) -> Result<Vec<PooledPoint>> {
     let p = comm.size();
@@ -155,7 +156,14 @@ fn global_pooled_points<C: Comm>(comm: &C, o: &CalibOptions) -> Result<Vec<Poole
             mode: "rows".to_string(),
             ..together.clone()
         };
-        groups.push(vec![together, rows]);
+        // Each beside its partner (one such table a rank) in the same rounds: the
+        // interference is fitted to their ratio, which a slow minute moves less.
+        groups.push(vec![
+            PooledPoint::partner(&together, p),
+            together,
+            PooledPoint::partner(&rows, p),
+            rows,
+        ]);
     }
     for mut pts in groups {
         let mut runs = vec![Vec::new(); pts.len()];

@@ -22,7 +22,9 @@
 //!   through the real training step, at 2 ranks or more): `P` pooled tables whole,
 //!   in `P` column pieces and in `P` row blocks, the same whole in the `rows` mode,
 //!   whole tables of other sizes, and the together points
-//!   ([`CalibOptions::pooled_together`] whole tables on every rank, both modes).
+//!   ([`CalibOptions::pooled_together`] whole tables on every rank, both modes),
+//!   each interleaved with its partner ([`PooledPoint::partner`]: one such table a
+//!   rank).
 //!
 //! Each kernel point is the median of `reps` timed calls after one untimed call; the
 //! MLP points are timed together in interleaved rounds (one call of each per round)
@@ -49,7 +51,9 @@
 //! least-squares slope through the origin of `measured / modelled - 1` against `x`
 //! over them (`modelled` without interference; clamped at 0; points where an
 //! interference of 1 would add under 5 % to the price say nothing of it and are
-//! left out, as are kernel points with `x` under 0.05), fitted in turn with
+//! left out, as are kernel points with `x` under 0.05; a together point with a
+//! partner has both prices scaled first by the partner's measured over modelled
+//! seconds, so that a slow minute moving both does not move `beta`), fitted in turn with
 //! the pooled and `rows` coefficients, which depend on it, until it settles
 //! (`together_fit`). Without them it is the same slope of `(per-id seconds of k
 //! tables together) / (per-id seconds alone) - 1` over the kernel points of several
@@ -273,6 +277,29 @@ impl PooledPoint {
     /// (what the interference is fitted to), not one piece of each of `world` tables.
     pub fn together(&self, world: usize) -> bool {
         self.placement == "table" && self.tables > world.max(1)
+    }
+
+    /// The point `together`'s tables alone: one whole table a rank of the same width,
+    /// pooling, rows, batch and mode (`torusrec calibrate` times the two in the same
+    /// rounds; the interference is fitted to their ratio).
+    pub fn partner(together: &PooledPoint, world: usize) -> PooledPoint {
+        PooledPoint {
+            tables: world.max(1),
+            seconds: 0.0,
+            ..together.clone()
+        }
+    }
+
+    /// Whether this point is [`PooledPoint::partner`] of `together`.
+    pub fn is_partner_of(&self, together: &PooledPoint, world: usize) -> bool {
+        together.together(world)
+            && self.placement == "table"
+            && self.tables == world.max(1)
+            && self.dim == together.dim
+            && self.pooling == together.pooling
+            && self.rows == together.rows
+            && self.batch == together.batch
+            && self.mode == together.mode
     }
 
     /// Width of one of the point's pieces.
@@ -1157,7 +1184,7 @@ fn pooled_fit(c: &Costs, m: &CostModel) -> Option<([f64; 3], Vec<[f64; 2]>)> {
     let pooled: Vec<&PooledPoint> = c
         .pooled
         .iter()
-        .filter(|q| q.mode == "pooled" && !q.together(world))
+        .filter(|q| q.mode == "pooled" && !q.together(world) && !a_partner(c, q, world))
         .collect();
     if pooled.is_empty() {
         return None;
@@ -1215,7 +1242,7 @@ fn rows_fit(c: &Costs, m: &CostModel) -> Option<[f64; 3]> {
     let rows: Vec<&PooledPoint> = c
         .pooled
         .iter()
-        .filter(|q| q.mode == "rows" && !q.together(world))
+        .filter(|q| q.mode == "rows" && !q.together(world) && !a_partner(c, q, world))
         .collect();
     if rows.is_empty() {
         return None;
@@ -1242,12 +1269,30 @@ fn rows_fit(c: &Costs, m: &CostModel) -> Option<[f64; 3]> {
     Some(nonneg_least_squares(&pts))
 }
 
+/// The together point's partner: one table a rank of the same width, pooling, rows,
+/// batch and mode, measured in the same rounds ([`PooledPoint::partner`]).
+fn partner_of<'a>(c: &'a Costs, q: &PooledPoint, world: usize) -> Option<&'a PooledPoint> {
+    c.pooled.iter().find(|a| a.is_partner_of(q, world))
+}
+
+/// Whether `q` is a together point's partner: it serves as that point's reference
+/// only ([`together_fit`]), not in the coefficients' fits, so that they are what
+/// they were without partners.
+fn a_partner(c: &Costs, q: &PooledPoint, world: usize) -> bool {
+    c.pooled.iter().any(|t| q.is_partner_of(t, world))
+}
+
 /// The interference from the together points (`None` without them): the
 /// least-squares slope through the origin, relative to each point's seconds, of
 /// its seconds less what `m` prices it at without interference against what an
 /// interference of 1 adds to that price (its owners' seconds times the law's
 /// variable, [`CostModel::interference_x`]); at least 0. Points where that
-/// addition is under [`IDENTIFIES`] of the price are left out.
+/// addition is under [`IDENTIFIES`] of the price are left out. Where the point has a
+/// partner (one table a rank, otherwise the same, timed in the same rounds), both
+/// prices are first scaled by the partner's measured over modelled seconds: the
+/// interference is then what the tables together cost beyond one table each as
+/// measured in the same minutes, and a slow or fast minute of a shared machine,
+/// which moves both points, does not move it.
 fn together_fit(c: &Costs, m: &CostModel) -> Option<f64> {
     let world = c.conditions.ranks.max(1);
     let free = CostModel {
@@ -1263,8 +1308,12 @@ fn together_fit(c: &Costs, m: &CostModel) -> Option<f64> {
     // the law's variable; the asking side is not multiplied).
     let (mut num, mut den) = (0.0, 0.0);
     for q in c.pooled.iter().filter(|q| q.together(world)) {
-        let base = q.modelled(&free, world);
-        let a = (q.modelled(&one, world) - base) / q.seconds;
+        let scale = partner_of(c, q, world)
+            .map(|a| a.seconds / a.modelled(m, world))
+            .filter(|r| r.is_finite() && *r > 0.0)
+            .unwrap_or(1.0);
+        let base = q.modelled(&free, world) * scale;
+        let a = (q.modelled(&one, world) * scale - base) / q.seconds;
         if a < IDENTIFIES {
             continue;
         }
@@ -2573,6 +2622,49 @@ mod tests {
         // Without them: the kernel points' interference.
         c.pooled.retain(|q| !q.together(world));
         assert!(close(fit(&c).model.interference, 0.6));
+    }
+
+    /// A slow minute of a shared machine during the together points' rounds (both
+    /// modes' together points and their partners 1.3 times their truth): with the
+    /// partners the fit keeps the interference near its truth; without them, the
+    /// together points alone carry the slow minute into it.
+    #[test]
+    fn a_slow_minute_moves_the_together_points_and_their_partners_not_the_interference() {
+        let mut c = costs();
+        let kernel = fit(&c).model;
+        let truth = step_truth(&kernel, 0.25, false);
+        let world = c.conditions.ranks;
+        let mut pts = step_points(world, c.conditions.table_bytes);
+        let together: Vec<PooledPoint> =
+            pts.iter().filter(|q| q.together(world)).cloned().collect();
+        assert_eq!(together.len(), 2);
+        for t in &together {
+            let a = PooledPoint::partner(t, world);
+            assert!(a.is_partner_of(t, world) && !a.together(world), "{a:?}");
+            assert!(!t.is_partner_of(t, world));
+            pts.push(a);
+        }
+        for q in pts.iter_mut() {
+            q.seconds = q.modelled(&truth, world);
+        }
+        c.pooled = pts.clone();
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b.abs().max(1e-12);
+        assert!(close(fit(&c).model.interference, 0.25));
+        // The slow minute: the together points and their partners, 1.3 times.
+        let slow = |q: &PooledPoint| {
+            q.together(world) || together.iter().any(|t| q.is_partner_of(t, world))
+        };
+        for q in c.pooled.iter_mut().filter(|q| slow(q)) {
+            q.seconds *= 1.3;
+        }
+        let with = fit(&c).model.interference;
+        assert!((with / 0.25 - 1.0).abs() < 0.15, "{with}");
+        // Without the partners: the together points' slow minute is read as
+        // interference.
+        c.pooled
+            .retain(|q| !together.iter().any(|t| q.is_partner_of(t, world)));
+        let without = fit(&c).model.interference;
+        assert!(without > 2.0 * 0.25, "{without}");
     }
 
     #[test]
