@@ -93,9 +93,6 @@ pub struct LinkPoints {
     rounds: usize,
 }
 
-/// Bytes written before each link call when the run's are not known.
-pub const DEFAULT_EVICT_BYTES: usize = 32 << 20;
-
 /// The bytes a rank's solves stream in training, written before each link call: its
 /// shards of both tables (`table_bytes`) and of both CSRs (`nnz` non-zeros, a u32 id
 /// each), at least 1 MiB. They shrink as the ranks grow, and so does what a rank
@@ -341,7 +338,7 @@ fn measure_inner<C: Comm>(
         ((tr.w.len() + tr.h.len()) * std::mem::size_of::<f32>()) as u64,
         tr.rows_side().shard.nnz() + tr.cols_side().shard.nnz(),
     );
-    let evict_bytes = comm.raw_all_reduce_max_u64(evict as u64);
+    let evict_max = comm.raw_all_reduce_max_u64(evict as u64);
     let mut links = LinkPoints::default();
     links.global_measure(comm, LINK_REPS, evict)?;
     let t = Instant::now();
@@ -466,7 +463,7 @@ fn measure_inner<C: Comm>(
         comm_seconds: comm_m,
         projected_comm_seconds: comm_p,
         epoch_seconds,
-        evict_bytes,
+        evict_bytes: evict_max,
     }))
 }
 
