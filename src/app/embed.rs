@@ -584,9 +584,15 @@ impl EmbedArgs {
             }
         }
         let mem = mem_per_rank(&a.planner)?;
+        // A resumed run may overwrite the model and plan its first attempt wrote.
+        let resumed = checkpoint_config(a).continues_a_run();
+        if let Some(p) = &a.plan_out {
+            crate::outfile::check_output(p, a.force || resumed)?;
+            if root {
+                crate::outfile::probe_writable(p)?;
+            }
+        }
         if let Some(out) = &a.out {
-            // A resumed run may overwrite the model its first attempt wrote.
-            let resumed = checkpoint_config(a).continues_a_run();
             crate::outfile::check_output(out, a.force || resumed)?;
             if root {
                 crate::outfile::probe_writable(out)?;
@@ -646,6 +652,27 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
 
     // A step looks up its K micro-batches at once: plan for the step's batch.
     let per_rank = cfg.micro.div_ceil(comm.size()) * cfg.accumulate;
+    let step = cfg.micro as f64 * cfg.accumulate as f64;
+    let preloaded = preloaded_per_rank(a.preload, cfg.steps, step, comm.size());
+    // Without --mem-per-rank the planner places at most what the memory check below
+    // admits: the node's share less the rest of the estimate.
+    let plan_mem = cfg.mem_per_rank.or_else(|| {
+        let budget = memory::table_budget(
+            &cfg.spec,
+            cfg.micro,
+            cfg.accumulate,
+            comm.size(),
+            &cfg.dense_opt,
+            preloaded,
+        );
+        if let (true, "auto", Some(b)) = (root, a.plan.as_str(), budget) {
+            println!(
+                "planner: at most {} of tables a rank (the node's memory over its ranks, less the rest of the estimate; --mem-per-rank sets it)",
+                human_bytes(b)
+            );
+        }
+        budget
+    });
     let (plan, plan_stats) = global_resolve_plan(
         comm,
         &a.plan,
@@ -654,7 +681,7 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         &cfg.ids,
         cfg.seed,
         per_rank,
-        cfg.mem_per_rank,
+        plan_mem,
         cfg.table_opt,
         a.planner.stats.as_deref(),
         &cost,
@@ -665,6 +692,16 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         OutputModeArg::Rows => plan.with_modes(OutputMode::Rows),
         OutputModeArg::Pooled => plan.with_modes(OutputMode::Pooled),
     };
+    if let Some(p) = &a.plan_out {
+        let written = if root {
+            serde_json::to_vec_pretty(&plan)
+                .map_err(|e| Error::Config(format!("plan: {e}")))
+                .and_then(|bytes| crate::outfile::write(p, &bytes))
+        } else {
+            Ok(())
+        };
+        comm.agree(written)?;
+    }
     // Optimizer floats per table row, counted in every rank's table bytes.
     let state = cfg.table_opt.state_per_row() as u64;
     if root {
@@ -710,8 +747,6 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         .into_iter()
         .max()
         .unwrap_or(0);
-    let step = cfg.micro as f64 * cfg.accumulate as f64;
-    let preloaded = preloaded_per_rank(a.preload, cfg.steps, step, comm.size());
     comm.agree(memory::check(
         &cfg.spec,
         cfg.micro,

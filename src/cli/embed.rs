@@ -95,6 +95,11 @@ pub struct EmbedArgs {
     // What `--plan auto` plans with (--mem-per-rank and --table-opt act on every plan).
     #[command(flatten)]
     pub planner: PlannerArgs,
+    /// Write the plan this run trains with (after --output-mode) as JSON before the
+    /// first step; `--plan PLAN.json` trains with it again. An existing file is kept
+    /// unless --force.
+    #[arg(long, value_name = "PLAN.json")]
+    pub plan_out: Option<PathBuf>,
     #[arg(long, default_value_t = 0.02)]
     pub table_lr: f32,
     #[arg(long, value_enum, default_value_t = DenseOptKind::Adagrad)]
@@ -147,7 +152,7 @@ pub struct EmbedArgs {
     /// Write the trained tables and MLP here (HDF5).
     #[arg(long, value_name = "model.h5")]
     pub out: Option<PathBuf>,
-    /// Overwrite an existing --out.
+    /// Overwrite an existing --out or --plan-out.
     #[arg(long)]
     pub force: bool,
     #[command(flatten)]

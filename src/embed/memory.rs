@@ -83,11 +83,12 @@ pub fn check(
     preloaded: u64,
 ) -> Result<()> {
     let est = estimate(spec, micro, accumulate, ranks, dense, tables, preloaded);
-    let total = est
-        .parts
-        .iter()
-        .fold(0u64, |acc, p| acc.saturating_add(p.1));
-    node::check_fits(total, node::mem_limit(None), |limit| {
+    check_within(&est, node::mem_limit(None))
+}
+
+/// [`check`]'s refusal of `est` against `limit` bytes per rank.
+fn check_within(est: &MemEstimate, limit: Option<u64>) -> Result<()> {
+    node::check_fits(est.total(), limit, |limit| {
         format!(
             "this model and step need an estimated {} per rank, more than {} (the node's memory divided by the {} rank(s) on it); use a smaller --batch or --accumulate, fewer --steps with --preload, smaller tables or hidden layers, or more ranks",
             est.describe(),
@@ -96,6 +97,28 @@ pub fn check(
         )
     })
     .map_err(Error::Config)
+}
+
+/// The most table bytes (rows and optimizer state) one rank may hold so that [`check`]
+/// admits the run: the node's memory divided by the ranks on it, less everything else
+/// [`estimate`] counts, none when the node's memory is unknown. The planner's bound
+/// when `--mem-per-rank` is not given, so that `--plan auto` makes a plan `embed`
+/// accepts.
+pub fn table_budget(
+    spec: &ModelSpec,
+    micro: usize,
+    accumulate: usize,
+    ranks: usize,
+    dense: &DenseOpt,
+    preloaded: u64,
+) -> Option<u64> {
+    let rest = estimate(spec, micro, accumulate, ranks, dense, 0, preloaded);
+    budget_within(&rest, node::mem_limit(None))
+}
+
+/// [`table_budget`] against `limit` bytes per rank, from the estimate without tables.
+fn budget_within(rest: &MemEstimate, limit: Option<u64>) -> Option<u64> {
+    limit.map(|l| l.saturating_sub(rest.total()))
 }
 
 #[cfg(test)]
@@ -145,5 +168,27 @@ mod tests {
         assert_eq!(part(6, "lookups"), 3 * part(1, "lookups"));
         assert_eq!(part(5, "step inputs"), 5 * part(1, "step inputs"));
         assert_eq!(part(5, "activations"), part(1, "activations"));
+    }
+
+    #[test]
+    fn the_table_budget_is_the_most_tables_the_check_admits() {
+        let spec = preset("tiny", 1.0).unwrap();
+        let dense = DenseOpt::adam(0.01);
+        let est = |tables| estimate(&spec, 4096, 3, 4, &dense, tables, 1000);
+        let rest = est(0).total();
+        assert!(rest > memory::BASE_BYTES);
+        let limit = rest + (300 << 20);
+        let budget = budget_within(&est(0), Some(limit)).unwrap();
+        assert_eq!(budget, 300 << 20);
+        assert!(check_within(&est(budget), Some(limit)).is_ok());
+        let refused = check_within(&est(budget + 1), Some(limit)).unwrap_err();
+        assert!(
+            refused.to_string().contains("need an estimated"),
+            "{refused}"
+        );
+        // Nothing left for the tables when the rest alone does not fit; no bound when
+        // the node's memory is unknown.
+        assert_eq!(budget_within(&est(0), Some(rest / 2)), Some(0));
+        assert_eq!(budget_within(&est(0), None), None);
     }
 }

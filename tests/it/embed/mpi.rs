@@ -342,3 +342,54 @@ fn a_step_allocates_no_large_buffer_once_its_buffers_have_grown() {
         );
     }
 }
+
+/// rank 0's `plan: N ...; output ...; memory per rank ...` line.
+fn plan_line(o: &Output) -> String {
+    o.stdout
+        .lines()
+        .find(|l| l.starts_with("plan: ") && l.contains("memory per rank"))
+        .unwrap_or_else(|| panic!("no plan line\n{}", o.dump()))
+        .to_string()
+}
+
+#[test]
+fn the_plan_a_run_writes_trains_the_same_bits_again_and_is_kept_without_force() {
+    let _serial = serial();
+    let d = tempdir();
+    let p = d.path().join("plan.json");
+    let ps = p.to_str().unwrap();
+    let auto = embed(
+        2,
+        &[
+            "--plan",
+            "auto",
+            "--output-mode",
+            "pooled",
+            "--plan-out",
+            ps,
+        ],
+    );
+    auto.expect_code(0);
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap())
+        .unwrap_or_else(|e| panic!("{ps}: {e}"));
+    assert!(v["tables"].as_array().is_some_and(|t| !t.is_empty()), "{v}");
+    let written = std::fs::read(&p).unwrap();
+    // The written plan (with --output-mode's modes) trains the same bits.
+    let again = embed(2, &["--plan", ps]);
+    again.expect_code(0);
+    assert_eq!(plan_line(&again), plan_line(&auto));
+    assert!(
+        plan_line(&auto).contains(" 0 rows;"),
+        "{}",
+        plan_line(&auto)
+    );
+    assert_eq!(again.final_checksum(), auto.final_checksum());
+    // An existing file is refused (exit 2, naming it) before training, untouched...
+    let kept = embed(2, &["--plan", "table", "--plan-out", ps]);
+    kept.expect_code(2).stderr_has(&[ps]);
+    assert!(!kept.stdout.contains("step     12/12"), "{}", kept.dump());
+    assert_eq!(std::fs::read(&p).unwrap(), written);
+    // ...and replaced with --force.
+    embed(2, &["--plan", "table", "--plan-out", ps, "--force"]).expect_code(0);
+    assert_ne!(std::fs::read(&p).unwrap(), written);
+}
