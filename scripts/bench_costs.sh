@@ -26,6 +26,8 @@
 # rank's busy seconds summed over the runs: a slow spell of one core on this shared
 # machine lasts tens of steps and makes a single run's max/min read high even for
 # ranks with the same work), and the median of the runs' own max/min beside it.
+# Each run writes the plan it trained (--plan-out); when two planners made the same
+# plan (the same digest), the summaries pool their runs: one plan, one measurement.
 #
 # Knobs: RANKS="2 4", WORKLOADS="torchrec-peer dlrm-synthetic skewed", REPEATS=3,
 # SKEW_MULT=4 (skewed runs that many times WARM and STEPS: its steps are short),
@@ -108,9 +110,9 @@ calibrate_to() {
 # train NAME NP PLAN MODEL...: one run with --costs; metrics in $OUT/NAME.jsonl.
 train() {
   local name=$1 np=$2 plan=$3; shift 3
-  rm -f "$OUT/$name.jsonl"
+  rm -f "$OUT/$name.jsonl" "$OUT/$name.plan.json"
   "${MPI[@]}" -np "$np" "$BIN" embed "$@" --batch "$B" --steps $(((WARM + STEPS) * M)) --log-every $((WARM * M)) \
-      --eval-examples 4096 --threads 1 --seed 1 --preload --plan "$plan" \
+      --eval-examples 4096 --threads 1 --seed 1 --preload --plan "$plan" --plan-out "$OUT/$name.plan.json" \
       --costs "$COSTS" --metrics "$OUT/$name.jsonl" > "$OUT/$name.log" 2>&1 \
     || { local rc=$?; rm -f "$OUT/$name.jsonl"
          # Exit 2: refused before training (e.g. the memory estimate); a row says so.
@@ -126,10 +128,13 @@ run() {
       "$(grep -o 'torusrec: .*' "$OUT/$5.log" | head -1 | cut -c11-160 | tr '|\t' '/ ')"
     return
   fi
-  B_USED="$B" python3 - "$@" "$OUT/$5.jsonl" <<'PY'
-import json, os, sys
-w, p, planner, rep, _, f = sys.argv[1:]
+  B_USED="$B" python3 - "$@" "$OUT/$5.jsonl" "$OUT/$5.plan.json" <<'PY'
+import hashlib, json, os, sys
+w, p, planner, rep, _, f, plan = sys.argv[1:]
 rows = [json.loads(l) for l in open(f) if l.strip()]
+# The plan the run trained with (--plan-out), as a digest of its canonical JSON:
+# runs of different planners with the same digest trained the same plan.
+digest = hashlib.sha256(json.dumps(json.load(open(plan)), sort_keys=True).encode()).hexdigest()[:12]
 fin = [r for r in rows if r.get("final")][-1]
 iv = [r for r in rows if not r.get("final")][1:]
 ex = sum(r["examples"] for r in iv) / max(sum(r["seconds"] for r in iv), 1e-12)
@@ -141,7 +146,7 @@ print("\t".join([w, p, planner, rep, f"{fin['predicted']['step']:.6f}",
                  f"{m['busy_max_over_min']:.4f}", f"{ex:.1f}",
                  f"{max(cpu):.6f}", f"{min(cpu):.6f}", f"{max(cpu) / min(cpu):.4f}",
                  os.environ["B_USED"], ",".join(f"{x:.6f}" for x in busy),
-                 ",".join(f"{x:.6f}" for x in cpu)]))
+                 ",".join(f"{x:.6f}" for x in cpu), digest]))
 PY
 }
 
@@ -216,6 +221,21 @@ plans = {}
 for r in runs:
     plans.setdefault((r[0], r[1], r[2]), []).append(r)
 med = lambda rs, i: st.median(float(r[i]) for r in rs)
+# The plan each run trained (a digest of its JSON; rows of an older script: the
+# planner). Planners that made the same plan trained it in each of their runs: for
+# the summaries their runs are pooled, so that the same plan is not compared with
+# itself through the machine's noise.
+digest = lambda r: r[16] if len(r) > 16 else r[2]
+by_plan = {}
+for r in runs:
+    by_plan.setdefault((r[0], r[1], digest(r)), []).append(r)
+def same(w, p, planner):
+    """The runs of every planner that made `planner`'s plan, and those planners."""
+    ds = {digest(r) for r in plans[(w, p, planner)]}
+    if len(ds) != 1:
+        return plans[(w, p, planner)], [planner]
+    rs = by_plan[(w, p, ds.pop())]
+    return rs, sorted({r[2] for r in rs})
 def pooled(rs, i):
     """Max over min of each rank's busy seconds per step over all the plan's runs
     (the same plan, data and steps each run): none for rows of an older script."""
@@ -226,11 +246,12 @@ def pooled(rs, i):
     return max(tot) / min(tot) if min(tot) > 0 else float("inf")
 rng = lambda rs, i, f: f"{f % min(float(r[i]) for r in rs)}-{f % max(float(r[i]) for r in rs)}"
 print("Per plan: the median over its runs (the range over them in brackets); error: predicted against the median measured step. "
+      "Plan: a digest of the plan's JSON (\`embed --plan-out\`); planners with the same digest trained the same plan, and its busy max/min is over the runs of all of them. "
       "Busy max/min: over all the plan's runs, each rank's busy seconds summed over them, the largest over the smallest; "
       "then, in brackets, the median of the runs' own max/min and their range.")
 print()
-print("| workload | P | batch/rank | planner | runs | predicted s/step | measured s/step | error % | busy max / min s | busy max/min | CPU busy max / min s | CPU busy max/min | examples/s |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+print("| workload | P | batch/rank | planner | plan | runs | predicted s/step | measured s/step | error % | busy max / min s | busy max/min | CPU busy max / min s | CPU busy max/min | examples/s |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 errs, ratio, cratio, rratio, rcratio = [], {}, {}, {}, {}
 fmt = lambda v: "-" if v is None else f"{v:.3f}"
 for (w, p, planner), rs in plans.items():
@@ -238,20 +259,34 @@ for (w, p, planner), rs in plans.items():
     err = 100 * (pred - meas) / meas
     errs.append(abs(err))
     key = (w, p, planner)
-    ratio[key], cratio[key] = pooled(rs, 14), pooled(rs, 15)
-    rratio[key], rcratio[key] = med(rs, 8), med(rs, 12)
-    print(f"| {w} | {p} | {rs[0][13]} | {planner} | {len(rs)} | {pred:.4f} | {meas:.4f} ({rng(rs, 5, '%.4f')}) | {err:+.1f} | "
+    # The balance of the plan over every run of it (any planner's).
+    srs, _ = same(w, p, planner)
+    ratio[key], cratio[key] = pooled(srs, 14), pooled(srs, 15)
+    rratio[key], rcratio[key] = med(srs, 8), med(srs, 12)
+    print(f"| {w} | {p} | {rs[0][13]} | {planner} | `{digest(rs[0])[:8]}` | {len(rs)} | {pred:.4f} | {meas:.4f} ({rng(rs, 5, '%.4f')}) | {err:+.1f} | "
           f"{med(rs, 6):.4f} / {med(rs, 7):.4f} | **{fmt(ratio[key])}** ({med(rs, 8):.3f}; {rng(rs, 8, '%.3f')}) | "
           f"{med(rs, 10):.4f} / {med(rs, 11):.4f} | {fmt(cratio[key])} ({med(rs, 12):.3f}; {rng(rs, 12, '%.3f')}) | {med(rs, 9):.0f} ({rng(rs, 9, '%.0f')}) |")
 seen = set()
 for r in refused:
     if (r[0], r[1], r[2]) not in seen:
         seen.add((r[0], r[1], r[2]))
-        print(f"| {r[0]} | {r[1]} | - | {r[2]} | - | {r[4][:170]} | - | - | - | - | - | - | - |")
+        print(f"| {r[0]} | {r[1]} | - | {r[2]} | - | - | {r[4][:170]} | - | - | - | - | - | - | - |")
 print()
 if errs:
     print(f"Prediction error |predicted - measured| / measured over {len(errs)} plans (medians of their runs): mean {sum(errs)/len(errs):.1f} %, worst {max(errs):.1f} % (target: 10 % mean, 20 % worst).")
     print()
+    # Each distinct plan once, over the runs of every planner that made it (the
+    # same plan and costs predict the same step).
+    derrs, shared = [], []
+    for (w, p, d), rs in by_plan.items():
+        pred, meas = med(rs, 4), med(rs, 5)
+        derrs.append(abs(100 * (pred - meas) / meas))
+        names = sorted({r[2] for r in rs})
+        if len(names) > 1:
+            shared.append(f"{w} at P={p}: {' = '.join(names)} ({len(rs)} runs, {100 * (pred - meas) / meas:+.1f} %)")
+    if len(derrs) != len(errs):
+        print(f"Over the {len(derrs)} distinct plans (the runs of planners that made the same plan pooled): mean {sum(derrs)/len(derrs):.1f} %, worst {max(derrs):.1f} %. The same plan: " + "; ".join(shared) + ".")
+        print()
 for label, rat in (("busy max/min (wall) over all runs", ratio), ("CPU busy max/min over all runs", cratio),
                    ("per-run busy max/min (wall), median of the runs", rratio),
                    ("per-run CPU busy max/min, median of the runs", rcratio)):
@@ -271,7 +306,10 @@ for label, rat in (("busy max/min (wall) over all runs", ratio), ("CPU busy max/
         others = [v for k, v in g.items() if k != "calibrated"]
         cal_ok.append(c <= 1.05)
         cal_best.append(all(c <= o + 1e-9 for o in others))
-        print(f"- {w} at P={p}: calibrated {c:.3f}, " + ", ".join(f"{k} {v:.3f}" for k, v in g.items() if k != "calibrated"))
+        _, names = same(w, p, "calibrated")
+        also = [k for k in names if k != "calibrated"]
+        note = f" (the same plan as {' and '.join(also)}: their runs pooled)" if also else ""
+        print(f"- {w} at P={p}: calibrated {c:.3f}{note}, " + ", ".join(f"{k} {v:.3f}" for k, v in g.items() if k != "calibrated"))
     print()
     print(f"Calibrated {label}: <= 1.05 in {sum(cal_ok)} of {len(cal_ok)} settings; no worse than both others in {sum(cal_best)} of {len(cal_best)}.")
     print()
