@@ -246,7 +246,7 @@ def pooled(rs, i):
     return max(tot) / min(tot) if min(tot) > 0 else float("inf")
 rng = lambda rs, i, f: f"{f % min(float(r[i]) for r in rs)}-{f % max(float(r[i]) for r in rs)}"
 print("Per plan: the median over its runs (the range over them in brackets); error: predicted against the median measured step. "
-      "Plan: a digest of the plan's JSON (\`embed --plan-out\`); planners with the same digest trained the same plan, and its busy max/min is over the runs of all of them. "
+      "Plan: a digest of the plan's JSON (`embed --plan-out`); planners with the same digest trained the same plan, and its busy max/min is over the runs of all of them. "
       "Busy max/min: over all the plan's runs, each rank's busy seconds summed over them, the largest over the smallest; "
       "then, in brackets, the median of the runs' own max/min and their range.")
 print()
