@@ -16,8 +16,7 @@
 #      The three runs are repeated REPEATS times (default 3), interleaved (calibrated,
 #      analytic, lookup-greedy, calibrated, ...), so that a slow spell of this shared
 #      machine does not land on one planner only.
-# Per run: the predicted seconds per step (start of the run: at the speed of the
-# drift probe the run times before it trains, and at the calibration's) and the measured one
+# Per run: the predicted seconds per step (start of the run) and the measured one
 # (the intervals after the first, i.e. after WARM steps), each rank's busy seconds
 # per step in the embedding phases (max/min over ranks), and examples/s; every run is
 # kept in $OUT/costs-runs.tsv. The table gives per plan the median over the repeats
@@ -147,13 +146,7 @@ print("\t".join([w, p, planner, rep, f"{fin['predicted']['step']:.6f}",
                  f"{m['busy_max_over_min']:.4f}", f"{ex:.1f}",
                  f"{max(cpu):.6f}", f"{min(cpu):.6f}", f"{max(cpu) / min(cpu):.4f}",
                  os.environ["B_USED"], ",".join(f"{x:.6f}" for x in busy),
-                 ",".join(f"{x:.6f}" for x in cpu), digest,
-                 # The step at the calibration's speed, and the probe's drift
-                 # (kernels, MLP) the prediction was scaled by (a costs file
-                 # without a probe: the same step, drift 1).
-                 f"{fin['predicted'].get('step_at_calibration', fin['predicted']['step']):.6f}",
-                 f"{fin['predicted'].get('drift', {}).get('kernel', 1.0):.4f}",
-                 f"{fin['predicted'].get('drift', {}).get('mlp', 1.0):.4f}"]))
+                 ",".join(f"{x:.6f}" for x in cpu), digest]))
 PY
 }
 
@@ -215,7 +208,7 @@ done
   for P in $(ls "$OUT"/calibrate-*.log 2>/dev/null | grep -E 'calibrate-[0-9]+\.log$' | sed 's/.*calibrate-\([0-9]*\)\.log/\1/' | sort -n); do
     echo "Calibration at $P ranks (\`$OUT/costs-$P.json\`):"
     echo
-    grep -E '^(calibrate|probe|fit):' "$OUT/calibrate-$P.log" | sed 's/^/    /'
+    grep -E '^(calibrate|fit):' "$OUT/calibrate-$P.log" | sed 's/^/    /'
     echo
   done
   python3 - "$RUNS" <<'PY'
@@ -257,42 +250,30 @@ print("Per plan: the median over its runs (the range over them in brackets); err
       "Busy max/min: over all the plan's runs, each rank's busy seconds summed over them, the largest over the smallest; "
       "then, in brackets, the median of the runs' own max/min and their range.")
 print()
-print("Predicted: at the speed of the drift probe each run times before it trains (`embed --costs`: the step at the calibration's speed, scaled by the probe's seconds now over at the calibration); "
-      "at calibration: the same step unscaled, and in brackets the median probe ratio of the runs (kernels / MLP; 1 / 1: a costs file without a probe).")
-print()
-print("| workload | P | batch/rank | planner | plan | runs | predicted s/step | measured s/step | error % | at calibration s/step (probe) | error % | busy max / min s | busy max/min | CPU busy max / min s | CPU busy max/min | examples/s |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-errs, cerrs, ratio, cratio, rratio, rcratio = [], [], {}, {}, {}, {}
-# The step at the calibration's speed, and the probe's ratios (rows of an older
-# script: the predicted step, ratio 1).
-col = lambda r, i, d: r[i] if len(r) > i else d
+print("| workload | P | batch/rank | planner | plan | runs | predicted s/step | measured s/step | error % | busy max / min s | busy max/min | CPU busy max / min s | CPU busy max/min | examples/s |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+errs, ratio, cratio, rratio, rcratio = [], {}, {}, {}, {}
 fmt = lambda v: "-" if v is None else f"{v:.3f}"
 for (w, p, planner), rs in plans.items():
     pred, meas = med(rs, 4), med(rs, 5)
     err = 100 * (pred - meas) / meas
     errs.append(abs(err))
-    cal = st.median(float(col(r, 17, r[4])) for r in rs)
-    cerr = 100 * (cal - meas) / meas
-    cerrs.append(abs(cerr))
-    probe = f"{st.median(float(col(r, 18, 1)) for r in rs):.3f} / {st.median(float(col(r, 19, 1)) for r in rs):.3f}"
     key = (w, p, planner)
     # The balance of the plan over every run of it (any planner's).
     srs, _ = same(w, p, planner)
     ratio[key], cratio[key] = pooled(srs, 14), pooled(srs, 15)
     rratio[key], rcratio[key] = med(srs, 8), med(srs, 12)
-    print(f"| {w} | {p} | {rs[0][13]} | {planner} | `{digest(rs[0])[:8]}` | {len(rs)} | {pred:.4f} | {meas:.4f} ({rng(rs, 5, '%.4f')}) | {err:+.1f} | {cal:.4f} ({probe}) | {cerr:+.1f} | "
+    print(f"| {w} | {p} | {rs[0][13]} | {planner} | `{digest(rs[0])[:8]}` | {len(rs)} | {pred:.4f} | {meas:.4f} ({rng(rs, 5, '%.4f')}) | {err:+.1f} | "
           f"{med(rs, 6):.4f} / {med(rs, 7):.4f} | **{fmt(ratio[key])}** ({med(rs, 8):.3f}; {rng(rs, 8, '%.3f')}) | "
           f"{med(rs, 10):.4f} / {med(rs, 11):.4f} | {fmt(cratio[key])} ({med(rs, 12):.3f}; {rng(rs, 12, '%.3f')}) | {med(rs, 9):.0f} ({rng(rs, 9, '%.0f')}) |")
 seen = set()
 for r in refused:
     if (r[0], r[1], r[2]) not in seen:
         seen.add((r[0], r[1], r[2]))
-        print(f"| {r[0]} | {r[1]} | - | {r[2]} | - | - | {r[4][:170]} | - | - | - | - | - | - | - | - | - |")
+        print(f"| {r[0]} | {r[1]} | - | {r[2]} | - | - | {r[4][:170]} | - | - | - | - | - | - | - |")
 print()
 if errs:
     print(f"Prediction error |predicted - measured| / measured over {len(errs)} plans (medians of their runs): mean {sum(errs)/len(errs):.1f} %, worst {max(errs):.1f} % (target: 10 % mean, 20 % worst).")
-    print()
-    print(f"At the calibration's speed (the prediction unscaled by the probe): mean {sum(cerrs)/len(cerrs):.1f} %, worst {max(cerrs):.1f} %.")
     print()
     # Each distinct plan once, over the runs of every planner that made it (the
     # same plan and costs predict the same step).

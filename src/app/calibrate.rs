@@ -7,8 +7,8 @@ use crate::embed::gemm::Gemm;
 use crate::embed::keys::IdMap;
 use crate::embed::mlp::DenseOpt;
 use crate::embed::planner::calib::{
-    fit, global_calibrate, global_probe, median, rows_of, CalibOptions, Conditions, Costs,
-    PooledPoint, POOLED_PLACEMENTS, POOLED_TABLE_OPT,
+    fit, global_calibrate, median, rows_of, CalibOptions, Conditions, Costs, PooledPoint,
+    POOLED_PLACEMENTS, POOLED_TABLE_OPT,
 };
 use crate::embed::train::{EmbedConfig, EmbedTrainer, Source};
 use crate::node::resolve_threads;
@@ -89,13 +89,8 @@ pub fn global_run<C: Comm>(comm: &C, a: &CalibrateArgs) -> Result<()> {
         table_bytes: o.table_bytes,
     };
     let t = std::time::Instant::now();
-    // The drift probe at the start and the end: `embed --costs` times it again and
-    // scales its predicted step by the ratio (the machine's speed then over now).
-    let start = global_probe(comm, o.quick, o.reps, o.table_bytes)?;
     let mut costs = global_calibrate(comm, &o, cond)?;
     costs.pooled = global_pooled_points(comm, &o)?;
-    let end = global_probe(comm, o.quick, o.reps, o.table_bytes)?;
-    costs.probe = vec![start, end];
     costs.fit = fit(&costs);
     let res = if root {
         write(&costs, a).map(|_| report(&costs, a, t.elapsed().as_secs_f64()))
@@ -260,15 +255,6 @@ fn report(c: &Costs, a: &CalibrateArgs, secs: f64) {
         c.all_to_all.len(),
         c.all_reduce.len()
     );
-    if let [a, b] = c.probe.as_slice() {
-        println!(
-            "probe: kernels {:.2} ms at the start, {:.2} ms at the end; MLP step {:.2} ms, {:.2} ms (embed --costs times it again and scales its predicted step by now over their mean)",
-            a.kernel_s * 1e3,
-            b.kernel_s * 1e3,
-            a.mlp_s * 1e3,
-            b.mlp_s * 1e3
-        );
-    }
     println!(
         "fit: {:.1} ns per row access + bytes at {:.2} GB/s; interference {:.3} (a rank's k pieces of B bytes: their owners' seconds times 1 + that x ({}); {}); all-to-all {:.1} us + {:.2} GB/s, all-reduce {:.1} us + {:.2} GB/s{}; MLP {:.2} GFLOP/s",
         m.lookup_s * 1e9,

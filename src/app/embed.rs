@@ -20,7 +20,7 @@ use crate::embed::memory;
 use crate::embed::mlp::DenseOpt;
 use crate::embed::placement::{OutputMode, Placement, Plan};
 use crate::embed::planner;
-use crate::embed::planner::calib::{self, Costs, StepPrediction};
+use crate::embed::planner::calib::{Costs, StepPrediction};
 use crate::embed::planner::{CostModel, Heuristic, PlanOptions};
 use crate::embed::spec::{preset, Evict, ModelSpec, VocabKind};
 use crate::embed::stats::{load_or_measure_stats, BatchStats};
@@ -213,19 +213,10 @@ pub fn secs(x: f64) -> String {
     format!("{x:.decimals$}")
 }
 
-/// The `plan: predicted step` line (with the probe's drift when it was scaled).
+/// The `plan: predicted step` line.
 fn prediction_line(p: &StepPrediction, path: &Path) -> String {
-    let drift = match (&p.drift, p.step_at_calibration) {
-        (Some(d), Some(s)) => format!(
-            "; the probe ran {:.3}x (kernels) and {:.3}x (MLP) the calibration's seconds: {} s at its speed",
-            d.kernel,
-            d.mlp,
-            secs(s)
-        ),
-        _ => String::new(),
-    };
     format!(
-        "plan: predicted step {} s (embedding: max {} s, per rank [{}]; dense {} s; all-reduce {} s; measured costs {}{drift})",
+        "plan: predicted step {} s (embedding: max {} s, per rank [{}]; dense {} s; all-reduce {} s; measured costs {})",
         secs(p.step),
         secs(p.embedding_max),
         p.embedding_per_rank
@@ -733,6 +724,21 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         );
         println!("plan: {}", plan_summary(s, &plan, state));
     }
+    // Rank 0: the step the measured costs predict for this plan (in its final modes).
+    let predicted = match (&costs, &plan_stats, a.planner.costs.as_deref()) {
+        (Some(c), Some(st), Some(path)) => {
+            let rep = planner::evaluate(&cfg.spec, st, &plan, &cost, state);
+            let p = c.predict(
+                rep.cost_per_rank,
+                &cfg.spec.mlp_layers(),
+                per_rank,
+                comm.size(),
+            );
+            println!("{}", prediction_line(&p, path));
+            Some(p)
+        }
+        _ => None,
+    };
     // Interval seconds, steps and busy seconds per rank (wall, CPU), for the
     // measured step.
     let mut timed: Vec<Timed> = Vec::new();
@@ -750,35 +756,6 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         tables,
         preloaded,
     ))?;
-    // The drift probe (every rank, when the costs file has one): how much slower or
-    // faster the machine runs now than when it was calibrated.
-    let drift = match &costs {
-        Some(c) if !c.probe.is_empty() => {
-            let k = &c.conditions;
-            let now = calib::global_probe(comm, k.quick, k.reps, k.table_bytes)?;
-            c.drift(&now)
-        }
-        _ => None,
-    };
-    // Rank 0: the step the measured costs predict for this plan (in its final modes),
-    // at the probe's speed.
-    let predicted = match (&costs, &plan_stats, a.planner.costs.as_deref()) {
-        (Some(c), Some(st), Some(path)) => {
-            let rep = planner::evaluate(&cfg.spec, st, &plan, &cost, state);
-            let mut p = c.predict(
-                rep.cost_per_rank,
-                &cfg.spec.mlp_layers(),
-                per_rank,
-                comm.size(),
-            );
-            if let Some(d) = &drift {
-                p = p.scaled(d);
-            }
-            println!("{}", prediction_line(&p, path));
-            Some(p)
-        }
-        _ => None,
-    };
     let steps = cfg.steps;
     let run = RunConfig {
         checkpoint: checkpoint_config(a),
@@ -944,18 +921,12 @@ fn measured_step(timed: &[Timed]) -> MeasuredStep {
 }
 
 fn measured_line(m: &MeasuredStep, p: &StepPrediction) -> String {
-    let err = |pred: f64| 100.0 * (pred - m.seconds_per_step) / m.seconds_per_step.max(1e-12);
     format!(
-        "measured: {} s/step over the last {} steps (predicted {} s, {:+.1}%{}); busy seconds per step in the embedding phases per rank [{}] (max/min {:.3}){}",
+        "measured: {} s/step over the last {} steps (predicted {} s, {:+.1}%); busy seconds per step in the embedding phases per rank [{}] (max/min {:.3}){}",
         secs(m.seconds_per_step),
         m.steps,
         secs(p.step),
-        err(p.step),
-        p.step_at_calibration.map_or(String::new(), |s| format!(
-            "; at the calibration's speed {} s, {:+.1}%",
-            secs(s),
-            err(s)
-        )),
+        100.0 * (p.step - m.seconds_per_step) / m.seconds_per_step.max(1e-12),
         m.busy_per_rank
             .iter()
             .map(|&x| secs(x))

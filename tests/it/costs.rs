@@ -21,7 +21,6 @@ fn calibrate(dir: &Path) -> PathBuf {
             "calibrate: 2 rank(s)",
             "fit: ",
             "fit: pooled pieces ",
-            "probe: kernels ",
             "wrote ",
         ]);
     out
@@ -86,14 +85,6 @@ fn calibrate_writes_a_file_that_plans_and_refuses_bad_ones_naming_the_field() {
             a.iter().all(|p| p["seconds"].as_f64().unwrap() > 0.0),
             "{k}: {a:?}"
         );
-    }
-    // The drift probe at the start and the end, each timed.
-    let probe = v["probe"].as_array().unwrap();
-    assert_eq!(probe.len(), 2, "{probe:?}");
-    for p in probe {
-        for k in ["kernel_s", "mlp_s"] {
-            assert!(p[k].as_f64().unwrap() > 0.0, "{k}: {p}");
-        }
     }
     // Both id distributions, one table and several together.
     let g = v["gather"].as_array().unwrap();
@@ -306,76 +297,6 @@ fn embed_with_costs_predicts_its_step_and_reports_the_measured_one() {
         .filter(|l| l.contains("\"busy_per_rank\"") && l.contains("\"busy_cpu_per_rank\""))
         .count();
     assert!(n >= 3, "{intervals}");
-    // The probe ran again: the prediction is at its speed, and the one at the
-    // calibration's is kept beside it.
-    let p = &last["predicted"];
-    let (k, mlp) = (
-        p["drift"]["kernel"].as_f64().unwrap(),
-        p["drift"]["mlp"].as_f64().unwrap(),
-    );
-    assert!(
-        k > 0.0 && k.is_finite() && mlp > 0.0 && mlp.is_finite(),
-        "{p}"
-    );
-    let at_cal = p["step_at_calibration"].as_f64().unwrap();
-    assert!(at_cal > 0.0, "{p}");
-    let sum = p["embedding_max"].as_f64().unwrap()
-        + p["dense"].as_f64().unwrap()
-        + p["allreduce"].as_f64().unwrap();
-    assert!((sum - step).abs() <= 1e-9 * step, "{p}");
-    assert!(line.contains("the probe ran "), "{line}");
-    assert!(
-        run.stdout
-            .lines()
-            .any(|l| l.starts_with("measured: ") && l.contains("at the calibration's speed ")),
-        "{}",
-        run.stdout
-    );
-
-    // A costs file without a probe (written before it was measured): the step at
-    // the calibration's speed, unscaled.
-    let mut v = read(&costs);
-    v.as_object_mut().unwrap().remove("probe");
-    let old = write(d.path(), "old.json", &v);
-    let m2 = d.path().join("m2.jsonl");
-    let run = TestCommand::mpirun(2)
-        .args([
-            "embed",
-            "--preset",
-            "tiny",
-            "--steps",
-            "4",
-            "--log-every",
-            "2",
-            "--batch",
-            "64",
-            "--eval-examples",
-            "256",
-            "--threads",
-            "1",
-            "--costs",
-        ])
-        .arg(&old)
-        .arg("--metrics")
-        .arg(&m2)
-        .run();
-    run.expect_code(0)
-        .stdout_has(&["plan: predicted step "])
-        .occurs("the probe ran", 0);
-    let last: Value = serde_json::from_str(
-        std::fs::read_to_string(&m2)
-            .unwrap()
-            .lines()
-            .last()
-            .unwrap(),
-    )
-    .unwrap();
-    assert!(last["predicted"]["step"].as_f64().unwrap() > 0.0, "{last}");
-    assert!(last["predicted"].get("drift").is_none(), "{last}");
-    assert!(
-        last["predicted"].get("step_at_calibration").is_none(),
-        "{last}"
-    );
 
     // Without --costs: no prediction and no measured line.
     TestCommand::mpirun(2)

@@ -376,37 +376,7 @@ pub struct Costs {
     /// Pooled training steps (none in files written before they were measured).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub pooled: Vec<PooledPoint>,
-    /// The drift probe at the calibration's start and end ([`Probe`]; none in files
-    /// written before it was measured: their predictions are not scaled).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub probe: Vec<Probe>,
     pub fit: Fit,
-}
-
-/// The drift probe: one kernel setting and one MLP step, timed by `calibrate` at its
-/// start and its end and again by `embed --costs` before it trains. Their ratio is
-/// how much slower (above 1) or faster the machine runs now than when it was
-/// calibrated: a shared machine's speed drifts by 10-20 % over minutes, and a
-/// prediction from a calibration taken in a fast minute is off by that much in a slow
-/// one. `embed` scales its predicted step by it ([`StepPrediction::scaled`]); the
-/// plan never is (the same costs file gives the same plan).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Probe {
-    /// Seconds of a gather-pool and a scatter-update of the probe's setting
-    /// ([`probe_options`]: uniform ids over one table of the calibration's
-    /// `table_bytes`), each rank's median of its rounds, averaged over the ranks.
-    pub kernel_s: f64,
-    /// Seconds of the probe's MLP step, as an MLP point's ([`synchronized_seconds`]).
-    pub mlp_s: f64,
-}
-
-/// The probe now over the calibration's (each above 1: slower now).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Drift {
-    /// The kernels' (the embedding phases are scaled by it).
-    pub kernel: f64,
-    /// The MLP step's (the dense phase is scaled by it).
-    pub mlp: f64,
 }
 
 /// How much to measure.
@@ -821,58 +791,6 @@ fn global_collectives<C: Comm>(
     Ok((a2a, ar))
 }
 
-/// The probe's options at a calibration's setting (`quick`, `reps`): the kernel
-/// setting is uniform ids at the widest together width and the second pooling
-/// factor over one table of the calibration's `table_bytes`, in `kernel_rounds`
-/// rounds; the MLP step is the last shape (the mid-sized one of the full setting)
-/// at the largest batch, in `mlp_rounds` rounds.
-pub fn probe_options(quick: bool, reps: usize) -> CalibOptions {
-    let mut o = CalibOptions::new(quick);
-    o.reps = reps.max(1);
-    let shape = o
-        .mlp_shapes
-        .last()
-        .cloned()
-        .unwrap_or_else(|| vec![32, 16, 1]);
-    let batch = o.mlp_batches.iter().copied().max().unwrap_or(64);
-    o.mlp_shapes = vec![shape];
-    o.mlp_batches = vec![batch];
-    o
-}
-
-/// Collective: every rank must call. The drift probe ([`Probe`]) at a calibration's
-/// setting (`quick`, `reps`, `table_bytes`, from its conditions): what
-/// `calibrate` records at its start and end and `embed --costs` measures again
-/// before it trains. About a second (the full setting, 2 ranks on 2 cores).
-pub fn global_probe<C: Comm>(
-    comm: &C,
-    quick: bool,
-    reps: usize,
-    table_bytes: u64,
-) -> Result<Probe> {
-    let o = probe_options(quick, reps);
-    let st = Setting {
-        bytes: table_bytes,
-        dim: o.together_dims.last().copied().unwrap_or(32),
-        pooling: o.poolings.get(1).copied().unwrap_or(8),
-        dist: "uniform",
-        k: 1,
-    };
-    let mut t = Vec::new();
-    for _ in 0..o.kernel_rounds.max(1) {
-        comm.barrier();
-        let (g, s) = local_kernel_pair(&o, st);
-        t.push(g.seconds + s.seconds);
-    }
-    let mut k = [median(t)];
-    global_mean(comm, &mut k);
-    let mlp = global_mlp_points(comm, &o)?;
-    Ok(Probe {
-        kernel_s: k[0].max(1e-9),
-        mlp_s: mlp.first().map_or(1e-9, |p| p.seconds.max(1e-9)),
-    })
-}
-
 /// Collective: every rank must call. Measure everything of `o` (see the module doc)
 /// and fit it; `cond` are the conditions (the caller's: CPU, commit, threads).
 pub fn global_calibrate<C: Comm>(comm: &C, o: &CalibOptions, cond: Conditions) -> Result<Costs> {
@@ -963,7 +881,6 @@ pub fn global_calibrate<C: Comm>(comm: &C, o: &CalibOptions, cond: Conditions) -
         all_to_all,
         all_reduce,
         pooled: Vec::new(),
-        probe: Vec::new(),
         fit: Fit {
             model: CostModel::default(),
             all_to_all_latency_s: 0.0,
@@ -1543,36 +1460,6 @@ pub struct StepPrediction {
     /// The all-reduce of the MLP's gradient.
     pub allreduce: f64,
     pub step: f64,
-    /// The probe's drift the prediction was scaled by ([`StepPrediction::scaled`]).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub drift: Option<Drift>,
-    /// The step at the calibration's speed, when scaled.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub step_at_calibration: Option<f64>,
-}
-
-impl StepPrediction {
-    /// The prediction on a machine running `d` times the calibration's seconds: the
-    /// embedding phases (kernels, and exchanges through shared memory) by the kernel
-    /// ratio, the dense phase by the MLP step's; the all-reduce as it was.
-    pub fn scaled(&self, d: &Drift) -> StepPrediction {
-        let embedding_per_rank: Vec<f64> = self
-            .embedding_per_rank
-            .iter()
-            .map(|x| x * d.kernel)
-            .collect();
-        let embedding_max = self.embedding_max * d.kernel;
-        let dense = self.dense * d.mlp;
-        StepPrediction {
-            embedding_per_rank,
-            embedding_max,
-            dense,
-            allreduce: self.allreduce,
-            step: embedding_max + dense + self.allreduce,
-            drift: Some(d.clone()),
-            step_at_calibration: Some(self.step),
-        }
-    }
 }
 
 impl Costs {
@@ -1604,24 +1491,7 @@ impl Costs {
             dense,
             allreduce,
             step: embedding_max + dense + allreduce,
-            drift: None,
-            step_at_calibration: None,
         }
-    }
-
-    /// The probe `now` over the calibration's (the mean of its start and end);
-    /// `None` for a file without a probe.
-    pub fn drift(&self, now: &Probe) -> Option<Drift> {
-        if self.probe.is_empty() {
-            return None;
-        }
-        let n = self.probe.len() as f64;
-        let kernel = self.probe.iter().map(|p| p.kernel_s).sum::<f64>() / n;
-        let mlp = self.probe.iter().map(|p| p.mlp_s).sum::<f64>() / n;
-        Some(Drift {
-            kernel: now.kernel_s / kernel,
-            mlp: now.mlp_s / mlp,
-        })
     }
 
     /// FLOP/s of the MLP step of `layers` over `batch` examples: a measured shape's
@@ -1843,7 +1713,6 @@ fn parse(v: &Value) -> R<Costs> {
         "all_to_all",
         "all_reduce",
         "pooled",
-        "probe",
         "fit",
     ])?;
     let schema = top.string("schema")?;
@@ -2005,22 +1874,6 @@ fn parse(v: &Value) -> R<Costs> {
             })
             .collect::<R<Vec<_>>>()?,
     };
-    // Optional: files from before the probe have none (their predictions are not
-    // scaled).
-    let probe = if top.map.contains_key("probe") {
-        top.objs("probe")?
-            .iter()
-            .map(|o| {
-                o.only(&["kernel_s", "mlp_s"])?;
-                Ok(Probe {
-                    kernel_s: o.num("kernel_s", true)?,
-                    mlp_s: o.num("mlp_s", true)?,
-                })
-            })
-            .collect::<R<Vec<_>>>()?
-    } else {
-        Vec::new()
-    };
     let f = Obj::of(top.get("fit")?, "fit")?;
     f.only(&[
         "model",
@@ -2083,7 +1936,6 @@ fn parse(v: &Value) -> R<Costs> {
         all_to_all,
         all_reduce,
         pooled,
-        probe,
         fit: Fit {
             model: CostModel::default(),
             all_to_all_latency_s: 0.0,
@@ -2223,7 +2075,6 @@ mod tests {
         }
         Costs {
             pooled: Vec::new(),
-            probe: Vec::new(),
             schema: SCHEMA.into(),
             conditions: test_conditions(2, "2x1"),
             gather,
@@ -2453,79 +2304,6 @@ mod tests {
         bad(
             &|w| w["all_to_all"] = serde_json::json!([]),
             "all_to_all: must not be empty",
-        );
-    }
-
-    #[test]
-    fn the_probe_round_trips_scales_the_prediction_and_is_refused_by_name() {
-        let mut c = costs();
-        // No probe (a file from before it): no drift, and none written.
-        assert_eq!(
-            c.drift(&Probe {
-                kernel_s: 1.0,
-                mlp_s: 1.0
-            }),
-            None
-        );
-        assert!(!c.to_json().unwrap().contains("\"probe\""));
-        c.probe = vec![
-            Probe {
-                kernel_s: 0.010,
-                mlp_s: 0.020,
-            },
-            Probe {
-                kernel_s: 0.030,
-                mlp_s: 0.020,
-            },
-        ];
-        let v: Value = serde_json::from_str(&c.to_json().unwrap()).unwrap();
-        assert_eq!(parse(&v).unwrap().probe, c.probe);
-        // Now over the mean of the calibration's start and end.
-        let d = c
-            .drift(&Probe {
-                kernel_s: 0.025,
-                mlp_s: 0.010,
-            })
-            .unwrap();
-        assert!(
-            (d.kernel - 1.25).abs() < 1e-12 && (d.mlp - 0.5).abs() < 1e-12,
-            "{d:?}"
-        );
-        let p = c.predict(vec![0.2, 0.4], &[10, 10, 1], 100, 2);
-        assert_eq!((p.drift.clone(), p.step_at_calibration), (None, None));
-        let q = p.scaled(&d);
-        let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 * b.abs().max(1.0);
-        assert!(
-            close(q.embedding_max, 0.5) && close(q.embedding_per_rank[0], 0.25),
-            "{q:?}"
-        );
-        assert!(close(q.dense, 0.5 * p.dense), "{q:?}");
-        assert_eq!(q.allreduce, p.allreduce);
-        assert!(
-            close(q.step, q.embedding_max + q.dense + q.allreduce),
-            "{q:?}"
-        );
-        assert_eq!(q.step_at_calibration, Some(p.step));
-        assert_eq!(q.drift, Some(d));
-        // A bad probe is refused, naming the field.
-        let bad = |edit: &dyn Fn(&mut Value), want: &str| {
-            let mut w = v.clone();
-            edit(&mut w);
-            let e = parse(&w).unwrap_err();
-            assert!(e.contains(want), "{want}: {e}");
-        };
-        bad(
-            &|w| w["probe"][1]["kernel_s"] = 0.into(),
-            "probe[1].kernel_s",
-        );
-        bad(&|w| w["probe"][0]["mlp_s"] = "x".into(), "probe[0].mlp_s");
-        bad(
-            &|w| w["probe"][0]["extra"] = 1.into(),
-            "probe[0].extra: unknown field",
-        );
-        bad(
-            &|w| w["probe"] = serde_json::json!([]),
-            "probe: must not be empty",
         );
     }
 
