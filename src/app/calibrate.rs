@@ -189,7 +189,7 @@ fn global_pooled_run<C: Comm>(comm: &C, o: &CalibOptions, q: &PooledPoint) -> Re
     let (p, rank) = (comm.size(), comm.rank());
     let spec = q.spec();
     let plan = q.plan(&spec, p);
-    let steps = o.pooled_warmup + o.pooled_steps;
+    let steps = o.pooled_warmup + o.pooled_steps * 50;
     let cfg = EmbedConfig {
         spec: spec.clone(),
         seed: o.seed,
@@ -209,13 +209,21 @@ fn global_pooled_run<C: Comm>(comm: &C, o: &CalibOptions, q: &PooledPoint) -> Re
     };
     let source = Source::Generated(ClickGen::new(&spec, o.seed));
     let mut tr = comm.agree(EmbedTrainer::new(cfg, source, &plan, rank))?;
-    comm.agree(tr.local_preload(p, rank, 0, steps))?;
+    comm.agree(tr.local_preload(p, rank, 0, o.pooled_warmup))?;
+    let t = std::time::Instant::now();
     for _ in 0..o.pooled_warmup {
         tr.global_step(comm, false)?;
     }
-    // The warm-up's interval, discarded.
+    // The warm-up's interval, discarded; its seconds set the timed steps: at least
+    // `pooled_steps`, and enough for `pooled_min_seconds` (the slowest rank's).
     tr.global_interval(comm)?;
-    for _ in 0..o.pooled_steps {
+    let per = t.elapsed().as_secs_f64() / o.pooled_warmup.max(1) as f64;
+    let want = (o.pooled_min_seconds / per.max(1e-9)).ceil() as u64;
+    let mine = want.clamp(o.pooled_steps, o.pooled_steps * 50);
+    let timed = comm.all_reduce_max(mine);
+    let w = o.pooled_warmup;
+    comm.agree(tr.local_preload(p, rank, w, w + timed))?;
+    for _ in 0..timed {
         tr.global_step(comm, false)?;
     }
     let r = tr.global_interval(comm)?;

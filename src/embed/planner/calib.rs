@@ -416,6 +416,9 @@ pub struct CalibOptions {
     pub pooled_warmup: u64,
     pub pooled_steps: u64,
     pub pooled_reps: usize,
+    /// Least seconds of timed steps of a pooled run (more steps than
+    /// `pooled_steps` when its steps are short).
+    pub pooled_min_seconds: f64,
     /// Table sizes (bytes) of whole-table pooled points at width `pooled_size_dim`
     /// and pooling `pooled_size_pooling`, besides `table_bytes`.
     pub pooled_sizes: Vec<u64>,
@@ -465,6 +468,7 @@ impl CalibOptions {
                 pooled_warmup: 1,
                 pooled_steps: 2,
                 pooled_reps: 1,
+                pooled_min_seconds: 0.0,
                 pooled_sizes: vec![1 << 18],
                 pooled_size_dim: 8,
                 pooled_size_pooling: 8,
@@ -496,6 +500,7 @@ impl CalibOptions {
                 pooled_warmup: 3,
                 pooled_steps: 10,
                 pooled_reps: 3,
+                pooled_min_seconds: 0.5,
                 // 1 MiB: torchrec-peer has 10 tables below 4 MiB with 154 of its 392
                 // ids per example, and below the smallest size point the factor is
                 // clamped to that point's (1 MiB measured 0.14-0.15, 4 MiB 0.32-0.42).
