@@ -142,9 +142,22 @@ fn global_pooled_points<C: Comm>(comm: &C, o: &CalibOptions) -> Result<Vec<Poole
             groups.push(g);
         }
     }
+    // The whole tables of the other sizes, in both modes: `pooled` for the pooled
+    // size factor, `rows` for the owners' (`CostModel::rows_size_factor`).
     let (d, pl) = (o.pooled_size_dim, o.pooled_size_pooling);
     let sizes = o.pooled_sizes.iter().filter(|&&b| b != o.table_bytes);
-    groups.push(sizes.map(|&b| point(d, pl, b, "table")).collect());
+    groups.push(
+        sizes
+            .flat_map(|&b| {
+                let pooled = point(d, pl, b, "table");
+                let rows = PooledPoint {
+                    mode: "rows".to_string(),
+                    ..pooled.clone()
+                };
+                [pooled, rows]
+            })
+            .collect(),
+    );
     // The together points: `pooled_together` whole tables on every rank, in both
     // modes (the interference of a rank's tables in a real step).
     if o.pooled_together > 1 {
@@ -355,6 +368,12 @@ fn report(c: &Costs, a: &CalibrateArgs, secs: f64) {
             m.ask_occ_s * 1e9,
             m.ask_occ_float_s * 1e9,
             m.ask_example_s * 1e9
+        );
+    }
+    if !m.rows_size_factor.is_empty() {
+        println!(
+            "fit: a rows table's owners' row accesses at a table size over at the reference (on top of the per-id size factor): {}",
+            by_size(&m.rows_size_factor)
         );
     }
     println!("wrote {}", a.out.display());

@@ -1165,6 +1165,8 @@ pub fn fit(c: &Costs) -> Fit {
             break;
         }
     }
+    // One `rows` table a rank: no interference, so after the loop.
+    m.rows_size_factor = rows_size_fit(c, &m);
     Fit {
         kernel_interference,
         model: m,
@@ -1247,10 +1249,14 @@ fn pooled_fit(c: &Costs, m: &CostModel) -> Option<([f64; 3], Vec<[f64; 2]>)> {
 /// errors with coefficients >= 0, as [`pooled_fit`]'s.
 fn rows_fit(c: &Costs, m: &CostModel) -> Option<[f64; 3]> {
     let world = c.conditions.ranks.max(1);
+    let tb = c.conditions.table_bytes;
+    // At the reference size: the other sizes' points are the rows size factor's
+    // ([`rows_size_fit`]).
     let rows: Vec<&PooledPoint> = c
         .pooled
         .iter()
         .filter(|q| q.mode == "rows" && !q.together(world) && !a_partner(c, q, world))
+        .filter(|q| q.rows == rows_of(tb, q.dim))
         .collect();
     if rows.is_empty() {
         return None;
@@ -1275,6 +1281,48 @@ fn rows_fit(c: &Costs, m: &CostModel) -> Option<[f64; 3]> {
         })
         .collect();
     Some(nonneg_least_squares(&pts))
+}
+
+/// The `rows` size factor ([`CostModel::rows_size_factor`]) from the `rows` points
+/// of whole tables at other sizes than the reference (empty without them): per
+/// size, the factor of the owners' row accesses and lookups that makes `m` price the
+/// point at its measured seconds (at least 0.05, at most 50), with 1 at the
+/// reference. The price is linear in that factor, so two prices (at factor 1 and
+/// 2) give it. A point where what the factor multiplies is under [`IDENTIFIES`] of
+/// its measured seconds is left out (the small tables': their owners look up few
+/// rows, and their steps are the asking side's).
+fn rows_size_fit(c: &Costs, m: &CostModel) -> Vec<[f64; 2]> {
+    let world = c.conditions.ranks.max(1);
+    let tb = c.conditions.table_bytes;
+    let at = |f: f64| CostModel {
+        rows_size_factor: vec![[1.0, f]],
+        ..m.clone()
+    };
+    let (one, two) = (at(1.0), at(2.0));
+    let mut sizes: Vec<[f64; 2]> = c
+        .pooled
+        .iter()
+        .filter(|q| q.mode == "rows" && q.placement == "table" && !q.together(world))
+        .filter(|q| !a_partner(c, q, world) && q.rows != rows_of(tb, q.dim))
+        .filter_map(|q| {
+            let g1 = q.modelled(&one, world);
+            let slope = q.modelled(&two, world) - g1;
+            // A point where the factor moves under `IDENTIFIES` of its price does
+            // not identify it.
+            (slope.is_finite() && slope >= IDENTIFIES * q.seconds).then(|| {
+                [
+                    q.span_bytes(),
+                    (1.0 + (q.seconds - g1) / slope).clamp(0.05, 50.0),
+                ]
+            })
+        })
+        .collect();
+    if !sizes.is_empty() {
+        sizes.push([tb as f64, 1.0]);
+        sizes.sort_by(|a, b| a[0].total_cmp(&b[0]));
+        sizes.dedup_by(|b, a| (b[0] / a[0] - 1.0).abs() < 0.05);
+    }
+    sizes
 }
 
 /// The together point's partner: one table a rank of the same width, pooling, rows,
@@ -1919,6 +1967,7 @@ fn parse(v: &Value) -> R<Costs> {
         "ask_occ_s",
         "ask_occ_float_s",
         "ask_example_s",
+        "rows_size_factor",
     ])?;
     for k in ["net_bw", "allreduce_bw", "mem_bw", "line_bytes"] {
         m.num(k, true)?;
@@ -2528,6 +2577,107 @@ mod tests {
         let (a, b) = (ctx_cost(8), ctx_cost(16));
         let per_occ = 256.0 * world as f64 * (occ + 16.0 * occ_w);
         assert!(close(b - a, 8.0 * per_occ), "{a} {b} {spec:?}");
+    }
+
+    /// `rows` points at the reference size priced by a model with known asking-side
+    /// coefficients, and whole `rows` tables at a quarter and 4 times the reference
+    /// whose owners' row accesses cost 0.5 and 1.8 times as much: the fit gives the
+    /// coefficients from the reference points alone and those factors per size, and
+    /// a plan's `rows` piece of such a table is priced at them.
+    #[test]
+    fn the_rows_size_factor_is_what_the_other_sizes_owners_measure() {
+        let mut c = costs();
+        let kernel = fit(&c).model;
+        let world = c.conditions.ranks;
+        let tb = c.conditions.table_bytes;
+        let truth = CostModel {
+            ask_measured: true,
+            ask_occ_s: 40e-9,
+            ask_occ_float_s: 1.5e-9,
+            ask_example_s: 200e-9,
+            ..kernel.clone()
+        };
+        let point = |dim, pooling, bytes| PooledPoint {
+            dim,
+            pooling,
+            tables: world,
+            rows: rows_of(bytes, dim),
+            batch: 256,
+            placement: "table".into(),
+            pieces: 1,
+            mode: "rows".into(),
+            seconds: 0.0,
+        };
+        let mut pts: Vec<PooledPoint> = [(16, 1), (16, 32), (64, 1), (64, 32)]
+            .iter()
+            .map(|&(d, p)| point(d, p, tb))
+            .collect();
+        pts.push(point(64, 32, tb / 4));
+        pts.push(point(64, 32, 4 * tb));
+        for q in pts.iter_mut() {
+            let f = if q.rows < rows_of(tb, q.dim) {
+                0.5
+            } else if q.rows > rows_of(tb, q.dim) {
+                1.8
+            } else {
+                1.0
+            };
+            let at = CostModel {
+                rows_size_factor: vec![[1.0, f]],
+                ..truth.clone()
+            };
+            q.seconds = q.modelled(&at, world);
+        }
+        c.pooled = pts;
+        let f = fit(&c).model;
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b.abs().max(1e-12);
+        // The asking side from the reference points only.
+        assert!(close(f.ask_occ_s, 40e-9), "{f:?}");
+        assert!(close(f.ask_occ_float_s, 1.5e-9), "{f:?}");
+        assert!(close(f.ask_example_s, 200e-9), "{f:?}");
+        let sizes = &f.rows_size_factor;
+        assert_eq!(sizes.len(), 3, "{sizes:?}");
+        let want = [
+            (tb as f64 / 4.0, 0.5),
+            (tb as f64, 1.0),
+            (4.0 * tb as f64, 1.8),
+        ];
+        for (got, (b, x)) in sizes.iter().zip(want) {
+            assert!((got[0] / b - 1.0).abs() < 0.01, "{sizes:?}");
+            assert!(close(got[1], x), "{sizes:?}");
+        }
+        // Every point priced as made; a bigger owner factor, a dearer table.
+        for q in &c.pooled {
+            let got = q.modelled(&f, world);
+            assert!((got / q.seconds - 1.0).abs() < 1e-6, "{q:?}: {got}");
+        }
+        let big = &c.pooled[5];
+        let without = CostModel {
+            rows_size_factor: Vec::new(),
+            ..f.clone()
+        };
+        assert!(big.modelled(&f, world) > 1.05 * big.modelled(&without, world));
+        // A pooled table is not priced by it.
+        let pooled = PooledPoint {
+            mode: "pooled".into(),
+            ..big.clone()
+        };
+        assert_eq!(pooled.modelled(&f, world), pooled.modelled(&without, world));
+        // Written and read back, the fit is the same; a bad factor is named.
+        let path = std::env::temp_dir().join(format!("rows-size-{}.json", std::process::id()));
+        std::fs::write(&path, c.to_json().unwrap()).unwrap();
+        let back = Costs::from_file(&path).unwrap();
+        std::fs::remove_file(&path).ok();
+        assert!(
+            close(back.fit.model.rows_size_factor[2][1], 1.8),
+            "{back:?}"
+        );
+        let bad = CostModel {
+            rows_size_factor: vec![[4.0, 1.0], [2.0, 1.0]],
+            ..f.clone()
+        };
+        let msg = bad.check().unwrap_err();
+        assert!(msg.contains("rows_size_factor"), "{msg}");
     }
 
     /// The training-step points of the interference tests, unpriced: pooled steps in

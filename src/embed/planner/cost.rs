@@ -129,6 +129,23 @@ pub struct CostModel {
     /// Seconds per example (with `ask_measured`): the example's output row of the
     /// table written and its gradient read.
     pub ask_example_s: f64,
+    /// Measured correction of a `rows` table's owner seconds (its row accesses and
+    /// lookups, on top of the per-id [`CostModel::size_factor`]) by the table's bytes
+    /// (`vocab x dim x 4`, whatever the piece): `[bytes, factor]` sorted by bytes, 1
+    /// at the size the rest was calibrated at, interpolated as
+    /// [`CostModel::size_factor`]. `torusrec calibrate` fits it to whole `rows`
+    /// tables trained at other sizes than the reference, where the owners' part of
+    /// the step is large enough to identify it. The owners look up a batch's distinct
+    /// ids, new rows every step, where the kernel points behind the per-id size
+    /// factor time the same ids in every call. At 2 ranks (width 64, pooling 32,
+    /// Zipf ids) a 256 MiB table's step measured 43.5 ms against 41.4 ms modelled
+    /// without it, a factor of 1.41 on the owners. The asking side is not under it:
+    /// the same calibration's 1 and 4 MiB `rows` steps measured 7.8 and 15.7 ms
+    /// against 25.4 and 29.0 ms modelled (their asking side pools from few distinct
+    /// rows), but priced by that, the skewed workload's 28 cold tables (pooling 1)
+    /// went to `rows` and measured slower than pooled (docs/calibrate.md). Empty:
+    /// factor 1.
+    pub rows_size_factor: Vec<[f64; 2]>,
 }
 
 impl Default for CostModel {
@@ -155,6 +172,7 @@ impl Default for CostModel {
             ask_occ_s: 0.0,
             ask_occ_float_s: 0.0,
             ask_example_s: 0.0,
+            rows_size_factor: Vec::new(),
         }
     }
 }
@@ -208,6 +226,7 @@ impl CostModel {
         for (name, v) in [
             ("size_factor", &self.size_factor),
             ("pooled_size_factor", &self.pooled_size_factor),
+            ("rows_size_factor", &self.rows_size_factor),
         ] {
             check_pairs(name, v, "bytes", "sizes")?;
         }
@@ -236,6 +255,12 @@ impl CostModel {
     /// table of `bytes` ([`CostModel::pooled_size_factor`]; 1 without one).
     pub fn pooled_size_factor_at(&self, bytes: f64) -> f64 {
         interpolate_ln(&self.pooled_size_factor, bytes)
+    }
+
+    /// The measured correction of a `rows` table's owner seconds in a table of
+    /// `bytes` ([`CostModel::rows_size_factor`]; 1 without one).
+    pub fn rows_size_factor_at(&self, bytes: f64) -> f64 {
+        interpolate_ln(&self.rows_size_factor, bytes)
     }
 
     /// The cost of a rank whose pieces cost `sum` seconds together, `pieces` of them
@@ -659,7 +684,12 @@ impl<'a> Ctx<'a> {
         let n_in = n * st.unique_per_rank_batch * p.rows as f64 / ts.vocab as f64;
         let exchanged = n_in * (4.0 + 8.0 * p.width as f64);
         let memory = n_in * (3.0 * m.access(p.width) + state_bytes);
-        self.owner_seconds(self.exchange_seconds(exchanged), memory, 2.0 * n_in, p)
+        let transfer = self.exchange_seconds(exchanged);
+        if m.rows_size_factor.is_empty() {
+            return self.owner_seconds(transfer, memory, 2.0 * n_in, p);
+        }
+        let rows = m.rows_size_factor_at(ts.bytes() as f64);
+        self.owner_seconds_at(transfer, memory * rows, 2.0 * n_in * rows, p)
     }
 
     /// Piece `p`'s seconds on its owner: `transfer` seconds of communication,
@@ -671,6 +701,12 @@ impl<'a> Ctx<'a> {
             // The analytic model's sum, in its order (its plans keep their bits).
             return transfer + memory / m.mem_bw + lookups * m.lookup_s + m.shard_s;
         }
+        self.owner_seconds_at(transfer, memory, lookups, p)
+    }
+
+    /// [`Ctx::owner_seconds`] with the measured corrections of width and size.
+    fn owner_seconds_at(&self, transfer: f64, memory: f64, lookups: f64, p: &Piece) -> f64 {
+        let m = self.model;
         let bytes = p.rows as f64 * p.width as f64 * 4.0;
         let factor = m.factor(p.width) * m.size_factor_at(bytes);
         transfer + factor * (memory / m.mem_bw + lookups * m.lookup_s) + m.shard_s
