@@ -132,19 +132,17 @@ pub struct CostModel {
     /// Measured correction of a `rows` table's owner seconds (its row accesses and
     /// lookups, on top of the per-id [`CostModel::size_factor`]) by the table's bytes
     /// (`vocab x dim x 4`, whatever the piece): `[bytes, factor]` sorted by bytes, 1
-    /// at the size the rest was calibrated at, interpolated as
+    /// at the size the rest was calibrated at and below it, interpolated as
     /// [`CostModel::size_factor`]. `torusrec calibrate` fits it to whole `rows`
-    /// tables trained at other sizes than the reference, where the owners' part of
-    /// the step is large enough to identify it. The owners look up a batch's distinct
-    /// ids, new rows every step, where the kernel points behind the per-id size
-    /// factor time the same ids in every call. At 2 ranks (width 64, pooling 32,
-    /// Zipf ids) a 256 MiB table's step measured 43.5 ms against 41.4 ms modelled
-    /// without it, a factor of 1.41 on the owners. The asking side is not under it:
-    /// the same calibration's 1 and 4 MiB `rows` steps measured 7.8 and 15.7 ms
-    /// against 25.4 and 29.0 ms modelled (their asking side pools from few distinct
-    /// rows), but priced by that, the skewed workload's 28 cold tables (pooling 1)
-    /// went to `rows` and measured slower than pooled (docs/calibrate.md). Empty:
-    /// factor 1.
+    /// tables trained at larger sizes than the reference. The owners look up a
+    /// batch's distinct ids, new rows every step, where the kernel points behind the
+    /// per-id size factor time the same ids in every call. At 2 ranks (width 64,
+    /// pooling 32, Zipf ids) a 256 MiB table's step measured 43.5 ms against 41.4 ms
+    /// modelled without it, a factor of 1.41 on the owners. Smaller tables' steps
+    /// cost less than modelled too (1 and 4 MiB: 7.8 and 15.7 ms against 25.4 and
+    /// 29.0), but that is their asking side's (it pools from few distinct rows), and
+    /// priced by it, the skewed workload's 28 cold tables (pooling 1) went to `rows`
+    /// and measured slower than pooled (docs/calibrate.md). Empty: factor 1.
     pub rows_size_factor: Vec<[f64; 2]>,
 }
 
