@@ -1234,12 +1234,18 @@ fn pooled_fit(c: &Costs, m: &CostModel) -> Option<([f64; 3], Vec<[f64; 2]>)> {
             (occ > 0.0).then(|| [q.span_bytes(), ((y - a[2] * coef[2]) / occ).max(0.05)])
         })
         .collect();
+    with_reference(&mut sizes, tb);
+    Some((coef, sizes))
+}
+
+/// Size-factor pairs `sizes` (when any) with the reference size `tb` at factor 1
+/// added, sorted by bytes, sizes within 5 % of one another kept once.
+fn with_reference(sizes: &mut Vec<[f64; 2]>, tb: u64) {
     if !sizes.is_empty() {
         sizes.push([tb as f64, 1.0]);
         sizes.sort_by(|a, b| a[0].total_cmp(&b[0]));
         sizes.dedup_by(|b, a| (b[0] / a[0] - 1.0).abs() < 0.05);
     }
-    Some((coef, sizes))
 }
 
 /// `[ask_occ_s, ask_occ_float_s, ask_example_s]` from the `rows` points (`None`
@@ -1318,11 +1324,7 @@ fn rows_size_fit(c: &Costs, m: &CostModel) -> Vec<[f64; 2]> {
             })
         })
         .collect();
-    if !sizes.is_empty() {
-        sizes.push([tb as f64, 1.0]);
-        sizes.sort_by(|a, b| a[0].total_cmp(&b[0]));
-        sizes.dedup_by(|b, a| (b[0] / a[0] - 1.0).abs() < 0.05);
-    }
+    with_reference(&mut sizes, tb);
     sizes
 }
 
