@@ -504,7 +504,10 @@ impl CalibOptions {
                 // 1 MiB: torchrec-peer has 10 tables below 4 MiB with 154 of its 392
                 // ids per example, and below the smallest size point the factor is
                 // clamped to that point's (1 MiB measured 0.14-0.15, 4 MiB 0.32-0.42).
-                pooled_sizes: vec![1 << 20, 4 << 20, 256 << 20],
+                // 256 KiB: three of them (310, 646 and 693 kB, 48 ids per example)
+                // are below 1 MiB, within a core's L2 (512 kB here) or near it, where
+                // 1 MiB's factor, from a table in L3, is not theirs.
+                pooled_sizes: vec![256 << 10, 1 << 20, 4 << 20, 256 << 20],
                 pooled_size_dim: 64,
                 pooled_size_pooling: 32,
                 pooled_together: 8,
