@@ -506,7 +506,9 @@ impl CalibOptions {
                 // clamped to that point's (1 MiB measured 0.14-0.15, 4 MiB 0.32-0.42).
                 // 256 KiB: three of them (310, 646 and 693 kB, 48 ids per example)
                 // are below 1 MiB, within a core's L2 (512 kB here) or near it, where
-                // 1 MiB's factor, from a table in L3, is not theirs.
+                // 1 MiB's factor, from a table in L3, is not theirs. (2026-12-01, at 2
+                // and 4 ranks: its step measured below the model's floor, the terms
+                // not scaled by size, so its factor sits at the 0.05 clamp.)
                 pooled_sizes: vec![256 << 10, 1 << 20, 4 << 20, 256 << 20],
                 pooled_size_dim: 64,
                 pooled_size_pooling: 32,
