@@ -7,8 +7,9 @@ use crate::embed::gemm::Gemm;
 use crate::embed::keys::IdMap;
 use crate::embed::mlp::DenseOpt;
 use crate::embed::planner::calib::{
-    fit, global_calibrate, median, rows_of, CalibOptions, Conditions, Costs, PooledPoint,
-    POOLED_PLACEMENTS, POOLED_TABLE_OPT,
+    fit, global_calibrate, global_collectives, global_mlp_points, median, median_over_passes,
+    rows_of, CalibOptions, CollPoint, Conditions, Costs, PooledPoint, POOLED_PLACEMENTS,
+    POOLED_TABLE_OPT,
 };
 use crate::embed::train::{EmbedConfig, EmbedTrainer, Source};
 use crate::node::resolve_threads;
@@ -89,26 +90,134 @@ pub fn global_run<C: Comm>(comm: &C, a: &CalibrateArgs) -> Result<()> {
         table_bytes: o.table_bytes,
     };
     let t = std::time::Instant::now();
+    // The first pass of the MLP and collective points is global_calibrate's (after
+    // the kernel points); the others run between the pooled rounds.
     let mut costs = global_calibrate(comm, &o, cond)?;
-    costs.pooled = global_pooled_points(comm, &o)?;
+    let mut passes = Passes::first(&costs);
+    costs.pooled = global_pooled_points(comm, &o, &mut |c: &C| passes.global_add(c, &o))?;
+    while passes.count() < o.spread {
+        passes.global_add(comm, &o)?;
+    }
+    passes.apply(&mut costs);
     costs.fit = fit(&costs);
     let res = if root {
-        write(&costs, a).map(|_| report(&costs, a, t.elapsed().as_secs_f64()))
+        write(&costs, a).map(|_| {
+            report(&costs, a, t.elapsed().as_secs_f64());
+            passes.report(&costs);
+        })
     } else {
         Ok(())
     };
     comm.agree(res)
 }
 
+/// The passes of the MLP and collective points (`CalibOptions::spread`): their
+/// seconds per pass, in the points' order.
+struct Passes {
+    mlp: Vec<Vec<f64>>,
+    a2a: Vec<Vec<f64>>,
+    ar: Vec<Vec<f64>>,
+}
+
+impl Passes {
+    fn first(c: &Costs) -> Self {
+        Passes {
+            mlp: vec![c.mlp.iter().map(|p| p.seconds).collect()],
+            a2a: vec![c.all_to_all.iter().map(|p| p.seconds).collect()],
+            ar: vec![c.all_reduce.iter().map(|p| p.seconds).collect()],
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.mlp.len()
+    }
+
+    /// Collective: every rank must call. One more pass.
+    fn global_add<C: Comm>(&mut self, comm: &C, o: &CalibOptions) -> Result<()> {
+        let mlp = global_mlp_points(comm, o)?;
+        let (a2a, ar) = global_collectives(comm, o)?;
+        let secs = |v: &[CollPoint]| v.iter().map(|p| p.seconds).collect();
+        self.mlp.push(mlp.iter().map(|p| p.seconds).collect());
+        self.a2a.push(secs(&a2a));
+        self.ar.push(secs(&ar));
+        Ok(())
+    }
+
+    /// How far apart the passes were: the slowest MLP point and the largest
+    /// all-to-all, each pass's seconds (the median is what the file keeps).
+    fn report(&self, c: &Costs) {
+        if self.count() < 2 {
+            return;
+        }
+        let of = |passes: &[Vec<f64>], i: usize, scale: f64| {
+            let v: Vec<String> = passes
+                .iter()
+                .filter_map(|p| p.get(i))
+                .map(|s| format!("{:.2}", s * scale))
+                .collect();
+            v.join(", ")
+        };
+        let slowest =
+            (0..c.mlp.len()).max_by(|&x, &y| c.mlp[x].seconds.total_cmp(&c.mlp[y].seconds));
+        let largest = (0..c.all_to_all.len()).max_by_key(|&i| c.all_to_all[i].bytes);
+        let mut parts = Vec::new();
+        if let Some(i) = slowest {
+            let layers: Vec<String> = c.mlp[i].layers.iter().map(|n| n.to_string()).collect();
+            parts.push(format!(
+                "MLP {} at {}: {} ms",
+                layers.join("-"),
+                c.mlp[i].batch,
+                of(&self.mlp, i, 1e3)
+            ));
+        }
+        if let Some(i) = largest {
+            parts.push(format!(
+                "all-to-all of {:.1} MB: {} ms",
+                c.all_to_all[i].bytes as f64 / 1e6,
+                of(&self.a2a, i, 1e3)
+            ));
+        }
+        println!(
+            "passes: {} of the MLP and collective points over the calibration, each point's median kept; {}",
+            self.count(),
+            parts.join("; ")
+        );
+    }
+
+    /// Each point's seconds: the median of its passes' (at least 1 ns, as the
+    /// kernels' points).
+    fn apply(&self, c: &mut Costs) {
+        for (p, s) in c.mlp.iter_mut().zip(median_over_passes(&self.mlp)) {
+            p.seconds = s.max(1e-9);
+        }
+        for (p, s) in c.all_to_all.iter_mut().zip(median_over_passes(&self.a2a)) {
+            p.seconds = s.max(1e-9);
+        }
+        for (p, s) in c.all_reduce.iter_mut().zip(median_over_passes(&self.ar)) {
+            p.seconds = s.max(1e-9);
+        }
+    }
+}
+
 /// Collective: every rank must call. The pooled points
 /// ([`crate::embed::planner::calib::PooledPoint`]): per width and pooling factor,
 /// `P` tables (one per rank) whole, in `P` column pieces and in `P` row blocks, and
-/// whole in `rows` mode, trained with the real step; the runs of the four
-/// interleaved, the median kept; then the whole tables of the other sizes, and the
-/// together points (`pooled_together` tables per rank, both modes, each interleaved
-/// with its partner: one such table a rank). None on one rank
+/// whole in `rows` mode, trained with the real step, the four side by side; then the
+/// whole tables of the other sizes, and the together points (`pooled_together`
+/// tables per rank, both modes, each beside its partner: one such table a rank).
+/// Each point keeps the median of its runs. None on one rank
 /// (nothing is split); the three placements none at a width `P` does not divide.
-fn global_pooled_points<C: Comm>(comm: &C, o: &CalibOptions) -> Result<Vec<PooledPoint>> {
+///
+/// The runs are round-major over all the points (every point once per round, in
+/// order), so that a point's runs are spread over the whole pooled phase; `between`
+/// runs the extra passes of the MLP and collective points (`CalibOptions::spread`
+/// less the first) after the rounds that spread them evenly, the last one after the
+/// last round.
+fn global_pooled_points<C: Comm>(
+    comm: &C,
+    o: &CalibOptions,
+    between: &mut dyn FnMut(&C) -> Result<()>,
+) -> Result<Vec<PooledPoint>> {
     let p = comm.size();
     let mut out = Vec::new();
     if p < 2 {
@@ -178,20 +287,31 @@ fn global_pooled_points<C: Comm>(comm: &C, o: &CalibOptions) -> Result<Vec<Poole
             rows,
         ]);
     }
-    for mut pts in groups {
-        let mut runs = vec![Vec::new(); pts.len()];
-        for _ in 0..o.pooled_reps {
-            for (q, r) in pts.iter().zip(runs.iter_mut()) {
-                r.push(global_pooled_run(comm, o, q)?);
-            }
+    let mut pts: Vec<PooledPoint> = groups.into_iter().flatten().collect();
+    let mut runs = vec![Vec::new(); pts.len()];
+    let reps = o.pooled_reps.max(1);
+    let after = pass_rounds(reps, o.spread.saturating_sub(1));
+    for round in 1..=reps {
+        for (q, r) in pts.iter().zip(runs.iter_mut()) {
+            r.push(global_pooled_run(comm, o, q)?);
         }
-        for (q, r) in pts.iter_mut().zip(runs) {
-            // At least 1 ns, as the kernels' points.
-            q.seconds = median(r).max(1e-9);
+        for _ in after.iter().filter(|&&a| a == round) {
+            between(comm)?;
         }
-        out.extend(pts);
     }
+    for (q, r) in pts.iter_mut().zip(runs) {
+        // At least 1 ns, as the kernels' points.
+        q.seconds = median(r).max(1e-9);
+    }
+    out.extend(pts);
     Ok(out)
+}
+
+/// After which of `reps` rounds (1-based) each of `extra` passes runs: pass `j`
+/// (1-based) after round `ceil(j reps / extra)`, so that they are spread evenly and
+/// the last is after the last round.
+fn pass_rounds(reps: usize, extra: usize) -> Vec<usize> {
+    (1..=extra).map(|j| (j * reps).div_ceil(extra)).collect()
 }
 
 /// Collective: every rank must call. One run of point `q`: `pooled_warmup` steps,
@@ -377,4 +497,19 @@ fn report(c: &Costs, a: &CalibrateArgs, secs: f64) {
         );
     }
     println!("wrote {}", a.out.display());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pass_rounds;
+
+    #[test]
+    fn extra_passes_are_spread_over_the_rounds_the_last_after_the_last() {
+        assert_eq!(pass_rounds(3, 2), vec![2, 3]);
+        assert_eq!(pass_rounds(3, 1), vec![3]);
+        assert_eq!(pass_rounds(3, 3), vec![1, 2, 3]);
+        assert_eq!(pass_rounds(1, 2), vec![1, 1]);
+        assert_eq!(pass_rounds(6, 2), vec![3, 6]);
+        assert!(pass_rounds(3, 0).is_empty());
+    }
 }

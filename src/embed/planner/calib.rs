@@ -400,8 +400,13 @@ pub struct CalibOptions {
     pub together_pooling: usize,
     pub mlp_shapes: Vec<Vec<usize>>,
     pub mlp_batches: Vec<usize>,
-    /// Interleaved rounds of the MLP points (`global_mlp_points`).
+    /// Interleaved rounds of the MLP points (`global_mlp_points`), over all passes.
     pub mlp_rounds: usize,
+    /// Passes of the MLP and collective points, spread over the calibration (one
+    /// after the kernel points, the others between the pooled rounds; `calibrate`):
+    /// each point keeps the median of its passes ([`median_over_passes`]), so that
+    /// one slow or fast minute of a shared machine is not the whole snapshot.
+    pub spread: usize,
     /// Rounds of the gather and scatter points: every point is timed once per round
     /// (`reps` calls, their median), in order, and keeps the median of its rounds.
     pub kernel_rounds: usize,
@@ -460,6 +465,7 @@ impl CalibOptions {
                 mlp_shapes: vec![vec![32, 16, 1]],
                 mlp_batches: vec![64],
                 mlp_rounds: 3,
+                spread: 1,
                 kernel_rounds: 1,
                 coll_bytes: vec![4 << 10, 64 << 10],
                 pooled_dims: vec![8],
@@ -492,6 +498,11 @@ impl CalibOptions {
                 mlp_shapes: shapes,
                 mlp_batches: vec![512, 2048],
                 mlp_rounds: 15,
+                // The MLP point of torchrec-peer's shape measured 0.1891, 0.1857 and
+                // 0.2260 s, and the 8 MiB all-to-all 4.50, 2.90 and 4.55 ms, in three
+                // calibrations (each in one burst) at 2 ranks on one evening
+                // (2026-12-01).
+                spread: 3,
                 kernel_rounds: 3,
                 coll_bytes: vec![4 << 10, 64 << 10, 1 << 20, 8 << 20],
                 pooled_dims: vec![16, 64],
@@ -531,6 +542,16 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     } else {
         0.5 * (v[n / 2 - 1] + v[n / 2])
     }
+}
+
+/// Each point's seconds over passes of the same points (`passes[pass][point]`, the
+/// points in the same order in every pass): the median of its passes'. A point
+/// missing from a pass (a shorter pass) is the median of the passes that have it.
+pub fn median_over_passes(passes: &[Vec<f64>]) -> Vec<f64> {
+    let n = passes.iter().map(Vec::len).max().unwrap_or(0);
+    (0..n)
+        .map(|i| median(passes.iter().filter_map(|p| p.get(i).copied()).collect()))
+        .collect()
 }
 
 /// Median seconds of `reps` calls of `f` after one untimed call.
@@ -656,7 +677,9 @@ fn local_kernel_pair(o: &CalibOptions, st: Setting<'_>) -> (KernelPoint, KernelP
 /// (With each rank's median of its rounds, averaged over ranks, the dense phase of
 /// three costs benches measured, in the median over their runs, 1.11, 1.18 and 1.27
 /// times its prediction; docs/calibrate.md.)
-fn global_mlp_points<C: Comm>(comm: &C, o: &CalibOptions) -> Result<Vec<MlpPoint>> {
+///
+/// One pass of `o.spread`: `o.mlp_rounds / o.spread` rounds (at least one).
+pub fn global_mlp_points<C: Comm>(comm: &C, o: &CalibOptions) -> Result<Vec<MlpPoint>> {
     struct Case {
         mlp: Mlp,
         batch: usize,
@@ -706,7 +729,7 @@ fn global_mlp_points<C: Comm>(comm: &C, o: &CalibOptions) -> Result<Vec<MlpPoint
         .collect();
     let mut cases = comm.agree(made)?;
     // Round 0 is the untimed call of each point.
-    for round in 0..=o.mlp_rounds.max(1) {
+    for round in 0..=o.mlp_rounds.div_ceil(o.spread.max(1)).max(1) {
         for c in cases.iter_mut() {
             comm.barrier();
             let t = c.call();
@@ -772,7 +795,7 @@ fn global_time<C: Comm>(comm: &C, reps: usize, mut f: impl FnMut()) -> f64 {
 }
 
 /// Collective: every rank must call. All-to-all-v and all-reduce per message size.
-fn global_collectives<C: Comm>(
+pub fn global_collectives<C: Comm>(
     comm: &C,
     o: &CalibOptions,
 ) -> Result<(Vec<CollPoint>, Vec<CollPoint>)> {
@@ -2094,6 +2117,20 @@ mod tests {
             ..o
         };
         assert!(global_mlp_points(&crate::comm::single::SingleComm::new(), &bad).is_err());
+    }
+
+    #[test]
+    fn each_point_keeps_the_median_of_its_passes() {
+        // Three passes of two points; the second pass was a slow minute.
+        let passes = vec![vec![1.0, 10.0], vec![3.0, 30.0], vec![2.0, 11.0]];
+        assert_eq!(median_over_passes(&passes), vec![2.0, 11.0]);
+        // One pass is itself; a point missing from a pass is the median of the rest.
+        assert_eq!(median_over_passes(&passes[..1]), vec![1.0, 10.0]);
+        assert_eq!(
+            median_over_passes(&[vec![1.0, 4.0], vec![3.0]]),
+            vec![2.0, 4.0]
+        );
+        assert!(median_over_passes(&[]).is_empty());
     }
 
     #[test]
