@@ -214,7 +214,7 @@ done
   for P in $(ls "$OUT"/calibrate-*.log 2>/dev/null | grep -E 'calibrate-[0-9]+\.log$' | sed 's/.*calibrate-\([0-9]*\)\.log/\1/' | sort -n); do
     echo "Calibration at $P ranks (\`$OUT/costs-$P.json\`):"
     echo
-    grep -E '^(calibrate|fit):' "$OUT/calibrate-$P.log" | sed 's/^/    /'
+    grep -E '^(calibrate|fit|passes):' "$OUT/calibrate-$P.log" | sed 's/^/    /'
     echo
   done
   python3 - "$RUNS" <<'PY'
