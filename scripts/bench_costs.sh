@@ -34,7 +34,7 @@
 #
 # Knobs: RANKS="2 4", WORKLOADS="torchrec-peer dlrm-synthetic skewed", REPEATS=3,
 # STEPS=60 and WARM=10 (timed and warm-up steps; 60 since 2026-12-02, 30 before: a
-# 3 s loop of plain arithmetic pinned to one core of this machine ran 2.1-3.1 s, so
+# 3 s loop of plain arithmetic pinned to one core of this machine ran 2.1-3.3 s, so
 # a rank's busy share moves by several % over a short run),
 # SKEW_MULT=4 (skewed runs that many times WARM and STEPS: its steps are short),
 # KEEP_ROWS=1 (add to an earlier invocation's runs), RECALIBRATE=0 (keep its

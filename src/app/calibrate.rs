@@ -187,15 +187,16 @@ impl Passes {
     /// Each point's seconds: the median of its passes' (at least 1 ns, as the
     /// kernels' points).
     fn apply(&self, c: &mut Costs) {
-        for (p, s) in c.mlp.iter_mut().zip(median_over_passes(&self.mlp)) {
-            p.seconds = s.max(1e-9);
-        }
-        for (p, s) in c.all_to_all.iter_mut().zip(median_over_passes(&self.a2a)) {
-            p.seconds = s.max(1e-9);
-        }
-        for (p, s) in c.all_reduce.iter_mut().zip(median_over_passes(&self.ar)) {
-            p.seconds = s.max(1e-9);
-        }
+        set_medians(c.mlp.iter_mut().map(|p| &mut p.seconds), &self.mlp);
+        set_medians(c.all_to_all.iter_mut().map(|p| &mut p.seconds), &self.a2a);
+        set_medians(c.all_reduce.iter_mut().map(|p| &mut p.seconds), &self.ar);
+    }
+}
+
+/// `dst`, in order: the median of each point's passes, at least 1 ns.
+fn set_medians<'a>(dst: impl Iterator<Item = &'a mut f64>, passes: &[Vec<f64>]) {
+    for (d, s) in dst.zip(median_over_passes(passes)) {
+        *d = s.max(1e-9);
     }
 }
 
