@@ -44,6 +44,14 @@
 # calibrated plan is then planned once, `plan --costs costs-P.json`, so that every
 # repeat trains the same plans: a check of how much of the prediction error is the
 # machine's drift over the bench; the table says so).
+# The machine's speed moves under the bench (a 3 s loop of arithmetic ran 3.0-4.6 s
+# on 2026-12-02 minutes apart; skewed's calibrated plan at P = 2 measured 0.146 s a
+# step in a bench and 0.106-0.118 s three hours later, predicted 0.1145 s from the
+# bench's calibration): after each calibration and before every round of three runs a
+# probe (PROBE_STEPS=160 timed steps of $OUT/probe-P.toml: P tables of 64 MiB, width
+# 64, 8 Zipf ids per example, the planner's default plan) measures it, and the table
+# adds the prediction error with each run's prediction scaled by the probe's seconds
+# before its round over those after the calibration (PROBE=0: no probes).
 # Writes bench/costs.md (or $OUT/costs.md with QUICK=1: a tiny setting that checks
 # the script in a minute: calibrate --quick, small models, a few steps).
 # Run it on a quiet machine: the times are the point.
@@ -62,6 +70,7 @@ else
   REPEATS="${REPEATS:-3}"; SKEW_MULT="${SKEW_MULT:-4}"
 fi
 RECALIBRATE_EACH="${RECALIBRATE_EACH:-0}"
+PROBE="${PROBE:-1}"; PROBE_STEPS="${PROBE_STEPS:-$([[ $QUICK == 1 ]] && echo 4 || echo 160)}"
 mkdir -p "$OUT" bench "$(dirname "$MD")"
 if [[ $(id -u) -eq 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 export OPENBLAS_NUM_THREADS=1
@@ -81,6 +90,31 @@ MPI=(mpirun --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS)
     printf '[[table]]\nname = "cold%d"\nvocab = %d\ndim = 16\nvalency = 1.0\n' "$i" "$SKEW_COLD"
   done
 } > "$OUT/skewed.toml"
+
+# probe LABEL P W REP: the probe (P tables of 64 MiB; QUICK: 1 MiB) trained for 10 +
+# PROBE_STEPS steps at P ranks; a line of $PROBES: P, W, REP, LABEL, its seconds per
+# step over the intervals after the first.
+probe() {
+  [[ $PROBE == 1 ]] || return 0
+  local label=$1 np=$2 rows=262144 f="$OUT/probe-$2.toml"
+  [[ $QUICK == 1 ]] && rows=4096
+  {
+    echo "n_dense = 13"; echo "hidden = [256, 128]"; echo "zipf = 1.05"
+    for ((i = 0; i < np; i++)); do
+      printf '[[table]]\nname = "probe%d"\nvocab = %d\ndim = 64\nvalency = 8.0\n' "$i" "$rows"
+    done
+  } > "$f"
+  rm -f "$OUT/probe-$label.jsonl"
+  "${MPI[@]}" -np "$np" "$BIN" embed --tables "$f" --batch "$BATCH" --steps $((10 + PROBE_STEPS)) --log-every 10 \
+      --eval-examples 4096 --threads 1 --seed 1 --preload --metrics "$OUT/probe-$label.jsonl" > "$OUT/probe-$label.log" 2>&1 \
+    || { echo "probe $label failed:"; tail -20 "$OUT/probe-$label.log"; exit 1; }
+  python3 - "$OUT/probe-$label.jsonl" "$np" "$3" "$4" "$label" >> "$PROBES" <<'PY'
+import json, sys
+f, p, w, rep, label = sys.argv[1:]
+iv = [r for r in map(json.loads, filter(str.strip, open(f))) if not r.get("final")][1:]
+print(f"{p}\t{w}\t{rep}\t{label}\t{sum(r['seconds'] for r in iv) / sum(r['steps'] for r in iv):.6f}")
+PY
+}
 
 # workload NAME: the model flags of a workload.
 workload() {
@@ -160,12 +194,15 @@ COMMIT="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo ' (w
 CPU="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 RUNS="$OUT/costs-runs.tsv"
 # KEEP_ROWS=1 adds to the runs of an earlier invocation (e.g. RANKS=4 run apart).
+PROBES="$OUT/probes.tsv"
 [[ "${KEEP_ROWS:-0}" == 1 ]] || : > "$RUNS"
+[[ "${KEEP_ROWS:-0}" == 1 ]] || : > "$PROBES"
 WORKLOADS="${WORKLOADS:-torchrec-peer dlrm-synthetic skewed}"
 for P in $RANKS; do
   # RECALIBRATE=0 keeps an earlier invocation's costs-P.json (with KEEP_ROWS=1).
   [[ "${RECALIBRATE:-1}" == 0 && -f "$OUT/costs-$P.json" ]] ||
     calibrate_to "$P" "$OUT/costs-$P.json" "$OUT/calibrate-$P.log"
+  probe "cal-$P" "$P" - 0
   for W in $WORKLOADS; do
     # shellcheck disable=SC2046
     model=( $(workload "$W") )
@@ -187,6 +224,7 @@ for P in $RANKS; do
         COSTS="$OUT/costs-$P-$W-r$r.json"
         calibrate_to "$P" "$COSTS" "$OUT/calibrate-$P-$W-r$r.log"
       fi
+      probe "$W-$P-r$r" "$P" "$W" "$r"
       train "$W-$P-calibrated-r$r" "$P" "$calibrated" "${model[@]}"
       train "$W-$P-analytic-r$r" "$P" "$OUT/$W-$P-analytic.json" "${model[@]}"
       train "$W-$P-lookup-r$r" "$P" "$OUT/$W-$P-lookup.json" "${model[@]}"
@@ -217,9 +255,10 @@ done
     grep -E '^(calibrate|fit|passes):' "$OUT/calibrate-$P.log" | sed 's/^/    /'
     echo
   done
-  python3 - "$RUNS" <<'PY'
+  python3 - "$RUNS" "$PROBES" <<'PY'
 import statistics as st, sys
 runs = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
+probes = [l.rstrip("\n").split("\t") for l in open(sys.argv[2]) if l.strip()]
 refused = [r for r in runs if r[4].startswith("refused")]
 runs = [r for r in runs if not r[4].startswith("refused")]
 # Per (workload, P, planner), in the order first run.
@@ -303,6 +342,35 @@ if errs:
             shared.append(f"{w} at P={p}: {' = '.join(names)} ({len(rs)} runs, {100 * (pred - meas) / meas:+.1f} %)")
     if len(derrs) != len(errs):
         print(f"Over the {len(derrs)} distinct plans (the runs of planners that made the same plan pooled): mean {sum(derrs)/len(derrs):.1f} %, worst {max(derrs):.1f} %. The same plan: " + "; ".join(shared) + ".")
+        print()
+# The machine's speed: the probe's seconds per step before each round over after
+# the calibration at the same P (RECALIBRATE_EACH: the last calibration is not
+# probed, so the one at the start of P stands for all).
+cal = {q[0]: float(q[4]) for q in probes if q[3].startswith("cal-")}
+rnd = {(q[0], q[1], q[2]): float(q[4]) for q in probes if not q[3].startswith("cal-")}
+speed = lambda r: rnd[(r[1], r[0], r[3])] / cal[r[1]] if (r[1], r[0], r[3]) in rnd and r[1] in cal else None
+if cal and rnd:
+    print("Machine speed, the probe's seconds per step (P tables of 64 MiB, width 64, 8 Zipf ids per example; after each calibration, and before every round of the three planners' runs):")
+    print()
+    for p in sorted(cal, key=int):
+        rs = sorted(((w, int(k), v) for (pp, w, k), v in rnd.items() if pp == p), key=lambda x: x[1])
+        ws = []
+        for w in dict.fromkeys(x[0] for x in rs):
+            ws.append(f"{w} " + ", ".join(f"{v:.4f} ({v / cal[p]:.2f}x)" for ww, _, v in rs if ww == w))
+        print(f"- P={p}: after the calibration {cal[p]:.4f}; before the rounds: " + "; ".join(ws))
+    print()
+    serrs, lines = [], []
+    for (w, p, planner), rs in plans.items():
+        if any(speed(r) is None for r in rs):
+            continue
+        pred = st.median(float(r[4]) * speed(r) for r in rs)
+        meas = med(rs, 5)
+        e = 100 * (pred - meas) / meas
+        serrs.append(abs(e))
+        lines.append(f"{w} P={p} {planner} {e:+.1f}")
+    if serrs:
+        print(f"Prediction error with each run's prediction times the probe's seconds before its round over after the calibration (the machine's speed at the run, which no calibration can know), over {len(serrs)} plans: "
+              f"mean {sum(serrs)/len(serrs):.1f} %, worst {max(serrs):.1f} % (" + "; ".join(lines) + ").")
         print()
 for label, rat, err in (("busy max/min (wall) over all runs", ratio, se), ("CPU busy max/min over all runs", cratio, cse),
                         ("per-run busy max/min (wall), median of the runs", rratio, {}),
