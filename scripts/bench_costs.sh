@@ -50,8 +50,9 @@
 # bench's calibration): after each calibration and before every round of three runs a
 # probe (PROBE_STEPS=160 timed steps of $OUT/probe-P.toml: P tables of 64 MiB, width
 # 64, 8 Zipf ids per example, the planner's default plan) measures it, and the table
-# adds the prediction error with each run's prediction scaled by the probe's seconds
-# before its round over those after the calibration (PROBE=0: no probes).
+# adds the prediction error with each run's prediction scaled by the mean of the
+# probe's seconds before and after its round over those after the calibration
+# (PROBE=0: no probes). TABLE_ONLY=1 (with COMMIT=) rewrites the table from $OUT.
 # Writes bench/costs.md (or $OUT/costs.md with QUICK=1: a tiny setting that checks
 # the script in a minute: calibrate --quick, small models, a few steps).
 # Run it on a quiet machine: the times are the point.
@@ -190,11 +191,14 @@ print("\t".join([w, p, planner, rep, f"{fin['predicted']['step']:.6f}",
 PY
 }
 
-COMMIT="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo ' (with uncommitted changes)')"
+COMMIT="${COMMIT:-$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo ' (with uncommitted changes)')}"
 CPU="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 RUNS="$OUT/costs-runs.tsv"
 # KEEP_ROWS=1 adds to the runs of an earlier invocation (e.g. RANKS=4 run apart).
 PROBES="$OUT/probes.tsv"
+# TABLE_ONLY=1: only the table, from an earlier invocation's $OUT (COMMIT=... names
+# the commit it measured).
+if [[ ${TABLE_ONLY:-0} != 1 ]]; then
 [[ "${KEEP_ROWS:-0}" == 1 ]] || : > "$RUNS"
 [[ "${KEEP_ROWS:-0}" == 1 ]] || : > "$PROBES"
 WORKLOADS="${WORKLOADS:-torchrec-peer dlrm-synthetic skewed}"
@@ -234,7 +238,9 @@ for P in $RANKS; do
       done
     done
   done
+  probe "end-$P" "$P" - 0
 done
+fi
 
 {
   echo "# Measured costs: predicted against measured step, and measured balance"
@@ -346,9 +352,21 @@ if errs:
 # The machine's speed: the probe's seconds per step before each round over after
 # the calibration at the same P (RECALIBRATE_EACH: the last calibration is not
 # probed, so the one at the start of P stands for all).
+# A round's speed: the mean of the probes before and after it (the next probe at the
+# same P: the next round's, or the one after the last round), over the probe after
+# the calibration; the before one alone where none follows (benches before the end
+# probe).
 cal = {q[0]: float(q[4]) for q in probes if q[3].startswith("cal-")}
-rnd = {(q[0], q[1], q[2]): float(q[4]) for q in probes if not q[3].startswith("cal-")}
-speed = lambda r: rnd[(r[1], r[0], r[3])] / cal[r[1]] if (r[1], r[0], r[3]) in rnd and r[1] in cal else None
+rnd, around = {}, {}
+for i, q in enumerate(probes):
+    if q[3].startswith("cal-"):
+        continue
+    if not q[3].startswith("end-"):
+        rnd[(q[0], q[1], q[2])] = float(q[4])
+        nxt = probes[i + 1] if i + 1 < len(probes) else None
+        after = float(nxt[4]) if nxt and nxt[0] == q[0] and not nxt[3].startswith("cal-") else None
+        around[(q[0], q[1], q[2])] = float(q[4]) if after is None else (float(q[4]) + after) / 2
+speed = lambda r: around[(r[1], r[0], r[3])] / cal[r[1]] if (r[1], r[0], r[3]) in around and r[1] in cal else None
 if cal and rnd:
     print("Machine speed, the probe's seconds per step (P tables of 64 MiB, width 64, 8 Zipf ids per example; after each calibration, and before every round of the three planners' runs):")
     print()
@@ -357,7 +375,9 @@ if cal and rnd:
         ws = []
         for w in dict.fromkeys(x[0] for x in rs):
             ws.append(f"{w} " + ", ".join(f"{v:.4f} ({v / cal[p]:.2f}x)" for ww, _, v in rs if ww == w))
-        print(f"- P={p}: after the calibration {cal[p]:.4f}; before the rounds: " + "; ".join(ws))
+        end = [float(q[4]) for q in probes if q[3] == f"end-{p}"]
+        tail = f"; after the last round {end[0]:.4f} ({end[0] / cal[p]:.2f}x)" if end else ""
+        print(f"- P={p}: after the calibration {cal[p]:.4f}; before the rounds: " + "; ".join(ws) + tail)
     print()
     serrs, lines = [], []
     for (w, p, planner), rs in plans.items():
@@ -369,7 +389,7 @@ if cal and rnd:
         serrs.append(abs(e))
         lines.append(f"{w} P={p} {planner} {e:+.1f}")
     if serrs:
-        print(f"Prediction error with each run's prediction times the probe's seconds before its round over after the calibration (the machine's speed at the run, which no calibration can know), over {len(serrs)} plans: "
+        print(f"Prediction error with each run's prediction times the mean of the probe's seconds before and after its round over after the calibration (the machine's speed at the run, which no calibration can know), over {len(serrs)} plans: "
               f"mean {sum(serrs)/len(serrs):.1f} %, worst {max(serrs):.1f} % (" + "; ".join(lines) + ").")
         print()
 for label, rat, err in (("busy max/min (wall) over all runs", ratio, se), ("CPU busy max/min over all runs", cratio, cse),
