@@ -398,10 +398,13 @@ fn report(c: &Costs, a: &CalibrateArgs, secs: f64) {
         c.all_reduce.len()
     );
     println!(
-        "fit: {:.1} ns per row access + bytes at {:.2} GB/s; interference {:.3} (a rank's k pieces of B bytes: their owners' seconds times 1 + that x ({}); {}); all-to-all {:.1} us + {:.2} GB/s, all-reduce {:.1} us + {:.2} GB/s{}; MLP {:.2} GFLOP/s",
+        "fit: {:.1} ns per row access + bytes at {:.2} GB/s; interference {} (a rank's k pieces of B bytes: their owners' seconds times 1 + that x ({}); {}); all-to-all {:.1} us + {:.2} GB/s, all-reduce {:.1} us + {:.2} GB/s{}; MLP {:.2} GFLOP/s",
         m.lookup_s * 1e9,
         m.mem_bw / 1e9,
-        m.interference,
+        match m.interference_rows {
+            Some(r) => format!("{:.3} (pooled pieces), {r:.3} (rows pieces)", m.interference),
+            None => format!("{:.3}", m.interference),
+        },
         if m.interference_count {
             "1 - 1/k: the size factor at the together training steps' bytes is not above one table's, so the size law cannot price what they measure"
         } else {

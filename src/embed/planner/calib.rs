@@ -270,7 +270,7 @@ impl PooledPoint {
         let state = POOLED_TABLE_OPT.state_per_row() as u64;
         let bytes = self.plan(&spec, world).bytes_per_rank(&spec, state);
         let b = bytes.iter().copied().max().unwrap_or(0) as f64;
-        m.with_interference(1.0, self.pieces_per_rank(world), b)
+        m.with_interference_mode(1.0, self.pieces_per_rank(world), b, self.mode == "rows")
     }
 
     /// Whether the point is a together point: several whole tables on every rank
@@ -1169,8 +1169,8 @@ pub fn fit(c: &Costs) -> Fit {
         if round == TOGETHER_ROUNDS {
             break;
         }
-        let beta = match together_fit(c, &m) {
-            Some(beta) => beta,
+        let (beta, rows) = match together_fit(c, &m) {
+            Some(betas) => betas,
             // The size law has no variable at the together points (their bytes cost
             // no more per row access than one table's on this machine's size
             // points), yet their steps may cost more than their pieces' sum: the
@@ -1178,7 +1178,8 @@ pub fn fit(c: &Costs) -> Fit {
             None if round == 0 && !m.interference_count => {
                 m.interference_count = true;
                 match together_fit(c, &m) {
-                    Some(beta) if beta > 0.0 => beta,
+                    // Above rounding: a slope of 2e-16 is none.
+                    Some(betas) if betas.0 > 1e-9 || betas.1.is_some_and(|b| b > 1e-9) => betas,
                     _ => {
                         m.interference_count = false;
                         break;
@@ -1187,8 +1188,12 @@ pub fn fit(c: &Costs) -> Fit {
             }
             None => break,
         };
-        let settled = (beta - m.interference).abs() <= 1e-6 * beta.max(1e-3);
+        let near = |a: f64, b: f64| (a - b).abs() <= 1e-6 * a.max(1e-3);
+        let settled = near(beta, m.interference)
+            && near(rows.unwrap_or(beta), m.rows_interference())
+            && rows.is_some() == m.interference_rows.is_some();
         m.interference = beta;
+        m.interference_rows = rows;
         if settled {
             break;
         }
@@ -1379,21 +1384,26 @@ fn a_partner(c: &Costs, q: &PooledPoint, world: usize) -> bool {
 /// prices are first scaled by the partner's measured over modelled seconds: the
 /// interference is then what the tables together cost beyond one table each as
 /// measured in the same minutes, and a slow or fast minute of a shared machine,
-/// which moves both points, does not move it.
-fn together_fit(c: &Costs, m: &CostModel) -> Option<f64> {
+/// which moves both points, does not move it. The slope is fitted per output mode,
+/// over the mode's points: `(pooled, Some(rows))` when both modes' points identify
+/// one, else `(the one fitted, None)`, which prices both modes.
+fn together_fit(c: &Costs, m: &CostModel) -> Option<(f64, Option<f64>)> {
     let world = c.conditions.ranks.max(1);
     let free = CostModel {
         interference: 0.0,
+        interference_rows: None,
         ..m.clone()
     };
     let one = CostModel {
         interference: 1.0,
+        interference_rows: None,
         ..m.clone()
     };
     // Per point, relative to its seconds: what is left to explain without
     // interference, and what an interference of 1 adds (the owners' seconds times
-    // the law's variable; the asking side is not multiplied).
-    let (mut num, mut den) = (0.0, 0.0);
+    // the law's variable; the asking side is not multiplied). Per mode: [pooled,
+    // rows].
+    let (mut num, mut den) = ([0.0; 2], [0.0; 2]);
     for q in c.pooled.iter().filter(|q| q.together(world)) {
         let scale = partner_of(c, q, world)
             .map(|a| a.seconds / a.modelled(m, world))
@@ -1405,10 +1415,16 @@ fn together_fit(c: &Costs, m: &CostModel) -> Option<f64> {
             continue;
         }
         let y = (q.seconds - base) / q.seconds;
-        num += a * y;
-        den += a * a;
+        let k = usize::from(q.mode == "rows");
+        num[k] += a * y;
+        den[k] += a * a;
     }
-    (den > 0.0).then(|| (num / den).max(0.0))
+    let beta = |k: usize| (den[k] > 0.0).then(|| (num[k] / den[k]).max(0.0));
+    match (beta(0), beta(1)) {
+        (Some(p), Some(r)) => Some((p, Some(r))),
+        (Some(b), None) | (None, Some(b)) => Some((b, None)),
+        (None, None) => None,
+    }
 }
 
 /// Least squares through the origin with coefficients >= 0: of the subsets of the
@@ -1985,6 +2001,7 @@ fn parse(v: &Value) -> R<Costs> {
         "line_bytes",
         "interference",
         "interference_count",
+        "interference_rows",
         "ask_row_access",
         "width_factor",
         "size_factor",
@@ -2005,6 +2022,10 @@ fn parse(v: &Value) -> R<Costs> {
     }
     for k in ["lookup_s", "shard_s", "interference"] {
         m.num(k, false)?;
+    }
+    // Optional: files from before the `rows` mode's own interference have none.
+    if m.map.contains_key("interference_rows") {
+        m.num("interference_rows", false)?;
     }
     m.get("width_factor")?
         .as_array()
@@ -2830,6 +2851,66 @@ mod tests {
         // Without them: the kernel points' interference.
         c.pooled.retain(|q| !q.together(world));
         assert!(close(fit(&c).model.interference, 0.6));
+    }
+
+    /// Together points made with a larger interference in the `rows` mode than in the
+    /// `pooled` mode: the fit gives each mode's back, and prices each together
+    /// point at its measured seconds; with one mode's together point only, its
+    /// interference prices both modes.
+    #[test]
+    fn each_output_mode_gets_the_interference_of_its_together_point() {
+        let mut c = costs();
+        let kernel = fit(&c).model;
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b.abs().max(1e-12);
+        let truth = CostModel {
+            interference_rows: Some(0.4),
+            ..step_truth(&kernel, 0.1, false)
+        };
+        assert!(close(truth.rows_interference(), 0.4));
+        let world = c.conditions.ranks;
+        let mut pts = step_points(world, c.conditions.table_bytes);
+        for q in pts.iter_mut() {
+            q.seconds = q.modelled(&truth, world);
+        }
+        c.pooled = pts.clone();
+        let m = fit(&c).model;
+        assert!(close(m.interference, 0.1), "{m:?}");
+        assert!(close(m.rows_interference(), 0.4), "{m:?}");
+        for q in c.pooled.iter().filter(|q| q.together(world)) {
+            assert!(close(q.modelled(&m, world), q.seconds), "{q:?}");
+        }
+        // One shared value prices the `rows` together point below what it measured.
+        let shared = CostModel {
+            interference_rows: None,
+            ..m.clone()
+        };
+        let rows = c
+            .pooled
+            .iter()
+            .find(|q| q.together(world) && q.mode == "rows")
+            .unwrap();
+        assert!(rows.modelled(&shared, world) < 0.99 * rows.seconds);
+        // Written and read back, the fit keeps both.
+        let path = std::env::temp_dir().join(format!("rows-beta-{}.json", std::process::id()));
+        std::fs::write(&path, c.to_json().unwrap()).unwrap();
+        let back = Costs::from_file(&path).unwrap();
+        std::fs::remove_file(&path).ok();
+        assert!(close(back.fit.model.rows_interference(), 0.4), "{back:?}");
+        // Only the `rows` together point: its interference for both modes.
+        c.pooled = pts
+            .into_iter()
+            .filter(|q| !(q.together(world) && q.mode == "pooled"))
+            .collect();
+        let only = fit(&c).model;
+        assert_eq!(only.interference_rows, None, "{only:?}");
+        assert!(close(only.interference, 0.4), "{only:?}");
+        // A negative value in a file is refused, naming the field.
+        let bad = CostModel {
+            interference_rows: Some(-1.0),
+            ..m
+        };
+        let msg = bad.check().unwrap_err();
+        assert!(msg.contains("interference_rows"), "{msg}");
     }
 
     /// A slow minute of a shared machine during the together points' rounds (both

@@ -51,6 +51,16 @@ pub struct CostModel {
     /// while their steps took 18 % (pooled) and 21 % (`rows`) more than the model
     /// without interference. False by default.
     pub interference_count: bool,
+    /// The interference of the owners' pieces in the `rows` mode (and of replicas),
+    /// where it differs from [`CostModel::interference`], which then prices the
+    /// `pooled` pieces only; the same law and variable. `torusrec calibrate` fits
+    /// each mode's from its together point: at 2 ranks on an AMD EPYC, 8 tables of 64
+    /// MiB a rank cost 1.26-1.29 times one table's step in the `rows` mode and
+    /// 1.01-1.10 times in the `pooled` mode in three calibrations, so one shared
+    /// value under-priced the all-`rows` plans (lookup-greedy's) by 24-36 % at
+    /// skewed (`docs/calibrate.md`). None (the default): `interference` for both.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interference_rows: Option<f64>,
     /// The asking side of a `rows` table pays, per occurrence, what the calibrated
     /// kernels pay per id: a gather to pool it from the received rows (`lookup_s +
     /// a / mem_bw`) and a scatter to add its gradient (`lookup_s + 2 a / mem_bw`), `a`
@@ -157,6 +167,7 @@ impl Default for CostModel {
             line_bytes: 64.0,
             interference: 0.0,
             interference_count: false,
+            interference_rows: None,
             ask_row_access: false,
             width_factor: Vec::new(),
             size_factor: Vec::new(),
@@ -204,6 +215,7 @@ impl CostModel {
             ("lookup_s", self.lookup_s),
             ("shard_s", self.shard_s),
             ("interference", self.interference),
+            ("interference_rows", self.rows_interference()),
             ("pooled_occ_s", self.pooled_occ_s),
             ("pooled_occ_float_s", self.pooled_occ_float_s),
             ("pooled_example_s", self.pooled_example_s),
@@ -266,6 +278,51 @@ impl CostModel {
     /// interference x)` with `x` [`CostModel::interference_x`].
     pub fn with_interference(&self, sum: f64, pieces: usize, bytes: f64) -> f64 {
         self.with_interference_sized(sum, pieces, bytes, bytes / pieces.max(1) as f64)
+    }
+
+    /// The interference of the `rows` pieces: [`CostModel::interference_rows`], or
+    /// [`CostModel::interference`] without one.
+    pub fn rows_interference(&self) -> f64 {
+        self.interference_rows.unwrap_or(self.interference)
+    }
+
+    /// [`CostModel::with_interference`] for pieces all in the `rows` mode (`rows`)
+    /// or all in the `pooled` mode: at that mode's interference.
+    pub fn with_interference_mode(&self, sum: f64, pieces: usize, bytes: f64, rows: bool) -> f64 {
+        if rows {
+            CostModel {
+                interference: self.rows_interference(),
+                interference_rows: None,
+                ..self.clone()
+            }
+            .with_interference(sum, pieces, bytes)
+        } else {
+            self.with_interference(sum, pieces, bytes)
+        }
+    }
+
+    /// The cost of a rank whose pieces cost `sum` seconds, `rows` of them in the
+    /// `rows` mode (or replicas), `pieces` in all of cost-weighted mean size `size`
+    /// holding `bytes`: each mode's pieces at `1 +` that mode's interference times
+    /// `x` ([`CostModel::interference_x_sized`], the same for both: they share the
+    /// caches).
+    pub fn with_interference_split(
+        &self,
+        sum: f64,
+        rows: f64,
+        pieces: usize,
+        bytes: f64,
+        size: f64,
+    ) -> f64 {
+        let (bp, br) = (self.interference, self.rows_interference());
+        if (bp == 0.0 && br == 0.0) || pieces < 2 {
+            return sum;
+        }
+        if self.interference_rows.is_none() {
+            return self.with_interference_sized(sum, pieces, bytes, size);
+        }
+        let x = self.interference_x_sized(pieces, bytes, size);
+        (sum - rows) * (1.0 + bp * x) + rows * (1.0 + br * x)
     }
 
     /// [`CostModel::with_interference`] for pieces of cost-weighted mean size `size`
@@ -455,8 +512,9 @@ impl ModeCosts {
     }
 }
 
-/// What each rank gains from one placement: `(rank, seconds, bytes)`.
-pub(super) type Contrib = Vec<(usize, f64, u64)>;
+/// What each rank gains from one placement: `(rank, seconds, bytes, rows)`, `rows`
+/// when the piece is priced in the `rows` mode (or is a replica).
+pub(super) type Contrib = Vec<(usize, f64, u64, bool)>;
 
 /// Per rank, what the owners' pieces placed so far add up to: their seconds, bytes
 /// and number, and the sum of each piece's seconds times its bytes (the
@@ -467,6 +525,8 @@ pub(super) struct Load {
     pub(super) bytes: Vec<u64>,
     pub(super) count: Vec<usize>,
     pub(super) weighted: Vec<f64>,
+    /// The seconds of the pieces in the `rows` mode (or replicas).
+    pub(super) rows: Vec<f64>,
 }
 
 impl Load {
@@ -476,26 +536,33 @@ impl Load {
             bytes: vec![0; world],
             count: vec![0; world],
             weighted: vec![0.0; world],
+            rows: vec![0.0; world],
         }
     }
 
     /// Adds pieces `c`.
     pub(super) fn add(&mut self, c: &Contrib) {
-        for &(r, x, y) in c {
+        for &(r, x, y, rows) in c {
             self.cost[r] += x;
             self.bytes[r] += y;
             self.count[r] += 1;
             self.weighted[r] += x * y as f64;
+            if rows {
+                self.rows[r] += x;
+            }
         }
     }
 
     /// Removes pieces `c` (added before).
     pub(super) fn remove(&mut self, c: &Contrib) {
-        for &(r, x, y) in c {
+        for &(r, x, y, rows) in c {
             self.cost[r] -= x;
             self.bytes[r] -= y;
             self.count[r] -= 1;
             self.weighted[r] -= x * y as f64;
+            if rows {
+                self.rows[r] -= x;
+            }
         }
     }
 
@@ -732,11 +799,13 @@ impl<'a> Ctx<'a> {
             .iter()
             .map(|pc| {
                 let bytes = pc.rows * (pc.width as u64 + self.state) * 4;
-                let secs = match mode {
-                    OutputMode::Pooled if !pc.replica => self.pooled_piece(t, pc).0,
-                    _ => self.piece_cost(t, pc),
+                let pooled = mode == OutputMode::Pooled && !pc.replica;
+                let secs = if pooled {
+                    self.pooled_piece(t, pc).0
+                } else {
+                    self.piece_cost(t, pc)
                 };
-                (pc.rank, secs, bytes)
+                (pc.rank, secs, bytes, !pooled)
             })
             .collect()
     }
@@ -793,20 +862,21 @@ impl<'a> Ctx<'a> {
     /// Per rank, the cost of its pieces under the model's multi-table interference
     /// (their summed seconds without interference).
     pub(super) fn effective(&self, load: &Load) -> Vec<f64> {
-        if self.model.interference == 0.0 {
+        if !self.interference() {
             return load.cost.clone();
         }
         (0..load.cost.len())
             .map(|r| {
                 let (c, k, b) = (load.cost[r], load.count[r], load.bytes[r] as f64);
                 let size = load.weighted[r] / c;
-                self.model.with_interference_sized(c, k, b, size)
+                self.model
+                    .with_interference_split(c, load.rows[r], k, b, size)
             })
             .collect()
     }
 
     pub(super) fn interference(&self) -> bool {
-        self.model.interference != 0.0
+        self.model.interference != 0.0 || self.model.rows_interference() != 0.0
     }
 
     /// Bytes of the whole table with its optimizer state.

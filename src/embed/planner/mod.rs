@@ -628,6 +628,82 @@ mod tests {
     }
 
     #[test]
+    fn each_output_mode_pays_its_own_interference() {
+        let spec = spec_of(
+            (0..4)
+                .map(|i| table(&format!("t{i}"), 1000, 16, 2.0))
+                .collect(),
+        );
+        let stats = synthetic_stats(&spec, 2, 64);
+        // Rank 0 owns three tables, t0 in the `pooled` mode and t1, t2 in `rows`.
+        let plan = Plan {
+            world: 2,
+            spec_digest: spec.digest(),
+            tables: vec![
+                Placement::Table { rank: 0 },
+                Placement::Table { rank: 0 },
+                Placement::Table { rank: 0 },
+                Placement::Table { rank: 1 },
+            ],
+            modes: vec![
+                OutputMode::Pooled,
+                OutputMode::Rows,
+                OutputMode::Rows,
+                OutputMode::Rows,
+            ],
+        };
+        let at = |interference: f64, rows: Option<f64>| {
+            let m = CostModel {
+                interference,
+                interference_rows: rows,
+                ..CostModel::default()
+            };
+            evaluate(&spec, &stats, &plan, &m, 0).cost_per_rank
+        };
+        let plain = at(0.0, None);
+        // Each mode's pieces alone: the extra cost of rank 0 is linear in each
+        // mode's interference, its variable the same 1 - 1/3 for both.
+        let pooled_only = at(0.5, Some(0.0))[0] - plain[0];
+        let rows_only = at(0.0, Some(0.5))[0] - plain[0];
+        assert!(
+            pooled_only > 0.0 && rows_only > 0.0,
+            "{pooled_only} {rows_only}"
+        );
+        let both = at(0.5, Some(0.5))[0] - plain[0];
+        assert!(
+            (both - pooled_only - rows_only).abs() <= 1e-9 * both,
+            "{both}"
+        );
+        // Unset, the `rows` pieces take the shared value.
+        for (a, b) in at(0.5, None).iter().zip(at(0.5, Some(0.5))) {
+            assert!((a - b).abs() <= 1e-12 * a, "{a} {b}");
+        }
+        let split = at(0.2, Some(0.8))[0] - plain[0];
+        let want = 0.4 * pooled_only + 1.6 * rows_only;
+        assert!((split - want).abs() <= 1e-9 * want, "{split} {want}");
+        // Rank 1 owns one piece: no interference (up to the order of the additions).
+        assert!((at(0.2, Some(0.8))[1] - plain[1]).abs() <= 1e-12 * plain[1]);
+        // The model's own law: x = 1 - 1/4 for 4 pieces without a size factor.
+        let m = CostModel {
+            interference: 0.2,
+            interference_rows: Some(0.6),
+            ..CostModel::default()
+        };
+        let got = m.with_interference_split(3.0, 1.0, 4, 1e9, 2.5e8);
+        assert!((got - (2.0 * 1.15 + 1.45)).abs() < 1e-12, "{got}");
+        let one = CostModel {
+            interference_rows: None,
+            ..m.clone()
+        };
+        assert_eq!(
+            one.with_interference_split(3.0, 1.0, 4, 1e9, 2.5e8),
+            one.with_interference_sized(3.0, 4, 1e9, 2.5e8)
+        );
+        assert!((m.with_interference_mode(2.0, 4, 1e9, true) - 2.0 * 1.45).abs() < 1e-12);
+        assert!((m.with_interference_mode(2.0, 4, 1e9, false) - 2.0 * 1.15).abs() < 1e-12);
+    }
+
+    #[test]
     fn interference_prices_a_rank_at_its_pieces_cost_weighted_size() {
         // A large table doing most of the work and a small one beside it on rank 0.
         let spec = spec_of(vec![

@@ -112,11 +112,11 @@ fn greedy(ctx: &Ctx, mem: u64) -> Option<Vec<Placement>> {
         for p in candidates(ctx, t, &load.cost, &load.bytes) {
             let add = ctx.contrib(t, &p);
             let next = load.with(&add);
-            if add.iter().any(|&(r, _, _)| next.bytes[r] > limit) {
+            if add.iter().any(|&(r, _, _, _)| next.bytes[r] > limit) {
                 continue;
             }
             let c = ctx.effective(&next);
-            let touched = add.iter().map(|&(r, _, _)| c[r]).fold(0.0, f64::max);
+            let touched = add.iter().map(|&(r, _, _, _)| c[r]).fold(0.0, f64::max);
             let key = (
                 max_of(&c),
                 add.iter().map(|a| a.2).sum::<u64>(),
@@ -183,7 +183,7 @@ fn local_search(
         let tol = 1e-9 * current[0];
         let a = ranks_by(&eff)[ctx.world - 1];
         let on_a: Vec<usize> = (0..n_tables)
-            .filter(|&t| contrib[t].iter().any(|&(r, _, _)| r == a))
+            .filter(|&t| contrib[t].iter().any(|&(r, _, _, _)| r == a))
             .collect();
 
         let mut best: Option<(Vec<f64>, Vec<Change>)> = None;
@@ -217,7 +217,7 @@ fn local_search(
         for &t in &on_a {
             // Move the piece on `a` to a rank that holds no piece of `t`.
             let holds: Vec<bool> = (0..ctx.world)
-                .map(|r| contrib[t].iter().any(|&(q, _, _)| q == r))
+                .map(|r| contrib[t].iter().any(|&(q, _, _, _)| q == r))
                 .collect();
             for b in (0..ctx.world).filter(|&b| !holds[b]) {
                 let moved = match &place[t] {
