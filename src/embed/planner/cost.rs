@@ -289,16 +289,12 @@ impl CostModel {
     /// [`CostModel::with_interference`] for pieces all in the `rows` mode (`rows`)
     /// or all in the `pooled` mode: at that mode's interference.
     pub fn with_interference_mode(&self, sum: f64, pieces: usize, bytes: f64, rows: bool) -> f64 {
-        if rows {
-            CostModel {
-                interference: self.rows_interference(),
-                interference_rows: None,
-                ..self.clone()
-            }
-            .with_interference(sum, pieces, bytes)
+        let beta = if rows {
+            self.rows_interference()
         } else {
-            self.with_interference(sum, pieces, bytes)
-        }
+            self.interference
+        };
+        self.interfered(beta, sum, pieces, bytes, bytes / pieces.max(1) as f64)
     }
 
     /// The cost of a rank whose pieces cost `sum` seconds, `rows` of them in the
@@ -328,10 +324,16 @@ impl CostModel {
     /// [`CostModel::with_interference`] for pieces of cost-weighted mean size `size`
     /// (`sum c_i b_i / sum c_i`): `x` is [`CostModel::interference_x_sized`].
     pub fn with_interference_sized(&self, sum: f64, pieces: usize, bytes: f64, size: f64) -> f64 {
-        if self.interference == 0.0 || pieces < 2 {
+        self.interfered(self.interference, sum, pieces, bytes, size)
+    }
+
+    /// `sum (1 + beta x)`, `x` [`CostModel::interference_x_sized`]; `sum` for one
+    /// piece or `beta` 0.
+    fn interfered(&self, beta: f64, sum: f64, pieces: usize, bytes: f64, size: f64) -> f64 {
+        if beta == 0.0 || pieces < 2 {
             sum
         } else {
-            sum * (1.0 + self.interference * self.interference_x_sized(pieces, bytes, size))
+            sum * (1.0 + beta * self.interference_x_sized(pieces, bytes, size))
         }
     }
 

@@ -580,8 +580,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn interference_multiplies_a_ranks_cost_by_its_pieces() {
+    /// Four equal small tables at 2 ranks, three of them on rank 0 (in `modes`).
+    fn three_on_rank_0(modes: Vec<OutputMode>) -> (ModelSpec, BatchStats, Plan) {
         let spec = spec_of(
             (0..4)
                 .map(|i| table(&format!("t{i}"), 1000, 16, 2.0))
@@ -597,8 +597,14 @@ mod tests {
                 Placement::Table { rank: 0 },
                 Placement::Table { rank: 1 },
             ],
-            modes: Vec::new(),
+            modes,
         };
+        (spec, stats, plan)
+    }
+
+    #[test]
+    fn interference_multiplies_a_ranks_cost_by_its_pieces() {
+        let (spec, stats, plan) = three_on_rank_0(Vec::new());
         let plain = evaluate(&spec, &stats, &plan, &CostModel::default(), 0);
         let m = CostModel {
             interference: 0.5,
@@ -629,29 +635,13 @@ mod tests {
 
     #[test]
     fn each_output_mode_pays_its_own_interference() {
-        let spec = spec_of(
-            (0..4)
-                .map(|i| table(&format!("t{i}"), 1000, 16, 2.0))
-                .collect(),
-        );
-        let stats = synthetic_stats(&spec, 2, 64);
         // Rank 0 owns three tables, t0 in the `pooled` mode and t1, t2 in `rows`.
-        let plan = Plan {
-            world: 2,
-            spec_digest: spec.digest(),
-            tables: vec![
-                Placement::Table { rank: 0 },
-                Placement::Table { rank: 0 },
-                Placement::Table { rank: 0 },
-                Placement::Table { rank: 1 },
-            ],
-            modes: vec![
-                OutputMode::Pooled,
-                OutputMode::Rows,
-                OutputMode::Rows,
-                OutputMode::Rows,
-            ],
-        };
+        let (spec, stats, plan) = three_on_rank_0(vec![
+            OutputMode::Pooled,
+            OutputMode::Rows,
+            OutputMode::Rows,
+            OutputMode::Rows,
+        ]);
         let at = |interference: f64, rows: Option<f64>| {
             let m = CostModel {
                 interference,
