@@ -38,6 +38,8 @@ def main(out):
     runs = {}
     for path in sorted(glob.glob(out + "/*-r*.jsonl")):
         m = re.match(r".*/(.+)-(\d+)-(\w+)-r\d+\.jsonl$", path)
+        if m is None or m.group(1).startswith("probe"):
+            continue  # the speed probe's runs (probe-W-P-rN.jsonl) are not a plan's
         runs.setdefault(m.groups(), []).append(run(path))
     print("workload P planner: " + "; ".join(f"{c[0]} measured / predicted s" for c in COLUMNS))
     for (workload, p, planner), rs in runs.items():
