@@ -215,6 +215,22 @@ fn bf16_table(path: &Path, name: &str) -> Vec<f32> {
         .collect()
 }
 
+/// How many entries of two bf16 tables differ, after checking that each differs by at
+/// most two steps of bf16's 8-bit significand (a rounding the other way, and what it
+/// moves in later epochs).
+fn bf16_roundings_apart(a: &[f32], b: &[f32]) -> usize {
+    assert_eq!(a.len(), b.len());
+    let mut differ = 0;
+    for (i, (&x, &y)) in a.iter().zip(b).enumerate() {
+        if x != y {
+            differ += 1;
+            let step = x.abs().max(y.abs()) * 2f32.powi(-7);
+            assert!((x - y).abs() <= 2.0 * step, "entry {i}: {x} against {y}");
+        }
+    }
+    differ
+}
+
 #[test]
 fn bf16_tables_agree_across_ranks_and_track_f32() {
     let dir = tempdir();
@@ -235,10 +251,25 @@ fn bf16_tables_agree_across_ranks_and_track_f32() {
             (r16 - r32).abs() <= 0.02 * r32,
             "bf16 Recall@20 {r16} vs f32 {r32}"
         );
+        // Another rank count adds the Gramian's block sums in another order (the same
+        // bits are promised at the same rank count only): a table entry next to a
+        // rounding boundary of bf16 may round the other way (1 of 184k at P = 1 and 3
+        // with OpenBLAS's SkylakeX kernels; none with its Haswell ones), as f32 tables
+        // differ in their last bits.
         let t = (bf16_table(&out, "W"), bf16_table(&out, "H"));
         match &reference {
             None => reference = Some(t),
-            Some(r) => assert!(r == &t, "bf16 tables differ between 1 and {np} ranks"),
+            Some((w1, h1)) => {
+                for (name, a, b) in [("W", w1, &t.0), ("H", h1, &t.1)] {
+                    let off = bf16_roundings_apart(a, b);
+                    assert!(
+                        off * 1000 <= a.len(),
+                        "{name} at 1 and {np} ranks: {off} of {} entries differ by more \
+                         than the last bit of bf16",
+                        a.len()
+                    );
+                }
+            }
         }
     }
     // bf16 moves half the training bytes of f32 with the same plan (the epoch line's
