@@ -94,8 +94,8 @@ fn the_dense_gemm_option_picks_the_kernel_each_reproducible() {
         );
         // OpenBLAS's own AVX-512 sgemm kernels (SkylakeX and its successors) add the
         // products in the order ours does and give its bits; older cores' kernels
-        // (Haswell, Zen: what OpenBLAS 0.3.21 picks on AMD's AVX-512 CPUs too) round
-        // otherwise, which shows that `avx512` ran another kernel than `openblas`.
+        // (Haswell, Zen, e.g. chosen by OPENBLAS_CORETYPE) round otherwise, which
+        // shows that `avx512` ran another kernel than `openblas`.
         if !openblas_is_avx512() {
             assert_ne!(
                 avx.final_checksum(),
