@@ -2,6 +2,7 @@
 """Per setting of a bench_costs output directory: measured against predicted seconds
 per step of the embedding phases, the dense phase, the all-reduce and the whole step
 (medians over the plan's runs; measured over the timed intervals after the first).
+Runs without a final record (a bench still running) are left out.
 
 Usage: python3 docs/experiments/phases.py out/bench-costs7
 """
@@ -24,7 +25,9 @@ COLUMNS = [
 def run(path):
     """The measured and predicted seconds per step of one run's metrics."""
     lines = [json.loads(l) for l in open(path) if l.strip()]
-    final = next(x for x in lines if x.get("final"))
+    final = next((x for x in lines if x.get("final")), None)
+    if final is None:
+        return None  # a run still going (or killed): no final record yet
     timed = [x for x in lines if not x.get("final")][1:]
     steps = sum(x["steps"] for x in timed)
     per_step = lambda q: sum(x["seconds_" + q] for x in timed) / steps
@@ -40,7 +43,9 @@ def main(out):
         m = re.match(r".*/(.+)-(\d+)-(\w+)-r\d+\.jsonl$", path)
         if m is None or m.group(1).startswith("probe"):
             continue  # the speed probe's runs (probe-W-P-rN.jsonl) are not a plan's
-        runs.setdefault(m.groups(), []).append(run(path))
+        r = run(path)
+        if r is not None:
+            runs.setdefault(m.groups(), []).append(r)
     print("workload P planner: " + "; ".join(f"{c[0]} measured / predicted s" for c in COLUMNS))
     for (workload, p, planner), rs in runs.items():
         cells = []
