@@ -192,13 +192,9 @@ PY
 }
 
 COMMIT="${COMMIT:-$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo ' (with uncommitted changes)')}"
-# The CPU as a table must name it: the kernels dispatch on AVX-512 and AVX2, OpenBLAS
-# (the MLP) on its core type, and one model name covers several CPU generations.
-cpuinfo() { grep -m1 -E "^$1[[:space:]]*:" /proc/cpuinfo | cut -d: -f2 | xargs; }
-CPU="$(cpuinfo 'model name'), family $(cpuinfo 'cpu family') model $(cpuinfo model);\
- AVX-512 $(grep -qw avx512f /proc/cpuinfo && echo yes || echo no),\
- AVX2 $(grep -qw avx2 /proc/cpuinfo && echo yes || echo no);\
- OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset)}"
+# shellcheck source=scripts/cpu_line.sh
+. scripts/cpu_line.sh
+CPU="$(cpu_line)"
 RUNS="$OUT/costs-runs.tsv"
 # KEEP_ROWS=1 adds to the runs of an earlier invocation (e.g. RANKS=4 run apart).
 PROBES="$OUT/probes.tsv"

@@ -25,10 +25,9 @@ export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
 # What a log must say to be read against another machine's: the CPU, its vector
 # extensions (the kernels dispatch on AVX-512 and AVX2) and the OpenBLAS kernels
 # asked for (OpenBLAS itself picks by CPU model: Haswell, SkylakeX, Zen, ...).
-echo "== $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores;" \
-    "$(grep -qw avx512f /proc/cpuinfo && echo AVX-512 || echo no AVX-512)," \
-    "$(grep -qw avx2 /proc/cpuinfo && echo AVX2 || echo no AVX2);" \
-    "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset)}"
+# shellcheck source=scripts/cpu_line.sh
+. scripts/cpu_line.sh
+echo "== $(cpu_line), $(nproc) cores"
 
 # rustfmt and clippy are rustup components; add them if missing (needs rustup's network).
 if { ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; } \
