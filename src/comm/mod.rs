@@ -184,6 +184,19 @@ pub trait Comm {
         Timer::start()
     }
 
+    /// The end of a counted collective's time: the call's bytes and seconds added to
+    /// the current phase. With [`CommStats::set_sync_timing`], then an uncounted
+    /// barrier, so that no rank goes on computing while a slower one is still in the
+    /// call: with more ranks than cores (or cores sharing a physical core) a rank that
+    /// leaves a collective early takes the CPU the others need to end it, and their
+    /// seconds would count its computation as communication.
+    fn timer_stop(&self, bytes_sent: u64, bytes_recv: u64, t: Timer) {
+        self.stats().record(bytes_sent, bytes_recv, t);
+        if self.stats().sync_timing() {
+            self.raw_barrier();
+        }
+    }
+
     /// Whether the counted collectives run on neighbour exchanges.
     fn on_torus(&self) -> bool {
         self.size() > 1 && self.stats().collectives() == Collectives::Torus
@@ -195,7 +208,7 @@ pub trait Comm {
     fn barrier(&self) {
         let t = self.timer_start();
         self.raw_barrier();
-        self.stats().record(0, 0, t);
+        self.timer_stop(0, 0, t);
     }
 
     /// Collective: every rank must call with a buffer of the same length.
@@ -216,7 +229,7 @@ pub trait Comm {
         } else {
             0
         };
-        self.stats().record(b, b, t);
+        self.timer_stop(b, b, t);
     }
 
     /// Collective: every rank must call. The maximum of `value` over ranks.
@@ -228,7 +241,7 @@ pub trait Comm {
             self.raw_all_reduce_max_u64(value)
         };
         let b = if self.size() > 1 { 8 } else { 0 };
-        self.stats().record(b, b, t);
+        self.timer_stop(b, b, t);
         v
     }
 
@@ -308,7 +321,7 @@ pub trait Comm {
         let size = std::mem::size_of::<T>() as u64;
         self.stats().record_hops(hop_elems * size, elems * size);
         let counts_bytes = if p > 1 { 8 * (p as u64 - 1) } else { 0 };
-        self.stats().record(
+        self.timer_stop(
             bytes_of::<T>(off(send_counts)) + counts_bytes,
             bytes_of::<T>(off(&out.counts)) + counts_bytes,
             t,
@@ -337,7 +350,7 @@ pub trait Comm {
         let p = self.size() as u64;
         let sent = bytes_of::<T>(send.len()) * (p - 1) + 8 * (p - 1);
         let recv = bytes_of::<T>(data.len() - send.len()) + 8 * (p - 1);
-        self.stats().record(sent, recv, t);
+        self.timer_stop(sent, recv, t);
         Ok(Received { data, counts })
     }
 
@@ -351,7 +364,7 @@ pub trait Comm {
             (p, true) => (bytes_of::<T>(buf.len()) * (p as u64 - 1), 0),
             (_, false) => (0, bytes_of::<T>(buf.len())),
         };
-        self.stats().record(s, r, t);
+        self.timer_stop(s, r, t);
         Ok(())
     }
 

@@ -77,7 +77,8 @@ pub fn local_read_model(path: &Path, p: usize) -> Result<AlsModel> {
 /// they include what a hop costs here beyond the bytes (packing, copies, scheduling):
 /// all-reduces of 16 kB to 4 MB and uniform all-to-alls of 64 kB to 8 MB per rank,
 /// each after the rank has written as many bytes as its solves stream
-/// ([`evict_bytes`]) and started after a barrier (as `project measure` times the run), the slowest
+/// ([`evict_bytes`]), started after a barrier and followed by one (as `project measure`
+/// times the run's collectives: [`Comm::timer_stop`]), the slowest
 /// rank's mean of the calls of a round, averaged over the rounds; then the `(latency,
 /// bandwidth)` of least relative squares of `seconds = latency x shifts + bytes /
 /// bandwidth` over those calls, with `shifts` and `bytes` the chain the traffic model
@@ -123,6 +124,9 @@ fn global_round<C: Comm>(comm: &C, reps: usize, evict: usize) -> Result<Vec<(f64
             let t = Instant::now();
             f()?;
             total += t.elapsed().as_secs_f64();
+            // As `project measure` times training's calls: no rank writes the next
+            // eviction while another is still in this call.
+            comm.raw_barrier();
         }
         let s = total / reps.max(1) as f64;
         Ok(f64::from_bits(comm.raw_all_reduce_max_u64(s.to_bits())))
@@ -150,7 +154,7 @@ fn global_round<C: Comm>(comm: &C, reps: usize, evict: usize) -> Result<Vec<(f64
 impl LinkPoints {
     /// Collective: one round of the calls, `reps` timed calls each (the slowest rank's
     /// mean), added to the earlier rounds'. Each call is timed from a barrier to its
-    /// end with the communicator's own barrier-start off (as `project measure` counts a
+    /// end (then a barrier) with the communicator's own barriers off (as `project measure` counts a
     /// phase's seconds: from after the barrier), then the setting is restored.
     pub fn global_measure<C: Comm>(&mut self, comm: &C, reps: usize, evict: usize) -> Result<()> {
         if comm.size() < 2 {
