@@ -129,10 +129,10 @@ fi
 {
   echo "## Projection against measurement: \`project measure\` on cnr-2000 K=1 (d=$DIM, $MEASURE_EPOCHS epochs, torus collectives, 1 thread per rank)"
   echo
-  echo "Per-link bytes: every rank's bytes and messages on every link, per phase, projected from the dataset (exact) against the counters of the run. Seconds: the projection uses the link latency and bandwidth fitted at that shape to the torus collectives themselves (microbenchmarks, not this run, timed in a round before the epochs and one after each); the measured seconds are the slowest rank's time inside the phase's collectives, each started after a barrier so that waiting for slower ranks is not counted."
+  echo "Per-link bytes: every rank's bytes and messages on every link, per phase, projected from the dataset (exact) against the counters of the run. Seconds: the projection uses the link model fitted at that shape to the torus collectives themselves (microbenchmarks, not this run, timed in a round before the epochs and one after each: all-reduces, uniform and skewed all-to-alls): latency per shift, the chain's bandwidth and, when the fit finds one, a node bandwidth for the bytes of all links together (the ranks share this machine's 2 cores; a pod's chips do not); the measured seconds are the slowest rank's time inside the phase's collectives, each started after a barrier so that waiting for slower ranks is not counted, and followed by one so that no rank computes while another is still in the call."
   echo
 } >> "$table"
-printf 'shape\trun\tlatency_us\tbandwidth_gbs\tcomm_measured_s\tcomm_projected_s\tdiff_pct\n' > "$OUT/measure.tsv"
+printf 'shape\trun\tlatency_us\tbandwidth_gbs\tcomm_measured_s\tcomm_projected_s\tdiff_pct\tnode_gbs\n' > "$OUT/measure.tsv"
 for shape in 2x2 2x4 2x2x2; do
   np=$(( ${shape//x/*} ))
   for run in $(seq 1 "$MEASURE_RUNS"); do
@@ -145,7 +145,10 @@ import json, sys
 m = json.load(open(sys.argv[1]))
 c = m["calibration"]
 d = 100 * (m["projected_comm_seconds"] / m["comm_seconds"] - 1)
-print(f"{sys.argv[2]}\t{sys.argv[3]}\t{c['link_latency']*1e6:.1f}\t{c['link_bandwidth']/1e9:.3f}\t{m['comm_seconds']:.4f}\t{m['projected_comm_seconds']:.4f}\t{d:+.1f}")
+# No node term fitted: infinite node bandwidth (the term costs nothing).
+node = c.get("node_bandwidth")
+node = float("inf") if node is None else node / 1e9
+print(f"{sys.argv[2]}\t{sys.argv[3]}\t{c['link_latency']*1e6:.1f}\t{c['link_bandwidth']/1e9:.3f}\t{m['comm_seconds']:.4f}\t{m['projected_comm_seconds']:.4f}\t{d:+.1f}\t{node:.3f}")
 PY
   done
   # The run of the median link bandwidth stands for the shape (its log below, its
@@ -157,15 +160,15 @@ done
 {
   echo "Summary (communication seconds per epoch), $MEASURE_RUNS runs per shape, each fitting the link model afresh: median and spread (min..max) over the runs."
   echo
-  echo "| shape | fitted latency us | fitted bandwidth GB/s | measured s | projected s | projected vs measured |"
-  echo "|---|---|---|---|---|---|"
+  echo "| shape | fitted latency us | fitted bandwidth GB/s | measured s | projected s | projected vs measured | fitted node bandwidth GB/s (inf: no node term) |"
+  echo "|---|---|---|---|---|---|---|"
   python3 - "$OUT/measure.tsv" <<'PY'
 import statistics, sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])][1:]
 for shape in dict.fromkeys(r[0] for r in rows):
     rs = [r for r in rows if r[0] == shape]
     cells = []
-    for k in range(2, 7):
+    for k in range(2, 8):
         v = [float(r[k]) for r in rs]
         fmt = "{:+.1f}%" if k == 6 else "{:.4g}"
         cells.append(f"{fmt.format(statistics.median(v))} ({fmt.format(min(v))}..{fmt.format(max(v))})")

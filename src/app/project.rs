@@ -41,7 +41,12 @@ fn read_calibration(path: &Path) -> Result<Calibration> {
     let c: Calibration = serde_json::from_value(c)
         .map_err(|e| bad(format!("not a calibration from `project measure`: {e}")))?;
     let ok = |x: f64| x.is_finite() && x > 0.0;
-    if !(ok(c.link_bandwidth) && ok(c.solve_flops) && ok(c.peak_flops) && c.link_latency >= 0.0) {
+    if !(ok(c.link_bandwidth)
+        && ok(c.solve_flops)
+        && ok(c.peak_flops)
+        && c.link_latency >= 0.0
+        && c.node_bandwidth.is_none_or(ok))
+    {
         return Err(bad("rates must be positive and finite".into()));
     }
     Ok(c)
@@ -606,10 +611,14 @@ fn global_run_measure<C: Comm>(
         Some(m) => {
             let c = &m.calibration;
             println!(
-                "project measure: torus {} x {threads} thread(s): links {:.1} us + {:.2} GB/s per shift (each call after {} written per rank); solve {:.2} GFLOP/s of a {:.2} GFLOP/s matrix-multiply peak per rank",
+                "project measure: torus {} x {threads} thread(s): links {:.1} us + {:.2} GB/s per shift{} (each call after {} written per rank); solve {:.2} GFLOP/s of a {:.2} GFLOP/s matrix-multiply peak per rank",
                 c.shape,
                 c.link_latency * 1e6,
                 c.link_bandwidth / 1e9,
+                c.node_bandwidth.map_or(String::new(), |nb| format!(
+                    " + {:.2} GB/s over all links",
+                    nb / 1e9
+                )),
                 crate::metrics::human_bytes(m.evict_bytes),
                 c.solve_flops / 1e9,
                 c.peak_flops / 1e9

@@ -63,6 +63,13 @@ pub struct Calibration {
     pub link_latency: f64,
     /// Bytes/s of one shift (fitted slope).
     pub link_bandwidth: f64,
+    /// Bytes/s of every link's bytes together (fitted slope of their sum), when the
+    /// fit found such a term: the ranks of this machine share its cores and memory,
+    /// so a collective also costs what all its messages together cost them. A pod's
+    /// chips share nothing, so [`Calibration::chip`] leaves it out. Absent in files
+    /// written before it (read as none).
+    #[serde(default)]
+    pub node_bandwidth: Option<f64>,
     /// Achieved FLOP/s of one rank on the iALS solve (the compute model's flops over
     /// the slowest rank's solve seconds).
     pub solve_flops: f64,
@@ -147,6 +154,7 @@ mod tests {
             shape: "2x2".into(),
             link_latency: 1e-5,
             link_bandwidth: 1e9,
+            node_bandwidth: None,
             solve_flops: 1e10,
             peak_flops: 4e10,
             memory_bytes: GIB,

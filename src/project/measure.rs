@@ -75,23 +75,61 @@ pub fn local_read_model(path: &Path, p: usize) -> Result<AlsModel> {
 
 /// Link parameters fitted to the torus collectives themselves on this shape, so that
 /// they include what a hop costs here beyond the bytes (packing, copies, scheduling):
-/// all-reduces of 16 kB to 4 MB and uniform all-to-alls of 64 kB to 8 MB per rank,
-/// each after the rank has written as many bytes as its solves stream
+/// all-reduces of 16 kB to 4 MB, uniform all-to-alls of 64 kB to 8 MB per rank, and
+/// skewed ones (rank 0 sends as much as all the others together, 256 kB and 2 MB per
+/// rank), each after the rank has written as many bytes as its solves stream
 /// ([`evict_bytes`]), started after a barrier and followed by one (as `project measure`
-/// times the run's collectives: [`Comm::timer_stop`]), the slowest
-/// rank's mean of the calls of a round, averaged over the rounds; then the `(latency,
-/// bandwidth)` of least relative squares of `seconds = latency x shifts + bytes /
-/// bandwidth` over those calls, with `shifts` and `bytes` the chain the traffic model
-/// computes for each call. `project measure` takes a round before the measured epochs
-/// and one after each, so that the link model samples the machine over the same
-/// minutes as the epochs it is checked against (a shared machine's speed moves from
-/// one minute to the next).
+/// times the run's collectives: [`Comm::timer_stop`]), the slowest rank's mean of the
+/// calls of a round, averaged over the rounds. Then [`LinkPoints::fit`] prices them.
+/// `project measure` takes a round before the measured epochs and one after each, so
+/// that the link model samples the machine over the same minutes as the epochs it is
+/// checked against (a shared machine's speed moves from one minute to the next).
 #[derive(Debug, Default, Clone)]
 pub struct LinkPoints {
-    /// Per call kind and size: (shifts, bytes of the chain, seconds summed over the
-    /// rounds).
-    calls: Vec<(f64, f64, f64)>,
+    calls: Vec<LinkCall>,
     rounds: usize,
+}
+
+/// One link microbenchmark call: what the traffic model computes for it, and its
+/// seconds (summed over the rounds in [`LinkPoints`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LinkCall {
+    /// Shifts on the chain.
+    pub shifts: f64,
+    /// Bytes on the chain.
+    pub chain_bytes: f64,
+    /// Bytes on every link of every rank.
+    pub total_bytes: f64,
+    pub seconds: f64,
+}
+
+impl LinkCall {
+    fn of(t: &Traffic, seconds: f64) -> Self {
+        LinkCall {
+            shifts: t.serial_messages as f64,
+            chain_bytes: t.serial_bytes as f64,
+            total_bytes: t.total_bytes() as f64,
+            seconds,
+        }
+    }
+}
+
+/// The link model fitted by [`LinkPoints::fit`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LinkFit {
+    /// Seconds per shift.
+    pub latency: f64,
+    /// Bytes/s of the chain.
+    pub bandwidth: f64,
+    /// Bytes/s of all links' bytes together, if the fit found that term.
+    pub node_bandwidth: Option<f64>,
+}
+
+impl LinkFit {
+    /// Seconds of `t` on this machine.
+    pub fn seconds(&self, t: &Traffic) -> f64 {
+        t.seconds_on_node(self.latency, self.bandwidth, self.node_bandwidth)
+    }
 }
 
 /// The bytes a rank's solves stream in training, written before each link call: its
@@ -103,10 +141,10 @@ pub fn evict_bytes(table_bytes: u64, nnz: u64) -> usize {
     (table_bytes + 4 * nnz).max(1 << 20) as usize
 }
 
-/// Collective: one round of the link microbenchmarks, `(shifts, bytes of the chain,
-/// seconds)` per call (the slowest rank's mean of `reps` timed calls), each call after
-/// `evict` bytes written by every rank.
-fn global_round<C: Comm>(comm: &C, reps: usize, evict: usize) -> Result<Vec<(f64, f64, f64)>> {
+/// Collective: one round of the link microbenchmarks, one [`LinkCall`] per call (the
+/// slowest rank's mean of `reps` timed calls), each call after `evict` bytes written
+/// by every rank.
+fn global_round<C: Comm>(comm: &C, reps: usize, evict: usize) -> Result<Vec<LinkCall>> {
     let p = comm.size();
     let _phase = comm.stats().phase("calibrate");
     let dims = comm.torus().dims.clone();
@@ -137,16 +175,35 @@ fn global_round<C: Comm>(comm: &C, reps: usize, evict: usize) -> Result<Vec<(f64
             comm.all_reduce_sum(&mut buf);
             Ok(())
         })?;
-        let t = traffic::all_reduce(&dims, bytes / 4, 4);
-        round.push((t.serial_messages as f64, t.serial_bytes as f64, s));
+        round.push(LinkCall::of(&traffic::all_reduce(&dims, bytes / 4, 4), s));
     }
-    for bytes in [64usize << 10, 1 << 20, 8 << 20] {
+    // Uniform all-to-alls put P times the chain's bytes on the links; training's
+    // exchange, whose owners of popular rows serve more, 2 to 2.5 times. The skewed
+    // calls (rank 0 sends `skew` times what each other rank sends) let the fit tell
+    // the chain's cost from the cost of all the bytes on the shared cores.
+    let skew = p;
+    for (bytes, skewed) in [
+        (64usize << 10, false),
+        (1 << 20, false),
+        (8 << 20, false),
+        (256 << 10, true),
+        (2 << 20, true),
+    ] {
         let per = bytes / 4 / p;
-        let send = vec![2u32; per * p];
-        let counts = vec![per; p];
+        let mine = if skewed && comm.rank() == 0 {
+            per * skew
+        } else {
+            per
+        };
+        let send = vec![2u32; mine * p];
+        let counts = vec![mine; p];
         let s = time(&mut || comm.all_to_all_v(&send, &counts).map(|_| ()))?;
-        let t = traffic::all_to_all(&dims, &|a, b| if a == b { 0 } else { 4 * per as u64 });
-        round.push((t.serial_messages as f64, t.serial_bytes as f64, s));
+        let t = traffic::all_to_all(&dims, &|a, b| match (a == b, skewed && a == 0) {
+            (true, _) => 0,
+            (false, true) => 4 * (per * skew) as u64,
+            (false, false) => 4 * per as u64,
+        });
+        round.push(LinkCall::of(&t, s));
     }
     Ok(round)
 }
@@ -154,8 +211,8 @@ fn global_round<C: Comm>(comm: &C, reps: usize, evict: usize) -> Result<Vec<(f64
 impl LinkPoints {
     /// Collective: one round of the calls, `reps` timed calls each (the slowest rank's
     /// mean), added to the earlier rounds'. Each call is timed from a barrier to its
-    /// end (then a barrier) with the communicator's own barriers off (as `project measure` counts a
-    /// phase's seconds: from after the barrier), then the setting is restored.
+    /// end (then a barrier) with the communicator's own barriers off (as `project
+    /// measure` counts a phase's seconds), then the setting is restored.
     pub fn global_measure<C: Comm>(&mut self, comm: &C, reps: usize, evict: usize) -> Result<()> {
         if comm.size() < 2 {
             return Ok(());
@@ -168,15 +225,17 @@ impl LinkPoints {
         Ok(())
     }
 
-    /// Add one round's `(shifts, bytes of the chain, seconds)` per call, in the order
-    /// of the first round.
-    pub fn add_round(&mut self, round: &[(f64, f64, f64)]) {
+    /// Add one round's calls, in the order of the first round.
+    pub fn add_round(&mut self, round: &[LinkCall]) {
         if self.rounds == 0 {
-            self.calls = round.iter().map(|&(m, b, _)| (m, b, 0.0)).collect();
+            self.calls = round
+                .iter()
+                .map(|c| LinkCall { seconds: 0.0, ..*c })
+                .collect();
         }
         assert_eq!(self.calls.len(), round.len(), "rounds of other calls");
-        for (acc, &(_, _, s)) in self.calls.iter_mut().zip(round) {
-            acc.2 += s;
+        for (acc, c) in self.calls.iter_mut().zip(round) {
+            acc.seconds += c.seconds;
         }
         self.rounds += 1;
     }
@@ -186,42 +245,140 @@ impl LinkPoints {
         self.rounds
     }
 
-    /// `(latency, bandwidth)` of least relative squares over every call's mean seconds
-    /// over the rounds; `(0, inf)` without calls (one rank).
-    pub fn fit(&self) -> (f64, f64) {
+    /// The link model of least relative squares over every call's mean seconds over
+    /// the rounds (each call's equation divided by its seconds, so that the small
+    /// calls, which fix the latency, weigh as much as the large ones):
+    /// `seconds = latency x shifts + chain bytes / bandwidth + all links' bytes /
+    /// node bandwidth`. The last term is what the ranks' messages cost the cores and
+    /// memory they share on this machine, all of them at once; it is left out (and
+    /// the first two fitted alone) when the fit gives it no positive rate. Without
+    /// calls (one rank): no latency and infinite bandwidth.
+    pub fn fit(&self) -> LinkFit {
+        let none = LinkFit {
+            latency: 0.0,
+            bandwidth: f64::INFINITY,
+            node_bandwidth: None,
+        };
         if self.rounds == 0 || self.calls.is_empty() {
-            return (0.0, f64::INFINITY);
+            return none;
         }
         let n = self.rounds as f64;
-        let points: Vec<(f64, f64, f64)> =
-            self.calls.iter().map(|&(m, b, s)| (m, b, s / n)).collect();
-        // Normal equations of s = a m + c b (a: latency, c: 1 / bandwidth) in relative
-        // error (each call's equation divided by its seconds), so that the small calls,
-        // which fix the latency, weigh as much as the large ones.
-        let (mut mm, mut mb, mut bb, mut ms, mut bs) = (0.0, 0.0, 0.0, 0.0, 0.0);
-        for &(m, b, s) in &points {
-            let (m, b, s) = (m / s.max(1e-12), b / s.max(1e-12), 1.0);
-            mm += m * m;
-            mb += m * b;
-            bb += b * b;
-            ms += m * s;
-            bs += b * s;
-        }
-        let det = mm * bb - mb * mb;
-        let (mut a, mut c) = ((ms * bb - bs * mb) / det, (mm * bs - mb * ms) / det);
-        if !(a.is_finite() && c.is_finite()) || a < 0.0 || c <= 0.0 {
-            // Fall back to one parameter each, through the largest and the smallest call.
-            c = points
+        let points: Vec<([f64; 3], f64)> = self
+            .calls
+            .iter()
+            .map(|c| ([c.shifts, c.chain_bytes, c.total_bytes], c.seconds / n))
+            .collect();
+        // Non-negative least squares by trying the terms' subsets (the chain's is in
+        // every one): the valid fit of least relative residual.
+        let mut best: Option<(f64, [f64; 3])> = None;
+        for terms in [
+            [true, true, true],
+            [false, true, true],
+            [true, true, false],
+            [false, true, false],
+        ] {
+            let cols: Vec<usize> = (0..3).filter(|&k| terms[k]).collect();
+            let sub: Vec<(Vec<f64>, f64)> = points
                 .iter()
-                .map(|&(_, b, s)| s / b.max(1.0))
-                .fold(f64::INFINITY, f64::min);
-            a = points
+                .map(|(f, s)| (cols.iter().map(|&k| f[k]).collect(), *s))
+                .collect();
+            let Some(x) = relative_least_squares(&sub) else {
+                continue;
+            };
+            if !x.iter().all(|v| v.is_finite() && *v > 0.0) {
+                continue;
+            }
+            let mut full = [0.0; 3];
+            for (&k, &v) in cols.iter().zip(&x) {
+                full[k] = v;
+            }
+            let residual: f64 = points
                 .iter()
-                .map(|&(m, b, s)| ((s - c * b) / m.max(1.0)).max(0.0))
-                .fold(f64::INFINITY, f64::min);
+                .map(|(f, s)| {
+                    let r =
+                        (f.iter().zip(&full).map(|(a, b)| a * b).sum::<f64>() - s) / s.max(1e-12);
+                    r * r
+                })
+                .sum();
+            if best.is_none_or(|(r, _)| residual < r) {
+                best = Some((residual, full));
+            }
         }
-        (a, 1.0 / c)
+        if let Some((_, x)) = best {
+            return LinkFit {
+                latency: x[0],
+                bandwidth: 1.0 / x[1],
+                node_bandwidth: (x[2] > 0.0).then(|| 1.0 / x[2]),
+            };
+        }
+        // One parameter each, through the largest and the smallest call.
+        let c = points
+            .iter()
+            .map(|&(f, s)| s / f[1].max(1.0))
+            .fold(f64::INFINITY, f64::min);
+        let a = points
+            .iter()
+            .map(|&(f, s)| ((s - c * f[1]) / f[0].max(1.0)).max(0.0))
+            .fold(f64::INFINITY, f64::min);
+        LinkFit {
+            latency: a,
+            bandwidth: 1.0 / c,
+            node_bandwidth: None,
+        }
     }
+}
+
+/// The coefficients `x` minimising `sum ((f . x - s) / s)^2` over the points `(f, s)`
+/// (features of one length): the normal equations, each column scaled to a unit
+/// diagonal, by Gaussian elimination with partial pivoting; `None` if they are
+/// (nearly) singular, as when two features are proportional over every point.
+fn relative_least_squares(points: &[(Vec<f64>, f64)]) -> Option<Vec<f64>> {
+    let k = points.first()?.0.len();
+    let mut a = vec![vec![0.0f64; k]; k];
+    let mut b = vec![0.0f64; k];
+    for (f, s) in points {
+        let s = s.max(1e-12);
+        for i in 0..k {
+            b[i] += f[i] / s;
+            for j in 0..k {
+                a[i][j] += f[i] / s * f[j] / s;
+            }
+        }
+    }
+    let scale: Vec<f64> = (0..k).map(|i| a[i][i].sqrt()).collect();
+    if scale.iter().any(|&d| !(d.is_finite() && d > 0.0)) {
+        return None;
+    }
+    for i in 0..k {
+        b[i] /= scale[i];
+        for j in 0..k {
+            a[i][j] /= scale[i] * scale[j];
+        }
+    }
+    for col in 0..k {
+        let piv = (col..k).max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs()))?;
+        if a[piv][col].abs() < 1e-9 {
+            return None;
+        }
+        a.swap(col, piv);
+        b.swap(col, piv);
+        let (pivot_row, pivot_b) = (a[col].clone(), b[col]);
+        for (row, rb) in a.iter_mut().zip(b.iter_mut()).skip(col + 1) {
+            let m = row[col] / pivot_row[col];
+            for (x, p) in row.iter_mut().zip(&pivot_row).skip(col) {
+                *x -= m * p;
+            }
+            *rb -= m * pivot_b;
+        }
+    }
+    // Back-substitution on the scaled unknowns, then their scale undone.
+    let mut y = vec![0.0f64; k];
+    for i in (0..k).rev() {
+        let rest: f64 = (i + 1..k).map(|j| a[i][j] * y[j]).sum();
+        y[i] = (b[i] - rest) / a[i][i];
+    }
+    let x: Vec<f64> = y.iter().zip(&scale).map(|(y, d)| y / d).collect();
+    x.iter().all(|v| v.is_finite()).then_some(x)
 }
 
 /// One rank's f32 matrix-multiply rate (FLOP/s) with `threads` threads.
@@ -368,7 +525,7 @@ fn measure_inner<C: Comm>(
     })?;
     let solve: f64 = reports.iter().map(|r| r.phases.solve).sum();
     let epoch_seconds = (t.elapsed().as_secs_f64() - between) / cfg.epochs as f64;
-    let (latency, bandwidth) = links.fit();
+    let link = links.fit();
     let after = comm.stats().links();
     let secs_after = comm.stats().snapshot();
     let solve = f64::from_bits(comm.raw_all_reduce_max_u64(solve.to_bits())) / cfg.epochs as f64;
@@ -428,7 +585,7 @@ fn measure_inner<C: Comm>(
         }
         let (_, _, mb, mm) = measured.summary();
         let (_, _, pb, pm) = projected.summary();
-        let ps = projected.seconds(latency, bandwidth) / times as f64;
+        let ps = link.seconds(&projected) / times as f64;
         let ms = secs / times as f64;
         if ph != "plan" {
             comm_m += ms;
@@ -449,16 +606,15 @@ fn measure_inner<C: Comm>(
     let mem = crate::node::memory_bytes().unwrap_or(0) / crate::node::ranks_on_node() as u64;
     let calibration = Calibration {
         shape: comm.torus().shape(),
-        link_latency: latency,
-        link_bandwidth: bandwidth,
+        link_latency: link.latency,
+        link_bandwidth: link.bandwidth,
+        node_bandwidth: link.node_bandwidth,
         solve_flops,
         peak_flops: peak,
         memory_bytes: mem,
         threads,
     };
-    let status = proj
-        .phase("status")
-        .map_or(0.0, |t| t.seconds(latency, bandwidth));
+    let status = proj.phase("status").map_or(0.0, |t| link.seconds(t));
     Ok(Some(Measured {
         projected_epoch_seconds: proj.flops / solve_flops + comm_p + status,
         calibration,
@@ -475,36 +631,96 @@ fn measure_inner<C: Comm>(
 mod tests {
     use super::*;
 
+    /// Calls of `(shifts, chain bytes, all links' bytes)` priced by `model`, `k` times.
+    fn round(
+        calls: &[(f64, f64, f64)],
+        k: f64,
+        model: &dyn Fn(f64, f64, f64) -> f64,
+    ) -> Vec<LinkCall> {
+        calls
+            .iter()
+            .map(|&(m, b, t)| LinkCall {
+                shifts: m,
+                chain_bytes: b,
+                total_bytes: t,
+                seconds: k * model(m, b, t),
+            })
+            .collect()
+    }
+
     #[test]
     fn the_link_fit_averages_the_rounds_and_recovers_the_line() {
-        // Calls on a line of 250 us per shift and 1.5 GB/s, measured in three rounds
-        // at 1.3, 0.9 and 0.8 times it: the mean over the rounds is on the line, and
-        // the fit gives its latency and bandwidth back. One round alone is not.
+        // Uniform calls (all links' bytes 4 times the chain's, as at 2x2) on a line of
+        // 250 us per shift and 1.5 GB/s, measured in three rounds at 1.3, 0.9 and 0.8
+        // times it: the mean over the rounds is on the line, and the fit gives its
+        // latency and bandwidth back. One round alone is not. With every call's
+        // bytes in the same proportion the node term cannot be told from the chain's,
+        // and the fit leaves it out.
         let (a, c) = (250e-6, 1.0 / 1.5e9);
         let calls = [
-            (8.0, 32768.0),
-            (8.0, 524288.0),
-            (16.0, 8388608.0),
-            (12.0, 65632.0),
+            (8.0, 32768.0, 131072.0),
+            (8.0, 524288.0, 2097152.0),
+            (16.0, 8388608.0, 33554432.0),
+            (12.0, 65632.0, 262528.0),
         ];
-        let round = |k: f64| -> Vec<(f64, f64, f64)> {
-            calls
-                .iter()
-                .map(|&(m, b)| (m, b, k * (a * m + c * b)))
-                .collect()
-        };
+        let line = |m: f64, b: f64, _| a * m + c * b;
         let mut links = LinkPoints::default();
-        links.add_round(&round(1.3));
-        let (lat1, _) = links.fit();
+        links.add_round(&round(&calls, 1.3, &line));
+        let lat1 = links.fit().latency;
         assert!((lat1 / a - 1.3).abs() < 1e-9, "{lat1}");
-        links.add_round(&round(0.9));
-        links.add_round(&round(0.8));
+        links.add_round(&round(&calls, 0.9, &line));
+        links.add_round(&round(&calls, 0.8, &line));
         assert_eq!(links.rounds(), 3);
-        let (lat, bw) = links.fit();
-        assert!((lat / a - 1.0).abs() < 1e-9, "{lat}");
-        assert!((bw * c - 1.0).abs() < 1e-9, "{bw}");
+        let fit = links.fit();
+        assert!((fit.latency / a - 1.0).abs() < 1e-9, "{fit:?}");
+        assert!((fit.bandwidth * c - 1.0).abs() < 1e-9, "{fit:?}");
+        assert_eq!(fit.node_bandwidth, None);
         // Without calls (one rank) there are no links to price.
-        assert_eq!(LinkPoints::default().fit(), (0.0, f64::INFINITY));
+        let none = LinkPoints::default().fit();
+        assert_eq!(
+            (none.latency, none.bandwidth, none.node_bandwidth),
+            (0.0, f64::INFINITY, None)
+        );
+    }
+
+    #[test]
+    fn skewed_calls_let_the_fit_tell_the_chain_from_the_node() {
+        // 20 us per shift, 3 GB/s on the chain and 6 GB/s over all links together:
+        // uniform calls (8 times the chain's bytes on all links) and skewed ones
+        // (twice) give all three back, and the fitted model prices a training-like
+        // traffic of its own proportions.
+        let (a, c, n) = (20e-6, 1.0 / 3e9, 1.0 / 6e9);
+        let model = |m: f64, b: f64, t: f64| a * m + c * b + n * t;
+        let calls = [
+            (16.0, 40960.0, 327680.0),
+            (16.0, 10485760.0, 83886080.0),
+            (12.0, 98592.0, 788736.0),
+            (12.0, 12583200.0, 100665600.0),
+            (12.0, 852064.0, 1835392.0),
+            (12.0, 6815840.0, 14680448.0),
+        ];
+        let mut links = LinkPoints::default();
+        links.add_round(&round(&calls, 1.0, &model));
+        let fit = links.fit();
+        assert!((fit.latency / a - 1.0).abs() < 1e-6, "{fit:?}");
+        assert!((fit.bandwidth * c - 1.0).abs() < 1e-6, "{fit:?}");
+        let nb = fit.node_bandwidth.expect("a node term");
+        assert!((nb * n - 1.0).abs() < 1e-6, "{fit:?}");
+        // The uniform calls alone fit one line through them, which prices a skewed
+        // exchange (all links' bytes 2.5 times the chain's) far from the model.
+        let mut uniform = LinkPoints::default();
+        uniform.add_round(&round(&calls[..4], 1.0, &model));
+        let u = uniform.fit();
+        assert_eq!(u.node_bandwidth, None);
+        let (m, b, t) = (44.0, 11085472.0, 27011584.0);
+        let truth = model(m, b, t);
+        let priced = u.latency * m + b / u.bandwidth;
+        assert!(
+            (priced / truth - 1.0).abs() > 0.3,
+            "{priced} against {truth}"
+        );
+        let fitted = fit.latency * m + b / fit.bandwidth + t / nb;
+        assert!((fitted / truth - 1.0).abs() < 1e-6);
     }
 
     #[test]

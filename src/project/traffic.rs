@@ -92,6 +92,24 @@ impl Traffic {
         self.serial_messages as f64 * latency + self.serial_bytes as f64 / bandwidth
     }
 
+    /// The bytes on every link of every rank, summed.
+    pub fn total_bytes(&self) -> u64 {
+        self.links.iter().flatten().map(|l| l.bytes).sum()
+    }
+
+    /// [`Traffic::seconds`] plus, when the ranks share one machine's cores and memory
+    /// (`node_bandwidth`, bytes/s over all links together), every link's bytes through
+    /// it: the ranks of a chain's hop copy their messages on the same cores.
+    pub fn seconds_on_node(
+        &self,
+        latency: f64,
+        bandwidth: f64,
+        node_bandwidth: Option<f64>,
+    ) -> f64 {
+        self.seconds(latency, bandwidth)
+            + node_bandwidth.map_or(0.0, |nb| self.total_bytes() as f64 / nb)
+    }
+
     /// The busiest outgoing link `(rank, link, bytes)` (first in rank, then link order)
     /// and the mean bytes over the links the torus has (2 per dimension of size > 1,
     /// per rank): the same summary as `comm::global_link_summary`.

@@ -132,6 +132,43 @@ fn project_als_prints_a_table_writes_tsv_and_refuses_bad_input() {
         .run();
     o.expect_code(2);
     assert!(o.stderr.contains("not a calibration"), "{}", o.stderr);
+    // A node term must be a positive rate too (absent or null: none).
+    let cal = |node: &str| {
+        format!(
+            "{{\"shape\": \"2x2\", \"link_latency\": 1e-5, \"link_bandwidth\": 1e9, {node}\"solve_flops\": 1e10, \"peak_flops\": 4e10, \"memory_bytes\": 1073741824, \"threads\": 1}}"
+        )
+    };
+    for (node, code) in [
+        ("", 0),
+        ("\"node_bandwidth\": null, ", 0),
+        ("\"node_bandwidth\": 2e10, ", 0),
+        ("\"node_bandwidth\": -1, ", 2),
+        ("\"node_bandwidth\": 0, ", 2),
+    ] {
+        std::fs::write(&notcal, cal(node)).unwrap();
+        let o = TestCommand::direct()
+            .args([
+                "project",
+                "als",
+                "--webgraph",
+                "in-dense",
+                "--chip",
+                "here",
+                "--shapes",
+                "2x2",
+                "--calibration",
+            ])
+            .arg(&notcal)
+            .run();
+        o.expect_code(code);
+        if code == 2 {
+            assert!(
+                o.stderr.contains("positive and finite"),
+                "{node}: {}",
+                o.stderr
+            );
+        }
+    }
 }
 
 #[test]
@@ -162,6 +199,15 @@ fn project_measure_under_mpirun_checks_the_projection_and_calibrates() {
         serde_json::from_str(&std::fs::read_to_string(&cal).unwrap()).unwrap();
     assert_eq!(v["calibration"]["shape"], "2x2");
     assert!(v["calibration"]["link_bandwidth"].as_f64().unwrap() > 0.0);
+    // The node term: fitted (a positive rate, also on the stdout line) or left out.
+    let node = &v["calibration"]["node_bandwidth"];
+    match node.as_f64() {
+        Some(nb) => {
+            assert!(nb > 0.0, "{node}");
+            assert!(out.stdout.contains("GB/s over all links"), "{}", out.stdout);
+        }
+        None => assert!(node.is_null(), "{node}"),
+    }
     // The calibration drives `--chip here`.
     let here = TestCommand::direct()
         .args(["project", "als", "--data"])
