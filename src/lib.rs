@@ -18,6 +18,7 @@ pub mod error;
 pub mod faults;
 pub mod h5;
 pub mod hugepages;
+pub mod lsq;
 pub mod metrics;
 pub mod node;
 pub mod outfile;

@@ -14,6 +14,7 @@ use crate::comm::{raw_gather_json, Collectives, Comm, Links};
 use crate::data::dataset::{check_indptr, dataset_len, read_range};
 use crate::error::{Error, Result};
 use crate::h5::open_h5;
+use crate::lsq::nonneg_least_squares;
 use std::path::Path;
 use std::time::Instant;
 
@@ -254,57 +255,38 @@ impl LinkPoints {
     /// the first two fitted alone) when the fit gives it no positive rate. Without
     /// calls (one rank): no latency and infinite bandwidth.
     pub fn fit(&self) -> LinkFit {
-        let none = LinkFit {
-            latency: 0.0,
-            bandwidth: f64::INFINITY,
-            node_bandwidth: None,
-        };
         if self.rounds == 0 || self.calls.is_empty() {
-            return none;
+            return LinkFit {
+                latency: 0.0,
+                bandwidth: f64::INFINITY,
+                node_bandwidth: None,
+            };
         }
         let n = self.rounds as f64;
-        let points: Vec<([f64; 3], f64)> = self
-            .calls
-            .iter()
-            .map(|c| ([c.shifts, c.chain_bytes, c.total_bytes], c.seconds / n))
-            .collect();
-        // Non-negative least squares by trying the terms' subsets (the chain's is in
-        // every one): the valid fit of least relative residual.
-        let mut best: Option<(f64, [f64; 3])> = None;
-        for terms in [
-            [true, true, true],
-            [false, true, true],
-            [true, true, false],
-            [false, true, false],
-        ] {
-            let cols: Vec<usize> = (0..3).filter(|&k| terms[k]).collect();
-            let sub: Vec<(Vec<f64>, f64)> = points
-                .iter()
-                .map(|(f, s)| (cols.iter().map(|&k| f[k]).collect(), *s))
-                .collect();
-            let Some(x) = relative_least_squares(&sub) else {
-                continue;
-            };
-            if !x.iter().all(|v| v.is_finite() && *v > 0.0) {
-                continue;
-            }
-            let mut full = [0.0; 3];
-            for (&k, &v) in cols.iter().zip(&x) {
-                full[k] = v;
-            }
-            let residual: f64 = points
-                .iter()
-                .map(|(f, s)| {
-                    let r =
-                        (f.iter().zip(&full).map(|(a, b)| a * b).sum::<f64>() - s) / s.max(1e-12);
-                    r * r
-                })
-                .sum();
-            if best.is_none_or(|(r, _)| residual < r) {
-                best = Some((residual, full));
+        let terms = |c: &LinkCall| [c.shifts, c.chain_bytes, c.total_bytes];
+        // Each call's equation divided by its seconds; each term's column scaled to
+        // unit length (shifts and bytes differ by a million), undone after the fit.
+        let mut scale = [0.0f64; 3];
+        for c in &self.calls {
+            for (k, t) in terms(c).iter().enumerate() {
+                scale[k] += (t / (c.seconds / n).max(1e-12)).powi(2);
             }
         }
-        if let Some((_, x)) = best {
+        let scale = scale.map(|x| x.sqrt().max(f64::MIN_POSITIVE));
+        let rows: Vec<([f64; 3], f64)> = self
+            .calls
+            .iter()
+            .map(|c| {
+                let s = (c.seconds / n).max(1e-12);
+                let t = terms(c);
+                ([0, 1, 2].map(|k| t[k] / s / scale[k]), 1.0)
+            })
+            .collect();
+        // The chain's term in every subset tried (a chain without a bandwidth is no
+        // link model).
+        let x = nonneg_least_squares(&rows, 0b010);
+        let x = [0, 1, 2].map(|k| x[k] / scale[k]);
+        if x.iter().all(|v| v.is_finite()) && x[1] > 0.0 {
             return LinkFit {
                 latency: x[0],
                 bandwidth: 1.0 / x[1],
@@ -312,6 +294,11 @@ impl LinkPoints {
             };
         }
         // One parameter each, through the largest and the smallest call.
+        let points: Vec<([f64; 3], f64)> = self
+            .calls
+            .iter()
+            .map(|c| (terms(c), c.seconds / n))
+            .collect();
         let c = points
             .iter()
             .map(|&(f, s)| s / f[1].max(1.0))
@@ -326,59 +313,6 @@ impl LinkPoints {
             node_bandwidth: None,
         }
     }
-}
-
-/// The coefficients `x` minimising `sum ((f . x - s) / s)^2` over the points `(f, s)`
-/// (features of one length): the normal equations, each column scaled to a unit
-/// diagonal, by Gaussian elimination with partial pivoting; `None` if they are
-/// (nearly) singular, as when two features are proportional over every point.
-fn relative_least_squares(points: &[(Vec<f64>, f64)]) -> Option<Vec<f64>> {
-    let k = points.first()?.0.len();
-    let mut a = vec![vec![0.0f64; k]; k];
-    let mut b = vec![0.0f64; k];
-    for (f, s) in points {
-        let s = s.max(1e-12);
-        for i in 0..k {
-            b[i] += f[i] / s;
-            for j in 0..k {
-                a[i][j] += f[i] / s * f[j] / s;
-            }
-        }
-    }
-    let scale: Vec<f64> = (0..k).map(|i| a[i][i].sqrt()).collect();
-    if scale.iter().any(|&d| !(d.is_finite() && d > 0.0)) {
-        return None;
-    }
-    for i in 0..k {
-        b[i] /= scale[i];
-        for j in 0..k {
-            a[i][j] /= scale[i] * scale[j];
-        }
-    }
-    for col in 0..k {
-        let piv = (col..k).max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs()))?;
-        if a[piv][col].abs() < 1e-9 {
-            return None;
-        }
-        a.swap(col, piv);
-        b.swap(col, piv);
-        let (pivot_row, pivot_b) = (a[col].clone(), b[col]);
-        for (row, rb) in a.iter_mut().zip(b.iter_mut()).skip(col + 1) {
-            let m = row[col] / pivot_row[col];
-            for (x, p) in row.iter_mut().zip(&pivot_row).skip(col) {
-                *x -= m * p;
-            }
-            *rb -= m * pivot_b;
-        }
-    }
-    // Back-substitution on the scaled unknowns, then their scale undone.
-    let mut y = vec![0.0f64; k];
-    for i in (0..k).rev() {
-        let rest: f64 = (i + 1..k).map(|j| a[i][j] * y[j]).sum();
-        y[i] = (b[i] - rest) / a[i][i];
-    }
-    let x: Vec<f64> = y.iter().zip(&scale).map(|(y, d)| y / d).collect();
-    x.iter().all(|v| v.is_finite()).then_some(x)
 }
 
 /// One rank's f32 matrix-multiply rate (FLOP/s) with `threads` threads.
