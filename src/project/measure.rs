@@ -76,7 +76,7 @@ pub fn local_read_model(path: &Path, p: usize) -> Result<AlsModel> {
 
 /// Link parameters fitted to the torus collectives themselves on this shape, so that
 /// they include what a hop costs here beyond the bytes (packing, copies, scheduling):
-/// all-reduces of 16 kB to 4 MB, uniform all-to-alls of 64 kB to 8 MB per rank, and
+/// all-reduces of 16 kB to 4 MB and of the run's Gramian (`8 d^2` bytes), uniform all-to-alls of 64 kB to 8 MB per rank, and
 /// skewed ones (rank 0 sends as much as all the others together, 256 kB and 2 MB per
 /// rank), each after the rank has written as many bytes as its solves stream
 /// ([`evict_bytes`]), started after a barrier and followed by one (as `project measure`
@@ -145,7 +145,12 @@ pub fn evict_bytes(table_bytes: u64, nnz: u64) -> usize {
 /// Collective: one round of the link microbenchmarks, one [`LinkCall`] per call (the
 /// slowest rank's mean of `reps` timed calls), each call after `evict` bytes written
 /// by every rank.
-fn global_round<C: Comm>(comm: &C, reps: usize, evict: usize) -> Result<Vec<LinkCall>> {
+fn global_round<C: Comm>(
+    comm: &C,
+    reps: usize,
+    evict: usize,
+    gramian_bytes: usize,
+) -> Result<Vec<LinkCall>> {
     let p = comm.size();
     let _phase = comm.stats().phase("calibrate");
     let dims = comm.torus().dims.clone();
@@ -170,7 +175,14 @@ fn global_round<C: Comm>(comm: &C, reps: usize, evict: usize) -> Result<Vec<Link
         let s = total / reps.max(1) as f64;
         Ok(f64::from_bits(comm.raw_all_reduce_max_u64(s.to_bits())))
     };
-    for bytes in [16usize << 10, 256 << 10, 4 << 20] {
+    // All-reduces from 16 kB to 4 MB, and of the run's Gramian (its all-reduce is
+    // among training's most frequent calls, where the line has to be right).
+    let mut sizes = vec![16usize << 10, 256 << 10, 4 << 20];
+    if gramian_bytes >= 4 && !sizes.contains(&gramian_bytes) {
+        sizes.push(gramian_bytes);
+        sizes.sort_unstable();
+    }
+    for bytes in sizes {
         let mut buf = vec![1.0f32; bytes / 4];
         let s = time(&mut || {
             comm.all_reduce_sum(&mut buf);
@@ -214,13 +226,19 @@ impl LinkPoints {
     /// mean), added to the earlier rounds'. Each call is timed from a barrier to its
     /// end (then a barrier) with the communicator's own barriers off (as `project
     /// measure` counts a phase's seconds), then the setting is restored.
-    pub fn global_measure<C: Comm>(&mut self, comm: &C, reps: usize, evict: usize) -> Result<()> {
+    pub fn global_measure<C: Comm>(
+        &mut self,
+        comm: &C,
+        reps: usize,
+        evict: usize,
+        gramian_bytes: usize,
+    ) -> Result<()> {
         if comm.size() < 2 {
             return Ok(());
         }
         let sync = comm.stats().sync_timing();
         comm.stats().set_sync_timing(false);
-        let round = global_round(comm, reps, evict);
+        let round = global_round(comm, reps, evict, gramian_bytes);
         comm.stats().set_sync_timing(sync);
         self.add_round(&round?);
         Ok(())
@@ -435,7 +453,9 @@ fn measure_inner<C: Comm>(
     );
     let evict_max = comm.raw_all_reduce_max_u64(evict as u64);
     let mut links = LinkPoints::default();
-    links.global_measure(comm, LINK_REPS, evict)?;
+    // The Gramian's all-reduce: `d x d` f64.
+    let gramian_bytes = cfg.dim * cfg.dim * std::mem::size_of::<f64>();
+    links.global_measure(comm, LINK_REPS, evict, gramian_bytes)?;
     let t = Instant::now();
     let mut between = 0.0;
     let trained = global_train_unsaved_between(comm, tr, EvalAt::Never, || {
@@ -446,7 +466,7 @@ fn measure_inner<C: Comm>(
         // Its collectives fail only with a broken communicator, and not on every rank
         // at once: a panic aborts the job (a rank's error here would leave the others
         // in the round's collectives).
-        if let Err(e) = links.global_measure(comm, LINK_REPS, evict) {
+        if let Err(e) = links.global_measure(comm, LINK_REPS, evict, gramian_bytes) {
             panic!("project measure: a round of link microbenchmarks failed: {e}");
         }
         between += t.elapsed().as_secs_f64();
