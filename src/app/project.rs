@@ -611,7 +611,7 @@ fn global_run_measure<C: Comm>(
         Some(m) => {
             let c = &m.calibration;
             println!(
-                "project measure: torus {} x {threads} thread(s): links {:.1} us + {:.2} GB/s per shift{} (each call after {} written per rank); solve {:.2} GFLOP/s of a {:.2} GFLOP/s matrix-multiply peak per rank",
+                "project measure: torus {} x {threads} thread(s): links {:.1} us + {:.2} GB/s per shift{} (each call after a Gramian over {} per rank); solve {:.2} GFLOP/s of a {:.2} GFLOP/s matrix-multiply peak per rank",
                 c.shape,
                 c.link_latency * 1e6,
                 c.link_bandwidth / 1e9,

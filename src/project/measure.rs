@@ -76,10 +76,10 @@ pub fn local_read_model(path: &Path, p: usize) -> Result<AlsModel> {
 
 /// Link parameters fitted to the torus collectives themselves on this shape, so that
 /// they include what a hop costs here beyond the bytes (packing, copies, scheduling):
-/// all-reduces of 16 kB to 4 MB and of the run's Gramian (`8 d^2` bytes), uniform all-to-alls of 64 kB to 8 MB per rank, and
-/// skewed ones (rank 0 sends as much as all the others together, 256 kB and 2 MB per
-/// rank), each after the rank has written as many bytes as its solves stream
-/// ([`evict_bytes`]), started after a barrier and followed by one (as `project measure`
+/// all-reduces of 16 kB to 4 MB and of the run's Gramian (`8 d^2` bytes), uniform
+/// all-to-alls of 64 kB to 8 MB per rank, and skewed ones (rank 0 sends as much as all
+/// the others together, 256 kB and 2 MB per rank), each after the rank has run the
+/// Gramian kernel over as many bytes as its solves stream ([`evict_bytes`]), started after a barrier and followed by one (as `project measure`
 /// times the run's collectives: [`Comm::timer_stop`]), the slowest rank's mean of the
 /// calls of a round, averaged over the rounds. Then [`LinkPoints::fit`] prices them.
 /// `project measure` takes a round before the measured epochs and one after each, so
@@ -133,7 +133,8 @@ impl LinkFit {
     }
 }
 
-/// The bytes a rank's solves stream in training, written before each link call: its
+/// The bytes a rank's solves stream in training, read by the Gramian kernel before each
+/// link call ([`global_round`]): its
 /// shards of both tables (`table_bytes`) and of both CSRs (`nnz` non-zeros, a u32 id
 /// each), at least 1 MiB. They shrink as the ranks grow, and so does what a rank
 /// evicts before a collective; a fixed 32 MB (the setting before) priced the 8-rank
@@ -143,33 +144,32 @@ pub fn evict_bytes(table_bytes: u64, nnz: u64) -> usize {
 }
 
 /// Collective: one round of the link microbenchmarks, one [`LinkCall`] per call (the
-/// slowest rank's mean of `reps` timed calls), each call after `evict` bytes written
-/// by every rank.
-fn global_round<C: Comm>(
-    comm: &C,
-    reps: usize,
-    evict: usize,
-    gramian_bytes: usize,
-) -> Result<Vec<LinkCall>> {
+/// slowest rank's mean of `reps` timed calls), each call after every rank has run the
+/// Gramian kernel over a table of `evict` bytes, `dim` wide.
+fn global_round<C: Comm>(comm: &C, reps: usize, evict: usize, dim: usize) -> Result<Vec<LinkCall>> {
     let p = comm.size();
     let _phase = comm.stats().phase("calibrate");
     let dims = comm.torus().dims.clone();
     let mut round = Vec::new();
-    // In training every collective follows a solve that streams the rank's tables and
-    // CSR through the caches: time each call after writing as many bytes.
-    let mut evict = vec![0u8; evict.max(1)];
-    let mut time = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
+    // In training every collective follows vector work (a solve, a Gramian) that streams
+    // the rank's tables and CSR through the caches: time each call after the Gramian
+    // kernel over as many bytes. A memset of them instead (the setting until 58e66e6)
+    // left the cores in another state: on a Zen 5 the small calls (16 and 32 kB
+    // all-reduces) then cost 10-25 % less, and training's Gramian all-reduce was
+    // projected at 60-70 % of its seconds in every run (docs/project.md).
+    let dim = dim.max(1);
+    let table = vec![0.5f32; (evict / 4 / dim).max(1) * dim];
+    let time = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
         f()?;
         let mut total = 0.0;
-        for rep in 0..reps {
-            evict.fill(rep as u8);
-            std::hint::black_box(&evict);
+        for _ in 0..reps {
+            std::hint::black_box(crate::als::solve::gramian(&table, dim));
             comm.raw_barrier();
             let t = Instant::now();
             f()?;
             total += t.elapsed().as_secs_f64();
-            // As `project measure` times training's calls: no rank writes the next
-            // eviction while another is still in this call.
+            // As `project measure` times training's calls: no rank computes the next
+            // Gramian while another is still in this call.
             comm.raw_barrier();
         }
         let s = total / reps.max(1) as f64;
@@ -177,6 +177,7 @@ fn global_round<C: Comm>(
     };
     // All-reduces from 16 kB to 4 MB, and of the run's Gramian (its all-reduce is
     // among training's most frequent calls, where the line has to be right).
+    let gramian_bytes = dim * dim * std::mem::size_of::<f64>();
     let mut sizes = vec![16usize << 10, 256 << 10, 4 << 20];
     if gramian_bytes >= 4 && !sizes.contains(&gramian_bytes) {
         sizes.push(gramian_bytes);
@@ -231,14 +232,14 @@ impl LinkPoints {
         comm: &C,
         reps: usize,
         evict: usize,
-        gramian_bytes: usize,
+        dim: usize,
     ) -> Result<()> {
         if comm.size() < 2 {
             return Ok(());
         }
         let sync = comm.stats().sync_timing();
         comm.stats().set_sync_timing(false);
-        let round = global_round(comm, reps, evict, gramian_bytes);
+        let round = global_round(comm, reps, evict, dim);
         comm.stats().set_sync_timing(sync);
         self.add_round(&round?);
         Ok(())
@@ -377,7 +378,8 @@ pub struct Measured {
     pub projected_comm_seconds: f64,
     pub epoch_seconds: f64,
     pub projected_epoch_seconds: f64,
-    /// Bytes written before each link call ([`evict_bytes`]), the most on any rank.
+    /// Bytes the Gramian kernel reads before each link call ([`evict_bytes`]), the most
+    /// on any rank.
     pub evict_bytes: u64,
 }
 
@@ -453,9 +455,7 @@ fn measure_inner<C: Comm>(
     );
     let evict_max = comm.raw_all_reduce_max_u64(evict as u64);
     let mut links = LinkPoints::default();
-    // The Gramian's all-reduce: `d x d` f64.
-    let gramian_bytes = cfg.dim * cfg.dim * std::mem::size_of::<f64>();
-    links.global_measure(comm, LINK_REPS, evict, gramian_bytes)?;
+    links.global_measure(comm, LINK_REPS, evict, cfg.dim)?;
     let t = Instant::now();
     let mut between = 0.0;
     let trained = global_train_unsaved_between(comm, tr, EvalAt::Never, || {
@@ -466,7 +466,7 @@ fn measure_inner<C: Comm>(
         // Its collectives fail only with a broken communicator, and not on every rank
         // at once: a panic aborts the job (a rank's error here would leave the others
         // in the round's collectives).
-        if let Err(e) = links.global_measure(comm, LINK_REPS, evict, gramian_bytes) {
+        if let Err(e) = links.global_measure(comm, LINK_REPS, evict, cfg.dim) {
             panic!("project measure: a round of link microbenchmarks failed: {e}");
         }
         between += t.elapsed().as_secs_f64();
