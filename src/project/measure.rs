@@ -79,9 +79,10 @@ pub fn local_read_model(path: &Path, p: usize) -> Result<AlsModel> {
 /// all-reduces of 16 kB to 4 MB and of the run's Gramian (`8 d^2` bytes), uniform
 /// all-to-alls of 64 kB to 8 MB per rank, and skewed ones (rank 0 sends as much as all
 /// the others together, 256 kB and 2 MB per rank), each after the rank has run the
-/// Gramian kernel over as many bytes as its solves stream ([`evict_bytes`]), started after a barrier and followed by one (as `project measure`
-/// times the run's collectives: [`Comm::timer_stop`]), the slowest rank's mean of the
-/// calls of a round, averaged over the rounds. Then [`LinkPoints::fit`] prices them.
+/// Gramian kernel over as many bytes as its solves stream ([`evict_bytes`]), started
+/// after a barrier and followed by one (as `project measure` times the run's
+/// collectives: [`Comm::timer_stop`]), the slowest rank's mean of the calls of a
+/// round, averaged over the rounds. Then [`LinkPoints::fit`] prices them.
 /// `project measure` takes a round before the measured epochs and one after each, so
 /// that the link model samples the machine over the same minutes as the epochs it is
 /// checked against (a shared machine's speed moves from one minute to the next).
@@ -134,11 +135,11 @@ impl LinkFit {
 }
 
 /// The bytes a rank's solves stream in training, read by the Gramian kernel before each
-/// link call ([`global_round`]): its
-/// shards of both tables (`table_bytes`) and of both CSRs (`nnz` non-zeros, a u32 id
-/// each), at least 1 MiB. They shrink as the ranks grow, and so does what a rank
-/// evicts before a collective; a fixed 32 MB (the setting before) priced the 8-rank
-/// tori's calls as after a solve twice the size of theirs.
+/// link call ([`global_round`]): its shards of both tables (`table_bytes`) and of both
+/// CSRs (`nnz` non-zeros, a u32 id each), at least 1 MiB. They shrink as the ranks
+/// grow, and so does what a rank evicts before a collective; a fixed 32 MB (the
+/// setting before) priced the 8-rank tori's calls as after a solve twice the size of
+/// theirs.
 pub fn evict_bytes(table_bytes: u64, nnz: u64) -> usize {
     (table_bytes + 4 * nnz).max(1 << 20) as usize
 }
@@ -179,7 +180,7 @@ fn global_round<C: Comm>(comm: &C, reps: usize, evict: usize, dim: usize) -> Res
     // among training's most frequent calls, where the line has to be right).
     let gramian_bytes = dim * dim * std::mem::size_of::<f64>();
     let mut sizes = vec![16usize << 10, 256 << 10, 4 << 20];
-    if gramian_bytes >= 4 && !sizes.contains(&gramian_bytes) {
+    if !sizes.contains(&gramian_bytes) {
         sizes.push(gramian_bytes);
         sizes.sort_unstable();
     }
