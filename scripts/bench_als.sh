@@ -10,7 +10,7 @@
 # bench/als-runs.svg (loss and edges/s by epoch of one case's runs); data in bench/als.tsv.
 #
 # Datasets (prepared into $OUT if missing): cnr-k1, cnr-k10 (cnr-2000 at K = 1 and 10)
-# and in-dense (`generate webgraph --preset in-dense --scale $SCALE`).
+# and in-dense (`generate webgraph --model independent --preset in-dense --scale $SCALE`).
 # torusrec runs: P = 1, 2, 4 ranks (--threads = ceil($CORES / P)), d = 64 and 128,
 # --exchange dedup at every P and allgather at P > 1, each under `timeout $TIMEOUT`.
 # implicit runs: the same datasets and d with $CORES threads (scripts/compare_implicit.py).
@@ -118,7 +118,7 @@ ensure_data() { # name
             cmd=(prepare --input tests/data/cnr-2000/cnr-2000 --format bv --min-links "${name#cnr-k}"
                 --seed "$SEED" --out "$path" --force) ;;
         in-dense)
-            cmd=(generate webgraph --preset in-dense --scale "$SCALE" --seed "$SEED" --out "$path" --force) ;;
+            cmd=(generate webgraph --model independent --preset in-dense --scale "$SCALE" --seed "$SEED" --out "$path" --force) ;;
     esac
     if ! timeout "$TIMEOUT" "${MPIRUN[@]}" -np 1 "$BIN" "${cmd[@]}" > "$OUT/prepare-$name.log" 2>&1; then
         cat "$OUT/prepare-$name.log" >&2
@@ -366,7 +366,7 @@ out = ["# iALS benchmark: torusrec vs implicit", "", env["DESCRIBE"], "",
        f"--unobserved-weight {env['ALPHA']}` (ALX objective), `mpirun --oversubscribe --bind-to none "
        f"-np P`, `--threads` = ceil({env['CORES']}/P), OPENBLAS_NUM_THREADS=1. implicit: "
        f"regularization {env['IREG']}, alpha {env['IALPHA']}, CG, {env['CORES']} threads, same split, "
-       f"same exact Recall (scripts/compare_implicit.py). in-dense is `generate webgraph --preset in-dense "
+       f"same exact Recall (scripts/compare_implicit.py). in-dense is `generate webgraph --model independent --preset in-dense "
        f"--scale {env['SCALE']}`.", "",
        "s/epoch: mean training time of epochs 2..N (evaluation excluded); edges/s: training arcs / that; "
        "exchange bytes: sent to other ranks per epoch, all ranks; phases: mean seconds per epoch on rank 0; "

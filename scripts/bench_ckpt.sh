@@ -15,7 +15,7 @@ MPI=(mpirun --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS)
 
 [[ -f $OUT/cnr-k1.h5 ]] || "$BIN" prepare --input tests/data/cnr-2000/cnr-2000 --format bv \
     --min-links 1 --seed 42 --out "$OUT/cnr-k1.h5"
-[[ -f $OUT/in-dense.h5 ]] || "${MPI[@]}" -np 2 "$BIN" generate webgraph --preset in-dense \
+[[ -f $OUT/in-dense.h5 ]] || "${MPI[@]}" -np 2 "$BIN" generate webgraph --model independent --preset in-dense \
     --scale "$SCALE" --seed 42 --out "$OUT/in-dense.h5"
 
 table=bench/ckpt.md

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Benchmark of dataset preparation (issue 1): wall time and peak RSS per rank of
 #   - prepare on cnr-2000, K = 1
-#   - generate webgraph --preset in-dense at SCALE (default 1.0: 0.5M nodes, 122M arcs)
+#   - generate webgraph --model independent --preset in-dense at SCALE (default 1.0: 0.5M nodes, 122M arcs)
 # with 1 and 2 ranks. Writes a Markdown table to bench/prepare.md (and prints it).
 #
 #   scripts/bench_prepare.sh            # full size
@@ -48,7 +48,7 @@ for np in 1 2; do
       --min-links 1 --seed 42 --out "$OUT/cnr-k1.h5" --force
 done
 for np in 1 2; do
-  run "generate in-dense scale=$SCALE" "$np" generate webgraph --preset in-dense --scale "$SCALE" \
+  run "generate in-dense scale=$SCALE" "$np" generate webgraph --model independent --preset in-dense --scale "$SCALE" \
       --seed 42 --out "$OUT/in-dense.h5" --force
 done
 # A chart next to the table: wall seconds per job and rank count.

@@ -7,7 +7,7 @@
 #   QUICK=1 scripts/bench_tune.sh         # smoke run: cnr-k10 only, d=32, 2 epochs, 2x2 grids
 #
 # Datasets (prepared into $OUT if missing): cnr-k1 (cnr-2000 at K = 1, as bench_als.sh)
-# and in-dense (`generate webgraph --preset in-dense --scale $SCALE`).
+# and in-dense (`generate webgraph --model independent --preset in-dense --scale $SCALE`).
 # Ours: `torusrec tune --strategy $STRATEGY` (refine: the centres of the cells of the grid
 #   --reg $REGS x --unobserved-weight $WEIGHTS, then compass-search points inside its box) with
 #   --budget = (implicit's grid points) x $EPOCHS: the same number of full trainings as
@@ -99,7 +99,7 @@ ensure_data() {
             cmd=(prepare --input tests/data/cnr-2000/cnr-2000 --format bv --min-links "${name#cnr-k}"
                 --seed "$SEED" --out "$path" --force) ;;
         in-dense)
-            cmd=(generate webgraph --preset in-dense --scale "$SCALE" --seed "$SEED" --out "$path" --force) ;;
+            cmd=(generate webgraph --model independent --preset in-dense --scale "$SCALE" --seed "$SEED" --out "$path" --force) ;;
     esac
     timeout "$TIMEOUT" "$BIN" "${cmd[@]}" > "$OUT/prepare-$name.log" 2>&1 \
         || { cat "$OUT/prepare-$name.log" >&2; rm -f "$path"; die "preparing $name failed"; }

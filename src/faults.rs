@@ -11,8 +11,8 @@
 //! - `TORUSREC_PREEMPT_AT=STEP` raises the preemption flag on rank 0 when the global
 //!   step counter reaches STEP (a signal delivered at an exact step boundary).
 //! - `TORUSREC_PREEMPT_IN=PASS` acts as a signal during that pass of `prepare`
-//!   (`degrees`, `filter`, `split+write`, `transpose`) or `prepare clicks` (`count`,
-//!   `write`).
+//!   (`degrees`, `filter`, `split+write`, `transpose`), `prepare clicks` (`count`,
+//!   `write`) or `inspect --stats` (`stats`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -40,6 +40,13 @@ pub mod stream {
     /// `tune`'s validation rows and the shuffle of their arcs.
     pub const VAL_ROWS: u64 = 14;
     pub const VAL_HOLDOUT_SHUFFLE: u64 = 15;
+    /// The copying web-graph model: host sizes, directory starts, a node's row, a
+    /// directory's link list, the degree adjustment.
+    pub const COPY_HOSTS: u64 = 16;
+    pub const COPY_DIRS: u64 = 17;
+    pub const COPY_NODE: u64 = 18;
+    pub const COPY_LIST: u64 = 19;
+    pub const COPY_ADJUST: u64 = 20;
 }
 
 /// SplitMix64: a small, fast, statistically sound sequential generator.

@@ -43,8 +43,8 @@ pub fn run<C: Comm>(
             "prepare: give --input, --format and --out, or a subcommand (clicks)".into(),
         )),
         Command::Generate(GenerateCommand::Webgraph(args)) => {
-            let cfg = comm.agree(prepare::PrepareConfig::from_generate_args(args))?;
-            prepare::global_run(comm, &cfg).map(|_| ())
+            let cfg = comm.agree(prepare::GenerateConfig::from_args(args))?;
+            prepare::global_generate(comm, &cfg).map(|_| ())
         }
         Command::Generate(GenerateCommand::Clicks(args)) => match args.format {
             GenerateClicksFormat::Criteo => clicks::global_generate_criteo(comm, args),
@@ -65,7 +65,7 @@ pub fn run<C: Comm>(
             Ok(())
         }),
         Command::Project(c) => project::global_run(comm, c, preempt),
-        Command::Inspect(args) => inspect::global_run(comm, &args.path).map(|_| ()),
+        Command::Inspect(args) => inspect::global_command(comm, args),
         Command::Recommend(args) => recommend::global_run(comm, args, preempt),
         Command::Calibrate(args) => calibrate::global_run(comm, args),
         Command::Selftest(args) => {

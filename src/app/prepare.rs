@@ -4,14 +4,17 @@
 //! generator and BV graphs; TSV and MTX edge lists are read whole first.
 
 use super::group;
-use crate::cli::{GenerateWebgraphArgs, InputFormat, PrepareArgs};
+use crate::cli::{GenerateWebgraphArgs, InputFormat, PrepareArgs, WebgraphModel};
 use crate::comm::Comm;
 use crate::data::prepare::SplitMeta;
 use crate::data::readers::{bv_info, read_mtx_pairs, read_tsv_pairs, SourceInfo};
+use crate::data::stats_pass::{global_graph_profile, resolve_format, GraphFormat};
 use crate::data::stream::{
-    check_memory, global_prepare_stream, global_prepare_stream_mapped, BvRows, IdMap, MemoryRows,
-    StreamOpts, SyntheticRows,
+    check_memory, global_prepare_stream, global_prepare_stream_mapped, BvRows, CopyingRows, IdMap,
+    MemoryRows, StreamOpts, SyntheticRows,
 };
+use crate::data::webgraph_copy::{cnr2000_params, CopyModel, CopyingParams};
+use crate::data::webgraph_fit::fit;
 use crate::data::webgraph_gen::WebGraphSpec;
 use crate::error::{Error, Result};
 use crate::metrics::{human_bytes, peak_rss_bytes};
@@ -31,6 +34,14 @@ pub enum Source {
         scale: f64,
         spec: WebGraphSpec,
     },
+    /// The copying model with these parameters and sizes; `name` says where they
+    /// came from (a preset, a fitted graph, a parameter file).
+    Copying {
+        name: String,
+        params: CopyingParams,
+        nodes: u64,
+        arcs: u64,
+    },
 }
 
 /// A validated `prepare` / `generate webgraph` configuration.
@@ -43,12 +54,17 @@ pub struct PrepareConfig {
     pub force: bool,
 }
 
-fn synthetic(preset: &str, scale: f64) -> Result<Source> {
+fn check_scale(scale: f64) -> Result<()> {
     if !(scale > 0.0 && scale.is_finite()) {
         return Err(Error::Config(format!(
             "--scale {scale}: must be a positive number"
         )));
     }
+    Ok(())
+}
+
+fn synthetic(preset: &str, scale: f64) -> Result<Source> {
+    check_scale(scale)?;
     let spec = WebGraphSpec::from_preset(preset, scale).map_err(Error::Config)?;
     Ok(Source::Synthetic {
         preset: preset.to_string(),
@@ -88,19 +104,224 @@ impl PrepareConfig {
             force: a.force,
         })
     }
+}
 
-    /// Validate `generate webgraph` flags.
-    pub fn from_generate_args(a: &GenerateWebgraphArgs) -> Result<Self> {
-        let source = synthetic(&a.preset, a.scale)?;
+/// Sizes the copying model can hold: 2..=u32::MAX nodes, at least one arc a node
+/// on average, no more than `nodes x (nodes - 1)`.
+fn check_copying_sizes(nodes: u64, arcs: u64) -> std::result::Result<(), String> {
+    if !(2..=u32::MAX as u64).contains(&nodes) {
+        return Err(format!("nodes must be in 2..={} (got {nodes})", u32::MAX));
+    }
+    if arcs < nodes || arcs > nodes.saturating_mul(nodes - 1) {
+        return Err(format!(
+            "{arcs} arcs on {nodes} nodes: need between one a node and nodes x (nodes - 1)"
+        ));
+    }
+    Ok(())
+}
+
+/// Where `generate webgraph`'s shape and sizes come from, after rank-local checks.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GenerateShape {
+    /// `--model independent --preset P`: the old model, today's bits.
+    Independent(Source),
+    /// `--like G`: fit to G (collective), then G's sizes.
+    Like { path: PathBuf, format: GraphFormat },
+    /// Given parameters (a file, or cnr-2000's) and sizes.
+    Given {
+        name: String,
+        params: CopyingParams,
+        nodes: u64,
+        arcs: u64,
+    },
+}
+
+/// A validated `generate webgraph` configuration (rank-local; the caller agrees).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenerateConfig {
+    pub shape: GenerateShape,
+    pub params_out: Option<PathBuf>,
+    pub min_links: u64,
+    pub seed: u64,
+    pub out: PathBuf,
+    pub force: bool,
+}
+
+impl GenerateConfig {
+    /// Validate `generate webgraph` flags (reads `--params`).
+    pub fn from_args(a: &GenerateWebgraphArgs) -> Result<Self> {
         check_output(&a.out, a.force)?;
+        if let Some(po) = &a.params_out {
+            check_output(po, a.force)?;
+            if po == &a.out {
+                return Err(Error::Config(
+                    "--params-out and --out name the same file".into(),
+                ));
+            }
+        }
+        let sizes = match (&a.preset, a.nodes, a.arcs) {
+            (Some(p), None, None) => {
+                check_scale(a.scale)?;
+                let spec = WebGraphSpec::from_preset(p, a.scale).map_err(Error::Config)?;
+                Some((format!("{}:scale={}", p, a.scale), spec.nodes, spec.arcs))
+            }
+            (None, Some(n), Some(m)) => {
+                if a.scale != 1.0 {
+                    return Err(Error::Config("--scale applies only to --preset".into()));
+                }
+                Some((format!("nodes={n}:arcs={m}"), n, m))
+            }
+            _ => None,
+        };
+        let shape = match a.model {
+            WebgraphModel::Independent => {
+                if a.like.is_some() || a.params.is_some() || a.nodes.is_some() {
+                    return Err(Error::Config(
+                        "--model independent takes --preset [--scale] only (not --like, --params or --nodes)"
+                            .into(),
+                    ));
+                }
+                if a.params_out.is_some() {
+                    return Err(Error::Config(
+                        "--params-out writes the copying model's parameters; --model independent has none"
+                            .into(),
+                    ));
+                }
+                let preset = a.preset.as_deref().ok_or_else(|| {
+                    Error::Config("generate webgraph --model independent: give --preset".into())
+                })?;
+                GenerateShape::Independent(synthetic(preset, a.scale)?)
+            }
+            WebgraphModel::Copying => match (&a.like, sizes) {
+                (Some(g), _) => {
+                    if a.scale != 1.0 {
+                        return Err(Error::Config(
+                            "--scale applies only to --preset (a --like twin has G's sizes)".into(),
+                        ));
+                    }
+                    GenerateShape::Like {
+                        path: g.clone(),
+                        format: resolve_format(g, a.format.map(GraphFormat::from))?,
+                    }
+                }
+                (None, Some((what, nodes, arcs))) => {
+                    let (source, params) = match &a.params {
+                        Some(f) => {
+                            let text = crate::error::read_text(f)?;
+                            let params = CopyingParams::parse(&text)
+                                .map_err(|e| Error::input(f, format!("not copying-model parameters: {e}")))?;
+                            (crate::error::short_path(f), params)
+                        }
+                        None => ("cnr-2000".to_string(), cnr2000_params()),
+                    };
+                    // Refuse sizes the model cannot hold now, naming them.
+                    check_copying_sizes(nodes, arcs)
+                        .map_err(|e| Error::Config(format!("generate webgraph {what}: {e}")))?;
+                    GenerateShape::Given {
+                        name: format!("synthetic:webgraph:copying:{what}:params={source}"),
+                        params,
+                        nodes,
+                        arcs,
+                    }
+                }
+                (None, None) => {
+                    return Err(Error::Config(
+                        "generate webgraph: give --preset P [--scale F], --nodes N --arcs M, or --like G"
+                            .into(),
+                    ))
+                }
+            },
+        };
         Ok(Self {
-            source,
+            shape,
+            params_out: a.params_out.clone(),
             min_links: a.min_links,
             seed: a.seed,
             out: a.out.clone(),
             force: a.force,
         })
     }
+}
+
+/// Collective: every rank must call. `generate webgraph`: resolves the model (fitting
+/// it to `--like`'s graph from its statistics: rank 0 fits, every rank gets the same
+/// parameters), writes `--params-out`, then prepares the graph as `prepare` does.
+pub fn global_generate<C: Comm>(comm: &C, cfg: &GenerateConfig) -> Result<PrepareReport> {
+    let source = match &cfg.shape {
+        GenerateShape::Independent(src) => src.clone(),
+        GenerateShape::Given {
+            name,
+            params,
+            nodes,
+            arcs,
+        } => Source::Copying {
+            name: name.clone(),
+            params: params.clone(),
+            nodes: *nodes,
+            arcs: *arcs,
+        },
+        GenerateShape::Like { path, format } => {
+            let t0 = Instant::now();
+            let profile = global_graph_profile(comm, path, *format)?;
+            let name = crate::error::short_path(path);
+            // The parameter file records the graph's own name, not where it lay.
+            let base = path
+                .file_name()
+                .map_or_else(|| name.clone(), |f| f.to_string_lossy().into_owned());
+            if comm.rank() == 0 {
+                log::info!(
+                    "statistics of {name}: {} nodes, {} arcs in {:.2} s; fitting the copying model",
+                    group(profile.stats.nodes),
+                    group(profile.stats.arcs),
+                    t0.elapsed().as_secs_f64()
+                );
+            }
+            let fitted = if comm.rank() == 0 {
+                fit(&profile, &base, |r| {
+                    log::debug!("fit round {}: loss {:.4}", r.round, r.loss)
+                })
+                .map_err(|e| Error::input(path, format!("cannot fit the copying model: {e}")))
+                .map(|p| p.render(true).into_bytes())
+            } else {
+                Ok(Vec::new())
+            };
+            let mut bytes = comm.agree(fitted)?;
+            comm.broadcast_vec(0, &mut bytes)?;
+            let params = CopyingParams::parse(&String::from_utf8_lossy(&bytes))
+                .map_err(|e| Error::Config(format!("fitted parameters: {e}")))?;
+            if comm.rank() == 0 {
+                log::info!("fitted to {name} in {:.1} s", t0.elapsed().as_secs_f64());
+            }
+            Source::Copying {
+                name: format!("synthetic:webgraph:copying:like={name}"),
+                params,
+                nodes: profile.stats.nodes,
+                arcs: profile.stats.arcs,
+            }
+        }
+    };
+    if let (Some(po), Source::Copying { params, .. }) = (&cfg.params_out, &source) {
+        let json = po
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+        let written = if comm.rank() == 0 {
+            crate::outfile::write(po, params.render(json).as_bytes())
+        } else {
+            Ok(())
+        };
+        comm.agree(written)?;
+        if comm.rank() == 0 {
+            println!("wrote the model's parameters to {}", po.display());
+        }
+    }
+    let pcfg = PrepareConfig {
+        source,
+        min_links: cfg.min_links,
+        seed: cfg.seed,
+        out: cfg.out.clone(),
+        force: cfg.force,
+    };
+    global_run(comm, &pcfg)
 }
 
 /// What a run produced, for people and tests.
@@ -265,6 +486,26 @@ pub fn global_run_with<C: Comm>(
                     cfg.seed
                 ),
                 nodes: spec.nodes,
+                arcs: 0, // counted by the first pass
+            };
+            let r =
+                global_prepare_stream(comm, &src, &info, cfg.min_links, cfg.seed, &cfg.out, opts)?;
+            (r, 0.0)
+        }
+        Source::Copying {
+            name,
+            params,
+            nodes,
+            arcs,
+        } => {
+            comm.agree(check_memory(name, *nodes, size, cfg.min_links, opts))?;
+            comm.agree(check_disk(&cfg.out, *nodes, *arcs))?;
+            let model = CopyModel::new(params, *nodes, *arcs, cfg.seed).map_err(Error::Config);
+            let model = std::sync::Arc::new(comm.agree(model)?);
+            let src = CopyingRows::new(model, rank, size);
+            let info = SourceInfo {
+                name: format!("{name}:seed={}", cfg.seed),
+                nodes: *nodes,
                 arcs: 0, // counted by the first pass
             };
             let r =

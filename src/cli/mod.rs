@@ -419,10 +419,13 @@ pub struct PrepareArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum GenerateCommand {
-    /// A WebGraph-like link graph: power-law degrees, hosts with mostly internal links,
-    /// the rest to globally popular pages. Presets have the sizes of ALX's variants:
+    /// A WebGraph-like link graph from the copying model (hosts as runs of ids,
+    /// template and copied link lists, preferential attachment out of the host), its
+    /// shape fitted to a real crawl: `--like G` fits it to G and makes G's twin;
+    /// presets use the parameters fitted to cnr-2000, at the sizes of ALX's variants:
     /// in-dense (0.5M nodes, 122M arcs), in-sparse (1.5M, 149M), de-dense (5.7M, 824M),
     /// de-sparse (19.7M, 1.19B), dense (136.5M, 22.2B), sparse (365.4M, 29.9B).
+    /// `--model independent` is the model before it, with its bits.
     Webgraph(GenerateWebgraphArgs),
     /// A synthetic click log (HDF5) for `embed --data`: examples deterministic from
     /// (seed, example index), Zipf ids per table, labels from a planted model. With
@@ -493,14 +496,64 @@ pub struct GenerateClicksArgs {
     pub dim: Option<usize>,
 }
 
+/// `generate webgraph --model`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum WebgraphModel {
+    /// Hosts as runs of consecutive ids; template links shared by a host's pages,
+    /// link lists copied from a prototype page, fresh local links, and links out of
+    /// the host by preferential attachment (docs/generate.md).
+    Copying,
+    /// The model before the copying one (independent Zipf draws inside a host and
+    /// globally), with its bits: for old checksums.
+    Independent,
+}
+
+/// `inspect --format` and `generate webgraph --like G --format`: how G is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GraphFormat {
+    /// WebGraph BV: G is the basename (G.graph + G.properties).
+    Bv,
+    /// SNAP-style edge list, `src dst` per line, `#`/`%` comments, optional .gz.
+    Tsv,
+    /// Matrix Market coordinate file (1-based ids).
+    Mtx,
+    /// A prepared dataset: the variant's graph (training rows and test rows whole).
+    H5,
+}
+
 #[derive(Debug, Args)]
 pub struct GenerateWebgraphArgs {
-    /// Preset name.
-    #[arg(long)]
-    pub preset: String,
-    /// Nodes and arcs times F.
+    /// Preset name (sizes of ALX's variants; with the copying model, its shape is the
+    /// one fitted to cnr-2000 unless --params gives another).
+    #[arg(long, conflicts_with_all = ["like", "nodes"])]
+    pub preset: Option<String>,
+    /// Nodes and arcs times F (with --preset).
     #[arg(long, value_name = "F", default_value_t = 1.0)]
     pub scale: f64,
+    /// Fit the copying model to the real graph G (named as `prepare --input` names it)
+    /// from its statistics, and make a twin with G's numbers of nodes and arcs.
+    #[arg(long, value_name = "G", conflicts_with_all = ["params", "nodes", "arcs"])]
+    pub like: Option<PathBuf>,
+    /// How --like's G is stored (default: bv when G.graph exists, mtx for .mtx, h5
+    /// for .h5, else tsv).
+    #[arg(long, value_enum, requires = "like")]
+    pub format: Option<GraphFormat>,
+    /// The copying model's parameters (TOML or JSON, as --params-out writes them),
+    /// for a graph of another size with the fitted shape.
+    #[arg(long, value_name = "F")]
+    pub params: Option<PathBuf>,
+    /// Write the fitted (or used) parameters to F (.toml or .json).
+    #[arg(long, value_name = "F")]
+    pub params_out: Option<PathBuf>,
+    /// Number of nodes (with --arcs; instead of --preset).
+    #[arg(long, value_name = "N", requires = "arcs")]
+    pub nodes: Option<u64>,
+    /// Number of arcs (with --nodes).
+    #[arg(long, value_name = "M", requires = "nodes")]
+    pub arcs: Option<u64>,
+    /// The generator's model.
+    #[arg(long, value_enum, default_value_t = WebgraphModel::Copying)]
+    pub model: WebgraphModel,
     /// Seed of the generator and of the split.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
@@ -510,7 +563,7 @@ pub struct GenerateWebgraphArgs {
     /// Output dataset (.h5).
     #[arg(long, value_name = "D.h5")]
     pub out: PathBuf,
-    /// Overwrite an existing output.
+    /// Overwrite an existing output (and --params-out).
     #[arg(long)]
     pub force: bool,
 }
@@ -576,8 +629,21 @@ pub struct PlotArgs {
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    /// A prepared dataset (.h5).
-    pub path: PathBuf,
+    /// A prepared dataset (.h5) to validate and summarize.
+    #[arg(required_unless_present = "stats", conflicts_with = "stats")]
+    pub path: Option<PathBuf>,
+    /// Structural statistics of the graph G (docs/inspect.md#graph-statistics):
+    /// sizes, degree quantiles and tail exponents, locality, reciprocity, adjacent
+    /// Jaccard, top-1 % in-link share. Streamed, parallel over ranks.
+    #[arg(long, value_name = "G")]
+    pub stats: Option<PathBuf>,
+    /// How --stats's G is stored (default: bv when G.graph exists, mtx for .mtx, h5
+    /// for .h5, else tsv).
+    #[arg(long, value_enum, requires = "stats")]
+    pub format: Option<GraphFormat>,
+    /// Print the statistics as one JSON object instead of a table.
+    #[arg(long, requires = "stats")]
+    pub json: bool,
 }
 
 /// Threads per rank: at least 1, at most 8 per core of this machine (more only

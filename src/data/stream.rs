@@ -35,6 +35,7 @@ use super::dataset::{U32_DATASETS, U64_DATASETS};
 use super::graph::{block_range, LocalRows};
 use super::prepare::{global_renumber, global_select_test_rows_by, split_test_row, SplitMeta};
 use super::readers::{bv_for_each_chunk, SourceInfo};
+use super::webgraph_copy::CopyModel;
 use super::webgraph_gen::{generate_degrees, generate_rows, HostLayout, WebGraphSpec};
 use crate::comm::{prefix_offsets, Comm};
 use crate::error::{Error, Result};
@@ -246,6 +247,70 @@ impl RowSource for SyntheticRows {
                     };
                     if tx.send(chunk).is_err() {
                         return; // the consumer stopped on an error
+                    }
+                    a = b;
+                }
+            });
+            for chunk in rx {
+                f(chunk)?;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// The copying model's rows of one block ([`super::webgraph_copy`]), regenerated on
+/// each pass. The model (its host starts and every degree) is shared by the passes.
+pub struct CopyingRows {
+    model: std::sync::Arc<CopyModel>,
+    lo: u64,
+    hi: u64,
+}
+
+impl CopyingRows {
+    /// Rank `rank` of `size`'s block of `model`'s nodes.
+    pub fn new(model: std::sync::Arc<CopyModel>, rank: usize, size: usize) -> Self {
+        let (lo, hi) = block_range(model.nodes, size, rank);
+        Self { model, lo, hi }
+    }
+}
+
+impl RowSource for CopyingRows {
+    fn block(&self) -> (u64, u64) {
+        (self.lo, self.hi)
+    }
+
+    /// The model's rows are clean and their lengths are its degrees.
+    fn clean_out_degrees(&self) -> Option<Vec<u32>> {
+        Some(self.model.degrees(self.lo, self.hi))
+    }
+
+    fn counts_arcs(&self) -> bool {
+        true
+    }
+
+    fn for_each_chunk(
+        &self,
+        chunk_arcs: usize,
+        f: &mut dyn FnMut(LocalRows) -> Result<()>,
+    ) -> Result<()> {
+        let mean = (self.model.arcs as f64 / self.model.nodes as f64).max(1.0);
+        let per = ((chunk_arcs as f64 / mean) as u64).max(1);
+        // As SyntheticRows: one producer thread generates the next chunk.
+        std::thread::scope(|scope| {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<LocalRows>(1);
+            scope.spawn(move || {
+                let mut a = self.lo;
+                while a < self.hi {
+                    let b = (a + per).min(self.hi);
+                    let (indptr, targets) = self.model.generate_rows(a, b);
+                    let chunk = LocalRows {
+                        lo: a,
+                        indptr,
+                        targets,
+                    };
+                    if tx.send(chunk).is_err() {
+                        return;
                     }
                     a = b;
                 }

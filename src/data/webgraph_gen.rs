@@ -311,7 +311,7 @@ impl HostLayout {
 /// Bounded Zipf law over ranks `0..m`, sampled by inverting the CDF of the
 /// continuous density `x^-s` on `[1, m + 1)`.
 #[derive(Debug, Clone, Copy)]
-struct Zipf {
+pub(super) struct Zipf {
     m: u64,
     one: bool,
     /// `ln(m + 1)` when `s == 1`, else `(m + 1)^(1 - s) - 1`.
@@ -321,7 +321,7 @@ struct Zipf {
 }
 
 impl Zipf {
-    fn new(m: u64, s: f64) -> Self {
+    pub(super) fn new(m: u64, s: f64) -> Self {
         let top = m as f64 + 1.0;
         if (s - 1.0).abs() < 1e-9 {
             Self {
@@ -342,7 +342,7 @@ impl Zipf {
 
     /// A rank in `0..m` from `u` uniform in `[0, 1)`.
     #[inline]
-    fn sample(&self, u: f64) -> u64 {
+    pub(super) fn sample(&self, u: f64) -> u64 {
         let x = if self.one {
             (u * self.c).exp()
         } else {
@@ -355,7 +355,7 @@ impl Zipf {
 
 /// Open-addressing set of `u32` (linear probing, `u32::MAX` marks empty slots),
 /// reused across rows.
-struct IdSet {
+pub(super) struct IdSet {
     table: Vec<u32>,
     mask: usize,
     shift: u32,
@@ -364,7 +364,7 @@ struct IdSet {
 const EMPTY: u32 = u32::MAX;
 
 impl IdSet {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         Self {
             table: Vec::new(),
             mask: 0,
@@ -373,7 +373,7 @@ impl IdSet {
     }
 
     /// Empties the set and sizes it for up to `n` entries (load <= 1/2).
-    fn reset(&mut self, n: usize) {
+    pub(super) fn reset(&mut self, n: usize) {
         let cap = (2 * n).next_power_of_two().max(16);
         if self.table.len() < cap {
             self.table.resize(cap, EMPTY);
@@ -390,7 +390,7 @@ impl IdSet {
 
     /// Inserts `v` (never `u32::MAX`); true if it was not present.
     #[inline]
-    fn insert(&mut self, v: u32) -> bool {
+    pub(super) fn insert(&mut self, v: u32) -> bool {
         let mut i = self.slot(v);
         loop {
             let t = self.table[i];
@@ -495,7 +495,7 @@ struct Model {
     perm_c: u64,
 }
 
-fn gcd(mut a: u64, mut b: u64) -> u64 {
+pub(super) fn gcd(mut a: u64, mut b: u64) -> u64 {
     while b != 0 {
         (a, b) = (b, a % b);
     }

@@ -32,7 +32,14 @@ fn runs() -> &'static Runs {
         let data = dir.path().join("g.h5");
         TestCommand::direct()
             .args([
-                "generate", "webgraph", "--preset", "in-dense", "--scale", "0.001",
+                "generate",
+                "webgraph",
+                "--model",
+                "independent",
+                "--preset",
+                "in-dense",
+                "--scale",
+                "0.001",
             ])
             .args(["--out", s(&data)])
             .run()

@@ -4,4 +4,6 @@
 mod bad_inputs;
 mod bad_inputs_fuzz;
 mod clicks_ingest;
+mod graph_stats;
 mod prepare_stream;
+mod webgraph_twin;
