@@ -205,6 +205,10 @@ pub fn stats_table(
         frac(s.top1_in_share),
         group(s.nodes.div_ceil(100))
     ));
+    lines.push(format!(
+        "far-target share: {} (distinct targets of the arcs with gap >= 2^16, over those arcs)",
+        frac(s.far_target_share)
+    ));
     let [a, b, c] = run.seconds;
     lines.push(format!(
         "seconds {seconds:.2} on {ranks} rank(s) (rank 0: rows {a:.2}, reciprocity {b:.2}, merge {c:.2})"

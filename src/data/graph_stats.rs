@@ -15,7 +15,12 @@
 //!   out-link sets of nodes `u` and `u + 1`, over the pairs where both are
 //!   non-empty (templates and copied link lists);
 //! * **top-1 % share**: the fraction of arcs that point to the `ceil(nodes / 100)`
-//!   nodes of largest in-degree.
+//!   nodes of largest in-degree;
+//! * **far-target share**: the number of distinct targets of the far arcs (those with
+//!   `|v - u| >= 2^16`) over the number of far arcs (0 without far arcs): near 1 when
+//!   long links go everywhere, small when they go to a few popular pages. It is what
+//!   sets the traffic of a row-block partition (a rank fetches each distinct remote
+//!   target once).
 //!
 //! Everything here is pure: [`RowStats`] takes clean rows (sorted, distinct, no
 //! self-loop) chunk by chunk in id order and keeps only O(distinct degrees) state
@@ -30,6 +35,22 @@ use std::collections::BTreeMap;
 
 /// Gap thresholds of the locality statistic: `|v - u| < 2^b` for these `b`.
 pub const GAP_BITS: [u32; 4] = [4, 8, 12, 16];
+/// Arcs with `|v - u| >= 2^FAR_BITS` are far.
+pub const FAR_BITS: u32 = 16;
+
+/// Counts, for each target of a far arc of `chunk`, its far in-links in `far_in`
+/// (indexed by global id); the far-target share is the number of non-zero entries
+/// over the far arcs.
+pub fn add_far_in(chunk: &LocalRows, far_in: &mut [u64]) {
+    for i in 0..chunk.num_rows() {
+        let u = chunk.lo + i as u64;
+        for &v in chunk.row(i) {
+            if (v as u64).abs_diff(u) >= 1u64 << FAR_BITS {
+                far_in[v as usize] += 1;
+            }
+        }
+    }
+}
 /// Quantiles reported for both degree distributions.
 pub const QUANTILES: [f64; 4] = [0.5, 0.9, 0.99, 0.999];
 /// The tail exponent's `x_min` is this quantile of the positive degrees.
@@ -66,6 +87,7 @@ pub struct GraphStats {
     pub reciprocity: f64,
     pub adjacent_jaccard: f64,
     pub top1_in_share: f64,
+    pub far_target_share: f64,
 }
 
 /// The 1-based nearest-rank position of quantile `q` among `n` values.
@@ -284,13 +306,14 @@ pub struct GraphProfile {
 }
 
 /// The whole graph's statistics from the merged row statistics of all `nodes` rows,
-/// the in-degree of every node and the number of reciprocated pairs.
-pub fn finish(rows: &RowStats, in_degree: &[u64], mutual: u64) -> GraphStats {
-    profile(rows, in_degree, mutual).stats
+/// the in-degree and far in-links ([`add_far_in`]) of every node and the number of
+/// reciprocated pairs.
+pub fn finish(rows: &RowStats, in_degree: &[u64], far_in: &[u64], mutual: u64) -> GraphStats {
+    profile(rows, in_degree, far_in, mutual).stats
 }
 
 /// [`finish`] with the distributions.
-pub fn profile(rows: &RowStats, in_degree: &[u64], mutual: u64) -> GraphProfile {
+pub fn profile(rows: &RowStats, in_degree: &[u64], far_in: &[u64], mutual: u64) -> GraphProfile {
     let nodes = in_degree.len() as u64;
     let arcs = rows.arcs;
     let frac = |x: u64| {
@@ -328,6 +351,15 @@ pub fn profile(rows: &RowStats, in_degree: &[u64], mutual: u64) -> GraphProfile 
             rows.jaccard_sum / rows.jaccard_pairs as f64
         },
         top1_in_share: frac(top_arcs),
+        far_target_share: {
+            let far_arcs = arcs - rows.gap_counts[3];
+            let targets = far_in.iter().filter(|&&c| c > 0).count() as u64;
+            if far_arcs == 0 {
+                0.0
+            } else {
+                targets as f64 / far_arcs as f64
+            }
+        },
     };
     GraphProfile {
         stats,
@@ -347,15 +379,17 @@ pub fn of_rows(rows: &LocalRows, nodes: u64) -> GraphStats {
 pub fn profile_of_rows(rows: &LocalRows, nodes: u64) -> GraphProfile {
     assert_eq!(rows.lo, 0, "of_rows needs every row from 0");
     let mut in_degree = vec![0u64; nodes as usize];
+    let mut far_in = vec![0u64; nodes as usize];
     let mut keys = Vec::with_capacity(rows.targets.len());
     let mut st = RowStats::new(0);
     st.add_chunk(rows, &mut in_degree, |u, v| keys.push(pair_key(u, v)));
+    add_far_in(rows, &mut far_in);
     // Rows past the CSR's end (if any) are empty.
     let missing = nodes.saturating_sub(st.hi);
     if missing > 0 {
         *st.out_hist.entry(0).or_insert(0) += missing;
     }
-    profile(&st, &in_degree, mutual_pairs(&mut keys))
+    profile(&st, &in_degree, &far_in, mutual_pairs(&mut keys))
 }
 
 #[cfg(test)]
@@ -413,6 +447,10 @@ mod tests {
         let rows = LocalRows::from_rows(0, vec![vec![15, 16, 70_000]]);
         let s = of_rows(&rows, 70_001);
         assert_eq!(s.gap_below, [1.0 / 3.0, 2.0 / 3.0, 2.0 / 3.0, 2.0 / 3.0]);
+        // One far arc, one far target.
+        assert_eq!(s.far_target_share, 1.0);
+        let rows = LocalRows::from_rows(0, vec![vec![70_000], vec![70_000], vec![70_000, 70_001]]);
+        assert_eq!(of_rows(&rows, 70_002).far_target_share, 2.0 / 4.0);
     }
 
     #[test]
@@ -425,13 +463,14 @@ mod tests {
                 (cut..6).map(|i| whole.row(i).to_vec()).collect(),
             );
             let mut indeg = vec![0u64; 6];
+            let far = vec![0u64; 6];
             let mut keys = Vec::new();
             let mut sa = RowStats::new(0);
             sa.add_chunk(&a, &mut indeg, |u, v| keys.push(pair_key(u, v)));
             let mut sb = RowStats::new(cut as u64);
             sb.add_chunk(&b, &mut indeg, |u, v| keys.push(pair_key(u, v)));
             let merged = sa.merge(sb);
-            let got = finish(&merged, &indeg, mutual_pairs(&mut keys));
+            let got = finish(&merged, &indeg, &far, mutual_pairs(&mut keys));
             assert_eq!(got, of_rows(&whole, 6), "cut at {cut}");
         }
     }

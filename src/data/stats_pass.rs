@@ -56,7 +56,9 @@
 
 use super::dataset::{check_fold_disjoint, check_id_space, check_rows, dataset_len, read_meta};
 use super::graph::{block_range, LocalRows};
-use super::graph_stats::{jaccard, mutual_pairs, pair_key, profile, GraphProfile, RowStats};
+use super::graph_stats::{
+    add_far_in, jaccard, mutual_pairs, pair_key, profile, GraphProfile, RowStats,
+};
 use super::readers::{bv_info, read_mtx_pairs, read_tsv_pairs};
 use super::stream::{BvRows, MemoryRows, RowSource};
 use crate::comm::{prefix_offsets, Comm, Received};
@@ -345,6 +347,19 @@ fn global_profile_of<C: Comm, S: RowSource>(
     });
     comm.agree(alloc)?;
     in_degree.resize(n, 0);
+    let mut far_in: Vec<u64> = Vec::new();
+    let alloc = far_in.try_reserve_exact(n).map_err(|_| {
+        Error::input(
+            path,
+            format!(
+                "cannot allocate the far in-links of {} nodes ({} per rank)",
+                crate::metrics::group(nodes),
+                crate::metrics::human_bytes(8 * nodes)
+            ),
+        )
+    });
+    comm.agree(alloc)?;
+    far_in.resize(n, 0);
 
     // Pass 1: rows, in-degrees, bucket counts; keys kept while they fit the budget.
     let buckets = SUBS * size;
@@ -367,6 +382,7 @@ fn global_profile_of<C: Comm, S: RowSource>(
                 .map(|i| pair_jaccard(rows.row(i - 1), rows.row(i)))
                 .sum::<u128>();
         }
+        add_far_in(&rows, &mut far_in);
         st.add_chunk(&rows, &mut in_degree, |u, v| {
             let key = pair_key(u, v);
             let b = bucket_of(key, buckets);
@@ -384,6 +400,7 @@ fn global_profile_of<C: Comm, S: RowSource>(
     });
     comm.agree(pass1)?;
     comm.all_reduce_sum(&mut in_degree);
+    comm.all_reduce_sum(&mut far_in);
     let mut global_hist = local_hist.clone();
     comm.all_reduce_sum(&mut global_hist);
     let t1 = Instant::now();
@@ -500,7 +517,7 @@ fn global_profile_of<C: Comm, S: RowSource>(
         )));
     }
     rows.jaccard_sum = unfixed(exact);
-    let profile = profile(&rows, &in_degree, m[0]);
+    let profile = profile(&rows, &in_degree, &far_in, m[0]);
     let t3 = Instant::now();
     Ok(StatsRun {
         profile,

@@ -79,6 +79,8 @@ fn dense_stats() -> GraphStats {
         adjacent_jaccard: 2.25 / 7.0,
         // ceil(10 / 100) = 1 node: node 0, 6 of 22 arcs.
         top1_in_share: 6.0 / 22.0,
+        // No arc has a gap of 2^16 or more.
+        far_target_share: 0.0,
     }
 }
 
@@ -136,6 +138,8 @@ fn sparse_stats() -> GraphStats {
         adjacent_jaccard: 0.75 / 4.0,
         // ceil(70001 / 100) = 701 nodes hold every arc.
         top1_in_share: 1.0,
+        // Far arcs: 4 -> 70000, 70000 -> 3, 70000 -> 4: three, to three targets.
+        far_target_share: 1.0,
     }
 }
 
