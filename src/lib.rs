@@ -11,6 +11,7 @@ pub mod app;
 pub mod bf16;
 pub mod ckpt;
 pub mod cli;
+pub mod clicks;
 pub mod comm;
 pub mod data;
 pub mod embed;
@@ -26,6 +27,7 @@ pub mod panic_guard;
 pub mod plot;
 pub mod project;
 pub mod rng;
+pub mod spec;
 
 pub use error::{Error, Result};
 

@@ -1,8 +1,9 @@
 //! `torusrec calibrate`: measure what the planner prices and write it (rank 0).
 
 use crate::cli::CalibrateArgs;
+use crate::clicks::gen::ClickGen;
+use crate::clicks::source::Source;
 use crate::comm::Comm;
-use crate::embed::clicks::ClickGen;
 use crate::embed::gemm::Gemm;
 use crate::embed::keys::IdMap;
 use crate::embed::mlp::DenseOpt;
@@ -11,7 +12,7 @@ use crate::embed::planner::calib::{
     rows_of, CalibOptions, CollPoint, Conditions, Costs, PooledPoint, POOLED_PLACEMENTS,
     POOLED_TABLE_OPT,
 };
-use crate::embed::train::{EmbedConfig, EmbedTrainer, Source};
+use crate::embed::train::{EmbedConfig, EmbedTrainer};
 use crate::node::resolve_threads;
 use crate::{Error, Result};
 

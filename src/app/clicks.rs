@@ -1,18 +1,18 @@
 //! `torusrec prepare clicks` (text click logs -> keyed click log) and `torusrec
 //! generate clicks --format criteo` (Criteo-format day files, or their keyed log):
 //! flags validated on every rank, then the library's collective writer
-//! (`crate::embed::ingest`); rank 0 prints the summary.
+//! (`crate::clicks::ingest`); rank 0 prints the summary.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::group;
 use crate::cli::{ClicksFormat, GenerateClicksArgs, PrepareClicksArgs};
+use crate::clicks::criteo::Layout;
+use crate::clicks::criteo_gen::{CriteoGen, GenSource, MAX_DAYS, MAX_PER_DAY};
+use crate::clicks::ingest::{global_write_log, IngestReport, LogHeader};
+use crate::clicks::textlog::TextFiles;
 use crate::comm::Comm;
-use crate::embed::criteo::Layout;
-use crate::embed::criteo_gen::{CriteoGen, GenSource, MAX_DAYS, MAX_PER_DAY};
-use crate::embed::ingest::{global_write_log, IngestReport, LogHeader};
-use crate::embed::textlog::TextFiles;
 use crate::error::{Error, Result};
 use crate::metrics::{human_bytes, peak_rss_bytes};
 use crate::outfile::check_output;
@@ -68,7 +68,7 @@ impl PrepareClicksConfig {
 }
 
 fn check_dim(dim: usize) -> Result<()> {
-    let max = crate::embed::spec::MAX_DIM;
+    let max = crate::spec::MAX_DIM;
     if (1..=max).contains(&dim) {
         Ok(())
     } else {

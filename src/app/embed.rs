@@ -10,9 +10,10 @@ use crate::cli::{
     DenseGemmArg, DenseOptKind, EmbedArgs, GenerateClicksArgs, ModelArgs, OutputModeArg, PlanArgs,
     PlannerArgs, TableOptKind, VocabArg,
 };
+use crate::clicks::gen::ClickGen;
+use crate::clicks::log_file::{write_click_log, ClickLog};
+use crate::clicks::source::Source;
 use crate::comm::Comm;
-use crate::embed::clicklog::{write_click_log, ClickLog};
-use crate::embed::clicks::ClickGen;
 use crate::embed::driver::{global_train, Event, RunConfig, Summary};
 use crate::embed::gemm::Gemm;
 use crate::embed::keys::{hash_tables, IdMap};
@@ -22,12 +23,12 @@ use crate::embed::placement::{OutputMode, Placement, Plan};
 use crate::embed::planner;
 use crate::embed::planner::calib::{Costs, StepPrediction};
 use crate::embed::planner::{CostModel, Heuristic, PlanOptions};
-use crate::embed::spec::{preset, Evict, ModelSpec, VocabKind};
 use crate::embed::stats::{load_or_measure_stats, BatchStats};
 use crate::embed::tables::TableOpt;
-use crate::embed::train::{EmbedConfig, IntervalReport, Source};
+use crate::embed::train::{EmbedConfig, IntervalReport};
 use crate::metrics::human_bytes;
 use crate::node::resolve_threads;
+use crate::spec::{preset, Evict, ModelSpec, VocabKind};
 use crate::{Error, Result};
 
 pub use crate::metrics::parse_bytes;
@@ -1164,7 +1165,7 @@ fn plan_tasks(pool: &ModelSpec, a: &PlanArgs, mem: Option<u64>, cost: &CostModel
         // Memory: twice an even share or the largest table, whichever is more (the
         // heuristics place tables whole), unless --mem-per-rank says otherwise.
         let state = opt.state_per_row() as u64;
-        let bytes = |t: &crate::embed::spec::TableSpec| t.vocab * (t.dim as u64 + state) * 4;
+        let bytes = |t: &crate::spec::TableSpec| t.vocab * (t.dim as u64 + state) * 4;
         let total: u64 = task.tables.iter().map(bytes).sum();
         let largest = task.tables.iter().map(bytes).max().unwrap_or(0);
         let m = mem.unwrap_or((2 * total / a.ranks as u64).max(2 * largest));

@@ -439,7 +439,7 @@ fn run_embed(args: &ProjectEmbedArgs, preempt: &Preemption) -> Result<()> {
     let (stats, how) = if args.estimate {
         (synthetic_stats(&spec, 1, args.batch), "estimated")
     } else {
-        let src = crate::embed::train::Source::Generated(crate::embed::clicks::ClickGen::new(
+        let src = crate::clicks::source::Source::Generated(crate::clicks::gen::ClickGen::new(
             &spec, args.seed,
         ));
         let ids = crate::embed::keys::IdMap::default();

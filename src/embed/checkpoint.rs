@@ -19,12 +19,12 @@ use serde::{Deserialize, Serialize};
 
 use super::mlp::{DenseOpt, DenseOptState};
 use super::model::{global_write_state, row_slab};
-use super::spec::{ModelSpec, VocabKind};
 use super::tables::TableOpt;
 use super::train::{EmbedConfig, EmbedTrainer};
 use crate::ckpt::commit::{self, corrupt, Header};
 use crate::ckpt::{self, SCHEMA};
 use crate::comm::Comm;
+use crate::spec::{ModelSpec, VocabKind};
 use crate::{Error, Result};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -402,7 +402,7 @@ pub fn global_init_from<C: Comm>(
 mod tests {
     use super::*;
     use crate::embed::gemm::Gemm;
-    use crate::embed::spec::preset;
+    use crate::spec::preset;
 
     fn config() -> EmbedConfig {
         EmbedConfig {

@@ -14,10 +14,11 @@ use super::checkpoint::{
 };
 use super::model::{global_write_model, Evaluation};
 use super::placement::Plan;
-use super::train::{EmbedConfig, EmbedTrainer, IntervalReport, Source, StepStatus};
+use super::train::{EmbedConfig, EmbedTrainer, IntervalReport, StepStatus};
 use crate::ckpt::driver::{self as drive, Boundary, Status, Workload};
 use crate::ckpt::signals::Preemption;
 use crate::ckpt::{CheckpointConfig, Hold};
+use crate::clicks::source::Source;
 use crate::comm::Comm;
 use crate::{Error, Result};
 

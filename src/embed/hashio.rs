@@ -25,11 +25,12 @@ use std::path::Path;
 
 use ndarray::{s, ArrayView2};
 
-use super::hashtab::{owner, Entry, Evict, HashShard};
+use super::hashtab::{owner, Entry, HashShard};
 use super::tables::Store;
 use crate::ckpt::commit::corrupt;
 use crate::embed::model::h5;
 use crate::h5::{write_attr, Attr};
+use crate::spec::Evict;
 use crate::{Error, Result};
 
 /// Entries read at a time when re-sharding.

@@ -40,47 +40,7 @@
 use std::fmt;
 
 use crate::rng::mix64;
-
-/// Eviction policy of a full table (default: `Lfu`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Evict {
-    /// Least frequently used first: `(count, last_seen, key)` ascending.
-    #[default]
-    Lfu,
-    /// Entries unseen for more than this many steps expire; when none has expired, the
-    /// least recently used go first: `(last_seen, count, key)` ascending. Steps >= 1.
-    Ttl(u64),
-}
-
-impl Evict {
-    /// Parses `"lfu"` or `"ttl:STEPS"` (STEPS a decimal integer >= 1).
-    pub fn parse(s: &str) -> Result<Evict, String> {
-        let bad = |why: &str| format!("bad eviction policy {s:?}: {why}");
-        if s == "lfu" {
-            return Ok(Evict::Lfu);
-        }
-        let Some(steps) = s.strip_prefix("ttl:") else {
-            return Err(bad("expected \"lfu\" or \"ttl:STEPS\""));
-        };
-        if steps.is_empty() || !steps.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(bad("STEPS must be a decimal integer >= 1"));
-        }
-        match steps.parse::<u64>() {
-            Ok(0) => Err(bad("STEPS must be >= 1")),
-            Ok(t) => Ok(Evict::Ttl(t)),
-            Err(e) => Err(bad(&format!("STEPS: {e}"))),
-        }
-    }
-}
-
-impl fmt::Display for Evict {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Evict::Lfu => f.write_str("lfu"),
-            Evict::Ttl(t) => write!(f, "ttl:{t}"),
-        }
-    }
-}
+use crate::spec::Evict;
 
 /// One held entry, as listed by [`HashShard::entries`] and taken by
 /// [`HashShard::restore`].

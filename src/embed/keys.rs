@@ -22,13 +22,13 @@
 //! Evaluation resolves read-only ([`Resolve::Lookup`]): unknown keys look up
 //! nothing, counts do not move.
 
-use super::clicks::{Bags, Batch, KeyBags};
 use super::hashtab::{owner, HashShard, Stats};
 use super::placement::{Placement, Plan};
-use super::spec::{ModelSpec, VocabKind};
 use super::tables::{init_row, Store};
+use crate::clicks::batch::{Bags, Batch, KeyBags};
 use crate::comm::{Comm, Received};
 use crate::rng::mix64;
+use crate::spec::{ModelSpec, VocabKind};
 use crate::{Error, Result};
 
 /// The answer for a key without a row.
@@ -614,8 +614,8 @@ pub fn pseudo_rows(spec: &ModelSpec, batch: &mut Batch) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::embed::clicks::ClickGen;
-    use crate::embed::spec::{preset, Evict, Pooling, TableSpec, ValencyDist};
+    use crate::clicks::gen::ClickGen;
+    use crate::spec::{preset, Evict, Pooling, TableSpec, ValencyDist};
 
     fn table(name: &str, vocab: u64, kind: VocabKind) -> TableSpec {
         TableSpec {

@@ -3,10 +3,10 @@
 //! it. Pure arithmetic besides reading the node's memory size.
 
 use super::mlp::DenseOpt;
-use super::spec::ModelSpec;
 use crate::als::memory::{self, MemEstimate};
 use crate::metrics::human_bytes;
 use crate::node;
+use crate::spec::ModelSpec;
 use crate::{Error, Result};
 
 /// An upper bound of what one embed rank holds: `tables` bytes of its table shards
@@ -124,7 +124,7 @@ fn budget_within(rest: &MemEstimate, limit: Option<u64>) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::embed::spec::preset;
+    use crate::spec::preset;
 
     #[test]
     fn adam_holds_one_more_float_per_mlp_parameter_than_adagrad() {

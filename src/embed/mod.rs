@@ -3,17 +3,11 @@
 //! data-parallel with gradient accumulation.
 
 pub mod checkpoint;
-pub mod clicklog;
-pub mod clicks;
-pub mod criteo;
-pub mod criteo_gen;
 pub mod driver;
 pub mod exchange;
 pub mod gemm;
 pub mod hashio;
 pub mod hashtab;
-pub mod hll;
-pub mod ingest;
 pub mod kernels;
 pub mod keys;
 pub mod memory;
@@ -23,8 +17,19 @@ pub mod model;
 pub mod placement;
 pub mod planner;
 pub mod pooled;
-pub mod spec;
 pub mod stats;
 pub mod tables;
-pub mod textlog;
 pub mod train;
+
+/// The old paths of the click-data modules (now [`crate::clicks`]) and of the model
+/// spec (now [`crate::spec`]), kept only for `tests/it/data/clicks_ingest.rs`, which
+/// this change does not edit. Remove once it imports the new paths.
+#[doc(hidden)]
+pub use crate::clicks::{criteo, criteo_gen, ingest, log_file as clicklog, textlog};
+#[doc(hidden)]
+pub use crate::spec;
+/// See above: the old home of [`crate::clicks::batch::Batch`].
+#[doc(hidden)]
+pub mod clicks {
+    pub use crate::clicks::batch::Batch;
+}

@@ -8,8 +8,8 @@ use std::ops::Range;
 
 use serde::{Deserialize, Serialize};
 
-use super::spec::ModelSpec;
 use crate::data::graph::block_range;
+use crate::spec::ModelSpec;
 use crate::{Error, Result};
 
 /// One column range of a column-wise table and the rank that holds it.
@@ -333,7 +333,7 @@ impl Plan {
         for s in self.all_shards(spec) {
             let rows = s.rows.len(spec.tables[s.table].vocab);
             b[s.rank] += rows * (s.width() as u64 + state_floats_per_row) * 4;
-            if spec.tables[s.table].vocab_kind == super::spec::VocabKind::Hash {
+            if spec.tables[s.table].vocab_kind == crate::spec::VocabKind::Hash {
                 b[s.rank] += rows * super::hashtab::SLOT_BYTES;
             }
         }
@@ -388,7 +388,7 @@ impl Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::embed::spec::preset;
+    use crate::spec::preset;
 
     #[test]
     fn rows_local_global_round_trip() {

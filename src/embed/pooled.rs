@@ -24,17 +24,17 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
-use super::clicks::Batch;
 use super::exchange::{
     apply_rows, global_send_request, is_pooled_table, protocol_violation, sum_sources_into,
     ExchangeCounts, Index,
 };
 use super::kernels::{pool_bags, scatter_bags, scatter_bags_fresh, sq_sums, Bags, Isa};
 use super::placement::Placement;
-use super::spec::Pooling;
 use super::tables::{LocalShard, Store, TableOpt};
 use crate::allocs::{reserve_with_room as reserve_total, resize_for_overwrite};
+use crate::clicks::batch::Batch;
 use crate::comm::{Comm, Received};
+use crate::spec::Pooling;
 use crate::Result;
 
 /// One source's bags of one slot, as its owner received them: where its distinct

@@ -14,11 +14,11 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::clicks::Batch;
 use super::keys::{pseudo_rows, IdMap};
-use super::spec::ModelSpec;
-use super::train::Source;
+use crate::clicks::batch::Batch;
+use crate::clicks::source::Source;
 use crate::data::graph::block_range;
+use crate::spec::ModelSpec;
 use crate::{Error, Result};
 
 /// The `schema` of a stats file.
@@ -387,8 +387,8 @@ pub fn synthetic_stats(spec: &ModelSpec, world: usize, batch_per_rank: usize) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::embed::spec::preset;
     use crate::rng::SplitMix64;
+    use crate::spec::preset;
 
     /// A CSR from per-example id lists.
     fn csr(examples: &[&[u32]]) -> SampledTable {

@@ -5,8 +5,8 @@ use rayon::prelude::*;
 
 use super::hashtab::HashShard;
 use super::placement::{Placement, Plan, Rows, Shard};
-use super::spec::{ModelSpec, VocabKind};
 use crate::rng::{stream, SplitMix64};
+use crate::spec::{ModelSpec, VocabKind};
 use crate::{Error, Result};
 
 /// The optimizer of the embedding rows.
@@ -362,7 +362,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::embed::spec::preset;
+    use crate::spec::preset;
 
     #[test]
     fn row_square_sums_in_blocks_give_the_bits_of_one_row_at_a_time() {

@@ -15,8 +15,6 @@ use std::time::Instant;
 
 use ndarray::ArrayView2;
 
-use super::clicklog::ClickLog;
-use super::clicks::{Batch, ClickGen};
 use super::exchange::{
     global_backward, global_lookup, global_lookup_into, local_apply_replicated, pool, BackwardBufs,
     ExchangeCounts, Lookup, StepGrads,
@@ -26,144 +24,16 @@ use super::keys::{global_resolve, IdMap, Resolve, ResolveBufs, ResolveCounts};
 use super::metrics::{auc, logloss};
 use super::mlp::{DenseOpt, DenseOptState, Mlp, Workspace};
 use super::placement::Plan;
-use super::spec::ModelSpec;
 use super::tables::{Store, TableOpt};
 pub use crate::ckpt::status::StepStatus;
+use crate::clicks::batch::Batch;
+use crate::clicks::gen::ClickGen;
+use crate::clicks::source::Source;
 use crate::comm::{Comm, Timer};
 use crate::data::graph::block_range;
 use crate::rng::mix64;
+use crate::spec::ModelSpec;
 use crate::Result;
-
-/// Where examples come from.
-pub enum Source {
-    /// Another source with this rank's ranges read ahead of time (`--preload`, as
-    /// benchmark peers time steps over data already in memory).
-    Preloaded {
-        inner: Box<Source>,
-        cache: std::collections::HashMap<(u64, usize), Batch>,
-    },
-    /// Drawn on the fly from (seed, example index): unlimited.
-    Generated(ClickGen),
-    /// A click log (`generate clicks`, `prepare clicks`): the examples `eval` are held
-    /// out (the last N, or one day of a log of several), training cycles over the
-    /// others in order.
-    Log {
-        log: ClickLog,
-        eval: std::ops::Range<u64>,
-        /// The day held out (`--eval-day`), for the identity.
-        eval_day: Option<usize>,
-    },
-}
-
-/// First example index of the held-out examples of a generated source (training never
-/// reaches it).
-pub const EVAL_BASE: u64 = 1 << 50;
-
-impl Source {
-    /// Make room in `out` for the preloaded examples of `parts` (appended one
-    /// micro-batch at a time, it would otherwise grow in steps that leave no room for
-    /// a slightly larger step later).
-    pub fn reserve(&self, parts: &[(u64, usize)], out: &mut Batch) {
-        if let Source::Preloaded { cache, .. } = self {
-            let batches: Vec<&Batch> = parts.iter().filter_map(|k| cache.get(k)).collect();
-            out.reserve_for(&batches);
-        }
-    }
-
-    /// Append training examples `first..first + n` to `out` (a preloaded batch
-    /// without a copy of its own).
-    pub fn batch_into(&self, first: u64, n: usize, out: &mut Batch) -> Result<()> {
-        if let Source::Preloaded { cache, .. } = self {
-            if let Some(b) = cache.get(&(first, n)) {
-                out.append(b);
-                return Ok(());
-            }
-        }
-        out.append(&self.batch(first, n)?);
-        Ok(())
-    }
-
-    /// Training examples `first..first + n` (indices among the training examples).
-    pub fn batch(&self, first: u64, n: usize) -> Result<Batch> {
-        match self {
-            Source::Preloaded { inner, cache } => match cache.get(&(first, n)) {
-                Some(b) => Ok(b.clone()),
-                None => inner.batch(first, n),
-            },
-            Source::Generated(g) => Ok(g.batch(first, n)),
-            Source::Log { log, eval, .. } => {
-                // Training indices skip the held-out range.
-                let (a, z) = (first, first + n as u64);
-                if z <= eval.start || eval.is_empty() {
-                    log.read(a, n)
-                } else if a >= eval.start {
-                    log.read(a + (eval.end - eval.start), n)
-                } else {
-                    let k = (eval.start - a) as usize;
-                    let mut b = log.read(a, k)?;
-                    b.append(&log.read(eval.end, n - k)?);
-                    Ok(b)
-                }
-            }
-        }
-    }
-
-    /// Held-out examples `first..first + n` (indices among the held-out examples).
-    pub fn eval_batch(&self, first: u64, n: usize) -> Result<Batch> {
-        match self {
-            Source::Preloaded { inner, .. } => inner.eval_batch(first, n),
-            Source::Generated(g) => Ok(g.batch(EVAL_BASE + first, n)),
-            Source::Log { log, eval, .. } => log.read(eval.start + first, n),
-        }
-    }
-
-    /// Examples available for training (`None`: unlimited).
-    pub fn train_examples(&self) -> Option<u64> {
-        match self {
-            Source::Preloaded { inner, .. } => inner.train_examples(),
-            Source::Generated(_) => None,
-            Source::Log { log, eval, .. } => Some(log.examples() - (eval.end - eval.start)),
-        }
-    }
-
-    /// Held-out examples available (`None`: unlimited).
-    pub fn eval_examples(&self) -> Option<u64> {
-        match self {
-            Source::Preloaded { inner, .. } => inner.eval_examples(),
-            Source::Generated(_) => None,
-            Source::Log { eval, .. } => Some(eval.end - eval.start),
-        }
-    }
-
-    /// What identifies the examples (for checkpoints).
-    pub fn identity(&self) -> String {
-        match self {
-            Source::Preloaded { inner, .. } => inner.identity(),
-            Source::Generated(_) => "generated".to_string(),
-            Source::Log {
-                log,
-                eval,
-                eval_day,
-            } => {
-                let mut s = format!(
-                    "log seed {} examples {} eval {}",
-                    log.seed(),
-                    log.examples(),
-                    eval.end - eval.start
-                );
-                if let Some(d) = eval_day {
-                    s.push_str(&format!(" eval-day {d}"));
-                }
-                if log.keyed() {
-                    // The file names as a JSON array (explicit, not a `Debug` format).
-                    let files = serde_json::Value::from(log.source_files().to_vec());
-                    s.push_str(&format!(" files {files}"));
-                }
-                s
-            }
-        }
-    }
-}
 
 /// Which global examples each optimizer step trains on.
 ///
@@ -1012,9 +882,9 @@ mod tests {
     fn training_indices_skip_a_held_out_range_in_the_middle_of_a_log() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("log.h5");
-        let spec = super::super::spec::preset("tiny", 1.0).unwrap();
-        super::super::clicklog::write_click_log(&path, &spec, 3, 40, false, 7).unwrap();
-        let log = ClickLog::open(&path).unwrap();
+        let spec = crate::spec::preset("tiny", 1.0).unwrap();
+        crate::clicks::log_file::write_click_log(&path, &spec, 3, 40, false, 7).unwrap();
+        let log = crate::clicks::log_file::ClickLog::open(&path).unwrap();
         let whole = log.read(0, 40).unwrap();
         let src = Source::Log {
             log,

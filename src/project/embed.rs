@@ -23,8 +23,8 @@
 use super::traffic::{self, Traffic};
 use crate::embed::placement::{OutputMode, Plan};
 use crate::embed::planner::CostModel;
-use crate::embed::spec::ModelSpec;
 use crate::embed::stats::BatchStats;
+use crate::spec::ModelSpec;
 
 /// One optimizer step on one torus shape.
 #[derive(Debug, Clone)]

@@ -5,13 +5,14 @@
 use crate::util;
 use crate::EnvVar;
 
+use torusrec::clicks::gen::ClickGen;
+use torusrec::clicks::source::Source;
 use torusrec::comm::threads::run;
 use torusrec::comm::Comm;
-use torusrec::embed::clicks::ClickGen;
 use torusrec::embed::placement::{OutputMode, Plan};
-use torusrec::embed::spec::preset;
 use torusrec::embed::tables::TableOpt;
-use torusrec::embed::train::{EmbedTrainer, Source, StepStatus};
+use torusrec::embed::train::{EmbedTrainer, StepStatus};
+use torusrec::spec::preset;
 
 /// Every local row and its optimizer state, then the MLP parameters.
 fn snapshot(tr: &EmbedTrainer) -> (Vec<Vec<f32>>, Vec<f32>) {

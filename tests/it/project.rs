@@ -302,10 +302,10 @@ fn project_embed_plans_every_shape_and_projects_its_step() {
 #[test]
 fn embed_step_bytes_are_the_planners_exchange_without_self_traffic() {
     use torusrec::embed::placement::{OutputMode, Plan};
-    use torusrec::embed::spec::preset;
     use torusrec::embed::stats::synthetic_stats;
     use torusrec::project::embed::project_step;
     use torusrec::project::traffic::HEADER_BYTES;
+    use torusrec::spec::preset;
     let spec = preset("tiny", 1.0).unwrap();
     let stats = synthetic_stats(&spec, 4, 128);
     let plan = Plan::uniform(&spec, 4, "table")
@@ -347,7 +347,7 @@ fn embed_step_bytes_are_the_planners_exchange_without_self_traffic() {
 /// The projected step seconds of `plan` on `dims` with `chip`, as `project embed`
 /// computes them.
 fn projected_step_seconds(
-    spec: &torusrec::embed::spec::ModelSpec,
+    spec: &torusrec::spec::ModelSpec,
     stats: &torusrec::embed::stats::BatchStats,
     plan: &torusrec::embed::placement::Plan,
     dims: &[usize],
@@ -408,9 +408,9 @@ fn the_chip_cost_model_takes_its_rates_from_the_torus() {
 #[test]
 fn planning_with_the_chip_cost_model_projects_a_faster_step() {
     use torusrec::embed::planner::{plan_auto, PlanOptions};
-    use torusrec::embed::spec::preset;
     use torusrec::embed::stats::synthetic_stats;
     use torusrec::project::embed::cost_model;
+    use torusrec::spec::preset;
     let spec = preset("torchrec-peer", 1.0).unwrap();
     let stats = synthetic_stats(&spec, 1, 2048);
     let v4 = torusrec::project::chip::preset("v4").unwrap();

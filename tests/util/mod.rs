@@ -549,7 +549,7 @@ pub fn synthetic_dataset(dir: &Path, nodes: u64, arcs: u64, seed: u64) -> PathBu
 /// (0.01) for the MLP, dedup on, no pipelining, 64 held-out examples, a report every
 /// step, the data's ids as rows.
 pub fn embed_config(
-    spec: &torusrec::embed::spec::ModelSpec,
+    spec: &torusrec::spec::ModelSpec,
     table_opt: torusrec::embed::tables::TableOpt,
     micro: usize,
     accumulate: usize,

@@ -20,13 +20,13 @@
 
 use rayon::prelude::*;
 
-use super::clicks::Batch;
 use super::kernels::{pool as pool_kernel, scatter, Bag, Isa};
 use super::placement::OutputMode;
 use super::pooled;
-use super::spec::Pooling;
 use super::tables::Store;
 use crate::allocs::{reserve_with_room as reserve_total, resize_for_overwrite};
+use crate::clicks::batch::Batch;
+use crate::spec::Pooling;
 
 mod backward;
 mod lookup;

@@ -96,12 +96,12 @@ use crate::comm::Comm;
 use crate::embed::kernels::{self, Bags, Isa};
 use crate::embed::mlp::{Mlp, Workspace};
 use crate::embed::placement::{ColumnShard, OutputMode, Placement, Plan};
-use crate::embed::spec::{Evict, ModelSpec, Pooling, TableSpec, ValencyDist, VocabKind};
 use crate::embed::stats::synthetic_stats;
 use crate::embed::tables::TableOpt;
 use crate::error::{Error, Result};
 use crate::lsq::nonneg_least_squares;
 use crate::rng::{mix64, SplitMix64};
+use crate::spec::{Evict, ModelSpec, Pooling, TableSpec, ValencyDist, VocabKind};
 
 /// The file's schema name.
 pub const SCHEMA: &str = "torusrec-costs-v1";
@@ -444,7 +444,7 @@ impl CalibOptions {
     pub fn new(quick: bool) -> Self {
         let mut shapes: Vec<Vec<usize>> = ["torchrec-peer", "dlrm-synthetic", "tiny"]
             .iter()
-            .filter_map(|p| crate::embed::spec::preset(p, 0.1).ok())
+            .filter_map(|p| crate::spec::preset(p, 0.1).ok())
             .map(|s| s.mlp_layers())
             .collect();
         // A mid-sized MLP between tiny's and the peers': the rate of a shape not
@@ -572,7 +572,7 @@ fn time_median(reps: usize, mut f: impl FnMut()) -> f64 {
 fn local_ids(dist: &str, rows: u64, n: usize, seed: u64) -> Vec<u32> {
     let mut rng = SplitMix64::new(seed);
     if dist == "zipf" {
-        let z = crate::embed::clicks::Zipf::new(rows, ZIPF_S);
+        let z = crate::clicks::sample::Zipf::new(rows, ZIPF_S);
         (0..n)
             .map(|_| (mix64(z.sample(&mut rng) ^ seed) % rows) as u32)
             .collect()

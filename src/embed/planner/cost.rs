@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 use super::{PlanOptions, PlanReport};
 use crate::data::graph::block_range;
 use crate::embed::placement::{OutputMode, Placement, Plan, Rows};
-use crate::embed::spec::ModelSpec;
 use crate::embed::stats::{BatchStats, TableStats};
+use crate::spec::ModelSpec;
 use crate::{Error, Result};
 
 /// The machine constants of the cost model; calibrate them to a cluster (`--cost-model`

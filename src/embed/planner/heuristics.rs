@@ -3,9 +3,9 @@
 use super::cost::{check_inputs, finish, Ctx};
 use super::{PlanOptions, PlanReport};
 use crate::embed::placement::{Placement, Plan};
-use crate::embed::spec::ModelSpec;
 use crate::embed::stats::BatchStats;
 use crate::rng::{stream, SplitMix64};
+use crate::spec::ModelSpec;
 use crate::{Error, Result};
 
 /// The table-wise heuristics the planner is compared with.

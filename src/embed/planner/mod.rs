@@ -137,8 +137,8 @@ use std::ops::Range;
 
 use serde::{Deserialize, Serialize};
 
-use super::spec::ModelSpec;
 use crate::rng::{hash3, stream, SplitMix64};
+use crate::spec::ModelSpec;
 
 pub mod calib;
 mod cost;
@@ -265,9 +265,9 @@ mod tests {
     use super::search::candidates;
     use super::*;
     use crate::embed::placement::{ColumnShard, OutputMode, Placement, Plan};
-    use crate::embed::spec::{preset, Evict, Pooling, TableSpec, ValencyDist, VocabKind};
     use crate::embed::stats::{synthetic_stats, SCHEMA};
     use crate::embed::stats::{BatchStats, TableStats};
+    use crate::spec::{preset, Evict, Pooling, TableSpec, ValencyDist, VocabKind};
     use crate::Error;
 
     fn table(name: &str, vocab: u64, dim: usize, valency: f64) -> TableSpec {

@@ -8,8 +8,8 @@ use super::heuristics::{heuristic_tables, table_wise_greedy, Heuristic};
 use super::{PlanOptions, PlanReport};
 use crate::data::graph::block_range;
 use crate::embed::placement::{ColumnShard, Placement, Plan};
-use crate::embed::spec::{ModelSpec, VocabKind};
 use crate::embed::stats::BatchStats;
+use crate::spec::{ModelSpec, VocabKind};
 use crate::{Error, Result};
 
 /// A table's new placement and what it gives each rank.

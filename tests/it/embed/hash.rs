@@ -9,18 +9,20 @@ use crate::util;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use torusrec::clicks::batch::{Bags, Batch, KeyBags};
+use torusrec::clicks::gen::ClickGen;
+use torusrec::clicks::source::Source;
 use torusrec::comm::threads::{run, ThreadComm};
 use torusrec::comm::Comm;
 use torusrec::embed::checkpoint;
-use torusrec::embed::clicks::{Bags, Batch, ClickGen, KeyBags};
 use torusrec::embed::hashtab::{owner, Entry};
 use torusrec::embed::keys::{
     global_resolve, init_key_row, IdMap, Resolve, ResolveBufs, ResolveCounts, NO_ROW,
 };
 use torusrec::embed::placement::Plan;
-use torusrec::embed::spec::{preset, Evict, ModelSpec, Pooling, TableSpec, ValencyDist, VocabKind};
 use torusrec::embed::tables::{Store, TableOpt};
-use torusrec::embed::train::{EmbedConfig, EmbedTrainer, Source, StepStatus};
+use torusrec::embed::train::{EmbedConfig, EmbedTrainer, StepStatus};
+use torusrec::spec::{preset, Evict, ModelSpec, Pooling, TableSpec, ValencyDist, VocabKind};
 
 // ---------------------------------------------------------------------------------
 // Helpers

@@ -5,13 +5,14 @@
 
 use crate::util;
 
+use torusrec::clicks::gen::ClickGen;
+use torusrec::clicks::source::Source;
 use torusrec::comm::threads::run;
 use torusrec::comm::Comm;
-use torusrec::embed::clicks::ClickGen;
 use torusrec::embed::placement::{OutputMode, Plan};
-use torusrec::embed::spec::{preset, ModelSpec};
 use torusrec::embed::tables::TableOpt;
-use torusrec::embed::train::{EmbedConfig, EmbedTrainer, Source, StepStatus};
+use torusrec::embed::train::{EmbedConfig, EmbedTrainer, StepStatus};
+use torusrec::spec::{preset, ModelSpec};
 
 /// The whole model after training: per table `vocab x dim` rows and per-row
 /// optimizer state, then the MLP parameters.

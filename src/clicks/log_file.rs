@@ -43,12 +43,13 @@ use std::path::{Path, PathBuf};
 use hdf5::H5Type;
 use ndarray::ArrayView2;
 
-use super::clicks::{Bags, Batch, ClickGen, KeyBags};
-use super::spec::ModelSpec;
+use super::batch::{Bags, Batch, KeyBags};
+use super::gen::ClickGen;
 use crate::data::dataset::read_range;
 use crate::h5::open_h5;
 use crate::h5::{check_elem_type, ctx as h5, read_str_attr, read_u64_attr, write_attrs, Attr};
 use crate::outfile::{check_output, temp_path};
+use crate::spec::ModelSpec;
 use crate::{Error, Result};
 
 /// The value of the `schema` attribute.
@@ -566,7 +567,7 @@ impl ClickLog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::embed::spec::preset;
+    use crate::spec::preset;
     use hdf5::types::VarLenUnicode;
 
     fn tiny() -> ModelSpec {
@@ -810,10 +811,10 @@ mod tests {
     }
 
     /// A keyed (v2) log of the Criteo generator: 3 days of 400 examples.
-    fn write_v2(path: &Path) -> crate::embed::ingest::IngestReport {
-        use crate::embed::criteo::Layout;
-        use crate::embed::criteo_gen::{CriteoGen, GenSource};
-        use crate::embed::ingest::{global_write_log, LogHeader};
+    fn write_v2(path: &Path) -> crate::clicks::ingest::IngestReport {
+        use crate::clicks::criteo::Layout;
+        use crate::clicks::criteo_gen::{CriteoGen, GenSource};
+        use crate::clicks::ingest::{global_write_log, LogHeader};
         let comm = crate::comm::single::SingleComm::new();
         let gen = CriteoGen::new(&tiny(), 9);
         let names: Vec<PathBuf> = (0..3).map(|d| format!("day_{d}.tsv").into()).collect();

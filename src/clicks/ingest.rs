@@ -1,4 +1,4 @@
-//! Writing a keyed click log (schema `torusrec-clicks-v2`, see [`super::clicklog`])
+//! Writing a keyed click log (schema `torusrec-clicks-v2`, see [`super::log_file`])
 //! from any [`ExampleSource`] — Criteo text files split over ranks
 //! ([`super::textlog::TextFiles`]) or the Criteo-format generator
 //! ([`super::criteo_gen`]) — collectively, in two streaming passes.
@@ -39,14 +39,14 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use super::clicklog::{ids_name, offsets_name, SCHEMA_V2};
-use super::clicks::{Bags, KeyBags};
+use super::batch::{Bags, KeyBags};
 use super::hll::{Hll, HLL_REGISTERS};
-use super::spec::{ModelSpec, Pooling, TableSpec, ValencyDist, VocabKind, MAX_DIM, MAX_VOCAB};
+use super::log_file::{ids_name, offsets_name, SCHEMA_V2};
 use crate::comm::Comm;
 use crate::error::{Error, Result};
 use crate::h5::{ctx as h5, write_attrs, Attr};
 use crate::outfile::temp_path;
+use crate::spec::{ModelSpec, Pooling, TableSpec, ValencyDist, VocabKind, MAX_DIM, MAX_VOCAB};
 
 /// Bad lines each rank keeps the reason of (the rest are counted).
 pub const FIRST_BAD: usize = 8;

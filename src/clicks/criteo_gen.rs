@@ -22,7 +22,7 @@
 //!   So most frequent keys persist from day to day, while new keys keep appearing
 //!   among the frequent ones. The key is the top 32 bits of a hash of
 //!   `(seed, c, item)`.
-//! - **label**: `1` with probability `sigmoid(b + sum_j w_j ln(1 + max(I_j, 0)) + sum_c
+//! - **label**: `1` with probability `logistic(b + sum_j w_j ln(1 + max(I_j, 0)) + sum_c
 //!   k_c(key))` over the present columns, with `w_j ~ N(0, 0.25^2)` drawn from
 //!   `(seed, j)` and a per-key weight `k_c(key)` uniform with standard deviation
 //!   [`KEY_WEIGHT_SD`], derived by hashing `(seed, c, key)` (no per-key memory). The
@@ -38,13 +38,14 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
-use super::clicks::{KeyBags, Zipf};
+use super::batch::KeyBags;
 use super::criteo::{dense_value, CRITEO_CAT, CRITEO_DENSE};
 use super::ingest::{Block, ExampleSource};
-use super::spec::ModelSpec;
+use super::sample::{logistic, Zipf};
 use crate::data::graph::block_range;
 use crate::error::{Error, Result};
 use crate::rng::{hash3, SplitMix64};
+use crate::spec::ModelSpec;
 
 /// Streams of this module (large constants: no collision with `crate::rng::stream`).
 const STREAM_EXAMPLE: u64 = 0x4352_5445_4f00_0001;
@@ -113,10 +114,6 @@ pub struct CriteoGen {
 pub struct Day {
     d: u64,
     zipf: Vec<Zipf>,
-}
-
-fn sigmoid(x: f64) -> f64 {
-    1.0 / (1.0 + (-x).exp())
 }
 
 /// Uniform in [0, 1) from the top 53 bits of `h`.
@@ -228,7 +225,7 @@ impl CriteoGen {
     /// Example `e` of `day` into `out`.
     pub fn example(&self, day: &Day, e: u64, out: &mut RawExample) {
         let (z, u) = self.draw(day, e, out);
-        out.label = u < sigmoid(self.bias + z);
+        out.label = u < logistic(self.bias + z);
     }
 
     /// The bias giving a mean click probability of [`BASE_RATE`] on the calibration
@@ -239,7 +236,7 @@ impl CriteoGen {
         let z: Vec<f64> = (0..CALIBRATION)
             .map(|e| self.draw(&day, e, &mut ex).0)
             .collect();
-        let rate = |b: f64| z.iter().map(|&z| sigmoid(b + z)).sum::<f64>() / z.len() as f64;
+        let rate = |b: f64| z.iter().map(|&z| logistic(b + z)).sum::<f64>() / z.len() as f64;
         let (mut lo, mut hi) = (-50.0f64, 50.0f64);
         for _ in 0..100 {
             let mid = 0.5 * (lo + hi);
@@ -497,8 +494,8 @@ impl ExampleSource for GenSource {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::embed::criteo::{parse_lines, Layout};
-    use crate::embed::spec::preset;
+    use crate::clicks::criteo::{parse_lines, Layout};
+    use crate::spec::preset;
 
     fn gen(seed: u64) -> CriteoGen {
         CriteoGen::new(&preset("small", 0.01).unwrap(), seed)

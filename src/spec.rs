@@ -2,13 +2,54 @@
 //! and the click distribution the generator draws from. Read from a TOML file or
 //! taken from a preset; validated once, before anything runs.
 
+use std::fmt;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-pub use super::hashtab::Evict;
 use crate::rng::{stream, SplitMix64};
 use crate::{Error, Result};
+
+/// Eviction policy of a full table (default: `Lfu`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Evict {
+    /// Least frequently used first: `(count, last_seen, key)` ascending.
+    #[default]
+    Lfu,
+    /// Entries unseen for more than this many steps expire; when none has expired, the
+    /// least recently used go first: `(last_seen, count, key)` ascending. Steps >= 1.
+    Ttl(u64),
+}
+
+impl Evict {
+    /// Parses `"lfu"` or `"ttl:STEPS"` (STEPS a decimal integer >= 1).
+    pub fn parse(s: &str) -> Result<Evict, String> {
+        let bad = |why: &str| format!("bad eviction policy {s:?}: {why}");
+        if s == "lfu" {
+            return Ok(Evict::Lfu);
+        }
+        let Some(steps) = s.strip_prefix("ttl:") else {
+            return Err(bad("expected \"lfu\" or \"ttl:STEPS\""));
+        };
+        if steps.is_empty() || !steps.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad("STEPS must be a decimal integer >= 1"));
+        }
+        match steps.parse::<u64>() {
+            Ok(0) => Err(bad("STEPS must be >= 1")),
+            Ok(t) => Ok(Evict::Ttl(t)),
+            Err(e) => Err(bad(&format!("STEPS: {e}"))),
+        }
+    }
+}
+
+impl fmt::Display for Evict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Evict::Lfu => f.write_str("lfu"),
+            Evict::Ttl(t) => write!(f, "ttl:{t}"),
+        }
+    }
+}
 
 /// How a bag of looked-up rows becomes one vector.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -39,7 +80,7 @@ pub enum VocabKind {
     Modulo,
     /// A hash table of `vocab` rows (over all ranks) keyed by the raw 64-bit id: an id
     /// gets a row of its own once seen `admit_after` times; a full table evicts
-    /// (`evict`). See [`super::hashtab`].
+    /// (`evict`). See [`crate::embed::hashtab`].
     Hash,
 }
 
