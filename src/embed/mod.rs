@@ -20,16 +20,3 @@ pub mod pooled;
 pub mod stats;
 pub mod tables;
 pub mod train;
-
-/// The old paths of the click-data modules (now [`crate::clicks`]) and of the model
-/// spec (now [`crate::spec`]), kept only for `tests/it/data/clicks_ingest.rs`, which
-/// this change does not edit. Remove once it imports the new paths.
-#[doc(hidden)]
-pub use crate::clicks::{criteo, criteo_gen, ingest, log_file as clicklog, textlog};
-#[doc(hidden)]
-pub use crate::spec;
-/// See above: the old home of [`crate::clicks::batch::Batch`].
-#[doc(hidden)]
-pub mod clicks {
-    pub use crate::clicks::batch::Batch;
-}
