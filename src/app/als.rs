@@ -24,12 +24,22 @@ fn grouped(n: u64) -> String {
     out
 }
 
+/// What the epoch and final lines say instead of a recall when an evaluation scored
+/// no row (a dataset without test rows): its 0 is no measurement.
+pub(super) const NOTHING_TO_SCORE: &str = "no test rows to score";
+
+/// Whether an evaluation scored no row.
+pub(super) fn nothing_scored(r: &crate::als::eval::Recall) -> bool {
+    r.test_rows == 0
+}
+
 fn epoch_line(r: &EpochReport, epochs: usize) -> String {
-    let recall = r
-        .recall
-        .map(|x| format!("  R@20 {:.4}  R@50 {:.4}", x.at20, x.at50))
-        .unwrap_or_default();
-    let eval = if r.recall.is_some() {
+    let recall = match r.recall {
+        Some(x) if nothing_scored(&x) => format!("  {NOTHING_TO_SCORE}"),
+        Some(x) => format!("  R@20 {:.4}  R@50 {:.4}", x.at20, x.at50),
+        None => String::new(),
+    };
+    let eval = if r.recall.is_some_and(|x| !nothing_scored(&x)) {
         let share = crate::als::eval::AUTO_EPOCH_SHARE * 100.0;
         let how = match r.eval_auto {
             Some(a) if a.epoch_seconds.is_none() => ", auto: no epoch timed".to_string(),
@@ -129,10 +139,17 @@ pub fn global_run<C: Comm>(comm: &C, args: &AlsArgs, preempt: Preemption) -> Res
             human_bytes(peak)
         );
         let r = report.recall.expect("the last epoch evaluates");
-        println!(
-            "final: Recall@20 {:.4}  Recall@50 {:.4}  over {} test rows  loss {:.6e}  checksum {:016x}",
-            r.at20, r.at50, r.test_rows, report.loss, report.checksum
-        );
+        if nothing_scored(&r) {
+            println!(
+                "final: {NOTHING_TO_SCORE} (no Recall@20/50)  loss {:.6e}  checksum {:016x}",
+                report.loss, report.checksum
+            );
+        } else {
+            println!(
+                "final: Recall@20 {:.4}  Recall@50 {:.4}  over {} test rows  loss {:.6e}  checksum {:016x}",
+                r.at20, r.at50, r.test_rows, report.loss, report.checksum
+            );
+        }
         {
             let v = serde_json::json!({"final": true, "recall_at_20": r.at20, "recall_at_50": r.at50, "eval_rows": r.test_rows, "loss": report.loss,
                 "checksum": format!("{:016x}", report.checksum), "peak_rss_bytes": peak, "ranks": comm.size(), "threads": threads});

@@ -378,7 +378,14 @@ pub fn global_run<C: Comm>(comm: &C, args: &TuneArgs, preempt: Preemption) -> Re
             TableDtype::Bf16 => global_train_as::<C, Bf16>(comm, &final_cfg, preempt, on_event)?.1,
         };
         let r = rep.recall.expect("the last epoch evaluates");
-        if root {
+        if root && super::als::nothing_scored(&r) {
+            println!(
+                "final: {} (no test Recall@20/50)  loss {:.6e}  checksum {:016x}",
+                super::als::NOTHING_TO_SCORE,
+                rep.loss,
+                rep.checksum
+            );
+        } else if root {
             println!(
                 "final: test Recall@20 {:.4}  Recall@50 {:.4}  over {} test rows  loss {:.6e}  checksum {:016x}",
                 r.at20, r.at50, r.test_rows, rep.loss, rep.checksum

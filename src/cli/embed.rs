@@ -100,10 +100,17 @@ pub struct EmbedArgs {
     /// unless --force.
     #[arg(long, value_name = "PLAN.json")]
     pub plan_out: Option<PathBuf>,
+    /// Learning rate of every table's optimizer (--table-opt): sgd updates a row by
+    /// `row -= lr * g`, rowwise-adagrad by `row -= lr * g / (sqrt(G) + 1e-8)` with G the
+    /// row's running sum of mean squared gradients. Must be > 0.
     #[arg(long, default_value_t = 0.02)]
     pub table_lr: f32,
+    /// The MLP's optimizer, applied once per step to the all-reduced dense gradients:
+    /// adagrad (eps 1e-10, accumulators from 0) or adam (PyTorch's defaults: betas 0.9
+    /// and 0.999, eps 1e-8; twice adagrad's state).
     #[arg(long, value_enum, default_value_t = DenseOptKind::Adagrad)]
     pub dense_opt: DenseOptKind,
+    /// Learning rate of the MLP's optimizer (--dense-opt). Must be > 0.
     #[arg(long, default_value_t = 0.002)]
     pub dense_lr: f32,
     /// The kernel of the MLP's matrix products, most of a step: auto (torusrec's
@@ -140,6 +147,10 @@ pub struct EmbedArgs {
     /// A progress line every S steps.
     #[arg(long, value_name = "S", default_value_t = 10)]
     pub log_every: u64,
+    /// Seed of the initial table rows and MLP weights (drawn per table and id, and per
+    /// layer: the same at any rank count and plan) and, without --data, of the
+    /// generated examples (training and held-out, and the planted model behind their
+    /// labels). A --stats file is reused only for the same seed.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Rayon threads per rank (default: cores divided by the ranks on this node; at

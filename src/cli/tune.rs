@@ -99,10 +99,15 @@ pub struct TuneArgs {
     /// Seed of the initial tables (the same for every point).
     #[arg(long, default_value_t = defaults::SEED)]
     pub seed: u64,
+    /// Initial values are N(0, (init_std / sqrt(d))^2), drawn from (--seed, id).
     #[arg(long, default_value_t = defaults::INIT_STD)]
     pub init_std: f32,
+    /// CG only (--solver cholesky ignores it): rows with more non-zeros are processed
+    /// in parallel chunks of this many.
     #[arg(long, default_value_t = defaults::HUB_CHUNK)]
     pub hub_chunk: usize,
+    /// A step (between preemption checks) covers about this many non-zeros: smaller
+    /// stops a signalled tune sooner, at the cost of more agreements between ranks.
     #[arg(long, value_name = "N", default_value_t = defaults::STEP_NNZ)]
     pub step_nnz: u64,
     /// Element type of the tables.

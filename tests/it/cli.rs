@@ -1108,3 +1108,84 @@ fn als_and_embed_share_the_checkpoint_flags() {
         }
     }
 }
+
+/// `embed --help` and `tune --help` describe every flag, among them the optimizers'
+/// (`--table-lr`, `--dense-opt`, `--dense-lr`), `embed --seed` and the iALS options
+/// `tune` passes on (`--init-std`, `--hub-chunk`, `--step-nnz`).
+#[test]
+fn embed_and_tune_help_describe_every_flag() {
+    // The help is wrapped to the terminal: compare with its words joined by one space.
+    let help = |sub: &str| -> String {
+        let o = TestCommand::direct().args([sub, "--help"]).run();
+        o.expect_code(0);
+        o.stdout.split_whitespace().collect::<Vec<_>>().join(" ")
+    };
+    let embed = help("embed");
+    for needle in [
+        "--table-lr <TABLE_LR> Learning rate of every table's optimizer (--table-opt)",
+        "rowwise-adagrad by `row -= lr * g / (sqrt(G) + 1e-8)`",
+        "[default: 0.02]",
+        "--dense-opt <DENSE_OPT> The MLP's optimizer",
+        "adam (PyTorch's defaults: betas 0.9 and 0.999, eps 1e-8",
+        "--dense-lr <DENSE_LR> Learning rate of the MLP's optimizer (--dense-opt)",
+        "[default: 0.002]",
+        "--seed <SEED> Seed of the initial table rows and MLP weights",
+        "without --data, of the generated examples",
+    ] {
+        assert!(
+            embed.contains(needle),
+            "embed --help lacks {needle:?}:\n{embed}"
+        );
+    }
+    let tune = help("tune");
+    for needle in [
+        "--init-std <INIT_STD> Initial values are N(0, (init_std / sqrt(d))^2)",
+        "[default: 0.1]",
+        "--hub-chunk <HUB_CHUNK> CG only (--solver cholesky ignores it): rows with more non-zeros are processed in parallel chunks of this many",
+        "[default: 8192]",
+        "--step-nnz <N> A step (between preemption checks) covers about this many non-zeros",
+        "[default: 1000000]",
+    ] {
+        assert!(tune.contains(needle), "tune --help lacks {needle:?}:\n{tune}");
+    }
+}
+
+/// A dataset without test rows (fewer than 10 non-empty rows: `floor(r / 10)` are test
+/// rows) has nothing to score: the epoch and final lines say so instead of printing a
+/// recall of 0; the metrics record is the same as ever (0 over 0 rows).
+#[test]
+fn als_without_test_rows_says_there_is_nothing_to_score() {
+    let dir = tempdir();
+    let data = util::synthetic_dataset(dir.path(), 9, 40, 3);
+    assert!(
+        read(&data).test_rows.is_empty(),
+        "the dataset has test rows"
+    );
+    let metrics = dir.path().join("run.jsonl");
+    let o = TestCommand::direct()
+        .arg("als")
+        .arg("--data")
+        .arg(&data)
+        .args(["--dim", "4", "--epochs", "2", "--eval-every", "1"])
+        .args(["--threads", "1", "--metrics"])
+        .arg(&metrics)
+        .run();
+    o.expect_code(0).occurs("no test rows to score", 3);
+    assert!(
+        !o.stdout.contains("R@20") && !o.stdout.contains("Recall@20 0"),
+        "a recall printed:\n{}",
+        o.dump()
+    );
+    let line = o.stdout.lines().find(|l| l.starts_with("final:")).unwrap();
+    assert!(
+        line.starts_with("final: no test rows to score (no Recall@20/50)  loss "),
+        "{line}"
+    );
+    o.final_checksum();
+    let text = std::fs::read_to_string(&metrics).unwrap();
+    let last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(last["final"], true, "{last}");
+    assert_eq!(last["eval_rows"], 0, "{last}");
+    assert_eq!(last["recall_at_20"], 0.0, "{last}");
+    assert_eq!(last["recall_at_50"], 0.0, "{last}");
+}
