@@ -13,6 +13,8 @@
 #   EPOCHS=16 REGS="0.001 0.01 0.1" ALPHAS="0.001 0.01 0.1" (--unobserved-weight)
 #   OUT=out/bench-twins  BUILD=0 skips the build  TIMEOUT=1800 seconds per run
 #   REPORT=bench/twins.md
+#   REUSE=1 keeps the real graph's datasets and iALS runs from an earlier invocation
+#   (they do not depend on the model); ONLY_REAL=1 runs just those and stops
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -56,10 +58,14 @@ first=1
 for k in $KS; do
     real="$OUT/real-k$k.h5"
     twin="$OUT/twin-k$k.h5"
-    log "prepare $NAME K=$k"
-    "${MPI[@]}" "$BIN" prepare --input "$GRAPH" --format bv --min-links "$k" --seed "$SEED" \
-        --out "$real" --force >"$OUT/prepare-real-k$k.log" 2>&1
-    if [[ $first == 1 ]]; then
+    if [[ "${REUSE:-0}" != 1 || ! -f "$real" ]]; then
+        log "prepare $NAME K=$k"
+        "${MPI[@]}" "$BIN" prepare --input "$GRAPH" --format bv --min-links "$k" --seed "$SEED" \
+            --out "$real" --force >"$OUT/prepare-real-k$k.log" 2>&1
+    fi
+    if [[ "${ONLY_REAL:-0}" == 1 ]]; then
+        continue
+    elif [[ $first == 1 ]]; then
         log "fit and twin K=$k"
         t0=$(date +%s.%N)
         "${MPI[@]}" "$BIN" generate webgraph --like "$GRAPH" --format bv --min-links "$k" \
@@ -80,16 +86,21 @@ for k in $KS; do
         "${MPI[@]}" "$BIN" inspect --stats "$OUT/$which-k$k.h5" --json >"$OUT/stats-$which-k$k.json"
     done
 done
+[[ "${ONLY_REAL:-0}" == 1 ]] || {
 "$BIN" inspect --stats "$GRAPH" --format bv --json >"$OUT/stats-real-raw.json"
 "$BIN" generate webgraph --params "$OUT/params.toml" \
     --nodes "$("$PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1]))["nodes"])' "$OUT/stats-real-raw.json")" \
     --arcs "$("$PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1]))["arcs"])' "$OUT/stats-real-raw.json")" \
     --seed "$SEED" --out "$OUT/twin-k0.h5" --force >"$OUT/twin-k0.log" 2>&1
 "$BIN" inspect --stats "$OUT/twin-k0.h5" --json >"$OUT/stats-twin-raw.json"
+}
 
 # iALS: the 3 x 3 grid on the real graph, then the twin at the real graph's best setting.
 als() { # dataset reg alpha tag
     local m="$OUT/als-$4.jsonl"
+    if [[ "${REUSE:-0}" == 1 && $4 == real-* ]] && grep -q '"final":true' "$m" 2>/dev/null; then
+        return 0
+    fi
     rm -f "$m"
     "${MPI[@]}" "$BIN" als --data "$1" --dim "$DIM" --epochs "$EPOCHS" --reg "$2" \
         --unobserved-weight "$3" --eval-every 0 --eval-rows all --threads "$THREADS" \
@@ -102,6 +113,7 @@ for k in $KS; do
             als "$OUT/real-k$k.h5" "$reg" "$alpha" "real-k$k-$reg-$alpha"
         done
     done
+    [[ "${ONLY_REAL:-0}" != 1 ]] || continue
     best=$("$PYTHON" - "$OUT" "$k" "$REGS" "$ALPHAS" <<'EOF'
 import json, sys
 out, k, regs, alphas = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4].split()
@@ -121,6 +133,7 @@ EOF
     als "$OUT/twin-k$k.h5" "$reg" "$alpha" "twin-k$k-$reg-$alpha"
     echo "$reg $alpha" >"$OUT/best-k$k"
 done
+[[ "${ONLY_REAL:-0}" != 1 ]] || exit 0
 
 "$PYTHON" - "$OUT" "$NAME" "$KS" "$REGS" "$ALPHAS" "$REV" "$STARTED" "$(cpu_line)" "$NP" "$DIM" "$EPOCHS" >"$REPORT" <<'EOF'
 import json, sys
@@ -139,7 +152,7 @@ def stats(path):
     for b, v in zip((4, 8, 12, 16), s["gap_below"]):
         rows.append((f"arcs with gap < 2^{b}", v))
     rows += [("reciprocity", s["reciprocity"]), ("adjacent Jaccard", s["adjacent_jaccard"]),
-             ("top-1 % in-link share", s["top1_in_share"])]
+             ("top-1 % in-link share", s["top1_in_share"]), ("far-target share", s["far_target_share"])]
     return rows
 
 def fmt(v):

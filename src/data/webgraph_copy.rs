@@ -4,47 +4,72 @@
 //! A crawl in URL order is a sequence of hosts, each a run of consecutive ids, and a
 //! host's pages are built from a few templates, so neighbours in id order share most
 //! of their links (Kumar et al.'s copying model; this is what lets BV compress a crawl
-//! to 2-3 bits a link). The model, every part a function of `(seed, node id)`:
+//! to 2-3 bits a link). The model, every part a function of `(seed, node id)` given
+//! the seed-derived layout and degree arrays:
 //!
 //! * **Hosts** are runs of consecutive ids with log-normal sizes (mean `host_mean`,
 //!   sigma `host_sigma`, at least 1 page). **Directories** are runs inside a host: a
 //!   page other than the host's first starts a new directory with probability
-//!   `1 / dir_mean`.
-//! * **Out-degrees**: a fraction `zero_out` of the pages has no links; the others
-//!   draw a degree from the quantile function given by `out_knots` (pairs of a
-//!   survival probability and a degree in units of the mean positive degree,
-//!   log-linear between knots) with a Pareto tail of exponent `out_tail` beyond the
-//!   last knot, capped at `out_cap` x the mean. The degrees are then scaled (and
-//!   the remainder spread one link at a time over pages in a fixed pseudo-random
-//!   order) so that the graph has exactly the arcs asked for.
-//! * **Discovery links**: a crawler found every page through a link, so a page with
-//!   links first links to the pages after it up to the next page with links (those
-//!   without links of their own, then that one; as many as its degree allows), and
-//!   the last page with links to the first pages. Every page but a few then has an
-//!   in-link, as in a crawl.
-//! * **The other links** of page `u` (degree `k`) are, by stochastic rounding of the
-//!   fractions:
-//!   - `template x k` **template links** to the host's first pages (its home page and
-//!     navigation, `ceil(template_pages x mean degree)` of them), Zipf-distributed
-//!     (exponent `host_zipf`) over them: shared by every page of the host;
-//!   - `copy x k` **copied links**: the first distinct entries of its directory's
+//!   `1 / dir_mean`. A directory's **index** is its first page with links.
+//! * **Hidden pages**: each page is hidden with probability `hidden` (a seeded
+//!   bitmap); the copy, local and global draws skip hidden pages, so a hidden page
+//!   gets in-links only from discovery, template and mutual links (and the last
+//!   fallback): most of a crawl's pages have in-degree 1 while the other links
+//!   concentrate on the visible pages. A draw that lands on a hidden page moves to
+//!   the nearest visible page (forward; local draws away from `u`) within 64 pages,
+//!   else is dropped.
+//! * **Out-degrees**: a fraction `zero_out` of the pages has no links (the first
+//!   pages of a seeded order, so the count is exact); the others take a survival
+//!   level `s`, with probability `degree_corr` the one of their directory (pages of
+//!   one template have one degree), else their own, and the degree
+//!   `round(f x mean x q(s))` in `1..=out_cap x mean`, where `mean` is the mean
+//!   positive degree and `q` the quantile function of `out_knots` (pairs of a
+//!   survival and a degree over the mean): constant between two knots of the same
+//!   degree (the law's atoms stay atoms), log-linear between knots that differ, a
+//!   Pareto tail of exponent `out_tail` past the last knot. The factor `f`
+//!   (near 1) is found by bisection so that the sum comes closest to the arcs asked for;
+//!   the remainder is spread one link at a time over pages in a seeded order, so
+//!   the graph has exactly the arcs asked for. No degree is changed after that.
+//! * **Discovery links**, first in a row: a directory's index lists its directory's
+//!   pages in order, as many as its degree allows; every other page with links links
+//!   up to its index with probability `up_link`; every page with links then links to
+//!   the pages after it up to the next page with links (that one included) that its
+//!   index does not list, as many as its degree allows (the last page with links
+//!   wraps to the first pages). Every page but a few then has an in-link, as in a
+//!   crawl, and index and children link both ways.
+//! * **The other links** of page `u` (`r` slots left) are, by stochastic rounding of
+//!   the shares, in this order:
+//!   - `template x r` **template links** to the host's first pages in order (its home
+//!     page and navigation, `ceil(template_pages x mean)` of them): a prefix shared
+//!     by every page of the host;
+//!   - `copy x r` **copied links**: the first distinct entries of its directory's
 //!     link list, a sequence drawn from the directory's own generator (each entry a
-//!     sibling in the directory with probability `copy_sibling`, else a page of the
-//!     host, Zipf over its offsets). Two pages of a directory share the shorter of
-//!     their prefixes, the copying model's "copy the prototype's list";
-//!   - `local x k` **fresh local links** at a gap of `1 + Geometric(mean local_gap)`
-//!     either way;
-//!   - the rest **out of the host by preferential attachment**: a host drawn from a
-//!     Zipf law (exponent `global_zipf`) over hosts in a seeded pseudo-random order,
-//!     then a page of it, Zipf over its offsets (home pages collect most in-links).
+//!     sibling in the directory, Zipf over its offsets with exponent `host_zipf`,
+//!     with probability `copy_sibling`, else a page of the host past the template
+//!     pages, Zipf over those offsets). Two pages of a directory share the shorter
+//!     of their prefixes, the copying model's "copy the prototype's list";
+//!   - `mutual x r` **mutual links**: the pair `{v, v + g}` of pages with links is
+//!     a neighbour pair with probability `exp(-(g - 1) / local_gap)` (a hash of the
+//!     pair, so both rows agree: these links are reciprocated wherever both rows
+//!     have room), nearest first, up to a gap of 256;
+//!   - `(1 - template - copy - mutual - local) x r` **global links** out of the host
+//!     by preferential attachment: a host drawn from a Zipf law (exponent
+//!     `global_zipf`) over hosts in a seeded pseudo-random order, then a page of it,
+//!     Zipf over its offsets;
+//!   - the rest (`local x r` and whatever the parts above could not place: repeats
+//!     in small hosts or directories) **local links** at a gap of
+//!     `1 + Geometric(mean local_gap)` either way; what is still missing goes to the
+//!     nearest visible pages not linked yet, then to the nearest pages of any kind
+//!     (a bounded scan, so small hosts and directories fall back gracefully).
 //!
-//!   A row has no duplicates and no self-loop: a draw that repeats is redrawn
-//!   within a budget, then replaced by a uniform draw over all nodes; rows are sorted.
+//!   A row has no duplicates and no self-loop (a draw that repeats is redrawn within
+//!   a budget of about 1.5 draws a link); rows are sorted. Counts scale with the mean
+//!   degree (`template_pages`, the degrees), so one parameter set serves any size.
 //!
-//! The host layout, the directory starts and the degree adjustment depend on `seed`
-//! only; row `u` on `SplitMix64::for_id(seed, COPY_NODE, u)` and its directory's
-//! list generator, so any split of the node range and any thread count give the same
-//! graph.
+//! The host and directory layout, the hidden pages and the degrees depend on `seed`
+//! only; row `u` on `SplitMix64::for_id(seed, COPY_NODE, u)`, its directory's list
+//! generator and those arrays, so any split of the node range and any thread count
+//! give the same graph.
 
 use super::webgraph_gen::{gcd, IdSet, Zipf};
 use crate::rng::{hash3, stream, SplitMix64};
@@ -52,7 +77,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 /// Format version of the parameter file.
-pub const PARAMS_VERSION: u32 = 1;
+pub const PARAMS_VERSION: u32 = 2;
 
 /// The copying model's shape, independent of the graph's size; see the module doc.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -83,6 +108,10 @@ pub struct CopyingParams {
     pub local_gap: f64,
     pub host_zipf: f64,
     pub global_zipf: f64,
+    /// Probability that a page takes only discovery links.
+    pub hidden: f64,
+    /// Share of the mutual links among a page's other links.
+    pub mutual: f64,
 }
 
 impl CopyingParams {
@@ -118,10 +147,12 @@ impl CopyingParams {
         unit("copy_sibling", self.copy_sibling)?;
         unit("degree_corr", self.degree_corr)?;
         unit("up_link", self.up_link)?;
-        if self.template + self.copy + self.local > 1.0 + 1e-9 {
+        unit("hidden", self.hidden)?;
+        unit("mutual", self.mutual)?;
+        let shares = self.template + self.copy + self.mutual + self.local;
+        if shares > 1.0 + 1e-9 {
             return Err(format!(
-                "template + copy + local must be at most 1 (got {})",
-                self.template + self.copy + self.local
+                "template + copy + mutual + local must be at most 1 (got {shares})"
             ));
         }
         pos("out_tail", self.out_tail, 0.05)?;
@@ -180,8 +211,16 @@ pub fn cnr2000_params() -> CopyingParams {
     CopyingParams::parse(include_str!("cnr2000_params.toml")).expect("built-in params are valid")
 }
 
+/// How far a draw that lands on a hidden page walks to a visible one.
+const VISIBLE_WALK: usize = 64;
+/// The largest gap of a mutual link.
+const MUTUAL_REACH: u64 = 256;
+/// Marks a directory without a page with links.
+const NO_INDEX: u64 = u64::MAX;
+
 /// A graph of the copying model: parameters, sizes, seed and everything derived from
-/// them alone (the host starts and every node's out-degree).
+/// them alone (the host and directory starts, each directory's index and every
+/// node's out-degree).
 #[derive(Debug, Clone)]
 pub struct CopyModel {
     pub params: CopyingParams,
@@ -190,10 +229,17 @@ pub struct CopyModel {
     pub seed: u64,
     /// `starts[i]..starts[i + 1]` is host `i`.
     starts: Vec<u64>,
+    /// `dirs[j]..dirs[j + 1]` is directory `j` (every host start is a directory start;
+    /// the last entry is `nodes`).
+    dirs: Vec<u64>,
+    /// The first page with links of each directory, or [`NO_INDEX`].
+    index: Vec<u64>,
     degrees: Vec<u32>,
     template_pages: u64,
     host_perm: (u64, u64),
     global: Zipf,
+    /// Bit `v % 64` of word `v / 64` is set when page `v` is hidden.
+    hidden_bits: Vec<u64>,
 }
 
 /// Stochastic rounding of `x >= 0` with a uniform draw.
@@ -203,7 +249,9 @@ fn sround(x: f64, rng: &mut SplitMix64) -> u64 {
     f as u64 + u64::from(rng.next_f64() < x - f)
 }
 
-/// Degree in units of the mean positive degree at survival `s` in (0, 1].
+/// Degree in units of the mean positive degree at survival `s` in (0, 1]: the knots'
+/// value where two neighbouring knots agree (an atom of the law), log-linear between
+/// knots that differ, a Pareto tail of exponent `out_tail` past the last knot.
 fn quantile(p: &CopyingParams, s: f64) -> f64 {
     let k = &p.out_knots;
     if s >= k[0][0] {
@@ -212,6 +260,9 @@ fn quantile(p: &CopyingParams, s: f64) -> f64 {
     for w in k.windows(2) {
         let ([s0, d0], [s1, d1]) = (w[0], w[1]);
         if s >= s1 {
+            if d1 <= d0 {
+                return d0;
+            }
             let t = (s.ln() - s0.ln()) / (s1.ln() - s0.ln());
             return (d0.ln() + t * (d1.ln() - d0.ln())).exp();
         }
@@ -240,6 +291,40 @@ fn is_dir_start(seed: u64, dir_mean: f64, u: u64) -> bool {
     (x >> 11) as f64 * (1.0 / (1u64 << 53) as f64) < 1.0 / dir_mean
 }
 
+/// The directory starts of every host, then `nodes`.
+fn dir_starts(p: &CopyingParams, starts: &[u64], seed: u64) -> Vec<u64> {
+    let mut dirs: Vec<u64> = starts
+        .par_windows(2)
+        .with_min_len(64)
+        .flat_map_iter(|h| {
+            std::iter::once(h[0])
+                .chain((h[0] + 1..h[1]).filter(move |&u| is_dir_start(seed, p.dir_mean, u)))
+        })
+        .collect();
+    dirs.push(*starts.last().expect("at least one start"));
+    dirs
+}
+
+/// Each page is hidden with probability `hidden` (a hash of its id), as a bitmap.
+fn hidden_bits(seed: u64, hidden: f64, nodes: u64) -> Vec<u64> {
+    let below = (hidden * 2f64.powi(64)).min(u64::MAX as f64) as u64;
+    (0..nodes.div_ceil(64) as usize)
+        .into_par_iter()
+        .with_min_len(1024)
+        .map(|i| {
+            let i = i as u64;
+            let mut x = 0u64;
+            for b in 0..64 {
+                let v = i * 64 + b;
+                if v < nodes && hash3(seed, stream::COPY_DIRS, v ^ (1 << 62)) < below {
+                    x |= 1 << b;
+                }
+            }
+            x
+        })
+        .collect()
+}
+
 /// A bijection `r -> (r a + c) mod n` of `0..n` from `(seed, salt)`.
 fn bijection(n: u64, seed: u64, salt: u64) -> (u64, u64) {
     if n <= 1 {
@@ -262,7 +347,7 @@ fn apply(b: (u64, u64), r: u64, n: u64) -> u64 {
 
 impl CopyModel {
     /// The model of `nodes` nodes and exactly `arcs` arcs. O(nodes) time (parallel)
-    /// and 4 bytes a node.
+    /// and about 4 bytes a node.
     pub fn new(params: &CopyingParams, nodes: u64, arcs: u64, seed: u64) -> Result<Self, String> {
         params.validate()?;
         if nodes < 2 || nodes > u32::MAX as u64 {
@@ -283,96 +368,69 @@ impl CopyModel {
         }
         let mean = arcs as f64 / positive as f64;
         let cap = ((params.out_cap * mean).ceil() as u64).clamp(1, max_deg);
-        // Raw degrees: the zero pages are the first `nodes - positive` of a seeded
-        // order, so the count is exact.
-        let zb = bijection(nodes, seed, 10);
         let starts = host_starts(params, nodes, seed);
-        let dir_start_of = |u: u64| {
-            let hs = starts[starts.partition_point(|&s| s <= u) - 1];
-            let mut ds = u;
-            while ds > hs && !is_dir_start(seed, params.dir_mean, ds) {
-                ds -= 1;
-            }
-            ds
-        };
-        let degrees: Vec<u32> = (0..nodes as usize)
+        let dirs = dir_starts(params, &starts, seed);
+        // Raw degrees (in units of the mean): the zero pages are the first
+        // `nodes - positive` of a seeded order, so the count is exact. With
+        // probability degree_corr a page takes its directory's draw (pages of one
+        // template have one degree), else its own.
+        let zb = bijection(nodes, seed, 10);
+        let raw: Vec<f32> = (0..dirs.len() - 1)
             .into_par_iter()
-            .with_min_len(4096)
-            .map(|u| {
-                let u = u as u64;
-                if apply(zb, u, nodes) < nodes - positive {
-                    return 0;
-                }
-                let mut rng = SplitMix64::for_id(seed, stream::COPY_NODE, u);
-                // With probability degree_corr the page takes its directory's draw
-                // (pages of one template have one degree), else its own.
-                let own = 1.0 - rng.next_f64();
-                let s = if rng.next_f64() < params.degree_corr {
-                    let ds = dir_start_of(u);
-                    1.0 - SplitMix64::for_id(seed, stream::COPY_DIRS, ds).next_f64()
-                } else {
-                    own
-                };
-                let x = (mean * quantile(params, s)).min(cap as f64);
-                sround(x, &mut rng).clamp(1, cap) as u32
+            .with_min_len(256)
+            .flat_map_iter(|j| {
+                let (ds, de) = (dirs[j], dirs[j + 1]);
+                let shared = 1.0 - SplitMix64::for_id(seed, stream::COPY_DIRS, ds).next_f64();
+                (ds..de).map(move |u| {
+                    if apply(zb, u, nodes) < nodes - positive {
+                        return 0.0;
+                    }
+                    let mut rng = SplitMix64::for_id(seed, stream::COPY_NODE, u);
+                    let own = 1.0 - rng.next_f64();
+                    let s = if rng.next_f64() < params.degree_corr {
+                        shared
+                    } else {
+                        own
+                    };
+                    quantile(params, s) as f32
+                })
             })
             .collect();
-        // A directory's index (its first page with links) lists the directory's
-        // pages: its degree is at least their number.
-        let mut degrees = degrees;
-        for hi in 0..starts.len() - 1 {
-            let (hs, he) = (starts[hi], starts[hi + 1]);
-            let mut ds = hs;
-            while ds < he {
-                let mut de = ds + 1;
-                while de < he && !is_dir_start(seed, params.dir_mean, de) {
-                    de += 1;
-                }
-                if let Some(x) = (ds..de).find(|&v| degrees[v as usize] > 0) {
-                    let d = &mut degrees[x as usize];
-                    *d = (*d).max(((de - ds - 1) as u32).min(cap as u32));
-                }
-                ds = de;
-            }
-        }
+        let degrees = scaled_degrees(&raw, mean, cap, arcs);
+        drop(raw);
+        let index: Vec<u64> = dirs
+            .par_windows(2)
+            .map(|d| {
+                (d[0]..d[1])
+                    .find(|&v| degrees[v as usize] > 0)
+                    .unwrap_or(NO_INDEX)
+            })
+            .collect();
+        let hosts = starts.len() as u64 - 1;
         let mut model = Self {
             params: params.clone(),
             nodes,
             arcs,
             seed,
             starts,
+            dirs,
+            index,
             degrees,
-            template_pages: 0,
-            host_perm: (1, 0),
-            global: Zipf::new(1, 0.0),
+            template_pages: (params.template_pages * mean).ceil().max(1.0) as u64,
+            host_perm: bijection(hosts, seed, 20),
+            global: Zipf::new(hosts, params.global_zipf),
+            hidden_bits: hidden_bits(seed, params.hidden, nodes),
         };
         model.adjust_degrees(cap)?;
-        let hosts = model.starts.len() as u64 - 1;
-        model.template_pages = (params.template_pages * mean).ceil().max(1.0) as u64;
-        model.host_perm = bijection(hosts, seed, 20);
-        model.global = Zipf::new(hosts, params.global_zipf);
         Ok(model)
     }
 
-    /// Scales the positive degrees to sum to `arcs`, then spreads the remainder one
-    /// link at a time over positive pages in a seeded order.
+    /// Spreads the difference between the degrees' sum and `arcs` one link at a time
+    /// over positive pages in a seeded order.
     fn adjust_degrees(&mut self, cap: u64) -> Result<(), String> {
-        let sum: u64 = self.degrees.par_iter().map(|&d| d as u64).sum();
-        let f = self.arcs as f64 / sum as f64;
-        let seed = self.seed;
-        self.degrees
-            .par_iter_mut()
-            .with_min_len(4096)
-            .enumerate()
-            .for_each(|(u, d)| {
-                if *d > 0 {
-                    let mut rng = SplitMix64::for_id(seed, stream::COPY_ADJUST, u as u64);
-                    *d = sround(*d as f64 * f, &mut rng).clamp(1, cap) as u32;
-                }
-            });
         let mut sum: u64 = self.degrees.par_iter().map(|&d| d as u64).sum();
         let n = self.nodes;
-        let b = bijection(n, seed, 30);
+        let b = bijection(n, self.seed, 30);
         let mut r = 0u64;
         let mut idle = 0u64;
         while sum != self.arcs {
@@ -420,21 +478,70 @@ impl CopyModel {
         self.starts.partition_point(|&s| s <= u) - 1
     }
 
-    fn is_dir_start(&self, u: u64) -> bool {
-        is_dir_start(self.seed, self.params.dir_mean, u)
+    fn dir_index(&self, u: u64) -> usize {
+        self.dirs.partition_point(|&s| s <= u) - 1
     }
 
-    /// The directory `[ds, de)` of node `u` in host `[hs, he)`.
-    fn directory(&self, u: u64, (hs, he): (u64, u64)) -> (u64, u64) {
-        let mut ds = u;
-        while ds > hs && !self.is_dir_start(ds) {
-            ds -= 1;
+    /// Whether page `v` takes only discovery links (its index's listing, the chain,
+    /// up-links, prev links) and template links.
+    #[inline]
+    fn hidden(&self, v: u64) -> bool {
+        self.hidden_bits[(v / 64) as usize] >> (v % 64) & 1 == 1
+    }
+
+    /// The first page at or after `v` (`back`: at or before) in `lo..hi` that is not
+    /// hidden, looking at most [`VISIBLE_WALK`] pages.
+    #[inline]
+    fn visible(&self, v: u64, back: bool, lo: u64, hi: u64) -> Option<u64> {
+        // Word by word: the nearest clear bit of the hidden bitmap.
+        let bits = &self.hidden_bits;
+        let mut i = (v / 64) as usize;
+        let b = (v % 64) as u32;
+        let found = if back {
+            let mut word = !bits[i] << (63 - b);
+            let mut top = v;
+            let mut steps = 0;
+            loop {
+                if word != 0 {
+                    break top.checked_sub(word.leading_zeros() as u64);
+                }
+                steps += 1;
+                if i == 0 || steps > VISIBLE_WALK / 64 {
+                    break None;
+                }
+                top = (i as u64) * 64 - 1;
+                i -= 1;
+                word = !bits[i];
+            }
+        } else {
+            let mut word = !bits[i] >> b;
+            let mut base = v;
+            let mut steps = 0;
+            loop {
+                if word != 0 {
+                    break Some(base + word.trailing_zeros() as u64);
+                }
+                steps += 1;
+                i += 1;
+                if i >= bits.len() || steps > VISIBLE_WALK / 64 {
+                    break None;
+                }
+                base = (i as u64) * 64;
+                word = !bits[i];
+            }
+        };
+        found.filter(|&x| x >= lo && x < hi && x.abs_diff(v) < VISIBLE_WALK as u64)
+    }
+
+    /// Whether page `v` is on its directory index's listing.
+    fn listed(&self, v: u64) -> bool {
+        let j = self.dir_index(v);
+        let x = self.index[j];
+        if x == NO_INDEX || v == x {
+            return false;
         }
-        let mut de = u + 1;
-        while de < he && !self.is_dir_start(de) {
-            de += 1;
-        }
-        (ds, de)
+        let rank = v - self.dirs[j] - u64::from(v > x);
+        rank < self.degrees[x as usize] as u64
     }
 
     /// Fills node `u`'s row (of its degree) in host `h = (hs, he)`, sorted.
@@ -460,88 +567,107 @@ impl CopyModel {
                 false
             }
         };
-        let (ds, de) = self.directory(u, h);
-        // The directory's index (its first page with links) lists its pages; every
-        // other page with links links up to the index with probability `up_link`,
-        // and on to the pages after it up to the next one with links (discovery).
-        let index = (ds..de).find(|&v| self.degrees[v as usize] > 0);
-        if index == Some(u) {
+        let j = self.dir_index(u);
+        let (ds, de) = (self.dirs[j], self.dirs[j + 1]);
+        let index = self.index[j];
+        // The directory's index lists its pages (as many as its degree allows); every
+        // other page links up to the index with probability `up_link`.
+        if index == u {
             for v in ds..de {
-                push(v, set, &mut w);
-            }
-        } else {
-            let mut v = u;
-            for _ in 0..k {
-                v = if v + 1 == self.nodes { 0 } else { v + 1 };
-                if v == u {
+                if w >= k {
                     break;
                 }
                 push(v, set, &mut w);
-                if self.degrees[v as usize] > 0 {
-                    break;
-                }
             }
-            if let Some(x) = index {
-                if rng.next_f64() < p.up_link {
-                    push(x, set, &mut w);
-                }
+        } else if rng.next_f64() < p.up_link {
+            push(index, set, &mut w);
+        }
+        // Discovery: the pages after u up to the next page with links, that one
+        // included, unless their index lists them.
+        let mut v = u;
+        while w < k {
+            v = if v + 1 == self.nodes { 0 } else { v + 1 };
+            if v == u {
+                break;
+            }
+            if !self.listed(v) {
+                push(v, set, &mut w);
+            }
+            if self.degrees[v as usize] > 0 {
+                break;
             }
         }
         let r = (k - w) as f64;
-        let list_share = p.template + p.copy;
-        let k_list = (sround(list_share * r, &mut rng) as usize).min(k - w);
-        let k_l = (sround(p.local * r, &mut rng) as usize).min(k - w - k_list);
-        // A prefix of the directory's list: template entries are the host's pages in
-        // order (shared by every directory of the host), the others a sibling (Zipf
-        // over the directory's offsets: its index pages first) or a page of the host
-        // (Zipf over its offsets).
-        if k_list > 0 {
-            let mut list = SplitMix64::for_id(self.seed, stream::COPY_LIST, ds);
-            let t_share = p.template / list_share.max(1e-12);
-            let tp = self.template_pages.min(hsize);
-            let zd = Zipf::new(de - ds, p.host_zipf);
-            let zh = Zipf::new(hsize, p.host_zipf);
-            let mut j = 0u64;
-            let goal = w + k_list;
-            for _ in 0..4 * k_list + 16 {
+        let k_t = (sround(p.template * r, &mut rng) as usize).min(k - w);
+        let k_c = (sround(p.copy * r, &mut rng) as usize).min(k - w - k_t);
+        let k_m = (sround(p.mutual * r, &mut rng) as usize).min(k - w - k_t - k_c);
+        let k_l = (sround(p.local * r, &mut rng) as usize).min(k - w - k_t - k_c - k_m);
+        let k_g = k - w - k_t - k_c - k_m - k_l;
+        // Template links: the host's first pages in order.
+        if k_t > 0 {
+            let goal = w + k_t;
+            for v in hs..hs + self.template_pages.min(hsize) {
                 if w >= goal {
                     break;
                 }
-                let v = if list.next_f64() < t_share && j < tp {
-                    j += 1;
-                    hs + j - 1
-                } else if list.next_f64() < p.copy_sibling {
-                    ds + zd.sample(list.next_f64())
-                } else {
-                    hs + zh.sample(list.next_f64())
-                };
                 push(v, set, &mut w);
             }
         }
-        // Fresh local links.
-        if k_l > 0 {
-            let goal = w + k_l;
-            let q = 1.0 / (1.0 + p.local_gap.max(1e-9));
-            for _ in 0..4 * k_l + 16 {
+        // Copied links: a prefix of the directory's list, each entry a sibling (Zipf
+        // over the directory's offsets) or a page of the host (Zipf over its
+        // offsets), hidden pages skipped.
+        if k_c > 0 {
+            let mut list = SplitMix64::for_id(self.seed, stream::COPY_LIST, ds);
+            let zd = Zipf::new(de - ds, p.host_zipf);
+            let tp = self.template_pages.min(hsize - 1);
+            let zh = Zipf::new(hsize - tp, p.host_zipf);
+            let goal = w + k_c;
+            for _ in 0..k_c + k_c / 2 + 8 {
                 if w >= goal {
                     break;
                 }
-                let g = 1 + ((1.0 - rng.next_f64()).ln() / (1.0 - q).ln()) as u64;
-                let v = if rng.next_u64() & 1 == 0 {
-                    u.checked_sub(g)
+                let v = if list.next_f64() < p.copy_sibling {
+                    ds + zd.sample(list.next_f64())
                 } else {
-                    Some(u + g).filter(|&v| v < self.nodes)
+                    hs + tp + zh.sample(list.next_f64())
                 };
-                if let Some(v) = v {
+                if let Some(v) = self.visible(v, false, hs, he) {
                     push(v, set, &mut w);
                 }
             }
         }
+        // Mutual links: the pairs {v, v + g} with links at both ends are neighbours
+        // with probability exp(-(g - 1) / local_gap) (a hash of the pair, so both
+        // ends agree), nearest first.
+        if k_m > 0 {
+            let goal = w + k_m;
+            let decay = (-1.0 / p.local_gap.max(1e-3)).exp();
+            let mut prob = 1.0f64;
+            for g in 1..=MUTUAL_REACH {
+                if w >= goal || prob < 1e-3 {
+                    break;
+                }
+                let thr = (prob * 2f64.powi(64)).min(u64::MAX as f64) as u64;
+                for v in [u.checked_sub(g), Some(u + g).filter(|&v| v < self.nodes)]
+                    .into_iter()
+                    .flatten()
+                {
+                    if w < goal
+                        && self.degrees[v as usize] > 0
+                        && hash3(self.seed ^ g, stream::COPY_LIST, u.min(v) | 1 << 62) < thr
+                    {
+                        push(v, set, &mut w);
+                    }
+                }
+                prob *= decay;
+            }
+        }
         // Out of the host by preferential attachment.
         let hosts = self.num_hosts() as u64;
+        let goal = k - k_l;
         let mut tries = 0usize;
-        let budget = 4 * (k - w) + 16;
-        while w < k && tries < budget {
+        let budget = 2 * k_g + 8;
+        while w < goal && tries < budget {
             tries += 1;
             let r = self.global.sample(rng.next_f64());
             let hi = apply(self.host_perm, r, hosts) as usize;
@@ -549,33 +675,48 @@ impl CopyModel {
             if s == hs {
                 continue;
             }
-            push(
-                s + Zipf::new(e - s, p.host_zipf).sample(rng.next_f64()),
-                set,
-                &mut w,
-            );
+            let v = s + Zipf::new(e - s, p.host_zipf).sample(rng.next_f64());
+            if let Some(v) = self.visible(v, false, s, e) {
+                push(v, set, &mut w);
+            }
         }
-        // What the parts could not place (repeats in small hosts or directories):
-        // pages ever farther from u, then uniform draws.
-        let mut spread = 2 * (k as u64) + 8;
-        let mut tries = 0usize;
-        while w < k {
-            tries += 1;
-            let v = if tries < 8 * k + 64 {
-                if tries.is_multiple_of(2 * k + 8) {
-                    spread *= 2;
+        // Fresh local links, and what the other parts could not place (repeats in
+        // small hosts or directories).
+        if w < k {
+            let k_l = k - w;
+            let goal = k;
+            let q = 1.0 / (1.0 + p.local_gap.max(1e-9));
+            let lq = (1.0 - q).ln();
+            for _ in 0..k_l + k_l / 2 + 8 {
+                if w >= goal {
+                    break;
                 }
-                let g = 1 + rng.below(spread);
-                if rng.next_u64() & 1 == 0 {
+                let g = 1 + ((1.0 - rng.next_f64()).ln() / lq) as u64;
+                let back = rng.next_u64() & 1 == 0;
+                let v = if back {
                     u.checked_sub(g)
                 } else {
                     Some(u + g).filter(|&v| v < self.nodes)
+                };
+                if let Some(v) = v.and_then(|v| self.visible(v, back, 0, self.nodes)) {
+                    push(v, set, &mut w);
                 }
-            } else {
-                Some(rng.below(self.nodes))
-            };
-            if let Some(v) = v {
-                push(v, set, &mut w);
+            }
+        }
+        // What is still missing: the nearest visible pages not linked yet, both ways
+        // (a scan of the bitmap), then the nearest pages of any kind.
+        for any in [false, true] {
+            let mut g = 1u64;
+            while w < k && (g <= u || u + g < self.nodes) {
+                for v in [u.checked_sub(g), Some(u + g).filter(|&v| v < self.nodes)]
+                    .into_iter()
+                    .flatten()
+                {
+                    if any || !self.hidden(v) {
+                        push(v, set, &mut w);
+                    }
+                }
+                g += 1;
             }
         }
         out.sort_unstable();
@@ -625,6 +766,38 @@ impl CopyModel {
         });
         (indptr, targets)
     }
+}
+
+/// Degrees `round(f x mean x raw)` clamped to `1..=cap` (0 where `raw` is 0), with
+/// the factor `f` found by bisection so that their sum is as close to `arcs` as it
+/// gets (the atoms of the law stay atoms; `adjust_degrees` spreads the rest).
+fn scaled_degrees(raw: &[f32], mean: f64, cap: u64, arcs: u64) -> Vec<u32> {
+    let deg = |f: f64, x: f32| -> u32 {
+        if x == 0.0 {
+            0
+        } else {
+            (f * mean * x as f64).round().clamp(1.0, cap as f64) as u32
+        }
+    };
+    let sum = |f: f64| -> u64 { raw.par_iter().map(|&x| deg(f, x) as u64).sum() };
+    let (mut lo, mut hi) = (1e-2, 1e2);
+    let mut f = 1.0;
+    for _ in 0..48 {
+        let s = sum(f);
+        if s == arcs {
+            break;
+        }
+        if s < arcs {
+            lo = f;
+        } else {
+            hi = f;
+        }
+        f = (lo * hi).sqrt();
+        if hi / lo < 1.0 + 1e-9 {
+            break;
+        }
+    }
+    raw.par_iter().map(|&x| deg(f, x)).collect()
 }
 
 #[cfg(test)]
@@ -685,7 +858,7 @@ mod tests {
         assert!(bad.validate().unwrap_err().contains("at most 1"));
         let text = p
             .render(false)
-            .replace("version = 1", "version = 1\nbogus = 3");
+            .replace("version = 2", "version = 2\nbogus = 3");
         assert!(CopyingParams::parse(&text).is_err());
         assert!(CopyModel::new(&p, 10, 2, 1).is_err());
     }

@@ -18,16 +18,16 @@ use std::path::{Path, PathBuf};
 
 use clap::Parser;
 use torusrec::cli::{Cli, Command, PrepareCmd, PrepareCommand};
-use torusrec::comm::threads::run;
-use torusrec::comm::Comm;
-use torusrec::clicks::log_file::ClickLog;
 use torusrec::clicks::batch::Batch;
 use torusrec::clicks::criteo::Layout;
 use torusrec::clicks::criteo_gen::{CriteoGen, GenSource};
 use torusrec::clicks::ingest::{global_write_log, IngestReport, LogHeader};
-use torusrec::spec::{preset, VocabKind};
+use torusrec::clicks::log_file::ClickLog;
 use torusrec::clicks::textlog::TextFiles;
+use torusrec::comm::threads::run;
+use torusrec::comm::Comm;
 use torusrec::outfile::temp_path;
+use torusrec::spec::{preset, VocabKind};
 use torusrec::Error;
 use util::{rank_codes, tempdir, TestCommand};
 

@@ -264,3 +264,52 @@ fn bad_inputs_exit_2_naming_the_file_and_write_nothing() {
     assert_eq!(std::fs::read_to_string(&po).unwrap(), "keep me");
     assert!(!Path::new(&out).exists(), "nothing written");
 }
+
+/// A graph of the model, refitted, gives its parameters back: the read-off ones (the
+/// share of pages without links, the out-degree knots) within 2 % and every simulated
+/// one within [`REFIT_TOLERANCE`] (relative, with 0.02 absolute slack for shares near
+/// zero); and the refitted model's statistics match the graph's as the fit's own
+/// loss says.
+#[test]
+fn a_graph_of_the_model_refitted_gives_its_parameters_back() {
+    use torusrec::data::webgraph_fit::{fit, matched, simulate};
+    const REFIT_TOLERANCE: f64 = 0.35;
+    let p = cnr2000_params();
+    let (nodes, arcs) = (120_000u64, 1_150_000u64);
+    let g = simulate(&p, nodes, arcs, 11).unwrap();
+    let q = fit(&g, "refit", |_| {}).unwrap();
+    assert!(
+        (q.zero_out - p.zero_out).abs() < 0.02,
+        "zero_out {} vs {}",
+        q.zero_out,
+        p.zero_out
+    );
+    let (a, b) = (
+        serde_json::to_value(&p).unwrap(),
+        serde_json::to_value(&q).unwrap(),
+    );
+    let mut off = Vec::new();
+    for (k, x) in a.as_object().unwrap() {
+        let (Some(x), Some(y)) = (x.as_f64(), b[k].as_f64()) else {
+            continue;
+        };
+        if k == "version" || k == "out_tail" || k == "out_cap" || k == "zero_out" {
+            continue;
+        }
+        if (y - x).abs() > REFIT_TOLERANCE * x.abs().max(y.abs()) + 0.02 {
+            off.push(format!("{k}: {x} -> {y}"));
+        }
+    }
+    let h = simulate(&q, nodes, arcs, 11).unwrap();
+    let (mg, mh) = (matched(&g), matched(&h));
+    let worst = mg
+        .iter()
+        .zip(mh.iter())
+        .map(|(x, y)| (y / x.max(1e-9) - 1.0).abs())
+        .fold(0.0f64, f64::max);
+    assert!(
+        off.is_empty(),
+        "parameters not recovered within {REFIT_TOLERANCE}: {off:?}; worst statistic off by {worst:.3}"
+    );
+    assert!(worst < 0.10, "refitted statistics off by up to {worst:.3}");
+}
