@@ -12,7 +12,8 @@
 #   size tuned at 0.1; de-dense and de-sparse at 0.1 tuned at 0.02 — full size takes
 #   hours of this 2-core box, see the section's text)
 # Knobs: NP=2 DIM=128 EPOCHS=16 DTYPE=bf16 TUNE_EPOCHS=8 TUNE_BUDGET=48 EVAL_ROWS=10000
-#   OUT=out/bench-table2 BUILD=0 TIMEOUT=7200 REPORT=bench/webgraph.md
+#   OUT=out/bench-table2 BUILD=0 TIMEOUT=7200 REPORT=bench/webgraph.md  REUSE=1 keeps
+#   the variants already trained in OUT (their setting and final record)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -55,6 +56,12 @@ for item in $VARIANTS; do
     IFS=: read -r name train tune <<<"$item"
     tdata="$OUT/$name-$tune.h5"
     data="$OUT/$name-$train.h5"
+    # REUSE=1 keeps a variant whose setting and finished run are there.
+    if [[ "${REUSE:-0}" == 1 && -f "$OUT/setting-$name" ]] \
+        && grep -q '"final":true' "$OUT/als-$name.jsonl" 2>/dev/null; then
+        log "$name: reused"
+        continue
+    fi
     log "$name: tune at scale $tune"
     gen "$name" "$tune" "$tdata"
     "${MPI[@]}" "$BIN" tune --data "$tdata" --dim "$DIM" --epochs "$TUNE_EPOCHS" \
