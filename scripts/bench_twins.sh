@@ -52,8 +52,11 @@ mkdir -p "$OUT"
 REV="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo '+dirty')"
 STARTED="$(date -u +%Y-%m-%dT%H:%MZ)"
 
-# The fit (timed), then the twins: --like for the first K, the fitted parameters with
-# G's sizes for the rest (the same graph, bit for bit).
+# G's statistics once (its sizes are the twins'), the fit (timed), then the twins:
+# --like for the first K, the fitted parameters with G's sizes for the rest (the same
+# graph, bit for bit).
+"$BIN" inspect --stats "$GRAPH" --format bv --json >"$OUT/stats-real-raw.json"
+sizes() { "$PYTHON" -c 'import json,sys; s=json.load(open(sys.argv[1])); print(s["nodes"], s["arcs"])' "$1"; }
 first=1
 for k in $KS; do
     real="$OUT/real-k$k.h5"
@@ -75,8 +78,7 @@ for k in $KS; do
         echo "$t0 $t1" >"$OUT/fit-seconds"
         first=0
     else
-        read -r nodes arcs < <("$BIN" inspect --stats "$GRAPH" --format bv --json \
-            | "$PYTHON" -c 'import json,sys; s=json.load(sys.stdin); print(s["nodes"], s["arcs"])')
+        read -r nodes arcs <<<"$(sizes "$OUT/stats-real-raw.json")"
         log "twin K=$k from the parameters ($nodes nodes, $arcs arcs)"
         "${MPI[@]}" "$BIN" generate webgraph --params "$OUT/params.toml" --nodes "$nodes" \
             --arcs "$arcs" --min-links "$k" --seed "$SEED" --out "$twin" --force \
@@ -87,10 +89,8 @@ for k in $KS; do
     done
 done
 [[ "${ONLY_REAL:-0}" == 1 ]] || {
-"$BIN" inspect --stats "$GRAPH" --format bv --json >"$OUT/stats-real-raw.json"
-"$BIN" generate webgraph --params "$OUT/params.toml" \
-    --nodes "$("$PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1]))["nodes"])' "$OUT/stats-real-raw.json")" \
-    --arcs "$("$PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1]))["arcs"])' "$OUT/stats-real-raw.json")" \
+read -r nodes arcs <<<"$(sizes "$OUT/stats-real-raw.json")"
+"$BIN" generate webgraph --params "$OUT/params.toml" --nodes "$nodes" --arcs "$arcs" \
     --seed "$SEED" --out "$OUT/twin-k0.h5" --force >"$OUT/twin-k0.log" 2>&1
 "$BIN" inspect --stats "$OUT/twin-k0.h5" --json >"$OUT/stats-twin-raw.json"
 }

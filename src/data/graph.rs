@@ -76,6 +76,20 @@ impl LocalRows {
         *self = Self::from_rows(lo, rows);
     }
 
+    /// [`local_clean`](Self::local_clean), skipping the copy when every row is
+    /// already sorted, distinct and free of self-loops (the generators' rows are).
+    pub fn local_clean_if_needed(&mut self) {
+        use rayon::prelude::*;
+        let lo = self.lo;
+        let clean = (0..self.num_rows()).into_par_iter().all(|i| {
+            let r = self.row(i);
+            r.windows(2).all(|w| w[0] < w[1]) && r.binary_search(&((lo + i as u64) as u32)).is_err()
+        });
+        if !clean {
+            self.local_clean();
+        }
+    }
+
     /// Build from one vector per row.
     pub fn from_rows(lo: u64, rows: Vec<Vec<u32>>) -> Self {
         let mut indptr = Vec::with_capacity(rows.len() + 1);

@@ -243,18 +243,6 @@ fn check_signal() -> Result<()> {
     Ok(())
 }
 
-/// Sort, dedup and drop self-loops unless every row already is clean.
-fn clean_chunk(rows: &mut LocalRows) {
-    let lo = rows.lo;
-    let clean = (0..rows.num_rows()).into_par_iter().all(|i| {
-        let r = rows.row(i);
-        r.windows(2).all(|w| w[0] < w[1]) && r.binary_search(&((lo + i as u64) as u32)).is_err()
-    });
-    if !clean {
-        rows.local_clean();
-    }
-}
-
 /// Fraction bits of the exact Jaccard sum. A similarity `i / u` of two rows with
 /// `u <= 2^33` is, as an `f64`, at least `2^-33` when non-zero, so its last mantissa
 /// bit is worth at least `2^-85`: it is an integer times `2^-90`, and fewer than 2^32
@@ -372,7 +360,7 @@ fn global_profile_of<C: Comm, S: RowSource>(
     let mut kept_n = 0u64;
     let pass1 = src.for_each_chunk(opts.chunk_arcs, &mut |mut rows| {
         check_signal()?;
-        clean_chunk(&mut rows);
+        rows.local_clean_if_needed();
         if rows.num_rows() > 0 {
             if let Some(prev) = &st.last_row {
                 exact += pair_jaccard(prev, rows.row(0));
@@ -450,7 +438,7 @@ fn global_profile_of<C: Comm, S: RowSource>(
             };
             let pass = src.for_each_chunk(opts.chunk_arcs, &mut |mut rows| {
                 check_signal()?;
-                clean_chunk(&mut rows);
+                rows.local_clean_if_needed();
                 for i in 0..rows.num_rows() {
                     let u = (rows.lo + i as u64) as u32;
                     for &v in rows.row(i) {

@@ -186,6 +186,45 @@ impl RowSource for BvRows {
     }
 }
 
+/// The generators' passes: rows `lo..hi` in chunks of `per` rows made by `gen(a, b)`
+/// (CSR offsets and targets), handed to `f` in order. One producer thread generates
+/// the next chunk while `f` handles the current one (a channel of one chunk: at most
+/// three chunks alive).
+fn produce_chunks(
+    lo: u64,
+    hi: u64,
+    per: u64,
+    f: &mut dyn FnMut(LocalRows) -> Result<()>,
+    gen: impl Fn(u64, u64) -> (Vec<u64>, Vec<u32>) + Sync,
+) -> Result<()> {
+    std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<LocalRows>(1);
+        let gen = &gen;
+        scope.spawn(move || {
+            let mut a = lo;
+            while a < hi {
+                let b = (a + per).min(hi);
+                let (indptr, targets) = gen(a, b);
+                if tx
+                    .send(LocalRows {
+                        lo: a,
+                        indptr,
+                        targets,
+                    })
+                    .is_err()
+                {
+                    return; // the consumer stopped on an error
+                }
+                a = b;
+            }
+        });
+        for chunk in rx {
+            f(chunk)?;
+        }
+        Ok(())
+    })
+}
+
 /// The synthetic web graph generator's rows of one block, regenerated on each pass.
 pub struct SyntheticRows {
     spec: WebGraphSpec,
@@ -230,31 +269,8 @@ impl RowSource for SyntheticRows {
         f: &mut dyn FnMut(LocalRows) -> Result<()>,
     ) -> Result<()> {
         let per = ((chunk_arcs as f64 / self.spec.mean_degree()) as u64).max(1);
-        // One producer thread generates the next chunk while `f` handles the current
-        // one (a channel of one chunk: at most three chunks alive).
-        std::thread::scope(|scope| {
-            let (tx, rx) = std::sync::mpsc::sync_channel::<LocalRows>(1);
-            scope.spawn(move || {
-                let mut a = self.lo;
-                while a < self.hi {
-                    let b = (a + per).min(self.hi);
-                    let (indptr, targets) =
-                        generate_rows(&self.spec, &self.layout, self.seed, a, b);
-                    let chunk = LocalRows {
-                        lo: a,
-                        indptr,
-                        targets,
-                    };
-                    if tx.send(chunk).is_err() {
-                        return; // the consumer stopped on an error
-                    }
-                    a = b;
-                }
-            });
-            for chunk in rx {
-                f(chunk)?;
-            }
-            Ok(())
+        produce_chunks(self.lo, self.hi, per, f, |a, b| {
+            generate_rows(&self.spec, &self.layout, self.seed, a, b)
         })
     }
 }
@@ -296,43 +312,9 @@ impl RowSource for CopyingRows {
     ) -> Result<()> {
         let mean = (self.model.arcs as f64 / self.model.nodes as f64).max(1.0);
         let per = ((chunk_arcs as f64 / mean) as u64).max(1);
-        // As SyntheticRows: one producer thread generates the next chunk.
-        std::thread::scope(|scope| {
-            let (tx, rx) = std::sync::mpsc::sync_channel::<LocalRows>(1);
-            scope.spawn(move || {
-                let mut a = self.lo;
-                while a < self.hi {
-                    let b = (a + per).min(self.hi);
-                    let (indptr, targets) = self.model.generate_rows(a, b);
-                    let chunk = LocalRows {
-                        lo: a,
-                        indptr,
-                        targets,
-                    };
-                    if tx.send(chunk).is_err() {
-                        return;
-                    }
-                    a = b;
-                }
-            });
-            for chunk in rx {
-                f(chunk)?;
-            }
-            Ok(())
+        produce_chunks(self.lo, self.hi, per, f, |a, b| {
+            self.model.generate_rows(a, b)
         })
-    }
-}
-
-/// Step 1 of the protocol on a chunk, skipping the copy when every row is already
-/// sorted, distinct and free of self-loops (the generator's rows are).
-fn local_clean_chunk(rows: &mut LocalRows) {
-    let lo = rows.lo;
-    let clean = (0..rows.num_rows()).into_par_iter().all(|i| {
-        let r = rows.row(i);
-        r.windows(2).all(|w| w[0] < w[1]) && r.binary_search(&((lo + i as u64) as u32)).is_err()
-    });
-    if !clean {
-        rows.local_clean();
     }
 }
 
@@ -870,7 +852,7 @@ fn global_degrees<C: Comm, S: RowSource>(
                 .for_each_chunk(pass.opts.chunk_arcs, &mut |mut rows| {
                     check_signal("degrees")?;
                     raw_arcs += rows.num_arcs();
-                    local_clean_chunk(&mut rows);
+                    rows.local_clean_if_needed();
                     if min_links > 0 {
                         for &t in &rows.targets {
                             in_deg[t as usize] += 1;
@@ -912,7 +894,7 @@ fn global_filter_lengths<C: Comm, S: RowSource>(
             .src
             .for_each_chunk(pass.opts.chunk_arcs, &mut |mut rows| {
                 check_signal("filter")?;
-                local_clean_chunk(&mut rows);
+                rows.local_clean_if_needed();
                 let lens: Vec<Option<u32>> = (0..rows.num_rows())
                     .into_par_iter()
                     .map(|i| {
@@ -1068,7 +1050,7 @@ fn local_split_write<S: RowSource>(
     pass.src
         .for_each_chunk(pass.opts.chunk_arcs, &mut |mut rows| {
             check_signal("split+write")?;
-            local_clean_chunk(&mut rows);
+            rows.local_clean_if_needed();
             let kept_here: Vec<usize> = (0..rows.num_rows())
                 .filter(|&i| new_id[rows.lo as usize + i] != u32::MAX)
                 .collect();

@@ -71,7 +71,7 @@
 //! generator and those arrays, so any split of the node range and any thread count
 //! give the same graph.
 
-use super::webgraph_gen::{gcd, IdSet, Zipf};
+use super::webgraph_gen::{gcd, row_chunks, IdSet, Zipf};
 use crate::rng::{hash3, stream, SplitMix64};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -733,37 +733,24 @@ impl CopyModel {
         }
         let total = indptr[rows];
         let mut targets = vec![0u32; total as usize];
-        let per_chunk = (total / (rayon::current_num_threads() as u64 * 16)).max(1 << 15);
-        let mut chunks: Vec<(usize, usize, &mut [u32])> = Vec::new();
-        let mut rest: &mut [u32] = &mut targets;
-        let mut r0 = 0;
-        while r0 < rows {
-            let mut r1 = r0 + 1;
-            while r1 < rows && indptr[r1] - indptr[r0] < per_chunk {
-                r1 += 1;
-            }
-            let len = (indptr[r1] - indptr[r0]) as usize;
-            let (head, tail) = std::mem::take(&mut rest).split_at_mut(len);
-            chunks.push((r0, r1, head));
-            rest = tail;
-            r0 = r1;
-        }
         let indptr_ref = &indptr;
-        chunks.into_par_iter().for_each(|(r0, r1, buf)| {
-            let mut set = IdSet::new();
-            let base = indptr_ref[r0];
-            let mut host = self.host_index(lo + r0 as u64);
-            for r in r0..r1 {
-                let u = lo + r as u64;
-                while u >= self.starts[host + 1] {
-                    host += 1;
+        row_chunks(&indptr, &mut targets)
+            .into_par_iter()
+            .for_each(|(r0, r1, buf)| {
+                let mut set = IdSet::new();
+                let base = indptr_ref[r0];
+                let mut host = self.host_index(lo + r0 as u64);
+                for r in r0..r1 {
+                    let u = lo + r as u64;
+                    while u >= self.starts[host + 1] {
+                        host += 1;
+                    }
+                    let a = (indptr_ref[r] - base) as usize;
+                    let b = (indptr_ref[r + 1] - base) as usize;
+                    let h = (self.starts[host], self.starts[host + 1]);
+                    self.fill_row(u, h, &mut buf[a..b], &mut set);
                 }
-                let a = (indptr_ref[r] - base) as usize;
-                let b = (indptr_ref[r + 1] - base) as usize;
-                let h = (self.starts[host], self.starts[host + 1]);
-                self.fill_row(u, h, &mut buf[a..b], &mut set);
-            }
-        });
+            });
         (indptr, targets)
     }
 }

@@ -645,6 +645,33 @@ impl Model {
     }
 }
 
+/// Splits `targets` (of `indptr`'s rows) into disjoint slices of whole rows of about
+/// `total / (16 x threads)` arcs each (at least 32k), for filling in parallel:
+/// `(first row, one past the last, the rows' targets)`.
+pub(super) fn row_chunks<'a>(
+    indptr: &[u64],
+    targets: &'a mut [u32],
+) -> Vec<(usize, usize, &'a mut [u32])> {
+    let rows = indptr.len() - 1;
+    let total = indptr[rows];
+    let per_chunk = (total / (rayon::current_num_threads() as u64 * 16)).max(1 << 15);
+    let mut chunks = Vec::new();
+    let mut rest = targets;
+    let mut r0 = 0;
+    while r0 < rows {
+        let mut r1 = r0 + 1;
+        while r1 < rows && indptr[r1] - indptr[r0] < per_chunk {
+            r1 += 1;
+        }
+        let len = (indptr[r1] - indptr[r0]) as usize;
+        let (head, tail) = std::mem::take(&mut rest).split_at_mut(len);
+        chunks.push((r0, r1, head));
+        rest = tail;
+        r0 = r1;
+    }
+    chunks
+}
+
 /// Out-degrees of rows `[lo, hi)`: the row lengths `generate_rows` produces, without
 /// drawing the arcs (the first draws of each row's generator). Parallel with rayon.
 ///
@@ -707,41 +734,28 @@ pub fn generate_rows(
 
     // Pass 2: fill disjoint slices of the target array, chunked by arc count.
     let mut targets = vec![0u32; total as usize];
-    let per_chunk = (total / (rayon::current_num_threads() as u64 * 16)).max(1 << 15);
-    let mut chunks: Vec<(usize, usize, &mut [u32])> = Vec::new();
-    let mut rest: &mut [u32] = &mut targets;
-    let mut r0 = 0;
-    while r0 < rows {
-        let mut r1 = r0 + 1;
-        while r1 < rows && indptr[r1] - indptr[r0] < per_chunk {
-            r1 += 1;
-        }
-        let len = (indptr[r1] - indptr[r0]) as usize;
-        let (head, tail) = std::mem::take(&mut rest).split_at_mut(len);
-        chunks.push((r0, r1, head));
-        rest = tail;
-        r0 = r1;
-    }
     let indptr_ref = &indptr;
-    chunks.into_par_iter().for_each(|(r0, r1, buf)| {
-        let mut set = IdSet::new();
-        let base = indptr_ref[r0];
-        let mut host = layout.host_index(lo + r0 as u64);
-        let mut range = layout.host_range(host);
-        for r in r0..r1 {
-            let u = lo + r as u64;
-            while u >= range.1 {
-                host += 1;
-                range = layout.host_range(host);
+    row_chunks(&indptr, &mut targets)
+        .into_par_iter()
+        .for_each(|(r0, r1, buf)| {
+            let mut set = IdSet::new();
+            let base = indptr_ref[r0];
+            let mut host = layout.host_index(lo + r0 as u64);
+            let mut range = layout.host_range(host);
+            for r in r0..r1 {
+                let u = lo + r as u64;
+                while u >= range.1 {
+                    host += 1;
+                    range = layout.host_range(host);
+                }
+                let mut rng = model.rng(u);
+                let deg = model.draw_degree(&mut rng);
+                let a = (indptr_ref[r] - base) as usize;
+                let b = (indptr_ref[r + 1] - base) as usize;
+                debug_assert_eq!(deg as usize, b - a);
+                model.fill_row(u, range, &mut rng, &mut buf[a..b], &mut set);
             }
-            let mut rng = model.rng(u);
-            let deg = model.draw_degree(&mut rng);
-            let a = (indptr_ref[r] - base) as usize;
-            let b = (indptr_ref[r + 1] - base) as usize;
-            debug_assert_eq!(deg as usize, b - a);
-            model.fill_row(u, range, &mut rng, &mut buf[a..b], &mut set);
-        }
-    });
+        });
     (indptr, targets)
 }
 
