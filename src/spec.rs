@@ -80,7 +80,7 @@ pub enum VocabKind {
     Modulo,
     /// A hash table of `vocab` rows (over all ranks) keyed by the raw 64-bit id: an id
     /// gets a row of its own once seen `admit_after` times; a full table evicts
-    /// (`evict`). See [`crate::embed::hashtab`].
+    /// (`evict`). See [`crate::embed::tables::hashtab`].
     Hash,
 }
 

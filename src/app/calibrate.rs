@@ -4,15 +4,15 @@ use crate::cli::CalibrateArgs;
 use crate::clicks::gen::ClickGen;
 use crate::clicks::source::Source;
 use crate::comm::Comm;
-use crate::embed::gemm::Gemm;
-use crate::embed::keys::IdMap;
-use crate::embed::mlp::DenseOpt;
+use crate::embed::dense::gemm::Gemm;
+use crate::embed::dense::mlp::DenseOpt;
 use crate::embed::planner::calib::{
     fit, global_calibrate, global_collectives, global_mlp_points, median, median_over_passes,
     rows_of, CalibOptions, CollPoint, Conditions, Costs, PooledPoint, POOLED_PLACEMENTS,
     POOLED_TABLE_OPT,
 };
-use crate::embed::train::{EmbedConfig, EmbedTrainer};
+use crate::embed::tables::keys::IdMap;
+use crate::embed::train::trainer::{EmbedConfig, EmbedTrainer};
 use crate::node::resolve_threads;
 use crate::{Error, Result};
 

@@ -14,18 +14,18 @@ use crate::clicks::gen::ClickGen;
 use crate::clicks::log_file::{write_click_log, ClickLog};
 use crate::clicks::source::Source;
 use crate::comm::Comm;
+use crate::embed::dense::gemm::Gemm;
+use crate::embed::dense::mlp::DenseOpt;
 use crate::embed::driver::{global_train, Event, RunConfig, Summary};
-use crate::embed::gemm::Gemm;
-use crate::embed::keys::{hash_tables, IdMap};
-use crate::embed::memory;
-use crate::embed::mlp::DenseOpt;
-use crate::embed::placement::{OutputMode, Placement, Plan};
 use crate::embed::planner;
 use crate::embed::planner::calib::{Costs, StepPrediction};
 use crate::embed::planner::{CostModel, Heuristic, PlanOptions};
-use crate::embed::stats::{load_or_measure_stats, BatchStats};
-use crate::embed::tables::TableOpt;
-use crate::embed::train::{EmbedConfig, IntervalReport};
+use crate::embed::tables::keys::{hash_tables, IdMap};
+use crate::embed::tables::placement::{OutputMode, Placement, Plan};
+use crate::embed::tables::store::TableOpt;
+use crate::embed::train::batch_stats::{load_or_measure_stats, BatchStats};
+use crate::embed::train::footprint;
+use crate::embed::train::trainer::{EmbedConfig, IntervalReport};
 use crate::metrics::human_bytes;
 use crate::node::resolve_threads;
 use crate::spec::{preset, Evict, ModelSpec, VocabKind};
@@ -434,8 +434,8 @@ fn model_and_source(a: &EmbedArgs) -> Result<(ModelSpec, Source, IdMap)> {
 /// the checkpoint (a log's own default, its distinct keys, would otherwise shrink a
 /// table trained on a longer history).
 fn inherit_capacities(model: &mut ModelSpec, from: &Path) -> Result<()> {
-    let path = crate::embed::checkpoint::init_from_path(from)?;
-    let Some(theirs) = crate::embed::checkpoint::local_read_spec(&path)? else {
+    let path = crate::embed::io::checkpoint::init_from_path(from)?;
+    let Some(theirs) = crate::embed::io::checkpoint::local_read_spec(&path)? else {
         return Ok(());
     };
     for (m, t) in model.tables.iter_mut().zip(&theirs.tables) {
@@ -614,7 +614,7 @@ impl EmbedArgs {
             DenseOptKind::Adam => DenseOpt::adam(a.dense_lr),
         };
         let preloaded = preloaded_per_rank(a.preload, a.steps, step, ranks);
-        memory::check(&spec, micro, a.accumulate, ranks, &dense_opt, 0, preloaded)?;
+        footprint::check(&spec, micro, a.accumulate, ranks, &dense_opt, 0, preloaded)?;
         let dense_gemm = match a.dense_gemm {
             DenseGemmArg::Auto => Gemm::auto(),
             DenseGemmArg::Openblas => Gemm::Blas,
@@ -658,7 +658,7 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
     // Without --mem-per-rank the planner places at most what the memory check below
     // admits: the node's share less the rest of the estimate.
     let plan_mem = cfg.mem_per_rank.or_else(|| {
-        let budget = memory::table_budget(
+        let budget = footprint::table_budget(
             &cfg.spec,
             cfg.micro,
             cfg.accumulate,
@@ -748,7 +748,7 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         .into_iter()
         .max()
         .unwrap_or(0);
-    comm.agree(memory::check(
+    comm.agree(footprint::check(
         &cfg.spec,
         cfg.micro,
         cfg.accumulate,
@@ -859,7 +859,7 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
 }
 
 /// One interval's seconds, steps and busy seconds per rank (wall and CPU; see
-/// [`crate::embed::train::IntervalReport`]).
+/// [`crate::embed::train::trainer::IntervalReport`]).
 struct Timed {
     seconds: f64,
     steps: u64,
@@ -1020,7 +1020,7 @@ pub fn global_plan<C: Comm>(comm: &C, a: &PlanArgs) -> Result<()> {
         let state = table_state_per_row(a.planner.table_opt);
         let (stats, how) = if a.estimate {
             (
-                crate::embed::stats::synthetic_stats(&spec, a.ranks, a.batch),
+                crate::embed::train::batch_stats::synthetic_stats(&spec, a.ranks, a.batch),
                 "estimated",
             )
         } else {
@@ -1161,7 +1161,7 @@ fn plan_tasks(pool: &ModelSpec, a: &PlanArgs, mem: Option<u64>, cost: &CostModel
     let mut sums = [0.0f64; 5];
     let mut all_ok = true;
     for (i, task) in tasks.iter().enumerate() {
-        let stats = crate::embed::stats::synthetic_stats(task, a.ranks, a.batch);
+        let stats = crate::embed::train::batch_stats::synthetic_stats(task, a.ranks, a.batch);
         // Memory: twice an even share or the largest table, whichever is more (the
         // heuristics place tables whole), unless --mem-per-rank says otherwise.
         let state = opt.state_per_row() as u64;

@@ -424,7 +424,7 @@ fn setup(args: &ChipArgs) -> Result<(Option<Calibration>, Chip, Vec<Vec<usize>>)
 
 fn run_embed(args: &ProjectEmbedArgs, preempt: &Preemption) -> Result<()> {
     use crate::embed::planner::{plan_auto, PlanOptions};
-    use crate::embed::stats::{load_or_measure_stats, synthetic_stats};
+    use crate::embed::train::batch_stats::{load_or_measure_stats, synthetic_stats};
     let spec = super::embed::resolve_model(&args.model)?;
     if args.batch == 0 || args.batch > 1 << 20 {
         return Err(Error::Config(format!(
@@ -442,7 +442,7 @@ fn run_embed(args: &ProjectEmbedArgs, preempt: &Preemption) -> Result<()> {
         let src = crate::clicks::source::Source::Generated(crate::clicks::gen::ClickGen::new(
             &spec, args.seed,
         ));
-        let ids = crate::embed::keys::IdMap::default();
+        let ids = crate::embed::tables::keys::IdMap::default();
         load_or_measure_stats(&spec, &src, &ids, args.seed, 1, args.batch, 4, None)?
     };
     println!(

@@ -8,18 +8,18 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use super::checkpoint::{
-    global_init_from, global_restore, global_write_checkpoint, init_from_path, EmbedManifest,
-    WarmStart,
-};
-use super::model::{global_write_model, Evaluation};
-use super::placement::Plan;
-use super::train::{EmbedConfig, EmbedTrainer, IntervalReport, StepStatus};
 use crate::ckpt::driver::{self as drive, Boundary, Status, Workload};
 use crate::ckpt::signals::Preemption;
 use crate::ckpt::{CheckpointConfig, Hold};
 use crate::clicks::source::Source;
 use crate::comm::Comm;
+use crate::embed::io::checkpoint::{
+    global_init_from, global_restore, global_write_checkpoint, init_from_path, EmbedManifest,
+    WarmStart,
+};
+use crate::embed::io::model_file::{global_write_model, Evaluation};
+use crate::embed::tables::placement::Plan;
+use crate::embed::train::trainer::{EmbedConfig, EmbedTrainer, IntervalReport, StepStatus};
 use crate::{Error, Result};
 
 /// How a run is driven, besides the model's configuration.

@@ -1,22 +1,23 @@
 //! The sharded embedding model: tables placed by table, row or column across ranks,
 //! looked up through one deduplicated all-to-all per step, and an MLP trained
 //! data-parallel with gradient accumulation.
+//!
+//! By layer, lowest first:
+//!
+//! - [`tables`]: this rank's table pieces, where they live (the plan), hash tables and
+//!   the resolution of keys to rows, the row kernels and the table optimizers;
+//! - [`dense`]: the MLP, its matrix products and the quality measures (AUC, log loss);
+//! - [`sharding`]: the exchange of rows and gradients between ranks, and the `pooled`
+//!   output mode;
+//! - [`train`]: the training step, the memory estimate and the batch statistics;
+//! - [`io`]: model files and checkpoints (hash tables by key);
+//! - [`planner`]: choosing a plan from a cost model;
+//! - [`driver`]: the run on the shared run driver, on top of all of it.
 
-pub mod checkpoint;
+pub mod dense;
 pub mod driver;
-pub mod exchange;
-pub mod gemm;
-pub mod hashio;
-pub mod hashtab;
-pub mod kernels;
-pub mod keys;
-pub mod memory;
-pub mod metrics;
-pub mod mlp;
-pub mod model;
-pub mod placement;
+pub mod io;
 pub mod planner;
-pub mod pooled;
-pub mod stats;
+pub mod sharding;
 pub mod tables;
 pub mod train;

@@ -21,9 +21,9 @@
 //! optimizer state (three copies).
 
 use super::traffic::{self, Traffic};
-use crate::embed::placement::{OutputMode, Plan};
 use crate::embed::planner::CostModel;
-use crate::embed::stats::BatchStats;
+use crate::embed::tables::placement::{OutputMode, Plan};
+use crate::embed::train::batch_stats::BatchStats;
 use crate::spec::ModelSpec;
 
 /// One optimizer step on one torus shape.

@@ -9,9 +9,9 @@ use torusrec::clicks::gen::ClickGen;
 use torusrec::clicks::source::Source;
 use torusrec::comm::threads::run;
 use torusrec::comm::Comm;
-use torusrec::embed::placement::{OutputMode, Plan};
-use torusrec::embed::tables::TableOpt;
-use torusrec::embed::train::{EmbedTrainer, StepStatus};
+use torusrec::embed::tables::placement::{OutputMode, Plan};
+use torusrec::embed::tables::store::TableOpt;
+use torusrec::embed::train::trainer::{EmbedTrainer, StepStatus};
 use torusrec::spec::preset;
 
 /// Every local row and its optimizer state, then the MLP parameters.

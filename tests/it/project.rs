@@ -301,8 +301,8 @@ fn project_embed_plans_every_shape_and_projects_its_step() {
 
 #[test]
 fn embed_step_bytes_are_the_planners_exchange_without_self_traffic() {
-    use torusrec::embed::placement::{OutputMode, Plan};
-    use torusrec::embed::stats::synthetic_stats;
+    use torusrec::embed::tables::placement::{OutputMode, Plan};
+    use torusrec::embed::train::batch_stats::synthetic_stats;
     use torusrec::project::embed::project_step;
     use torusrec::project::traffic::HEADER_BYTES;
     use torusrec::spec::preset;
@@ -348,8 +348,8 @@ fn embed_step_bytes_are_the_planners_exchange_without_self_traffic() {
 /// computes them.
 fn projected_step_seconds(
     spec: &torusrec::spec::ModelSpec,
-    stats: &torusrec::embed::stats::BatchStats,
-    plan: &torusrec::embed::placement::Plan,
+    stats: &torusrec::embed::train::batch_stats::BatchStats,
+    plan: &torusrec::embed::tables::placement::Plan,
     dims: &[usize],
     chip: &torusrec::project::chip::Chip,
 ) -> f64 {
@@ -408,7 +408,7 @@ fn the_chip_cost_model_takes_its_rates_from_the_torus() {
 #[test]
 fn planning_with_the_chip_cost_model_projects_a_faster_step() {
     use torusrec::embed::planner::{plan_auto, PlanOptions};
-    use torusrec::embed::stats::synthetic_stats;
+    use torusrec::embed::train::batch_stats::synthetic_stats;
     use torusrec::project::embed::cost_model;
     use torusrec::spec::preset;
     let spec = preset("torchrec-peer", 1.0).unwrap();

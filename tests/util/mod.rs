@@ -550,20 +550,20 @@ pub fn synthetic_dataset(dir: &Path, nodes: u64, arcs: u64, seed: u64) -> PathBu
 /// step, the data's ids as rows.
 pub fn embed_config(
     spec: &torusrec::spec::ModelSpec,
-    table_opt: torusrec::embed::tables::TableOpt,
+    table_opt: torusrec::embed::tables::store::TableOpt,
     micro: usize,
     accumulate: usize,
     steps: u64,
-) -> torusrec::embed::train::EmbedConfig {
-    torusrec::embed::train::EmbedConfig {
+) -> torusrec::embed::train::trainer::EmbedConfig {
+    torusrec::embed::train::trainer::EmbedConfig {
         spec: spec.clone(),
         seed: 5,
         micro,
         accumulate,
         steps,
         table_opt,
-        dense_opt: torusrec::embed::mlp::DenseOpt::adagrad(0.01),
-        dense_gemm: torusrec::embed::gemm::Gemm::auto(),
+        dense_opt: torusrec::embed::dense::mlp::DenseOpt::adagrad(0.01),
+        dense_gemm: torusrec::embed::dense::gemm::Gemm::auto(),
         dedup: true,
         pipeline: false,
         eval_examples: 64,

@@ -152,7 +152,7 @@ impl Scorer {
     /// The AVX-512 kernel where the CPU has AVX-512F (with fused multiply-adds when
     /// OpenBLAS's sgemm uses them), else OpenBLAS.
     pub fn auto() -> Scorer {
-        if !crate::embed::gemm::avx512() {
+        if !crate::embed::dense::gemm::avx512() {
             Scorer::Blas
         } else if crate::openblas_sgemm_fma() {
             Scorer::Avx512Fma
@@ -232,7 +232,7 @@ pub fn local_score_topk_with<T: TableElem>(
         Scorer::Blas => score_blas(rows, h, col_lo, d, k, row_block, col_block, &mut out),
         Scorer::Avx512 | Scorer::Avx512Fma => {
             assert!(
-                crate::embed::gemm::avx512(),
+                crate::embed::dense::gemm::avx512(),
                 "the AVX-512 scorer on a CPU without AVX-512F"
             );
             let fma = scorer == Scorer::Avx512Fma;

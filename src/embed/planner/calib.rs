@@ -6,8 +6,8 @@
 //!
 //! On every rank at once (as training runs them), with the rank's thread count:
 //!
-//! - **gather-pool** ([`kernels::pool_bags`]) and **scatter-update**
-//!   ([`kernels::scatter_bags`] into the table) per embedding width, pooling factor
+//! - **gather-pool** ([`row_kernels::pool_bags`]) and **scatter-update**
+//!   ([`row_kernels::scatter_bags`] into the table) per embedding width, pooling factor
 //!   (ids per example) and id distribution (`uniform`, or `zipf` with exponent
 //!   [`ZIPF_S`], ranks scattered over the rows by a hash as the click generator does),
 //!   over tables of [`CalibOptions::table_bytes`] each, alone (`tables` 1) and several
@@ -93,11 +93,11 @@ use serde_json::{Map, Value};
 
 use super::CostModel;
 use crate::comm::Comm;
-use crate::embed::kernels::{self, Bags, Isa};
-use crate::embed::mlp::{Mlp, Workspace};
-use crate::embed::placement::{ColumnShard, OutputMode, Placement, Plan};
-use crate::embed::stats::synthetic_stats;
-use crate::embed::tables::TableOpt;
+use crate::embed::dense::mlp::{Mlp, Workspace};
+use crate::embed::tables::placement::{ColumnShard, OutputMode, Placement, Plan};
+use crate::embed::tables::row_kernels::{self, Bags, Isa};
+use crate::embed::tables::store::TableOpt;
+use crate::embed::train::batch_stats::synthetic_stats;
 use crate::error::{Error, Result};
 use crate::lsq::nonneg_least_squares;
 use crate::rng::{mix64, SplitMix64};
@@ -635,7 +635,7 @@ fn local_kernel_pair(o: &CalibOptions, st: Setting<'_>) -> (KernelPoint, KernelP
                 idx: id,
                 map: None,
             };
-            kernels::pool_bags(isa, tab, dim, bags, &mut out);
+            row_kernels::pool_bags(isa, tab, dim, bags, &mut out);
         }
         std::hint::black_box(&out);
     });
@@ -646,7 +646,7 @@ fn local_kernel_pair(o: &CalibOptions, st: Setting<'_>) -> (KernelPoint, KernelP
                 idx: id,
                 map: None,
             };
-            kernels::scatter_bags(isa, &g, dim, bags, tab);
+            row_kernels::scatter_bags(isa, &g, dim, bags, tab);
         }
         std::hint::black_box(&tables);
     });

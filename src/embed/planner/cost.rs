@@ -5,8 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{PlanOptions, PlanReport};
 use crate::data::graph::block_range;
-use crate::embed::placement::{OutputMode, Placement, Plan, Rows};
-use crate::embed::stats::{BatchStats, TableStats};
+use crate::embed::tables::placement::{OutputMode, Placement, Plan, Rows};
+use crate::embed::train::batch_stats::{BatchStats, TableStats};
 use crate::spec::ModelSpec;
 use crate::{Error, Result};
 

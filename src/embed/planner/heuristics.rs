@@ -2,8 +2,8 @@
 
 use super::cost::{check_inputs, finish, Ctx};
 use super::{PlanOptions, PlanReport};
-use crate::embed::placement::{Placement, Plan};
-use crate::embed::stats::BatchStats;
+use crate::embed::tables::placement::{Placement, Plan};
+use crate::embed::train::batch_stats::BatchStats;
 use crate::rng::{stream, SplitMix64};
 use crate::spec::ModelSpec;
 use crate::{Error, Result};

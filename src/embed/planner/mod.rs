@@ -53,7 +53,7 @@
 //! # Output modes
 //!
 //! A sharded table's lookups come back as rows (`rows`, the model above) or as one
-//! pooled vector per example (`pooled`, see `embed::pooled`). Per piece, `pooled` brings
+//! pooled vector per example (`pooled`, see `embed::sharding::pooled`). Per piece, `pooled` brings
 //! `n_in` distinct ids, `o_in = N b v f` occurrences and `E = N b` examples to the owner:
 //! `4 n_in + 4 o_in + 4 E + 8 E w` bytes exchanged (ids, occurrence indices, per-example
 //! counts; the pooled vectors out and their gradients in), `o_in (a(w) + 4 w) + n_in
@@ -127,11 +127,11 @@
 //! compare ranks by that cost; with `beta = 0` and no factors (the defaults) every
 //! cost is the sum above, bit for bit.
 //!
-//! [`Plan`]: crate::embed::placement::Plan
-//! [`Plan::bytes_per_rank`]: crate::embed::placement::Plan::bytes_per_rank
-//! [`TableStats::unique_per_rank_batch`]: crate::embed::stats::TableStats::unique_per_rank_batch
-//! [`TableStats::unique_per_global_batch`]: crate::embed::stats::TableStats::unique_per_global_batch
-//! [`TableStats::mean_valency`]: crate::embed::stats::TableStats::mean_valency
+//! [`Plan`]: crate::embed::tables::placement::Plan
+//! [`Plan::bytes_per_rank`]: crate::embed::tables::placement::Plan::bytes_per_rank
+//! [`TableStats::unique_per_rank_batch`]: crate::embed::train::batch_stats::TableStats::unique_per_rank_batch
+//! [`TableStats::unique_per_global_batch`]: crate::embed::train::batch_stats::TableStats::unique_per_global_batch
+//! [`TableStats::mean_valency`]: crate::embed::train::batch_stats::TableStats::mean_valency
 
 use std::ops::Range;
 
@@ -158,7 +158,7 @@ pub struct PlanReport {
     pub cost_per_rank: Vec<f64>,
     /// Bytes of rows and optimizer state on each rank ([`Plan::bytes_per_rank`]).
     ///
-    /// [`Plan::bytes_per_rank`]: crate::embed::placement::Plan::bytes_per_rank
+    /// [`Plan::bytes_per_rank`]: crate::embed::tables::placement::Plan::bytes_per_rank
     pub bytes_per_rank: Vec<u64>,
     pub max_cost: f64,
     pub total_cost: f64,
@@ -264,9 +264,9 @@ mod tests {
     use super::cost::{check_inputs, pieces, Piece};
     use super::search::candidates;
     use super::*;
-    use crate::embed::placement::{ColumnShard, OutputMode, Placement, Plan};
-    use crate::embed::stats::{synthetic_stats, SCHEMA};
-    use crate::embed::stats::{BatchStats, TableStats};
+    use crate::embed::tables::placement::{ColumnShard, OutputMode, Placement, Plan};
+    use crate::embed::train::batch_stats::{synthetic_stats, SCHEMA};
+    use crate::embed::train::batch_stats::{BatchStats, TableStats};
     use crate::spec::{preset, Evict, Pooling, TableSpec, ValencyDist, VocabKind};
     use crate::Error;
 

@@ -7,8 +7,8 @@ use super::cost::{check_inputs, report, Contrib, Ctx, Load};
 use super::heuristics::{heuristic_tables, table_wise_greedy, Heuristic};
 use super::{PlanOptions, PlanReport};
 use crate::data::graph::block_range;
-use crate::embed::placement::{ColumnShard, Placement, Plan};
-use crate::embed::stats::BatchStats;
+use crate::embed::tables::placement::{ColumnShard, Placement, Plan};
+use crate::embed::train::batch_stats::BatchStats;
 use crate::spec::{ModelSpec, VocabKind};
 use crate::{Error, Result};
 

@@ -14,14 +14,14 @@ use torusrec::clicks::gen::ClickGen;
 use torusrec::clicks::source::Source;
 use torusrec::comm::threads::{run, ThreadComm};
 use torusrec::comm::Comm;
-use torusrec::embed::checkpoint;
-use torusrec::embed::hashtab::{owner, Entry};
-use torusrec::embed::keys::{
+use torusrec::embed::io::checkpoint;
+use torusrec::embed::tables::hashtab::{owner, Entry};
+use torusrec::embed::tables::keys::{
     global_resolve, init_key_row, IdMap, Resolve, ResolveBufs, ResolveCounts, NO_ROW,
 };
-use torusrec::embed::placement::Plan;
-use torusrec::embed::tables::{Store, TableOpt};
-use torusrec::embed::train::{EmbedConfig, EmbedTrainer, StepStatus};
+use torusrec::embed::tables::placement::Plan;
+use torusrec::embed::tables::store::{Store, TableOpt};
+use torusrec::embed::train::trainer::{EmbedConfig, EmbedTrainer, StepStatus};
 use torusrec::spec::{preset, Evict, ModelSpec, Pooling, TableSpec, ValencyDist, VocabKind};
 
 // ---------------------------------------------------------------------------------

@@ -97,7 +97,7 @@ fn the_model_equals_the_checkpoint_and_does_not_depend_on_the_placement() {
         assert_eq!(str_attr(&out, "checksum"), o.final_checksum(), "{what}");
         assert!(has_attr(&out, "auc") && has_attr(&out, "logloss"), "{what}");
         let (_, ckpt) = torusrec::ckpt::list(&ck).unwrap().pop().unwrap();
-        let manifest = torusrec::embed::checkpoint::local_read_manifest(&ckpt).unwrap();
+        let manifest = torusrec::embed::io::checkpoint::local_read_manifest(&ckpt).unwrap();
         assert_eq!(manifest.step, 12);
         assert_eq!(
             str_attr(&out, "config_hash"),

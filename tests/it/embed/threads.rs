@@ -9,9 +9,9 @@ use torusrec::clicks::gen::ClickGen;
 use torusrec::clicks::source::Source;
 use torusrec::comm::threads::run;
 use torusrec::comm::Comm;
-use torusrec::embed::placement::{OutputMode, Plan};
-use torusrec::embed::tables::TableOpt;
-use torusrec::embed::train::{EmbedConfig, EmbedTrainer, StepStatus};
+use torusrec::embed::tables::placement::{OutputMode, Plan};
+use torusrec::embed::tables::store::TableOpt;
+use torusrec::embed::train::trainer::{EmbedConfig, EmbedTrainer, StepStatus};
 use torusrec::spec::{preset, ModelSpec};
 
 /// The whole model after training: per table `vocab x dim` rows and per-row

@@ -10,10 +10,10 @@ use super::request::{global_send_request, protocol_violation, route, split_messa
 use super::{is_pooled_table, ExchangeCounts, Index, StepGrads};
 use crate::allocs::reserve_with_room as reserve_total;
 use crate::comm::{Comm, Received};
-use crate::embed::kernels::{prefetch_distinct_ahead, sq_sums, Isa};
-use crate::embed::placement::Placement;
-use crate::embed::pooled::{self, Served};
-use crate::embed::tables::{sq_sum, LocalShard, Store, TableOpt};
+use crate::embed::sharding::pooled::{self, Served};
+use crate::embed::tables::placement::Placement;
+use crate::embed::tables::row_kernels::{prefetch_distinct_ahead, sq_sums, Isa};
+use crate::embed::tables::store::{sq_sum, LocalShard, Store, TableOpt};
 use crate::{Error, Result};
 
 /// An owner's sum of one slot's gradients over sources (rows in first-seen order, or

@@ -14,10 +14,10 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::keys::{pseudo_rows, IdMap};
 use crate::clicks::batch::Batch;
 use crate::clicks::source::Source;
 use crate::data::graph::block_range;
+use crate::embed::tables::keys::{pseudo_rows, IdMap};
 use crate::spec::ModelSpec;
 use crate::{Error, Result};
 

@@ -6,7 +6,7 @@
 //! Layout of `ckpt-<step>.h5`: `/tables/<t>/rows` [vocab, dim] f32,
 //! `/tables/<t>/state` [vocab, s] f32 (s = optimizer floats per row, absent for SGD),
 //! `/mlp/params` [n] f32, `/mlp/state` [m] f32 (the layout and the writer of
-//! [`super::model`]); root attributes `format` ("torusrec-checkpoint") and `manifest`
+//! [`super::model_file`]); root attributes `format` ("torusrec-checkpoint") and `manifest`
 //! (JSON). Committed and verified by the shared protocol of [`crate::ckpt::commit`]:
 //! written through `*.partial` (rank 0 creates it, every rank writes its shards in
 //! turn, replicas: rank 0; rank 0 renames it); restore checks the manifest and the
@@ -17,13 +17,13 @@ use std::path::{Path, PathBuf};
 use ndarray::s;
 use serde::{Deserialize, Serialize};
 
-use super::mlp::{DenseOpt, DenseOptState};
-use super::model::{global_write_state, row_slab};
-use super::tables::TableOpt;
-use super::train::{EmbedConfig, EmbedTrainer};
+use super::model_file::{global_write_state, row_slab};
 use crate::ckpt::commit::{self, corrupt, Header};
 use crate::ckpt::{self, SCHEMA};
 use crate::comm::Comm;
+use crate::embed::dense::mlp::{DenseOpt, DenseOptState};
+use crate::embed::tables::store::TableOpt;
+use crate::embed::train::trainer::{EmbedConfig, EmbedTrainer};
 use crate::spec::{ModelSpec, VocabKind};
 use crate::{Error, Result};
 
@@ -401,7 +401,7 @@ pub fn global_init_from<C: Comm>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::embed::gemm::Gemm;
+    use crate::embed::dense::gemm::Gemm;
     use crate::spec::preset;
 
     fn config() -> EmbedConfig {

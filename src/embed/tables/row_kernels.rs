@@ -2,7 +2,7 @@
 //! of a bag, and row-wise Adagrad's row statistics.
 //!
 //! Each kernel has a scalar reference ([`pool_ref`], [`scatter_ref`],
-//! [`sq_sums_into`](crate::embed::tables::sq_sums_into)) and an AVX2 body chosen at
+//! [`sq_sums_into`](crate::embed::tables::store::sq_sums_into)) and an AVX2 body chosen at
 //! run time. Both do the same arithmetic in the same order per element (a sum from
 //! +0.0 over the bag's rows in bag order; a row's squares in column order), so they
 //! give the same bits; the SIMD body keeps up to 64 columns of the sum in registers
@@ -220,7 +220,7 @@ pub fn scatter_bags_fresh(isa: Isa, g: &[f32], w: usize, bags: Bags, acc: &mut V
 
 /// The sum of the squares of every row of `g` (`w` floats each), in f64 and in column
 /// order per row, appended to `out`: row-wise Adagrad's row statistics. The bits of
-/// the scalar reference [`sq_sums_into`](crate::embed::tables::sq_sums_into); the
+/// the scalar reference [`sq_sums_into`](crate::embed::tables::store::sq_sums_into); the
 /// AVX2 body keeps one f64 lane per row (16 rows at a time, each still one chain of
 /// additions in column order) and turns each 8 x 8 block of the rows into columns
 /// with shuffles.
@@ -246,11 +246,11 @@ pub fn sq_sums(isa: Isa, g: &[f32], w: usize, out: &mut Vec<f64>) {
             out.extend_from_slice(rb);
             r += n;
         }
-        crate::embed::tables::sq_sums_into(&g[done * w..], w, out);
+        crate::embed::tables::store::sq_sums_into(&g[done * w..], w, out);
         return;
     }
     let _ = isa;
-    crate::embed::tables::sq_sums_into(g, w, out);
+    crate::embed::tables::store::sq_sums_into(g, w, out);
 }
 
 /// Prefetch the rows of the occurrences [`PREFETCH_AHEAD`] past those of example `e`
@@ -709,7 +709,7 @@ mod tests {
                     .map(|(i, v)| v * 2f32.powi((i * 7919 % 41) as i32 - 20))
                     .collect();
                 let mut want = vec![-1.0f64];
-                crate::embed::tables::sq_sums_into(&g, w, &mut want);
+                crate::embed::tables::store::sq_sums_into(&g, w, &mut want);
                 for isa in [isa, Isa::Plain] {
                     let mut got = vec![-1.0f64];
                     sq_sums(isa, &g, w, &mut got);

@@ -24,7 +24,7 @@
 
 use super::hashtab::{owner, HashShard, Stats};
 use super::placement::{Placement, Plan};
-use super::tables::{init_row, Store};
+use super::store::{init_row, Store};
 use crate::clicks::batch::{Bags, Batch, KeyBags};
 use crate::comm::{Comm, Received};
 use crate::rng::mix64;

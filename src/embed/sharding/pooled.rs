@@ -28,12 +28,14 @@ use super::exchange::{
     apply_rows, global_send_request, is_pooled_table, protocol_violation, sum_sources_into,
     ExchangeCounts, Index,
 };
-use super::kernels::{pool_bags, scatter_bags, scatter_bags_fresh, sq_sums, Bags, Isa};
-use super::placement::Placement;
-use super::tables::{LocalShard, Store, TableOpt};
 use crate::allocs::{reserve_with_room as reserve_total, resize_for_overwrite};
 use crate::clicks::batch::Batch;
 use crate::comm::{Comm, Received};
+use crate::embed::tables::placement::Placement;
+use crate::embed::tables::row_kernels::{
+    pool_bags, scatter_bags, scatter_bags_fresh, sq_sums, Bags, Isa,
+};
+use crate::embed::tables::store::{LocalShard, Store, TableOpt};
 use crate::spec::Pooling;
 use crate::Result;
 

@@ -19,8 +19,8 @@ use ndarray::ArrayView2;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use super::auc::{bce_with_logits, sigmoid};
 use super::gemm::{matmul, Gemm, Packs};
-use super::metrics::{bce_with_logits, sigmoid};
 use crate::rng::{stream, SplitMix64};
 use crate::{Error, Result};
 

@@ -20,12 +20,12 @@
 
 use rayon::prelude::*;
 
-use super::kernels::{pool as pool_kernel, scatter, Bag, Isa};
-use super::placement::OutputMode;
 use super::pooled;
-use super::tables::Store;
 use crate::allocs::{reserve_with_room as reserve_total, resize_for_overwrite};
 use crate::clicks::batch::Batch;
+use crate::embed::tables::placement::OutputMode;
+use crate::embed::tables::row_kernels::{pool as pool_kernel, scatter, Bag, Isa};
+use crate::embed::tables::store::Store;
 use crate::spec::Pooling;
 
 mod backward;

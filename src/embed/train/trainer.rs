@@ -15,22 +15,22 @@ use std::time::Instant;
 
 use ndarray::ArrayView2;
 
-use super::exchange::{
-    global_backward, global_lookup, global_lookup_into, local_apply_replicated, pool, BackwardBufs,
-    ExchangeCounts, Lookup, StepGrads,
-};
-use super::gemm::Gemm;
-use super::keys::{global_resolve, IdMap, Resolve, ResolveBufs, ResolveCounts};
-use super::metrics::{auc, logloss};
-use super::mlp::{DenseOpt, DenseOptState, Mlp, Workspace};
-use super::placement::Plan;
-use super::tables::{Store, TableOpt};
 pub use crate::ckpt::status::StepStatus;
 use crate::clicks::batch::Batch;
 use crate::clicks::gen::ClickGen;
 use crate::clicks::source::Source;
 use crate::comm::{Comm, Timer};
 use crate::data::graph::block_range;
+use crate::embed::dense::auc::{auc, logloss};
+use crate::embed::dense::gemm::Gemm;
+use crate::embed::dense::mlp::{DenseOpt, DenseOptState, Mlp, Workspace};
+use crate::embed::sharding::exchange::{
+    global_backward, global_lookup, global_lookup_into, local_apply_replicated, pool, BackwardBufs,
+    ExchangeCounts, Lookup, StepGrads,
+};
+use crate::embed::tables::keys::{global_resolve, IdMap, Resolve, ResolveBufs, ResolveCounts};
+use crate::embed::tables::placement::Plan;
+use crate::embed::tables::store::{Store, TableOpt};
 use crate::rng::mix64;
 use crate::spec::ModelSpec;
 use crate::Result;
@@ -366,7 +366,7 @@ impl EmbedTrainer {
     pub fn new(cfg: EmbedConfig, source: Source, plan: &Plan, rank: usize) -> Result<Self> {
         // One BLAS thread: the MLP's bits must not depend on OpenBLAS's threading.
         crate::blas_single_thread();
-        if cfg.pipeline && !super::keys::hash_tables(&cfg.spec).is_empty() {
+        if cfg.pipeline && !crate::embed::tables::keys::hash_tables(&cfg.spec).is_empty() {
             // The next step's keys would be admitted and evicted (and counted)
             // before this step's gradients are applied and before a checkpoint.
             return Err(crate::Error::Config(
@@ -634,7 +634,7 @@ impl EmbedTrainer {
         if self.store.hash.iter().all(Option::is_none) {
             return None;
         }
-        let st = super::keys::local_stats(&self.store);
+        let st = crate::embed::tables::keys::local_stats(&self.store);
         let (mut entries, mut admitted) = (0u64, 0u64);
         for h in self.store.hash.iter().flatten() {
             entries += h.len() as u64;
@@ -649,7 +649,7 @@ impl EmbedTrainer {
             st.refused,
         ];
         comm.all_reduce_sum(&mut v);
-        let capacity = super::keys::hash_tables(&self.store.spec)
+        let capacity = crate::embed::tables::keys::hash_tables(&self.store.spec)
             .iter()
             .map(|&t| self.store.spec.tables[t].vocab)
             .sum();

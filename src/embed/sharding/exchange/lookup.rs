@@ -8,9 +8,9 @@ use super::{is_pooled_table, ExchangeCounts, Index};
 use crate::allocs::{reserve_with_room as reserve_total, resize_for_overwrite};
 use crate::clicks::batch::Batch;
 use crate::comm::{Comm, Received};
-use crate::embed::kernels::{prefetch_distinct_ahead, Isa};
-use crate::embed::pooled::{self, Served};
-use crate::embed::tables::Store;
+use crate::embed::sharding::pooled::{self, Served};
+use crate::embed::tables::row_kernels::{prefetch_distinct_ahead, Isa};
+use crate::embed::tables::store::Store;
 use crate::Result;
 
 /// The rows fetched for one step. A lookup into a used value refills it in place

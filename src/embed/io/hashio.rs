@@ -25,10 +25,10 @@ use std::path::Path;
 
 use ndarray::{s, ArrayView2};
 
-use super::hashtab::{owner, Entry, HashShard};
-use super::tables::Store;
 use crate::ckpt::commit::corrupt;
-use crate::embed::model::h5;
+use crate::embed::io::model_file::h5;
+use crate::embed::tables::hashtab::{owner, Entry, HashShard};
+use crate::embed::tables::store::Store;
 use crate::h5::{write_attr, Attr};
 use crate::spec::Evict;
 use crate::{Error, Result};
@@ -53,7 +53,7 @@ pub(crate) fn local_create(
     write_attr(&g, tmp, "kind", &Attr::Str("hash".into()))?;
     write_attr(&g, tmp, "capacity", &Attr::U64(ts.vocab))?;
     let at = |n: &str| format!("/tables/{t}/{n}");
-    let ranks: Vec<u64> = super::keys::key_ranks(&store.plan, t)
+    let ranks: Vec<u64> = crate::embed::tables::keys::key_ranks(&store.plan, t)
         .iter()
         .map(|&r| r as u64)
         .collect();
@@ -159,7 +159,7 @@ pub(crate) fn local_write(
     Ok(())
 }
 
-fn local_shard(store: &Store, t: usize) -> Result<&super::tables::LocalShard> {
+fn local_shard(store: &Store, t: usize) -> Result<&crate::embed::tables::store::LocalShard> {
     Ok(&store.local[store.hash_local(t)?])
 }
 
@@ -258,7 +258,7 @@ pub(crate) fn local_restore(
     let w = store.local[li].shard.width();
     let seen = |s: u64| if reset_seen { 0 } else { s };
 
-    let ranks_now: Vec<u64> = super::keys::key_ranks(&store.plan, t)
+    let ranks_now: Vec<u64> = crate::embed::tables::keys::key_ranks(&store.plan, t)
         .iter()
         .map(|&r| r as u64)
         .collect();

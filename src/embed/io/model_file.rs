@@ -21,10 +21,10 @@ use std::path::Path;
 
 use ndarray::{s, ArrayView2};
 
-use super::placement::Rows;
-use super::train::EmbedTrainer;
 use crate::ckpt::commit::global_write_atomic;
 use crate::comm::Comm;
+use crate::embed::tables::placement::Rows;
+use crate::embed::train::trainer::EmbedTrainer;
 pub(crate) use crate::h5::ctx as h5;
 use crate::h5::{write_attr, write_attrs, Attr};
 use crate::{Error, Result};

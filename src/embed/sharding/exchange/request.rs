@@ -4,8 +4,8 @@
 
 use crate::allocs::reserve_with_room as reserve_total;
 use crate::comm::{Comm, Elem, Received};
-use crate::embed::placement::{OutputMode, Placement};
-use crate::embed::tables::Store;
+use crate::embed::tables::placement::{OutputMode, Placement};
+use crate::embed::tables::store::Store;
 use crate::Result;
 
 /// A message that breaks the exchange protocol is a bug, not an input error: panic

@@ -1,0 +1,6 @@
+//! Training the embedding model: the optimizer step ([`trainer`]), the memory one rank
+//! needs ([`footprint`]), and the batch statistics the planner reads ([`batch_stats`]).
+
+pub mod batch_stats;
+pub mod footprint;
+pub mod trainer;
