@@ -40,7 +40,8 @@
 use std::fmt;
 
 use crate::rng::mix64;
-use crate::spec::Evict;
+use crate::spec::{Evict, ModelSpec, VocabKind};
+use crate::{Error, Result};
 
 /// One held entry, as listed by [`HashShard::entries`] and taken by
 /// [`HashShard::restore`].
@@ -553,6 +554,26 @@ impl HashShard {
 pub fn owner(key: u64, table: usize, p: usize) -> usize {
     let h = mix64(key ^ mix64((table as u64).wrapping_add(0x5157)));
     ((h as u128 * p as u128) >> 64) as usize
+}
+
+/// Every hash table's shard on this rank (`None` for other tables and for the hash
+/// tables this rank holds no rows of), sized by the rank's rows of the table.
+pub fn local_hash_shards(
+    spec: &ModelSpec,
+    rows_here: &[Option<u64>],
+) -> Result<Vec<Option<HashShard>>> {
+    spec.tables
+        .iter()
+        .zip(rows_here)
+        .map(|(t, &rows)| {
+            let Some(rows) = rows.filter(|_| t.vocab_kind == VocabKind::Hash) else {
+                return Ok(None);
+            };
+            HashShard::new(rows as usize, t.admit_after, t.evict)
+                .map(Some)
+                .map_err(|e| Error::Config(format!("hash table {:?}: {e}", t.name)))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@
 //! Evaluation resolves read-only ([`Resolve::Lookup`]): unknown keys look up
 //! nothing, counts do not move.
 
-use super::hashtab::{owner, HashShard, Stats};
+use super::hashtab::{owner, Stats};
 use super::placement::{Placement, Plan};
 use super::store::{init_row, Store};
 use crate::clicks::batch::{Bags, Batch, KeyBags};
@@ -569,26 +569,6 @@ pub fn local_stats(store: &Store) -> Stats {
         s.refused += x.refused;
     }
     s
-}
-
-/// Every hash table's shard on this rank (`None` for other tables and for the hash
-/// tables this rank holds no rows of), sized by the rank's rows of the table.
-pub fn local_hash_shards(
-    spec: &ModelSpec,
-    rows_here: &[Option<u64>],
-) -> Result<Vec<Option<HashShard>>> {
-    spec.tables
-        .iter()
-        .zip(rows_here)
-        .map(|(t, &rows)| {
-            let Some(rows) = rows.filter(|_| t.vocab_kind == VocabKind::Hash) else {
-                return Ok(None);
-            };
-            HashShard::new(rows as usize, t.admit_after, t.evict)
-                .map(Some)
-                .map_err(|e| Error::Config(format!("hash table {:?}: {e}", t.name)))
-        })
-        .collect()
 }
 
 /// For statistics only: each hash table's keys as rows `mix(key) mod capacity` (a

@@ -264,7 +264,7 @@ impl Store {
             }
             rows_here[t] = local.iter().find(|l| l.shard.table == t).map(|l| l.rows);
         }
-        let hash = super::keys::local_hash_shards(spec, &rows_here)?;
+        let hash = super::hashtab::local_hash_shards(spec, &rows_here)?;
         Ok(Store {
             spec: spec.clone(),
             plan: plan.clone(),
