@@ -24,18 +24,18 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
-use super::exchange::{
-    apply_rows, global_send_request, is_pooled_table, protocol_violation, sum_sources_into,
-    ExchangeCounts, Index,
-};
+use super::exchange::counts::ExchangeCounts;
+use super::exchange::index::Index;
+use super::exchange::owner_sums::{apply_rows, sum_sources_into};
+use super::exchange::request::{global_send_request, protocol_violation};
 use crate::allocs::{reserve_with_room as reserve_total, resize_for_overwrite};
 use crate::clicks::batch::Batch;
 use crate::comm::{Comm, Received};
-use crate::embed::tables::placement::Placement;
+use crate::embed::tables::placement::{OutputMode, Placement};
 use crate::embed::tables::row_kernels::{
     pool_bags, scatter_bags, scatter_bags_fresh, sq_sums, Bags, Isa,
 };
-use crate::embed::tables::store::{LocalShard, Store, TableOpt};
+use crate::embed::tables::store::{input_offsets, LocalShard, Store, TableOpt};
 use crate::spec::Pooling;
 use crate::Result;
 
@@ -131,6 +131,11 @@ fn take<'a>(msg: &mut &'a [u32], k: usize, q: usize, s: usize) -> &'a [u32] {
     let (a, b) = msg.split_at(k);
     *msg = b;
     a
+}
+
+/// Whether table `t` is sharded and in the `pooled` output mode.
+pub fn is_pooled_table(store: &Store, t: usize) -> bool {
+    !store.is_replicated(t) && store.plan.mode(t) == OutputMode::Pooled
 }
 
 /// Whether slot `s` is served in the pooled mode.
@@ -460,7 +465,7 @@ fn local_combine(store: &Store, batch: &Batch, got: &Received<f32>, x: &mut [f32
         }
     }
     let width = spec.mlp_input();
-    let offs = super::exchange::input_offsets(store);
+    let offs = input_offsets(store);
     x.par_chunks_mut(width.max(1))
         .enumerate()
         .for_each(|(e, xr)| {

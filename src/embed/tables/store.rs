@@ -359,6 +359,21 @@ impl Store {
     }
 }
 
+/// Column offset of each table's pooled vector in the MLP input.
+pub fn input_offsets(store: &Store) -> Vec<usize> {
+    let mut o = 0;
+    store
+        .spec
+        .tables
+        .iter()
+        .map(|t| {
+            let at = o;
+            o += t.dim;
+            at
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,12 +3,13 @@
 
 use rayon::prelude::*;
 
+use super::counts::ExchangeCounts;
+use super::index::Index;
 use super::request::{global_send_request, protocol_violation, route, split_message};
-use super::{is_pooled_table, ExchangeCounts, Index};
 use crate::allocs::{reserve_with_room as reserve_total, resize_for_overwrite};
 use crate::clicks::batch::Batch;
 use crate::comm::{Comm, Received};
-use crate::embed::sharding::pooled::{self, Served};
+use crate::embed::sharding::pooled::{self, is_pooled_table, Served};
 use crate::embed::tables::row_kernels::{prefetch_distinct_ahead, Isa};
 use crate::embed::tables::store::Store;
 use crate::Result;

@@ -13,215 +13,32 @@
 //! owners of the table in one more all-to-all-v.
 //!
 //! Files: `lookup.rs` (the forward exchange, by phases), `backward.rs` (the
-//! backward exchange, by phases, and the owners' sums and updates), `request.rs`
-//! (the all-to-all request every exchange builds the same way, and its parsing).
-//! This file keeps what both directions share: the dedup index, the counts, pooling
-//! and the step's gradients.
+//! backward exchange, by phases), `owner_sums.rs` (the owners' sums over sources and
+//! their updates), `request.rs` (the all-to-all request every exchange builds the same
+//! way, and its parsing), `index.rs` (the dedup index) and `counts.rs` (what an
+//! exchange moved). The last four sit below [`super::pooled`] too, which uses them.
+//! This file keeps pooling and the step's gradients.
 
 use rayon::prelude::*;
 
-use super::pooled;
+use super::pooled::{self, is_pooled_table};
 use crate::allocs::{reserve_with_room as reserve_total, resize_for_overwrite};
 use crate::clicks::batch::Batch;
-use crate::embed::tables::placement::OutputMode;
 use crate::embed::tables::row_kernels::{pool as pool_kernel, scatter, Bag, Isa};
-use crate::embed::tables::store::Store;
+use crate::embed::tables::store::{input_offsets, Store};
 use crate::spec::Pooling;
 
 mod backward;
+pub(super) mod counts;
+pub(super) mod index;
 mod lookup;
-mod request;
+pub(super) mod owner_sums;
+pub(super) mod request;
 
-pub(super) use backward::{apply_rows, sum_sources_into};
-pub use backward::{global_backward, local_apply_replicated, BackwardBufs, SortScratch};
+pub use backward::{global_backward, local_apply_replicated, BackwardBufs};
+pub use counts::ExchangeCounts;
 pub use lookup::{global_lookup, global_lookup_into, Lookup};
-pub(super) use request::{global_send_request, protocol_violation};
-
-/// A map from ids (below `u32::MAX`, which marks an empty slot) to positions: open
-/// addressing with linear probing in a power-of-two table at most half full.
-#[derive(Debug)]
-pub(super) struct OpenMap {
-    keys: Vec<u32>,
-    vals: Vec<u32>,
-    shift: u32,
-    len: usize,
-}
-
-impl OpenMap {
-    fn with_capacity(n: usize) -> OpenMap {
-        let cap = (2 * n.max(8)).next_power_of_two();
-        OpenMap {
-            keys: vec![u32::MAX; cap],
-            vals: vec![0; cap],
-            shift: 64 - cap.trailing_zeros(),
-            len: 0,
-        }
-    }
-
-    #[inline(always)]
-    fn slot(&self, id: u32) -> usize {
-        ((id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
-    }
-
-    #[inline]
-    fn get_or_insert(&mut self, id: u32, next: u32) -> u32 {
-        debug_assert!(id != u32::MAX);
-        let mask = self.keys.len() - 1;
-        let mut h = self.slot(id);
-        loop {
-            let k = self.keys[h];
-            if k == id {
-                return self.vals[h];
-            }
-            if k == u32::MAX {
-                self.keys[h] = id;
-                self.vals[h] = next;
-                self.len += 1;
-                if 2 * self.len > self.keys.len() {
-                    self.grow();
-                }
-                return next;
-            }
-            h = (h + 1) & mask;
-        }
-    }
-
-    fn grow(&mut self) {
-        let old = std::mem::replace(self, OpenMap::with_capacity(self.keys.len()));
-        for (&k, &v) in old.keys.iter().zip(&old.vals) {
-            if k != u32::MAX {
-                self.get_or_insert(k, v);
-            }
-        }
-    }
-
-    fn clear(&mut self) {
-        self.keys.fill(u32::MAX);
-        self.len = 0;
-    }
-}
-
-/// How many ids ahead a dedup pass asks the cache for its index entry.
-const INDEX_PREFETCH_AHEAD: usize = 16;
-
-/// Position of each id in a first-seen list: a dense array for tables (or shards)
-/// of up to 2^25 rows, an open-addressing map beyond.
-#[derive(Debug)]
-pub(super) enum Index {
-    Dense(Vec<u32>),
-    Sparse(OpenMap),
-}
-
-impl Index {
-    const DENSE_MAX: u64 = 1 << 25;
-
-    /// An index for up to `inserts` ids out of `rows`: dense when that costs at most
-    /// a few times the inserts (filling it is O(rows)), hashed otherwise.
-    fn new(rows: u64, inserts: usize) -> Index {
-        if rows <= Self::DENSE_MAX && rows <= 8 * inserts.max(4096) as u64 {
-            Index::Dense(vec![u32::MAX; rows as usize])
-        } else {
-            Index::Sparse(OpenMap::with_capacity(inserts))
-        }
-    }
-
-    /// The position of `id`, or `next` (recorded) when it is new.
-    #[inline]
-    fn get_or_insert(&mut self, id: u32, next: u32) -> u32 {
-        match self {
-            Index::Dense(v) => {
-                let slot = &mut v[id as usize];
-                if *slot == u32::MAX {
-                    *slot = next;
-                }
-                *slot
-            }
-            Index::Sparse(m) => m.get_or_insert(id, next),
-        }
-    }
-
-    /// Ask the cache for the entry of `id` (a later insert then finds it near): the
-    /// ids of a batch are mostly spread over large tables, and each would otherwise
-    /// wait for memory in turn.
-    #[inline(always)]
-    fn prefetch(&self, id: u32) {
-        let p: *const u32 = match self {
-            Index::Dense(v) => match v.get(id as usize) {
-                Some(slot) => slot,
-                None => return,
-            },
-            Index::Sparse(m) => &m.keys[m.slot(id)],
-        };
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch reads nothing (and `p` points into a live buffer); SSE
-        // is part of every x86_64 CPU.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast())
-        };
-        let _ = p;
-    }
-
-    /// [`Index::prefetch`] of the id [`INDEX_PREFETCH_AHEAD`] past position `k` of
-    /// `ids` (none past the end), for a pass that inserts `ids` in order.
-    #[inline(always)]
-    fn prefetch_ahead(&self, ids: &[u32], k: usize) {
-        if let Some(&ahead) = ids.get(k + INDEX_PREFETCH_AHEAD) {
-            self.prefetch(ahead);
-        }
-    }
-
-    /// Forget `ids` (which must be all the ids inserted).
-    fn clear(&mut self, ids: &[u32]) {
-        match self {
-            Index::Dense(v) => ids.iter().for_each(|&id| v[id as usize] = u32::MAX),
-            Index::Sparse(m) => m.clear(),
-        }
-    }
-}
-
-/// What one exchange moved, for the per-interval report.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct ExchangeCounts {
-    /// Ids in the local batches (of tables that are not replicated).
-    pub occurrences: u64,
-    /// Ids sent to owners by the lookup (a column-wise table sends an id to each of
-    /// its shards); the backward sends the same ids once more.
-    pub sent: u64,
-    /// Rows this rank served (pooled: rows it pooled) or updated as an owner.
-    pub owner_rows: u64,
-    /// Seconds this rank spent applying the optimizer to its rows, but for the pooled
-    /// slots updated within the pooled backward (counted in the backward).
-    pub update_seconds: f64,
-}
-
-impl std::ops::AddAssign for ExchangeCounts {
-    fn add_assign(&mut self, o: Self) {
-        self.occurrences += o.occurrences;
-        self.sent += o.sent;
-        self.owner_rows += o.owner_rows;
-        self.update_seconds += o.update_seconds;
-    }
-}
-
-/// Whether table `t` is sharded and in the `pooled` output mode.
-pub fn is_pooled_table(store: &Store, t: usize) -> bool {
-    !store.is_replicated(t) && store.plan.mode(t) == OutputMode::Pooled
-}
-
-/// Column offset of each table's pooled vector in the MLP input.
-pub fn input_offsets(store: &Store) -> Vec<usize> {
-    let mut o = 0;
-    store
-        .spec
-        .tables
-        .iter()
-        .map(|t| {
-            let at = o;
-            o += t.dim;
-            at
-        })
-        .collect()
-}
+pub use owner_sums::SortScratch;
 
 /// The MLP input of a batch (`n x (sum of dims + n_dense)`, row-major) into `lk.x`:
 /// each `rows` table's pooled vector (sum or mean of its bag's rows; zeros for an
@@ -504,43 +321,4 @@ pub fn all_finite(v: &[f32]) -> bool {
     const EXP: u32 = 0x7f80_0000;
     v.chunks(4096)
         .all(|c| c.iter().fold(0u32, |m, x| m.max(x.to_bits() & EXP)) != EXP)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_open_map_keeps_first_positions_through_growth_and_clear() {
-        // Capacity for 8, then 10,000 distinct ids (grows many times), each seen twice.
-        let mut m = OpenMap::with_capacity(8);
-        let ids: Vec<u32> = (0..10_000u32)
-            .map(|i| i.wrapping_mul(2_654_435_761) % (u32::MAX - 1))
-            .collect();
-        for (p, &id) in ids.iter().enumerate() {
-            assert_eq!(m.get_or_insert(id, p as u32), p as u32);
-        }
-        for (p, &id) in ids.iter().enumerate() {
-            assert_eq!(m.get_or_insert(id, 99), p as u32, "id {id}");
-        }
-        assert_eq!(m.len, ids.len());
-        m.clear();
-        assert_eq!(m.get_or_insert(ids[5], 7), 7);
-        // The dense and the hashed index agree.
-        let mut d = Index::new(100, 1 << 20);
-        let mut h = Index::new(1 << 30, 4);
-        assert!(matches!(d, Index::Dense(_)) && matches!(h, Index::Sparse(_)));
-        for (k, id) in [5u32, 9, 5, 0, 9, 99].into_iter().enumerate() {
-            // A prefetch changes nothing, also for an id past a dense index's end
-            // (the id after the last of a batch may be any value).
-            for ix in [&d, &h] {
-                ix.prefetch(id);
-                ix.prefetch(id + 1000);
-                ix.prefetch_ahead(&[id; INDEX_PREFETCH_AHEAD + 1], k);
-            }
-            assert_eq!(d.get_or_insert(id, k as u32), h.get_or_insert(id, k as u32));
-        }
-        assert_eq!(d.get_or_insert(99, 50), 5);
-        assert_eq!(h.get_or_insert(99, 50), 5);
-    }
 }
