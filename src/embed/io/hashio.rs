@@ -26,9 +26,9 @@ use std::path::Path;
 use ndarray::{s, ArrayView2};
 
 use crate::ckpt::commit::corrupt;
-use crate::embed::io::model_file::h5;
 use crate::embed::tables::hashtab::{owner, Entry, HashShard};
 use crate::embed::tables::store::Store;
+use crate::h5::ctx as h5;
 use crate::h5::{write_attr, Attr};
 use crate::spec::Evict;
 use crate::{Error, Result};

@@ -25,7 +25,7 @@ use crate::ckpt::commit::global_write_atomic;
 use crate::comm::Comm;
 use crate::embed::tables::placement::Rows;
 use crate::embed::train::trainer::EmbedTrainer;
-pub(crate) use crate::h5::ctx as h5;
+use crate::h5::ctx as h5;
 use crate::h5::{write_attr, write_attrs, Attr};
 use crate::{Error, Result};
 
@@ -208,7 +208,10 @@ pub fn global_write_model<C: Comm>(
     let mut attrs = vec![
         ("format", Attr::Str(FORMAT.into())),
         ("version", Attr::U64(VERSION)),
-        ("config_hash", Attr::Str(super::checkpoint::config_hash(tr))),
+        (
+            "config_hash",
+            Attr::Str(super::config_hash::config_hash(tr)),
+        ),
         ("spec_digest", Attr::Str(c.spec.digest())),
         ("spec", Attr::Str(spec)),
         ("table_opt", Attr::Str(format!("{:?}", c.table_opt))),
