@@ -298,6 +298,12 @@ pub fn hash_tables(spec: &ModelSpec) -> Vec<usize> {
 /// Collective: every rank must call (with its own batch, possibly empty). Resolve
 /// every key of `batch`'s hash tables to its row at the owners and write the rows
 /// into `batch.bags` (keys without a row are left out of their bags).
+///
+/// Phases: 1. the distinct keys per table ([`local_distinct_keys`]); 2. one request
+/// per owner ([`local_pack_requests`]), sent in one all-to-all-v; 3. the owners
+/// resolve each distinct key once ([`local_check_requests`], [`local_resolve_table`])
+/// and answer ([`local_pack_answers`]) in a second one; 4. the rows into the bags
+/// ([`local_rows_into_bags`]).
 pub fn global_resolve<C: Comm>(
     comm: &C,
     store: &mut Store,
@@ -320,6 +326,47 @@ pub fn global_resolve<C: Comm>(
     b.dest_of.resize_with(h, Vec::new);
 
     // 1. Distinct keys per table with their occurrence counts, in first-seen order.
+    local_distinct_keys(&hts, batch, b, &mut counts);
+
+    // 2. One message per owner: per hash table a count, then for each table its
+    // (key, count) pairs in first-seen order.
+    let (sent_to, send_counts) = local_pack_requests(store, &hts, p, b);
+    comm.all_to_all_v_into(&b.send, &send_counts, &mut b.recv)?;
+
+    // 3. Owners resolve each distinct key of the step once, with its occurrences
+    // summed over the senders (in first-seen order: senders in rank order), and
+    // answer every sender with the same row.
+    let pairs_from = local_check_requests(&b.recv, &hts, p)?;
+    // Per received pair (senders in rank order within each table), its distinct key.
+    b.pair_key.clear();
+    let mut pair_start = vec![0usize; p * h];
+    for (j, &t) in hts.iter().enumerate() {
+        let total: usize = (0..p).map(|src| pairs_from[src * h + j].1).sum();
+        if total == 0 {
+            for src in 0..p {
+                pair_start[src * h + j] = b.pair_key.len();
+            }
+            continue;
+        }
+        local_resolve_table(store, t, j, h, how, me, &pairs_from, &mut pair_start, b)?;
+    }
+    let reply_counts = local_pack_answers(&pairs_from, &pair_start, p, h, b);
+    comm.all_to_all_v_into(&b.reply, &reply_counts, &mut b.answers)?;
+
+    // 4. Rows into the bags, in the order of the occurrences.
+    local_rows_into_bags(&hts, batch, &sent_to, p, b, &mut counts)?;
+    Ok(counts)
+}
+
+/// Phase 1 of [`global_resolve`]: per hash table (index `j` in `hts`), the batch's
+/// distinct keys in first-seen order with their occurrence counts, and each
+/// occurrence's index into them.
+fn local_distinct_keys(
+    hts: &[usize],
+    batch: &Batch,
+    b: &mut ResolveBufs,
+    counts: &mut ResolveCounts,
+) {
     for (j, &t) in hts.iter().enumerate() {
         let keys = batch.keys.get(t).map(|k| &k.ids[..]).unwrap_or(&[]);
         counts.occurrences += keys.len() as u64;
@@ -342,10 +389,21 @@ pub fn global_resolve<C: Comm>(
         b.index.clear(distinct);
         counts.sent += distinct.len() as u64;
     }
+}
 
-    // 2. One message per owner: per hash table a count, then for each table its
-    // (key, count) pairs in first-seen order.
-    let mut n_ot = vec![0usize; p * h];
+/// Phase 2 of [`global_resolve`]: each distinct key's owner and position among the
+/// keys of its table sent there (`b.dest_of`, `b.pos`), and the request in `b.send`:
+/// per owner a header of one count per hash table, then per table its (key, count)
+/// pairs. Returns the keys sent to each owner `o` of each table `j` (at `o * h + j`)
+/// and the values sent to each owner.
+fn local_pack_requests(
+    store: &Store,
+    hts: &[usize],
+    p: usize,
+    b: &mut ResolveBufs,
+) -> (Vec<usize>, Vec<usize>) {
+    let h = hts.len();
+    let mut sent_to = vec![0usize; p * h];
     for j in 0..h {
         let t = hts[j];
         b.dest.clear();
@@ -357,48 +415,55 @@ pub fn global_resolve<C: Comm>(
         );
         b.pos[j].clear();
         for &o in &b.dest {
-            let c = &mut n_ot[o as usize * h + j];
+            let c = &mut sent_to[o as usize * h + j];
             b.pos[j].push(*c as u32);
             *c += 1;
         }
         std::mem::swap(&mut b.dest, &mut b.dest_of[j]);
     }
     let mut send_counts = Vec::with_capacity(p);
-    let mut base = vec![0usize; p * h];
+    // Where table `j`'s pairs start in the message to owner `o` (at `o * h + j`).
+    let mut pairs_at = vec![0usize; p * h];
     let mut at = 0;
     for o in 0..p {
         let start = at;
         at += h;
         for j in 0..h {
-            base[o * h + j] = at;
-            at += 2 * n_ot[o * h + j];
+            pairs_at[o * h + j] = at;
+            at += 2 * sent_to[o * h + j];
         }
         send_counts.push(at - start);
     }
     b.send.clear();
     b.send.resize(at, 0);
     for o in 0..p {
-        let hdr = base[o * h] - h;
+        let hdr = pairs_at[o * h] - h;
         for j in 0..h {
-            b.send[hdr + j] = n_ot[o * h + j] as u64;
+            b.send[hdr + j] = sent_to[o * h + j] as u64;
         }
     }
     for j in 0..h {
         for (i, (&k, &c)) in b.distinct[j].iter().zip(&b.counts[j]).enumerate() {
             let o = b.dest_of[j][i] as usize;
-            let x = base[o * h + j] + 2 * b.pos[j][i] as usize;
+            let x = pairs_at[o * h + j] + 2 * b.pos[j][i] as usize;
             b.send[x] = k;
             b.send[x + 1] = c as u64;
         }
     }
-    comm.all_to_all_v_into(&b.send, &send_counts, &mut b.recv)?;
+    (sent_to, send_counts)
+}
 
-    // 3. Owners resolve each distinct key of the step once, with its occurrences
-    // summed over the senders (in first-seen order: senders in rank order), and
-    // answer every sender with the same row.
-    let recv_off = b.recv.offsets();
-    // Per sender and table, where its pairs are in `b.recv.data`.
-    let mut at = vec![(0usize, 0usize); p * h];
+/// Phase 3 of [`global_resolve`], first part: check each sender's request against
+/// its header. Returns, per sender `src` and table `j` (at `src * h + j`), where its
+/// pairs start in `recv.data` and how many there are.
+fn local_check_requests(
+    recv: &Received<u64>,
+    hts: &[usize],
+    p: usize,
+) -> Result<Vec<(usize, usize)>> {
+    let h = hts.len();
+    let recv_off = recv.offsets();
+    let mut pairs_from = vec![(0usize, 0usize); p * h];
     for src in 0..p {
         let (lo, hi) = (recv_off[src], recv_off[src + 1]);
         if hi - lo < h {
@@ -409,13 +474,13 @@ pub fn global_resolve<C: Comm>(
         }
         let mut x = lo + h;
         for (j, &t) in hts.iter().enumerate() {
-            let n = b.recv.data[lo + j] as usize;
+            let n = recv.data[lo + j] as usize;
             if x + 2 * n > hi {
                 return Err(Error::Comm(format!(
                     "key resolution: rank {src} announced {n} keys of table {t}, sent fewer"
                 )));
             }
-            at[src * h + j] = (x, n);
+            pairs_from[src * h + j] = (x, n);
             x += 2 * n;
         }
         if x != hi {
@@ -425,111 +490,145 @@ pub fn global_resolve<C: Comm>(
             )));
         }
     }
-    // Per received pair (senders in rank order within each table), its distinct key.
-    b.pair_key.clear();
-    let mut pair_start = vec![0usize; p * h];
-    for (j, &t) in hts.iter().enumerate() {
-        let total: usize = (0..p).map(|src| at[src * h + j].1).sum();
-        if total == 0 {
-            for src in 0..p {
-                pair_start[src * h + j] = b.pair_key.len();
+    Ok(pairs_from)
+}
+
+/// Phase 3 of [`global_resolve`], the owner's part for hash table `t` (index `j` of
+/// `h`): each distinct key of the step resolved once, with its counts summed over the
+/// senders in rank order (new rows initialized when training), and every received
+/// pair's row appended to `b.pair_key` (where sender `src`'s start: `pair_start`).
+#[allow(clippy::too_many_arguments)]
+fn local_resolve_table(
+    store: &mut Store,
+    t: usize,
+    j: usize,
+    h: usize,
+    how: Resolve,
+    me: usize,
+    pairs_from: &[(usize, usize)],
+    pair_start: &mut [usize],
+    b: &mut ResolveBufs,
+) -> Result<()> {
+    let p = pair_start.len() / h;
+    let total: usize = (0..p).map(|src| pairs_from[src * h + j].1).sum();
+    let ranks = key_ranks(&store.plan, t);
+    let (k, j_me) = (ranks.len() as u64, ranks.iter().position(|&r| r == me));
+    let j_me = j_me.ok_or_else(|| {
+        Error::Comm(format!(
+            "key resolution: keys of table {t} came to rank {me}, which holds none"
+        ))
+    })? as u64;
+    let li = store.hash_local(t)?;
+    b.own_keys.clear();
+    b.own_counts.clear();
+    b.index.prepare(total);
+    for src in 0..p {
+        pair_start[src * h + j] = b.pair_key.len();
+        let (x, n) = pairs_from[src * h + j];
+        for pair in b.recv.data[x..x + 2 * n].chunks_exact(2) {
+            let next = b.own_keys.len() as u32;
+            let i = b.index.get_or_insert(pair[0], next);
+            if i == next {
+                b.own_keys.push(pair[0]);
+                b.own_counts.push(0);
             }
-            continue;
-        }
-        let ranks = key_ranks(&store.plan, t);
-        let (k, j_me) = (ranks.len() as u64, ranks.iter().position(|&r| r == me));
-        let j_me = j_me.ok_or_else(|| {
-            Error::Comm(format!(
-                "key resolution: keys of table {t} came to rank {me}, which holds none"
-            ))
-        })? as u64;
-        let li = store.hash_local(t)?;
-        b.own_keys.clear();
-        b.own_counts.clear();
-        b.index.prepare(total);
-        for src in 0..p {
-            pair_start[src * h + j] = b.pair_key.len();
-            let (x, n) = at[src * h + j];
-            for pair in b.recv.data[x..x + 2 * n].chunks_exact(2) {
-                let next = b.own_keys.len() as u32;
-                let i = b.index.get_or_insert(pair[0], next);
-                if i == next {
-                    b.own_keys.push(pair[0]);
-                    b.own_counts.push(0);
-                }
-                let c = &mut b.own_counts[i as usize];
-                *c = c.saturating_add(pair[1].min(u32::MAX as u64) as u32);
-                b.pair_key.push(i);
-            }
-        }
-        b.index.clear(&b.own_keys);
-        let cap = store.spec.tables[t].vocab;
-        let seed = store.seed;
-        let sp = store.opt.state_per_row();
-        let shard = store.hash[t]
-            .as_mut()
-            .ok_or_else(|| Error::Comm(format!("table {t} has no hash shard on rank {me}")))?;
-        let ls = &mut store.local[li];
-        let w = ls.shard.width();
-        b.own_rows.clear();
-        for (&key, &c) in b.own_keys.iter().zip(&b.own_counts) {
-            let slot = match how {
-                Resolve::Train { step } => {
-                    b.fresh.clear();
-                    let r = shard.resolve(key, c, step, &mut b.fresh);
-                    for &(fs, fk) in &b.fresh {
-                        let fs = fs as usize;
-                        init_key_row(seed, t, cap, fk, &mut ls.data[fs * w..(fs + 1) * w]);
-                        ls.state[fs * sp..(fs + 1) * sp].fill(0.0);
-                    }
-                    r
-                }
-                Resolve::Lookup { step } => shard.get(key, step),
-            };
-            b.own_rows.push(match slot {
-                Some(s) => (s as u64 * k + j_me) as u32,
-                None => NO_ROW,
-            });
-        }
-        // Rows by pair, in place of the distinct indices.
-        let start = pair_start[j];
-        for i in &mut b.pair_key[start..] {
-            *i = b.own_rows[*i as usize];
+            let c = &mut b.own_counts[i as usize];
+            *c = c.saturating_add(pair[1].min(u32::MAX as u64) as u32);
+            b.pair_key.push(i);
         }
     }
+    b.index.clear(&b.own_keys);
+    let cap = store.spec.tables[t].vocab;
+    let seed = store.seed;
+    let sp = store.opt.state_per_row();
+    let shard = store.hash[t]
+        .as_mut()
+        .ok_or_else(|| Error::Comm(format!("table {t} has no hash shard on rank {me}")))?;
+    let ls = &mut store.local[li];
+    let w = ls.shard.width();
+    b.own_rows.clear();
+    for (&key, &c) in b.own_keys.iter().zip(&b.own_counts) {
+        let slot = match how {
+            Resolve::Train { step } => {
+                b.fresh.clear();
+                let r = shard.resolve(key, c, step, &mut b.fresh);
+                for &(fs, fk) in &b.fresh {
+                    let fs = fs as usize;
+                    init_key_row(seed, t, cap, fk, &mut ls.data[fs * w..(fs + 1) * w]);
+                    ls.state[fs * sp..(fs + 1) * sp].fill(0.0);
+                }
+                r
+            }
+            Resolve::Lookup { step } => shard.get(key, step),
+        };
+        b.own_rows.push(match slot {
+            Some(s) => (s as u64 * k + j_me) as u32,
+            None => NO_ROW,
+        });
+    }
+    // Rows by pair, in place of the distinct indices.
+    let start = pair_start[j];
+    for i in &mut b.pair_key[start..] {
+        *i = b.own_rows[*i as usize];
+    }
+    Ok(())
+}
+
+/// Phase 3 of [`global_resolve`], last part: the answer to each sender in `b.reply`
+/// (its pairs' rows, table after table). Returns the values sent to each sender.
+fn local_pack_answers(
+    pairs_from: &[(usize, usize)],
+    pair_start: &[usize],
+    p: usize,
+    h: usize,
+    b: &mut ResolveBufs,
+) -> Vec<usize> {
     b.reply.clear();
     let mut reply_counts = Vec::with_capacity(p);
     for src in 0..p {
         let start = b.reply.len();
         for j in 0..h {
-            let (s0, n) = (pair_start[src * h + j], at[src * h + j].1);
+            let (s0, n) = (pair_start[src * h + j], pairs_from[src * h + j].1);
             b.reply.extend_from_slice(&b.pair_key[s0..s0 + n]);
         }
         reply_counts.push(b.reply.len() - start);
     }
-    comm.all_to_all_v_into(&b.reply, &reply_counts, &mut b.answers)?;
+    reply_counts
+}
 
-    // 4. Rows into the bags, in the order of the occurrences.
+/// Phase 4 of [`global_resolve`]: check each owner's answer against what was asked
+/// (`sent_to`), and write the rows into `batch.bags` in the order of the occurrences
+/// (keys without a row left out).
+fn local_rows_into_bags(
+    hts: &[usize],
+    batch: &mut Batch,
+    sent_to: &[usize],
+    p: usize,
+    b: &mut ResolveBufs,
+    counts: &mut ResolveCounts,
+) -> Result<()> {
+    let h = hts.len();
     let ans_off = b.answers.offsets();
+    // Where table `j`'s answers start in owner `o`'s reply (at `o * h + j`).
+    let mut answers_at = vec![0usize; p * h];
     for o in 0..p {
-        let asked: usize = n_ot[o * h..(o + 1) * h].iter().sum();
+        let asked: usize = sent_to[o * h..(o + 1) * h].iter().sum();
         if ans_off[o + 1] - ans_off[o] != asked {
             return Err(Error::Comm(format!(
                 "key resolution: rank {o} answered {} keys, {asked} were asked",
                 ans_off[o + 1] - ans_off[o]
             )));
         }
-        // Where each table's answers start in this owner's reply.
         let mut acc = ans_off[o];
         for j in 0..h {
-            base[o * h + j] = acc;
-            acc += n_ot[o * h + j];
+            answers_at[o * h + j] = acc;
+            acc += sent_to[o * h + j];
         }
     }
     for (j, &t) in hts.iter().enumerate() {
         b.rows.clear();
         b.rows.extend((0..b.distinct[j].len()).map(|i| {
-            b.answers.data[base[b.dest_of[j][i] as usize * h + j] + b.pos[j][i] as usize]
+            b.answers.data[answers_at[b.dest_of[j][i] as usize * h + j] + b.pos[j][i] as usize]
         }));
         let rows = &b.rows;
         counts.no_row += rows.iter().filter(|&&r| r == NO_ROW).count() as u64;
@@ -555,7 +654,7 @@ pub fn global_resolve<C: Comm>(
             bags.offsets.resize(batch.n + 1, 0);
         }
     }
-    Ok(counts)
+    Ok(())
 }
 
 /// Every hash shard's counters on this rank, summed.
