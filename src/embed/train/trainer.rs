@@ -452,6 +452,11 @@ impl EmbedTrainer {
     /// all of the step's micro-batches (the tables do not change within a step, and
     /// the ids are deduplicated over the whole step), the MLP micro-batch by
     /// micro-batch, one backward exchange, one fused all-reduce.
+    ///
+    /// Phases: the step's rows, pooled ([`Self::global_fetch_pooled`]); the dense step
+    /// (with the next step's lookup meanwhile when pipelined,
+    /// [`Self::global_dense_step`]); the tables' gradients and the agreed status; the
+    /// backward exchange, the all-reduce and the optimizers ([`Self::global_update`]).
     pub fn global_step<C: Comm>(&mut self, comm: &C, preempt_flag: bool) -> Result<StepStatus> {
         let t_step = Instant::now();
         let allocs0 = crate::allocs::large_allocations();
@@ -470,9 +475,54 @@ impl EmbedTrainer {
         crate::allocs::resize_for_overwrite(&mut self.fused, n_params + self.grads.dense_len());
         self.fused[..n_params].fill(0.0);
         let mut counts = ExchangeCounts::default();
-        let width = self.cfg.spec.mlp_input();
 
         let parts = self.local_parts(p, rank, self.step);
+        let current = self.global_fetch_pooled(comm, &parts, &mut counts)?;
+        let mut loss = self.global_dense_step(comm, &current, &parts, weight, &mut counts)?;
+        // Expanding d loss / d input into the tables' gradients is the backward's.
+        let t = Timer::start();
+        self.grads
+            .accumulate(&self.store, &current.batch, &current.lookup, &self.dx);
+        self.acc.t_backward += t.elapsed().as_secs_f64();
+        self.acc.cpu_phases += t.cpu_elapsed();
+
+        if crate::ckpt::faults::inject_nan(self.step as usize + 1, comm.rank()) {
+            loss = f64::NAN;
+        }
+        if crate::ckpt::faults::inject_nan_grad(self.step as usize + 1, comm.rank()) {
+            self.grads.plant_nan();
+        }
+        // Status first: nothing is applied when any rank saw a non-finite value.
+        let finite = loss.is_finite()
+            && self.fused[..n_params].iter().all(|v| v.is_finite())
+            && self.grads.all_finite();
+        let status = StepStatus::global_agree(comm, !finite, preempt_flag);
+        if let StepStatus::NonFinite { .. } = status {
+            return Ok(status);
+        }
+        let mut loss_sum = [loss];
+        comm.all_reduce_sum(&mut loss_sum);
+
+        self.global_update(comm, current, n_params, &mut counts)?;
+
+        self.step += 1;
+        self.acc.steps += 1;
+        self.acc.large_allocs += crate::allocs::large_allocations() - allocs0;
+        self.acc.examples += count;
+        self.acc.loss += loss_sum[0];
+        self.acc.counts += counts;
+        Ok(status)
+    }
+
+    /// Collective: every rank must call. Phase 1 of [`Self::global_step`]: this step's
+    /// examples and rows (`parts`: this rank's micro-batches), prefetched by the last
+    /// step or looked up now, pooled into the MLP input.
+    fn global_fetch_pooled<C: Comm>(
+        &mut self,
+        comm: &C,
+        parts: &[(u64, usize)],
+        counts: &mut ExchangeCounts,
+    ) -> Result<Fetched> {
         let mut current = match self.prefetched.take() {
             Some(f) => f,
             None => {
@@ -484,8 +534,8 @@ impl EmbedTrainer {
                     dedup: self.cfg.dedup,
                     step: self.step,
                 };
-                let (f, c, r) = fetch(comm, cx, &mut self.store, &mut self.keys, &parts, spare)?;
-                counts += c;
+                let (f, c, r) = fetch(comm, cx, &mut self.store, &mut self.keys, parts, spare)?;
+                *counts += c;
                 self.acc.keys += r;
                 self.acc.t_lookup += t.elapsed().as_secs_f64();
                 self.acc.cpu_phases += t.cpu_elapsed();
@@ -496,6 +546,24 @@ impl EmbedTrainer {
         pool(&self.store, &current.batch, &mut current.lookup);
         self.acc.t_pool += t.elapsed().as_secs_f64();
         self.acc.cpu_phases += t.cpu_elapsed();
+        Ok(current)
+    }
+
+    /// Collective when pipelined (the next step's lookup), local otherwise. Phase 2 of
+    /// [`Self::global_step`]: the MLP's forward and backward micro-batch by
+    /// micro-batch (`parts`), its gradient summed into the fused buffer and d loss /
+    /// d input into `self.dx`. Returns this rank's loss.
+    fn global_dense_step<C: Comm>(
+        &mut self,
+        comm: &C,
+        current: &Fetched,
+        parts: &[(u64, usize)],
+        weight: f32,
+        counts: &mut ExchangeCounts,
+    ) -> Result<f64> {
+        let (p, rank) = (comm.size(), comm.rank());
+        let n_params = self.mlp.n_params();
+        let width = self.cfg.spec.mlp_input();
         let n = current.batch.n;
         // Every value is overwritten by the MLP's backward (its last product has beta 0).
         self.dx.resize(n * width, 0.0);
@@ -558,42 +626,32 @@ impl EmbedTrainer {
             None => (dense(), None),
         };
         let wall = t.elapsed().as_secs_f64();
-        let (mut loss, t_dense) = dense_res?;
+        let (loss, t_dense) = dense_res?;
         self.acc.t_dense += t_dense;
         if let Some(f) = prefetched {
             let (f, c, r) = f?;
-            counts += c;
+            *counts += c;
             self.acc.keys += r;
             self.acc.t_lookup += (wall - t_dense).max(0.0);
             self.acc.overlapped = true;
             self.prefetched = Some(f);
         }
-        // Expanding d loss / d input into the tables' gradients is the backward's.
-        let t = Timer::start();
-        self.grads
-            .accumulate(&self.store, &current.batch, &current.lookup, &self.dx);
-        self.acc.t_backward += t.elapsed().as_secs_f64();
-        self.acc.cpu_phases += t.cpu_elapsed();
+        Ok(loss)
+    }
 
-        if crate::ckpt::faults::inject_nan(self.step as usize + 1, comm.rank()) {
-            loss = f64::NAN;
-        }
-        if crate::ckpt::faults::inject_nan_grad(self.step as usize + 1, comm.rank()) {
-            self.grads.plant_nan();
-        }
-        // Status first: nothing is applied when any rank saw a non-finite value.
-        let finite = loss.is_finite()
-            && self.fused[..n_params].iter().all(|v| v.is_finite())
-            && self.grads.all_finite();
-        let status = StepStatus::global_agree(comm, !finite, preempt_flag);
-        if let StepStatus::NonFinite { .. } = status {
-            return Ok(status);
-        }
-        let mut loss_sum = [loss];
-        comm.all_reduce_sum(&mut loss_sum);
-
+    /// Collective: every rank must call. Last phase of [`Self::global_step`]: the
+    /// backward exchange (the tables' updates at their owners), the fused all-reduce
+    /// of the MLP's and the replicated tables' gradients, and their optimizers.
+    /// `current`'s buffers are kept for the next fetch.
+    fn global_update<C: Comm>(
+        &mut self,
+        comm: &C,
+        current: Fetched,
+        n_params: usize,
+        counts: &mut ExchangeCounts,
+    ) -> Result<()> {
         let t = Timer::start();
-        counts += global_backward(
+        *counts += global_backward(
             comm,
             &mut self.store,
             &mut self.grads,
@@ -617,14 +675,7 @@ impl EmbedTrainer {
             &mut self.dense_state,
         );
         local_apply_replicated(&mut self.store, &self.fused[n_params..]);
-
-        self.step += 1;
-        self.acc.steps += 1;
-        self.acc.large_allocs += crate::allocs::large_allocations() - allocs0;
-        self.acc.examples += count;
-        self.acc.loss += loss_sum[0];
-        self.acc.counts += counts;
-        Ok(status)
+        Ok(())
     }
 
     /// Collective: every rank must call (a no-op without hash tables). The hash
