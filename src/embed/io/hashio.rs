@@ -216,6 +216,11 @@ fn read2(
 /// Rank-local: restore hash table `t` from the open file `f` (at `path`) into
 /// `store`. `reset_seen`: a warm start, where the entries count as seen at step 0 of
 /// the new run.
+///
+/// Reads the table's header (kind, capacity, entries per rank, the ranks that held
+/// it), then puts the entries back to their slots when the ranks and the capacity are
+/// the same ([`local_restore_exact`]), or re-shards them onto this rank's keys
+/// ([`local_restore_resharded`]).
 pub(crate) fn local_restore(
     f: &hdf5::File,
     path: &Path,
@@ -223,7 +228,7 @@ pub(crate) fn local_restore(
     t: usize,
     reset_seen: bool,
 ) -> Result<Restored> {
-    let (p, me) = (store.plan.world, store.rank);
+    let p = store.plan.world;
     let ts = store.spec.tables[t].clone();
     let sp = store.opt.state_per_row();
     let at = |n: &str| format!("/tables/{t}/{n}");
@@ -252,11 +257,15 @@ pub(crate) fn local_restore(
     })?;
     let total: u64 = per_rank.iter().sum();
     let total = usize::try_from(total).map_err(|_| corrupt(path, "too many entries"))?;
-    let (admit, evict) = (ts.admit_after, ts.evict);
     let li = store.hash_local(t)?;
-    let cap_here = store.local[li].rows as usize;
-    let w = store.local[li].shard.width();
-    let seen = |s: u64| if reset_seen { 0 } else { s };
+    let target = ShardTarget {
+        t,
+        li,
+        cap_here: store.local[li].rows as usize,
+        w: store.local[li].shard.width(),
+        sp,
+        reset_seen,
+    };
 
     let ranks_now: Vec<u64> = crate::embed::tables::keys::key_ranks(&store.plan, t)
         .iter()
@@ -271,43 +280,113 @@ pub(crate) fn local_restore(
         read1(f, path, &name, 0, n)?
     };
     if per_rank.len() == p && capacity == ts.vocab && ranks_now == ranks_then {
-        // Exact: this rank's entries back to their slots.
-        let lo = per_rank[..me].iter().sum::<u64>() as usize;
-        let hi = lo + per_rank[me] as usize;
-        let keys: Vec<u64> = read1(f, path, &at("keys"), lo, hi)?;
-        let slots: Vec<u32> = read1(f, path, &at("slots"), lo, hi)?;
-        let counts: Vec<u32> = read1(f, path, &at("counts"), lo, hi)?;
-        let last: Vec<u64> = read1(f, path, &at("last_seen"), lo, hi)?;
-        let rows = read2(f, path, &at("rows"), lo, hi, w)?;
-        let state = if sp > 0 {
-            read2(f, path, &at("state"), lo, hi, sp)?
-        } else {
-            Vec::new()
-        };
-        let entries: Vec<Entry> = (0..hi - lo)
-            .map(|i| Entry {
-                slot: slots[i],
-                key: keys[i],
-                count: counts[i],
-                last_seen: seen(last[i]),
-            })
-            .collect();
-        let shard = HashShard::restore(cap_here, admit, evict, &entries)
-            .map_err(|e| corrupt(path, format!("hash table {t} on rank {me}: {e}")))?;
-        let ls = &mut store.local[li];
-        for (i, e) in entries.iter().enumerate() {
-            let s = e.slot as usize;
-            ls.data[s * w..(s + 1) * w].copy_from_slice(&rows[i * w..(i + 1) * w]);
-            ls.state[s * sp..(s + 1) * sp].copy_from_slice(&state[i * sp..(i + 1) * sp]);
-        }
-        store.hash[t] = Some(shard);
-        return Ok(Restored {
-            entries: entries.len() as u64,
-            dropped: 0,
-            exact: true,
-        });
+        return local_restore_exact(f, path, store, &target, &per_rank);
     }
+    local_restore_resharded(f, path, store, &target, total, &ranks_now)
+}
 
+/// Hash table `t`'s shard on this rank, as a restore fills it: its local shard `li`
+/// of `cap_here` rows of width `w`, `sp` optimizer floats per row.
+struct ShardTarget {
+    t: usize,
+    li: usize,
+    cap_here: usize,
+    w: usize,
+    sp: usize,
+    /// A warm start: entries count as seen at step 0.
+    reset_seen: bool,
+}
+
+impl ShardTarget {
+    /// The step an entry last seen at `s` counts as seen at.
+    fn seen(&self, s: u64) -> u64 {
+        if self.reset_seen {
+            0
+        } else {
+            s
+        }
+    }
+}
+
+/// [`local_restore`] on the same ranks and capacity: this rank's entries (its range
+/// of `per_rank`) back to their slots.
+fn local_restore_exact(
+    f: &hdf5::File,
+    path: &Path,
+    store: &mut Store,
+    target: &ShardTarget,
+    per_rank: &[u64],
+) -> Result<Restored> {
+    let me = store.rank;
+    let ShardTarget {
+        t,
+        li,
+        cap_here,
+        w,
+        sp,
+        ..
+    } = *target;
+    let (admit, evict) = (store.spec.tables[t].admit_after, store.spec.tables[t].evict);
+    let at = |n: &str| format!("/tables/{t}/{n}");
+    let lo = per_rank[..me].iter().sum::<u64>() as usize;
+    let hi = lo + per_rank[me] as usize;
+    let keys: Vec<u64> = read1(f, path, &at("keys"), lo, hi)?;
+    let slots: Vec<u32> = read1(f, path, &at("slots"), lo, hi)?;
+    let counts: Vec<u32> = read1(f, path, &at("counts"), lo, hi)?;
+    let last: Vec<u64> = read1(f, path, &at("last_seen"), lo, hi)?;
+    let rows = read2(f, path, &at("rows"), lo, hi, w)?;
+    let state = if sp > 0 {
+        read2(f, path, &at("state"), lo, hi, sp)?
+    } else {
+        Vec::new()
+    };
+    let entries: Vec<Entry> = (0..hi - lo)
+        .map(|i| Entry {
+            slot: slots[i],
+            key: keys[i],
+            count: counts[i],
+            last_seen: target.seen(last[i]),
+        })
+        .collect();
+    let shard = HashShard::restore(cap_here, admit, evict, &entries)
+        .map_err(|e| corrupt(path, format!("hash table {t} on rank {me}: {e}")))?;
+    let ls = &mut store.local[li];
+    for (i, e) in entries.iter().enumerate() {
+        let s = e.slot as usize;
+        ls.data[s * w..(s + 1) * w].copy_from_slice(&rows[i * w..(i + 1) * w]);
+        ls.state[s * sp..(s + 1) * sp].copy_from_slice(&state[i * sp..(i + 1) * sp]);
+    }
+    store.hash[t] = Some(shard);
+    Ok(Restored {
+        entries: entries.len() as u64,
+        dropped: 0,
+        exact: true,
+    })
+}
+
+/// [`local_restore`] onto other ranks or another capacity: the `total` entries read
+/// in blocks, those this rank owns now (among `ranks_now`) kept (the ones the
+/// eviction policy would keep when they do not fit) and inserted by key.
+fn local_restore_resharded(
+    f: &hdf5::File,
+    path: &Path,
+    store: &mut Store,
+    target: &ShardTarget,
+    total: usize,
+    ranks_now: &[u64],
+) -> Result<Restored> {
+    let me = store.rank;
+    let ShardTarget {
+        t,
+        li,
+        cap_here,
+        w,
+        sp,
+        ..
+    } = *target;
+    let ts = &store.spec.tables[t];
+    let (admit, evict) = (ts.admit_after, ts.evict);
+    let at = |n: &str| format!("/tables/{t}/{n}");
     // Re-shard: the keys this rank owns now, read in blocks.
     struct Mine {
         key: u64,
@@ -335,7 +414,7 @@ pub(crate) fn local_restore(
                 mine.push(Mine {
                     key: keys[i],
                     count: counts[i],
-                    last_seen: seen(last[i]),
+                    last_seen: target.seen(last[i]),
                     at: mine.len(),
                 });
                 rows.extend_from_slice(&r[i * w..(i + 1) * w]);
