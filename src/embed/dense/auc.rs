@@ -12,6 +12,12 @@ pub fn bce_with_logits(z: f64, y: f64) -> f64 {
 }
 
 /// `1 / (1 + exp(-z))` without overflow for large `|z|`.
+///
+/// The one overflow-safe logistic of the crate. Two plain `1 / (1 + exp(-x))` remain
+/// on purpose: `clicks::sample::logistic` (the generators' labels) and
+/// `data::webgraph_fit::logistic` (the fitted graph parameters). For `z < 0` this form
+/// (`e / (1 + e)`, `e = exp(z)`) can round differently from theirs, so calling this one
+/// there would change generated data and fitted parameters bit for bit.
 #[inline]
 pub fn sigmoid(z: f64) -> f64 {
     if z >= 0.0 {
