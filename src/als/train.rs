@@ -6,21 +6,21 @@ use super::checkpoint::{
     global_restore, global_write_checkpoint, Basis, BasisState, Manifest, Position, RunState,
 };
 use super::eval::{AutoChoice, EvalReport, EvalSet, Recall};
-use super::exchange::ExchangePlan;
 use super::model::{
     data_checksum_hex, global_write_tables, local_checksum, TablePart, DATA_CHECKSUM,
 };
-use super::shard::{
-    balance_by_nnz, global_check_transpose, global_read_shards_admitted, CsrShard, Layout,
-    ShardSizes, Shards,
+use super::shard::bounds::balance_by_nnz;
+use super::shard::csr::{global_check_transpose, CsrShard};
+use super::shard::exchange::ExchangePlan;
+use super::shard::memory::{Layout, ShardSizes};
+use super::shard::read::{global_read_shards_admitted, Shards};
+use super::shard::spill::{
+    local_spill_side, read_ahead_chunks, step_chunks, Chunk, ChunkReader, SpillSpec, SpilledSide,
 };
 use super::solve::{
     add_loss_terms_to_chunks, all_pairs_term, cg_solve, cg_solve_with_loss, cholesky_solve,
     eigenbasis, fold_loss_chunks, gramian, local_loss_terms, local_loss_terms_from, matmul64,
     rotate_rows, transpose64, LossTerms, RowsView, SolveError, SolveParams, LOSS_CHUNK,
-};
-use super::spill::{
-    local_spill_side, read_ahead_chunks, step_chunks, Chunk, ChunkReader, SpillSpec, SpilledSide,
 };
 use super::{AlsConfig, SolverKind};
 use crate::bf16::TableElem;
@@ -460,9 +460,9 @@ pub fn merge_ranges(mut r: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
 pub fn global_read_shards_for<C: Comm>(comm: &C, cfg: &AlsConfig) -> Result<Shards> {
     let root = comm.rank() == 0;
     let admit = |all: &[ShardSizes], rank: usize| -> Result<Layout> {
-        let limit = super::memory::limit(cfg.mem_per_rank);
+        let limit = super::shard::memory::limit(cfg.mem_per_rank);
         let choose = |s: &ShardSizes| {
-            super::memory::layout(
+            super::shard::memory::layout(
                 s,
                 cfg.dim,
                 cfg.table_dtype,
@@ -497,7 +497,7 @@ pub fn global_read_shards_for<C: Comm>(comm: &C, cfg: &AlsConfig) -> Result<Shar
         // The CSR stays in memory only if it does on every rank.
         if lay.csr_in_memory && !all.iter().all(|s| choose(s).0.csr_in_memory) {
             lay.csr_in_memory = false;
-            est = super::memory::estimate_with(
+            est = super::shard::memory::estimate_with(
                 &all[rank],
                 cfg.dim,
                 cfg.table_dtype,
@@ -528,7 +528,8 @@ pub fn global_read_shards_for<C: Comm>(comm: &C, cfg: &AlsConfig) -> Result<Shar
                 }
             );
         }
-        super::memory::check(&est, limit, cfg.mem_per_rank.is_some()).map_err(Error::Config)?;
+        super::shard::memory::check(&est, limit, cfg.mem_per_rank.is_some())
+            .map_err(Error::Config)?;
         Ok(lay)
     };
     global_read_shards_admitted(comm, &cfg.data, &admit)

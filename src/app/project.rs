@@ -233,7 +233,7 @@ fn run_als(args: &ProjectAlsArgs, preempt: &Preemption) -> Result<()> {
                 // A chip fetches a half's rows in one round (this machine's round
                 // limit exists for its memory, not a TPU's).
                 round_bytes: if args.chip.chip == "here" {
-                    crate::als::exchange::round_bytes() as u64
+                    crate::als::shard::exchange::round_bytes() as u64
                 } else {
                     u64::MAX / 4
                 },

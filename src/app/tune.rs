@@ -4,7 +4,7 @@
 //! test recall — the only time the test rows are looked at.
 
 use crate::als::model::TableScalar;
-use crate::als::shard::Shards;
+use crate::als::shard::read::Shards;
 use crate::als::train::{global_read_shards_for, global_train_as, TrainEvent};
 use crate::als::tune::{
     global_refine, global_search, global_validation_shards, grid_points, refine_design,

@@ -3,7 +3,7 @@
 //! it. Pure arithmetic besides reading the node's memory size.
 
 use super::mlp::DenseOpt;
-use crate::als::memory::{self, MemEstimate};
+use crate::als::shard::memory::{self, MemEstimate};
 use crate::metrics::human_bytes;
 use crate::node;
 use crate::spec::ModelSpec;

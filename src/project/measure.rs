@@ -519,7 +519,7 @@ fn measure_inner<C: Comm>(
         exchange: cfg.exchange,
         cg_steps: cfg.cg_steps,
         step_nnz: cfg.step_nnz,
-        round_bytes: crate::als::exchange::round_bytes() as u64,
+        round_bytes: crate::als::shard::exchange::round_bytes() as u64,
     };
     let dims = comm.torus().dims.clone();
     let proj: EpochProjection = model.project(&dims, &params);

@@ -30,8 +30,9 @@ pub use score::{
     ScoreRows, Scorer, TopK, COL_BLOCK, ROW_BLOCK,
 };
 
-use super::exchange::{ExchangeKind, ExchangePlan};
-use super::shard::{owner_of, Shards};
+use super::shard::bounds::owner_of;
+use super::shard::exchange::{ExchangeKind, ExchangePlan};
+use super::shard::read::Shards;
 use super::solve::{cholesky_solve, RowsView, SolveParams};
 use crate::bf16::TableElem;
 use crate::comm::{prefix_offsets, Comm, Received};
@@ -424,7 +425,7 @@ impl RowSet {
             .filter(|&&p| p >= lo && p < hi)
             .map(|&p| p - lo)
             .collect();
-        let csr_row = |c: &super::shard::CsrShard, i: usize| -> Vec<u32> {
+        let csr_row = |c: &super::shard::csr::CsrShard, i: usize| -> Vec<u32> {
             c.indices[c.indptr[i] as usize..c.indptr[i + 1] as usize].to_vec()
         };
         let mut fold_indptr = vec![0u64];

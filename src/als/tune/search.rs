@@ -8,7 +8,7 @@ use super::refine::Refiner;
 use super::schedule::Rung;
 use super::Point;
 use crate::als::eval::Recall;
-use crate::als::shard::Shards;
+use crate::als::shard::read::Shards;
 use crate::als::train::{global_gramian, global_train_unsaved, EvalAt, TableScalar, Trainer};
 use crate::als::AlsConfig;
 use crate::ckpt::signals::Preemption;

@@ -12,7 +12,7 @@
 //! tables' element type (f32 or bf16); the all-gather baseline sums in f32 (widening
 //! and rounding back a bf16 value is exact), as a TPU's bf16 all-reduce would not.
 
-use super::shard::owner_of;
+use super::bounds::owner_of;
 use crate::bf16::TableElem;
 use crate::comm::{prefix_offsets, Comm, Elem, Received};
 use crate::error::{Error, Result};

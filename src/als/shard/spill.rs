@@ -21,7 +21,7 @@
 //! The spill file is unlinked as soon as it is created: it disappears with the
 //! process, however the process ends.
 
-use super::shard::CsrShard;
+use super::csr::{add_checksum, CsrShard};
 use crate::data::dataset::{check_rows, read_range};
 use crate::error::{Error, Result};
 use crate::h5::open_h5;
@@ -194,7 +194,7 @@ pub struct SpilledSide {
     pub block_starts: Vec<usize>,
     /// Where each block's `needed` list lies in the spill: (element offset, length).
     pub needed_at: Vec<(u64, u64)>,
-    /// The side's arcs' transpose checksum (see `shard::arc_checksum`).
+    /// The side's arcs' transpose checksum (see [`super::csr::arc_checksum`]).
     pub checksum: [u64; 2],
     /// The largest gather block (distinct ids).
     pub max_block_rows: u64,
@@ -411,32 +411,6 @@ pub fn local_spill_side(spec: &SpillSpec) -> Result<SpilledSide> {
         checksum,
         max_block_rows,
     })
-}
-
-/// Add the arcs of rows `first..` (local `indptr` over `indices`) to a transpose
-/// checksum (see `shard::arc_checksum`).
-pub fn add_checksum(
-    s: &mut [u64; 2],
-    first: u64,
-    indptr: &[u64],
-    indices: &[u32],
-    transposed: bool,
-) {
-    for (i, w) in indptr.windows(2).enumerate() {
-        let a = first + i as u64;
-        for &b in &indices[w[0] as usize..w[1] as usize] {
-            let (r, c) = if transposed {
-                (b as u64, a)
-            } else {
-                (a, b as u64)
-            };
-            let key = (r << 32) | c;
-            s[0] = s[0].wrapping_add(crate::rng::mix64(key ^ 0x9e37_79b9_7f4a_7c15));
-            s[1] = s[1].wrapping_add(crate::rng::mix64(
-                key.rotate_left(17) ^ 0xd1b5_4a32_d192_ed03,
-            ));
-        }
-    }
 }
 
 /// A chunk of a spilled side: steps `s0..s1`, their indices from non-zero `a` on.

@@ -8,7 +8,7 @@
 //! plans, the evaluation's fold-in rows, and a fixed allowance for the program, MPI and
 //! HDF5. Pure arithmetic: no I/O, no communication.
 
-use super::solve::{GATHER_FLOATS, LONG_GATHER_FLOATS};
+use crate::als::solve::{GATHER_FLOATS, LONG_GATHER_FLOATS};
 use crate::bf16::TableDtype;
 use crate::metrics::human_bytes;
 use serde::{Deserialize, Serialize};
