@@ -460,7 +460,7 @@ pub fn merge_ranges(mut r: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
 pub fn global_read_shards_for<C: Comm>(comm: &C, cfg: &AlsConfig) -> Result<Shards> {
     let root = comm.rank() == 0;
     let admit = |all: &[ShardSizes], rank: usize| -> Result<Layout> {
-        let limit = super::shard::memory::limit(cfg.mem_per_rank);
+        let limit = crate::node::mem_limit(cfg.mem_per_rank);
         let choose = |s: &ShardSizes| {
             super::shard::memory::layout(
                 s,

@@ -3,7 +3,7 @@
 //! it. Pure arithmetic besides reading the node's memory size.
 
 use super::mlp::DenseOpt;
-use crate::als::shard::memory::{self, MemEstimate};
+use crate::mem_estimate::{self as memory, MemEstimate};
 use crate::metrics::human_bytes;
 use crate::node;
 use crate::spec::ModelSpec;
