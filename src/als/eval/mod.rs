@@ -35,7 +35,7 @@ use super::shard::exchange::{ExchangeKind, ExchangePlan};
 use super::shard::read::Shards;
 use super::solve::{cholesky_solve, RowsView, SolveParams};
 use crate::bf16::TableElem;
-use crate::comm::{prefix_offsets, Comm, Received};
+use crate::comm::{prefix_offsets, process_cpu_seconds, Comm, Received};
 use crate::data::graph::block_range;
 use crate::error::{Error, Result};
 use crate::rng::{hash3, stream};
@@ -261,17 +261,6 @@ pub struct EvalTimes {
     /// the scoring: on a shared machine, the cost that their wall times hide.
     pub fold_in_cpu: f64,
     pub score_cpu: f64,
-}
-
-/// CPU seconds (user + system) of this process so far.
-fn process_cpu_seconds() -> f64 {
-    // SAFETY: getrusage only writes the struct it is given.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
-        return 0.0;
-    }
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
-    tv(u.ru_utime) + tv(u.ru_stime)
 }
 
 /// The fold-in of some rows from their visible arcs: the exact solve against H from
