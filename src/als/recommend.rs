@@ -26,7 +26,7 @@ use super::model::{data_checksum_hex, local_read_rows, stored_dtype, TableScalar
 use super::shard::bounds::owner_of;
 use super::shard::read::{global_read_shards, Shards};
 use super::solve::SolveParams;
-use super::train::global_gramian;
+use super::train::tables::global_gramian;
 use super::AlsConfig;
 use crate::bf16::TableDtype;
 use crate::ckpt::signals::Preemption;

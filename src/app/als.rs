@@ -1,7 +1,8 @@
 //! `torusrec als`: training with people-facing progress and machine-readable metrics.
 
 use super::output::RunOutput;
-use crate::als::train::{global_train_as, EpochReport, TrainEvent, TrainReport};
+use crate::als::train::report::{EpochReport, TrainReport};
+use crate::als::train::run::{global_train_as, TrainEvent};
 use crate::bf16::{Bf16, TableDtype};
 use crate::ckpt::signals::Preemption;
 use crate::cli::AlsArgs;

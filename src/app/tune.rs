@@ -5,7 +5,8 @@
 
 use crate::als::model::TableScalar;
 use crate::als::shard::read::Shards;
-use crate::als::train::{global_read_shards_for, global_train_as, TrainEvent};
+use crate::als::train::run::{global_train_as, TrainEvent};
+use crate::als::train::shards::global_read_shards_for;
 use crate::als::tune::{
     global_refine, global_search, global_validation_shards, grid_points, refine_design,
     refine_trainings, schedule, Point, PointResult, SearchReport, Strategy, ValSpec, ValStats,

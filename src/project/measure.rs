@@ -7,7 +7,8 @@
 use super::als::{AlsModel, AlsParams, EpochProjection};
 use super::chip::Calibration;
 use super::traffic::{self, Traffic};
-use crate::als::train::{global_train_unsaved_between, EvalAt, Trainer};
+use crate::als::train::run::{global_train_unsaved_between, EvalAt};
+use crate::als::train::trainer::Trainer;
 use crate::als::AlsConfig;
 use crate::ckpt::signals::Preemption;
 use crate::comm::{raw_gather_json, Collectives, Comm, Links};

@@ -9,7 +9,8 @@ use crate::EnvVar;
 
 use std::path::Path;
 use torusrec::als::model::TableScalar;
-use torusrec::als::train::{global_train_unsaved, EvalAt, Trainer};
+use torusrec::als::train::run::{global_train_unsaved, EvalAt};
+use torusrec::als::train::trainer::Trainer;
 use torusrec::als::{AlsConfig, ExchangeKind};
 use torusrec::bf16::{Bf16, TableDtype};
 use torusrec::ckpt::signals::Preemption;

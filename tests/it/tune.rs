@@ -9,7 +9,8 @@ use crate::util;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use torusrec::als::shard::read::{global_read_shards, Shards};
-use torusrec::als::train::{global_train_unsaved, EvalAt, Trainer};
+use torusrec::als::train::run::{global_train_unsaved, EvalAt};
+use torusrec::als::train::trainer::Trainer;
 use torusrec::als::tune::{
     arg_best, global_refine, global_search, global_validation_shards, grid_points, schedule,
     total_epochs, Refiner, Strategy, ValSpec,
