@@ -95,6 +95,61 @@ fn read_indptr(f: &hdf5::File, path: &Path, name: &str, rows: u64) -> Result<Vec
     Ok(ip)
 }
 
+/// What every rank of `size` would hold (the sizes [`local_read_shards`]'s `admit`
+/// sees), from the whole `indptr` arrays of both training sides and of the test
+/// split's visible (`fold`) and held-out arcs, and the balanced boundaries.
+fn shard_sizes(
+    meta: &SplitMeta,
+    num_test: u64,
+    [row_ip, col_ip]: [&[u64]; 2],
+    [row_bounds, col_bounds]: [&[u64]; 2],
+    [fold_ip, holdout_ip]: [&[u64]; 2],
+) -> Vec<ShardSizes> {
+    let size = row_bounds.len() - 1;
+    let nnz_rows = row_ip[row_ip.len() - 1];
+    let max_csr_nnz = (0..size)
+        .map(|r| {
+            let n = |ip: &[u64], b: &[u64]| ip[b[r + 1] as usize] - ip[b[r] as usize];
+            n(row_ip, row_bounds) + n(col_ip, col_bounds)
+        })
+        .max()
+        .unwrap_or(0);
+    let nnz_at = |ip: &[u64], b: &[u64], r: usize| ip[b[r + 1] as usize] - ip[b[r] as usize];
+    let max_len_at = |ip: &[u64], b: &[u64], r: usize| {
+        ip[b[r] as usize..=b[r + 1] as usize]
+            .windows(2)
+            .map(|w| w[1].saturating_sub(w[0]))
+            .max()
+            .unwrap_or(0)
+    };
+    (0..size)
+        .map(|r| {
+            let (tl, th) = block_range(num_test, size, r);
+            ShardSizes {
+                ranks: size,
+                num_rows: meta.num_rows,
+                num_cols: meta.num_cols,
+                rows_local: row_bounds[r + 1] - row_bounds[r],
+                cols_local: col_bounds[r + 1] - col_bounds[r],
+                nnz_rows: nnz_at(row_ip, row_bounds, r),
+                nnz_cols: nnz_at(col_ip, col_bounds, r),
+                test_rows: num_test,
+                fold_nnz_local: fold_ip[th as usize] - fold_ip[tl as usize],
+                // The test rows' ids and both CSRs, held for the whole run.
+                test_bytes_local: (th - tl) * 4
+                    + 2 * (th - tl + 1) * 8
+                    + (fold_ip[th as usize] - fold_ip[tl as usize] + holdout_ip[th as usize]
+                        - holdout_ip[tl as usize])
+                        * 4,
+                nnz_total: nnz_rows,
+                max_row_nnz: max_len_at(row_ip, row_bounds, r)
+                    .max(max_len_at(col_ip, col_bounds, r)),
+                max_csr_nnz,
+            }
+        })
+        .collect()
+}
+
 /// Rank-local: read this rank's shards. Every rank reads the `indptr` arrays (8 bytes
 /// per node and per test row) to check them whole and find the balanced boundaries;
 /// then `admit` sees the sizes of every rank's share (to refuse a run that cannot fit
@@ -135,52 +190,15 @@ pub fn local_read_shards(
         ));
     }
     let (tlo, thi) = block_range(num_test, size, rank);
-    let max_csr_nnz = (0..size)
-        .map(|r| {
-            let n = |ip: &[u64], b: &[u64]| ip[b[r + 1] as usize] - ip[b[r] as usize];
-            n(&row_ip, &row_bounds) + n(&col_ip, &col_bounds)
-        })
-        .max()
-        .unwrap_or(0);
-    let nnz_at = |ip: &[u64], b: &[u64], r: usize| ip[b[r + 1] as usize] - ip[b[r] as usize];
-    let max_len_at = |ip: &[u64], b: &[u64], r: usize| {
-        ip[b[r] as usize..=b[r + 1] as usize]
-            .windows(2)
-            .map(|w| w[1].saturating_sub(w[0]))
-            .max()
-            .unwrap_or(0)
-    };
     // Every rank's sizes (every rank can compute them): the layout must be the same
     // on all.
-    let all: Vec<ShardSizes> = (0..size)
-        .map(|r| {
-            let (tl, th) = block_range(num_test, size, r);
-            ShardSizes {
-                ranks: size,
-                num_rows: meta.num_rows,
-                num_cols: meta.num_cols,
-                rows_local: row_bounds[r + 1] - row_bounds[r],
-                cols_local: col_bounds[r + 1] - col_bounds[r],
-                nnz_rows: nnz_at(&row_ip, &row_bounds, r),
-                nnz_cols: nnz_at(&col_ip, &col_bounds, r),
-                test_rows: num_test,
-                fold_nnz_local: fold_ip[th as usize] - fold_ip[tl as usize],
-                // The test rows' ids and both CSRs, held for the whole run.
-                test_bytes_local: (th - tl) * 4
-                    + 2 * (th - tl + 1) * 8
-                    + (fold_ip[th as usize] - fold_ip[tl as usize] + holdout_ip[th as usize]
-                        - holdout_ip[tl as usize])
-                        * 4,
-                nnz_total: nnz_rows,
-                max_row_nnz: max_len_at(&row_ip, &row_bounds, r).max(max_len_at(
-                    &col_ip,
-                    &col_bounds,
-                    r,
-                )),
-                max_csr_nnz,
-            }
-        })
-        .collect();
+    let all = shard_sizes(
+        &meta,
+        num_test,
+        [&row_ip, &col_ip],
+        [&row_bounds, &col_bounds],
+        [&fold_ip, &holdout_ip],
+    );
     let layout = admit(&all, rank)?;
     let in_memory = layout.csr_in_memory;
     let (r0, r1) = (row_bounds[rank], row_bounds[rank + 1]);

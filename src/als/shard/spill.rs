@@ -381,6 +381,28 @@ pub fn local_spill_side(spec: &SpillSpec) -> Result<SpilledSide> {
     };
     max_block_rows = max_block_rows.max(flush(&m, &mut needed_at, &mut tail)?);
     // Pass 2: ids -> positions in their block's needed list, in place.
+    local_rewrite_positions(spec, &file, &mut m, &block_starts, &needed_at)?;
+    Ok(SpilledSide {
+        file,
+        block_starts,
+        needed_at,
+        checksum,
+        max_block_rows,
+    })
+}
+
+/// Pass 2 of [`local_spill_side`]: rewrite each gather block's indices in the spill,
+/// in place, to positions in its `needed` list (read back from the spill's tail at
+/// `needed_at`), marking the list's ids in `m`.
+fn local_rewrite_positions(
+    spec: &SpillSpec,
+    file: &SpillFile,
+    m: &mut Marks,
+    block_starts: &[usize],
+    needed_at: &[(u64, u64)],
+) -> Result<()> {
+    let (ip, sb) = (&spec.shard.indptr, spec.step_bounds);
+    let steps = sb.len() - 1;
     let mut buf = Vec::new();
     for k in 0..block_starts.len() {
         let (from, to) = (
@@ -404,13 +426,7 @@ pub fn local_spill_side(spec: &SpillSpec) -> Result<SpilledSide> {
             file.write_at(a, &buf)?;
         }
     }
-    Ok(SpilledSide {
-        file,
-        block_starts,
-        needed_at,
-        checksum,
-        max_block_rows,
-    })
+    Ok(())
 }
 
 /// A chunk of a spilled side: steps `s0..s1`, their indices from non-zero `a` on.
