@@ -26,8 +26,9 @@ impl<T: TableScalar> Trainer<T> {
             .plan
             .as_ref()
             .expect("a side gathered once has its plan");
-        let spare = std::mem::take(&mut self.spare);
-        self.fixed = Some(plan.global_fetch_reusing(comm, fixed_local, self.cfg.dim, spare)?);
+        let spare = std::mem::take(&mut self.gathered.spare);
+        self.gathered.rows =
+            Some(plan.global_fetch_reusing(comm, fixed_local, self.cfg.dim, spare)?);
         times.exchange += t.elapsed().as_secs_f64();
         Ok(())
     }
@@ -61,9 +62,10 @@ impl<T: TableScalar> Trainer<T> {
         })?;
         let plan = ExchangePlan::global_from_needed(comm, self.cfg.exchange, needed, bounds)?;
         if let Some(k) = block {
-            let spare = std::mem::take(&mut self.spare);
-            self.fixed = Some(plan.global_fetch_reusing(comm, fixed_local, self.cfg.dim, spare)?);
-            self.fixed_block = Some(k);
+            let spare = std::mem::take(&mut self.gathered.spare);
+            self.gathered.rows =
+                Some(plan.global_fetch_reusing(comm, fixed_local, self.cfg.dim, spare)?);
+            self.gathered.block = Some(k);
         } else {
             plan.global_fetch(comm, fixed_local, self.cfg.dim)?;
         }

@@ -30,7 +30,7 @@ impl<T: TableScalar> Trainer<T> {
     ) -> Result<Option<Status>> {
         let d = self.cfg.dim;
         let half = self.pos.half;
-        if self.fixed.is_none() {
+        if self.gathered.rows.is_none() {
             self.global_fetch_whole(comm, times)?;
         }
         let g32 = self.gram32();
@@ -42,7 +42,7 @@ impl<T: TableScalar> Trainer<T> {
             } else {
                 (&self.cols, &mut self.h, &self.w, &self.gram_w)
             };
-            let fixed: &[T] = match &self.fixed {
+            let fixed: &[T] = match &self.gathered.rows {
                 Some(Some(v)) => v,
                 _ => fixed_local,
             };
@@ -67,7 +67,7 @@ impl<T: TableScalar> Trainer<T> {
                     gram_fixed,
                     params,
                     nan,
-                    &mut self.fused,
+                    &mut self.half_loss.fused,
                 );
                 if let Err(e) = r {
                     solve_err = Err(e);
@@ -101,7 +101,7 @@ impl<T: TableScalar> Trainer<T> {
         let status = StepStatus::global_agree_all(comm, failed.is_some(), non_finite, flag);
         match status {
             StepStatus::Failed { rank } => {
-                self.reader = None;
+                self.chunks.reader = None;
                 Err(match failed {
                     Some(e) if rank == comm.rank() => e,
                     _ => Error::Remote { rank, code: 1 },
@@ -124,7 +124,7 @@ impl<T: TableScalar> Trainer<T> {
                 }))
             }
             StepStatus::Preempt => {
-                self.reader = None;
+                self.chunks.reader = None;
                 Ok(Some(Status::Preempt))
             }
             StepStatus::Done => Ok(None),
@@ -145,9 +145,10 @@ impl<T: TableScalar> Trainer<T> {
         boundary: &Boundary<'_>,
     ) -> Result<Option<Status>> {
         let multi = self.side().plan.is_none();
-        if multi && want_loss && self.fused.is_none() && self.step_loss.is_none() {
+        if multi && want_loss && self.half_loss.fused.is_none() && self.half_loss.per_step.is_none()
+        {
             let chunks = self.side().shard.num_rows().div_ceil(LOSS_CHUNK);
-            self.step_loss = Some(vec![(0.0, 0.0); chunks]);
+            self.half_loss.per_step = Some(vec![(0.0, 0.0); chunks]);
         }
         let start = self.pos.step;
         if start > 0 || !self.local_done.is_empty() {
@@ -159,13 +160,13 @@ impl<T: TableScalar> Trainer<T> {
         // The gather for the first step.
         if multi {
             let k = self.own_block(start);
-            let want = (self.fixed_block != Some(k)).then_some(k);
+            let want = (self.gathered.block != Some(k)).then_some(k);
             self.global_gather_round(comm, want, times)?;
-        } else if self.fixed.is_none() {
+        } else if self.gathered.rows.is_none() {
             self.global_fetch_whole(comm, times)?;
         }
         let steps = self.steps_per_half;
-        let buffers = std::mem::take(&mut self.chunk_spares);
+        let buffers = std::mem::take(&mut self.chunks.spares);
         {
             let side = self.side();
             let spill = side.spill.as_ref().expect("a spilled side");
@@ -185,28 +186,30 @@ impl<T: TableScalar> Trainer<T> {
                 comm.rank(),
                 buffers,
             );
-            self.reader = Some(reader);
-            self.chunk = None;
+            self.chunks.reader = Some(reader);
+            self.chunks.current = None;
         }
         let g32 = self.gram32();
         while self.pos.step < steps {
             let j = self.pos.step;
             if multi && j > start && self.side().rounds.binary_search(&j).is_ok() {
                 let k = self.own_block(j);
-                let want = (self.fixed_block != Some(k)).then_some(k);
+                let want = (self.gathered.block != Some(k)).then_some(k);
                 self.global_gather_round(comm, want, times)?;
             }
             let t = Instant::now();
             let mut failed = None;
-            if self.chunk.as_ref().is_none_or(|c| j >= c.s1) {
-                if let (Some(c), Some(r)) = (self.chunk.take(), self.reader.as_ref()) {
+            if self.chunks.current.as_ref().is_none_or(|c| j >= c.s1) {
+                if let (Some(c), Some(r)) =
+                    (self.chunks.current.take(), self.chunks.reader.as_ref())
+                {
                     r.recycle(c);
                 }
                 let waited = Instant::now();
-                let next = self.reader.as_ref().map(|r| r.next());
+                let next = self.chunks.reader.as_ref().map(|r| r.next());
                 times.spill_wait += waited.elapsed().as_secs_f64();
                 match next {
-                    Some(Ok(c)) => self.chunk = Some(c),
+                    Some(Ok(c)) => self.chunks.current = Some(c),
                     Some(Err(e)) => failed = Some(e),
                     None => failed = Some(Error::Comm("no spill reader".into())),
                 }
@@ -232,8 +235,8 @@ impl<T: TableScalar> Trainer<T> {
                 return Ok(end);
             }
         }
-        if let Some(r) = self.reader.take() {
-            self.chunk_spares = r.finish(self.chunk.take());
+        if let Some(r) = self.chunks.reader.take() {
+            self.chunks.spares = r.finish(self.chunks.current.take());
         }
         Ok(None)
     }
@@ -263,11 +266,11 @@ impl<T: TableScalar> Trainer<T> {
         } else {
             (&self.cols, &mut self.h, &self.w, &self.gram_w)
         };
-        let fixed: &[T] = match &self.fixed {
+        let fixed: &[T] = match &self.gathered.rows {
             Some(Some(v)) => v,
             _ => fixed_local,
         };
-        let chunk = self.chunk.as_ref().expect("the chunk of step j");
+        let chunk = self.chunks.current.as_ref().expect("the chunk of step j");
         let lo = side.shard.lo;
         let (r0, r1) = side.step_rows(j, j + 1);
         let ip: Vec<u64> = side.shard.indptr[r0..=r1]
@@ -291,14 +294,14 @@ impl<T: TableScalar> Trainer<T> {
                 gram_fixed,
                 params,
                 nan,
-                &mut self.fused,
+                &mut self.half_loss.fused,
             );
             if let Err(e) = r {
                 solve_err = Err(e);
             }
             non_finite |= solve_err.is_err() || !finite;
         }
-        if let Some(accs) = &mut self.step_loss {
+        if let Some(accs) = &mut self.half_loss.per_step {
             let view = RowsView {
                 indptr: &ip,
                 indices: &chunk.indices,
@@ -339,7 +342,7 @@ impl<T: TableScalar> Trainer<T> {
         } else {
             vec![(0, start)]
         };
-        if !multi && self.fixed.is_none() {
+        if !multi && self.gathered.rows.is_none() {
             self.global_fetch_whole(comm, times)?;
         }
         let g32 = self.gram32();
@@ -348,13 +351,13 @@ impl<T: TableScalar> Trainer<T> {
             let lo = self.side().shard.lo;
             let (r0, r1) = self.side().step_rows(u0, u1);
             let todo = uncovered(lo + r0 as u64, lo + r1 as u64, &self.local_done);
-            let need = failed.is_none() && (!todo.is_empty() || self.step_loss.is_some());
+            let need = failed.is_none() && (!todo.is_empty() || self.half_loss.per_step.is_some());
             if multi {
                 if comm.all_reduce_max(u64::from(need)) == 0 {
                     continue;
                 }
                 let k = self.own_block(u0);
-                let want = (need && self.fixed_block != Some(k)).then_some(k);
+                let want = (need && self.gathered.block != Some(k)).then_some(k);
                 self.global_gather_round(comm, want, times)?;
             }
             if !need {
@@ -373,7 +376,7 @@ impl<T: TableScalar> Trainer<T> {
             );
             for (s0, s1) in chunks {
                 let (c0, c1) = self.side().step_rows(s0, s1);
-                let idle = self.step_loss.is_none()
+                let idle = self.half_loss.per_step.is_none()
                     && uncovered(lo + c0 as u64, lo + c1 as u64, &self.local_done).is_empty();
                 if idle || failed.is_some() {
                     continue;
@@ -381,7 +384,7 @@ impl<T: TableScalar> Trainer<T> {
                 match self.side().read_rows(c0, c1) {
                     Err(e) => failed = Some(e),
                     Ok((_, indices)) => {
-                        self.chunk = Some(Chunk {
+                        self.chunks.current = Some(Chunk {
                             s0,
                             s1,
                             a: self.side().shard.indptr[c0],
@@ -394,7 +397,7 @@ impl<T: TableScalar> Trainer<T> {
                                 solve_err = e;
                             }
                         }
-                        self.chunk = None;
+                        self.chunks.current = None;
                     }
                 }
             }

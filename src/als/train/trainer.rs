@@ -40,35 +40,68 @@ pub struct Trainer<T: TableScalar = f32> {
     pub pos: Position,
     /// Rows of the current half's solved side done on this rank (global ranges).
     pub(super) local_done: Vec<(u64, u64)>,
+    /// The fixed table's rows gathered for the current half.
+    pub(super) gathered: Gathered<T>,
+    pub preempt: Preemption,
+    /// The f32 copy of a step's rows when the tables are bf16 (reused).
+    pub(super) scratch: Vec<f32>,
+    /// A spilled side's chunks of the current half.
+    pub(super) chunks: Chunks,
+    /// The loss pieces of the current half, as its solves compute them.
+    pub(super) half_loss: HalfLoss,
+    /// With `--basis eigen`: the rotation the tables are in, relative to the starting
+    /// basis, and the diagonal of the fixed side's Gramian once this half rotated the
+    /// tables into its eigenbasis.
+    pub(super) basis: Basis,
+}
+
+/// The fixed table's rows gathered for the current half, and the buffer kept for the
+/// next gather.
+pub(super) struct Gathered<T> {
     /// The gathered fixed table of the current half, once fetched (`Some(None)`: the
     /// local table itself, on one rank).
-    pub(super) fixed: Option<Option<Vec<T>>>,
+    pub(super) rows: Option<Option<Vec<T>>>,
+    /// Gathering in blocks: the own block whose rows `rows` holds.
+    pub(super) block: Option<usize>,
     /// The buffer of the last gathered rows, kept for the next gather (a fresh one
     /// of hundreds of MB is page-faulted and zeroed by the kernel again); freed
     /// before an evaluation or a checkpoint, which may need the memory, and when
     /// training is over.
     pub(super) spare: Vec<T>,
-    pub preempt: Preemption,
-    /// The f32 copy of a step's rows when the tables are bf16 (reused).
-    pub(super) scratch: Vec<f32>,
-    /// Gathering in blocks: the own block whose rows `fixed` holds.
-    pub(super) fixed_block: Option<usize>,
-    /// A spilled side's chunks of the current half, read ahead, and the one in use.
+}
+
+impl<T> Default for Gathered<T> {
+    fn default() -> Self {
+        Self {
+            rows: None,
+            block: None,
+            spare: Vec::new(),
+        }
+    }
+}
+
+/// A spilled side's chunks of the current half: read ahead, the one in use, and the
+/// buffers of the last half's reader.
+#[derive(Default)]
+pub(super) struct Chunks {
+    /// The reader of the chunks read ahead.
     pub(super) reader: Option<ChunkReader>,
-    pub(super) chunk: Option<Chunk>,
-    /// The chunk buffers of the last half's reader, for the next one (freed with
-    /// `spare`, [`Trainer::free_spares`]).
-    pub(super) chunk_spares: Vec<Vec<u32>>,
+    /// The chunk in use.
+    pub(super) current: Option<Chunk>,
+    /// The chunk buffers of the last half's reader, for the next one (freed with the
+    /// gathered rows' spare, [`Trainer::free_spares`]).
+    pub(super) spares: Vec<Vec<u32>>,
+}
+
+/// The loss pieces of the current half, gathered as its solves run.
+#[derive(Default)]
+pub(super) struct HalfLoss {
     /// Gathering in blocks without fused loss terms: the terms of the steps so far.
-    pub(super) step_loss: Option<Vec<(f64, f64)>>,
+    pub(super) per_step: Option<Vec<(f64, f64)>>,
     /// The loss pieces the CG solves of this half computed on the fly, when the whole
     /// half runs in this process (`None` after resuming inside a half: then the loss
     /// takes a separate pass over the observed cells).
     pub(super) fused: Option<LossTerms>,
-    /// With `--basis eigen`: the rotation the tables are in, relative to the starting
-    /// basis, and the diagonal of the fixed side's Gramian once this half rotated the
-    /// tables into its eigenbasis.
-    pub(super) basis: Basis,
 }
 
 impl<T: TableScalar> Trainer<T> {
@@ -171,16 +204,11 @@ impl<T: TableScalar> Trainer<T> {
             steps_per_half: steps,
             pos: Position::default(),
             local_done: Vec::new(),
-            fixed: None,
-            spare: Vec::new(),
-            chunk_spares: Vec::new(),
+            gathered: Gathered::default(),
+            chunks: Chunks::default(),
             preempt,
             scratch: Vec::new(),
-            fixed_block: None,
-            reader: None,
-            chunk: None,
-            step_loss: None,
-            fused: None,
+            half_loss: HalfLoss::default(),
             basis: Basis::default(),
         })
     }
@@ -225,12 +253,12 @@ impl<T: TableScalar> Trainer<T> {
         self.h = h;
         self.gram_w = gram_w;
         self.gram_h = gram_h;
-        self.fixed = None;
-        self.fixed_block = None;
-        self.reader = None;
-        self.chunk = None;
-        self.step_loss = None;
-        self.fused = None;
+        self.gathered.rows = None;
+        self.gathered.block = None;
+        self.chunks.reader = None;
+        self.chunks.current = None;
+        self.half_loss.per_step = None;
+        self.half_loss.fused = None;
         self.basis = Basis::default();
     }
 
@@ -255,7 +283,8 @@ impl<T: TableScalar> Trainer<T> {
         // solves compute its pieces if they cover the whole half here.
         let want_loss = half == 1 || self.cfg.loss_every_half;
         if self.pos.step == 0 && self.local_done.is_empty() {
-            self.fused = (want_loss && self.cfg.solver == SolverKind::Cg).then(LossTerms::default);
+            self.half_loss.fused =
+                (want_loss && self.cfg.solver == SolverKind::Cg).then(LossTerms::default);
             if self.cfg.eigenbasis() && self.basis.fixed_diag.is_none() {
                 let t = Instant::now();
                 let rotated = self.rotate_into_eigenbasis();
@@ -311,9 +340,9 @@ impl<T: TableScalar> Trainer<T> {
             // Training is over: nothing gathers or reads again.
             self.free_spares();
         }
-        self.fixed_block = None;
-        self.reader = None;
-        self.chunk = None;
+        self.gathered.block = None;
+        self.chunks.reader = None;
+        self.chunks.current = None;
         self.basis.fixed_diag = None;
         match loss {
             Some(l) if !l.is_finite() => Ok((
@@ -340,7 +369,7 @@ impl<T: TableScalar> Trainer<T> {
     ) -> Result<f64> {
         let d = self.cfg.dim;
         let f32_tables = T::as_f32(&self.w[..0]).is_some();
-        let pieces = match (self.fused.take(), self.step_loss.take()) {
+        let pieces = match (self.half_loss.fused.take(), self.half_loss.per_step.take()) {
             (Some(f), _) => (f.observed, f.reg),
             (None, Some(accs)) => fold_loss_chunks(&accs, (!f32_tables).then_some(LOSS_BLOCK)),
             (None, None) if self.side().spill.is_some() => {
@@ -371,18 +400,19 @@ impl<T: TableScalar> Trainer<T> {
         ))
     }
 
-    /// Free the buffers kept for the next half (`spare`, `chunk_spares`): before an
+    /// Free the buffers kept for the next half (the gathered rows' spare, the chunk
+    /// buffers): before an
     /// evaluation or a checkpoint, which may need the memory, and when training is
     /// over.
     pub(super) fn free_spares(&mut self) {
-        self.spare = Vec::new();
-        self.chunk_spares = Vec::new();
+        self.gathered.spare = Vec::new();
+        self.chunks.spares = Vec::new();
     }
 
     /// Drop the gathered rows, keeping their buffer for the next gather.
     pub(super) fn keep_fixed_as_spare(&mut self) {
-        if let Some(Some(v)) = self.fixed.take() {
-            self.spare = v;
+        if let Some(Some(v)) = self.gathered.rows.take() {
+            self.gathered.spare = v;
         }
     }
 
@@ -403,7 +433,7 @@ impl<T: TableScalar> Trainer<T> {
         } else {
             (&self.cols, &self.h, &self.w)
         };
-        let fixed: &[T] = match &self.fixed {
+        let fixed: &[T] = match &self.gathered.rows {
             Some(Some(v)) => v,
             _ => fixed_local,
         };
