@@ -20,6 +20,7 @@ pub mod faults;
 pub mod h5;
 pub mod hugepages;
 pub mod lsq;
+pub mod mem_estimate;
 pub mod metrics;
 pub mod node;
 pub mod outfile;

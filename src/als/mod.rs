@@ -5,18 +5,15 @@
 
 pub mod checkpoint;
 pub mod eval;
-pub mod exchange;
-pub mod memory;
 pub mod model;
 pub mod recommend;
 pub mod shard;
 pub mod solve;
-pub mod spill;
 pub mod train;
 pub mod tune;
 
-pub use exchange::ExchangeKind;
 use serde::{Deserialize, Serialize};
+pub use shard::exchange::ExchangeKind;
 use std::path::PathBuf;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -117,7 +114,7 @@ pub struct MemoryConfig {
     /// Bytes of training CSR indices a rank holds: every rank's CSR in memory when it
     /// fits, else spilled and read back in chunks of at most half of it.
     pub csr_buffer: u64,
-    pub gather_buffer: memory::GatherBuffer,
+    pub gather_buffer: shard::memory::GatherBuffer,
     /// Directory of the per-rank spill files (`None`: the system's temporary directory).
     pub spill_dir: Option<PathBuf>,
 }
@@ -125,8 +122,8 @@ pub struct MemoryConfig {
 impl Default for MemoryConfig {
     fn default() -> Self {
         Self {
-            csr_buffer: spill::DEFAULT_CSR_BUFFER,
-            gather_buffer: memory::GatherBuffer::Auto,
+            csr_buffer: shard::spill::DEFAULT_CSR_BUFFER,
+            gather_buffer: shard::memory::GatherBuffer::Auto,
             spill_dir: None,
         }
     }

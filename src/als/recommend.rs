@@ -23,9 +23,10 @@
 
 use super::eval::{global_merge_topk, local_score_topk, Cand, FoldPlan, ScoreRows};
 use super::model::{data_checksum_hex, local_read_rows, stored_dtype, TableScalar, DATA_CHECKSUM};
-use super::shard::{global_read_shards, owner_of, Shards};
+use super::shard::bounds::owner_of;
+use super::shard::read::{global_read_shards, Shards};
 use super::solve::SolveParams;
-use super::train::global_gramian;
+use super::train::tables::global_gramian;
 use super::AlsConfig;
 use crate::bf16::TableDtype;
 use crate::ckpt::signals::Preemption;

@@ -1,28 +1,16 @@
 //! `torusrec als`: training with people-facing progress and machine-readable metrics.
 
 use super::output::RunOutput;
-use crate::als::train::{global_train_as, EpochReport, TrainEvent, TrainReport};
+use crate::als::train::report::{EpochReport, TrainReport};
+use crate::als::train::run::{global_train_as, TrainEvent};
 use crate::bf16::{Bf16, TableDtype};
 use crate::ckpt::signals::Preemption;
 use crate::cli::AlsArgs;
 use crate::comm::Comm;
 use crate::error::Result;
-use crate::metrics::{human_bytes, peak_rss_bytes};
+use crate::metrics::{group, human_bytes, peak_rss_bytes};
 
 use crate::node::resolve_threads;
-
-/// `1234567` as `1,234,567`.
-fn grouped(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
 
 /// What the epoch and final lines say instead of a recall when an evaluation scored
 /// no row (a dataset without test rows): its 0 is no measurement.
@@ -45,7 +33,7 @@ fn epoch_line(r: &EpochReport, epochs: usize) -> String {
             Some(a) if a.epoch_seconds.is_none() => ", auto: no epoch timed".to_string(),
             Some(a) if a.first && a.probe_rows > 0 => format!(
                 ", auto: <= {share:.0}% of epoch, from {} rows in {:.2} s",
-                grouped(a.probe_rows),
+                group(a.probe_rows),
                 a.probe_seconds
             ),
             Some(a) if a.rows == a.available => ", auto: all".to_string(),
@@ -55,7 +43,7 @@ fn epoch_line(r: &EpochReport, epochs: usize) -> String {
         format!(
             "  eval {:.2} s ({} rows{how}, {:.1} GFLOP/s)",
             r.eval_seconds,
-            grouped(r.eval_rows),
+            group(r.eval_rows),
             r.eval_flops_per_second / 1e9
         )
     } else {
@@ -187,13 +175,14 @@ pub(super) fn log_resumed(
 
 #[cfg(test)]
 mod tests {
-    use super::grouped;
+    use crate::metrics::group;
 
+    /// The epoch line's row counts are grouped by thousands.
     #[test]
     fn grouped_digits() {
-        assert_eq!(grouped(0), "0");
-        assert_eq!(grouped(999), "999");
-        assert_eq!(grouped(1000), "1,000");
-        assert_eq!(grouped(1234567), "1,234,567");
+        assert_eq!(group(0), "0");
+        assert_eq!(group(999), "999");
+        assert_eq!(group(1000), "1,000");
+        assert_eq!(group(1234567), "1,234,567");
     }
 }

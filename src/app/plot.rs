@@ -7,10 +7,13 @@ use crate::error::{quote, Error, Result};
 use crate::plot::*;
 use std::path::Path;
 
-/// Chooses the rows and columns of a table chart. Errors (exit 2): an unknown column
-/// (the known ones listed), a malformed --where, a y cell that is not a number (file
-/// and line named), a line chart of a non-numeric x, nothing left to plot.
-pub fn table_chart(table: &Table, args: &PlotArgs) -> Result<TableChart> {
+/// The column indices of a table chart's `--x`, `--y` and `--series`, and its
+/// `--where` filters (column, value).
+#[allow(clippy::type_complexity)]
+fn chart_columns(
+    table: &Table,
+    args: &PlotArgs,
+) -> Result<(usize, usize, Option<usize>, Vec<(usize, String)>)> {
     let col = |flag: &str, name: &str| -> Result<usize> {
         table.header.iter().position(|h| h == name).ok_or_else(|| {
             Error::Config(format!(
@@ -41,6 +44,19 @@ pub fn table_chart(table: &Table, args: &PlotArgs) -> Result<TableChart> {
             .ok_or_else(|| Error::Config(format!("--where {}: expected COL=VALUE", quote(f))))?;
         filters.push((col("--where", c)?, v.to_string()));
     }
+    Ok((xi, yi, si, filters))
+}
+
+/// The (x cell, series, y) of the rows a table chart keeps, in file order: those that
+/// pass the filters, with both cells present and a finite y (positive with
+/// `--log-y`); an error when a y cell is not a number or no row is left.
+fn kept_rows(
+    table: &Table,
+    args: &PlotArgs,
+    [xi, yi]: [usize; 2],
+    si: Option<usize>,
+    filters: &[(usize, String)],
+) -> Result<Vec<(String, String, f64)>> {
     // (x cell, series, y) of the kept rows, in file order.
     let mut kept: Vec<(String, String, f64)> = Vec::new();
     for (line, cells) in &table.rows {
@@ -80,6 +96,15 @@ pub fn table_chart(table: &Table, args: &PlotArgs) -> Result<TableChart> {
             ),
         ));
     }
+    Ok(kept)
+}
+
+/// Chooses the rows and columns of a table chart. Errors (exit 2): an unknown column
+/// (the known ones listed), a malformed --where, a y cell that is not a number (file
+/// and line named), a line chart of a non-numeric x, nothing left to plot.
+pub fn table_chart(table: &Table, args: &PlotArgs) -> Result<TableChart> {
+    let (xi, yi, si, filters) = chart_columns(table, args)?;
+    let kept = kept_rows(table, args, [xi, yi], si, &filters)?;
     let numeric_x = kept
         .iter()
         .all(|(x, _, _)| x.parse::<f64>().is_ok_and(f64::is_finite));

@@ -148,25 +148,13 @@ struct Row {
     gather_bytes: f64,
 }
 
-fn run_als(args: &ProjectAlsArgs, preempt: &Preemption) -> Result<()> {
-    if args.dim == 0 || args.dim > 4096 {
-        return Err(Error::Config(format!(
-            "--dim {}: must be in 1..=4096",
-            args.dim
-        )));
-    }
-    if args.step_nnz == 0 {
-        return Err(Error::Config("--step-nnz must be positive".into()));
-    }
-    let (cal, chip, shapes) = setup(&args.chip)?;
-    let elem = match args.table_dtype {
-        crate::bf16::TableDtype::F32 => 4,
-        crate::bf16::TableDtype::Bf16 => 2,
-    };
-    let rate = cal.as_ref().map(|c| c.solve_rate_on(&chip));
-    // The workload at P chips: exact from a file, or the degree model.
-    type ModelAt = Box<dyn Fn(usize) -> Result<AlsModel>>;
-    let (what, model_at): (String, ModelAt) = match (&args.data, &args.webgraph) {
+/// The ALS workload at P chips, built per chip count: exact from a dataset's training
+/// arcs, or the degree model of a `--webgraph` preset. A model at P chips.
+type ModelAt = Box<dyn Fn(usize) -> Result<AlsModel>>;
+
+/// `project als`'s workload and the line that names it.
+fn als_model_at(args: &ProjectAlsArgs) -> Result<(String, ModelAt)> {
+    Ok(match (&args.data, &args.webgraph) {
         (Some(path), _) => {
             // Read once; the model is rebuilt per chip count.
             let arcs = TrainArcs::local_read(path)?;
@@ -190,7 +178,84 @@ fn run_als(args: &ProjectAlsArgs, preempt: &Preemption) -> Result<()> {
             )
         }
         (None, None) => unreachable!("clap requires --data or --webgraph"),
+    })
+}
+
+/// One row of `project als`'s table: the projection of `model` on the `dims` torus
+/// with `scheme`'s exchange.
+fn als_row(
+    args: &ProjectAlsArgs,
+    dims: &[usize],
+    model: &AlsModel,
+    scheme: ExchangeKind,
+    elem: u64,
+    chip: &Chip,
+    rate: Option<f64>,
+) -> Row {
+    let p: usize = dims.iter().product();
+    let params = AlsParams {
+        dim: args.dim,
+        elem,
+        exchange: scheme,
+        cg_steps: args.cg_steps,
+        step_nnz: args.step_nnz,
+        // A chip fetches a half's rows in one round (this machine's round
+        // limit exists for its memory, not a TPU's).
+        round_bytes: if args.chip.chip == "here" {
+            crate::als::shard::exchange::round_bytes() as u64
+        } else {
+            u64::MAX / 4
+        },
     };
+    let proj = model.project(dims, &params);
+    let t = proj.epoch_traffic();
+    let ex = proj.phase("exchange").expect("the exchange phase");
+    let (_, _, busiest, mean) = ex.summary();
+    let exchanged: u64 = ex.links.iter().flatten().map(|l| l.bytes).sum();
+    Row {
+        shape: dims
+            .iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join("x"),
+        chips: p,
+        cores: p * chip.cores,
+        scheme: match scheme {
+            ExchangeKind::Dedup => "dedup",
+            ExchangeKind::Allgather => "allgather",
+        },
+        memory: proj.memory,
+        fits: proj.memory <= chip.memory_bytes,
+        compute: rate.map(|r| {
+            let bound = chip.memory_bandwidth.map_or(0.0, |b| proj.gather_bytes / b);
+            (proj.flops / r).max(bound)
+        }),
+        comm: t.seconds(chip.link_latency, chip.link_bandwidth),
+        busiest,
+        mean,
+        exchanged,
+        traffic: t.clone(),
+        gather_bytes: proj.gather_bytes,
+    }
+}
+
+fn run_als(args: &ProjectAlsArgs, preempt: &Preemption) -> Result<()> {
+    if args.dim == 0 || args.dim > 4096 {
+        return Err(Error::Config(format!(
+            "--dim {}: must be in 1..=4096",
+            args.dim
+        )));
+    }
+    if args.step_nnz == 0 {
+        return Err(Error::Config("--step-nnz must be positive".into()));
+    }
+    let (cal, chip, shapes) = setup(&args.chip)?;
+    let elem = match args.table_dtype {
+        crate::bf16::TableDtype::F32 => 4,
+        crate::bf16::TableDtype::Bf16 => 2,
+    };
+    let rate = cal.as_ref().map(|c| c.solve_rate_on(&chip));
+    let (what, model_at) = als_model_at(args)?;
     println!(
         "project als: {what}; d={} {} tables, {} CG steps; chip {}: {:.0} TFLOP/s peak, {:.1} GiB, links {:.1} GB/s one way, {:.2} us per message",
         args.dim,
@@ -224,50 +289,7 @@ fn run_als(args: &ProjectAlsArgs, preempt: &Preemption) -> Result<()> {
         let p: usize = dims.iter().product();
         let model = model_at(p)?;
         for &scheme in &args.exchange {
-            let params = AlsParams {
-                dim: args.dim,
-                elem,
-                exchange: scheme,
-                cg_steps: args.cg_steps,
-                step_nnz: args.step_nnz,
-                // A chip fetches a half's rows in one round (this machine's round
-                // limit exists for its memory, not a TPU's).
-                round_bytes: if args.chip.chip == "here" {
-                    crate::als::exchange::round_bytes() as u64
-                } else {
-                    u64::MAX / 4
-                },
-            };
-            let proj = model.project(dims, &params);
-            let t = proj.epoch_traffic();
-            let ex = proj.phase("exchange").expect("the exchange phase");
-            let (_, _, busiest, mean) = ex.summary();
-            let exchanged: u64 = ex.links.iter().flatten().map(|l| l.bytes).sum();
-            rows.push(Row {
-                shape: dims
-                    .iter()
-                    .map(|d| d.to_string())
-                    .collect::<Vec<_>>()
-                    .join("x"),
-                chips: p,
-                cores: p * chip.cores,
-                scheme: match scheme {
-                    ExchangeKind::Dedup => "dedup",
-                    ExchangeKind::Allgather => "allgather",
-                },
-                memory: proj.memory,
-                fits: proj.memory <= chip.memory_bytes,
-                compute: rate.map(|r| {
-                    let bound = chip.memory_bandwidth.map_or(0.0, |b| proj.gather_bytes / b);
-                    (proj.flops / r).max(bound)
-                }),
-                comm: t.seconds(chip.link_latency, chip.link_bandwidth),
-                busiest,
-                mean,
-                exchanged,
-                traffic: t.clone(),
-                gather_bytes: proj.gather_bytes,
-            });
+            rows.push(als_row(args, dims, &model, scheme, elem, &chip, rate));
         }
     }
     print!("{}", render_table(&rows, &chip));

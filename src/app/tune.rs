@@ -4,8 +4,9 @@
 //! test recall — the only time the test rows are looked at.
 
 use crate::als::model::TableScalar;
-use crate::als::shard::Shards;
-use crate::als::train::{global_read_shards_for, global_train_as, TrainEvent};
+use crate::als::shard::read::Shards;
+use crate::als::train::run::{global_train_as, TrainEvent};
+use crate::als::train::shards::global_read_shards_for;
 use crate::als::tune::{
     global_refine, global_search, global_validation_shards, grid_points, refine_design,
     refine_trainings, schedule, Point, PointResult, SearchReport, Strategy, ValSpec, ValStats,
@@ -252,6 +253,94 @@ pub fn table(report: &SearchReport) -> Vec<String> {
     out
 }
 
+/// Rank 0's first lines: the resolved search (the data, the model, the strategy) and
+/// its grid or box with the epochs it costs.
+fn print_plan(args: &TuneArgs, cfg: &TuneConfig, ranks: usize, threads: usize) {
+    let b = &cfg.base;
+    println!(
+        "tune: {} d={} tables={} solver={:?} cg_steps={} eval_rows={} strategy={:?} on {} rank(s) x {threads} thread(s)",
+        b.data.display(), b.dim, b.table_dtype, b.solver, b.cg_steps, b.eval_rows,
+        args.strategy, ranks
+    );
+    let rungs: Vec<String> = cfg
+        .rungs
+        .iter()
+        .map(|r| format!("{} x {} epochs", r.points, r.epochs))
+        .collect();
+    if args.strategy == Strategy::Refine {
+        let t = cfg.rungs[0].points;
+        let design = refine_design(&args.reg.0, &args.unobserved_weight.0).len();
+        println!(
+            "grid: reg {:?} x weight {:?}: its box, first the {design} centres of its cells, then {} compass-search points inside the box; {t} trainings x {} epochs = {} epochs in all",
+            args.reg.0,
+            args.unobserved_weight.0,
+            t - design,
+            cfg.rungs[0].epochs,
+            t * cfg.rungs[0].epochs
+        );
+    } else {
+        println!(
+            "grid: reg {:?} x weight {:?} = {} points; rungs: {}; {} epochs in all",
+            args.reg.0,
+            args.unobserved_weight.0,
+            cfg.points.len(),
+            rungs.join(", "),
+            crate::als::tune::total_epochs(&cfg.rungs)
+        );
+    }
+}
+
+/// Collective: every rank must call. `--train-final`: train the best point on the
+/// full training rows, rank 0 printing each epoch and the final test line; returns the
+/// output's `final` record.
+fn global_train_final<C: Comm>(
+    comm: &C,
+    final_cfg: &AlsConfig,
+    preempt: Preemption,
+) -> Result<serde_json::Value> {
+    let root = comm.rank() == 0;
+    let epochs = final_cfg.epochs;
+    let on_event = |e: TrainEvent| match e {
+        TrainEvent::Resumed {
+            path,
+            manifest,
+            steps_per_half,
+            seconds,
+        } => super::als::log_resumed(root, path, manifest, steps_per_half, seconds),
+        TrainEvent::Epoch(r) => {
+            if root {
+                println!(
+                    "final epoch {:>3}/{epochs}  loss {:.6e}  {:.2} s",
+                    r.epoch, r.loss, r.seconds
+                );
+            }
+        }
+    };
+    let rep = match final_cfg.table_dtype {
+        TableDtype::F32 => global_train_as::<C, f32>(comm, final_cfg, preempt, on_event)?.1,
+        TableDtype::Bf16 => global_train_as::<C, Bf16>(comm, final_cfg, preempt, on_event)?.1,
+    };
+    let r = rep.recall.expect("the last epoch evaluates");
+    if root && super::als::nothing_scored(&r) {
+        println!(
+            "final: {} (no test Recall@20/50)  loss {:.6e}  checksum {:016x}",
+            super::als::NOTHING_TO_SCORE,
+            rep.loss,
+            rep.checksum
+        );
+    } else if root {
+        println!(
+            "final: test Recall@20 {:.4}  Recall@50 {:.4}  over {} test rows  loss {:.6e}  checksum {:016x}",
+            r.at20, r.at50, r.test_rows, rep.loss, rep.checksum
+        );
+    }
+    Ok(
+        serde_json::json!({"epochs": epochs, "test_recall_at_20": r.at20,
+        "test_recall_at_50": r.at50, "test_rows": r.test_rows, "loss": rep.loss,
+        "checksum": format!("{:016x}", rep.checksum)}),
+    )
+}
+
 /// Collective: every rank must call.
 pub fn global_run<C: Comm>(comm: &C, args: &TuneArgs, preempt: Preemption) -> Result<()> {
     let cfg = comm.agree(args.to_config())?;
@@ -260,37 +349,7 @@ pub fn global_run<C: Comm>(comm: &C, args: &TuneArgs, preempt: Preemption) -> Re
     let root = comm.rank() == 0;
     let b = &cfg.base;
     if root {
-        println!(
-            "tune: {} d={} tables={} solver={:?} cg_steps={} eval_rows={} strategy={:?} on {} rank(s) x {threads} thread(s)",
-            b.data.display(), b.dim, b.table_dtype, b.solver, b.cg_steps, b.eval_rows,
-            args.strategy, comm.size()
-        );
-        let rungs: Vec<String> = cfg
-            .rungs
-            .iter()
-            .map(|r| format!("{} x {} epochs", r.points, r.epochs))
-            .collect();
-        if args.strategy == Strategy::Refine {
-            let t = cfg.rungs[0].points;
-            let design = refine_design(&args.reg.0, &args.unobserved_weight.0).len();
-            println!(
-                "grid: reg {:?} x weight {:?}: its box, first the {design} centres of its cells, then {} compass-search points inside the box; {t} trainings x {} epochs = {} epochs in all",
-                args.reg.0,
-                args.unobserved_weight.0,
-                t - design,
-                cfg.rungs[0].epochs,
-                t * cfg.rungs[0].epochs
-            );
-        } else {
-            println!(
-                "grid: reg {:?} x weight {:?} = {} points; rungs: {}; {} epochs in all",
-                args.reg.0,
-                args.unobserved_weight.0,
-                cfg.points.len(),
-                rungs.join(", "),
-                crate::als::tune::total_epochs(&cfg.rungs)
-            );
-        }
+        print_plan(args, &cfg, comm.size(), threads);
     }
     let full = global_read_shards_for(comm, b)?;
     let (val, stats) = global_validation_shards(comm, &full, cfg.val)?;
@@ -356,44 +415,7 @@ pub fn global_run<C: Comm>(comm: &C, args: &TuneArgs, preempt: Preemption) -> Re
                 final_cfg.reg, final_cfg.unobserved_weight, final_cfg.epochs
             );
         }
-        let epochs = final_cfg.epochs;
-        let on_event = |e: TrainEvent| match e {
-            TrainEvent::Resumed {
-                path,
-                manifest,
-                steps_per_half,
-                seconds,
-            } => super::als::log_resumed(root, path, manifest, steps_per_half, seconds),
-            TrainEvent::Epoch(r) => {
-                if root {
-                    println!(
-                        "final epoch {:>3}/{epochs}  loss {:.6e}  {:.2} s",
-                        r.epoch, r.loss, r.seconds
-                    );
-                }
-            }
-        };
-        let rep = match final_cfg.table_dtype {
-            TableDtype::F32 => global_train_as::<C, f32>(comm, &final_cfg, preempt, on_event)?.1,
-            TableDtype::Bf16 => global_train_as::<C, Bf16>(comm, &final_cfg, preempt, on_event)?.1,
-        };
-        let r = rep.recall.expect("the last epoch evaluates");
-        if root && super::als::nothing_scored(&r) {
-            println!(
-                "final: {} (no test Recall@20/50)  loss {:.6e}  checksum {:016x}",
-                super::als::NOTHING_TO_SCORE,
-                rep.loss,
-                rep.checksum
-            );
-        } else if root {
-            println!(
-                "final: test Recall@20 {:.4}  Recall@50 {:.4}  over {} test rows  loss {:.6e}  checksum {:016x}",
-                r.at20, r.at50, r.test_rows, rep.loss, rep.checksum
-            );
-        }
-        json["final"] = serde_json::json!({"epochs": epochs, "test_recall_at_20": r.at20,
-            "test_recall_at_50": r.at50, "test_rows": r.test_rows, "loss": rep.loss,
-            "checksum": format!("{:016x}", rep.checksum)});
+        json["final"] = global_train_final(comm, &final_cfg, preempt)?;
     }
     let written = match (&args.out_json, root) {
         (Some(path), true) => {

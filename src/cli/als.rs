@@ -109,7 +109,7 @@ pub struct AlsArgs {
     /// rows, once), or a size: past it the half-epoch gathers in blocks of steps.
     /// Changes memory and bytes exchanged, never the numbers.
     #[arg(long, value_name = "BYTES|auto|all", default_value = "auto")]
-    pub gather_buffer: crate::als::memory::GatherBuffer,
+    pub gather_buffer: crate::als::shard::memory::GatherBuffer,
     /// Directory for the per-rank spill files of the training CSR (default: the
     /// system's temporary directory; the files are unlinked at once and vanish with
     /// the process).

@@ -28,8 +28,9 @@ impl PhaseStats {
     }
 }
 
-/// CPU seconds this process has used so far, all its threads together
-/// (`CLOCK_PROCESS_CPUTIME_ID`); 0 if the clock cannot be read.
+/// CPU seconds (user + system) this process has used so far, all its threads together
+/// (`CLOCK_PROCESS_CPUTIME_ID`); 0 if the clock cannot be read. The one process CPU
+/// clock: the communication phases and the evaluation's parts both read it.
 pub fn process_cpu_seconds() -> f64 {
     let mut ts = libc::timespec {
         tv_sec: 0,

@@ -663,7 +663,7 @@ pub fn check_memory(
 ) -> Result<()> {
     let block = nodes.div_ceil(ranks.max(1) as u64);
     let need = estimate_bytes(nodes, block, min_links, opts);
-    match crate::als::memory::limit(None) {
+    match crate::node::mem_limit(None) {
         Some(limit) if need > limit => Err(Error::Input {
             path: name.into(),
             msg: format!(
@@ -671,7 +671,7 @@ pub fn check_memory(
                 crate::metrics::group(nodes),
                 crate::metrics::human_bytes(need),
                 crate::metrics::human_bytes(limit),
-                crate::als::memory::ranks_on_node()
+                crate::node::ranks_on_node()
             ),
         }),
         _ => Ok(()),

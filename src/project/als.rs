@@ -5,7 +5,7 @@
 //! Two sources:
 //! - [`AlsModel::from_csr`]: exact, from a prepared dataset's `/train` and
 //!   `/train_t/indptr`, sharded exactly as training shards it (rows and columns
-//!   balanced by non-zeros, `als::shard::balance_by_nnz`).
+//!   balanced by non-zeros, `als::shard::bounds::balance_by_nnz`).
 //! - [`AlsModel::from_webgraph`]: expected values under the synthetic generator's
 //!   degree model (`data::webgraph_gen`), for sizes that cannot be built here. Row and
 //!   column shards are taken as equal node ranges (the generator spreads popular nodes
@@ -20,8 +20,8 @@
 //!   beside the exact ones for a generated graph that fits (scripts/bench_torus.sh).
 
 use super::traffic::{self, Traffic};
-use crate::als::exchange::ExchangeKind;
-use crate::als::shard::balance_by_nnz;
+use crate::als::shard::bounds::balance_by_nnz;
+use crate::als::ExchangeKind;
 use crate::data::webgraph_gen::{generate_degrees, HostLayout, WebGraphSpec};
 
 /// What every rank does in one epoch, by half (0: the row table W is solved against
@@ -53,7 +53,7 @@ pub struct AlsParams {
     pub exchange: ExchangeKind,
     pub cg_steps: usize,
     pub step_nnz: u64,
-    /// Bytes a rank sends in one round of the dedup fetch (`als::exchange::round_bytes`).
+    /// Bytes a rank sends in one round of the dedup fetch (`als::shard::exchange::round_bytes`).
     pub round_bytes: u64,
 }
 

@@ -7,7 +7,8 @@
 use super::als::{AlsModel, AlsParams, EpochProjection};
 use super::chip::Calibration;
 use super::traffic::{self, Traffic};
-use crate::als::train::{global_train_unsaved_between, EvalAt, Trainer};
+use crate::als::train::run::{global_train_unsaved_between, EvalAt};
+use crate::als::train::trainer::Trainer;
 use crate::als::AlsConfig;
 use crate::ckpt::signals::Preemption;
 use crate::comm::{raw_gather_json, Collectives, Comm, Links};
@@ -425,6 +426,87 @@ pub fn global_measure<C: Comm>(
     result
 }
 
+/// This rank's (links, seconds) of each of `phases` as measured: the set-up's
+/// (`plan`: from `stats0` to `after_setup`), else the epochs' (from `after_setup` to
+/// `after`), from the link counters and phase seconds read at those points.
+#[allow(clippy::type_complexity)]
+fn phase_traffic(
+    phases: &[&str],
+    [stats0, after_setup, after]: [&[(String, Links)]; 3],
+    [secs_setup, secs_after]: [&[(String, crate::comm::PhaseStats)]; 2],
+) -> Vec<(Links, f64)> {
+    phases
+        .iter()
+        .map(|&ph| {
+            let (a, b, sa, sb) = if ph == "plan" {
+                (stats0, after_setup, 0.0, seconds_of(secs_setup, ph))
+            } else {
+                (
+                    after_setup,
+                    after,
+                    seconds_of(secs_setup, ph),
+                    seconds_of(secs_after, ph),
+                )
+            };
+            let (la, lb) = (links_of(a, ph), links_of(b, ph));
+            let mut l = Links::default();
+            for k in 0..l.len() {
+                l[k].bytes = lb[k].bytes - la[k].bytes;
+                l[k].messages = lb[k].messages - la[k].messages;
+            }
+            (l, sb - sa)
+        })
+        .collect()
+}
+
+/// Each phase's measured traffic and seconds (the slowest rank's) against the
+/// projection's, per epoch (`plan`: once), and the communication seconds per epoch,
+/// measured and projected (`plan` excluded).
+fn phase_checks(
+    phases: &[&str],
+    all: &[Vec<(Links, f64)>],
+    proj: &EpochProjection,
+    dims: &[usize],
+    link: &LinkFit,
+    epochs: usize,
+) -> (Vec<PhaseCheck>, f64, f64) {
+    let mut checks = Vec::new();
+    let (mut comm_m, mut comm_p) = (0.0, 0.0);
+    for (i, &ph) in phases.iter().enumerate() {
+        let times = if ph == "plan" { 1 } else { epochs as u64 };
+        let projected = proj
+            .phase(ph)
+            .cloned()
+            .unwrap_or_else(|| Traffic::new(dims))
+            .times(times);
+        let mut measured = Traffic::new(dims);
+        let mut secs = 0.0f64;
+        for (r, per_rank) in all.iter().enumerate() {
+            measured.links[r] = per_rank[i].0;
+            secs = secs.max(per_rank[i].1);
+        }
+        let (_, _, mb, mm) = measured.summary();
+        let (_, _, pb, pm) = projected.summary();
+        let ps = link.seconds(&projected) / times as f64;
+        let ms = secs / times as f64;
+        if ph != "plan" {
+            comm_m += ms;
+            comm_p += ps;
+        }
+        checks.push(PhaseCheck {
+            phase: ph.to_string(),
+            links_equal: measured.links == projected.links,
+            measured_busiest: mb / times,
+            projected_busiest: pb / times,
+            measured_mean: mm / times as f64,
+            projected_mean: pm / times as f64,
+            measured_seconds: ms,
+            projected_seconds: ps,
+        });
+    }
+    (checks, comm_m, comm_p)
+}
+
 /// Timed calls of each link microbenchmark per round ([`LinkPoints::global_measure`]).
 const LINK_REPS: usize = 10;
 
@@ -487,28 +569,11 @@ fn measure_inner<C: Comm>(
     let phases = ["plan", "exchange", "gramian", "loss"];
     // Per rank and phase: (links measured, seconds measured) over the epochs (plan:
     // the set-up).
-    let mine: Vec<(Links, f64)> = phases
-        .iter()
-        .map(|&ph| {
-            let (a, b, sa, sb) = if ph == "plan" {
-                (&stats0, &after_setup, 0.0, seconds_of(&secs_setup, ph))
-            } else {
-                (
-                    &after_setup,
-                    &after,
-                    seconds_of(&secs_setup, ph),
-                    seconds_of(&secs_after, ph),
-                )
-            };
-            let (la, lb) = (links_of(a, ph), links_of(b, ph));
-            let mut l = Links::default();
-            for k in 0..l.len() {
-                l[k].bytes = lb[k].bytes - la[k].bytes;
-                l[k].messages = lb[k].messages - la[k].messages;
-            }
-            (l, sb - sa)
-        })
-        .collect();
+    let mine = phase_traffic(
+        &phases,
+        [&stats0, &after_setup, &after],
+        [&secs_setup, &secs_after],
+    );
     let all: Vec<Vec<(Links, f64)>> = raw_gather_json(comm, &mine)?;
     let Some(model) = model else {
         return Ok(None);
@@ -519,44 +584,11 @@ fn measure_inner<C: Comm>(
         exchange: cfg.exchange,
         cg_steps: cfg.cg_steps,
         step_nnz: cfg.step_nnz,
-        round_bytes: crate::als::exchange::round_bytes() as u64,
+        round_bytes: crate::als::shard::exchange::round_bytes() as u64,
     };
     let dims = comm.torus().dims.clone();
     let proj: EpochProjection = model.project(&dims, &params);
-    let mut checks = Vec::new();
-    let (mut comm_m, mut comm_p) = (0.0, 0.0);
-    for (i, &ph) in phases.iter().enumerate() {
-        let times = if ph == "plan" { 1 } else { cfg.epochs as u64 };
-        let projected = proj
-            .phase(ph)
-            .cloned()
-            .unwrap_or_else(|| Traffic::new(&dims))
-            .times(times);
-        let mut measured = Traffic::new(&dims);
-        let mut secs = 0.0f64;
-        for (r, per_rank) in all.iter().enumerate() {
-            measured.links[r] = per_rank[i].0;
-            secs = secs.max(per_rank[i].1);
-        }
-        let (_, _, mb, mm) = measured.summary();
-        let (_, _, pb, pm) = projected.summary();
-        let ps = link.seconds(&projected) / times as f64;
-        let ms = secs / times as f64;
-        if ph != "plan" {
-            comm_m += ms;
-            comm_p += ps;
-        }
-        checks.push(PhaseCheck {
-            phase: ph.to_string(),
-            links_equal: measured.links == projected.links,
-            measured_busiest: mb / times,
-            projected_busiest: pb / times,
-            measured_mean: mm / times as f64,
-            projected_mean: pm / times as f64,
-            measured_seconds: ms,
-            projected_seconds: ps,
-        });
-    }
+    let (checks, comm_m, comm_p) = phase_checks(&phases, &all, &proj, &dims, &link, cfg.epochs);
     let solve_flops = proj.flops / solve.max(1e-9);
     let mem = crate::node::memory_bytes().unwrap_or(0) / crate::node::ranks_on_node() as u64;
     let calibration = Calibration {

@@ -9,7 +9,8 @@ use crate::EnvVar;
 
 use std::path::Path;
 use torusrec::als::model::TableScalar;
-use torusrec::als::train::{global_train_unsaved, EvalAt, Trainer};
+use torusrec::als::train::run::{global_train_unsaved, EvalAt};
+use torusrec::als::train::trainer::Trainer;
 use torusrec::als::{AlsConfig, ExchangeKind};
 use torusrec::bf16::{Bf16, TableDtype};
 use torusrec::ckpt::signals::Preemption;
@@ -111,7 +112,7 @@ fn projected_link_traffic_equals_the_measured_counters() {
     let dir = util::tempdir();
     let data = util::synthetic_dataset(dir.path(), 900, 9000, 5);
     let f32s = config(&data, 8, ExchangeKind::Dedup, TableDtype::F32);
-    let rb = torusrec::als::exchange::FETCH_ROUND_BYTES as u64;
+    let rb = torusrec::als::shard::exchange::FETCH_ROUND_BYTES as u64;
     for dims in [&[2usize, 2][..], &[2, 4], &[2, 2, 2], &[4, 1], &[3, 3]] {
         check_shape::<f32>(&data, dims, &f32s, rb);
     }
@@ -121,6 +122,6 @@ fn projected_link_traffic_equals_the_measured_counters() {
     check_shape::<f32>(&data, &[2, 2, 2], &ag, rb);
     // Many rounds: at most 4 KiB per rank and round.
     let _rounds = EnvVar::set("TORUSREC_FETCH_ROUND_BYTES", "4096");
-    assert_eq!(torusrec::als::exchange::round_bytes(), 4096);
+    assert_eq!(torusrec::als::shard::exchange::round_bytes(), 4096);
     check_shape::<f32>(&data, &[2, 2], &f32s, 4096);
 }

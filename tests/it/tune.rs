@@ -8,8 +8,9 @@ use crate::util;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use torusrec::als::shard::{global_read_shards, Shards};
-use torusrec::als::train::{global_train_unsaved, EvalAt, Trainer};
+use torusrec::als::shard::read::{global_read_shards, Shards};
+use torusrec::als::train::run::{global_train_unsaved, EvalAt};
+use torusrec::als::train::trainer::Trainer;
 use torusrec::als::tune::{
     arg_best, global_refine, global_search, global_validation_shards, grid_points, schedule,
     total_epochs, Refiner, Strategy, ValSpec,
@@ -59,7 +60,7 @@ fn split_at(p: usize, data: &Path, spec: ValSpec) -> Vec<RankSplit> {
     run(p, |c| {
         let full = global_read_shards(&c, data).unwrap();
         let (v, stats) = global_validation_shards(&c, &full, spec).unwrap();
-        let row = |s: &torusrec::als::shard::CsrShard, i: usize| {
+        let row = |s: &torusrec::als::shard::csr::CsrShard, i: usize| {
             s.indices[s.indptr[i] as usize..s.indptr[i + 1] as usize].to_vec()
         };
         let val = (0..v.test_rows.len())

@@ -6,9 +6,13 @@
 use super::max_rel_diff;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
-use torusrec::als::memory::GatherBuffer;
-use torusrec::als::spill::step_chunks;
-use torusrec::als::train::{global_train_as, Side, TableScalar, TrainReport, Trainer};
+use torusrec::als::model::TableScalar;
+use torusrec::als::shard::memory::GatherBuffer;
+use torusrec::als::shard::spill::step_chunks;
+use torusrec::als::train::report::TrainReport;
+use torusrec::als::train::run::global_train_as;
+use torusrec::als::train::side::Side;
+use torusrec::als::train::trainer::Trainer;
 use torusrec::als::{AlsConfig, SolverKind};
 use torusrec::bf16::{Bf16, TableDtype};
 use torusrec::ckpt::signals::Preemption;

@@ -30,11 +30,12 @@ pub use score::{
     ScoreRows, Scorer, TopK, COL_BLOCK, ROW_BLOCK,
 };
 
-use super::exchange::{ExchangeKind, ExchangePlan};
-use super::shard::{owner_of, Shards};
+use super::shard::bounds::owner_of;
+use super::shard::exchange::{ExchangeKind, ExchangePlan};
+use super::shard::read::Shards;
 use super::solve::{cholesky_solve, RowsView, SolveParams};
 use crate::bf16::TableElem;
-use crate::comm::{prefix_offsets, Comm, Received};
+use crate::comm::{prefix_offsets, process_cpu_seconds, Comm, Received};
 use crate::data::graph::block_range;
 use crate::error::{Error, Result};
 use crate::rng::{hash3, stream};
@@ -262,17 +263,6 @@ pub struct EvalTimes {
     pub score_cpu: f64,
 }
 
-/// CPU seconds (user + system) of this process so far.
-fn process_cpu_seconds() -> f64 {
-    // SAFETY: getrusage only writes the struct it is given.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
-        return 0.0;
-    }
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
-    tv(u.ru_utime) + tv(u.ru_stime)
-}
-
 /// The fold-in of some rows from their visible arcs: the exact solve against H from
 /// zero, with the rows of H it needs fetched from their owners (each distinct column
 /// once). Shared by evaluation and by `recommend`.
@@ -424,7 +414,7 @@ impl RowSet {
             .filter(|&&p| p >= lo && p < hi)
             .map(|&p| p - lo)
             .collect();
-        let csr_row = |c: &super::shard::CsrShard, i: usize| -> Vec<u32> {
+        let csr_row = |c: &super::shard::csr::CsrShard, i: usize| -> Vec<u32> {
             c.indices[c.indptr[i] as usize..c.indptr[i + 1] as usize].to_vec()
         };
         let mut fold_indptr = vec![0u64];

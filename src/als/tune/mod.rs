@@ -65,7 +65,7 @@
 //! ([`global_validation_shards`]) and `search.rs` trains and scores the points
 //! ([`global_search`], [`global_refine`]).
 //!
-//! [`Shards`]: super::shard::Shards
+//! [`Shards`]: super::shard::read::Shards
 //! [`Error::Interrupted`]: crate::error::Error::Interrupted
 
 use serde::{Deserialize, Serialize};

@@ -2,8 +2,8 @@
 //! large is allocated, and the check against the node's memory divided by the ranks on
 //! it. Pure arithmetic besides reading the node's memory size.
 
-use crate::als::memory::{self, MemEstimate};
 use crate::embed::dense::mlp::DenseOpt;
+use crate::mem_estimate::{self as memory, MemEstimate};
 use crate::metrics::human_bytes;
 use crate::node;
 use crate::spec::ModelSpec;

@@ -9,7 +9,7 @@ use torusrec::als::eval::{
     global_evaluate_all_ref, local_score_topk, local_score_topk_ref, local_score_topk_tiled,
     local_score_topk_with, Cand, EvalRows, EvalSet, Recall, ScoreRows, Scorer, TopK,
 };
-use torusrec::als::shard::global_read_shards;
+use torusrec::als::shard::read::global_read_shards;
 use torusrec::als::solve::{gramian, SolveParams};
 use torusrec::bf16::{Bf16, TableElem};
 use torusrec::comm::single::SingleComm;

@@ -16,7 +16,7 @@ use crate::util;
 
 use std::path::Path;
 use std::sync::Mutex;
-use torusrec::als::memory::{GatherBuffer, ShardSizes};
+use torusrec::als::shard::memory::{GatherBuffer, ShardSizes};
 use torusrec::als::SolverKind;
 use torusrec::bf16::TableDtype;
 use torusrec::comm::threads::run;
@@ -261,9 +261,9 @@ fn a_run_that_cannot_fit_is_refused_naming_mem_per_rank() {
 fn shard_sizes(path: &Path, p: usize) -> Vec<ShardSizes> {
     let mut got = run(p, |c| {
         let seen = Mutex::new(None);
-        torusrec::als::shard::global_read_shards_admitted(&c, path, &|all, rank| {
+        torusrec::als::shard::read::global_read_shards_admitted(&c, path, &|all, rank| {
             *seen.lock().unwrap() = Some(all[rank]);
-            Ok(torusrec::als::memory::Layout::in_memory())
+            Ok(torusrec::als::shard::memory::Layout::in_memory())
         })
         .unwrap();
         let s = seen.lock().unwrap().take();
@@ -297,16 +297,16 @@ fn a_moderate_mem_per_rank_gathers_in_blocks_with_the_same_bits() {
                 .num_cols
                 .min(sz.nnz_rows)
                 .max(sz.num_rows.min(sz.nnz_cols));
-            let floor = torusrec::als::memory::MIN_GATHER_ROWS;
+            let floor = torusrec::als::shard::memory::MIN_GATHER_ROWS;
             assert!(whole > 2 * floor, "the graph is too small: {whole} rows");
-            let rest = torusrec::als::memory::estimate_with(
+            let rest = torusrec::als::shard::memory::estimate_with(
                 sz,
                 DIM,
                 TableDtype::F32,
                 false,
                 cfg.step_nnz,
                 threads,
-                &torusrec::als::memory::Layout {
+                &torusrec::als::shard::memory::Layout {
                     csr_in_memory: false,
                     csr_buffer: cfg.memory.csr_buffer,
                     gather_rows: Some(0),

@@ -5,7 +5,8 @@
 use crate::util;
 
 use std::path::Path;
-use torusrec::als::train::{global_train, TrainReport};
+use torusrec::als::train::report::TrainReport;
+use torusrec::als::train::run::global_train;
 use torusrec::als::{AlsConfig, BasisKind, ExchangeKind, SolverKind};
 use torusrec::ckpt::signals::Preemption;
 use torusrec::comm::threads::run;

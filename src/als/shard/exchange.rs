@@ -12,7 +12,7 @@
 //! tables' element type (f32 or bf16); the all-gather baseline sums in f32 (widening
 //! and rounding back a bf16 value is exact), as a TPU's bf16 all-reduce would not.
 
-use super::shard::owner_of;
+use super::bounds::owner_of;
 use crate::bf16::TableElem;
 use crate::comm::{prefix_offsets, Comm, Elem, Received};
 use crate::error::{Error, Result};
@@ -209,124 +209,150 @@ impl ExchangePlan {
         comm: &C,
         local: &[T],
         d: usize,
-        mut out: Vec<T>,
+        out: Vec<T>,
     ) -> Result<Option<Vec<T>>> {
         if self.identity {
             return Ok(None);
         }
         let _p = comm.stats().phase("exchange");
+        match self.kind {
+            ExchangeKind::Dedup => self.global_fetch_dedup(comm, local, d, out).map(Some),
+            ExchangeKind::Allgather => self.global_fetch_allgather(comm, local, d, out).map(Some),
+        }
+    }
+
+    /// Collective: every rank must call. [`ExchangePlan::global_fetch_reusing`] of a
+    /// `Dedup` plan: the own rows copied, the others' moved in rounds of at most
+    /// [`round_bytes`] sent per rank, into `out`.
+    fn global_fetch_dedup<C: Comm, T: Elem + TableElem>(
+        &self,
+        comm: &C,
+        local: &[T],
+        d: usize,
+        mut out: Vec<T>,
+    ) -> Result<Vec<T>> {
         let lo = self.bounds[comm.rank()];
         let row = |id: u32| {
             let i = (id as u64 - lo) as usize;
             &local[i * d..(i + 1) * d]
         };
-        match self.kind {
-            ExchangeKind::Dedup => {
-                let (me, p) = (comm.rank(), comm.size());
-                let need_off = prefix_offsets(&self.need_counts);
-                let n = self.needed.len() * d;
-                if out.capacity() >= n {
-                    out.clear();
-                    out.resize(n, T::default());
-                } else {
-                    // The old buffer goes before the new one is made.
-                    drop(std::mem::take(&mut out));
-                    out = crate::hugepages::huge_vec(n, T::default());
+        let (me, p) = (comm.rank(), comm.size());
+        let need_off = prefix_offsets(&self.need_counts);
+        let n = self.needed.len() * d;
+        if out.capacity() >= n {
+            out.clear();
+            out.resize(n, T::default());
+        } else {
+            // The old buffer goes before the new one is made.
+            drop(std::mem::take(&mut out));
+            out = crate::hugepages::huge_vec(n, T::default());
+        }
+        // Our own rows: a copy (they are `needed[need_off[me]..]`, in the order
+        // we asked ourselves for them).
+        for (k, &id) in self.serve.from_rank(me).iter().enumerate() {
+            let at = (need_off[me] + k) * d;
+            out[at..at + d].copy_from_slice(row(id));
+        }
+        // The others' rows in rounds; every rank runs the same number of them.
+        let per_rank = (round_bytes() / (p - 1)).max(1);
+        let chunk = (per_rank / (d.max(1) * std::mem::size_of::<T>())).max(1);
+        let local_rounds = (0..p)
+            .filter(|&r| r != me)
+            .map(|r| {
+                self.serve.counts[r]
+                    .max(self.need_counts[r])
+                    .div_ceil(chunk)
+            })
+            .max()
+            .unwrap_or(0);
+        let rounds = comm.all_reduce_max(local_rounds as u64) as usize;
+        let part = |total: usize, round: usize| total.saturating_sub(round * chunk).min(chunk);
+        let serve_off = self.serve.offsets();
+        // The round buffers, reused from round to round.
+        let mut send = Vec::new();
+        let mut got = Received::default();
+        for round in 0..rounds {
+            send.clear();
+            let mut counts = vec![0usize; p];
+            for (r, c) in counts.iter_mut().enumerate() {
+                if r == me {
+                    continue;
                 }
-                // Our own rows: a copy (they are `needed[need_off[me]..]`, in the order
-                // we asked ourselves for them).
-                for (k, &id) in self.serve.from_rank(me).iter().enumerate() {
-                    let at = (need_off[me] + k) * d;
-                    out[at..at + d].copy_from_slice(row(id));
+                let n = part(self.serve.counts[r], round);
+                if n == 0 {
+                    continue;
                 }
-                // The others' rows in rounds; every rank runs the same number of them.
-                let per_rank = (round_bytes() / (p - 1)).max(1);
-                let chunk = (per_rank / (d.max(1) * std::mem::size_of::<T>())).max(1);
-                let local_rounds = (0..p)
-                    .filter(|&r| r != me)
-                    .map(|r| {
-                        self.serve.counts[r]
-                            .max(self.need_counts[r])
-                            .div_ceil(chunk)
-                    })
-                    .max()
-                    .unwrap_or(0);
-                let rounds = comm.all_reduce_max(local_rounds as u64) as usize;
-                let part =
-                    |total: usize, round: usize| total.saturating_sub(round * chunk).min(chunk);
-                let serve_off = self.serve.offsets();
-                // The round buffers, reused from round to round.
-                let mut send = Vec::new();
-                let mut got = Received::default();
-                for round in 0..rounds {
-                    send.clear();
-                    let mut counts = vec![0usize; p];
-                    for (r, c) in counts.iter_mut().enumerate() {
-                        if r == me {
-                            continue;
-                        }
-                        let n = part(self.serve.counts[r], round);
-                        if n == 0 {
-                            continue;
-                        }
-                        let first = serve_off[r] + round * chunk;
-                        for &id in &self.serve.data[first..first + n] {
-                            send.extend_from_slice(row(id));
-                        }
-                        *c = n * d;
-                    }
-                    if round == 0 {
-                        crate::ckpt::faults::point("mid-alltoall", comm.rank());
-                    }
-                    comm.all_to_all_v_into(&send, &counts, &mut got)?;
-                    let want: Vec<usize> = (0..p)
-                        .map(|r| {
-                            if r == me {
-                                0
-                            } else {
-                                part(self.need_counts[r], round) * d
-                            }
-                        })
-                        .collect();
-                    if got.counts != want {
-                        return Err(Error::Comm(format!(
-                            "exchange round {round}: received {:?} values per rank, expected {want:?}",
-                            got.counts
-                        )));
-                    }
-                    for r in (0..p).filter(|&r| r != me) {
-                        let src = got.from_rank(r);
-                        if src.is_empty() {
-                            continue;
-                        }
-                        let at = (need_off[r] + round * chunk) * d;
-                        out[at..at + src.len()].copy_from_slice(src);
-                    }
+                let first = serve_off[r] + round * chunk;
+                for &id in &self.serve.data[first..first + n] {
+                    send.extend_from_slice(row(id));
                 }
-                Ok(Some(out))
+                *c = n * d;
             }
-            ExchangeKind::Allgather => {
-                // ALX: gather every rank's ids (every half-epoch, as its batches change).
-                let ids = comm.all_gather_v(&self.needed)?;
-                let total = ids.data.len();
-                let mut dense = vec![0f32; total * d];
-                let hi = self.bounds[comm.rank() + 1];
-                for (k, &id) in ids.data.iter().enumerate() {
-                    if (id as u64) >= lo && (id as u64) < hi {
-                        crate::bf16::widen(row(id), &mut dense[k * d..(k + 1) * d]);
+            if round == 0 {
+                crate::ckpt::faults::point("mid-alltoall", comm.rank());
+            }
+            comm.all_to_all_v_into(&send, &counts, &mut got)?;
+            let want: Vec<usize> = (0..p)
+                .map(|r| {
+                    if r == me {
+                        0
+                    } else {
+                        part(self.need_counts[r], round) * d
                     }
+                })
+                .collect();
+            if got.counts != want {
+                return Err(Error::Comm(format!(
+                    "exchange round {round}: received {:?} values per rank, expected {want:?}",
+                    got.counts
+                )));
+            }
+            for r in (0..p).filter(|&r| r != me) {
+                let src = got.from_rank(r);
+                if src.is_empty() {
+                    continue;
                 }
-                comm.all_reduce_sum(&mut dense);
-                let start: usize = self.all_counts[..comm.rank()].iter().sum();
-                out.clear();
-                out.extend(
-                    dense[start * d..(start + self.needed.len()) * d]
-                        .iter()
-                        .map(|&x| T::from_f32(x)),
-                );
-                Ok(Some(out))
+                let at = (need_off[r] + round * chunk) * d;
+                out[at..at + src.len()].copy_from_slice(src);
             }
         }
+        Ok(out)
+    }
+
+    /// Collective: every rank must call. [`ExchangePlan::global_fetch_reusing`] of an
+    /// `Allgather` plan (ALX's): every rank's ids gathered, the owners' rows summed into
+    /// a dense f32 buffer, this rank's part kept in `out`.
+    fn global_fetch_allgather<C: Comm, T: Elem + TableElem>(
+        &self,
+        comm: &C,
+        local: &[T],
+        d: usize,
+        mut out: Vec<T>,
+    ) -> Result<Vec<T>> {
+        let lo = self.bounds[comm.rank()];
+        let row = |id: u32| {
+            let i = (id as u64 - lo) as usize;
+            &local[i * d..(i + 1) * d]
+        };
+        // ALX: gather every rank's ids (every half-epoch, as its batches change).
+        let ids = comm.all_gather_v(&self.needed)?;
+        let total = ids.data.len();
+        let mut dense = vec![0f32; total * d];
+        let hi = self.bounds[comm.rank() + 1];
+        for (k, &id) in ids.data.iter().enumerate() {
+            if (id as u64) >= lo && (id as u64) < hi {
+                crate::bf16::widen(row(id), &mut dense[k * d..(k + 1) * d]);
+            }
+        }
+        comm.all_reduce_sum(&mut dense);
+        let start: usize = self.all_counts[..comm.rank()].iter().sum();
+        out.clear();
+        out.extend(
+            dense[start * d..(start + self.needed.len()) * d]
+                .iter()
+                .map(|&x| T::from_f32(x)),
+        );
+        Ok(out)
     }
 }
 

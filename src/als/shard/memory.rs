@@ -6,10 +6,11 @@
 //! the two CSR shards (held once), both table shards, the gathered rows of the fixed
 //! table during a half-epoch with the send buffer that serves other ranks, the exchange
 //! plans, the evaluation's fold-in rows, and a fixed allowance for the program, MPI and
-//! HDF5. Pure arithmetic: no I/O, no communication.
+//! HDF5 ([`BASE_BYTES`]). Pure arithmetic: no I/O, no communication.
 
-use super::solve::{GATHER_FLOATS, LONG_GATHER_FLOATS};
+use crate::als::solve::{GATHER_FLOATS, LONG_GATHER_FLOATS};
 use crate::bf16::TableDtype;
+use crate::mem_estimate::{MemEstimate, BASE_BYTES};
 use crate::metrics::human_bytes;
 use serde::{Deserialize, Serialize};
 
@@ -117,34 +118,6 @@ impl std::fmt::Display for GatherBuffer {
 
 /// The fewest rows an automatic gather buffer holds (below that, refuse instead).
 pub const MIN_GATHER_ROWS: u64 = 1 << 16;
-
-/// The parts of the estimate, in bytes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MemEstimate {
-    pub parts: Vec<(&'static str, u64)>,
-}
-
-/// Program text, MPI and HDF5 buffers, thread stacks and small arrays.
-pub const BASE_BYTES: u64 = 64 << 20;
-
-impl MemEstimate {
-    pub fn total(&self) -> u64 {
-        self.parts
-            .iter()
-            .fold(0u64, |acc, p| acc.saturating_add(p.1))
-    }
-
-    /// `4.2 GB (tables 1.5 GB, CSR 1.6 GB, ...)`.
-    pub fn describe(&self) -> String {
-        let parts: Vec<String> = self
-            .parts
-            .iter()
-            .filter(|p| p.1 > 0)
-            .map(|(k, v)| format!("{k} {}", human_bytes(*v)))
-            .collect();
-        format!("{} ({})", human_bytes(self.total()), parts.join(", "))
-    }
-}
 
 /// The estimate for `d`-wide tables stored as `dtype`, with the all-gather baseline's
 /// dense buffers when `allgather`, steps of about `step_nnz` non-zeros and `threads`
@@ -353,8 +326,6 @@ pub fn estimate_with(
         ],
     }
 }
-
-pub use crate::node::{mem_limit as limit, memory_bytes as node_memory_bytes, ranks_on_node};
 
 /// `Err(message)` when the estimate exceeds the limit.
 pub fn check(est: &MemEstimate, limit: Option<u64>, flag_given: bool) -> Result<(), String> {

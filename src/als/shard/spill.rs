@@ -21,7 +21,7 @@
 //! The spill file is unlinked as soon as it is created: it disappears with the
 //! process, however the process ends.
 
-use super::shard::CsrShard;
+use super::csr::{add_checksum, CsrShard};
 use crate::data::dataset::{check_rows, read_range};
 use crate::error::{Error, Result};
 use crate::h5::open_h5;
@@ -194,7 +194,7 @@ pub struct SpilledSide {
     pub block_starts: Vec<usize>,
     /// Where each block's `needed` list lies in the spill: (element offset, length).
     pub needed_at: Vec<(u64, u64)>,
-    /// The side's arcs' transpose checksum (see `shard::arc_checksum`).
+    /// The side's arcs' transpose checksum (see [`super::csr::arc_checksum`]).
     pub checksum: [u64; 2],
     /// The largest gather block (distinct ids).
     pub max_block_rows: u64,
@@ -381,6 +381,28 @@ pub fn local_spill_side(spec: &SpillSpec) -> Result<SpilledSide> {
     };
     max_block_rows = max_block_rows.max(flush(&m, &mut needed_at, &mut tail)?);
     // Pass 2: ids -> positions in their block's needed list, in place.
+    local_rewrite_positions(spec, &file, &mut m, &block_starts, &needed_at)?;
+    Ok(SpilledSide {
+        file,
+        block_starts,
+        needed_at,
+        checksum,
+        max_block_rows,
+    })
+}
+
+/// Pass 2 of [`local_spill_side`]: rewrite each gather block's indices in the spill,
+/// in place, to positions in its `needed` list (read back from the spill's tail at
+/// `needed_at`), marking the list's ids in `m`.
+fn local_rewrite_positions(
+    spec: &SpillSpec,
+    file: &SpillFile,
+    m: &mut Marks,
+    block_starts: &[usize],
+    needed_at: &[(u64, u64)],
+) -> Result<()> {
+    let (ip, sb) = (&spec.shard.indptr, spec.step_bounds);
+    let steps = sb.len() - 1;
     let mut buf = Vec::new();
     for k in 0..block_starts.len() {
         let (from, to) = (
@@ -404,39 +426,7 @@ pub fn local_spill_side(spec: &SpillSpec) -> Result<SpilledSide> {
             file.write_at(a, &buf)?;
         }
     }
-    Ok(SpilledSide {
-        file,
-        block_starts,
-        needed_at,
-        checksum,
-        max_block_rows,
-    })
-}
-
-/// Add the arcs of rows `first..` (local `indptr` over `indices`) to a transpose
-/// checksum (see `shard::arc_checksum`).
-pub fn add_checksum(
-    s: &mut [u64; 2],
-    first: u64,
-    indptr: &[u64],
-    indices: &[u32],
-    transposed: bool,
-) {
-    for (i, w) in indptr.windows(2).enumerate() {
-        let a = first + i as u64;
-        for &b in &indices[w[0] as usize..w[1] as usize] {
-            let (r, c) = if transposed {
-                (b as u64, a)
-            } else {
-                (a, b as u64)
-            };
-            let key = (r << 32) | c;
-            s[0] = s[0].wrapping_add(crate::rng::mix64(key ^ 0x9e37_79b9_7f4a_7c15));
-            s[1] = s[1].wrapping_add(crate::rng::mix64(
-                key.rotate_left(17) ^ 0xd1b5_4a32_d192_ed03,
-            ));
-        }
-    }
+    Ok(())
 }
 
 /// A chunk of a spilled side: steps `s0..s1`, their indices from non-zero `a` on.
