@@ -25,7 +25,7 @@
 //!
 //! Writes: rank 0 creates every dataset contiguous with early allocation, so each has
 //! a fixed byte offset in the file; the offsets are broadcast and all ranks then
-//! `pwrite` their disjoint ranges at the same time (native little-endian u32/u64, as
+//! `pwrite` their disjoint ranges at the same time ([`crate::io::positional`]; native little-endian u32/u64, as
 //! HDF5 stores `new_dataset::<u32>()` on this platform). No HDF5 handle is open while
 //! the ranks write, and the file is renamed into place only after every rank agrees.
 //! This needs every rank to see the same file (one node, or a shared file system
@@ -40,10 +40,9 @@ use super::webgraph_gen::{generate_degrees, generate_rows, HostLayout, WebGraphS
 use crate::comm::{prefix_offsets, Comm};
 use crate::error::{Error, Result};
 use crate::h5::{ctx as h5, write_attrs};
+use crate::io::positional::{create_allocated, PositionalFile, NO_OFFSET};
 use crate::outfile::temp_path;
 use rayon::prelude::*;
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::Instant;
 
@@ -386,9 +385,6 @@ const TEST_ROWS: usize = 7;
 const FOLD_INDICES: usize = 8;
 const HOLDOUT_INDICES: usize = 9;
 const NUM_DATASETS: usize = 10;
-/// Marks a dataset without storage (no elements).
-const NO_OFFSET: u64 = u64::MAX;
-
 fn dataset_name(i: usize) -> &'static str {
     if i < 5 {
         U64_DATASETS[i]
@@ -405,7 +401,6 @@ fn create_allocated_layout(
     meta: &SplitMeta,
     shapes: &[usize; NUM_DATASETS],
 ) -> Result<[u64; NUM_DATASETS]> {
-    use hdf5::plist::dataset_create::AllocTime;
     let f = h5(tmp, "create", crate::h5::create(tmp))?;
     for g in ["train", "train_t", "test", "test/fold", "test/holdout"] {
         h5(tmp, format!("group {g}"), f.create_group(g))?;
@@ -413,121 +408,15 @@ fn create_allocated_layout(
     let mut offs = [NO_OFFSET; NUM_DATASETS];
     for (i, &n) in shapes.iter().enumerate() {
         let name = dataset_name(i);
-        let ds = if i < 5 {
-            f.new_dataset::<u64>()
-                .shape(n)
-                .alloc_time(Some(AllocTime::Early))
-                .create(name)
+        offs[i] = if i < 5 {
+            create_allocated::<u64>(&f, tmp, name, name, n)?.1
         } else {
-            f.new_dataset::<u32>()
-                .shape(n)
-                .alloc_time(Some(AllocTime::Early))
-                .create(name)
+            create_allocated::<u32>(&f, tmp, name, name, n)?.1
         };
-        let ds = h5(tmp, name, ds)?;
-        if n > 0 {
-            offs[i] = ds.offset().ok_or_else(|| {
-                Error::layout(tmp, name, "no contiguous storage after early allocation")
-            })?;
-        }
     }
     write_attrs(&f, tmp, &super::dataset::meta_attrs(meta))?;
     h5(tmp, "close", f.close())?;
     Ok(offs)
-}
-
-/// Raw positional writes into (and reads from) the allocated datasets of the
-/// partial file.
-struct RawFile<'a> {
-    path: &'a Path,
-    file: File,
-    offs: [u64; NUM_DATASETS],
-}
-
-trait Raw: Copy + Default {
-    const SIZE: usize;
-    fn put(self, out: &mut Vec<u8>);
-    fn get(b: &[u8]) -> Self;
-}
-
-impl Raw for u32 {
-    const SIZE: usize = 4;
-    fn put(self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.to_ne_bytes());
-    }
-    fn get(b: &[u8]) -> Self {
-        u32::from_ne_bytes([b[0], b[1], b[2], b[3]])
-    }
-}
-
-impl Raw for u64 {
-    const SIZE: usize = 8;
-    fn put(self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.to_ne_bytes());
-    }
-    fn get(b: &[u8]) -> Self {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(&b[..8]);
-        u64::from_ne_bytes(a)
-    }
-}
-
-impl<'a> RawFile<'a> {
-    fn open(path: &'a Path, offs: [u64; NUM_DATASETS]) -> Result<Self> {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(|e| Error::io(path, e))?;
-        Ok(Self { path, file, offs })
-    }
-
-    fn byte_at<T: Raw>(&self, ds: usize, at: u64) -> u64 {
-        self.offs[ds] + at * T::SIZE as u64
-    }
-
-    /// Flush this rank's writes to stable storage (every rank, before the commit:
-    /// on a shared file system another node's writes are its own to flush).
-    fn sync(&self) -> Result<()> {
-        self.file.sync_data().map_err(|e| Error::io(self.path, e))
-    }
-
-    /// Write `data` at element `at` of dataset `ds`.
-    fn put<T: Raw>(&self, ds: usize, at: u64, data: &[T]) -> Result<()> {
-        if data.is_empty() {
-            return Ok(());
-        }
-        debug_assert_ne!(self.offs[ds], NO_OFFSET);
-        // Bounded staging buffer: 16 MB at a time.
-        let per = (16 << 20) / T::SIZE;
-        let mut buf = Vec::with_capacity(per.min(data.len()) * T::SIZE);
-        for (k, part) in data.chunks(per).enumerate() {
-            buf.clear();
-            for &x in part {
-                x.put(&mut buf);
-            }
-            let pos = self.byte_at::<T>(ds, at + (k * per) as u64);
-            self.file.write_all_at(&buf, pos).map_err(|e| {
-                Error::io(
-                    self.path,
-                    std::io::Error::new(e.kind(), format!("{}: {e}", dataset_name(ds))),
-                )
-            })?;
-        }
-        Ok(())
-    }
-
-    /// Read elements `lo..hi` of dataset `ds`.
-    fn get<T: Raw>(&self, ds: usize, lo: u64, hi: u64) -> Result<Vec<T>> {
-        if lo == hi {
-            return Ok(Vec::new());
-        }
-        let mut buf = vec![0u8; (hi - lo) as usize * T::SIZE];
-        self.file
-            .read_exact_at(&mut buf, self.byte_at::<T>(ds, lo))
-            .map_err(|e| Error::io(self.path, e))?;
-        Ok(buf.chunks_exact(T::SIZE).map(T::get).collect())
-    }
 }
 
 /// Columns per bucket of the transpose scatter: a bucket's fill pointers and the
@@ -756,7 +645,7 @@ pub fn global_prepare_stream_mapped<C: Comm, S: RowSource>(
     let mut ds_offs = comm.agree(created)?;
     let result = (|| -> Result<[f64; 2]> {
         comm.broadcast(0, &mut ds_offs)?;
-        let opened = RawFile::open(&tmp, ds_offs);
+        let opened = PositionalFile::open(&tmp, ds_offs.to_vec()).map(|f| f.naming(dataset_name));
         let file = comm.agree(opened)?;
 
         // Pass 3: split and write the owned rows; count training arcs per column.
@@ -1035,7 +924,7 @@ fn global_layout<C: Comm>(
 /// counted per column into `col_count`.
 fn local_split_write<S: RowSource>(
     pass: &Passes<S>,
-    file: &RawFile,
+    file: &PositionalFile,
     new_id: &[u32],
     node_ids: &[u64],
     lay: &Layout,
@@ -1122,7 +1011,7 @@ fn local_split_write<S: RowSource>(
 /// of rows, and written.
 fn local_transpose<S>(
     pass: &Passes<S>,
-    file: &RawFile,
+    file: &PositionalFile,
     num_kept: u64,
     (clo, chi): (u64, u64),
     col_count: Vec<u64>,
