@@ -44,6 +44,7 @@ use crate::comm::Comm;
 use crate::error::{Error, Result};
 use crate::h5::{ctx as h5, write_attrs, Attr};
 use crate::io::positional::{create_allocated, PositionalFile, NO_OFFSET};
+use crate::io::signals::check_preempted;
 use crate::outfile::temp_path;
 use crate::spec::{ModelSpec, Pooling, TableSpec, ValencyDist, VocabKind, MAX_DIM, MAX_VOCAB};
 
@@ -215,14 +216,14 @@ pub fn keyed_spec(
     Ok(spec)
 }
 
-/// Stop a pass when a preemption signal arrived (see `crate::data::stream`).
+/// Stop a pass when a preemption signal arrived ([`check_preempted`]): nothing is
+/// written, exit 1.
 fn check_signal(pass: &str) -> Result<()> {
-    if crate::ckpt::signals::signalled() || crate::ckpt::faults::preempt_in(pass) {
-        return Err(Error::Interrupted(format!(
+    check_preempted(pass, || {
+        format!(
             "signal received during the {pass} pass of prepare clicks; nothing was written (exit 1)"
-        )));
-    }
-    Ok(())
+        )
+    })
 }
 
 /// This rank's counts of one segment.

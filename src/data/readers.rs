@@ -15,6 +15,7 @@
 
 use super::graph::{block_range, LocalRows};
 use crate::error::{Error, Result};
+use crate::io::compress::is_gz;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
@@ -173,11 +174,6 @@ pub fn read_bv(basename: &Path, rank: usize, size: usize) -> Result<(SourceInfo,
         Ok(())
     })?;
     Ok((info, rows))
-}
-
-/// Whether `path` names a gzip-compressed file (by its `.gz` extension).
-fn is_gz(path: &Path) -> bool {
-    path.extension().is_some_and(|e| e == "gz")
 }
 
 fn open_text(path: &Path) -> Result<Box<dyn BufRead>> {

@@ -234,13 +234,9 @@ pub fn global_graph_profile_with<C: Comm>(
 /// statistics save nothing, so the run ends with exit 1. Checked per chunk; every
 /// rank then meets the others at the pass's agreement.
 fn check_signal() -> Result<()> {
-    if crate::ckpt::signals::signalled() || crate::ckpt::faults::preempt_in("stats") {
-        return Err(Error::Interrupted(
-            "signal received during inspect --stats; statistics save nothing to resume (exit 1)"
-                .into(),
-        ));
-    }
-    Ok(())
+    crate::io::signals::check_preempted("stats", || {
+        "signal received during inspect --stats; statistics save nothing to resume (exit 1)".into()
+    })
 }
 
 /// Fraction bits of the exact Jaccard sum. A similarity `i / u` of two rows with

@@ -41,6 +41,7 @@ use crate::comm::{prefix_offsets, Comm};
 use crate::error::{Error, Result};
 use crate::h5::{ctx as h5, write_attrs};
 use crate::io::positional::{create_allocated, PositionalFile, NO_OFFSET};
+use crate::io::signals::check_preempted;
 use crate::outfile::temp_path;
 use rayon::prelude::*;
 use std::path::Path;
@@ -70,12 +71,11 @@ impl Default for StreamOpts {
 /// ends with nothing written (the temporary is removed) and exit 1. Checked per chunk;
 /// every rank then meets the others at the pass's agreement.
 fn check_signal(pass: &str) -> Result<()> {
-    if crate::ckpt::signals::signalled() || crate::ckpt::faults::preempt_in(pass) {
-        return Err(Error::Interrupted(format!(
-            "signal received during the {pass} pass of prepare; nothing was written (a prepare saves nothing to resume, exit 1)"
-        )));
-    }
-    Ok(())
+    check_preempted(pass, || {
+        format!(
+        "signal received during the {pass} pass of prepare; nothing was written (a prepare saves nothing to resume, exit 1)"
+    )
+    })
 }
 
 /// A rank's block of source rows, readable several times in chunks.
@@ -552,7 +552,7 @@ pub fn check_memory(
 ) -> Result<()> {
     let block = nodes.div_ceil(ranks.max(1) as u64);
     let need = estimate_bytes(nodes, block, min_links, opts);
-    match crate::als::memory::limit(None) {
+    match crate::node::mem_limit(None) {
         Some(limit) if need > limit => Err(Error::Input {
             path: name.into(),
             msg: format!(
@@ -560,7 +560,7 @@ pub fn check_memory(
                 crate::metrics::group(nodes),
                 crate::metrics::human_bytes(need),
                 crate::metrics::human_bytes(limit),
-                crate::als::memory::ranks_on_node()
+                crate::node::ranks_on_node()
             ),
         }),
         _ => Ok(()),
