@@ -31,7 +31,7 @@
 //! This needs every rank to see the same file (one node, or a shared file system
 //! with coherent writes to disjoint ranges).
 
-use super::dataset::{U32_DATASETS, U64_DATASETS};
+use super::dataset::{create_layout, dataset_name, Storage, NUM_DATASETS};
 use super::graph::{block_range, LocalRows};
 use super::prepare::{global_renumber, global_select_test_rows_by, split_test_row, SplitMeta};
 use super::readers::{bv_for_each_chunk, SourceInfo};
@@ -39,8 +39,7 @@ use super::webgraph_copy::CopyModel;
 use super::webgraph_gen::{generate_degrees, generate_rows, HostLayout, WebGraphSpec};
 use crate::comm::{prefix_offsets, Comm};
 use crate::error::{Error, Result};
-use crate::h5::{ctx as h5, write_attrs};
-use crate::io::positional::{create_allocated, PositionalFile, NO_OFFSET};
+use crate::io::positional::{PositionalFile, NO_OFFSET};
 use crate::io::signals::check_preempted;
 use crate::outfile::temp_path;
 use rayon::prelude::*;
@@ -384,40 +383,6 @@ const TRAIN_T_INDICES: usize = 6;
 const TEST_ROWS: usize = 7;
 const FOLD_INDICES: usize = 8;
 const HOLDOUT_INDICES: usize = 9;
-const NUM_DATASETS: usize = 10;
-fn dataset_name(i: usize) -> &'static str {
-    if i < 5 {
-        U64_DATASETS[i]
-    } else {
-        U32_DATASETS[i - 5]
-    }
-}
-
-/// Create the layout of docs/design.md with every dataset contiguous and allocated now;
-/// returns the byte offset of each dataset (`NO_OFFSET` when it is empty).
-/// `shapes` are in the order of [`U64_DATASETS`] then [`U32_DATASETS`].
-fn create_allocated_layout(
-    tmp: &Path,
-    meta: &SplitMeta,
-    shapes: &[usize; NUM_DATASETS],
-) -> Result<[u64; NUM_DATASETS]> {
-    let f = h5(tmp, "create", crate::h5::create(tmp))?;
-    for g in ["train", "train_t", "test", "test/fold", "test/holdout"] {
-        h5(tmp, format!("group {g}"), f.create_group(g))?;
-    }
-    let mut offs = [NO_OFFSET; NUM_DATASETS];
-    for (i, &n) in shapes.iter().enumerate() {
-        let name = dataset_name(i);
-        offs[i] = if i < 5 {
-            create_allocated::<u64>(&f, tmp, name, name, n)?.1
-        } else {
-            create_allocated::<u32>(&f, tmp, name, name, n)?.1
-        };
-    }
-    write_attrs(&f, tmp, &super::dataset::meta_attrs(meta))?;
-    h5(tmp, "close", f.close())?;
-    Ok(offs)
-}
 
 /// Columns per bucket of the transpose scatter: a bucket's fill pointers and the
 /// output lines it writes stay in cache.
@@ -638,7 +603,7 @@ pub fn global_prepare_stream_mapped<C: Comm, S: RowSource>(
 
     let tmp = temp_path(out);
     let created = if me == 0 {
-        create_allocated_layout(&tmp, &lay.meta, &lay.shapes)
+        create_layout(&tmp, &lay.meta, &lay.shapes, Storage::Early)
     } else {
         Ok([NO_OFFSET; NUM_DATASETS])
     };
