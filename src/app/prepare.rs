@@ -9,10 +9,9 @@ use crate::comm::Comm;
 use crate::data::prepare::SplitMeta;
 use crate::data::readers::{bv_info, read_mtx_pairs, read_tsv_pairs, SourceInfo};
 use crate::data::stats_pass::{global_graph_profile, resolve_format, GraphFormat};
-use crate::data::stream::{
-    check_memory, global_prepare_stream, global_prepare_stream_mapped, BvRows, CopyingRows, IdMap,
-    MemoryRows, StreamOpts, SyntheticRows,
-};
+use crate::data::stream::budget::{check_memory, StreamOpts};
+use crate::data::stream::sources::{BvRows, CopyingRows, MemoryRows, SyntheticRows};
+use crate::data::stream::{global_prepare_stream, global_prepare_stream_mapped, IdMap};
 use crate::data::webgraph_copy::{cnr2000_params, CopyModel, CopyingParams};
 use crate::data::webgraph_fit::fit;
 use crate::data::webgraph_gen::WebGraphSpec;

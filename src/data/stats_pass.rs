@@ -60,7 +60,7 @@ use super::graph_stats::{
     add_far_in, jaccard, mutual_pairs, pair_key, profile, GraphProfile, RowStats,
 };
 use super::readers::{bv_info, read_mtx_pairs, read_tsv_pairs};
-use super::stream::{BvRows, MemoryRows, RowSource};
+use super::stream::sources::{BvRows, MemoryRows, RowSource};
 use crate::comm::{prefix_offsets, Comm, Received};
 use crate::error::{Error, Result};
 use rayon::prelude::*;
