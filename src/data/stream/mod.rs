@@ -52,7 +52,8 @@ use crate::io::positional::{PositionalFile, NO_OFFSET};
 use crate::outfile::temp_path;
 use budget::{check_memory, StreamOpts};
 use passes::{
-    global_degrees, global_filter_lengths, global_layout, local_split_write, Passes, Progress,
+    global_degrees, global_filter_lengths, global_layout, local_split_write, Layout, Passes,
+    Progress,
 };
 use sources::RowSource;
 use std::path::Path;
@@ -98,10 +99,10 @@ pub struct IdMap {
 
 /// [`global_prepare_stream`] of a renumbered source: `ids` (when given) maps its
 /// nodes back to the input's ids for `/node_ids` and `source_nodes`. The passes of
-/// the module doc: [`global_degrees`], then the renumbering
-/// ([`global_renumber`](super::prepare::global_renumber)), [`global_filter_lengths`],
-/// the output's layout ([`global_layout`]), [`local_split_write`] and
-/// [`local_transpose`], each pass ending in an agreement of every rank.
+/// the module doc: [`global_degrees`] and the renumbering ([`global_keep`]),
+/// [`global_filter_lengths`], the output's layout ([`global_layout`]), then
+/// [`local_split_write`] and [`local_transpose`] into the created file
+/// ([`global_write_passes`]), each pass ending in an agreement of every rank.
 #[allow(clippy::too_many_arguments)]
 pub fn global_prepare_stream_mapped<C: Comm, S: RowSource>(
     comm: &C,
@@ -124,37 +125,16 @@ pub fn global_prepare_stream_mapped<C: Comm, S: RowSource>(
     comm.agree(check_memory(&info.name, info.nodes, p, min_links, opts))?;
     let n = usize::try_from(info.nodes)
         .map_err(|_| Error::input(&info.name, "too many nodes for this platform"))?;
-    let (blo, bhi) = src.block();
-    let block_rows = (bhi - blo) as usize;
     let orig = |u: u64| -> u64 { ids.map_or(u, |m| m.ids[u as usize] as u64) };
 
     // Pass 1: degrees, then the kept mask and the renumbering.
-    let (in_deg, out_deg, raw_arcs, t_degrees) = global_degrees(comm, &pass, n, min_links)?;
-    let mut info = info.clone();
-    if src.counts_arcs() {
-        let mut a = [raw_arcs];
-        comm.all_reduce_sum(&mut a);
-        info.arcs = a[0];
-    }
-    let local_kept: Vec<u8> = (0..block_rows)
-        .map(|i| {
-            u8::from(
-                min_links == 0
-                    || (out_deg[i] as u64 >= min_links && in_deg[blo as usize + i] >= min_links),
-            )
-        })
-        .collect();
-    drop(in_deg);
-    let (new_id, num_kept) = global_renumber(comm, local_kept, n, &info.name, min_links)?;
-    let row_lo = new_id[blo as usize..]
-        .iter()
-        .find(|&&v| v != u32::MAX)
-        .map_or(num_kept, |&v| v as u64);
+    let (info, kept, t_degrees) = global_keep(comm, &pass, info, n, min_links)?;
+    let (new_id, num_kept, row_lo) = (kept.new_id, kept.num_kept, kept.row_lo);
 
     // Pass 2: kept row lengths after the filter.
     let keep_all = num_kept == info.nodes;
     let (flen, node_ids, t_filter) =
-        global_filter_lengths(comm, &pass, &new_id, &orig, out_deg, keep_all)?;
+        global_filter_lengths(comm, &pass, &new_id, &orig, kept.out_deg, keep_all)?;
     let source_nodes = ids.map_or(info.nodes, |m| m.source_nodes);
     let mut lay = global_layout(
         comm,
@@ -167,56 +147,23 @@ pub fn global_prepare_stream_mapped<C: Comm, S: RowSource>(
         seed,
     )?;
 
+    // Passes 3 and 4 into the created file, then the commit.
     let tmp = temp_path(out);
     let created = if me == 0 {
         create_layout(&tmp, &lay.meta, &lay.shapes, Storage::Early)
     } else {
         Ok([NO_OFFSET; NUM_DATASETS])
     };
-    let mut ds_offs = comm.agree(created)?;
-    let result = (|| -> Result<[f64; 2]> {
-        comm.broadcast(0, &mut ds_offs)?;
-        let opened = PositionalFile::open(&tmp, ds_offs.to_vec()).map(|f| f.naming(dataset_name));
-        let file = comm.agree(opened)?;
-
-        // Pass 3: split and write the owned rows; count training arcs per column.
-        let mut prog = Progress::new(pass.log_on, "split+write", block_rows as u64);
-        let mut col_count = vec![0u64; num_kept as usize];
-        let written = local_split_write(
-            &pass,
-            &file,
-            &new_id,
-            &node_ids,
-            &lay,
-            &mut col_count,
-            &mut prog,
-        );
-        comm.agree(written)?;
-        let t_write = prog.seconds();
-        drop(new_id);
-        drop(std::mem::take(&mut lay.is_test));
-        drop(flen);
-        drop(node_ids);
-
-        // Pass 4: the transpose, by blocks of columns, reading /train back.
-        comm.all_reduce_sum(&mut col_count);
-        let (clo, chi) = block_range(num_kept, p, me);
-        let mut prog = Progress::new(pass.log_on, "transpose", chi - clo);
-        let transposed = local_transpose(&pass, &file, num_kept, (clo, chi), col_count, &mut prog);
-        comm.agree(transposed)?;
-        let t_transpose = prog.seconds();
-        // The commit protocol (docs/design.md): durable before it is visible, then
-        // the rename and the directory made durable.
-        comm.agree(file.sync())?;
-        drop(file);
-        let renamed = if me == 0 {
-            crate::outfile::commit(&tmp, out)
-        } else {
-            Ok(())
-        };
-        comm.agree(renamed)?;
-        Ok([t_write, t_transpose])
-    })();
+    let ds_offs = comm.agree(created)?;
+    let result = global_write_passes(
+        comm,
+        &pass,
+        (&tmp, out),
+        ds_offs,
+        new_id,
+        (flen, node_ids),
+        &mut lay,
+    );
     let [t_write, t_transpose] = match result {
         Ok(t) => t,
         Err(e) => {
@@ -237,4 +184,117 @@ pub fn global_prepare_stream_mapped<C: Comm, S: RowSource>(
         holdout_arcs: counts[3],
         pass_seconds: [t_degrees, t_filter, t_write, t_transpose],
     })
+}
+
+/// What pass 1 decided: the renumbering of every node (`u32::MAX`: removed), the
+/// kept count, the renumbered id of this rank's first kept row, and the cleaned
+/// out-degree of each owned row.
+struct Kept {
+    new_id: Vec<u32>,
+    num_kept: u64,
+    row_lo: u64,
+    out_deg: Vec<u32>,
+}
+
+/// Collective: every rank must call. Pass 1 ([`global_degrees`]), then the kept mask
+/// and the renumbering ([`global_renumber`]); returns `info` with the arcs the source
+/// yielded when it counts them, what was kept, and the pass's seconds.
+fn global_keep<C: Comm, S: RowSource>(
+    comm: &C,
+    pass: &Passes<S>,
+    info: &SourceInfo,
+    n: usize,
+    min_links: u64,
+) -> Result<(SourceInfo, Kept, f64)> {
+    let (blo, bhi) = pass.src.block();
+    let block_rows = (bhi - blo) as usize;
+    let (in_deg, out_deg, raw_arcs, t_degrees) = global_degrees(comm, pass, n, min_links)?;
+    let mut info = info.clone();
+    if pass.src.counts_arcs() {
+        let mut a = [raw_arcs];
+        comm.all_reduce_sum(&mut a);
+        info.arcs = a[0];
+    }
+    let local_kept: Vec<u8> = (0..block_rows)
+        .map(|i| {
+            u8::from(
+                min_links == 0
+                    || (out_deg[i] as u64 >= min_links && in_deg[blo as usize + i] >= min_links),
+            )
+        })
+        .collect();
+    drop(in_deg);
+    let (new_id, num_kept) = global_renumber(comm, local_kept, n, &info.name, min_links)?;
+    let row_lo = new_id[blo as usize..]
+        .iter()
+        .find(|&&v| v != u32::MAX)
+        .map_or(num_kept, |&v| v as u64);
+    let kept = Kept {
+        new_id,
+        num_kept,
+        row_lo,
+        out_deg,
+    };
+    Ok((info, kept, t_degrees))
+}
+
+/// Collective: every rank must call. Passes 3 and 4 into the partial file `tmp`
+/// (created by rank 0 with the datasets at byte offsets `ds_offs`, broadcast here):
+/// [`local_split_write`], which is the last to need the renumbering, the filtered
+/// lengths, the original ids and the test rows (dropped after it), then
+/// [`local_transpose`]; then the commit to `out`. Returns the two passes' seconds.
+fn global_write_passes<C: Comm, S: RowSource>(
+    comm: &C,
+    pass: &Passes<S>,
+    (tmp, out): (&Path, &Path),
+    mut ds_offs: [u64; NUM_DATASETS],
+    new_id: Vec<u32>,
+    (flen, node_ids): (Vec<u32>, Vec<u64>),
+    lay: &mut Layout,
+) -> Result<[f64; 2]> {
+    let (me, p) = (comm.rank(), comm.size());
+    let (blo, bhi) = pass.src.block();
+    let block_rows = (bhi - blo) as usize;
+    let num_kept = lay.meta.num_rows;
+    comm.broadcast(0, &mut ds_offs)?;
+    let opened = PositionalFile::open(tmp, ds_offs.to_vec()).map(|f| f.naming(dataset_name));
+    let file = comm.agree(opened)?;
+
+    // Pass 3: split and write the owned rows; count training arcs per column.
+    let mut prog = Progress::new(pass.log_on, "split+write", block_rows as u64);
+    let mut col_count = vec![0u64; num_kept as usize];
+    let written = local_split_write(
+        pass,
+        &file,
+        &new_id,
+        &node_ids,
+        lay,
+        &mut col_count,
+        &mut prog,
+    );
+    comm.agree(written)?;
+    let t_write = prog.seconds();
+    drop(new_id);
+    drop(std::mem::take(&mut lay.is_test));
+    drop(flen);
+    drop(node_ids);
+
+    // Pass 4: the transpose, by blocks of columns, reading /train back.
+    comm.all_reduce_sum(&mut col_count);
+    let (clo, chi) = block_range(num_kept, p, me);
+    let mut prog = Progress::new(pass.log_on, "transpose", chi - clo);
+    let transposed = local_transpose(pass, &file, num_kept, (clo, chi), col_count, &mut prog);
+    comm.agree(transposed)?;
+    let t_transpose = prog.seconds();
+    // The commit protocol (docs/design.md): durable before it is visible, then
+    // the rename and the directory made durable.
+    comm.agree(file.sync())?;
+    drop(file);
+    let renamed = if me == 0 {
+        crate::outfile::commit(tmp, out)
+    } else {
+        Ok(())
+    };
+    comm.agree(renamed)?;
+    Ok([t_write, t_transpose])
 }
