@@ -339,6 +339,20 @@ impl Counts {
         let o = (r * days + d) * w;
         &self.all[o..o + w]
     }
+
+    /// Rank `me`'s counts of each day's segment.
+    fn of_rank(&self, me: usize, days: usize) -> Vec<SegCount> {
+        (0..days)
+            .map(|d| {
+                let c = self.at(d, me, days);
+                SegCount {
+                    examples: c[0],
+                    lines: c[1],
+                    nnz: c[Self::FIXED..].to_vec(),
+                }
+            })
+            .collect()
+    }
 }
 
 /// Collective: every rank must call, with the same `src` (each its own share),
@@ -387,44 +401,11 @@ pub fn global_write_log<C: Comm, S: ExampleSource>(
 
     // Bad lines: gathered with their rank, placed at their line in the file.
     let first_bad = global_first_bad(comm, src, &counts, &local.first_bad)?;
-    if bad_lines > skip_bad {
-        let (owner, first) = &first_bad[0];
-        let mut reason = first.reason.clone();
-        if skip_bad > 0 || bad_lines > 1 {
-            reason.push_str(&format!(
-                " ({bad_lines} bad lines in all, more than --skip-bad-lines {skip_bad})"
-            ));
-        }
-        return Err(from_owner(
-            me,
-            *owner,
-            Error::Parse {
-                path: first.path.clone(),
-                line: first.line,
-                msg: reason,
-            },
-        ));
-    }
+    check_bad_lines(me, &first_bad, bad_lines, skip_bad)?;
 
     // Where every segment starts.
-    let mut seg_start = vec![0u64; days * p]; // by (d, r)
-    let mut nnz_start = vec![0u64; days * p * t]; // by (d, r, t)
-    let mut day_offsets = Vec::with_capacity(days + 1);
-    let mut n = 0u64;
-    let mut nnz = vec![0u64; t];
-    for d in 0..days {
-        day_offsets.push(n);
-        for r in 0..p {
-            let c = counts.at(d, r, days);
-            seg_start[d * p + r] = n;
-            n += c[0];
-            for k in 0..t {
-                nnz_start[(d * p + r) * t + k] = nnz[k];
-                nnz[k] += c[Counts::FIXED + k];
-            }
-        }
-    }
-    day_offsets.push(n);
+    let starts = SegStarts::of(&counts, days);
+    let n = starts.examples;
     if n == 0 {
         return Err(from_owner(
             me,
@@ -451,12 +432,136 @@ pub fn global_write_log<C: Comm, S: ExampleSource>(
     }
 
     // Distinct keys per table: the merged sketches.
-    let regs: Vec<u8> = local
-        .hll
+    let distinct = global_distinct(comm, local.hll)?;
+    let spec = comm.agree(keyed_spec(nd, &header.table_names, header.dim, &distinct))?;
+
+    // Pass 2: create, write, commit.
+    let t1 = Instant::now();
+    let plan = Plan {
+        out,
+        n,
+        nd,
+        spec: &spec,
+        header,
+        day_offsets: &starts.day_offsets,
+        nnz: &starts.nnz,
+        distinct: &distinct,
+    };
+    let my_starts = starts.of_rank(me, p, t, days);
+    let my_counts = counts.of_rank(me, days);
+    global_create_write_commit(comm, src, &plan, &my_starts, &my_counts)?;
+    let t_write = t1.elapsed().as_secs_f64();
+
+    Ok(IngestReport {
+        examples: n,
+        day_offsets: starts.day_offsets,
+        ids_per_table: starts.nnz,
+        distinct,
+        bytes,
+        bad_lines,
+        first_bad: first_bad.into_iter().map(|(_, b)| b).collect(),
+        pass_seconds: [t_count, t_write],
+        positive_rate: positives as f64 / n as f64,
+    })
+}
+
+/// More than `skip_bad` bad lines (of `bad_lines` over all ranks) is an input error:
+/// the first of `first_bad` (with the rank that read it), reported by that rank.
+fn check_bad_lines(
+    me: usize,
+    first_bad: &[(usize, BadLine)],
+    bad_lines: u64,
+    skip_bad: u64,
+) -> Result<()> {
+    if bad_lines > skip_bad {
+        let (owner, first) = &first_bad[0];
+        let mut reason = first.reason.clone();
+        if skip_bad > 0 || bad_lines > 1 {
+            reason.push_str(&format!(
+                " ({bad_lines} bad lines in all, more than --skip-bad-lines {skip_bad})"
+            ));
+        }
+        return Err(from_owner(
+            me,
+            *owner,
+            Error::Parse {
+                path: first.path.clone(),
+                line: first.line,
+                msg: reason,
+            },
+        ));
+    }
+    Ok(())
+}
+
+/// Where every segment starts, from the gathered counts.
+struct SegStarts {
+    /// The first example of each segment, by `(d, r)`.
+    seg_start: Vec<u64>,
+    /// The first id of each segment in each table, by `(d, r, t)`.
+    nnz_start: Vec<u64>,
+    /// The first example of each day, and the total: `days + 1` entries.
+    day_offsets: Vec<u64>,
+    /// Examples over the log.
+    examples: u64,
+    /// Ids of each table over the log.
+    nnz: Vec<u64>,
+}
+
+impl SegStarts {
+    fn of(counts: &Counts, days: usize) -> Self {
+        let (p, t) = (counts.p, counts.tables);
+        let mut seg_start = vec![0u64; days * p]; // by (d, r)
+        let mut nnz_start = vec![0u64; days * p * t]; // by (d, r, t)
+        let mut day_offsets = Vec::with_capacity(days + 1);
+        let mut n = 0u64;
+        let mut nnz = vec![0u64; t];
+        for d in 0..days {
+            day_offsets.push(n);
+            for r in 0..p {
+                let c = counts.at(d, r, days);
+                seg_start[d * p + r] = n;
+                n += c[0];
+                for k in 0..t {
+                    nnz_start[(d * p + r) * t + k] = nnz[k];
+                    nnz[k] += c[Counts::FIXED + k];
+                }
+            }
+        }
+        day_offsets.push(n);
+        SegStarts {
+            seg_start,
+            nnz_start,
+            day_offsets,
+            examples: n,
+            nnz,
+        }
+    }
+
+    /// Where rank `me` (of `p`) starts its share of each day: the example and, per
+    /// table (`t`), the id.
+    fn of_rank(&self, me: usize, p: usize, t: usize, days: usize) -> Vec<(u64, Vec<u64>)> {
+        (0..days)
+            .map(|d| {
+                let s = d * p + me;
+                (
+                    self.seg_start[s],
+                    self.nnz_start[s * t..(s + 1) * t].to_vec(),
+                )
+            })
+            .collect()
+    }
+}
+
+/// Collective: every rank must call. Each table's distinct keys: every rank's
+/// sketches `hll` (one per table) gathered and merged, at least 1.
+fn global_distinct<C: Comm>(comm: &C, hll: Vec<Hll>) -> Result<Vec<u64>> {
+    let (p, t) = (comm.size(), hll.len());
+    let regs: Vec<u8> = hll
         .iter()
         .flat_map(|h| h.registers().iter().copied())
         .collect();
-    drop(local.hll);
+    drop(hll);
     let all_regs = comm.all_gather_v(&regs)?;
     drop(regs);
     let distinct: Vec<u64> = (0..t)
@@ -470,50 +575,7 @@ pub fn global_write_log<C: Comm, S: ExampleSource>(
         })
         .collect();
     drop(all_regs);
-    let spec = comm.agree(keyed_spec(nd, &header.table_names, header.dim, &distinct))?;
-
-    // Pass 2: create, write, commit.
-    let t1 = Instant::now();
-    let plan = Plan {
-        out,
-        n,
-        nd,
-        spec: &spec,
-        header,
-        day_offsets: &day_offsets,
-        nnz: &nnz,
-        distinct: &distinct,
-    };
-    let my_starts: Vec<(u64, Vec<u64>)> = (0..days)
-        .map(|d| {
-            let s = d * p + me;
-            (seg_start[s], nnz_start[s * t..(s + 1) * t].to_vec())
-        })
-        .collect();
-    let my_counts: Vec<SegCount> = (0..days)
-        .map(|d| {
-            let c = counts.at(d, me, days);
-            SegCount {
-                examples: c[0],
-                lines: c[1],
-                nnz: c[Counts::FIXED..].to_vec(),
-            }
-        })
-        .collect();
-    global_create_write_commit(comm, src, &plan, &my_starts, &my_counts)?;
-    let t_write = t1.elapsed().as_secs_f64();
-
-    Ok(IngestReport {
-        examples: n,
-        day_offsets,
-        ids_per_table: nnz,
-        distinct,
-        bytes,
-        bad_lines,
-        first_bad: first_bad.into_iter().map(|(_, b)| b).collect(),
-        pass_seconds: [t_count, t_write],
-        positive_rate: positives as f64 / n as f64,
-    })
+    Ok(distinct)
 }
 
 /// `err` on rank `owner`, [`Error::Remote`] naming it on every other rank: for a
