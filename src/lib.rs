@@ -19,6 +19,7 @@ pub mod error;
 pub mod faults;
 pub mod h5;
 pub mod hugepages;
+pub mod io;
 pub mod lsq;
 pub mod mem_estimate;
 pub mod metrics;

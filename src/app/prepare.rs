@@ -9,9 +9,10 @@ use crate::comm::Comm;
 use crate::data::prepare::SplitMeta;
 use crate::data::readers::{bv_info, read_mtx_pairs, read_tsv_pairs, SourceInfo};
 use crate::data::stats_pass::{global_graph_profile, resolve_format, GraphFormat};
+use crate::data::stream::budget::{check_memory, StreamOpts};
+use crate::data::stream::sources::{BvRows, CopyingRows, MemoryRows, SyntheticRows};
 use crate::data::stream::{
-    check_memory, global_prepare_stream, global_prepare_stream_mapped, BvRows, CopyingRows, IdMap,
-    MemoryRows, StreamOpts, SyntheticRows,
+    global_prepare_stream, global_prepare_stream_mapped, IdMap, StreamReport,
 };
 use crate::data::webgraph_copy::{cnr2000_params, CopyModel, CopyingParams};
 use crate::data::webgraph_fit::fit;
@@ -387,131 +388,41 @@ pub fn global_run<C: Comm>(comm: &C, cfg: &PrepareConfig) -> Result<PrepareRepor
     global_run_with(comm, cfg, &StreamOpts::default())
 }
 
-/// [`global_run`] with explicit buffer sizes (tests use small ones).
+/// [`global_run`] with explicit buffer sizes (tests use small ones): the source's
+/// streaming run ([`global_stream_bv`], [`global_stream_edge_list`],
+/// [`global_stream_synthetic`] or [`global_stream_copying`]), then rank 0's summary
+/// ([`print_summary`]).
 pub fn global_run_with<C: Comm>(
     comm: &C,
     cfg: &PrepareConfig,
     opts: &StreamOpts,
 ) -> Result<PrepareReport> {
     let t0 = Instant::now();
-    let (rank, size) = (comm.rank(), comm.size());
     let (report, t_read) = match &cfg.source {
         Source::File {
             path,
             format: InputFormat::Bv,
-        } => {
-            // BV rows stream from the file: every pass decodes the stream again (the
-            // first one whole, checking it).
-            let info = comm.agree(bv_info(path))?;
-            comm.agree(check_memory(
-                &info.name,
-                info.nodes,
-                size,
-                cfg.min_links,
-                opts,
-            ))?;
-            comm.agree(check_disk(&cfg.out, info.nodes, info.arcs))?;
-            let src = BvRows::new(path, &info, rank, size);
-            let r =
-                global_prepare_stream(comm, &src, &info, cfg.min_links, cfg.seed, &cfg.out, opts)?;
-            (r, 0.0)
-        }
+        } => (global_stream_bv(comm, cfg, path, opts)?, 0.0),
         Source::File { path, format } => {
-            // An edge list in arbitrary order has no rows until it is read whole: the
-            // TSV and MTX readers materialize the rank's block; filter, split,
-            // transpose and writing stream from it.
-            let read = match format {
-                InputFormat::Tsv => read_tsv_pairs(path),
-                InputFormat::Mtx => read_mtx_pairs(path),
-                InputFormat::Bv | InputFormat::Synthetic => {
-                    unreachable!("handled above / Source::Synthetic")
-                }
-            };
-            let mut edges = comm.agree(read)?;
-            // With K >= 1 only ids that occur can be kept: renumber them densely so
-            // that memory follows the arcs, not the largest id (same dataset). With
-            // K = 0 every id up to the largest is a node: check that they fit.
-            let source_nodes = edges.info.nodes;
-            let ids = if cfg.min_links > 0 {
-                edges
-                    .renumber_dense()
-                    .map(|ids| IdMap { ids, source_nodes })
-            } else {
-                None
-            };
-            let opts_ok = check_memory(
-                &edges.info.name,
-                edges.info.nodes,
-                size,
-                cfg.min_links,
-                opts,
-            );
-            comm.agree(opts_ok)?;
-            comm.agree(check_disk(&cfg.out, edges.info.nodes, edges.info.arcs))?;
-            let (info, rows) = edges.into_block(rank, size);
-            let t_read = t0.elapsed().as_secs_f64();
-            if rank == 0 {
-                log::info!(
-                    "read {} ({} nodes, {} arcs) in {t_read:.2} s",
-                    info.name,
-                    group(info.nodes),
-                    group(info.arcs)
-                );
-            }
-            let src = MemoryRows(rows);
-            let r = global_prepare_stream_mapped(
-                comm,
-                &src,
-                &info,
-                ids.as_ref(),
-                cfg.min_links,
-                cfg.seed,
-                &cfg.out,
-                opts,
-            )?;
-            (r, t_read)
+            global_stream_edge_list(comm, cfg, path, *format, opts, t0)?
         }
         Source::Synthetic {
             preset,
             scale,
             spec,
-        } => {
-            let name = format!("synthetic:webgraph:{preset}:scale={scale}");
-            comm.agree(check_memory(&name, spec.nodes, size, cfg.min_links, opts))?;
-            comm.agree(check_disk(&cfg.out, spec.nodes, spec.arcs))?;
-            let src = SyntheticRows::new(spec, cfg.seed, rank, size);
-            let info = SourceInfo {
-                name: format!(
-                    "synthetic:webgraph:{preset}:scale={scale}:seed={}",
-                    cfg.seed
-                ),
-                nodes: spec.nodes,
-                arcs: 0, // counted by the first pass
-            };
-            let r =
-                global_prepare_stream(comm, &src, &info, cfg.min_links, cfg.seed, &cfg.out, opts)?;
-            (r, 0.0)
-        }
+        } => (
+            global_stream_synthetic(comm, cfg, preset, *scale, spec, opts)?,
+            0.0,
+        ),
         Source::Copying {
             name,
             params,
             nodes,
             arcs,
-        } => {
-            comm.agree(check_memory(name, *nodes, size, cfg.min_links, opts))?;
-            comm.agree(check_disk(&cfg.out, *nodes, *arcs))?;
-            let model = CopyModel::new(params, *nodes, *arcs, cfg.seed).map_err(Error::Config);
-            let model = std::sync::Arc::new(comm.agree(model)?);
-            let src = CopyingRows::new(model, rank, size);
-            let info = SourceInfo {
-                name: format!("{name}:seed={}", cfg.seed),
-                nodes: *nodes,
-                arcs: 0, // counted by the first pass
-            };
-            let r =
-                global_prepare_stream(comm, &src, &info, cfg.min_links, cfg.seed, &cfg.out, opts)?;
-            (r, 0.0)
-        }
+        } => (
+            global_stream_copying(comm, cfg, name, params, (*nodes, *arcs), opts)?,
+            0.0,
+        ),
     };
     let peak = comm.all_reduce_max(peak_rss_bytes().unwrap_or(0));
     let report = PrepareReport {
@@ -525,36 +436,179 @@ pub fn global_run_with<C: Comm>(
         pass_seconds: report.pass_seconds,
         peak_rss_bytes: peak,
     };
-    if rank == 0 {
-        let m = &report.meta;
-        println!(
-            "{}: {} nodes, {} arcs -> K = {}: {} nodes, {} arcs",
-            m.source,
-            group(m.source_nodes),
-            group(m.source_arcs),
-            m.min_links,
-            group(m.num_rows),
-            group(report.kept_arcs)
-        );
-        println!(
-            "split (seed {}): {} test rows ({} visible + {} held-out arcs), {} training arcs",
-            m.seed,
-            group(report.test_rows),
-            group(report.fold_arcs),
-            group(report.holdout_arcs),
-            group(report.train_arcs)
-        );
-        let [deg, filt, write, tr] = report.pass_seconds;
-        println!(
-            "wrote {} in {:.2} s (read {t_read:.2} s, degrees {deg:.2} s, filter {filt:.2} s, split+write {write:.2} s, transpose {tr:.2} s; rank 0) on {size} rank(s), peak RSS {} per rank",
-            cfg.out.display(),
-            report.seconds,
-            human_bytes(peak)
-        );
-        println!(
-            "prepare: seconds {:.2}, peak_rss_bytes {peak} (max over ranks)",
-            report.seconds
-        );
+    if comm.rank() == 0 {
+        print_summary(cfg, &report, t_read, comm.size());
     }
     Ok(report)
+}
+
+/// Collective: every rank must call. A BV graph: its rows stream from the file, every
+/// pass decoding the stream again (the first one whole, checking it).
+fn global_stream_bv<C: Comm>(
+    comm: &C,
+    cfg: &PrepareConfig,
+    path: &Path,
+    opts: &StreamOpts,
+) -> Result<StreamReport> {
+    let (rank, size) = (comm.rank(), comm.size());
+    let info = comm.agree(bv_info(path))?;
+    comm.agree(check_memory(
+        &info.name,
+        info.nodes,
+        size,
+        cfg.min_links,
+        opts,
+    ))?;
+    comm.agree(check_disk(&cfg.out, info.nodes, info.arcs))?;
+    let src = BvRows::new(path, &info, rank, size);
+    global_prepare_stream(comm, &src, &info, cfg.min_links, cfg.seed, &cfg.out, opts)
+}
+
+/// Collective: every rank must call. An edge list (TSV or MTX): in arbitrary order it
+/// has no rows until it is read whole, so the reader materializes the rank's block;
+/// filter, split, transpose and writing stream from it. Returns the report and the
+/// seconds since `t0` the read took.
+fn global_stream_edge_list<C: Comm>(
+    comm: &C,
+    cfg: &PrepareConfig,
+    path: &Path,
+    format: InputFormat,
+    opts: &StreamOpts,
+    t0: Instant,
+) -> Result<(StreamReport, f64)> {
+    let (rank, size) = (comm.rank(), comm.size());
+    let read = match format {
+        InputFormat::Tsv => read_tsv_pairs(path),
+        InputFormat::Mtx => read_mtx_pairs(path),
+        InputFormat::Bv | InputFormat::Synthetic => {
+            unreachable!("handled above / Source::Synthetic")
+        }
+    };
+    let mut edges = comm.agree(read)?;
+    // With K >= 1 only ids that occur can be kept: renumber them densely so
+    // that memory follows the arcs, not the largest id (same dataset). With
+    // K = 0 every id up to the largest is a node: check that they fit.
+    let source_nodes = edges.info.nodes;
+    let ids = if cfg.min_links > 0 {
+        edges
+            .renumber_dense()
+            .map(|ids| IdMap { ids, source_nodes })
+    } else {
+        None
+    };
+    let opts_ok = check_memory(
+        &edges.info.name,
+        edges.info.nodes,
+        size,
+        cfg.min_links,
+        opts,
+    );
+    comm.agree(opts_ok)?;
+    comm.agree(check_disk(&cfg.out, edges.info.nodes, edges.info.arcs))?;
+    let (info, rows) = edges.into_block(rank, size);
+    let t_read = t0.elapsed().as_secs_f64();
+    if rank == 0 {
+        log::info!(
+            "read {} ({} nodes, {} arcs) in {t_read:.2} s",
+            info.name,
+            group(info.nodes),
+            group(info.arcs)
+        );
+    }
+    let src = MemoryRows(rows);
+    let r = global_prepare_stream_mapped(
+        comm,
+        &src,
+        &info,
+        ids.as_ref(),
+        cfg.min_links,
+        cfg.seed,
+        &cfg.out,
+        opts,
+    )?;
+    Ok((r, t_read))
+}
+
+/// Collective: every rank must call. The independent web graph generator's preset
+/// `preset` at `scale`, regenerated on each pass.
+fn global_stream_synthetic<C: Comm>(
+    comm: &C,
+    cfg: &PrepareConfig,
+    preset: &str,
+    scale: f64,
+    spec: &WebGraphSpec,
+    opts: &StreamOpts,
+) -> Result<StreamReport> {
+    let (rank, size) = (comm.rank(), comm.size());
+    let name = format!("synthetic:webgraph:{preset}:scale={scale}");
+    comm.agree(check_memory(&name, spec.nodes, size, cfg.min_links, opts))?;
+    comm.agree(check_disk(&cfg.out, spec.nodes, spec.arcs))?;
+    let src = SyntheticRows::new(spec, cfg.seed, rank, size);
+    let info = SourceInfo {
+        name: format!(
+            "synthetic:webgraph:{preset}:scale={scale}:seed={}",
+            cfg.seed
+        ),
+        nodes: spec.nodes,
+        arcs: 0, // counted by the first pass
+    };
+    global_prepare_stream(comm, &src, &info, cfg.min_links, cfg.seed, &cfg.out, opts)
+}
+
+/// Collective: every rank must call. The copying model `name` with `params` at
+/// `(nodes, arcs)`, regenerated on each pass.
+fn global_stream_copying<C: Comm>(
+    comm: &C,
+    cfg: &PrepareConfig,
+    name: &str,
+    params: &CopyingParams,
+    (nodes, arcs): (u64, u64),
+    opts: &StreamOpts,
+) -> Result<StreamReport> {
+    let (rank, size) = (comm.rank(), comm.size());
+    comm.agree(check_memory(name, nodes, size, cfg.min_links, opts))?;
+    comm.agree(check_disk(&cfg.out, nodes, arcs))?;
+    let model = CopyModel::new(params, nodes, arcs, cfg.seed).map_err(Error::Config);
+    let model = std::sync::Arc::new(comm.agree(model)?);
+    let src = CopyingRows::new(model, rank, size);
+    let info = SourceInfo {
+        name: format!("{name}:seed={}", cfg.seed),
+        nodes,
+        arcs: 0, // counted by the first pass
+    };
+    global_prepare_stream(comm, &src, &info, cfg.min_links, cfg.seed, &cfg.out, opts)
+}
+
+/// Rank 0's summary of a prepare on `size` ranks (`t_read`: the edge list's read).
+fn print_summary(cfg: &PrepareConfig, report: &PrepareReport, t_read: f64, size: usize) {
+    let peak = report.peak_rss_bytes;
+    let m = &report.meta;
+    println!(
+        "{}: {} nodes, {} arcs -> K = {}: {} nodes, {} arcs",
+        m.source,
+        group(m.source_nodes),
+        group(m.source_arcs),
+        m.min_links,
+        group(m.num_rows),
+        group(report.kept_arcs)
+    );
+    println!(
+        "split (seed {}): {} test rows ({} visible + {} held-out arcs), {} training arcs",
+        m.seed,
+        group(report.test_rows),
+        group(report.fold_arcs),
+        group(report.holdout_arcs),
+        group(report.train_arcs)
+    );
+    let [deg, filt, write, tr] = report.pass_seconds;
+    println!(
+        "wrote {} in {:.2} s (read {t_read:.2} s, degrees {deg:.2} s, filter {filt:.2} s, split+write {write:.2} s, transpose {tr:.2} s; rank 0) on {size} rank(s), peak RSS {} per rank",
+        cfg.out.display(),
+        report.seconds,
+        human_bytes(peak)
+    );
+    println!(
+        "prepare: seconds {:.2}, peak_rss_bytes {peak} (max over ranks)",
+        report.seconds
+    );
 }

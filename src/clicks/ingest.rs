@@ -17,7 +17,7 @@
 //!    bad lines, or no example at all, stop every rank here (exit 2, nothing written):
 //!    the rank holding the first bad line reports it with file and line.
 //! 2. **write**: rank 0 creates `<out>.partial` with every dataset at its final shape,
-//!    contiguous and allocated at once (as `crate::data::stream` does), and broadcasts
+//!    contiguous and allocated at once ([`crate::io::positional`]), and broadcasts
 //!    their byte offsets; every rank streams its segments again and writes each block
 //!    with positional writes into its disjoint ranges; then every rank syncs, and rank 0
 //!    commits (`crate::outfile::commit`: fsync, rename, directory fsync).
@@ -34,8 +34,6 @@
 //! gathered counts (`(2 + T)` u64 per segment) and sketches (`P T` 16 KiB while they
 //! are merged): nothing grows with the number of examples.
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -45,6 +43,8 @@ use super::log_file::{ids_name, offsets_name, SCHEMA_V2};
 use crate::comm::Comm;
 use crate::error::{Error, Result};
 use crate::h5::{ctx as h5, write_attrs, Attr};
+use crate::io::positional::{create_allocated, PositionalFile, NO_OFFSET};
+use crate::io::signals::check_preempted;
 use crate::outfile::temp_path;
 use crate::spec::{ModelSpec, Pooling, TableSpec, ValencyDist, VocabKind, MAX_DIM, MAX_VOCAB};
 
@@ -216,14 +216,14 @@ pub fn keyed_spec(
     Ok(spec)
 }
 
-/// Stop a pass when a preemption signal arrived (see `crate::data::stream`).
+/// Stop a pass when a preemption signal arrived ([`check_preempted`]): nothing is
+/// written, exit 1.
 fn check_signal(pass: &str) -> Result<()> {
-    if crate::ckpt::signals::signalled() || crate::ckpt::faults::preempt_in(pass) {
-        return Err(Error::Interrupted(format!(
+    check_preempted(pass, || {
+        format!(
             "signal received during the {pass} pass of prepare clicks; nothing was written (exit 1)"
-        )));
-    }
-    Ok(())
+        )
+    })
 }
 
 /// This rank's counts of one segment.
@@ -339,6 +339,20 @@ impl Counts {
         let o = (r * days + d) * w;
         &self.all[o..o + w]
     }
+
+    /// Rank `me`'s counts of each day's segment.
+    fn of_rank(&self, me: usize, days: usize) -> Vec<SegCount> {
+        (0..days)
+            .map(|d| {
+                let c = self.at(d, me, days);
+                SegCount {
+                    examples: c[0],
+                    lines: c[1],
+                    nnz: c[Self::FIXED..].to_vec(),
+                }
+            })
+            .collect()
+    }
 }
 
 /// Collective: every rank must call, with the same `src` (each its own share),
@@ -387,44 +401,11 @@ pub fn global_write_log<C: Comm, S: ExampleSource>(
 
     // Bad lines: gathered with their rank, placed at their line in the file.
     let first_bad = global_first_bad(comm, src, &counts, &local.first_bad)?;
-    if bad_lines > skip_bad {
-        let (owner, first) = &first_bad[0];
-        let mut reason = first.reason.clone();
-        if skip_bad > 0 || bad_lines > 1 {
-            reason.push_str(&format!(
-                " ({bad_lines} bad lines in all, more than --skip-bad-lines {skip_bad})"
-            ));
-        }
-        return Err(from_owner(
-            me,
-            *owner,
-            Error::Parse {
-                path: first.path.clone(),
-                line: first.line,
-                msg: reason,
-            },
-        ));
-    }
+    check_bad_lines(me, &first_bad, bad_lines, skip_bad)?;
 
     // Where every segment starts.
-    let mut seg_start = vec![0u64; days * p]; // by (d, r)
-    let mut nnz_start = vec![0u64; days * p * t]; // by (d, r, t)
-    let mut day_offsets = Vec::with_capacity(days + 1);
-    let mut n = 0u64;
-    let mut nnz = vec![0u64; t];
-    for d in 0..days {
-        day_offsets.push(n);
-        for r in 0..p {
-            let c = counts.at(d, r, days);
-            seg_start[d * p + r] = n;
-            n += c[0];
-            for k in 0..t {
-                nnz_start[(d * p + r) * t + k] = nnz[k];
-                nnz[k] += c[Counts::FIXED + k];
-            }
-        }
-    }
-    day_offsets.push(n);
+    let starts = SegStarts::of(&counts, days);
+    let n = starts.examples;
     if n == 0 {
         return Err(from_owner(
             me,
@@ -451,12 +432,136 @@ pub fn global_write_log<C: Comm, S: ExampleSource>(
     }
 
     // Distinct keys per table: the merged sketches.
-    let regs: Vec<u8> = local
-        .hll
+    let distinct = global_distinct(comm, local.hll)?;
+    let spec = comm.agree(keyed_spec(nd, &header.table_names, header.dim, &distinct))?;
+
+    // Pass 2: create, write, commit.
+    let t1 = Instant::now();
+    let plan = Plan {
+        out,
+        n,
+        nd,
+        spec: &spec,
+        header,
+        day_offsets: &starts.day_offsets,
+        nnz: &starts.nnz,
+        distinct: &distinct,
+    };
+    let my_starts = starts.of_rank(me, p, t, days);
+    let my_counts = counts.of_rank(me, days);
+    global_create_write_commit(comm, src, &plan, &my_starts, &my_counts)?;
+    let t_write = t1.elapsed().as_secs_f64();
+
+    Ok(IngestReport {
+        examples: n,
+        day_offsets: starts.day_offsets,
+        ids_per_table: starts.nnz,
+        distinct,
+        bytes,
+        bad_lines,
+        first_bad: first_bad.into_iter().map(|(_, b)| b).collect(),
+        pass_seconds: [t_count, t_write],
+        positive_rate: positives as f64 / n as f64,
+    })
+}
+
+/// More than `skip_bad` bad lines (of `bad_lines` over all ranks) is an input error:
+/// the first of `first_bad` (with the rank that read it), reported by that rank.
+fn check_bad_lines(
+    me: usize,
+    first_bad: &[(usize, BadLine)],
+    bad_lines: u64,
+    skip_bad: u64,
+) -> Result<()> {
+    if bad_lines > skip_bad {
+        let (owner, first) = &first_bad[0];
+        let mut reason = first.reason.clone();
+        if skip_bad > 0 || bad_lines > 1 {
+            reason.push_str(&format!(
+                " ({bad_lines} bad lines in all, more than --skip-bad-lines {skip_bad})"
+            ));
+        }
+        return Err(from_owner(
+            me,
+            *owner,
+            Error::Parse {
+                path: first.path.clone(),
+                line: first.line,
+                msg: reason,
+            },
+        ));
+    }
+    Ok(())
+}
+
+/// Where every segment starts, from the gathered counts.
+struct SegStarts {
+    /// The first example of each segment, by `(d, r)`.
+    seg_start: Vec<u64>,
+    /// The first id of each segment in each table, by `(d, r, t)`.
+    nnz_start: Vec<u64>,
+    /// The first example of each day, and the total: `days + 1` entries.
+    day_offsets: Vec<u64>,
+    /// Examples over the log.
+    examples: u64,
+    /// Ids of each table over the log.
+    nnz: Vec<u64>,
+}
+
+impl SegStarts {
+    fn of(counts: &Counts, days: usize) -> Self {
+        let (p, t) = (counts.p, counts.tables);
+        let mut seg_start = vec![0u64; days * p]; // by (d, r)
+        let mut nnz_start = vec![0u64; days * p * t]; // by (d, r, t)
+        let mut day_offsets = Vec::with_capacity(days + 1);
+        let mut n = 0u64;
+        let mut nnz = vec![0u64; t];
+        for d in 0..days {
+            day_offsets.push(n);
+            for r in 0..p {
+                let c = counts.at(d, r, days);
+                seg_start[d * p + r] = n;
+                n += c[0];
+                for k in 0..t {
+                    nnz_start[(d * p + r) * t + k] = nnz[k];
+                    nnz[k] += c[Counts::FIXED + k];
+                }
+            }
+        }
+        day_offsets.push(n);
+        SegStarts {
+            seg_start,
+            nnz_start,
+            day_offsets,
+            examples: n,
+            nnz,
+        }
+    }
+
+    /// Where rank `me` (of `p`) starts its share of each day: the example and, per
+    /// table (`t`), the id.
+    fn of_rank(&self, me: usize, p: usize, t: usize, days: usize) -> Vec<(u64, Vec<u64>)> {
+        (0..days)
+            .map(|d| {
+                let s = d * p + me;
+                (
+                    self.seg_start[s],
+                    self.nnz_start[s * t..(s + 1) * t].to_vec(),
+                )
+            })
+            .collect()
+    }
+}
+
+/// Collective: every rank must call. Each table's distinct keys: every rank's
+/// sketches `hll` (one per table) gathered and merged, at least 1.
+fn global_distinct<C: Comm>(comm: &C, hll: Vec<Hll>) -> Result<Vec<u64>> {
+    let (p, t) = (comm.size(), hll.len());
+    let regs: Vec<u8> = hll
         .iter()
         .flat_map(|h| h.registers().iter().copied())
         .collect();
-    drop(local.hll);
+    drop(hll);
     let all_regs = comm.all_gather_v(&regs)?;
     drop(regs);
     let distinct: Vec<u64> = (0..t)
@@ -470,50 +575,7 @@ pub fn global_write_log<C: Comm, S: ExampleSource>(
         })
         .collect();
     drop(all_regs);
-    let spec = comm.agree(keyed_spec(nd, &header.table_names, header.dim, &distinct))?;
-
-    // Pass 2: create, write, commit.
-    let t1 = Instant::now();
-    let plan = Plan {
-        out,
-        n,
-        nd,
-        spec: &spec,
-        header,
-        day_offsets: &day_offsets,
-        nnz: &nnz,
-        distinct: &distinct,
-    };
-    let my_starts: Vec<(u64, Vec<u64>)> = (0..days)
-        .map(|d| {
-            let s = d * p + me;
-            (seg_start[s], nnz_start[s * t..(s + 1) * t].to_vec())
-        })
-        .collect();
-    let my_counts: Vec<SegCount> = (0..days)
-        .map(|d| {
-            let c = counts.at(d, me, days);
-            SegCount {
-                examples: c[0],
-                lines: c[1],
-                nnz: c[Counts::FIXED..].to_vec(),
-            }
-        })
-        .collect();
-    global_create_write_commit(comm, src, &plan, &my_starts, &my_counts)?;
-    let t_write = t1.elapsed().as_secs_f64();
-
-    Ok(IngestReport {
-        examples: n,
-        day_offsets,
-        ids_per_table: nnz,
-        distinct,
-        bytes,
-        bad_lines,
-        first_bad: first_bad.into_iter().map(|(_, b)| b).collect(),
-        pass_seconds: [t_count, t_write],
-        positive_rate: positives as f64 / n as f64,
-    })
+    Ok(distinct)
 }
 
 /// `err` on rank `owner`, [`Error::Remote`] naming it on every other rank: for a
@@ -577,9 +639,6 @@ struct Plan<'a> {
     distinct: &'a [u64],
 }
 
-/// Marks a dataset without storage (no elements).
-const NO_OFFSET: u64 = u64::MAX;
-
 /// Index of each dataset in the offset table: dense, labels, then per table its
 /// offsets and its ids.
 const DENSE: usize = 0;
@@ -595,7 +654,6 @@ fn table_ids(t: usize) -> usize {
 /// allocated now, the attributes and `/day_offsets`; returns the byte offset of each
 /// dataset (in the order of [`table_offsets`] / [`table_ids`]).
 fn create_layout(tmp: &Path, plan: &Plan) -> Result<Vec<u64>> {
-    use hdf5::plist::dataset_create::AllocTime;
     let (n, nd) = (plan.n as usize, plan.nd);
     let f = h5(tmp, "create", crate::h5::create(tmp))?;
     let json = serde_json::to_string(plan.spec)
@@ -615,31 +673,10 @@ fn create_layout(tmp: &Path, plan: &Plan) -> Result<Vec<u64>> {
     }
     write_attrs(&f, tmp, &attrs)?;
     let mut offs = vec![NO_OFFSET; 2 + 2 * plan.spec.tables.len()];
-    let offset_of = |ds: &hdf5::Dataset, name: &str, elems: usize| -> Result<u64> {
-        if elems == 0 {
-            return Ok(NO_OFFSET);
-        }
-        ds.offset()
-            .ok_or_else(|| Error::layout(tmp, name, "no contiguous storage after early allocation"))
-    };
-    let dense = h5(
-        tmp,
-        "/dense",
-        f.new_dataset::<f32>()
-            .shape((n, nd))
-            .alloc_time(Some(AllocTime::Early))
-            .create("dense"),
-    )?;
-    offs[DENSE] = offset_of(&dense, "/dense", n * nd)?;
-    let labels = h5(
-        tmp,
-        "/labels",
-        f.new_dataset::<f32>()
-            .shape(n)
-            .alloc_time(Some(AllocTime::Early))
-            .create("labels"),
-    )?;
-    offs[LABELS] = offset_of(&labels, "/labels", n)?;
+    let dense;
+    (dense, offs[DENSE]) = create_allocated::<f32>(&f, tmp, "dense", "/dense", (n, nd))?;
+    let labels;
+    (labels, offs[LABELS]) = create_allocated::<f32>(&f, tmp, "labels", "/labels", n)?;
     let days = h5(
         tmp,
         "/day_offsets",
@@ -661,103 +698,18 @@ fn create_layout(tmp: &Path, plan: &Plan) -> Result<Vec<u64>> {
             &[("distinct_estimate", Attr::U64(plan.distinct[t]))],
         )?;
         let (on, idn) = (offsets_name(t), ids_name(t));
-        let o = h5(
-            tmp,
-            &on,
-            f.new_dataset::<u64>()
-                .shape(n + 1)
-                .alloc_time(Some(AllocTime::Early))
-                .create(on.as_str()),
-        )?;
-        offs[table_offsets(t)] = offset_of(&o, &on, n + 1)?;
+        // Both handles are held until the table is done.
+        let _o;
+        (_o, offs[table_offsets(t)]) = create_allocated::<u64>(&f, tmp, &on, &on, n + 1)?;
         let k = plan.nnz[t] as usize;
-        let ids = h5(
-            tmp,
-            &idn,
-            f.new_dataset::<u64>()
-                .shape(k)
-                .alloc_time(Some(AllocTime::Early))
-                .create(idn.as_str()),
-        )?;
-        offs[table_ids(t)] = offset_of(&ids, &idn, k)?;
+        let _ids;
+        (_ids, offs[table_ids(t)]) = create_allocated::<u64>(&f, tmp, &idn, &idn, k)?;
     }
     drop(dense);
     drop(labels);
     drop(days);
     h5(tmp, "close", f.close())?;
     Ok(offs)
-}
-
-/// Positional writes into the allocated datasets of the partial file (native byte
-/// order, as HDF5 stores `new_dataset::<u64>()` / `<f32>()` on this platform).
-struct RawLog<'a> {
-    path: &'a Path,
-    file: File,
-    offs: Vec<u64>,
-    staging: Vec<u8>,
-}
-
-/// Values written as their native bytes.
-trait Raw: Copy {
-    const SIZE: usize;
-    fn put(self, out: &mut Vec<u8>);
-}
-
-impl Raw for u64 {
-    const SIZE: usize = 8;
-    #[inline]
-    fn put(self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.to_ne_bytes());
-    }
-}
-
-impl Raw for f32 {
-    const SIZE: usize = 4;
-    #[inline]
-    fn put(self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.to_ne_bytes());
-    }
-}
-
-impl<'a> RawLog<'a> {
-    fn open(path: &'a Path, offs: Vec<u64>) -> Result<Self> {
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .open(path)
-            .map_err(|e| Error::io(path, e))?;
-        Ok(Self {
-            path,
-            file,
-            offs,
-            staging: Vec::new(),
-        })
-    }
-
-    /// Write `data` at element `at` of dataset `ds`.
-    fn put<T: Raw>(
-        &mut self,
-        ds: usize,
-        at: u64,
-        data: impl ExactSizeIterator<Item = T>,
-    ) -> Result<()> {
-        if data.len() == 0 {
-            return Ok(());
-        }
-        debug_assert_ne!(self.offs[ds], NO_OFFSET);
-        self.staging.clear();
-        self.staging.reserve(data.len() * T::SIZE);
-        for x in data {
-            x.put(&mut self.staging);
-        }
-        let pos = self.offs[ds] + at * T::SIZE as u64;
-        self.file
-            .write_all_at(&self.staging, pos)
-            .map_err(|e| Error::io(self.path, e))
-    }
-
-    fn sync(&self) -> Result<()> {
-        self.file.sync_data().map_err(|e| Error::io(self.path, e))
-    }
 }
 
 /// Collective. Pass 2: rank 0 creates the file, every rank writes its segments
@@ -781,11 +733,11 @@ fn global_create_write_commit<C: Comm, S: ExampleSource>(
     };
     let result = comm.agree(created).and_then(|mut offs| {
         comm.broadcast(0, &mut offs)?;
-        let mut file = comm.agree(RawLog::open(&tmp, offs))?;
+        let file = comm.agree(PositionalFile::open(&tmp, offs))?;
         let written = (|| -> Result<()> {
             if me == 0 {
                 for k in 0..t {
-                    file.put(table_offsets(k), 0, std::iter::once(0u64))?;
+                    file.put(table_offsets(k), 0, &[0u64])?;
                 }
             }
             for (d, (start, nnz0)) in starts.iter().enumerate() {
@@ -802,16 +754,16 @@ fn global_create_write_commit<C: Comm, S: ExampleSource>(
                     {
                         return Err(changed(src.day_path(d), &want[d], &seen));
                     }
-                    file.put(DENSE, e * plan.nd as u64, b.dense.iter().copied())?;
-                    file.put(LABELS, e, b.labels.iter().copied())?;
+                    file.put(DENSE, e * plan.nd as u64, &b.dense)?;
+                    file.put(LABELS, e, &b.labels)?;
                     for (k, keys) in b.keys.iter().enumerate() {
                         let base = at[k];
-                        file.put(
+                        file.put_iter(
                             table_offsets(k),
                             e + 1,
                             keys.offsets[1..].iter().map(|&o| base + o as u64),
                         )?;
-                        file.put(table_ids(k), base, keys.ids.iter().copied())?;
+                        file.put(table_ids(k), base, &keys.ids)?;
                         at[k] += keys.ids.len() as u64;
                     }
                     e += b.n as u64;

@@ -435,10 +435,10 @@ impl ClickLog {
     /// table's vocabulary, labels 0 or 1, dense values finite. Errors name the
     /// dataset and the example. Offsets of the batch start at 0. A keyed (v2) log
     /// gives every table's keys in `keys[t]` (any value) and an empty `bags[t]`
-    /// (`n + 1` zero offsets).
+    /// (`n + 1` zero offsets). Read in turn: [`Self::read_dense`],
+    /// [`Self::read_labels`] and each table's [`Self::read_table`].
     pub fn read(&self, first: u64, n: usize) -> Result<Batch> {
         let path = self.path.as_path();
-        let f = &self.file;
         let hi = first
             .checked_add(n as u64)
             .filter(|&h| h <= self.examples)
@@ -460,107 +460,131 @@ impl ClickLog {
         }
 
         if n > 0 && nd > 0 {
-            let lo = first as usize;
-            b.dense = f
-                .dataset("/dense")
-                .and_then(|ds| ds.read_slice_2d::<f32, _>((lo..lo + n, ..)))
-                .map(|a| a.as_standard_layout().iter().copied().collect())
-                .map_err(|e| Error::layout(path, "/dense", format!("unreadable: {e}")))?;
-            if let Some(i) = b.dense.iter().position(|x| !x.is_finite()) {
-                return Err(Error::layout(
-                    path,
-                    "/dense",
-                    format!(
-                        "example {}, feature {}: {} is not finite",
-                        first + (i / nd) as u64,
-                        i % nd,
-                        b.dense[i]
-                    ),
-                ));
-            }
+            b.dense = self.read_dense(first, n)?;
         }
+        b.labels = self.read_labels(first, hi)?;
+        for t in 0..self.spec.tables.len() {
+            self.read_table(t, first, hi, &mut b)?;
+        }
+        Ok(b)
+    }
 
-        b.labels = read_range::<f32>(f, path, "/labels", first, hi)?;
-        if let Some(i) = b.labels.iter().position(|&l| l != 0.0 && l != 1.0) {
+    /// `/dense` of examples `first..first + n` (`n > 0`), row-major, checked finite.
+    fn read_dense(&self, first: u64, n: usize) -> Result<Vec<f32>> {
+        let (path, nd) = (self.path.as_path(), self.spec.n_dense);
+        let lo = first as usize;
+        let dense: Vec<f32> = self
+            .file
+            .dataset("/dense")
+            .and_then(|ds| ds.read_slice_2d::<f32, _>((lo..lo + n, ..)))
+            .map(|a| a.as_standard_layout().iter().copied().collect())
+            .map_err(|e| Error::layout(path, "/dense", format!("unreadable: {e}")))?;
+        if let Some(i) = dense.iter().position(|x| !x.is_finite()) {
+            return Err(Error::layout(
+                path,
+                "/dense",
+                format!(
+                    "example {}, feature {}: {} is not finite",
+                    first + (i / nd) as u64,
+                    i % nd,
+                    dense[i]
+                ),
+            ));
+        }
+        Ok(dense)
+    }
+
+    /// `/labels` of examples `first..hi`, checked 0 or 1.
+    fn read_labels(&self, first: u64, hi: u64) -> Result<Vec<f32>> {
+        let path = self.path.as_path();
+        let labels = read_range::<f32>(&self.file, path, "/labels", first, hi)?;
+        if let Some(i) = labels.iter().position(|&l| l != 0.0 && l != 1.0) {
             return Err(Error::layout(
                 path,
                 "/labels",
                 format!(
                     "example {}: label {} is not 0 or 1",
                     first + i as u64,
-                    b.labels[i]
+                    labels[i]
                 ),
             ));
         }
+        Ok(labels)
+    }
 
-        for (t, table) in self.spec.tables.iter().enumerate() {
-            let (on, idn) = (offsets_name(t), ids_name(t));
-            let offs = read_range::<u64>(f, path, &on, first, hi + 1)?;
-            if let Some(i) = (0..n).find(|&i| offs[i] > offs[i + 1]) {
-                return Err(Error::layout(
-                    path,
-                    &on,
-                    format!(
-                        "decreases at example {}: {} > {}",
-                        first + i as u64,
-                        offs[i],
-                        offs[i + 1]
-                    ),
-                ));
-            }
-            if offs[n] > self.nnz[t] {
-                return Err(Error::layout(
-                    path,
-                    &on,
-                    format!(
-                        "example {} ends at {}, beyond the {} entries of {idn}",
-                        hi - 1,
-                        offs[n],
-                        self.nnz[t]
-                    ),
-                ));
-            }
-            let base = offs[0];
-            if offs[n] - base > u32::MAX as u64 {
-                return Err(Error::input(
-                    path,
-                    format!(
-                        "examples {first}..{hi} hold {} ids of table {t}, more than a batch \
-                         holds (u32 offsets); read fewer examples",
-                        offs[n] - base
-                    ),
-                ));
-            }
-            if self.keyed {
-                b.keys[t] = KeyBags {
-                    offsets: offs.iter().map(|&o| (o - base) as u32).collect(),
-                    ids: read_range::<u64>(f, path, &idn, base, offs[n])?,
-                };
-                b.bags[t].offsets = vec![0; n + 1];
-                continue;
-            }
-            let ids = read_range::<u32>(f, path, &idn, base, offs[n])?;
-            for i in 0..n {
-                let bag = &ids[(offs[i] - base) as usize..(offs[i + 1] - base) as usize];
-                if let Some(&id) = bag.iter().find(|&&id| id as u64 >= table.vocab) {
-                    return Err(Error::layout(
-                        path,
-                        &idn,
-                        format!(
-                            "example {}: id {id} >= vocab {} of table {t} ({:?})",
-                            first + i as u64,
-                            table.vocab,
-                            table.name
-                        ),
-                    ));
-                }
-            }
-            b.bags[t] = Bags {
-                offsets: offs.iter().map(|&o| (o - base) as u32).collect(),
-                ids,
-            };
+    /// Table `t`'s bags of examples `first..hi` into `b` (its keys for a keyed log),
+    /// the offsets checked non-decreasing and within the table, the ids (of an
+    /// unkeyed log) below its vocabulary.
+    fn read_table(&self, t: usize, first: u64, hi: u64, b: &mut Batch) -> Result<()> {
+        let (path, f) = (self.path.as_path(), &self.file);
+        let table = &self.spec.tables[t];
+        let n = b.n;
+        let (on, idn) = (offsets_name(t), ids_name(t));
+        let offs = read_range::<u64>(f, path, &on, first, hi + 1)?;
+        if let Some(i) = (0..n).find(|&i| offs[i] > offs[i + 1]) {
+            return Err(Error::layout(
+                path,
+                &on,
+                format!(
+                    "decreases at example {}: {} > {}",
+                    first + i as u64,
+                    offs[i],
+                    offs[i + 1]
+                ),
+            ));
         }
-        Ok(b)
+        if offs[n] > self.nnz[t] {
+            return Err(Error::layout(
+                path,
+                &on,
+                format!(
+                    "example {} ends at {}, beyond the {} entries of {idn}",
+                    hi - 1,
+                    offs[n],
+                    self.nnz[t]
+                ),
+            ));
+        }
+        let base = offs[0];
+        if offs[n] - base > u32::MAX as u64 {
+            return Err(Error::input(
+                path,
+                format!(
+                    "examples {first}..{hi} hold {} ids of table {t}, more than a batch \
+                     holds (u32 offsets); read fewer examples",
+                    offs[n] - base
+                ),
+            ));
+        }
+        if self.keyed {
+            b.keys[t] = KeyBags {
+                offsets: offs.iter().map(|&o| (o - base) as u32).collect(),
+                ids: read_range::<u64>(f, path, &idn, base, offs[n])?,
+            };
+            b.bags[t].offsets = vec![0; n + 1];
+            return Ok(());
+        }
+        let ids = read_range::<u32>(f, path, &idn, base, offs[n])?;
+        for i in 0..n {
+            let bag = &ids[(offs[i] - base) as usize..(offs[i + 1] - base) as usize];
+            if let Some(&id) = bag.iter().find(|&&id| id as u64 >= table.vocab) {
+                return Err(Error::layout(
+                    path,
+                    &idn,
+                    format!(
+                        "example {}: id {id} >= vocab {} of table {t} ({:?})",
+                        first + i as u64,
+                        table.vocab,
+                        table.name
+                    ),
+                ));
+            }
+        }
+        b.bags[t] = Bags {
+            offsets: offs.iter().map(|&o| (o - base) as u32).collect(),
+            ids,
+        };
+        Ok(())
     }
 }
 

@@ -26,6 +26,7 @@ use super::criteo::{describe, parse_lines, BadField, Layout};
 use super::ingest::{Block, ExampleSource};
 use crate::data::graph::block_range;
 use crate::error::{Error, Result};
+use crate::io::compress::is_gz;
 
 /// Most text read and parsed at once per rank (8 MiB).
 pub const BLOCK_BYTES: usize = 8 << 20;
@@ -60,10 +61,6 @@ pub struct TextFiles {
     rank: usize,
     size: usize,
     block_bytes: usize,
-}
-
-fn is_gz(path: &Path) -> bool {
-    path.extension().is_some_and(|e| e == "gz")
 }
 
 impl TextFiles {

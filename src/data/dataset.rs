@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::h5::{
     check_elem_type, ctx as h5, open_h5, read_str_attr, read_u64_attr, write_attrs, Attr,
 };
+use crate::io::positional::{create_allocated, NO_OFFSET};
 use hdf5::H5Type;
 use std::path::Path;
 
@@ -70,11 +71,25 @@ pub fn global_write_dataset<C: Comm>(
     let total = |f: usize| offs[f][p];
     let me = comm.rank();
 
+    let (rows, cols, t) = (meta.num_rows as usize, meta.num_cols as usize, total(4));
+    let shapes = [
+        rows + 1,
+        cols + 1,
+        t + 1,
+        t + 1,
+        rows,
+        total(1),
+        total(3),
+        t,
+        total(5),
+        total(6),
+    ];
+
     // Serial HDF5: ranks take turns, each opening, writing and closing the file.
     crate::ckpt::commit::global_write_atomic(
         comm,
         out,
-        |tmp| create_layout(tmp, meta, total),
+        |tmp| create_layout(tmp, meta, &shapes, Storage::OnWrite).map(|_| ()),
         |tmp| write_part(tmp, part, &|f| offs[f][me], meta.num_rows),
     )
 }
@@ -94,24 +109,73 @@ pub(crate) fn meta_attrs(meta: &SplitMeta) -> Vec<(&'static str, Attr)> {
     ]
 }
 
-fn create_layout(tmp: &Path, meta: &SplitMeta, total: impl Fn(usize) -> usize) -> Result<()> {
+/// The datasets of the layout: [`U64_DATASETS`] then [`U32_DATASETS`].
+pub(crate) const NUM_DATASETS: usize = 10;
+
+/// Dataset `i` of the layout, in the order of [`U64_DATASETS`] then [`U32_DATASETS`].
+pub(crate) fn dataset_name(i: usize) -> &'static str {
+    if i < 5 {
+        U64_DATASETS[i]
+    } else {
+        U32_DATASETS[i - 5]
+    }
+}
+
+/// How [`create_layout`] allocates the datasets' storage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Storage {
+    /// HDF5's default: allocated when written (the writers through HDF5).
+    OnWrite,
+    /// Contiguous and allocated at creation, at a byte offset for positional writes
+    /// ([`crate::io::positional`]).
+    Early,
+}
+
+/// Create the layout of docs/design.md in `tmp`: its groups, every dataset with
+/// `shapes[i]` elements (in the order of [`U64_DATASETS`] then [`U32_DATASETS`]) and
+/// the root attributes of `meta`. Returns the byte offset of each dataset with
+/// [`Storage::Early`] (`NO_OFFSET` when it is empty, and always with
+/// [`Storage::OnWrite`]).
+pub(crate) fn create_layout(
+    tmp: &Path,
+    meta: &SplitMeta,
+    shapes: &[usize; NUM_DATASETS],
+    storage: Storage,
+) -> Result<[u64; NUM_DATASETS]> {
     let f = h5(tmp, "create", crate::h5::create(tmp))?;
     for g in ["train", "train_t", "test", "test/fold", "test/holdout"] {
         h5(tmp, format!("group {g}"), f.create_group(g))?;
     }
-    let rows = meta.num_rows as usize;
-    let cols = meta.num_cols as usize;
-    let t = total(4);
-    let shapes_u64 = [rows + 1, cols + 1, t + 1, t + 1, rows];
-    let shapes_u32 = [total(1), total(3), t, total(5), total(6)];
-    for (name, n) in U64_DATASETS.iter().zip(shapes_u64) {
-        h5(tmp, *name, f.new_dataset::<u64>().shape(n).create(*name))?;
-    }
-    for (name, n) in U32_DATASETS.iter().zip(shapes_u32) {
-        h5(tmp, *name, f.new_dataset::<u32>().shape(n).create(*name))?;
+    let mut offs = [NO_OFFSET; NUM_DATASETS];
+    for (i, &n) in shapes.iter().enumerate() {
+        let name = dataset_name(i);
+        offs[i] = if i < 5 {
+            create_dataset::<u64>(&f, tmp, name, n, storage)?
+        } else {
+            create_dataset::<u32>(&f, tmp, name, n, storage)?
+        };
     }
     write_attrs(&f, tmp, &meta_attrs(meta))?;
-    h5(tmp, "close", f.close())
+    h5(tmp, "close", f.close())?;
+    Ok(offs)
+}
+
+/// One dataset of [`create_layout`], with its byte offset (`NO_OFFSET` unless
+/// allocated now and not empty).
+fn create_dataset<T: H5Type>(
+    f: &hdf5::File,
+    tmp: &Path,
+    name: &str,
+    n: usize,
+    storage: Storage,
+) -> Result<u64> {
+    match storage {
+        Storage::OnWrite => {
+            h5(tmp, name, f.new_dataset::<T>().shape(n).create(name))?;
+            Ok(NO_OFFSET)
+        }
+        Storage::Early => Ok(create_allocated::<T>(f, tmp, name, name, n)?.1),
+    }
 }
 
 fn write_slice<T: H5Type>(

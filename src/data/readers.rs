@@ -15,6 +15,7 @@
 
 use super::graph::{block_range, LocalRows};
 use crate::error::{Error, Result};
+use crate::io::compress::is_gz;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
@@ -173,11 +174,6 @@ pub fn read_bv(basename: &Path, rank: usize, size: usize) -> Result<(SourceInfo,
         Ok(())
     })?;
     Ok((info, rows))
-}
-
-/// Whether `path` names a gzip-compressed file (by its `.gz` extension).
-fn is_gz(path: &Path) -> bool {
-    path.extension().is_some_and(|e| e == "gz")
 }
 
 fn open_text(path: &Path) -> Result<Box<dyn BufRead>> {
@@ -365,13 +361,10 @@ pub fn read_mtx(path: &Path, rank: usize, size: usize) -> Result<(SourceInfo, Lo
     Ok(read_mtx_pairs(path)?.into_block(rank, size))
 }
 
-/// Read a Matrix Market coordinate file whole.
+/// Read a Matrix Market coordinate file whole: the banner ([`mtx_banner`]), the
+/// size line ([`mtx_size`]), then the entries ([`mtx_entry`]), each checked.
 pub fn read_mtx_pairs(path: &Path) -> Result<EdgeList> {
-    let perr = |line: u64, msg: String| Error::Parse {
-        path: path.into(),
-        line,
-        msg,
-    };
+    let perr = |line: u64, msg: String| mtx_error(path, line, msg);
     let mut symmetric = false;
     let mut field = String::new();
     let mut header: Option<(u64, u64, u64)> = None;
@@ -381,59 +374,15 @@ pub fn read_mtx_pairs(path: &Path) -> Result<EdgeList> {
     for_each_line(path, |line_no, line| {
         last_line = line_no;
         if line_no == 1 {
-            let l = line.to_ascii_lowercase();
-            let f: Vec<&str> = l.split_ascii_whitespace().collect();
-            if f.len() < 5 || f[0] != "%%matrixmarket" || f[1] != "matrix" {
-                return Err(perr(line_no, "not a Matrix Market file: the first line must be '%%MatrixMarket matrix coordinate ...'".into()));
-            }
-            if f[2] != "coordinate" {
-                return Err(perr(
-                    line_no,
-                    format!(
-                        "'{}' format: only 'coordinate' (sparse) matrices are graphs",
-                        f[2]
-                    ),
-                ));
-            }
-            if !matches!(f[3], "pattern" | "integer" | "real") {
-                return Err(perr(
-                    line_no,
-                    format!("field '{}': expected pattern, integer or real", f[3]),
-                ));
-            }
-            field = f[3].to_string();
-            symmetric = match f[4] {
-                "general" => false,
-                "symmetric" => true,
-                other => {
-                    return Err(perr(
-                        line_no,
-                        format!("symmetry '{other}': expected general or symmetric"),
-                    ))
-                }
-            };
+            (field, symmetric) = mtx_banner(path, line_no, line)?;
             return Ok(());
         }
         let t = line.trim();
         if t.is_empty() || t.starts_with('%') {
             return Ok(());
         }
-        let mut it = t.split_ascii_whitespace();
         match header {
-            None => {
-                let mut num = |what: &str| parse_id(path, line_no, it.next(), what);
-                let (r, c, nnz) = (num("row count")?, num("column count")?, num("entry count")?);
-                if let Some(x) = it.next() {
-                    return Err(perr(
-                        line_no,
-                        format!(
-                            "size line: a fourth field {} (expected 'rows columns entries')",
-                            crate::error::quote(x)
-                        ),
-                    ));
-                }
-                header = Some((r, c, nnz));
-            }
+            None => header = Some(mtx_size(path, line_no, t)?),
             Some((rows, cols, nnz)) => {
                 if entries == nnz {
                     return Err(perr(
@@ -441,35 +390,8 @@ pub fn read_mtx_pairs(path: &Path) -> Result<EdgeList> {
                         format!("more entries than the {nnz} the size line declares"),
                     ));
                 }
-                let i = parse_id(path, line_no, it.next(), "row index")?;
-                let j = parse_id(path, line_no, it.next(), "column index")?;
-                // The value is ignored, but it must be there, of the declared field.
-                let value = it.next();
-                let ok = match (field.as_str(), value) {
-                    ("pattern", None) => true,
-                    ("integer", Some(v)) => v.parse::<i64>().is_ok(),
-                    ("real", Some(v)) => v.parse::<f64>().is_ok_and(f64::is_finite),
-                    _ => false,
-                };
-                if !ok || it.next().is_some() {
-                    let want = if field == "pattern" {
-                        "two ids"
-                    } else {
-                        "two ids and a value"
-                    };
-                    return Err(perr(
-                        line_no,
-                        format!(
-                            "a '{field}' entry is {want}: got {}",
-                            crate::error::quote(t)
-                        ),
-                    ));
-                }
-                if i == 0 || i > rows || j == 0 || j > cols {
-                    return Err(perr(line_no, format!("entry ({i}, {j}) outside the declared {rows} x {cols} matrix (indices are 1-based)")));
-                }
+                let (s, d) = mtx_entry(path, line_no, t, &field, (rows, cols))?;
                 entries += 1;
-                let (s, d) = ((i - 1) as u32, (j - 1) as u32);
                 push_pair(&mut pairs, (s, d), path)?;
                 if symmetric && s != d {
                     push_pair(&mut pairs, (d, s), path)?;
@@ -500,6 +422,110 @@ pub fn read_mtx_pairs(path: &Path) -> Result<EdgeList> {
         },
         pairs,
     })
+}
+
+/// A parse error at line `line` of the Matrix Market file `path`.
+fn mtx_error(path: &Path, line: u64, msg: String) -> Error {
+    Error::Parse {
+        path: path.into(),
+        line,
+        msg,
+    }
+}
+
+/// The banner (the first line): a coordinate matrix; returns its field (`pattern`,
+/// `integer` or `real`) and whether it is symmetric.
+fn mtx_banner(path: &Path, line_no: u64, line: &str) -> Result<(String, bool)> {
+    let perr = |line: u64, msg: String| mtx_error(path, line, msg);
+    let l = line.to_ascii_lowercase();
+    let f: Vec<&str> = l.split_ascii_whitespace().collect();
+    if f.len() < 5 || f[0] != "%%matrixmarket" || f[1] != "matrix" {
+        return Err(perr(line_no, "not a Matrix Market file: the first line must be '%%MatrixMarket matrix coordinate ...'".into()));
+    }
+    if f[2] != "coordinate" {
+        return Err(perr(
+            line_no,
+            format!(
+                "'{}' format: only 'coordinate' (sparse) matrices are graphs",
+                f[2]
+            ),
+        ));
+    }
+    if !matches!(f[3], "pattern" | "integer" | "real") {
+        return Err(perr(
+            line_no,
+            format!("field '{}': expected pattern, integer or real", f[3]),
+        ));
+    }
+    let symmetric = match f[4] {
+        "general" => false,
+        "symmetric" => true,
+        other => {
+            return Err(perr(
+                line_no,
+                format!("symmetry '{other}': expected general or symmetric"),
+            ))
+        }
+    };
+    Ok((f[3].to_string(), symmetric))
+}
+
+/// The size line `t`: rows, columns, entries.
+fn mtx_size(path: &Path, line_no: u64, t: &str) -> Result<(u64, u64, u64)> {
+    let mut it = t.split_ascii_whitespace();
+    let mut num = |what: &str| parse_id(path, line_no, it.next(), what);
+    let (r, c, nnz) = (num("row count")?, num("column count")?, num("entry count")?);
+    if let Some(x) = it.next() {
+        return Err(mtx_error(
+            path,
+            line_no,
+            format!(
+                "size line: a fourth field {} (expected 'rows columns entries')",
+                crate::error::quote(x)
+            ),
+        ));
+    }
+    Ok((r, c, nnz))
+}
+
+/// An entry line `t` of a `field` matrix of `rows x cols`: the arc (0-based). The
+/// value is ignored, but it must be there, of the declared field.
+fn mtx_entry(
+    path: &Path,
+    line_no: u64,
+    t: &str,
+    field: &str,
+    (rows, cols): (u64, u64),
+) -> Result<(u32, u32)> {
+    let mut it = t.split_ascii_whitespace();
+    let i = parse_id(path, line_no, it.next(), "row index")?;
+    let j = parse_id(path, line_no, it.next(), "column index")?;
+    let value = it.next();
+    let ok = match (field, value) {
+        ("pattern", None) => true,
+        ("integer", Some(v)) => v.parse::<i64>().is_ok(),
+        ("real", Some(v)) => v.parse::<f64>().is_ok_and(f64::is_finite),
+        _ => false,
+    };
+    if !ok || it.next().is_some() {
+        let want = if field == "pattern" {
+            "two ids"
+        } else {
+            "two ids and a value"
+        };
+        return Err(mtx_error(
+            path,
+            line_no,
+            format!(
+                "a '{field}' entry is {want}: got {}",
+                crate::error::quote(t)
+            ),
+        ));
+    }
+    if i == 0 || i > rows || j == 0 || j > cols {
+        return Err(mtx_error(path, line_no, format!("entry ({i}, {j}) outside the declared {rows} x {cols} matrix (indices are 1-based)")));
+    }
+    Ok(((i - 1) as u32, (j - 1) as u32))
 }
 
 #[cfg(test)]

@@ -60,7 +60,7 @@ use super::graph_stats::{
     add_far_in, jaccard, mutual_pairs, pair_key, profile, GraphProfile, RowStats,
 };
 use super::readers::{bv_info, read_mtx_pairs, read_tsv_pairs};
-use super::stream::{BvRows, MemoryRows, RowSource};
+use super::stream::sources::{BvRows, MemoryRows, RowSource};
 use crate::comm::{prefix_offsets, Comm, Received};
 use crate::error::{Error, Result};
 use rayon::prelude::*;
@@ -234,13 +234,9 @@ pub fn global_graph_profile_with<C: Comm>(
 /// statistics save nothing, so the run ends with exit 1. Checked per chunk; every
 /// rank then meets the others at the pass's agreement.
 fn check_signal() -> Result<()> {
-    if crate::ckpt::signals::signalled() || crate::ckpt::faults::preempt_in("stats") {
-        return Err(Error::Interrupted(
-            "signal received during inspect --stats; statistics save nothing to resume (exit 1)"
-                .into(),
-        ));
-    }
-    Ok(())
+    crate::io::signals::check_preempted("stats", || {
+        "signal received during inspect --stats; statistics save nothing to resume (exit 1)".into()
+    })
 }
 
 /// Fraction bits of the exact Jaccard sum. A similarity `i / u` of two rows with
@@ -310,7 +306,10 @@ fn passes_needed(local: &[u64], global: &[u64], size: usize, budget: u64) -> usi
 }
 
 /// Collective: every rank must call. The passes of the module doc over `src`, this
-/// rank's block of a graph of `nodes` nodes read from `path` (for messages).
+/// rank's block of a graph of `nodes` nodes read from `path` (for messages): the
+/// node arrays ([`global_node_array`]), pass 1 ([`local_first_pass`]), pass 2
+/// ([`global_mutual_pairs`]) and the merge of the row statistics
+/// ([`global_merge_rows`]).
 fn global_profile_of<C: Comm, S: RowSource>(
     comm: &C,
     src: &S,
@@ -322,43 +321,99 @@ fn global_profile_of<C: Comm, S: RowSource>(
     let t0 = Instant::now();
     let n = usize::try_from(nodes)
         .map_err(|_| Error::input(path, format!("{nodes} nodes do not fit this machine")))?;
-    let mut in_degree: Vec<u64> = Vec::new();
-    let alloc = in_degree.try_reserve_exact(n).map_err(|_| {
-        Error::input(
-            path,
-            format!(
-                "cannot allocate the in-degrees of {} nodes ({} per rank)",
-                crate::metrics::group(nodes),
-                crate::metrics::human_bytes(8 * nodes)
-            ),
-        )
-    });
-    comm.agree(alloc)?;
-    in_degree.resize(n, 0);
-    let mut far_in: Vec<u64> = Vec::new();
-    let alloc = far_in.try_reserve_exact(n).map_err(|_| {
-        Error::input(
-            path,
-            format!(
-                "cannot allocate the far in-links of {} nodes ({} per rank)",
-                crate::metrics::group(nodes),
-                crate::metrics::human_bytes(8 * nodes)
-            ),
-        )
-    });
-    comm.agree(alloc)?;
-    far_in.resize(n, 0);
+    let mut in_degree = global_node_array(comm, path, nodes, n, "in-degrees")?;
+    let mut far_in = global_node_array(comm, path, nodes, n, "far in-links")?;
 
     // Pass 1: rows, in-degrees, bucket counts; keys kept while they fit the budget.
     let buckets = SUBS * size;
     let budget = (opts.key_budget_bytes / 8).max(1);
+    let pass1 = local_first_pass(src, opts, size, budget, &mut in_degree, &mut far_in);
+    let mut first = comm.agree(pass1)?;
+    comm.all_reduce_sum(&mut in_degree);
+    comm.all_reduce_sum(&mut far_in);
+    let mut global_hist = first.local_hist.clone();
+    comm.all_reduce_sum(&mut global_hist);
+    let t1 = Instant::now();
+
+    // Pass 2: reciprocity keys to their owners, in as few passes as the budget allows.
+    let k_local = passes_needed(&first.local_hist, &global_hist, size, budget) as u64;
+    let k = comm.all_reduce_max(k_local) as usize;
+    let all_kept = comm.all_reduce_max(u64::from(first.kept.is_none())) == 0;
+    let reread = !(k == 1 && all_kept);
+    let mutual = global_mutual_pairs(comm, src, path, opts, &mut first, buckets, k, reread)?;
+    let mut m = [mutual];
+    comm.all_reduce_sum(&mut m);
+    let t2 = Instant::now();
+
+    // Merge: every rank's row statistics, in rank order, on every rank.
+    let rows = global_merge_rows(comm, &first.st, first.exact, nodes, path)?;
+    let profile = profile(&rows, &in_degree, &far_in, m[0]);
+    let t3 = Instant::now();
+    Ok(StatsRun {
+        profile,
+        key_passes: k,
+        reread,
+        seconds: [
+            (t1 - t0).as_secs_f64(),
+            (t2 - t1).as_secs_f64(),
+            (t3 - t2).as_secs_f64(),
+        ],
+    })
+}
+
+/// Collective: every rank must call. A zeroed array of one u64 per node (`what`
+/// names it in the error), allocated on every rank or on none.
+fn global_node_array<C: Comm>(
+    comm: &C,
+    path: &Path,
+    nodes: u64,
+    n: usize,
+    what: &str,
+) -> Result<Vec<u64>> {
+    let mut v: Vec<u64> = Vec::new();
+    let alloc = v.try_reserve_exact(n).map_err(|_| {
+        Error::input(
+            path,
+            format!(
+                "cannot allocate the {what} of {} nodes ({} per rank)",
+                crate::metrics::group(nodes),
+                crate::metrics::human_bytes(8 * nodes)
+            ),
+        )
+    });
+    comm.agree(alloc)?;
+    v.resize(n, 0);
+    Ok(v)
+}
+
+/// What pass 1 found on this rank: the row statistics and the exact Jaccard sum of
+/// its consecutive rows, the arcs of each key bucket, and the reciprocity keys by
+/// owner while they fit the budget (`None` once they did not).
+struct FirstPass {
+    st: RowStats,
+    exact: u128,
+    local_hist: Vec<u64>,
+    kept: Option<Vec<Vec<u64>>>,
+}
+
+/// Pass 1 (rank-local): rows, in-degrees and far in-links (into the node arrays),
+/// bucket counts of the `SUBS * size` buckets; keys kept while `budget` keys fit.
+fn local_first_pass<S: RowSource>(
+    src: &S,
+    opts: &StatsOpts,
+    size: usize,
+    budget: u64,
+    in_degree: &mut [u64],
+    far_in: &mut [u64],
+) -> Result<FirstPass> {
+    let buckets = SUBS * size;
     let (blo, _) = src.block();
     let mut st = RowStats::new(blo);
     let mut exact: u128 = 0;
     let mut local_hist = vec![0u64; buckets];
     let mut kept: Option<Vec<Vec<u64>>> = Some(vec![Vec::new(); size]);
     let mut kept_n = 0u64;
-    let pass1 = src.for_each_chunk(opts.chunk_arcs, &mut |mut rows| {
+    src.for_each_chunk(opts.chunk_arcs, &mut |mut rows| {
         check_signal()?;
         rows.local_clean_if_needed();
         if rows.num_rows() > 0 {
@@ -370,8 +425,8 @@ fn global_profile_of<C: Comm, S: RowSource>(
                 .map(|i| pair_jaccard(rows.row(i - 1), rows.row(i)))
                 .sum::<u128>();
         }
-        add_far_in(&rows, &mut far_in);
-        st.add_chunk(&rows, &mut in_degree, |u, v| {
+        add_far_in(&rows, far_in);
+        st.add_chunk(&rows, in_degree, |u, v| {
             let key = pair_key(u, v);
             let b = bucket_of(key, buckets);
             local_hist[b] += 1;
@@ -385,23 +440,35 @@ fn global_profile_of<C: Comm, S: RowSource>(
             }
         });
         Ok(())
-    });
-    comm.agree(pass1)?;
-    comm.all_reduce_sum(&mut in_degree);
-    comm.all_reduce_sum(&mut far_in);
-    let mut global_hist = local_hist.clone();
-    comm.all_reduce_sum(&mut global_hist);
-    let t1 = Instant::now();
+    })?;
+    Ok(FirstPass {
+        st,
+        exact,
+        local_hist,
+        kept,
+    })
+}
 
-    // Pass 2: reciprocity keys to their owners, in as few passes as the budget allows.
-    let k_local = passes_needed(&local_hist, &global_hist, size, budget) as u64;
-    let k = comm.all_reduce_max(k_local) as usize;
-    let all_kept = comm.all_reduce_max(u64::from(kept.is_none())) == 0;
+/// Collective: every rank must call. Pass 2: this rank's mutual pairs among the
+/// reciprocity keys it owns. Without `reread` the keys pass 1 kept are sent at once;
+/// otherwise the graph is read again `k` times, round `j` sending the keys of every
+/// `k`-th group of buckets from `j` ([`local_round_keys`]).
+#[allow(clippy::too_many_arguments)]
+fn global_mutual_pairs<C: Comm, S: RowSource>(
+    comm: &C,
+    src: &S,
+    path: &Path,
+    opts: &StatsOpts,
+    first: &mut FirstPass,
+    buckets: usize,
+    k: usize,
+    reread: bool,
+) -> Result<u64> {
+    let size = comm.size();
     let mut mutual = 0u64;
     let mut out = Received::default();
-    let reread = !(k == 1 && all_kept);
     if !reread {
-        let parts = kept.take().unwrap_or_default();
+        let parts = first.kept.take().unwrap_or_default();
         let counts: Vec<usize> = parts.iter().map(Vec::len).collect();
         let mut send: Vec<u64> = if size == 1 {
             parts.into_iter().next().unwrap_or_default()
@@ -417,53 +484,18 @@ fn global_profile_of<C: Comm, S: RowSource>(
         out.data.par_sort_unstable();
         mutual += mutual_pairs(&mut out.data);
     } else {
-        drop(kept.take());
+        drop(first.kept.take());
         for j in 0..k {
             let counts: Vec<usize> = (0..size)
                 .map(|r| {
                     (j..SUBS)
                         .step_by(k)
-                        .map(|s| local_hist[s * size + r] as usize)
+                        .map(|s| first.local_hist[s * size + r] as usize)
                         .sum()
                 })
                 .collect();
-            let offs = prefix_offsets(&counts);
-            let mut send = vec![0u64; offs[size]];
-            let mut at = offs[..size].to_vec();
-            let changed = || {
-                Error::input(
-                    path,
-                    "changed while it was read: a pass saw other arcs than the first",
-                )
-            };
-            let pass = src.for_each_chunk(opts.chunk_arcs, &mut |mut rows| {
-                check_signal()?;
-                rows.local_clean_if_needed();
-                for i in 0..rows.num_rows() {
-                    let u = (rows.lo + i as u64) as u32;
-                    for &v in rows.row(i) {
-                        let key = pair_key(u, v);
-                        let b = bucket_of(key, buckets);
-                        if (b / size) % k == j {
-                            let r = b % size;
-                            if at[r] == offs[r + 1] {
-                                return Err(changed());
-                            }
-                            send[at[r]] = key;
-                            at[r] += 1;
-                        }
-                    }
-                }
-                Ok(())
-            });
-            let pass = pass.and_then(|()| {
-                if (0..size).all(|r| at[r] == offs[r + 1]) {
-                    Ok(())
-                } else {
-                    Err(changed())
-                }
-            });
-            comm.agree(pass)?;
+            let round = local_round_keys(src, path, opts, &counts, buckets, size, (j, k));
+            let mut send = comm.agree(round)?;
             comm.all_to_all_v_move(&mut send, &counts, &mut out)?;
             drop(send);
             out.data.par_sort_unstable();
@@ -471,12 +503,69 @@ fn global_profile_of<C: Comm, S: RowSource>(
         }
     }
     drop(out);
-    let mut m = [mutual];
-    comm.all_reduce_sum(&mut m);
-    let t2 = Instant::now();
+    Ok(mutual)
+}
 
-    // Merge: every rank's row statistics, in rank order, on every rank.
-    let all = comm.all_gather_v(&encode(&st, exact))?;
+/// Round `j` of `k` of pass 2's rereads (rank-local): the keys of this rank's arcs
+/// whose bucket group is `j` modulo `k`, by owner (`counts[r]` for rank `r`, from
+/// pass 1's bucket counts). Other arcs than pass 1's are an input error.
+fn local_round_keys<S: RowSource>(
+    src: &S,
+    path: &Path,
+    opts: &StatsOpts,
+    counts: &[usize],
+    buckets: usize,
+    size: usize,
+    (j, k): (usize, usize),
+) -> Result<Vec<u64>> {
+    let offs = prefix_offsets(counts);
+    let mut send = vec![0u64; offs[size]];
+    let mut at = offs[..size].to_vec();
+    let changed = || {
+        Error::input(
+            path,
+            "changed while it was read: a pass saw other arcs than the first",
+        )
+    };
+    src.for_each_chunk(opts.chunk_arcs, &mut |mut rows| {
+        check_signal()?;
+        rows.local_clean_if_needed();
+        for i in 0..rows.num_rows() {
+            let u = (rows.lo + i as u64) as u32;
+            for &v in rows.row(i) {
+                let key = pair_key(u, v);
+                let b = bucket_of(key, buckets);
+                if (b / size) % k == j {
+                    let r = b % size;
+                    if at[r] == offs[r + 1] {
+                        return Err(changed());
+                    }
+                    send[at[r]] = key;
+                    at[r] += 1;
+                }
+            }
+        }
+        Ok(())
+    })?;
+    if (0..size).all(|r| at[r] == offs[r + 1]) {
+        Ok(send)
+    } else {
+        Err(changed())
+    }
+}
+
+/// Collective: every rank must call. Every rank's row statistics `st` (with its exact
+/// Jaccard sum), merged in rank order on every rank; they must cover the graph's
+/// `nodes` rows.
+fn global_merge_rows<C: Comm>(
+    comm: &C,
+    st: &RowStats,
+    exact: u128,
+    nodes: u64,
+    path: &Path,
+) -> Result<RowStats> {
+    let size = comm.size();
+    let all = comm.all_gather_v(&encode(st, exact))?;
     let mut merged: Option<(RowStats, u128)> = None;
     for r in 0..size {
         let (part, part_exact) = decode(all.from_rank(r))
@@ -505,18 +594,7 @@ fn global_profile_of<C: Comm, S: RowSource>(
         )));
     }
     rows.jaccard_sum = unfixed(exact);
-    let profile = profile(&rows, &in_degree, &far_in, m[0]);
-    let t3 = Instant::now();
-    Ok(StatsRun {
-        profile,
-        key_passes: k,
-        reread,
-        seconds: [
-            (t1 - t0).as_secs_f64(),
-            (t2 - t1).as_secs_f64(),
-            (t3 - t2).as_secs_f64(),
-        ],
-    })
+    Ok(rows)
 }
 
 /// Marks a missing first or last row in [`encode`].

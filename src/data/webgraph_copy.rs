@@ -345,6 +345,29 @@ fn apply(b: (u64, u64), r: u64, n: u64) -> u64 {
     ((r as u128 * b.0 as u128 + b.1 as u128) % n as u128) as u64
 }
 
+/// A row being filled by [`CopyModel::fill_row`]: its `k` slots, the first `w` taken,
+/// and the ids already in it.
+struct RowFill<'a> {
+    out: &'a mut [u32],
+    set: &'a mut IdSet,
+    w: usize,
+    k: usize,
+    /// The row's own node (never linked).
+    me: u32,
+}
+
+impl RowFill<'_> {
+    /// Append `v` unless it is the row's node, already in the row, or the row is
+    /// full.
+    fn push(&mut self, v: u64) {
+        let v = v as u32;
+        if v != self.me && self.w < self.k && self.set.insert(v) {
+            self.out[self.w] = v;
+            self.w += 1;
+        }
+    }
+}
+
 impl CopyModel {
     /// The model of `nodes` nodes and exactly `arcs` arcs. O(nodes) time (parallel)
     /// and about 4 bytes a node.
@@ -544,86 +567,116 @@ impl CopyModel {
         rank < self.degrees[x as usize] as u64
     }
 
-    /// Fills node `u`'s row (of its degree) in host `h = (hs, he)`, sorted.
+    /// Fills node `u`'s row (of its degree) in host `h = (hs, he)`, sorted. The parts
+    /// in order, each drawing from `u`'s generator (or, the copied links, from the
+    /// directory's) as it always has: the directory's index or the up-link
+    /// ([`Self::fill_directory`]), discovery ([`Self::fill_discovery`]), the split of
+    /// what is left into template, copied, mutual, local and global links, then
+    /// [`Self::fill_template`], [`Self::fill_copied`], [`Self::fill_mutual`],
+    /// [`Self::fill_global`], [`Self::fill_local`] and [`Self::fill_nearest`].
     fn fill_row(&self, u: u64, h: (u64, u64), out: &mut [u32], set: &mut IdSet) {
         let p = &self.params;
         let k = out.len();
         if k == 0 {
             return;
         }
-        let (hs, he) = h;
-        let hsize = he - hs;
         let mut rng = SplitMix64::for_id(self.seed, stream::COPY_NODE, u ^ (1 << 63));
         set.reset(k);
-        let mut w = 0usize;
-        let me = u as u32;
-        let mut push = |v: u64, set: &mut IdSet, w: &mut usize| -> bool {
-            let v = v as u32;
-            if v != me && *w < k && set.insert(v) {
-                out[*w] = v;
-                *w += 1;
-                true
-            } else {
-                false
-            }
+        let mut row = RowFill {
+            out,
+            set,
+            w: 0,
+            k,
+            me: u as u32,
         };
         let j = self.dir_index(u);
-        let (ds, de) = (self.dirs[j], self.dirs[j + 1]);
-        let index = self.index[j];
-        // The directory's index lists its pages (as many as its degree allows); every
-        // other page links up to the index with probability `up_link`.
-        if index == u {
-            for v in ds..de {
-                if w >= k {
-                    break;
-                }
-                push(v, set, &mut w);
-            }
-        } else if rng.next_f64() < p.up_link {
-            push(index, set, &mut w);
-        }
-        // Discovery: the pages after u up to the next page with links, that one
-        // included, unless their index lists them.
-        let mut v = u;
-        while w < k {
-            v = if v + 1 == self.nodes { 0 } else { v + 1 };
-            if v == u {
-                break;
-            }
-            if !self.listed(v) {
-                push(v, set, &mut w);
-            }
-            if self.degrees[v as usize] > 0 {
-                break;
-            }
-        }
+        let dir = (self.dirs[j], self.dirs[j + 1]);
+        self.fill_directory(u, j, &mut row, &mut rng);
+        self.fill_discovery(u, &mut row);
+        let w = row.w;
         let r = (k - w) as f64;
         let k_t = (sround(p.template * r, &mut rng) as usize).min(k - w);
         let k_c = (sround(p.copy * r, &mut rng) as usize).min(k - w - k_t);
         let k_m = (sround(p.mutual * r, &mut rng) as usize).min(k - w - k_t - k_c);
         let k_l = (sround(p.local * r, &mut rng) as usize).min(k - w - k_t - k_c - k_m);
         let k_g = k - w - k_t - k_c - k_m - k_l;
-        // Template links: the host's first pages in order.
-        if k_t > 0 {
-            let goal = w + k_t;
-            for v in hs..hs + self.template_pages.min(hsize) {
-                if w >= goal {
+        self.fill_template(h, k_t, &mut row);
+        self.fill_copied(dir, h, k_c, &mut row);
+        self.fill_mutual(u, k_m, &mut row);
+        self.fill_global(h.0, k - k_l, k_g, &mut row, &mut rng);
+        self.fill_local(u, &mut row, &mut rng);
+        self.fill_nearest(u, &mut row);
+        row.out.sort_unstable();
+    }
+
+    /// The directory's index lists its pages (as many as its degree allows); every
+    /// other page links up to the index with probability `up_link` (one draw).
+    fn fill_directory(&self, u: u64, j: usize, row: &mut RowFill, rng: &mut SplitMix64) {
+        let (ds, de) = (self.dirs[j], self.dirs[j + 1]);
+        let index = self.index[j];
+        if index == u {
+            for v in ds..de {
+                if row.w >= row.k {
                     break;
                 }
-                push(v, set, &mut w);
+                row.push(v);
+            }
+        } else if rng.next_f64() < self.params.up_link {
+            row.push(index);
+        }
+    }
+
+    /// Discovery: the pages after u up to the next page with links, that one
+    /// included, unless their index lists them.
+    fn fill_discovery(&self, u: u64, row: &mut RowFill) {
+        let mut v = u;
+        while row.w < row.k {
+            v = if v + 1 == self.nodes { 0 } else { v + 1 };
+            if v == u {
+                break;
+            }
+            if !self.listed(v) {
+                row.push(v);
+            }
+            if self.degrees[v as usize] > 0 {
+                break;
             }
         }
-        // Copied links: a prefix of the directory's list, each entry a sibling (Zipf
-        // over the directory's offsets) or a page of the host (Zipf over its
-        // offsets), hidden pages skipped.
+    }
+
+    /// Template links: the first pages of host `(hs, he)` in order, `k_t` of them.
+    fn fill_template(&self, (hs, he): (u64, u64), k_t: usize, row: &mut RowFill) {
+        if k_t > 0 {
+            let goal = row.w + k_t;
+            for v in hs..hs + self.template_pages.min(he - hs) {
+                if row.w >= goal {
+                    break;
+                }
+                row.push(v);
+            }
+        }
+    }
+
+    /// Copied links: a prefix of directory `(ds, de)`'s list (its own generator), each
+    /// entry a sibling (Zipf over the directory's offsets) or a page of the host (Zipf
+    /// over its offsets), hidden pages skipped.
+    fn fill_copied(
+        &self,
+        (ds, de): (u64, u64),
+        (hs, he): (u64, u64),
+        k_c: usize,
+        row: &mut RowFill,
+    ) {
+        let p = &self.params;
+        let hsize = he - hs;
         if k_c > 0 {
             let mut list = SplitMix64::for_id(self.seed, stream::COPY_LIST, ds);
             let zd = Zipf::new(de - ds, p.host_zipf);
             let tp = self.template_pages.min(hsize - 1);
             let zh = Zipf::new(hsize - tp, p.host_zipf);
-            let goal = w + k_c;
+            let goal = row.w + k_c;
             for _ in 0..k_c + k_c / 2 + 8 {
-                if w >= goal {
+                if row.w >= goal {
                     break;
                 }
                 let v = if list.next_f64() < p.copy_sibling {
@@ -632,19 +685,22 @@ impl CopyModel {
                     hs + tp + zh.sample(list.next_f64())
                 };
                 if let Some(v) = self.visible(v, false, hs, he) {
-                    push(v, set, &mut w);
+                    row.push(v);
                 }
             }
         }
-        // Mutual links: the pairs {v, v + g} with links at both ends are neighbours
-        // with probability exp(-(g - 1) / local_gap) (a hash of the pair, so both
-        // ends agree), nearest first.
+    }
+
+    /// Mutual links: the pairs {v, v + g} with links at both ends are neighbours
+    /// with probability exp(-(g - 1) / local_gap) (a hash of the pair, so both
+    /// ends agree), nearest first; `k_m` of them at most.
+    fn fill_mutual(&self, u: u64, k_m: usize, row: &mut RowFill) {
         if k_m > 0 {
-            let goal = w + k_m;
-            let decay = (-1.0 / p.local_gap.max(1e-3)).exp();
+            let goal = row.w + k_m;
+            let decay = (-1.0 / self.params.local_gap.max(1e-3)).exp();
             let mut prob = 1.0f64;
             for g in 1..=MUTUAL_REACH {
-                if w >= goal || prob < 1e-3 {
+                if row.w >= goal || prob < 1e-3 {
                     break;
                 }
                 let thr = (prob * 2f64.powi(64)).min(u64::MAX as f64) as u64;
@@ -652,22 +708,32 @@ impl CopyModel {
                     .into_iter()
                     .flatten()
                 {
-                    if w < goal
+                    if row.w < goal
                         && self.degrees[v as usize] > 0
                         && hash3(self.seed ^ g, stream::COPY_LIST, u.min(v) | 1 << 62) < thr
                     {
-                        push(v, set, &mut w);
+                        row.push(v);
                     }
                 }
                 prob *= decay;
             }
         }
-        // Out of the host by preferential attachment.
+    }
+
+    /// Out of the host (starting at `hs`) by preferential attachment, until the row
+    /// holds `goal` links or `2 k_g + 8` tries are spent.
+    fn fill_global(
+        &self,
+        hs: u64,
+        goal: usize,
+        k_g: usize,
+        row: &mut RowFill,
+        rng: &mut SplitMix64,
+    ) {
         let hosts = self.num_hosts() as u64;
-        let goal = k - k_l;
         let mut tries = 0usize;
         let budget = 2 * k_g + 8;
-        while w < goal && tries < budget {
+        while row.w < goal && tries < budget {
             tries += 1;
             let r = self.global.sample(rng.next_f64());
             let hi = apply(self.host_perm, r, hosts) as usize;
@@ -675,20 +741,23 @@ impl CopyModel {
             if s == hs {
                 continue;
             }
-            let v = s + Zipf::new(e - s, p.host_zipf).sample(rng.next_f64());
+            let v = s + Zipf::new(e - s, self.params.host_zipf).sample(rng.next_f64());
             if let Some(v) = self.visible(v, false, s, e) {
-                push(v, set, &mut w);
+                row.push(v);
             }
         }
-        // Fresh local links, and what the other parts could not place (repeats in
-        // small hosts or directories).
-        if w < k {
-            let k_l = k - w;
-            let goal = k;
-            let q = 1.0 / (1.0 + p.local_gap.max(1e-9));
+    }
+
+    /// Fresh local links, and what the other parts could not place (repeats in
+    /// small hosts or directories).
+    fn fill_local(&self, u: u64, row: &mut RowFill, rng: &mut SplitMix64) {
+        if row.w < row.k {
+            let k_l = row.k - row.w;
+            let goal = row.k;
+            let q = 1.0 / (1.0 + self.params.local_gap.max(1e-9));
             let lq = (1.0 - q).ln();
             for _ in 0..k_l + k_l / 2 + 8 {
-                if w >= goal {
+                if row.w >= goal {
                     break;
                 }
                 let g = 1 + ((1.0 - rng.next_f64()).ln() / lq) as u64;
@@ -699,27 +768,29 @@ impl CopyModel {
                     Some(u + g).filter(|&v| v < self.nodes)
                 };
                 if let Some(v) = v.and_then(|v| self.visible(v, back, 0, self.nodes)) {
-                    push(v, set, &mut w);
+                    row.push(v);
                 }
             }
         }
-        // What is still missing: the nearest visible pages not linked yet, both ways
-        // (a scan of the bitmap), then the nearest pages of any kind.
+    }
+
+    /// What is still missing: the nearest visible pages not linked yet, both ways
+    /// (a scan of the bitmap), then the nearest pages of any kind.
+    fn fill_nearest(&self, u: u64, row: &mut RowFill) {
         for any in [false, true] {
             let mut g = 1u64;
-            while w < k && (g <= u || u + g < self.nodes) {
+            while row.w < row.k && (g <= u || u + g < self.nodes) {
                 for v in [u.checked_sub(g), Some(u + g).filter(|&v| v < self.nodes)]
                     .into_iter()
                     .flatten()
                 {
                     if any || !self.hidden(v) {
-                        push(v, set, &mut w);
+                        row.push(v);
                     }
                 }
                 g += 1;
             }
         }
-        out.sort_unstable();
     }
 
     /// Rows `[lo, hi)` as CSR (as `webgraph_gen::generate_rows`): targets sorted and

@@ -13,9 +13,9 @@ use torusrec::data::dataset::{global_write_dataset, Dataset};
 use torusrec::data::graph::LocalRows;
 use torusrec::data::prepare::global_prepare;
 use torusrec::data::readers::{bv_info, read_bv, SourceInfo};
-use torusrec::data::stream::{
-    global_prepare_stream, BvRows, MemoryRows, RowSource, StreamOpts, SyntheticRows,
-};
+use torusrec::data::stream::budget::StreamOpts;
+use torusrec::data::stream::global_prepare_stream;
+use torusrec::data::stream::sources::{BvRows, MemoryRows, RowSource, SyntheticRows};
 use torusrec::data::webgraph_gen::{generate_rows, HostLayout, WebGraphSpec};
 use torusrec::outfile::temp_path;
 
