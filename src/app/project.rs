@@ -291,7 +291,7 @@ fn run_als(args: &ProjectAlsArgs, preempt: &Preemption) -> Result<()> {
         let costs = args
             .costs
             .as_deref()
-            .map(crate::embed::planner::calib::Costs::from_file)
+            .map(crate::embed::calibrate::Costs::from_file)
             .transpose()?;
         for line in anchor_lines(name, args.scale, &rows, &chip, rate, costs.as_ref()) {
             println!("{line}");
@@ -314,7 +314,7 @@ fn anchor_lines(
     rows: &[Row],
     chip: &Chip,
     rate: Option<f64>,
-    costs: Option<&crate::embed::planner::calib::Costs>,
+    costs: Option<&crate::embed::calibrate::Costs>,
 ) -> Vec<String> {
     use crate::project::als::ANCHORS;
     let mut out = Vec::new();

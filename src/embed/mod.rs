@@ -2,6 +2,7 @@
 //! looked up through one deduplicated all-to-all per step, and an MLP trained
 //! data-parallel with gradient accumulation.
 
+pub mod calibrate;
 pub mod checkpoint;
 pub mod driver;
 pub mod exchange;
