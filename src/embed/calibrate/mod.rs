@@ -14,6 +14,7 @@
 //!   collectives and pooled training steps on every rank ([`global_calibrate`]);
 //! - `fit/`: the points to a [`CostModel`] ([`fit`]);
 //! - `predict.rs`: the predicted step ([`StepPrediction`], [`Costs::predict`]);
+//! - `measured.rs`: the measured step of a training run it is compared with;
 //! - `json.rs` and `file.rs`: the costs file, every field checked on reading
 //!   ([`Costs::from_file`]).
 //!
@@ -121,6 +122,7 @@
 pub mod file;
 pub mod fit;
 mod json;
+pub mod measured;
 pub mod options;
 pub mod points;
 pub mod predict;
