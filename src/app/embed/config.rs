@@ -1,5 +1,5 @@
 //! `embed`'s and `plan`'s flags to validated configs: the trainer's
-//! ([`EmbedConfig`], checked by [`EmbedArgs::local_setup`]), the planner's options,
+//! ([`EmbedConfig`], checked by `EmbedArgs::local_setup`), the planner's options,
 //! memory limit and cost model, and the measured costs (`--costs`). Every rank
 //! validates the same flags the same way before the first collective.
 

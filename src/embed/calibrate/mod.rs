@@ -12,7 +12,7 @@
 //!   passes; the slowest rank's per round);
 //! - `timing/`: the only impure module: it times the kernels, the MLP, the
 //!   collectives and pooled training steps on every rank ([`global_calibrate`]);
-//! - `fit/`: the points to a [`CostModel`] ([`fit`]);
+//! - `fit/`: the points to a [`CostModel`] ([`fit()`]);
 //! - `predict.rs`: the predicted step ([`StepPrediction`], [`Costs::predict`]);
 //! - `measured.rs`: the measured step of a training run it is compared with;
 //! - `json.rs` and `file.rs`: the costs file, every field checked on reading
@@ -52,7 +52,7 @@
 //! the mean over ranks of each rank's median, a collective's the slowest rank's
 //! mean.
 //!
-//! # The fit ([`fit`])
+//! # The fit ([`fit()`])
 //!
 //! Every fit but the size factor uses only the points at the reference size
 //! (`table_bytes`). From the uniform single-table points (cache misses, as the

@@ -26,7 +26,7 @@ pub struct CalibOptions {
     pub mlp_rounds: usize,
     /// Passes of the MLP and collective points, spread over the calibration (one
     /// after the kernel points, the others between the pooled rounds; `calibrate`):
-    /// each point keeps the median of its passes ([`median_over_passes`]), so that
+    /// each point keeps the median of its passes ([`median_over_passes`](super::median_over_passes)), so that
     /// one slow or fast minute of a shared machine is not the whole snapshot.
     pub spread: usize,
     /// Rounds of the gather and scatter points: every point is timed once per round
@@ -34,7 +34,7 @@ pub struct CalibOptions {
     pub kernel_rounds: usize,
     /// Bytes per rank of the collectives.
     pub coll_bytes: Vec<u64>,
-    /// Pooled training steps ([`PooledPoint`]): widths, ids per example, examples
+    /// Pooled training steps ([`PooledPoint`](super::PooledPoint)): widths, ids per example, examples
     /// per rank, untimed and timed steps per run, runs per placement (interleaved;
     /// the median is kept).
     pub pooled_dims: Vec<usize>,
@@ -54,7 +54,7 @@ pub struct CalibOptions {
     /// Tables per rank of the together points: that many whole tables of
     /// `table_bytes` on every rank, width `pooled_size_dim`, pooling
     /// `pooled_together_pooling`, in both output modes (what
-    /// [`CostModel::interference`] is fitted to when measured; 0: none).
+    /// [`CostModel::interference`](crate::embed::planner::CostModel::interference) is fitted to when measured; 0: none).
     pub pooled_together: usize,
     pub pooled_together_pooling: usize,
     pub seed: u64,

@@ -21,7 +21,7 @@ pub struct StepPrediction {
 impl Costs {
     /// The predicted step of a rank holding `batch_per_rank` examples with the MLP
     /// `layers`, under `world` ranks, whose embedding costs are `embedding_per_rank`
-    /// (a [`super::PlanReport`]'s `cost_per_rank` under [`Costs::model`]).
+    /// (a [`crate::embed::planner::PlanReport`]'s `cost_per_rank` under [`Costs::model`]).
     pub fn predict(
         &self,
         embedding_per_rank: Vec<f64>,
@@ -54,7 +54,7 @@ impl Costs {
     /// own rate at the measured batch nearest `batch` (in log scale); another shape's
     /// interpolated linearly in the log of the flops per example between the measured
     /// shapes around it (each at its batch nearest `batch`), the nearest one's beyond
-    /// them; the overall rate ([`Fit::mlp_flops`]) without points.
+    /// them; the overall rate ([`Fit::mlp_flops`](super::Fit::mlp_flops)) without points.
     pub fn mlp_rate(&self, layers: &[usize], batch: usize) -> f64 {
         struct Shape<'a> {
             layers: &'a [usize],

@@ -116,7 +116,7 @@
 //!
 //! # Measured costs
 //!
-//! A [`CostModel`] fitted by [`crate::embed::calibrate::fit`] carries two terms the defaults leave out:
+//! A [`CostModel`] fitted by [`crate::embed::calibrate::fit()`] carries two terms the defaults leave out:
 //! a factor per embedding width on the row-access seconds (memory traffic and
 //! lookups of the owners and of the asking side), so that a width costs what was
 //! measured for it, and the multi-table interference `beta`: a rank holding `k`

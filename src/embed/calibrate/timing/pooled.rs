@@ -85,7 +85,7 @@ fn pooled_points(o: &CalibOptions, p: usize) -> Vec<PooledPoint> {
     groups.into_iter().flatten().collect()
 }
 
-/// Collective: every rank must call. The pooled points ([`pooled_points`]), trained
+/// Collective: every rank must call. The pooled points (`pooled_points`), trained
 /// with the real step; each point keeps the median of its runs. None on one rank
 /// (nothing is split).
 ///
