@@ -1,5 +1,5 @@
 //! Small least-squares fits of measured seconds on a few cost terms, shared by the
-//! planner's calibration (`embed::planner::calib`) and the link model of `project
+//! planner's calibration (`embed::calibrate`) and the link model of `project
 //! measure` (`project::measure`). Numerics only.
 
 /// Least squares through the origin with coefficients >= 0: of the subsets of the

@@ -1,18 +1,10 @@
-//! `torusrec calibrate`: measure what the planner prices and write it (rank 0).
+//! `torusrec calibrate`: its flags to the calibration's options and conditions, the
+//! measurement ([`global_measure`], in the library), the file and the report (rank 0).
 
 use crate::cli::CalibrateArgs;
-use crate::clicks::gen::ClickGen;
-use crate::clicks::source::Source;
 use crate::comm::Comm;
-use crate::embed::dense::gemm::Gemm;
-use crate::embed::dense::mlp::DenseOpt;
-use crate::embed::planner::calib::{
-    fit, global_calibrate, global_collectives, global_mlp_points, median, median_over_passes,
-    rows_of, CalibOptions, CollPoint, Conditions, Costs, PooledPoint, POOLED_PLACEMENTS,
-    POOLED_TABLE_OPT,
-};
-use crate::embed::tables::keys::IdMap;
-use crate::embed::train::trainer::{EmbedConfig, EmbedTrainer};
+use crate::embed::calibrate::timing::{global_measure, Passes};
+use crate::embed::calibrate::{CalibOptions, Conditions, Costs};
 use crate::node::resolve_threads;
 use crate::{Error, Result};
 
@@ -91,20 +83,11 @@ pub fn global_run<C: Comm>(comm: &C, a: &CalibrateArgs) -> Result<()> {
         table_bytes: o.table_bytes,
     };
     let t = std::time::Instant::now();
-    // The first pass of the MLP and collective points is global_calibrate's (after
-    // the kernel points); the others run between the pooled rounds.
-    let mut costs = global_calibrate(comm, &o, cond)?;
-    let mut passes = Passes::first(&costs);
-    costs.pooled = global_pooled_points(comm, &o, &mut |c: &C| passes.global_add(c, &o))?;
-    while passes.count() < o.spread {
-        passes.global_add(comm, &o)?;
-    }
-    passes.apply(&mut costs);
-    costs.fit = fit(&costs);
+    let (costs, passes) = global_measure(comm, &o, cond)?;
     let res = if root {
         write(&costs, a).map(|_| {
             report(&costs, a, t.elapsed().as_secs_f64());
-            passes.report(&costs);
+            report_passes(&passes, &costs);
         })
     } else {
         Ok(())
@@ -112,258 +95,45 @@ pub fn global_run<C: Comm>(comm: &C, a: &CalibrateArgs) -> Result<()> {
     comm.agree(res)
 }
 
-/// The passes of the MLP and collective points (`CalibOptions::spread`): their
-/// seconds per pass, in the points' order.
-struct Passes {
-    mlp: Vec<Vec<f64>>,
-    a2a: Vec<Vec<f64>>,
-    ar: Vec<Vec<f64>>,
-}
-
-impl Passes {
-    fn first(c: &Costs) -> Self {
-        Passes {
-            mlp: vec![c.mlp.iter().map(|p| p.seconds).collect()],
-            a2a: vec![c.all_to_all.iter().map(|p| p.seconds).collect()],
-            ar: vec![c.all_reduce.iter().map(|p| p.seconds).collect()],
-        }
+/// How far apart the passes of the MLP and collective points were: the slowest MLP
+/// point and the largest all-to-all, each pass's seconds (the median is what the
+/// file keeps).
+fn report_passes(p: &Passes, c: &Costs) {
+    if p.count() < 2 {
+        return;
     }
-
-    fn count(&self) -> usize {
-        self.mlp.len()
+    let of = |passes: &[Vec<f64>], i: usize, scale: f64| {
+        let v: Vec<String> = passes
+            .iter()
+            .filter_map(|p| p.get(i))
+            .map(|s| format!("{:.2}", s * scale))
+            .collect();
+        v.join(", ")
+    };
+    let slowest = (0..c.mlp.len()).max_by(|&x, &y| c.mlp[x].seconds.total_cmp(&c.mlp[y].seconds));
+    let largest = (0..c.all_to_all.len()).max_by_key(|&i| c.all_to_all[i].bytes);
+    let mut parts = Vec::new();
+    if let Some(i) = slowest {
+        let layers: Vec<String> = c.mlp[i].layers.iter().map(|n| n.to_string()).collect();
+        parts.push(format!(
+            "MLP {} at {}: {} ms",
+            layers.join("-"),
+            c.mlp[i].batch,
+            of(&p.mlp, i, 1e3)
+        ));
     }
-
-    /// Collective: every rank must call. One more pass.
-    fn global_add<C: Comm>(&mut self, comm: &C, o: &CalibOptions) -> Result<()> {
-        let mlp = global_mlp_points(comm, o)?;
-        let (a2a, ar) = global_collectives(comm, o)?;
-        let secs = |v: &[CollPoint]| v.iter().map(|p| p.seconds).collect();
-        self.mlp.push(mlp.iter().map(|p| p.seconds).collect());
-        self.a2a.push(secs(&a2a));
-        self.ar.push(secs(&ar));
-        Ok(())
+    if let Some(i) = largest {
+        parts.push(format!(
+            "all-to-all of {:.1} MB: {} ms",
+            c.all_to_all[i].bytes as f64 / 1e6,
+            of(&p.a2a, i, 1e3)
+        ));
     }
-
-    /// How far apart the passes were: the slowest MLP point and the largest
-    /// all-to-all, each pass's seconds (the median is what the file keeps).
-    fn report(&self, c: &Costs) {
-        if self.count() < 2 {
-            return;
-        }
-        let of = |passes: &[Vec<f64>], i: usize, scale: f64| {
-            let v: Vec<String> = passes
-                .iter()
-                .filter_map(|p| p.get(i))
-                .map(|s| format!("{:.2}", s * scale))
-                .collect();
-            v.join(", ")
-        };
-        let slowest =
-            (0..c.mlp.len()).max_by(|&x, &y| c.mlp[x].seconds.total_cmp(&c.mlp[y].seconds));
-        let largest = (0..c.all_to_all.len()).max_by_key(|&i| c.all_to_all[i].bytes);
-        let mut parts = Vec::new();
-        if let Some(i) = slowest {
-            let layers: Vec<String> = c.mlp[i].layers.iter().map(|n| n.to_string()).collect();
-            parts.push(format!(
-                "MLP {} at {}: {} ms",
-                layers.join("-"),
-                c.mlp[i].batch,
-                of(&self.mlp, i, 1e3)
-            ));
-        }
-        if let Some(i) = largest {
-            parts.push(format!(
-                "all-to-all of {:.1} MB: {} ms",
-                c.all_to_all[i].bytes as f64 / 1e6,
-                of(&self.a2a, i, 1e3)
-            ));
-        }
-        println!(
+    println!(
             "passes: {} of the MLP and collective points over the calibration, each point's median kept; {}",
-            self.count(),
+            p.count(),
             parts.join("; ")
         );
-    }
-
-    /// Each point's seconds: the median of its passes' (at least 1 ns, as the
-    /// kernels' points).
-    fn apply(&self, c: &mut Costs) {
-        set_medians(c.mlp.iter_mut().map(|p| &mut p.seconds), &self.mlp);
-        set_medians(c.all_to_all.iter_mut().map(|p| &mut p.seconds), &self.a2a);
-        set_medians(c.all_reduce.iter_mut().map(|p| &mut p.seconds), &self.ar);
-    }
-}
-
-/// `dst`, in order: the median of each point's passes, at least 1 ns.
-fn set_medians<'a>(dst: impl Iterator<Item = &'a mut f64>, passes: &[Vec<f64>]) {
-    for (d, s) in dst.zip(median_over_passes(passes)) {
-        *d = s.max(1e-9);
-    }
-}
-
-/// Collective: every rank must call. The pooled points
-/// ([`crate::embed::planner::calib::PooledPoint`]): per width and pooling factor,
-/// `P` tables (one per rank) whole, in `P` column pieces and in `P` row blocks, and
-/// whole in `rows` mode, trained with the real step, the four side by side; then the
-/// whole tables of the other sizes, and the together points (`pooled_together`
-/// tables per rank, both modes, each beside its partner: one such table a rank).
-/// Each point keeps the median of its runs. None on one rank
-/// (nothing is split); the three placements none at a width `P` does not divide.
-///
-/// The runs are round-major over all the points (every point once per round, in
-/// order), so that a point's runs are spread over the whole pooled phase; `between`
-/// runs the extra passes of the MLP and collective points (`CalibOptions::spread`
-/// less the first) after the rounds that spread them evenly, the last one after the
-/// last round.
-fn global_pooled_points<C: Comm>(
-    comm: &C,
-    o: &CalibOptions,
-    between: &mut dyn FnMut(&C) -> Result<()>,
-) -> Result<Vec<PooledPoint>> {
-    let p = comm.size();
-    let mut out = Vec::new();
-    if p < 2 {
-        return Ok(out);
-    }
-    let point = |dim, pooling, bytes, placement: &str| PooledPoint {
-        dim,
-        pooling,
-        tables: p,
-        rows: rows_of(bytes, dim),
-        batch: o.pooled_batch,
-        placement: placement.to_string(),
-        pieces: if placement == "table" { 1 } else { p },
-        mode: "pooled".to_string(),
-        seconds: 0.0,
-    };
-    let rows_point = |dim, pooling| PooledPoint {
-        mode: "rows".to_string(),
-        ..point(dim, pooling, o.table_bytes, "table")
-    };
-    // Per width and pooling, the three placements at the reference size and the
-    // whole tables in `rows` mode; then the whole tables of the other sizes.
-    let mut groups: Vec<Vec<PooledPoint>> = Vec::new();
-    for &dim in o.pooled_dims.iter().filter(|&&d| d % p == 0) {
-        for &pooling in &o.pooled_poolings {
-            let mut g: Vec<PooledPoint> = POOLED_PLACEMENTS
-                .iter()
-                .map(|pl| point(dim, pooling, o.table_bytes, pl))
-                .collect();
-            g.push(rows_point(dim, pooling));
-            groups.push(g);
-        }
-    }
-    // The whole tables of the other sizes, in both modes: `pooled` for the pooled
-    // size factor, `rows` for the owners' (`CostModel::rows_size_factor`).
-    let (d, pl) = (o.pooled_size_dim, o.pooled_size_pooling);
-    let sizes = o.pooled_sizes.iter().filter(|&&b| b != o.table_bytes);
-    groups.push(
-        sizes
-            .flat_map(|&b| {
-                let pooled = point(d, pl, b, "table");
-                let rows = PooledPoint {
-                    mode: "rows".to_string(),
-                    ..pooled.clone()
-                };
-                [pooled, rows]
-            })
-            .collect(),
-    );
-    // The together points: `pooled_together` whole tables on every rank, in both
-    // modes (the interference of a rank's tables in a real step).
-    if o.pooled_together > 1 {
-        let together = PooledPoint {
-            tables: o.pooled_together * p,
-            ..point(d, o.pooled_together_pooling, o.table_bytes, "table")
-        };
-        let rows = PooledPoint {
-            mode: "rows".to_string(),
-            ..together.clone()
-        };
-        // Each beside its partner (one such table a rank) in the same rounds: the
-        // interference is fitted to their ratio, which a slow minute moves less.
-        groups.push(vec![
-            PooledPoint::partner(&together, p),
-            together,
-            PooledPoint::partner(&rows, p),
-            rows,
-        ]);
-    }
-    let mut pts: Vec<PooledPoint> = groups.into_iter().flatten().collect();
-    let mut runs = vec![Vec::new(); pts.len()];
-    let reps = o.pooled_reps.max(1);
-    let after = pass_rounds(reps, o.spread.saturating_sub(1));
-    for round in 1..=reps {
-        for (q, r) in pts.iter().zip(runs.iter_mut()) {
-            r.push(global_pooled_run(comm, o, q)?);
-        }
-        for _ in after.iter().filter(|&&a| a == round) {
-            between(comm)?;
-        }
-    }
-    for (q, r) in pts.iter_mut().zip(runs) {
-        // At least 1 ns, as the kernels' points.
-        q.seconds = median(r).max(1e-9);
-    }
-    out.extend(pts);
-    Ok(out)
-}
-
-/// After which of `reps` rounds (1-based) each of `extra` passes runs: pass `j`
-/// (1-based) after round `ceil(j reps / extra)`, so that they are spread evenly and
-/// the last is after the last round.
-fn pass_rounds(reps: usize, extra: usize) -> Vec<usize> {
-    (1..=extra).map(|j| (j * reps).div_ceil(extra)).collect()
-}
-
-/// Collective: every rank must call. One run of point `q`: `pooled_warmup` steps,
-/// then the seconds per step of the embedding phases (lookup, pooling, backward and
-/// update, their collectives included; each phase the slowest rank's) over
-/// `pooled_steps`: what the planner's per-rank cost stands for in a step.
-fn global_pooled_run<C: Comm>(comm: &C, o: &CalibOptions, q: &PooledPoint) -> Result<f64> {
-    let (p, rank) = (comm.size(), comm.rank());
-    let spec = q.spec();
-    let plan = q.plan(&spec, p);
-    let steps = o.pooled_warmup + o.pooled_steps * 50;
-    let cfg = EmbedConfig {
-        spec: spec.clone(),
-        seed: o.seed,
-        micro: q.batch * p,
-        accumulate: 1,
-        steps,
-        table_opt: POOLED_TABLE_OPT,
-        dense_opt: DenseOpt::adagrad(0.01),
-        dense_gemm: Gemm::auto(),
-        dedup: true,
-        pipeline: false,
-        eval_examples: 0,
-        eval_every: 0,
-        log_every: 0,
-        mem_per_rank: None,
-        ids: IdMap::default(),
-    };
-    let source = Source::Generated(ClickGen::new(&spec, o.seed));
-    let mut tr = comm.agree(EmbedTrainer::new(cfg, source, &plan, rank))?;
-    comm.agree(tr.local_preload(p, rank, 0, o.pooled_warmup))?;
-    let t = std::time::Instant::now();
-    for _ in 0..o.pooled_warmup {
-        tr.global_step(comm, false)?;
-    }
-    // The warm-up's interval, discarded; its seconds set the timed steps: at least
-    // `pooled_steps`, and enough for `pooled_min_seconds` (the slowest rank's).
-    tr.global_interval(comm)?;
-    let per = t.elapsed().as_secs_f64() / o.pooled_warmup.max(1) as f64;
-    let want = (o.pooled_min_seconds / per.max(1e-9)).ceil() as u64;
-    let mine = want.clamp(o.pooled_steps, o.pooled_steps * 50);
-    let timed = comm.all_reduce_max(mine);
-    let w = o.pooled_warmup;
-    comm.agree(tr.local_preload(p, rank, w, w + timed))?;
-    for _ in 0..timed {
-        tr.global_step(comm, false)?;
-    }
-    let r = tr.global_interval(comm)?;
-    let phases = r.seconds_lookup + r.seconds_pool + r.seconds_backward + r.seconds_update;
-    Ok(phases / r.steps.max(1) as f64)
 }
 
 fn write(c: &Costs, a: &CalibrateArgs) -> Result<()> {
@@ -378,10 +148,19 @@ fn by_size(v: &[[f64; 2]]) -> String {
         .join(", ")
 }
 
+/// The report of calibration `c` (measured in `secs` seconds), by parts: the run,
+/// the fit's rates, its factors, the training steps' coefficients.
 fn report(c: &Costs, a: &CalibrateArgs, secs: f64) {
+    report_run(c, secs);
+    report_rates(c);
+    report_factors(c);
+    report_steps(c);
+    println!("wrote {}", a.out.display());
+}
+
+/// The conditions and how many points of each kind.
+fn report_run(c: &Costs, secs: f64) {
     let k = &c.conditions;
-    let f = &c.fit;
-    let m = &f.model;
     println!(
         "calibrate: {} rank(s) (torus {}) x {} thread(s), {} (AVX-512 {}, AVX2 {}), commit {}{}; {} gather + {} scatter points, {} MLP, {} + {} collective points in {secs:.1} s",
         k.ranks,
@@ -398,6 +177,13 @@ fn report(c: &Costs, a: &CalibrateArgs, secs: f64) {
         c.all_to_all.len(),
         c.all_reduce.len()
     );
+}
+
+/// The fitted row access, interference, collectives and MLP rate.
+fn report_rates(c: &Costs) {
+    let k = &c.conditions;
+    let f = &c.fit;
+    let m = &f.model;
     println!(
         "fit: {:.1} ns per row access + bytes at {:.2} GB/s; interference {} (a rank's k pieces of B bytes: their owners' seconds times 1 + that x ({}); {}); all-to-all {:.1} us + {:.2} GB/s, all-reduce {:.1} us + {:.2} GB/s{}; MLP {:.2} GFLOP/s",
         m.lookup_s * 1e9,
@@ -434,6 +220,13 @@ fn report(c: &Costs, a: &CalibrateArgs, secs: f64) {
         },
         f.mlp_flops / 1e9
     );
+}
+
+/// The fit's factors per width, per table count and per table size.
+fn report_factors(c: &Costs) {
+    let k = &c.conditions;
+    let f = &c.fit;
+    let m = &f.model;
     let pairs = |v: &[[f64; 2]]| {
         v.iter()
             .map(|[w, x]| format!("{w}: {x:.2}"))
@@ -457,6 +250,13 @@ fn report(c: &Costs, a: &CalibrateArgs, secs: f64) {
         crate::metrics::human_bytes(k.table_bytes),
         by_size(&m.size_factor)
     );
+}
+
+/// The training steps' coefficients (with pooled points), the asking side's and the
+/// `rows` size factor.
+fn report_steps(c: &Costs) {
+    let k = &c.conditions;
+    let m = &c.fit.model;
     if !c.pooled.is_empty() {
         let pts = c
             .pooled
@@ -500,21 +300,5 @@ fn report(c: &Costs, a: &CalibrateArgs, secs: f64) {
             "fit: a rows table's owners' row accesses at a table size over at the reference (on top of the per-id size factor): {}",
             by_size(&m.rows_size_factor)
         );
-    }
-    println!("wrote {}", a.out.display());
-}
-
-#[cfg(test)]
-mod tests {
-    use super::pass_rounds;
-
-    #[test]
-    fn extra_passes_are_spread_over_the_rounds_the_last_after_the_last() {
-        assert_eq!(pass_rounds(3, 2), vec![2, 3]);
-        assert_eq!(pass_rounds(3, 1), vec![3]);
-        assert_eq!(pass_rounds(3, 3), vec![1, 2, 3]);
-        assert_eq!(pass_rounds(1, 2), vec![1, 1]);
-        assert_eq!(pass_rounds(6, 2), vec![3, 6]);
-        assert!(pass_rounds(3, 0).is_empty());
     }
 }

@@ -192,7 +192,7 @@ struct GenerateConfig {
 
 impl GenerateConfig {
     fn from_args(a: &GenerateClicksArgs) -> Result<Self> {
-        let spec = super::embed::resolve_model(&a.model)?;
+        let spec = super::embed::model::resolve_model(&a.model)?;
         let days = a.days.unwrap_or(1);
         if !(1..=MAX_DAYS).contains(&days) {
             return Err(Error::Config(format!(

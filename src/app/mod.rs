@@ -50,13 +50,13 @@ pub fn run<C: Comm>(
             GenerateClicksFormat::Criteo => clicks::global_generate_criteo(comm, args),
             GenerateClicksFormat::Log => {
                 comm.agree(clicks::check_log_args(args))?;
-                embed::global_generate_clicks(comm, args)
+                embed::generate::global_generate_clicks(comm, args)
             }
         },
         Command::Als(args) => als::global_run(comm, args, preempt).map(|_| ()),
         Command::Tune(args) => tune::global_run(comm, args, preempt),
-        Command::Embed(args) => embed::global_run(comm, args, preempt).map(|_| ()),
-        Command::Plan(args) => embed::global_plan(comm, args),
+        Command::Embed(args) => embed::run::global_run(comm, args, preempt).map(|_| ()),
+        Command::Plan(args) => embed::plan::global_plan(comm, args),
         // One process's work (main runs it before MPI starts); under a launcher, rank 0
         // draws and every rank returns its result.
         Command::Plot(args) => comm.agree(if comm.rank() == 0 {

@@ -313,7 +313,7 @@ fn run_als(args: &ProjectAlsArgs, preempt: &Preemption) -> Result<()> {
         let costs = args
             .costs
             .as_deref()
-            .map(crate::embed::planner::calib::Costs::from_file)
+            .map(crate::embed::calibrate::Costs::from_file)
             .transpose()?;
         for line in anchor_lines(name, args.scale, &rows, &chip, rate, costs.as_ref()) {
             println!("{line}");
@@ -336,7 +336,7 @@ fn anchor_lines(
     rows: &[Row],
     chip: &Chip,
     rate: Option<f64>,
-    costs: Option<&crate::embed::planner::calib::Costs>,
+    costs: Option<&crate::embed::calibrate::Costs>,
 ) -> Vec<String> {
     use crate::project::als::ANCHORS;
     let mut out = Vec::new();
@@ -447,7 +447,7 @@ fn setup(args: &ChipArgs) -> Result<(Option<Calibration>, Chip, Vec<Vec<usize>>)
 fn run_embed(args: &ProjectEmbedArgs, preempt: &Preemption) -> Result<()> {
     use crate::embed::planner::{plan_auto, PlanOptions};
     use crate::embed::train::batch_stats::{load_or_measure_stats, synthetic_stats};
-    let spec = super::embed::resolve_model(&args.model)?;
+    let spec = super::embed::model::resolve_model(&args.model)?;
     if args.batch == 0 || args.batch > 1 << 20 {
         return Err(Error::Config(format!(
             "--batch {}: must be in 1..=1048576",
@@ -455,7 +455,7 @@ fn run_embed(args: &ProjectEmbedArgs, preempt: &Preemption) -> Result<()> {
         )));
     }
     let (_, chip, shapes) = setup(&args.chip)?;
-    let state = super::embed::table_state_per_row(args.table_opt);
+    let state = super::embed::config::table_state_per_row(args.table_opt);
     // The planner uses the distinct ids of one chip's batch, which do not depend on
     // the chip count: measured (or estimated) once.
     let (stats, how) = if args.estimate {
@@ -509,7 +509,11 @@ fn run_embed(args: &ProjectEmbedArgs, preempt: &Preemption) -> Result<()> {
             }
             Err(e) => return Err(e),
         };
-        let _ = writeln!(plans, "plan {shape}: {}", super::embed::plan_kinds(&plan));
+        let _ = writeln!(
+            plans,
+            "plan {shape}: {}",
+            super::embed::report::plan_kinds(&plan)
+        );
         let proj =
             crate::project::embed::project_step(&spec, &stats, &plan, dims, args.batch, state);
         let mut t = crate::project::traffic::Traffic::new(dims);

@@ -12,8 +12,11 @@
 //! - [`train`]: the training step, the memory estimate and the batch statistics;
 //! - [`io`]: model files and checkpoints (hash tables by key);
 //! - [`planner`]: choosing a plan from a cost model;
+//! - [`calibrate`]: measuring the cost model's coefficients on this machine (only its
+//!   `timing` module runs kernels) and fitting them;
 //! - [`driver`]: the run on the shared run driver, on top of all of it.
 
+pub mod calibrate;
 pub mod dense;
 pub mod driver;
 pub mod io;

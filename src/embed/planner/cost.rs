@@ -88,7 +88,7 @@ pub struct CostModel {
     /// (`pooled_occ_s` per occurrence it sees, `pooled_example_s` per example it
     /// serves, its exchange and `shard_s`) instead of row accesses and bytes.
     /// `torusrec calibrate` sets it when it measured pooled training steps
-    /// ([`super::calib::PooledPoint`]); false by default.
+    /// ([`crate::embed::calibrate::PooledPoint`]); false by default.
     pub pooled_measured: bool,
     /// Seconds per occurrence a `pooled` piece sees (with `pooled_measured`): the
     /// row's gather and scatter, the request's index, the merge over sources, the
@@ -124,7 +124,7 @@ pub struct CostModel {
     /// training steps (`ask_occ_s + w ask_occ_float_s` per occurrence of a table of
     /// width `w`, `ask_example_s` per example) instead of the kernels' row accesses.
     /// `torusrec calibrate` sets it when it measured `rows` steps
-    /// ([`super::calib::PooledPoint`] with mode `rows`): what those steps took beyond
+    /// ([`crate::embed::calibrate::PooledPoint`] with mode `rows`): what those steps took beyond
     /// the owners' modelled work, which is placing the received rows, pooling every
     /// occurrence from them, adding every occurrence's gradient and sending the
     /// distinct ones back. At 2 ranks the all-`rows` plan of the skewed workload (4
@@ -437,7 +437,7 @@ fn interpolate_ln(sf: &[[f64; 2]], bytes: f64) -> f64 {
 
 /// The variable of the interference law for `k` tables together: `1 - 1/k` (0 for
 /// one table, tending to 1); [`CostModel::with_interference`] and the fit
-/// ([`super::calib::fit`]) share it.
+/// ([`crate::embed::calibrate::fit`]) share it.
 pub(crate) fn interference_x(k: usize) -> f64 {
     1.0 - 1.0 / k.max(1) as f64
 }

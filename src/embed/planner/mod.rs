@@ -109,13 +109,14 @@
 //! - `cost.rs`: the cost model ([`CostModel`], [`evaluate`]) and the checked inputs
 //!   every planner starts from;
 //! - `heuristics.rs`: the table-wise heuristics ([`Heuristic`], [`plan_heuristic`]);
-//! - `search.rs`: the planner's greedy and local search ([`plan_auto`]);
-//! - `calib.rs`: measured costs (`torusrec calibrate`), their file and fit, and the
-//!   predicted seconds of a step.
+//! - `search.rs`: the planner's greedy and local search ([`plan_auto`]).
+//!
+//! Measured costs (`torusrec calibrate`), their file and fit, and the predicted
+//! seconds of a step are [`crate::embed::calibrate`]'s.
 //!
 //! # Measured costs
 //!
-//! A [`CostModel`] fitted by [`calib::fit`] carries two terms the defaults leave out:
+//! A [`CostModel`] fitted by [`crate::embed::calibrate::fit()`] carries two terms the defaults leave out:
 //! a factor per embedding width on the row-access seconds (memory traffic and
 //! lookups of the owners and of the asking side), so that a width costs what was
 //! measured for it, and the multi-table interference `beta`: a rank holding `k`
@@ -140,7 +141,6 @@ use serde::{Deserialize, Serialize};
 use crate::rng::{hash3, stream, SplitMix64};
 use crate::spec::ModelSpec;
 
-pub mod calib;
 mod cost;
 mod heuristics;
 mod search;

@@ -99,6 +99,33 @@ pub struct EmbedConfig {
     pub ids: IdMap,
 }
 
+impl EmbedConfig {
+    /// `steps` steps of `spec` from `seed`, `micro` examples per micro-batch over all
+    /// ranks, the tables under `table_opt`; and the rest plain: one micro-batch a step, Adagrad (0.01) for the MLP, the fastest
+    /// GEMM this CPU runs ([`Gemm::auto`]), ids deduplicated, no pipelining, no
+    /// held-out examples, no interval reports (`log_every` 0), no memory limit of
+    /// the plan's, the data's ids as rows. Set the others with struct update syntax.
+    pub fn new(spec: ModelSpec, seed: u64, micro: usize, steps: u64, table_opt: TableOpt) -> Self {
+        EmbedConfig {
+            spec,
+            seed,
+            micro,
+            accumulate: 1,
+            steps,
+            table_opt,
+            dense_opt: DenseOpt::adagrad(0.01),
+            dense_gemm: Gemm::auto(),
+            dedup: true,
+            pipeline: false,
+            eval_examples: 0,
+            eval_every: 0,
+            log_every: 0,
+            mem_per_rank: None,
+            ids: IdMap::default(),
+        }
+    }
+}
+
 /// The hash tables over all ranks: their state at the end of an interval (counters
 /// since the run or its resume started) and the interval's keys.
 #[derive(Clone, Debug, Default, serde::Serialize)]

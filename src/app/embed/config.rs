@@ -1,0 +1,257 @@
+//! `embed`'s and `plan`'s flags to validated configs: the trainer's
+//! ([`EmbedConfig`], checked by `EmbedArgs::local_setup`), the planner's options,
+//! memory limit and cost model, and the measured costs (`--costs`). Every rank
+//! validates the same flags the same way before the first collective.
+
+use std::path::Path;
+
+use super::model::model_and_source;
+use crate::ckpt::CheckpointConfig;
+use crate::cli::{DenseGemmArg, DenseOptKind, EmbedArgs, PlannerArgs, TableOptKind};
+use crate::clicks::source::Source;
+use crate::embed::calibrate::Costs;
+use crate::embed::dense::gemm::Gemm;
+use crate::embed::dense::mlp::DenseOpt;
+use crate::embed::planner::{CostModel, PlanOptions};
+use crate::embed::tables::keys::hash_tables;
+use crate::embed::tables::store::TableOpt;
+use crate::embed::train::footprint;
+use crate::embed::train::trainer::EmbedConfig;
+use crate::metrics::parse_bytes;
+use crate::{Error, Result};
+
+/// Optimizer floats per table row under `kind`.
+pub fn table_state_per_row(kind: TableOptKind) -> u64 {
+    table_opt(kind, 0.01).state_per_row() as u64
+}
+
+pub(super) fn table_opt(kind: TableOptKind, lr: f32) -> TableOpt {
+    match kind {
+        TableOptKind::Sgd => TableOpt::Sgd { lr },
+        TableOptKind::RowwiseAdagrad => TableOpt::RowWiseAdagrad { lr, eps: 1e-8 },
+    }
+}
+
+pub(super) fn plan_options(
+    world: usize,
+    mem: Option<u64>,
+    opt: TableOpt,
+    seed: u64,
+    model: &CostModel,
+) -> PlanOptions {
+    let mut o = PlanOptions::new(world, mem.unwrap_or(u64::MAX));
+    o.state_per_row = opt.state_per_row() as u64;
+    o.seed = seed;
+    o.model = model.clone();
+    o
+}
+
+/// `--mem-per-rank` in bytes (`None`: no limit); a bad size is refused (exit 2).
+pub(super) fn mem_per_rank(p: &PlannerArgs) -> Result<Option<u64>> {
+    p.mem_per_rank.as_deref().map(parse_bytes).transpose()
+}
+
+/// `--cost-model`'s constants, or the defaults; printed when read from a file.
+fn cost_model_of(path: Option<&Path>, print: bool) -> Result<CostModel> {
+    let Some(p) = path else {
+        return Ok(CostModel::default());
+    };
+    let m = CostModel::from_file(p)?;
+    if print {
+        println!(
+            "cost model: {} (network {:.2} GB/s, all-reduce {:.2} GB/s, memory {:.2} GB/s, {:.1} ns per lookup, {:.1} us per shard, {} B lines)",
+            p.display(),
+            m.net_bw / 1e9,
+            m.allreduce_bw / 1e9,
+            m.mem_bw / 1e9,
+            m.lookup_s * 1e9,
+            m.shard_s * 1e6,
+            m.line_bytes
+        );
+    }
+    Ok(m)
+}
+
+/// `--costs`' calibration, read and checked on every rank; rank 0 prints where it
+/// was measured (and a note when that was another rank count than `world`).
+fn costs_of(path: Option<&Path>, print: bool, world: usize) -> Result<Option<Costs>> {
+    let Some(p) = path else {
+        return Ok(None);
+    };
+    let c = Costs::from_file(p)?;
+    if print {
+        let k = &c.conditions;
+        println!(
+            "costs: {} (measured at {} rank(s) x {} thread(s) on {}, commit {}{}){}",
+            p.display(),
+            k.ranks,
+            k.threads,
+            k.cpu,
+            k.commit,
+            if k.quick { ", quick" } else { "" },
+            if k.ranks != world {
+                format!(
+                    "; planning for {world} rank(s): the collective rates are those of {}",
+                    k.ranks
+                )
+            } else {
+                String::new()
+            }
+        );
+    }
+    Ok(Some(c))
+}
+
+/// `--costs` ([`costs_of`]) and the cost model the planner plans with: the
+/// calibration's fit, else `--cost-model`'s constants or the defaults
+/// ([`cost_model_of`]); `print` on rank 0.
+pub(super) fn costs_and_model(
+    p: &PlannerArgs,
+    print: bool,
+    world: usize,
+) -> Result<(Option<Costs>, CostModel)> {
+    let costs = costs_of(p.costs.as_deref(), print, world)?;
+    let model = match &costs {
+        Some(c) => c.model(),
+        None => cost_model_of(p.cost_model.as_deref(), print)?,
+    };
+    Ok((costs, model))
+}
+
+/// The examples one rank holds with `--preload`: its share of every step's (an
+/// over-count on a resume, which preloads from its step on).
+pub(super) fn preloaded_per_rank(
+    preload: bool,
+    steps: u64,
+    step_examples: f64,
+    ranks: usize,
+) -> u64 {
+    if preload {
+        (steps as f64 * step_examples / ranks.max(1) as f64).ceil() as u64
+    } else {
+        0
+    }
+}
+
+/// The checkpoint settings of `embed` (no `--wait-for-data`).
+pub(super) fn checkpoint_config(a: &EmbedArgs) -> CheckpointConfig {
+    a.checkpoint.config(a.checkpoint_every, 0.0)
+}
+
+/// What `embed` trains with, from its flags: the configuration, the examples' source,
+/// the planner's cost model and the measured costs (`--costs`).
+pub(super) type Setup = (EmbedConfig, Source, CostModel, Option<Costs>);
+
+impl EmbedArgs {
+    /// Validate `embed`'s flags (exit 2 on a bad one) and read what they name (the model,
+    /// the click log, the cost files), for `ranks` ranks with `threads` threads each
+    /// (building the global thread pool); `root` also checks that `--out` is writable.
+    /// Rank-local: every rank calls it before the first collective and the caller
+    /// agrees on the outcome.
+    pub(super) fn local_setup(&self, threads: usize, root: bool, ranks: usize) -> Result<Setup> {
+        let a = self;
+        for (flag, given) in [
+            ("--cost-model", a.planner.cost_model.is_some()),
+            ("--stats", a.planner.stats.is_some()),
+        ] {
+            if given && a.plan != "auto" {
+                return Err(Error::Config(format!(
+                    "{flag} acts on --plan auto only (the planner), not --plan {}",
+                    a.plan
+                )));
+            }
+        }
+        if a.log_every == 0 {
+            return Err(Error::Config("--log-every 0: need at least 1".into()));
+        }
+        if !a.eval_every.is_multiple_of(a.log_every) {
+            return Err(Error::Config(format!(
+                "--eval-every {} must be a multiple of --log-every {} (evaluations are reported on the log lines)",
+                a.eval_every, a.log_every
+            )));
+        }
+        let (costs, cost) = costs_and_model(&a.planner, root, ranks)?;
+        crate::node::install_threads(threads)?;
+        let (spec, source, ids) = model_and_source(a)?;
+        if a.pipeline && !hash_tables(&spec).is_empty() {
+            return Err(Error::Config(
+                "--pipeline with hash tables: the next step's keys would be admitted and evicted before this step's gradients are applied; train them without --pipeline".into(),
+            ));
+        }
+        let micro = match a.global_batch {
+            Some(m) => m,
+            None => a.batch.checked_mul(ranks).ok_or_else(|| {
+                Error::Config(format!("--batch {} x {} ranks overflows", a.batch, ranks))
+            })?,
+        };
+        if micro == 0 {
+            return Err(Error::Config(
+                "--batch/--global-batch must be at least 1".into(),
+            ));
+        }
+        if a.accumulate == 0 {
+            return Err(Error::Config("--accumulate must be at least 1".into()));
+        }
+        for (flag, lr) in [("--table-lr", a.table_lr), ("--dense-lr", a.dense_lr)] {
+            if !(lr.is_finite() && lr > 0.0) {
+                return Err(Error::Config(format!(
+                    "{flag} {lr}: a learning rate must be a finite number > 0"
+                )));
+            }
+        }
+        let mem = mem_per_rank(&a.planner)?;
+        // A resumed run may overwrite the model and plan its first attempt wrote.
+        let resumed = checkpoint_config(a).continues_a_run();
+        if let Some(p) = &a.plan_out {
+            crate::outfile::check_output(p, a.force || resumed)?;
+            if root {
+                crate::outfile::probe_writable(p)?;
+            }
+        }
+        if let Some(out) = &a.out {
+            crate::outfile::check_output(out, a.force || resumed)?;
+            if root {
+                crate::outfile::probe_writable(out)?;
+            }
+        }
+        // A rank's ids of one table in one step travel with u32 offsets.
+        let max_val = spec.tables.iter().map(|t| t.valency).fold(1.0, f64::max);
+        let step = micro as f64 * a.accumulate as f64;
+        if step * max_val * 2.0 > u32::MAX as f64 {
+            return Err(Error::Config(format!(
+                "a step of {step} examples with up to {max_val} ids per example is too large \
+                 (more than 2^31 ids per table); use a smaller --batch or --accumulate"
+            )));
+        }
+        // What does not depend on the placement, before the plan samples batches.
+        let dense_opt = match a.dense_opt {
+            DenseOptKind::Adagrad => DenseOpt::adagrad(a.dense_lr),
+            DenseOptKind::Adam => DenseOpt::adam(a.dense_lr),
+        };
+        let preloaded = preloaded_per_rank(a.preload, a.steps, step, ranks);
+        footprint::check(&spec, micro, a.accumulate, ranks, &dense_opt, 0, preloaded)?;
+        let dense_gemm = match a.dense_gemm {
+            DenseGemmArg::Auto => Gemm::auto(),
+            DenseGemmArg::Openblas => Gemm::Blas,
+            DenseGemmArg::Avx512 => Gemm::Avx512.available().map_err(|e| {
+                Error::Config(format!("--dense-gemm avx512: {e} (use auto or openblas)"))
+            })?,
+        };
+        let table_opt = table_opt(a.planner.table_opt, a.table_lr);
+        let eval_examples = source.eval_examples().unwrap_or(a.eval_examples);
+        let cfg = EmbedConfig {
+            accumulate: a.accumulate,
+            dense_opt,
+            dense_gemm,
+            dedup: !a.no_dedup,
+            pipeline: a.pipeline,
+            eval_examples,
+            eval_every: a.eval_every,
+            log_every: a.log_every,
+            mem_per_rank: mem,
+            ids,
+            ..EmbedConfig::new(spec, a.seed, micro, a.steps, table_opt)
+        };
+        Ok((cfg, source, cost, costs))
+    }
+}

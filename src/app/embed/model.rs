@@ -1,0 +1,192 @@
+//! What `embed` trains, from its flags: the model (`--preset`/`--tables` or a click
+//! log's, with `--vocab`, `--capacity`, `--admit-after`, `--evict` and `--dim`
+//! applied to every table), where its examples come from, and how their ids become
+//! the model's rows.
+
+use std::path::Path;
+
+use crate::cli::{EmbedArgs, ModelArgs, VocabArg};
+use crate::clicks::gen::ClickGen;
+use crate::clicks::log_file::ClickLog;
+use crate::clicks::source::Source;
+use crate::embed::tables::keys::IdMap;
+use crate::spec::{preset, Evict, ModelSpec, VocabKind};
+use crate::{Error, Result};
+
+/// The model named by `--preset` or `--tables`.
+pub fn resolve_model(m: &ModelArgs) -> Result<ModelSpec> {
+    match (&m.preset, &m.tables) {
+        (Some(p), None) => preset(p, m.scale),
+        (None, Some(t)) => ModelSpec::from_toml_file(t),
+        _ => Err(Error::Config(
+            "give the model with --preset NAME or --tables T.toml".into(),
+        )),
+    }
+}
+
+/// The model to train, where its examples come from, and how their ids become the
+/// model's rows: the click log's model (or `--tables`, which must match its tables
+/// and dense features) or `--preset`/`--tables` for generated examples, with
+/// `--vocab`, `--capacity`, `--admit-after`, `--evict` and `--dim` applied to every
+/// table.
+pub(super) fn model_and_source(a: &EmbedArgs) -> Result<(ModelSpec, Source, IdMap)> {
+    let (data, mut model, source, keyed) = match &a.data {
+        Some(p) => {
+            let log = ClickLog::open(p)?;
+            let data = log.spec().clone();
+            let model = match &a.model.tables {
+                Some(t) => ModelSpec::from_toml_file(t)?,
+                None => data.clone(),
+            };
+            let n = log.examples();
+            let eval = match a.eval_day {
+                Some(k) => {
+                    let days = log.days();
+                    let d = days.len().saturating_sub(1);
+                    if k >= d {
+                        return Err(Error::Config(format!(
+                            "--eval-day {k}: {} has {d} day(s), numbered from 0",
+                            p.display()
+                        )));
+                    }
+                    let eval = days[k]..days[k + 1];
+                    if eval.is_empty() {
+                        return Err(Error::Config(format!(
+                            "--eval-day {k}: day {k} of {} has no examples",
+                            p.display()
+                        )));
+                    }
+                    if eval.end - eval.start == n {
+                        return Err(Error::Config(format!(
+                            "--eval-day {k}: {} has no other day to train on",
+                            p.display()
+                        )));
+                    }
+                    eval
+                }
+                None => {
+                    if a.eval_examples >= n {
+                        return Err(Error::Config(format!(
+                            "{}: {n} examples, cannot hold out --eval-examples {}",
+                            p.display(),
+                            a.eval_examples
+                        )));
+                    }
+                    n - a.eval_examples..n
+                }
+            };
+            let keyed = log.keyed();
+            let source = Source::Log {
+                log,
+                eval,
+                eval_day: a.eval_day,
+            };
+            (data, model, source, keyed)
+        }
+        None => {
+            let spec = resolve_model(&a.model)?;
+            let g = ClickGen::new(&spec, a.seed);
+            (spec.clone(), spec, Source::Generated(g), false)
+        }
+    };
+    if let (Some(from), None) = (&a.init_from, &a.capacity) {
+        inherit_capacities(&mut model, from)?;
+    }
+    override_tables(&mut model, a)?;
+    model.validate("the model")?;
+    let ids = IdMap::new(&data, &model, keyed)?;
+    Ok((model, source, ids))
+}
+
+/// A warm start without `--capacity`: each hash table keeps the capacity it had in
+/// the checkpoint (a log's own default, its distinct keys, would otherwise shrink a
+/// table trained on a longer history).
+fn inherit_capacities(model: &mut ModelSpec, from: &Path) -> Result<()> {
+    let path = crate::embed::io::checkpoint::init_from_path(from)?;
+    let Some(theirs) = crate::embed::io::checkpoint::local_read_spec(&path)? else {
+        return Ok(());
+    };
+    for (m, t) in model.tables.iter_mut().zip(&theirs.tables) {
+        if m.vocab_kind == VocabKind::Hash && t.vocab_kind == VocabKind::Hash && m.name == t.name {
+            m.vocab = t.vocab;
+        }
+    }
+    Ok(())
+}
+
+/// `--vocab`, `--capacity`, `--admit-after`, `--evict` and `--dim` on every table;
+/// each refused where it would not act.
+fn override_tables(model: &mut ModelSpec, a: &EmbedArgs) -> Result<()> {
+    if let Some(v) = a.vocab {
+        let kind = match v {
+            VocabArg::Fixed => VocabKind::Fixed,
+            VocabArg::Modulo => VocabKind::Modulo,
+            VocabArg::Hash => VocabKind::Hash,
+        };
+        for t in &mut model.tables {
+            if kind != VocabKind::Hash {
+                t.admit_after = 1;
+                t.evict = Evict::Lfu;
+            }
+            t.vocab_kind = kind;
+        }
+    }
+    let kinds = |k: VocabKind| model.tables.iter().filter(|t| t.vocab_kind == k).count();
+    let (hashed, modulo) = (kinds(VocabKind::Hash), kinds(VocabKind::Modulo));
+    if let Some(c) = &a.capacity {
+        if hashed + modulo == 0 {
+            return Err(Error::Config(
+                "--capacity sets the rows of modulo and hash tables; the model has none (give --vocab hash or modulo)".into(),
+            ));
+        }
+        let bad = || {
+            Error::Config(format!(
+                "--capacity {}: give rows (e.g. 1000000) or a factor of each table's vocab (e.g. 1.1x)",
+                crate::error::quote(c)
+            ))
+        };
+        let rows = |vocab: u64| -> Result<u64> {
+            match c.strip_suffix('x') {
+                Some(f) => {
+                    let f: f64 = f.parse().map_err(|_| bad())?;
+                    if !(f.is_finite() && f > 0.0) {
+                        return Err(bad());
+                    }
+                    Ok((vocab as f64 * f).ceil() as u64)
+                }
+                None => c.parse().map_err(|_| bad()),
+            }
+        };
+        for t in &mut model.tables {
+            if t.vocab_kind != VocabKind::Fixed {
+                t.vocab = rows(t.vocab)?;
+            }
+        }
+    }
+    if hashed == 0 && (a.admit_after.is_some() || a.evict.is_some()) {
+        return Err(Error::Config(
+            "--admit-after and --evict act on hash tables; the model has none (give --vocab hash)"
+                .into(),
+        ));
+    }
+    let evict = a
+        .evict
+        .as_deref()
+        .map(Evict::parse)
+        .transpose()
+        .map_err(|e| Error::Config(format!("--evict: {e}")))?;
+    for t in &mut model.tables {
+        if t.vocab_kind == VocabKind::Hash {
+            if let Some(n) = a.admit_after {
+                t.admit_after = n;
+            }
+            if let Some(e) = evict {
+                t.evict = e;
+            }
+        }
+        if let Some(d) = a.dim {
+            t.dim = d;
+        }
+    }
+    Ok(())
+}
