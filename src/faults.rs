@@ -2,7 +2,7 @@
 //! - `TORUSREC_FAULT=POINT[@RANK][#N]` aborts the process (like `kill -9`: no
 //!   unwinding, no cleanup) the N-th time (default 1st) that rank RANK (default any)
 //!   reaches POINT: `after-shard-write`, `before-commit`, `mid-alltoall`,
-//!   `before-rename` (every output file, [`crate::outfile::commit`]).
+//!   `before-rename` (every output file, [`crate::io::outfile::commit`]).
 //! - `TORUSREC_INJECT_NAN=EPOCH@RANK` puts a NaN into the solved table of rank RANK
 //!   during epoch EPOCH (1-based), to exercise the training hold.
 //! - `TORUSREC_INJECT_NAN_GRAD=STEP@RANK` puts a NaN into rank RANK's embedding

@@ -8,7 +8,7 @@ use super::AlsConfig;
 use crate::ckpt::commit::{self, Header};
 use crate::ckpt::{self, SCHEMA};
 use crate::comm::Comm;
-use crate::data::prepare::SplitMeta;
+use crate::data::graph::prepare::SplitMeta;
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};

@@ -238,7 +238,7 @@ impl AlsConfig {
                     dir.display()
                 )));
             }
-            crate::outfile::probe_writable(&dir.join("torusrec-spill")).map_err(|e| {
+            crate::io::outfile::probe_writable(&dir.join("torusrec-spill")).map_err(|e| {
                 Config(format!("--spill-dir {}: not writable ({e})", dir.display()))
             })?;
         }
@@ -248,7 +248,7 @@ impl AlsConfig {
         // A resumed run may overwrite the model its first attempt wrote.
         if let Some(out) = &self.out {
             if !self.checkpoint.continues_a_run() {
-                crate::outfile::check_output(out, self.force)?;
+                crate::io::outfile::check_output(out, self.force)?;
             }
         }
         Ok(())

@@ -6,7 +6,7 @@ use crate::bf16::{Bf16, TableDtype, TableElem};
 use crate::ckpt::commit::global_write_atomic;
 use crate::comm::{Comm, Elem};
 use crate::error::{Error, Result};
-use crate::h5::{ctx as h5, write_attr, write_attrs, Attr};
+use crate::io::h5::{ctx as h5, write_attr, write_attrs, Attr};
 use crate::rng::mix64;
 use hdf5::types::VarLenUnicode;
 use std::path::Path;
@@ -133,7 +133,7 @@ pub fn global_write_tables<C: Comm, T: StoredElem>(
 ) -> Result<()> {
     let _p = comm.stats().phase("io");
     let create = |tmp: &Path| -> Result<()> {
-        let f = h5(tmp, "create", crate::h5::create(tmp))?;
+        let f = h5(tmp, "create", crate::io::h5::create(tmp))?;
         for t in tables {
             h5(tmp, t.name, T::create(&f, t.name, t.n as usize, d))?;
         }
@@ -142,7 +142,7 @@ pub fn global_write_tables<C: Comm, T: StoredElem>(
         h5(tmp, "close", f.close())
     };
     let write = |tmp: &Path| -> Result<()> {
-        let f = h5(tmp, "open", crate::h5::open_rw(tmp))?;
+        let f = h5(tmp, "open", crate::io::h5::open_rw(tmp))?;
         for t in tables {
             let rows = t.data.len() / d;
             if rows == 0 {

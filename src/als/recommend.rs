@@ -31,10 +31,11 @@ use super::AlsConfig;
 use crate::bf16::TableDtype;
 use crate::ckpt::signals::Preemption;
 use crate::comm::{prefix_offsets, Comm};
-use crate::data::dataset::read_range;
-use crate::data::graph::block_range;
+use crate::io::h5::read_range;
+
+use crate::blocks::block_range;
 use crate::error::{Error, Result};
-use crate::h5::open_h5;
+use crate::io::h5::open_h5;
 use std::path::Path;
 use std::time::Instant;
 
@@ -92,7 +93,7 @@ pub fn list_ids<T: std::fmt::Display>(ids: &[T]) -> String {
 /// Rank-local: read and check a model's header: the format, the training config, and
 /// `/W`, `/H` as 2-D tables of the config's width and element type.
 pub fn local_read_model_info(path: &Path) -> Result<ModelInfo> {
-    use crate::h5::read_str_attr;
+    use crate::io::h5::read_str_attr;
     let f = open_h5(path)?;
     let format = read_str_attr(&f, path, "format").map_err(|_| {
         Error::input(
@@ -172,7 +173,7 @@ impl NodeIds {
             });
         }
         let ids = read_range::<u64>(&f, path, "node_ids", 0, n)?;
-        let len = crate::data::dataset::dataset_len(&f, path, "node_ids")?;
+        let len = crate::io::h5::dataset_len(&f, path, "node_ids")?;
         if len != n {
             return Err(Error::layout(
                 path,

@@ -54,9 +54,9 @@ pub fn global_run<C: Comm>(comm: &C, a: &CalibrateArgs) -> Result<()> {
     let threads = resolve_threads(a.threads);
     let root = comm.rank() == 0;
     let setup = (|| -> Result<CalibOptions> {
-        crate::outfile::check_output(&a.out, a.force)?;
+        crate::io::outfile::check_output(&a.out, a.force)?;
         if root {
-            crate::outfile::probe_writable(&a.out)?;
+            crate::io::outfile::probe_writable(&a.out)?;
         }
         let mut o = CalibOptions::new(a.quick);
         if let Some(r) = a.reps {
@@ -137,7 +137,7 @@ fn report_passes(p: &Passes, c: &Costs) {
 }
 
 fn write(c: &Costs, a: &CalibrateArgs) -> Result<()> {
-    crate::outfile::write(&a.out, c.to_json()?.as_bytes())
+    crate::io::outfile::write(&a.out, c.to_json()?.as_bytes())
 }
 
 /// `[bytes, factor]` pairs as `1.0 MB: 0.21, ...`.

@@ -1,21 +1,21 @@
 //! `torusrec prepare clicks` (text click logs -> keyed click log) and `torusrec
 //! generate clicks --format criteo` (Criteo-format day files, or their keyed log):
 //! flags validated on every rank, then the library's collective writer
-//! (`crate::clicks::ingest`); rank 0 prints the summary.
+//! (`crate::data::clicks::ingest`); rank 0 prints the summary.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::group;
 use crate::cli::{ClicksFormat, GenerateClicksArgs, PrepareClicksArgs};
-use crate::clicks::criteo::Layout;
-use crate::clicks::criteo_gen::{CriteoGen, GenSource, MAX_DAYS, MAX_PER_DAY};
-use crate::clicks::ingest::{global_write_log, IngestReport, LogHeader};
-use crate::clicks::textlog::TextFiles;
 use crate::comm::Comm;
+use crate::data::clicks::criteo::Layout;
+use crate::data::clicks::criteo_gen::{CriteoGen, GenSource, MAX_DAYS, MAX_PER_DAY};
+use crate::data::clicks::ingest::{global_write_log, IngestReport, LogHeader};
+use crate::data::clicks::textlog::TextFiles;
 use crate::error::{Error, Result};
+use crate::io::outfile::check_output;
 use crate::metrics::{human_bytes, peak_rss_bytes};
-use crate::outfile::check_output;
 
 /// Bad lines printed with their file, line and reason.
 const SHOW_BAD: usize = 5;

@@ -1,14 +1,14 @@
 //! `torusrec inspect`: sizes, degree statistics and split of a prepared dataset, after
 //! validating it against the layout; and `inspect --stats G`, the structural
 //! statistics of any graph input (docs/inspect.md#graph-statistics), computed by
-//! [`crate::data::stats_pass`].
+//! [`crate::data::graph::stats_pass`].
 
 use super::group;
 use crate::comm::Comm;
-use crate::data::dataset::Dataset;
-use crate::data::graph::LocalRows;
-use crate::data::graph_stats::{DegreeSummary, GraphStats, GAP_BITS};
-use crate::data::stats_pass::{
+use crate::data::graph::dataset::Dataset;
+use crate::data::graph::rows::LocalRows;
+use crate::data::graph::stats::{DegreeSummary, GraphStats, GAP_BITS};
+use crate::data::graph::stats_pass::{
     global_graph_profile_with, resolve_format, GraphFormat, StatsOpts, StatsRun,
 };
 use crate::error::{Error, Result};

@@ -230,9 +230,9 @@ fn check_out(args: &PlotArgs) -> Result<()> {
 }
 
 /// Writes `text` to `out` durably, through a temporary name and a rename
-/// ([`crate::outfile::write`]), so that a reader never sees half a picture.
+/// ([`crate::io::outfile::write`]), so that a reader never sees half a picture.
 pub fn write_atomic(out: &Path, text: &str) -> Result<()> {
-    crate::outfile::write(out, text.as_bytes())
+    crate::io::outfile::write(out, text.as_bytes())
 }
 
 /// The SVG that `args` asks for (no file written).

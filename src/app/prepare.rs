@@ -1,25 +1,25 @@
 //! `torusrec prepare` and `torusrec generate webgraph`: input graph -> variant filter
 //! -> split -> prepared HDF5 dataset, streamed in chunks of rows
-//! (`crate::data::stream`): memory per rank is O(nodes) plus bounded buffers for the
+//! (`crate::data::graph::stream`): memory per rank is O(nodes) plus bounded buffers for the
 //! generator and BV graphs; TSV and MTX edge lists are read whole first.
 
 use super::group;
 use crate::cli::{GenerateWebgraphArgs, InputFormat, PrepareArgs, WebgraphModel};
 use crate::comm::Comm;
-use crate::data::prepare::SplitMeta;
-use crate::data::readers::{bv_info, read_mtx_pairs, read_tsv_pairs, SourceInfo};
-use crate::data::stats_pass::{global_graph_profile, resolve_format, GraphFormat};
-use crate::data::stream::budget::{check_memory, StreamOpts};
-use crate::data::stream::sources::{BvRows, CopyingRows, MemoryRows, SyntheticRows};
-use crate::data::stream::{
+use crate::data::graph::prepare::SplitMeta;
+use crate::data::graph::readers::{bv_info, read_mtx_pairs, read_tsv_pairs, SourceInfo};
+use crate::data::graph::stats_pass::{global_graph_profile, resolve_format, GraphFormat};
+use crate::data::graph::stream::budget::{check_memory, StreamOpts};
+use crate::data::graph::stream::sources::{BvRows, CopyingRows, MemoryRows, SyntheticRows};
+use crate::data::graph::stream::{
     global_prepare_stream, global_prepare_stream_mapped, IdMap, StreamReport,
 };
-use crate::data::webgraph_copy::{cnr2000_params, CopyModel, CopyingParams};
-use crate::data::webgraph_fit::fit;
-use crate::data::webgraph_gen::WebGraphSpec;
+use crate::data::graph::webgraph_copy::{cnr2000_params, CopyModel, CopyingParams};
+use crate::data::graph::webgraph_fit::fit;
+use crate::data::graph::webgraph_gen::WebGraphSpec;
 use crate::error::{Error, Result};
+use crate::io::outfile::check_output;
 use crate::metrics::{human_bytes, peak_rss_bytes};
-use crate::outfile::check_output;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -306,7 +306,7 @@ pub fn global_generate<C: Comm>(comm: &C, cfg: &GenerateConfig) -> Result<Prepar
             .extension()
             .is_some_and(|e| e.eq_ignore_ascii_case("json"));
         let written = if comm.rank() == 0 {
-            crate::outfile::write(po, params.render(json).as_bytes())
+            crate::io::outfile::write(po, params.render(json).as_bytes())
         } else {
             Ok(())
         };
@@ -383,7 +383,7 @@ fn check_disk(out: &Path, nodes: u64, arcs: u64) -> Result<()> {
 
 /// Collective: every rank must call. Reads (or generates) this rank's block of the
 /// graph, applies the protocol and writes the dataset with the streaming path
-/// (`crate::data::stream`). Rank 0 prints a summary.
+/// (`crate::data::graph::stream`). Rank 0 prints a summary.
 pub fn global_run<C: Comm>(comm: &C, cfg: &PrepareConfig) -> Result<PrepareReport> {
     global_run_with(comm, cfg, &StreamOpts::default())
 }

@@ -1,14 +1,14 @@
-//! `torusrec project als` and `torusrec project measure` (see `crate::project`).
+//! `torusrec project als` and `torusrec project measure` (see `crate::projection`).
 
 use crate::als::ExchangeKind;
 use crate::ckpt::signals::Preemption;
 use crate::cli::{ChipArgs, ProjectAlsArgs, ProjectCommand, ProjectEmbedArgs, ProjectMeasureArgs};
 use crate::comm::{parse_torus, Comm};
-use crate::data::webgraph_gen::WebGraphSpec;
+use crate::data::graph::webgraph_gen::WebGraphSpec;
 use crate::error::{quote, Error, Result};
-use crate::project::als::{AlsModel, AlsParams, DegreeSample};
-use crate::project::chip::{default_shapes, preset, Calibration, Chip, PRESETS};
-use crate::project::measure::{global_measure, TrainArcs};
+use crate::projection::als::{AlsModel, AlsParams, DegreeSample};
+use crate::projection::chip::{default_shapes, preset, Calibration, Chip, PRESETS};
+use crate::projection::measure::{global_measure, TrainArcs};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -144,7 +144,7 @@ struct Row {
     mean: f64,
     exchanged: u64,
     /// The epoch's traffic and row-gather bytes (for the anchors).
-    traffic: crate::project::traffic::Traffic,
+    traffic: crate::projection::traffic::Traffic,
     gather_bytes: f64,
 }
 
@@ -338,7 +338,7 @@ fn anchor_lines(
     rate: Option<f64>,
     costs: Option<&crate::embed::calibrate::Costs>,
 ) -> Vec<String> {
-    use crate::project::als::ANCHORS;
+    use crate::projection::als::ANCHORS;
     let mut out = Vec::new();
     for a in ANCHORS.iter().filter(|a| a.preset == preset) {
         out.push(format!(
@@ -439,7 +439,7 @@ fn setup(args: &ChipArgs) -> Result<(Option<Calibration>, Chip, Vec<Vec<usize>>)
     let chip = chip_of(args, cal.as_ref())?;
     let shapes = shapes_of(args, &chip)?;
     if let Some(t) = &args.tsv {
-        crate::outfile::check_output(t, args.force)?;
+        crate::io::outfile::check_output(t, args.force)?;
     }
     Ok((cal, chip, shapes))
 }
@@ -461,9 +461,9 @@ fn run_embed(args: &ProjectEmbedArgs, preempt: &Preemption) -> Result<()> {
     let (stats, how) = if args.estimate {
         (synthetic_stats(&spec, 1, args.batch), "estimated")
     } else {
-        let src = crate::clicks::source::Source::Generated(crate::clicks::gen::ClickGen::new(
-            &spec, args.seed,
-        ));
+        let src = crate::data::clicks::source::Source::Generated(
+            crate::data::clicks::gen::ClickGen::new(&spec, args.seed),
+        );
         let ids = crate::embed::tables::keys::IdMap::default();
         load_or_measure_stats(&spec, &src, &ids, args.seed, 1, args.batch, 4, None)?
     };
@@ -492,7 +492,7 @@ fn run_embed(args: &ProjectEmbedArgs, preempt: &Preemption) -> Result<()> {
         let p: usize = dims.iter().product();
         let mut opts = PlanOptions::new(p, chip.memory_bytes);
         opts.state_per_row = state;
-        opts.model = crate::project::embed::cost_model(&chip, dims);
+        opts.model = crate::projection::embed::cost_model(&chip, dims);
         let shape = dims
             .iter()
             .map(|d| d.to_string())
@@ -515,8 +515,8 @@ fn run_embed(args: &ProjectEmbedArgs, preempt: &Preemption) -> Result<()> {
             super::embed::report::plan_kinds(&plan)
         );
         let proj =
-            crate::project::embed::project_step(&spec, &stats, &plan, dims, args.batch, state);
-        let mut t = crate::project::traffic::Traffic::new(dims);
+            crate::projection::embed::project_step(&spec, &stats, &plan, dims, args.batch, state);
+        let mut t = crate::projection::traffic::Traffic::new(dims);
         for (_, ph) in &proj.phases {
             t.add(ph);
         }
@@ -619,7 +619,7 @@ fn global_run_measure<C: Comm>(
     args: &ProjectMeasureArgs,
     preempt: Preemption,
 ) -> Result<()> {
-    comm.agree(crate::outfile::check_output(&args.out, args.force))?;
+    comm.agree(crate::io::outfile::check_output(&args.out, args.force))?;
     let threads = crate::node::resolve_threads(args.threads);
     comm.agree(crate::node::install_threads(threads))?;
     let cfg = crate::als::AlsConfig {

@@ -25,9 +25,9 @@ use crate::bf16::{Bf16, TableDtype};
 use crate::ckpt::signals::Preemption;
 use crate::comm::Comm;
 use crate::error::{quote, Error, Result};
-use crate::h5::{ctx as h5, write_attrs, Attr};
+use crate::io::h5::{ctx as h5, write_attrs, Attr};
+use crate::io::outfile::{check_output, commit, temp_path};
 use crate::metrics::{human_bytes, peak_rss_bytes};
-use crate::outfile::{check_output, commit, temp_path};
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -244,7 +244,7 @@ fn local_open<'a>(
         }
         Some((p, OutKind::H5)) => {
             let tmp = temp_path(p);
-            let file = h5(&tmp, "create", crate::h5::create(&tmp))?;
+            let file = h5(&tmp, "create", crate::io::h5::create(&tmp))?;
             let rows = h5(
                 &tmp,
                 "rows",

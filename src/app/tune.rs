@@ -125,7 +125,7 @@ impl TuneArgs {
             ));
         }
         if let Some(j) = &self.out_json {
-            crate::outfile::check_output(j, self.force)?;
+            crate::io::outfile::check_output(j, self.force)?;
         }
         let final_epochs = self.final_epochs.unwrap_or(self.epochs);
         let final_cfg = AlsConfig {
@@ -421,7 +421,7 @@ pub fn global_run<C: Comm>(comm: &C, args: &TuneArgs, preempt: Preemption) -> Re
         (Some(path), true) => {
             let text =
                 serde_json::to_string_pretty(&json).map_err(|e| Error::Config(e.to_string()));
-            text.and_then(|t| crate::outfile::write(path, (t + "\n").as_bytes()))
+            text.and_then(|t| crate::io::outfile::write(path, (t + "\n").as_bytes()))
         }
         _ => Ok(()),
     };

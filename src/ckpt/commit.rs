@@ -3,7 +3,7 @@
 //!
 //! Commit ([`global_write_atomic`]): rank 0 creates `<path>.partial` with every dataset
 //! and attribute; every rank in rank order writes its slab (barrier between turns: one
-//! HDF5 writer at a time); rank 0 commits it ([`crate::outfile::commit`]: fsync, rename,
+//! HDF5 writer at a time); rank 0 commits it ([`crate::io::outfile::commit`]: fsync, rename,
 //! directory fsync). Each stage is agreed, so all ranks fail or none; on failure `path`
 //! is untouched and rank 0 removes the temporary.
 //!
@@ -18,8 +18,8 @@
 use super::{apply_retention, file_name, SCHEMA};
 use crate::comm::Comm;
 use crate::error::{Error, Result};
-use crate::h5::{self, open_h5, Attr};
-use crate::outfile::temp_path;
+use crate::io::h5::{self, open_h5, Attr};
+use crate::io::outfile::temp_path;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -58,7 +58,7 @@ pub fn global_write_atomic<C: Comm>(
         result = comm.agree(mine);
         if result.is_ok() && comm.rank() == 0 {
             super::faults::point("before-commit", 0);
-            result = crate::outfile::commit(&tmp, path);
+            result = crate::io::outfile::commit(&tmp, path);
         }
         result = comm.agree(result);
     }

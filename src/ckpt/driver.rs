@@ -212,7 +212,7 @@ pub fn global_wait_for_data<C: Comm>(
     if secs <= 0.0 {
         return Ok(());
     }
-    let partial = crate::outfile::temp_path(path);
+    let partial = crate::io::outfile::temp_path(path);
     let t = Instant::now();
     let mut waited = false;
     loop {

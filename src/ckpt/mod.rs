@@ -10,7 +10,7 @@
 
 pub mod commit;
 pub mod driver;
-/// The test hooks (moved below every module: [`crate::outfile`] has a fault point too).
+/// The test hooks (moved below every module: [`crate::io::outfile`] has a fault point too).
 pub use crate::faults;
 pub mod policy;
 pub mod signals;
@@ -391,7 +391,7 @@ impl Hold {
 pub fn create_dir(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir)
         .map_err(|e| Error::input(dir, format!("cannot create the checkpoint directory: {e}")))?;
-    crate::outfile::probe_writable(&dir.join("probe"))
+    crate::io::outfile::probe_writable(&dir.join("probe"))
 }
 
 /// Write `HOLD.json` into `dir` (atomically).
@@ -399,7 +399,7 @@ pub fn write_hold(dir: &Path, hold: &Hold) -> Result<PathBuf> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let path = dir.join(HOLD_FILE);
     let text = serde_json::to_string_pretty(hold).map_err(|e| Error::Config(e.to_string()))?;
-    crate::outfile::write(&path, (text + "\n").as_bytes())?;
+    crate::io::outfile::write(&path, (text + "\n").as_bytes())?;
     Ok(path)
 }
 

@@ -1,12 +1,8 @@
-//! Input graphs, the variant filter and split, and the prepared-dataset file.
+//! The two kinds of input, each in its own room: link graphs for iALS ([`graph`]: the
+//! readers, the variant filter and split, the prepared-dataset file, the streaming
+//! prepare, the synthetic generators and the graph statistics) and click logs for the
+//! embedding model ([`clicks`]). Below both workloads: nothing here imports `als` or
+//! `embed`.
 
-pub mod dataset;
+pub mod clicks;
 pub mod graph;
-pub mod graph_stats;
-pub mod prepare;
-pub mod readers;
-pub mod stats_pass;
-pub mod stream;
-pub mod webgraph_copy;
-pub mod webgraph_fit;
-pub mod webgraph_gen;

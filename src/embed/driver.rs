@@ -11,8 +11,8 @@ use std::time::Instant;
 use crate::ckpt::driver::{self as drive, Boundary, Status, Workload};
 use crate::ckpt::signals::Preemption;
 use crate::ckpt::{CheckpointConfig, Hold};
-use crate::clicks::source::Source;
 use crate::comm::Comm;
+use crate::data::clicks::source::Source;
 use crate::embed::io::checkpoint::{
     global_init_from, global_restore, global_write_checkpoint, init_from_path, EmbedManifest,
     WarmStart,

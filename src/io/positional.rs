@@ -6,7 +6,7 @@
 //! `<u64>()` and `<f32>()` on this platform.
 
 use crate::error::{Error, Result};
-use crate::h5::ctx as h5;
+use crate::io::h5::ctx as h5;
 use hdf5::H5Type;
 use std::fs::File;
 use std::os::unix::fs::FileExt;

@@ -5,10 +5,10 @@
 use crate::util;
 use crate::EnvVar;
 
-use torusrec::clicks::gen::ClickGen;
-use torusrec::clicks::source::Source;
 use torusrec::comm::threads::run;
 use torusrec::comm::Comm;
+use torusrec::data::clicks::gen::ClickGen;
+use torusrec::data::clicks::source::Source;
 use torusrec::embed::tables::placement::{OutputMode, Plan};
 use torusrec::embed::tables::store::TableOpt;
 use torusrec::embed::train::trainer::{EmbedTrainer, StepStatus};

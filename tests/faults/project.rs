@@ -16,8 +16,8 @@ use torusrec::bf16::{Bf16, TableDtype};
 use torusrec::ckpt::signals::Preemption;
 use torusrec::comm::threads::run_on;
 use torusrec::comm::{Collectives, Comm, Links};
-use torusrec::project::als::AlsParams;
-use torusrec::project::measure::local_read_model;
+use torusrec::projection::als::AlsParams;
+use torusrec::projection::measure::local_read_model;
 
 fn config(data: &Path, dim: usize, exchange: ExchangeKind, dtype: TableDtype) -> AlsConfig {
     AlsConfig {

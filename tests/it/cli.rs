@@ -5,7 +5,7 @@
 use crate::util;
 
 use std::path::{Path, PathBuf};
-use torusrec::data::dataset::Dataset;
+use torusrec::data::graph::dataset::Dataset;
 use util::{cnr2000, group, rank_codes, tempdir, Launcher, TestCommand};
 
 // ---------------------------------------------------------------------------------
@@ -713,7 +713,7 @@ fn inspect_rejects_files_that_are_not_datasets() {
     };
     let wrong = dir.join("wrong-format.h5");
     {
-        let f = torusrec::h5::create(&wrong).unwrap();
+        let f = torusrec::io::h5::create(&wrong).unwrap();
         str_attr(&f, "format", "someone-else");
         f.new_attr::<u64>()
             .create("version")
@@ -728,13 +728,13 @@ fn inspect_rejects_files_that_are_not_datasets() {
             .occurs("someone-else", 1);
     }
     let bare = dir.join("bare.h5");
-    torusrec::h5::create(&bare).unwrap().close().unwrap();
+    torusrec::io::h5::create(&bare).unwrap().close().unwrap();
     inspect(Launcher::Direct, &bare)
         .expect_code(2)
         .stderr_has(&["bare.h5", "attribute format", "missing"]);
     let future = dir.join("future.h5");
     {
-        let f = torusrec::h5::create(&future).unwrap();
+        let f = torusrec::io::h5::create(&future).unwrap();
         str_attr(&f, "format", "torusrec-dataset");
         f.new_attr::<u64>()
             .create("version")
@@ -752,7 +752,7 @@ fn inspect_rejects_files_that_are_not_datasets() {
     let broken = dir.join("no-node-ids.h5");
     std::fs::copy(&good, &broken).unwrap();
     {
-        let f = torusrec::h5::open_rw(&broken).unwrap();
+        let f = torusrec::io::h5::open_rw(&broken).unwrap();
         f.unlink("node_ids").unwrap();
     }
     inspect(Launcher::Direct, &broken)

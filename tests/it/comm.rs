@@ -2,11 +2,12 @@
 //! empty contributions, all-to-all-v and its inverse, the agreement protocol, and the
 //! distributed prepare pipeline giving the same dataset at every rank count.
 
+use torusrec::blocks::block_range;
 use torusrec::comm::threads::{run, run_on};
 use torusrec::comm::{selftest::global_selftest, Collectives, Comm};
-use torusrec::data::graph::{block_range, LocalRows};
-use torusrec::data::prepare::global_prepare;
-use torusrec::data::readers::SourceInfo;
+use torusrec::data::graph::prepare::global_prepare;
+use torusrec::data::graph::readers::SourceInfo;
+use torusrec::data::graph::rows::LocalRows;
 use torusrec::error::Error;
 use torusrec::rng::SplitMix64;
 
@@ -216,7 +217,7 @@ fn prepare_is_the_same_at_every_rank_count() {
             // Concatenating the ranks' parts gives the single-rank answer.
             let (meta, one) = &reference;
             assert!(parts.iter().all(|(m, _)| m == meta));
-            let cat = |f: &dyn Fn(&torusrec::data::prepare::LocalSplit) -> Vec<Vec<u32>>| -> Vec<Vec<u32>> {
+            let cat = |f: &dyn Fn(&torusrec::data::graph::prepare::LocalSplit) -> Vec<Vec<u32>>| -> Vec<Vec<u32>> {
                 parts.iter().flat_map(|(_, s)| f(s)).collect()
             };
             let rows_of = |r: &LocalRows| {

@@ -165,7 +165,7 @@ fn only_node_reads_the_launcher_and_the_node() {
 /// no longer re-exports them for old callers.
 #[test]
 fn dataset_does_not_re_export_the_file_helpers() {
-    let found: Vec<String> = ["pub use crate::h5", "pub use crate::outfile"]
+    let found: Vec<String> = ["pub use crate::io::h5", "pub use crate::io::outfile"]
         .iter()
         .flat_map(|n| mentions("data", n))
         .collect();

@@ -6,9 +6,9 @@
 
 use crate::util;
 
-use torusrec::data::webgraph_gen::WebGraphSpec;
-use torusrec::project::als::{AlsModel, DegreeSample};
-use torusrec::project::measure::local_read_model;
+use torusrec::data::graph::webgraph_gen::WebGraphSpec;
+use torusrec::projection::als::{AlsModel, DegreeSample};
+use torusrec::projection::measure::local_read_model;
 use util::TestCommand;
 
 #[test]
@@ -303,8 +303,8 @@ fn project_embed_plans_every_shape_and_projects_its_step() {
 fn embed_step_bytes_are_the_planners_exchange_without_self_traffic() {
     use torusrec::embed::tables::placement::{OutputMode, Plan};
     use torusrec::embed::train::batch_stats::synthetic_stats;
-    use torusrec::project::embed::project_step;
-    use torusrec::project::traffic::HEADER_BYTES;
+    use torusrec::projection::embed::project_step;
+    use torusrec::projection::traffic::HEADER_BYTES;
     use torusrec::spec::preset;
     let spec = preset("tiny", 1.0).unwrap();
     let stats = synthetic_stats(&spec, 4, 128);
@@ -351,10 +351,10 @@ fn projected_step_seconds(
     stats: &torusrec::embed::train::batch_stats::BatchStats,
     plan: &torusrec::embed::tables::placement::Plan,
     dims: &[usize],
-    chip: &torusrec::project::chip::Chip,
+    chip: &torusrec::projection::chip::Chip,
 ) -> f64 {
-    use torusrec::project::embed::project_step;
-    use torusrec::project::traffic::Traffic;
+    use torusrec::projection::embed::project_step;
+    use torusrec::projection::traffic::Traffic;
     let proj = project_step(spec, stats, plan, dims, 2048, 1);
     let mut t = Traffic::new(dims);
     for (_, ph) in &proj.phases {
@@ -370,8 +370,8 @@ fn projected_step_seconds(
 #[test]
 fn the_chip_cost_model_takes_its_rates_from_the_torus() {
     use torusrec::embed::planner::CostModel;
-    use torusrec::project::chip::preset;
-    use torusrec::project::embed::{cost_model, CHIP_LOOKUP_S};
+    use torusrec::projection::chip::preset;
+    use torusrec::projection::embed::{cost_model, CHIP_LOOKUP_S};
     let v4 = preset("v4").unwrap();
     let bw = v4.link_bandwidth;
     // Two chips: every byte crosses the one link once (headers aside).
@@ -409,11 +409,11 @@ fn the_chip_cost_model_takes_its_rates_from_the_torus() {
 fn planning_with_the_chip_cost_model_projects_a_faster_step() {
     use torusrec::embed::planner::{plan_auto, PlanOptions};
     use torusrec::embed::train::batch_stats::synthetic_stats;
-    use torusrec::project::embed::cost_model;
+    use torusrec::projection::embed::cost_model;
     use torusrec::spec::preset;
     let spec = preset("torchrec-peer", 1.0).unwrap();
     let stats = synthetic_stats(&spec, 1, 2048);
-    let v4 = torusrec::project::chip::preset("v4").unwrap();
+    let v4 = torusrec::projection::chip::preset("v4").unwrap();
     let mut faster = 0;
     for dims in [[2, 2, 1], [2, 4, 4]] {
         let p: usize = dims.iter().product();

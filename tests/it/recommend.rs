@@ -9,7 +9,7 @@ use crate::util;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use torusrec::data::dataset::Dataset;
+use torusrec::data::graph::dataset::Dataset;
 use util::{tempdir, TestCommand};
 
 /// Original ids are sparse: node i is `1000 i + 7`.
@@ -145,7 +145,7 @@ fn solve(mut a: Vec<f64>, mut b: Vec<f64>, d: usize) -> Vec<f64> {
 impl Reference {
     fn load(data: &Path, model: &Path) -> Self {
         let ds = Dataset::read(data).unwrap();
-        let f = torusrec::h5::open(model).unwrap();
+        let f = torusrec::io::h5::open(model).unwrap();
         let w = read_table(&f, "W");
         let h = read_table(&f, "H");
         let d = f.dataset("H").unwrap().shape()[1];
@@ -384,7 +384,7 @@ fn all_to_hdf5_matches_brute_force_at_1_to_4_ranks() {
             .arg(&out)
             .run();
         o.expect_code(0).occurs("left out", 1);
-        let f = torusrec::h5::open(&out).unwrap();
+        let f = torusrec::io::h5::open(&out).unwrap();
         let fmt = f
             .attr("format")
             .unwrap()

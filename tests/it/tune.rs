@@ -19,7 +19,7 @@ use torusrec::als::AlsConfig;
 use torusrec::ckpt::signals::Preemption;
 use torusrec::comm::single::SingleComm;
 use torusrec::comm::threads::run;
-use torusrec::data::dataset::Dataset;
+use torusrec::data::graph::dataset::Dataset;
 use util::{tempdir, TestCommand};
 
 fn config(data: &Path) -> AlsConfig {
@@ -572,7 +572,7 @@ fn a_preempted_tune_exits_1_on_every_rank_and_saves_nothing() {
     assert!(!json.exists(), "a preempted tune wrote its JSON");
 }
 
-/// `--out-json` reaches its name whole or not at all (`torusrec::outfile`): a crash
+/// `--out-json` reaches its name whole or not at all (`torusrec::io::outfile`): a crash
 /// after the new JSON is written but before it is renamed into place
 /// (`TORUSREC_FAULT=before-rename`) leaves the old file as it was (the file was
 /// written in place before, so a crash could leave half of it).
@@ -602,7 +602,7 @@ fn a_crash_while_writing_out_json_keeps_the_old_file() {
         o.dump()
     );
     // What was to replace it is complete under the temporary name.
-    let partial = torusrec::outfile::temp_path(&json);
+    let partial = torusrec::io::outfile::temp_path(&json);
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&partial).unwrap()).unwrap();
     assert!(v.get("best").is_some() || v.get("points").is_some(), "{v}");

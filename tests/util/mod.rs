@@ -81,7 +81,7 @@ pub fn prepare_cnr2000(launcher: TestCommand, k: u64, out: &Path) -> TestCommand
 /// Dataset `name` of the HDF5 file `path`, whole.
 #[track_caller]
 pub fn h5_read<T: hdf5::H5Type>(path: &Path, name: &str) -> Vec<T> {
-    let f = torusrec::h5::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let f = torusrec::io::h5::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     f.dataset(name)
         .unwrap_or_else(|e| panic!("{}: /{name}: {e}", path.display()))
         .read_raw::<T>()
@@ -91,7 +91,7 @@ pub fn h5_read<T: hdf5::H5Type>(path: &Path, name: &str) -> Vec<T> {
 /// Overwrite dataset `name` of the HDF5 file `path` with `v` (of its length).
 #[track_caller]
 pub fn h5_write<T: hdf5::H5Type>(path: &Path, name: &str, v: &[T]) {
-    let f = torusrec::h5::open_rw(path).unwrap();
+    let f = torusrec::io::h5::open_rw(path).unwrap();
     let ds = f.dataset(name).unwrap();
     assert_eq!(
         ds.size(),
@@ -534,7 +534,7 @@ pub fn synthetic_dataset(dir: &Path, nodes: u64, arcs: u64, seed: u64) -> PathBu
         source: Source::Synthetic {
             preset: "test".into(),
             scale: 1.0,
-            spec: torusrec::data::webgraph_gen::WebGraphSpec::new(nodes, arcs).unwrap(),
+            spec: torusrec::data::graph::webgraph_gen::WebGraphSpec::new(nodes, arcs).unwrap(),
         },
         min_links: 0,
         seed,

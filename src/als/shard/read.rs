@@ -5,15 +5,16 @@
 use super::bounds::{balance_by_nnz, imbalance};
 use super::csr::{arc_checksum, global_check_transpose, CsrShard};
 use super::memory::{Layout, ShardSizes};
+use crate::blocks::block_range;
 use crate::comm::Comm;
-use crate::data::dataset::{
-    check_fold_disjoint, check_id_space, check_indptr, check_rows, check_test_rows, dataset_len,
-    read_meta, read_range,
+use crate::data::graph::dataset::{
+    check_fold_disjoint, check_id_space, check_indptr, check_rows, check_test_rows, read_meta,
 };
-use crate::data::graph::block_range;
-use crate::data::prepare::SplitMeta;
+use crate::data::graph::prepare::SplitMeta;
 use crate::error::{Error, Result};
-use crate::h5::open_h5;
+use crate::io::h5::dataset_len;
+use crate::io::h5::open_h5;
+use crate::io::h5::read_range;
 use std::path::Path;
 
 /// This rank's part of a prepared dataset for training and evaluation.

@@ -22,9 +22,10 @@
 //! process, however the process ends.
 
 use super::csr::{add_checksum, CsrShard};
-use crate::data::dataset::{check_rows, read_range};
+use crate::data::graph::dataset::check_rows;
 use crate::error::{Error, Result};
-use crate::h5::open_h5;
+use crate::io::h5::open_h5;
+use crate::io::h5::read_range;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};

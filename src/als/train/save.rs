@@ -10,7 +10,7 @@ use crate::als::model::{
 };
 use crate::comm::Comm;
 use crate::error::{Error, Result};
-use crate::h5::Attr;
+use crate::io::h5::Attr;
 use std::path::Path;
 
 impl<T: TableScalar> Trainer<T> {

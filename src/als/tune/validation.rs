@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::als::shard::csr::CsrShard;
 use crate::als::shard::read::Shards;
 use crate::comm::{prefix_offsets, Comm};
-use crate::data::prepare::{global_select_rows_by, split_row_in};
+use crate::data::graph::prepare::{global_select_rows_by, split_row_in};
 use crate::error::{Error, Result};
 use crate::rng::stream;
 

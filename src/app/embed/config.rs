@@ -8,7 +8,7 @@ use std::path::Path;
 use super::model::model_and_source;
 use crate::ckpt::CheckpointConfig;
 use crate::cli::{DenseGemmArg, DenseOptKind, EmbedArgs, PlannerArgs, TableOptKind};
-use crate::clicks::source::Source;
+use crate::data::clicks::source::Source;
 use crate::embed::calibrate::Costs;
 use crate::embed::dense::gemm::Gemm;
 use crate::embed::dense::mlp::DenseOpt;
@@ -203,15 +203,15 @@ impl EmbedArgs {
         // A resumed run may overwrite the model and plan its first attempt wrote.
         let resumed = checkpoint_config(a).continues_a_run();
         if let Some(p) = &a.plan_out {
-            crate::outfile::check_output(p, a.force || resumed)?;
+            crate::io::outfile::check_output(p, a.force || resumed)?;
             if root {
-                crate::outfile::probe_writable(p)?;
+                crate::io::outfile::probe_writable(p)?;
             }
         }
         if let Some(out) = &a.out {
-            crate::outfile::check_output(out, a.force || resumed)?;
+            crate::io::outfile::check_output(out, a.force || resumed)?;
             if root {
-                crate::outfile::probe_writable(out)?;
+                crate::io::outfile::probe_writable(out)?;
             }
         }
         // A rank's ids of one table in one step travel with u32 offsets.

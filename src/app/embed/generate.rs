@@ -3,8 +3,8 @@
 use super::model::resolve_model;
 use crate::app::group;
 use crate::cli::GenerateClicksArgs;
-use crate::clicks::log_file::write_click_log;
 use crate::comm::Comm;
+use crate::data::clicks::log_file::write_click_log;
 use crate::metrics::human_bytes;
 use crate::{Error, Result};
 

@@ -6,9 +6,9 @@
 use std::path::Path;
 
 use crate::cli::{EmbedArgs, ModelArgs, VocabArg};
-use crate::clicks::gen::ClickGen;
-use crate::clicks::log_file::ClickLog;
-use crate::clicks::source::Source;
+use crate::data::clicks::gen::ClickGen;
+use crate::data::clicks::log_file::ClickLog;
+use crate::data::clicks::source::Source;
 use crate::embed::tables::keys::IdMap;
 use crate::spec::{preset, Evict, ModelSpec, VocabKind};
 use crate::{Error, Result};

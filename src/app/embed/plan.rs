@@ -9,9 +9,9 @@ use super::config::{costs_and_model, mem_per_rank, plan_options, table_opt, tabl
 use super::model::resolve_model;
 use super::report::{plan_summary, secs};
 use crate::cli::PlanArgs;
-use crate::clicks::gen::ClickGen;
-use crate::clicks::source::Source;
 use crate::comm::Comm;
+use crate::data::clicks::gen::ClickGen;
+use crate::data::clicks::source::Source;
 use crate::embed::calibrate::Costs;
 use crate::embed::planner::{self, CostModel, Heuristic, PlanOptions, PlanReport};
 use crate::embed::tables::keys::IdMap;
@@ -77,7 +77,7 @@ fn check_args(a: &PlanArgs) -> Result<(ModelSpec, Option<u64>, Option<Heuristic>
     }
     let mem = mem_per_rank(&a.planner)?;
     if let Some(out) = &a.out {
-        crate::outfile::check_output(out, a.force)?;
+        crate::io::outfile::check_output(out, a.force)?;
     }
     let method = match a.method.as_deref() {
         None | Some("auto") => None,
@@ -155,7 +155,7 @@ fn local_plan(
     if let Some(out) = &a.out {
         let text =
             serde_json::to_string_pretty(&plan).map_err(|e| Error::Config(format!("plan: {e}")))?;
-        crate::outfile::write(out, text.as_bytes())?;
+        crate::io::outfile::write(out, text.as_bytes())?;
         println!("wrote {}", out.display());
     }
     Ok(())

@@ -10,8 +10,8 @@ use crate::app::group;
 use crate::app::output::RunOutput;
 use crate::ckpt::signals::Preemption;
 use crate::cli::{EmbedArgs, OutputModeArg};
-use crate::clicks::source::Source;
 use crate::comm::Comm;
+use crate::data::clicks::source::Source;
 use crate::embed::calibrate::measured::{measured_step, MeasuredStep, Timed};
 use crate::embed::calibrate::{Costs, StepPrediction};
 use crate::embed::driver::{global_train, Event, RunConfig, Summary};
@@ -172,7 +172,7 @@ fn global_run_plan<C: Comm>(
         let written = if root {
             serde_json::to_vec_pretty(&plan)
                 .map_err(|e| Error::Config(format!("plan: {e}")))
-                .and_then(|bytes| crate::outfile::write(p, &bytes))
+                .and_then(|bytes| crate::io::outfile::write(p, &bytes))
         } else {
             Ok(())
         };

@@ -93,7 +93,7 @@ pub fn global_write_checkpoint<C: Comm>(
             let spec = serde_json::to_string(&tr.cfg.spec)
                 .map_err(|e| Error::Config(format!("spec to JSON: {e}")))?;
             let mut attrs = attrs.to_vec();
-            attrs.push(("spec", crate::h5::Attr::Str(spec)));
+            attrs.push(("spec", crate::io::h5::Attr::Str(spec)));
             global_write_state(comm, tr, path, &attrs)
         },
     )
@@ -272,7 +272,7 @@ fn warm_start_key(spec: &ModelSpec) -> String {
 /// files written before it was recorded).
 pub fn local_read_spec(path: &Path) -> Result<Option<ModelSpec>> {
     let f = commit::local_open(path)?;
-    let Ok(json) = crate::h5::read_str_attr(&f, path, "spec") else {
+    let Ok(json) = crate::io::h5::read_str_attr(&f, path, "spec") else {
         return Ok(None);
     };
     serde_json::from_str(&json)

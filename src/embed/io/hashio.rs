@@ -28,8 +28,8 @@ use ndarray::{s, ArrayView2};
 use crate::ckpt::commit::corrupt;
 use crate::embed::tables::hashtab::{owner, Entry, HashShard};
 use crate::embed::tables::store::Store;
-use crate::h5::ctx as h5;
-use crate::h5::{write_attr, Attr};
+use crate::io::h5::ctx as h5;
+use crate::io::h5::{write_attr, Attr};
 use crate::spec::Evict;
 use crate::{Error, Result};
 
@@ -182,7 +182,7 @@ fn read1<T: hdf5::H5Type>(
     lo: usize,
     hi: usize,
 ) -> Result<Vec<T>> {
-    crate::data::dataset::read_range(f, path, name, lo as u64, hi as u64)
+    crate::io::h5::read_range(f, path, name, lo as u64, hi as u64)
         .map_err(|e| corrupt(path, e.to_string()))
 }
 
@@ -235,7 +235,7 @@ pub(crate) fn local_restore(
     let g = f
         .group(&format!("tables/{t}"))
         .map_err(|_| corrupt(path, format!("group /tables/{t} is missing")))?;
-    let kind = crate::h5::read_str_attr(&g, path, "kind").unwrap_or_default();
+    let kind = crate::io::h5::read_str_attr(&g, path, "kind").unwrap_or_default();
     if kind != "hash" {
         return Err(corrupt(
             path,
@@ -245,7 +245,7 @@ pub(crate) fn local_restore(
             ),
         ));
     }
-    let capacity = crate::h5::read_u64_attr(&g, path, "capacity")?;
+    let capacity = crate::io::h5::read_u64_attr(&g, path, "capacity")?;
     let per_rank: Vec<u64> = read1(f, path, &at("entries_per_rank"), 0, {
         let ds = f.dataset(&at("entries_per_rank")).map_err(|_| {
             corrupt(

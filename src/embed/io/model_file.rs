@@ -25,8 +25,8 @@ use crate::ckpt::commit::global_write_atomic;
 use crate::comm::Comm;
 use crate::embed::tables::placement::Rows;
 use crate::embed::train::trainer::EmbedTrainer;
-use crate::h5::ctx as h5;
-use crate::h5::{write_attr, write_attrs, Attr};
+use crate::io::h5::ctx as h5;
+use crate::io::h5::{write_attr, write_attrs, Attr};
 use crate::{Error, Result};
 
 /// The `format` attribute of a model file.
@@ -52,7 +52,7 @@ fn local_create(
 ) -> Result<()> {
     let spec = &tr.cfg.spec;
     let sp = tr.store.opt.state_per_row();
-    let f = h5(tmp, "create", crate::h5::create(tmp))?;
+    let f = h5(tmp, "create", crate::io::h5::create(tmp))?;
     for (t, ts) in spec.tables.iter().enumerate() {
         if tr.store.is_hash(t) {
             super::hashio::local_create(&f, tmp, &tr.store, t, &hash_entries[t])?;
@@ -114,7 +114,7 @@ fn local_write_shards<C: Comm>(
     hash_entries: &[Vec<u64>],
 ) -> Result<()> {
     let sp = tr.store.opt.state_per_row();
-    let f = h5(tmp, "open", crate::h5::open_rw(tmp))?;
+    let f = h5(tmp, "open", crate::io::h5::open_rw(tmp))?;
     for (t, per_rank) in hash_entries.iter().enumerate() {
         if tr.store.is_hash(t) {
             let first: u64 = per_rank[..comm.rank()].iter().sum();

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{PlanOptions, PlanReport};
-use crate::data::graph::block_range;
+use crate::blocks::block_range;
 use crate::embed::tables::placement::{OutputMode, Placement, Plan, Rows};
 use crate::embed::train::batch_stats::{BatchStats, TableStats};
 use crate::spec::ModelSpec;

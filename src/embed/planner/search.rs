@@ -6,7 +6,7 @@ use std::cmp::Ordering;
 use super::cost::{check_inputs, report, Contrib, Ctx, Load};
 use super::heuristics::{heuristic_tables, table_wise_greedy, Heuristic};
 use super::{PlanOptions, PlanReport};
-use crate::data::graph::block_range;
+use crate::blocks::block_range;
 use crate::embed::tables::placement::{ColumnShard, Placement, Plan};
 use crate::embed::train::batch_stats::BatchStats;
 use crate::spec::{ModelSpec, VocabKind};

@@ -29,8 +29,8 @@ use super::exchange::index::Index;
 use super::exchange::owner_sums::{apply_rows, sum_sources_into};
 use super::exchange::request::{global_send_request, protocol_violation};
 use crate::allocs::{reserve_with_room as reserve_total, resize_for_overwrite};
-use crate::clicks::batch::Batch;
 use crate::comm::{Comm, Received};
+use crate::data::clicks::batch::Batch;
 use crate::embed::tables::placement::{OutputMode, Placement};
 use crate::embed::tables::row_kernels::{
     pool_bags, scatter_bags, scatter_bags_fresh, sq_sums, Bags, Isa,

@@ -25,8 +25,8 @@
 use super::hashtab::{owner, Stats};
 use super::placement::{Placement, Plan};
 use super::store::{init_row, Store};
-use crate::clicks::batch::{Bags, Batch, KeyBags};
 use crate::comm::{Comm, Received};
+use crate::data::clicks::batch::{Bags, Batch, KeyBags};
 use crate::rng::mix64;
 use crate::spec::{ModelSpec, VocabKind};
 use crate::{Error, Result};
@@ -693,7 +693,7 @@ pub fn pseudo_rows(spec: &ModelSpec, batch: &mut Batch) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clicks::gen::ClickGen;
+    use crate::data::clicks::gen::ClickGen;
     use crate::spec::{preset, Evict, Pooling, TableSpec, ValencyDist};
 
     fn table(name: &str, vocab: u64, kind: VocabKind) -> TableSpec {

@@ -8,7 +8,7 @@ use std::ops::Range;
 
 use serde::{Deserialize, Serialize};
 
-use crate::data::graph::block_range;
+use crate::blocks::block_range;
 use crate::spec::ModelSpec;
 use crate::{Error, Result};
 

@@ -14,9 +14,9 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::clicks::batch::Batch;
-use crate::clicks::source::Source;
-use crate::data::graph::block_range;
+use crate::blocks::block_range;
+use crate::data::clicks::batch::Batch;
+use crate::data::clicks::source::Source;
 use crate::embed::tables::keys::{pseudo_rows, IdMap};
 use crate::spec::ModelSpec;
 use crate::{Error, Result};
@@ -154,9 +154,9 @@ impl BatchStats {
     /// read back may differ from those written in the last bit.)
     pub fn save(&self, path: &Path) -> Result<()> {
         // A cache, replaced when stale: only where it goes is checked.
-        crate::outfile::check_output(path, true)?;
+        crate::io::outfile::check_output(path, true)?;
         let text = serde_json::to_string_pretty(self).map_err(|e| Error::Config(e.to_string()))?;
-        crate::outfile::write(path, (text + "\n").as_bytes())
+        crate::io::outfile::write(path, (text + "\n").as_bytes())
     }
 
     /// Whether these stats were made for this model, generator seed, batch size and
@@ -477,7 +477,7 @@ mod tests {
         let mut s = synthetic_stats(&spec, 4, 64);
         s.seed = 17;
         s.save(&path).unwrap();
-        assert!(!crate::outfile::temp_path(&path).exists());
+        assert!(!crate::io::outfile::temp_path(&path).exists());
         let back = BatchStats::load(&path).unwrap().unwrap();
         // serde_json's default float parser may be off by an ulp.
         let close = |a: f64, b: f64| (a - b).abs() <= 1e-15 * b.abs();

@@ -15,12 +15,12 @@ use std::time::Instant;
 
 use ndarray::ArrayView2;
 
+use crate::blocks::block_range;
 pub use crate::ckpt::status::StepStatus;
-use crate::clicks::batch::Batch;
-use crate::clicks::gen::ClickGen;
-use crate::clicks::source::Source;
 use crate::comm::{Comm, Timer};
-use crate::data::graph::block_range;
+use crate::data::clicks::batch::Batch;
+use crate::data::clicks::gen::ClickGen;
+use crate::data::clicks::source::Source;
 use crate::embed::dense::auc::{auc, logloss};
 use crate::embed::dense::gemm::Gemm;
 use crate::embed::dense::mlp::{DenseOpt, DenseOptState, Mlp, Workspace};
@@ -961,8 +961,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("log.h5");
         let spec = crate::spec::preset("tiny", 1.0).unwrap();
-        crate::clicks::log_file::write_click_log(&path, &spec, 3, 40, false, 7).unwrap();
-        let log = crate::clicks::log_file::ClickLog::open(&path).unwrap();
+        crate::data::clicks::log_file::write_click_log(&path, &spec, 3, 40, false, 7).unwrap();
+        let log = crate::data::clicks::log_file::ClickLog::open(&path).unwrap();
         let whole = log.read(0, 40).unwrap();
         let src = Source::Log {
             log,

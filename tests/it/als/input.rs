@@ -124,13 +124,13 @@ fn corrupt_csr_arrays_are_refused_with_exit_2_naming_dataset_and_entry() {
     refused(&p, 2, &["train_t/indices", "not the transpose of /train"]);
 
     let p = corrupt(d, "huge-num-rows", |p| {
-        let f = torusrec::h5::open_rw(p).unwrap();
+        let f = torusrec::io::h5::open_rw(p).unwrap();
         f.attr("num_rows").unwrap().write_scalar(&u64::MAX).unwrap();
     });
     refused(&p, 1, &["num_rows", "exceeds the 2^32 ids"]);
 
     let p = corrupt(d, "num-rows-off-by-one", |p| {
-        let f = torusrec::h5::open_rw(p).unwrap();
+        let f = torusrec::io::h5::open_rw(p).unwrap();
         let n: u64 = f.attr("num_rows").unwrap().read_scalar().unwrap();
         f.attr("num_rows").unwrap().write_scalar(&(n + 1)).unwrap();
     });

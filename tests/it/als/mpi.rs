@@ -44,7 +44,7 @@ fn train_cmd(np: usize, data: &Path, out: &Path) -> TestCommand {
 }
 
 fn tables(path: &Path) -> (Vec<f32>, Vec<f32>) {
-    let f = torusrec::h5::open(path).unwrap();
+    let f = torusrec::io::h5::open(path).unwrap();
     let w = f.dataset("W").unwrap().read_raw::<f32>().unwrap();
     let h = f.dataset("H").unwrap().read_raw::<f32>().unwrap();
     (w, h)
@@ -204,7 +204,7 @@ fn epoch_exchanged(o: &util::Output) -> f64 {
 }
 
 fn bf16_table(path: &Path, name: &str) -> Vec<f32> {
-    let f = torusrec::h5::open(path).unwrap();
+    let f = torusrec::io::h5::open(path).unwrap();
     let ds = f.dataset(name).unwrap();
     let dtype: hdf5::types::VarLenUnicode = ds.attr("dtype").unwrap().read_scalar().unwrap();
     assert_eq!(dtype.as_str(), "bf16");
@@ -439,7 +439,7 @@ fn a_signal_during_any_pass_of_prepare_stops_every_rank_with_nothing_written() {
             .expect_code(1)
             .occurs(&format!("during the {pass} pass of prepare"), 1);
         assert!(!out.exists(), "{pass}: the output exists");
-        let temp = torusrec::outfile::temp_path(&out);
+        let temp = torusrec::io::outfile::temp_path(&out);
         assert!(!temp.exists(), "{pass}: {} left", temp.display());
     }
 }

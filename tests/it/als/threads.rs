@@ -11,7 +11,7 @@ use torusrec::als::{AlsConfig, BasisKind, ExchangeKind, SolverKind};
 use torusrec::ckpt::signals::Preemption;
 use torusrec::comm::threads::run;
 use torusrec::comm::Comm;
-use torusrec::data::dataset::Dataset;
+use torusrec::data::graph::dataset::Dataset;
 use util::max_rel_diff;
 
 fn config(data: &Path) -> AlsConfig {
@@ -184,7 +184,7 @@ fn bad_configs_fail_on_every_rank_with_exit_code_2() {
     }
     // A file that is HDF5 but not a dataset.
     let bogus = dir.path().join("bogus.h5");
-    torusrec::h5::create(&bogus)
+    torusrec::io::h5::create(&bogus)
         .unwrap()
         .new_attr::<u64>()
         .create("version")

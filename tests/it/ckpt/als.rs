@@ -40,7 +40,7 @@ fn data() -> &'static Data {
     static DATA: OnceLock<Data> = OnceLock::new();
     DATA.get_or_init(|| {
         let path = util::cnr2000_k10().to_path_buf();
-        let f = torusrec::h5::open(&path).unwrap();
+        let f = torusrec::io::h5::open(&path).unwrap();
         let indptr = f
             .dataset("train/indptr")
             .unwrap()
@@ -499,7 +499,7 @@ struct Table {
 
 #[track_caller]
 fn read_table(path: &Path, name: &str) -> Table {
-    let f = torusrec::h5::open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+    let f = torusrec::io::h5::open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
     let ds = f
         .dataset(name)
         .unwrap_or_else(|e| panic!("{}: /{name}: {e}", path.display()));
@@ -560,7 +560,7 @@ fn assert_resumed_equal(run: &Output, out: &Path, reference: &Reference, what: &
 /// Flip (xor 0xff) the byte `at` bytes into the raw data of dataset `name`.
 fn flip_byte_in_dataset(path: &Path, name: &str, at: u64) {
     let (offset, size) = {
-        let f = torusrec::h5::open(path).unwrap();
+        let f = torusrec::io::h5::open(path).unwrap();
         let ds = f.dataset(name).unwrap();
         let offset = ds
             .offset()

@@ -723,7 +723,7 @@ fn every_bad_input_exits_2_with_a_message() {
     let huge_rows = {
         let p = d.join("hugerows.h5");
         std::fs::copy(&good, &p).unwrap();
-        let f = torusrec::h5::open_rw(&p).unwrap();
+        let f = torusrec::io::h5::open_rw(&p).unwrap();
         f.attr("num_rows").unwrap().write_scalar(&u64::MAX).unwrap();
         s(&p)
     };
@@ -1409,7 +1409,7 @@ fn sparse_tsv_ids_are_renumbered_and_keep_their_original_ids() {
     assert_eq!(ids_a.len(), n as usize);
     assert_eq!(ids_b, ids_a.iter().map(|&u| spread(u)).collect::<Vec<_>>());
     let source_nodes = |p: &Path| -> u64 {
-        torusrec::h5::open(p)
+        torusrec::io::h5::open(p)
             .unwrap()
             .attr("source_nodes")
             .unwrap()

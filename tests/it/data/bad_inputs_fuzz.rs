@@ -394,7 +394,7 @@ fn h5_mutation() -> impl Strategy<Value = H5Mutation> {
 
 fn set_element(path: &Path, ds: usize, at: usize, value: u64) -> Result<(), String> {
     let (name, is_u64) = ARRAYS[ds];
-    let f = torusrec::h5::open_rw(path).map_err(|e| e.to_string())?;
+    let f = torusrec::io::h5::open_rw(path).map_err(|e| e.to_string())?;
     let d = f.dataset(name).map_err(|e| e.to_string())?;
     if is_u64 {
         let mut v: Vec<u64> = d.read_raw().map_err(|e| e.to_string())?;

@@ -8,7 +8,7 @@
 use crate::util;
 
 use std::path::{Path, PathBuf};
-use torusrec::data::graph_stats::{DegreeSummary, GraphStats};
+use torusrec::data::graph::stats::{DegreeSummary, GraphStats};
 use util::{cnr2000, cnr2000_k10, h5_read, h5_write, rank_codes, serial, tempdir, TestCommand};
 
 /// 10 nodes, 22 arcs once cleaned: a duplicate (`0 1`), two self-loops (`2 2`, `6 6`:
@@ -417,7 +417,7 @@ fn bad_inputs_exit_2_naming_the_file() {
     // An HDF5 file that is not a dataset, and a file that is not HDF5.
     let other = d.path().join("other.h5");
     {
-        let f = torusrec::h5::create(&other).unwrap();
+        let f = torusrec::io::h5::create(&other).unwrap();
         f.new_dataset::<u32>().shape(3).create("x").unwrap();
     }
     run(&[&os(&other)])

@@ -9,15 +9,15 @@ use std::path::{Path, PathBuf};
 use torusrec::app::prepare::{global_run_with, PrepareConfig, Source};
 use torusrec::comm::threads::run;
 use torusrec::comm::Comm;
-use torusrec::data::dataset::{global_write_dataset, Dataset};
-use torusrec::data::graph::LocalRows;
-use torusrec::data::prepare::global_prepare;
-use torusrec::data::readers::{bv_info, read_bv, SourceInfo};
-use torusrec::data::stream::budget::StreamOpts;
-use torusrec::data::stream::global_prepare_stream;
-use torusrec::data::stream::sources::{BvRows, MemoryRows, RowSource, SyntheticRows};
-use torusrec::data::webgraph_gen::{generate_rows, HostLayout, WebGraphSpec};
-use torusrec::outfile::temp_path;
+use torusrec::data::graph::dataset::{global_write_dataset, Dataset};
+use torusrec::data::graph::prepare::global_prepare;
+use torusrec::data::graph::readers::{bv_info, read_bv, SourceInfo};
+use torusrec::data::graph::rows::LocalRows;
+use torusrec::data::graph::stream::budget::StreamOpts;
+use torusrec::data::graph::stream::global_prepare_stream;
+use torusrec::data::graph::stream::sources::{BvRows, MemoryRows, RowSource, SyntheticRows};
+use torusrec::data::graph::webgraph_gen::{generate_rows, HostLayout, WebGraphSpec};
+use torusrec::io::outfile::temp_path;
 
 fn cnr() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/cnr-2000/cnr-2000")
@@ -93,7 +93,7 @@ fn spec() -> WebGraphSpec {
 fn synthetic_rows(rank: usize, size: usize, seed: u64) -> (SourceInfo, LocalRows) {
     let spec = spec();
     let layout = HostLayout::new(&spec, seed);
-    let (lo, hi) = torusrec::data::graph::block_range(spec.nodes, size, rank);
+    let (lo, hi) = torusrec::blocks::block_range(spec.nodes, size, rank);
     let (indptr, targets) = generate_rows(&spec, &layout, seed, lo, hi);
     let rows = LocalRows {
         lo,

@@ -7,8 +7,8 @@
 use crate::util;
 
 use std::path::Path;
-use torusrec::data::dataset::Dataset;
-use torusrec::data::webgraph_copy::{cnr2000_params, CopyingParams};
+use torusrec::data::graph::dataset::Dataset;
+use torusrec::data::graph::webgraph_copy::{cnr2000_params, CopyingParams};
 use util::{tempdir, TestCommand};
 
 /// A small edge list with hosts of consecutive ids, shared links and a few far ones:
@@ -275,7 +275,7 @@ fn bad_inputs_exit_2_naming_the_file_and_write_nothing() {
 /// 66 %).
 #[test]
 fn a_graph_of_the_model_refitted_matches_its_structure() {
-    use torusrec::data::webgraph_fit::{fit, matched, simulate, MATCHED_NAMES};
+    use torusrec::data::graph::webgraph_fit::{fit, matched, simulate, MATCHED_NAMES};
     let p = cnr2000_params();
     let (nodes, arcs) = (120_000u64, 1_150_000u64);
     let g = simulate(&p, nodes, arcs, 11).unwrap();

@@ -9,11 +9,11 @@ use crate::util;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use torusrec::clicks::batch::{Bags, Batch, KeyBags};
-use torusrec::clicks::gen::ClickGen;
-use torusrec::clicks::source::Source;
 use torusrec::comm::threads::{run, ThreadComm};
 use torusrec::comm::Comm;
+use torusrec::data::clicks::batch::{Bags, Batch, KeyBags};
+use torusrec::data::clicks::gen::ClickGen;
+use torusrec::data::clicks::source::Source;
 use torusrec::embed::io::checkpoint;
 use torusrec::embed::tables::hashtab::{owner, Entry};
 use torusrec::embed::tables::keys::{

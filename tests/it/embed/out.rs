@@ -26,7 +26,7 @@ struct Model {
 }
 
 fn read_model(path: &Path) -> Model {
-    let f = torusrec::h5::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let f = torusrec::io::h5::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let n = f.group("tables").unwrap().member_names().unwrap().len();
     assert!(n > 0, "{}: no tables", path.display());
     let mut m = Model {
@@ -49,7 +49,7 @@ fn read_model(path: &Path) -> Model {
 }
 
 fn str_attr(path: &Path, name: &str) -> String {
-    let f = torusrec::h5::open(path).unwrap();
+    let f = torusrec::io::h5::open(path).unwrap();
     f.attr(name)
         .and_then(|a| a.read_scalar::<hdf5::types::VarLenUnicode>())
         .map(|s| s.as_str().to_string())
@@ -57,14 +57,14 @@ fn str_attr(path: &Path, name: &str) -> String {
 }
 
 fn u64_attr(path: &Path, name: &str) -> u64 {
-    let f = torusrec::h5::open(path).unwrap();
+    let f = torusrec::io::h5::open(path).unwrap();
     f.attr(name)
         .and_then(|a| a.read_scalar::<u64>())
         .unwrap_or_else(|e| panic!("{}: attribute {name}: {e}", path.display()))
 }
 
 fn has_attr(path: &Path, name: &str) -> bool {
-    torusrec::h5::open(path).unwrap().attr(name).is_ok()
+    torusrec::io::h5::open(path).unwrap().attr(name).is_ok()
 }
 
 #[test]

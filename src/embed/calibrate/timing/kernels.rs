@@ -28,7 +28,7 @@ fn time_median(reps: usize, mut f: impl FnMut()) -> f64 {
 fn local_ids(dist: &str, rows: u64, n: usize, seed: u64) -> Vec<u32> {
     let mut rng = SplitMix64::new(seed);
     if dist == "zipf" {
-        let z = crate::clicks::sample::Zipf::new(rows, ZIPF_S);
+        let z = crate::data::clicks::sample::Zipf::new(rows, ZIPF_S);
         (0..n)
             .map(|_| (mix64(z.sample(&mut rng) ^ seed) % rows) as u32)
             .collect()

@@ -2,9 +2,9 @@
 //! runs through the real training step on every rank, round-major over the points
 //! with the extra passes of the MLP and collective points between the rounds.
 
-use crate::clicks::gen::ClickGen;
-use crate::clicks::source::Source;
 use crate::comm::Comm;
+use crate::data::clicks::gen::ClickGen;
+use crate::data::clicks::source::Source;
 use crate::embed::calibrate::options::CalibOptions;
 use crate::embed::calibrate::points::{rows_of, PooledPoint, POOLED_PLACEMENTS, POOLED_TABLE_OPT};
 use crate::embed::calibrate::reduce::median;

@@ -23,7 +23,7 @@ use rayon::prelude::*;
 
 use super::pooled::{self, is_pooled_table};
 use crate::allocs::{reserve_with_room as reserve_total, resize_for_overwrite};
-use crate::clicks::batch::Batch;
+use crate::data::clicks::batch::Batch;
 use crate::embed::tables::row_kernels::{pool as pool_kernel, scatter, Bag, Isa};
 use crate::embed::tables::store::{input_offsets, Store};
 use crate::spec::Pooling;

@@ -22,7 +22,7 @@
 use super::traffic::{self, Traffic};
 use crate::als::shard::bounds::balance_by_nnz;
 use crate::als::ExchangeKind;
-use crate::data::webgraph_gen::{generate_degrees, HostLayout, WebGraphSpec};
+use crate::data::graph::webgraph_gen::{generate_degrees, HostLayout, WebGraphSpec};
 
 /// What every rank does in one epoch, by half (0: the row table W is solved against
 /// the column table H; 1: H against W).

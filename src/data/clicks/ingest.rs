@@ -20,7 +20,7 @@
 //!    contiguous and allocated at once ([`crate::io::positional`]), and broadcasts
 //!    their byte offsets; every rank streams its segments again and writes each block
 //!    with positional writes into its disjoint ranges; then every rank syncs, and rank 0
-//!    commits (`crate::outfile::commit`: fsync, rename, directory fsync).
+//!    commits (`crate::io::outfile::commit`: fsync, rename, directory fsync).
 //!    A segment that yields other counts than in pass 1 (a file changed meanwhile) is an
 //!    input error.
 //!
@@ -42,10 +42,10 @@ use super::hll::{Hll, HLL_REGISTERS};
 use super::log_file::{ids_name, offsets_name, SCHEMA_V2};
 use crate::comm::Comm;
 use crate::error::{Error, Result};
-use crate::h5::{ctx as h5, write_attrs, Attr};
+use crate::io::h5::{ctx as h5, write_attrs, Attr};
+use crate::io::outfile::temp_path;
 use crate::io::positional::{create_allocated, PositionalFile, NO_OFFSET};
 use crate::io::signals::check_preempted;
-use crate::outfile::temp_path;
 use crate::spec::{ModelSpec, Pooling, TableSpec, ValencyDist, VocabKind, MAX_DIM, MAX_VOCAB};
 
 /// Bad lines each rank keeps the reason of (the rest are counted).
@@ -655,7 +655,7 @@ fn table_ids(t: usize) -> usize {
 /// dataset (in the order of [`table_offsets`] / [`table_ids`]).
 fn create_layout(tmp: &Path, plan: &Plan) -> Result<Vec<u64>> {
     let (n, nd) = (plan.n as usize, plan.nd);
-    let f = h5(tmp, "create", crate::h5::create(tmp))?;
+    let f = h5(tmp, "create", crate::io::h5::create(tmp))?;
     let json = serde_json::to_string(plan.spec)
         .map_err(|e| Error::Config(format!("click log: spec to JSON: {e}")))?;
     let source = serde_json::to_string(&plan.header.source)
@@ -778,7 +778,7 @@ fn global_create_write_commit<C: Comm, S: ExampleSource>(
         comm.agree(written)?;
         drop(file);
         let committed = if me == 0 {
-            crate::outfile::commit(&tmp, plan.out)
+            crate::io::outfile::commit(&tmp, plan.out)
         } else {
             Ok(())
         };

@@ -13,7 +13,8 @@
 //!   ignored; `symmetric` adds both directions). Ids are 1-based; the graph has
 //!   `max(rows, cols)` nodes.
 
-use super::graph::{block_range, LocalRows};
+use super::rows::LocalRows;
+use crate::blocks::block_range;
 use crate::error::{Error, Result};
 use crate::io::compress::is_gz;
 use std::io::{BufRead, BufReader, Read};

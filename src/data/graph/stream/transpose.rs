@@ -152,7 +152,7 @@ fn local_scatter_columns(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::data::graph::LocalRows;
+    use crate::data::graph::rows::LocalRows;
 
     /// The bucketed scatter equals the direct one, over several row pieces.
     #[test]

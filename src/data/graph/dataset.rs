@@ -1,13 +1,12 @@
 //! The prepared-dataset HDF5 file, version 1 (docs/design.md): writing it from every
 //! rank's part, reading it back, and validating a file against the layout.
 
-use super::graph::LocalRows;
 use super::prepare::{LocalSplit, SplitMeta};
+use super::rows::LocalRows;
 use crate::comm::{prefix_offsets, Comm};
 use crate::error::{Error, Result};
-use crate::h5::{
-    check_elem_type, ctx as h5, open_h5, read_str_attr, read_u64_attr, write_attrs, Attr,
-};
+use crate::io::h5::read_range;
+use crate::io::h5::{ctx as h5, open_h5, read_str_attr, read_u64_attr, write_attrs, Attr};
 use crate::io::positional::{create_allocated, NO_OFFSET};
 use hdf5::H5Type;
 use std::path::Path;
@@ -142,7 +141,7 @@ pub(crate) fn create_layout(
     shapes: &[usize; NUM_DATASETS],
     storage: Storage,
 ) -> Result<[u64; NUM_DATASETS]> {
-    let f = h5(tmp, "create", crate::h5::create(tmp))?;
+    let f = h5(tmp, "create", crate::io::h5::create(tmp))?;
     for g in ["train", "train_t", "test", "test/fold", "test/holdout"] {
         h5(tmp, format!("group {g}"), f.create_group(g))?;
     }
@@ -203,7 +202,7 @@ fn write_part(
     off: &dyn Fn(usize) -> usize,
     num_rows: u64,
 ) -> Result<()> {
-    let f = h5(tmp, "open for writing", crate::h5::open_rw(tmp))?;
+    let f = h5(tmp, "open for writing", crate::io::h5::open_rw(tmp))?;
     // Each rank writes its indptr including its closing entry; neighbours agree on
     // the shared boundary value, so the overlap is harmless.
     write_slice(
@@ -242,41 +241,6 @@ fn write_part(
     write_slice(&f, tmp, "node_ids", s.train.lo as usize, &s.node_ids)?;
     debug_assert!(s.train.lo + s.train.num_rows() as u64 <= num_rows);
     h5(tmp, "close", f.close())
-}
-
-/// Read elements `lo..hi` of a 1-D dataset, checking its element type.
-pub fn read_range<T: H5Type>(
-    f: &hdf5::File,
-    path: &Path,
-    name: &str,
-    lo: u64,
-    hi: u64,
-) -> Result<Vec<T>> {
-    let ds = f
-        .dataset(name)
-        .map_err(|_| Error::layout(path, name, "missing"))?;
-    if ds.ndim() != 1 {
-        return Err(Error::layout(
-            path,
-            name,
-            format!("expected 1 dimension, found {}", ds.ndim()),
-        ));
-    }
-    check_elem_type::<T>(&ds, path, name)?;
-    let len = ds.size() as u64;
-    if lo > hi || hi > len {
-        return Err(Error::layout(
-            path,
-            name,
-            format!("range {lo}..{hi} outside its {len} entries"),
-        ));
-    }
-    if lo == hi {
-        return Ok(Vec::new());
-    }
-    ds.read_slice_1d::<T, _>(lo as usize..hi as usize)
-        .map(|a| a.into_raw_vec_and_offset().0)
-        .map_err(|e| Error::layout(path, name, format!("unreadable: {e}")))
 }
 
 /// A prepared dataset read whole into memory (for `inspect` and tests).
@@ -437,13 +401,6 @@ pub fn check_id_space(path: &Path, meta: &SplitMeta) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// The length of a 1-D dataset (missing: a layout error naming it).
-pub fn dataset_len(f: &hdf5::File, path: &Path, name: &str) -> Result<u64> {
-    f.dataset(name)
-        .map(|d| d.size() as u64)
-        .map_err(|_| Error::layout(path, name, "missing"))
 }
 
 /// Test rows (`rows[0]` is the previous block's last one when `has_prev`): strictly

@@ -19,8 +19,9 @@
 //! reference the streaming path (`super::stream`, used by `prepare` and
 //! `generate webgraph`) is tested against; the split helpers here serve both.
 
-use super::graph::{block_range, LocalRows};
 use super::readers::SourceInfo;
+use super::rows::LocalRows;
+use crate::blocks::block_range;
 use crate::comm::{prefix_offsets, Comm};
 use crate::error::{Error, Result};
 use crate::rng::{hash3, stream, SplitMix64};

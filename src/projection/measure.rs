@@ -12,9 +12,11 @@ use crate::als::train::trainer::Trainer;
 use crate::als::AlsConfig;
 use crate::ckpt::signals::Preemption;
 use crate::comm::{raw_gather_json, Collectives, Comm, Links};
-use crate::data::dataset::{check_indptr, dataset_len, read_range};
+use crate::data::graph::dataset::check_indptr;
 use crate::error::{Error, Result};
-use crate::h5::open_h5;
+use crate::io::h5::dataset_len;
+use crate::io::h5::open_h5;
+use crate::io::h5::read_range;
 use crate::lsq::nonneg_least_squares;
 use std::path::Path;
 use std::time::Instant;
@@ -32,7 +34,7 @@ impl TrainArcs {
     /// Rank-local: read and check the arcs once.
     pub fn local_read(path: &Path) -> Result<Self> {
         let f = open_h5(path)?;
-        let meta = crate::data::dataset::read_meta(&f, path)?;
+        let meta = crate::data::graph::dataset::read_meta(&f, path)?;
         let read_ip = |name: &str, rows: u64| -> Result<Vec<u64>> {
             let ip = read_range::<u64>(&f, path, &format!("{name}/indptr"), 0, rows + 1)?;
             let nnz = dataset_len(&f, path, &format!("{name}/indices"))?;

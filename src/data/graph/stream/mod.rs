@@ -42,14 +42,14 @@ mod passes;
 pub mod sources;
 mod transpose;
 
+use crate::blocks::block_range;
 use crate::comm::Comm;
-use crate::data::dataset::{create_layout, dataset_name, Storage, NUM_DATASETS};
-use crate::data::graph::block_range;
-use crate::data::prepare::{global_renumber, SplitMeta};
-use crate::data::readers::SourceInfo;
+use crate::data::graph::dataset::{create_layout, dataset_name, Storage, NUM_DATASETS};
+use crate::data::graph::prepare::{global_renumber, SplitMeta};
+use crate::data::graph::readers::SourceInfo;
 use crate::error::{Error, Result};
+use crate::io::outfile::temp_path;
 use crate::io::positional::{PositionalFile, NO_OFFSET};
-use crate::outfile::temp_path;
 use budget::{check_memory, StreamOpts};
 use passes::{
     global_degrees, global_filter_lengths, global_layout, local_split_write, Layout, Passes,
@@ -291,7 +291,7 @@ fn global_write_passes<C: Comm, S: RowSource>(
     comm.agree(file.sync())?;
     drop(file);
     let renamed = if me == 0 {
-        crate::outfile::commit(tmp, out)
+        crate::io::outfile::commit(tmp, out)
     } else {
         Ok(())
     };

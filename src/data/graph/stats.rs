@@ -29,7 +29,7 @@
 //! [`mutual_pairs`]. The caller (the `inspect --stats` command) does the reading and
 //! the communication.
 
-use super::graph::LocalRows;
+use super::rows::LocalRows;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

@@ -1,7 +1,7 @@
 //! Text click-log files (Criteo or another tab-separated [`Layout`]) as an
 //! [`ExampleSource`]: one day per file, each rank reading its share.
 //!
-//! - A plain file of `S` bytes is cut into `P` byte ranges (`crate::data::graph::
+//! - A plain file of `S` bytes is cut into `P` byte ranges (`crate::data::graph::rows::
 //!   block_range` of `S` over the ranks); a line belongs to the range that holds its
 //!   first byte, so a rank starts after the first `\n` at or after its range's first
 //!   byte minus one, and reads its last line to its end even past the range.
@@ -24,7 +24,7 @@ use rayon::prelude::*;
 
 use super::criteo::{describe, parse_lines, BadField, Layout};
 use super::ingest::{Block, ExampleSource};
-use crate::data::graph::block_range;
+use crate::blocks::block_range;
 use crate::error::{Error, Result};
 use crate::io::compress::is_gz;
 

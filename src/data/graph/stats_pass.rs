@@ -1,4 +1,4 @@
-//! `inspect --stats`: the collective pass that computes [`super::graph_stats`] over a
+//! `inspect --stats`: the collective pass that computes [`super::stats`] over a
 //! graph input, streamed and parallel over ranks.
 //!
 //! Every rank owns the contiguous block [`block_range`] of the rows and reads it in
@@ -54,15 +54,15 @@
 //! gives it) stops every rank. A preemption signal stops a pass at the next chunk
 //! (exit 1: nothing to save).
 
-use super::dataset::{check_fold_disjoint, check_id_space, check_rows, dataset_len, read_meta};
-use super::graph::{block_range, LocalRows};
-use super::graph_stats::{
-    add_far_in, jaccard, mutual_pairs, pair_key, profile, GraphProfile, RowStats,
-};
+use super::dataset::{check_fold_disjoint, check_id_space, check_rows, read_meta};
 use super::readers::{bv_info, read_mtx_pairs, read_tsv_pairs};
+use super::rows::LocalRows;
+use super::stats::{add_far_in, jaccard, mutual_pairs, pair_key, profile, GraphProfile, RowStats};
 use super::stream::sources::{BvRows, MemoryRows, RowSource};
+use crate::blocks::block_range;
 use crate::comm::{prefix_offsets, Comm, Received};
 use crate::error::{Error, Result};
+use crate::io::h5::dataset_len;
 use rayon::prelude::*;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -743,7 +743,7 @@ fn check_ip_range(
 impl H5Rows {
     /// Rank `rank` of `size`'s block of the dataset `path`, its offsets read and checked.
     fn open(path: &Path, rank: usize, size: usize) -> Result<Self> {
-        let f = crate::h5::open_h5(path)?;
+        let f = crate::io::h5::open_h5(path)?;
         if f.attr("format").is_err() {
             return Err(Error::input(
                 path,
@@ -775,13 +775,13 @@ impl H5Rows {
                 ));
             }
             let nnz = dataset_len(&f, path, &format!("{name}/indices"))?;
-            let ip = super::dataset::read_range::<u64>(&f, path, &ds, a, b + 1)?;
+            let ip = crate::io::h5::read_range::<u64>(&f, path, &ds, a, b + 1)?;
             check_ip_range(path, name, &ip, a, total + 1, nnz)?;
             Ok(ip)
         };
         let train_ip = range("train", nodes, lo, hi)?;
         let num_test = dataset_len(&f, path, "test/rows")?;
-        let all_tests = super::dataset::read_range::<u32>(&f, path, "test/rows", 0, num_test)?;
+        let all_tests = crate::io::h5::read_range::<u32>(&f, path, "test/rows", 0, num_test)?;
         super::dataset::check_test_rows(path, &all_tests, false, 0, nodes, |r| {
             // Only this block's rows are known here; the others' owners check theirs.
             let r = r as u64;
@@ -823,7 +823,7 @@ impl H5Rows {
         let path = &self.path;
         let read = |name: &str, ip: &[u64], first_row: u64| -> Result<(Vec<u64>, Vec<u32>)> {
             let (s, e) = (ip[0], ip[ip.len() - 1]);
-            let idx = super::dataset::read_range::<u32>(f, path, &format!("{name}/indices"), s, e)?;
+            let idx = crate::io::h5::read_range::<u32>(f, path, &format!("{name}/indices"), s, e)?;
             let local: Vec<u64> = ip.iter().map(|&x| x - s).collect();
             check_rows(path, name, first_row, &local, &idx, self.nodes)?;
             Ok((local, idx))
@@ -870,7 +870,7 @@ impl RowSource for H5Rows {
         chunk_arcs: usize,
         f: &mut dyn FnMut(LocalRows) -> Result<()>,
     ) -> Result<()> {
-        let file = crate::h5::open_h5(&self.path)?;
+        let file = crate::io::h5::open_h5(&self.path)?;
         let n = (self.hi - self.lo) as usize;
         let (mut a, mut ta) = (0usize, 0usize);
         while a < n {
@@ -896,7 +896,7 @@ impl RowSource for H5Rows {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::data::graph_stats::of_rows;
+    use crate::data::graph::stats::of_rows;
 
     #[test]
     fn fixed_point_jaccard_is_exact() {

@@ -8,9 +8,9 @@
 use super::budget::StreamOpts;
 use super::sources::RowSource;
 use crate::comm::{prefix_offsets, Comm};
-use crate::data::dataset::NUM_DATASETS;
-use crate::data::prepare::{global_select_test_rows_by, split_test_row, SplitMeta};
-use crate::data::readers::SourceInfo;
+use crate::data::graph::dataset::NUM_DATASETS;
+use crate::data::graph::prepare::{global_select_test_rows_by, split_test_row, SplitMeta};
+use crate::data::graph::readers::SourceInfo;
 use crate::error::{Error, Result};
 use crate::io::positional::PositionalFile;
 use crate::io::signals::check_preempted;

@@ -141,6 +141,48 @@ pub fn check_elem_type<T: H5Type>(ds: &hdf5::Dataset, path: &Path, name: &str) -
     Ok(())
 }
 
+/// Read elements `lo..hi` of a 1-D dataset, checking its element type.
+pub fn read_range<T: H5Type>(
+    f: &hdf5::File,
+    path: &Path,
+    name: &str,
+    lo: u64,
+    hi: u64,
+) -> Result<Vec<T>> {
+    let ds = f
+        .dataset(name)
+        .map_err(|_| Error::layout(path, name, "missing"))?;
+    if ds.ndim() != 1 {
+        return Err(Error::layout(
+            path,
+            name,
+            format!("expected 1 dimension, found {}", ds.ndim()),
+        ));
+    }
+    check_elem_type::<T>(&ds, path, name)?;
+    let len = ds.size() as u64;
+    if lo > hi || hi > len {
+        return Err(Error::layout(
+            path,
+            name,
+            format!("range {lo}..{hi} outside its {len} entries"),
+        ));
+    }
+    if lo == hi {
+        return Ok(Vec::new());
+    }
+    ds.read_slice_1d::<T, _>(lo as usize..hi as usize)
+        .map(|a| a.into_raw_vec_and_offset().0)
+        .map_err(|e| Error::layout(path, name, format!("unreadable: {e}")))
+}
+
+/// The length of a 1-D dataset (missing: a layout error naming it).
+pub fn dataset_len(f: &hdf5::File, path: &Path, name: &str) -> Result<u64> {
+    f.dataset(name)
+        .map(|d| d.size() as u64)
+        .map_err(|_| Error::layout(path, name, "missing"))
+}
+
 #[cfg(test)]
 mod tests {
     /// A process forked while a file is open inherits its descriptor; HDF5's default

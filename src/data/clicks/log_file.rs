@@ -38,6 +38,7 @@
 //! Reading a v2 log gives each table's keys in [`Batch::keys`] and empty
 //! [`Batch::bags`] (offsets all 0): the model maps keys to rows.
 
+use crate::io::h5::read_range;
 use std::path::{Path, PathBuf};
 
 use hdf5::H5Type;
@@ -45,10 +46,10 @@ use ndarray::ArrayView2;
 
 use super::batch::{Bags, Batch, KeyBags};
 use super::gen::ClickGen;
-use crate::data::dataset::read_range;
-use crate::h5::open_h5;
-use crate::h5::{check_elem_type, ctx as h5, read_str_attr, read_u64_attr, write_attrs, Attr};
-use crate::outfile::{check_output, temp_path};
+
+use crate::io::h5::open_h5;
+use crate::io::h5::{check_elem_type, ctx as h5, read_str_attr, read_u64_attr, write_attrs, Attr};
+use crate::io::outfile::{check_output, temp_path};
 use crate::spec::ModelSpec;
 use crate::{Error, Result};
 
@@ -104,7 +105,7 @@ pub fn write_click_log(
     let written = write_into(&tmp, spec, seed, n, chunk);
     let done = written.and_then(|s| {
         // Durable before it is visible (the file is closed by now).
-        crate::outfile::commit(&tmp, path)?;
+        crate::io::outfile::commit(&tmp, path)?;
         Ok(s)
     });
     match done {
@@ -128,7 +129,7 @@ fn write_into(
     n: usize,
     chunk: usize,
 ) -> Result<LogSummary> {
-    let f = h5(tmp, "create", crate::h5::create(tmp))?;
+    let f = h5(tmp, "create", crate::io::h5::create(tmp))?;
     let json = serde_json::to_string(spec)
         .map_err(|e| Error::Config(format!("click log: spec to JSON: {e}")))?;
     write_attrs(
@@ -686,7 +687,7 @@ mod tests {
 
     /// Where example `e`'s ids of table `t` start in the file.
     fn ids_start(p: &Path, t: usize, e: u64) -> u64 {
-        let f = crate::h5::open(p).unwrap();
+        let f = crate::io::h5::open(p).unwrap();
         read_range::<u64>(&f, p, &offsets_name(t), e, e + 1).unwrap()[0]
     }
 
@@ -697,7 +698,7 @@ mod tests {
         write(&p, 3, 200);
         let at = ids_start(&p, 1, 17) as usize;
         {
-            let f = crate::h5::open_rw(&p).unwrap();
+            let f = crate::io::h5::open_rw(&p).unwrap();
             let ds = f.dataset("/tables/1/ids").unwrap();
             ds.write_slice(&[50u32], at..at + 1).unwrap(); // vocab of table 1 is 50
         }
@@ -721,7 +722,7 @@ mod tests {
         write(&p, 4, 100);
         let at = ids_start(&p, 0, 80);
         {
-            let f = crate::h5::open_rw(&p).unwrap();
+            let f = crate::io::h5::open_rw(&p).unwrap();
             f.dataset("/labels")
                 .unwrap()
                 .write_slice(&[0.5f32], 42..43)
@@ -757,7 +758,7 @@ mod tests {
         write(&p, 5, 100);
         let last = ids_start(&p, 2, 100);
         {
-            let f = crate::h5::open_rw(&p).unwrap();
+            let f = crate::io::h5::open_rw(&p).unwrap();
             f.dataset("/tables/2/offsets")
                 .unwrap()
                 .write_slice(&[last - 1], 100..101)
@@ -771,7 +772,7 @@ mod tests {
 
         write_click_log(&p, &tiny(), 5, 100, true, 64).unwrap();
         {
-            let f = crate::h5::open_rw(&p).unwrap();
+            let f = crate::io::h5::open_rw(&p).unwrap();
             f.unlink("labels").unwrap();
             f.new_dataset::<f32>().shape(99).create("labels").unwrap();
         }
@@ -780,7 +781,7 @@ mod tests {
 
         write_click_log(&p, &tiny(), 5, 100, true, 64).unwrap();
         {
-            let f = crate::h5::open_rw(&p).unwrap();
+            let f = crate::io::h5::open_rw(&p).unwrap();
             f.unlink("tables/4/ids").unwrap();
         }
         let e = ClickLog::open(&p).unwrap_err().to_string();
@@ -793,7 +794,7 @@ mod tests {
         let p = dir.path().join("clicks.h5");
         write(&p, 6, 10);
         let set_str = |k: &str, v: &str| {
-            let f = crate::h5::open_rw(&p).unwrap();
+            let f = crate::io::h5::open_rw(&p).unwrap();
             f.delete_attr(k).unwrap();
             let v: VarLenUnicode = v.parse().unwrap();
             f.new_attr::<VarLenUnicode>()
@@ -829,16 +830,16 @@ mod tests {
 
         // An HDF5 file without the attribute.
         let q = dir.path().join("other.h5");
-        crate::h5::create(&q).unwrap();
+        crate::io::h5::create(&q).unwrap();
         let e = ClickLog::open(&q).unwrap_err().to_string();
         assert!(e.contains("other.h5") && e.contains("schema"), "{e}");
     }
 
     /// A keyed (v2) log of the Criteo generator: 3 days of 400 examples.
-    fn write_v2(path: &Path) -> crate::clicks::ingest::IngestReport {
-        use crate::clicks::criteo::Layout;
-        use crate::clicks::criteo_gen::{CriteoGen, GenSource};
-        use crate::clicks::ingest::{global_write_log, LogHeader};
+    fn write_v2(path: &Path) -> crate::data::clicks::ingest::IngestReport {
+        use crate::data::clicks::criteo::Layout;
+        use crate::data::clicks::criteo_gen::{CriteoGen, GenSource};
+        use crate::data::clicks::ingest::{global_write_log, LogHeader};
         let comm = crate::comm::single::SingleComm::new();
         let gen = CriteoGen::new(&tiny(), 9);
         let names: Vec<PathBuf> = (0..3).map(|d| format!("day_{d}.tsv").into()).collect();
@@ -909,7 +910,7 @@ mod tests {
         let p = dir.path().join("keyed.h5");
         write_v2(&p);
         let edit = |f: &dyn Fn(&hdf5::File)| {
-            let h = crate::h5::open_rw(&p).unwrap();
+            let h = crate::io::h5::open_rw(&p).unwrap();
             f(&h);
         };
         edit(&|f| {
@@ -942,7 +943,7 @@ mod tests {
             let p = dir.path().join(format!("k{k}.h5"));
             write_v2(&p);
             {
-                let f = crate::h5::open_rw(&p).unwrap();
+                let f = crate::io::h5::open_rw(&p).unwrap();
                 let ds = f.dataset("/day_offsets").unwrap();
                 match *what {
                     "decreasing" => ds.write_slice(&[900u64], 1..2).unwrap(),

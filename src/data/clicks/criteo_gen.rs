@@ -42,7 +42,7 @@ use super::batch::KeyBags;
 use super::criteo::{dense_value, CRITEO_CAT, CRITEO_DENSE};
 use super::ingest::{Block, ExampleSource};
 use super::sample::{logistic, Zipf};
-use crate::data::graph::block_range;
+use crate::blocks::block_range;
 use crate::error::{Error, Result};
 use crate::rng::{hash3, SplitMix64};
 use crate::spec::ModelSpec;
@@ -308,9 +308,9 @@ impl CriteoGen {
     /// multi-member file every gzip reader accepts). Written under `<path>.partial`,
     /// made durable and renamed. Returns the bytes written.
     pub fn write_day(&self, d: u64, n: u64, path: &Path, gzip: bool) -> Result<u64> {
-        let tmp = crate::outfile::temp_path(path);
+        let tmp = crate::io::outfile::temp_path(path);
         let r = self.write_day_into(d, n, &tmp, gzip).and_then(|bytes| {
-            crate::outfile::commit(&tmp, path)?;
+            crate::io::outfile::commit(&tmp, path)?;
             Ok(bytes)
         });
         if r.is_err() {
@@ -494,7 +494,7 @@ impl ExampleSource for GenSource {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clicks::criteo::{parse_lines, Layout};
+    use crate::data::clicks::criteo::{parse_lines, Layout};
     use crate::spec::preset;
 
     fn gen(seed: u64) -> CriteoGen {
@@ -612,7 +612,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(back, want);
-        assert!(!crate::outfile::temp_path(&q).exists());
+        assert!(!crate::io::outfile::temp_path(&q).exists());
     }
 
     #[test]

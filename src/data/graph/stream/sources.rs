@@ -3,10 +3,11 @@
 //! and MTX readers), a BV graph decoded again on each pass, or one of the two web
 //! graph generators run again (row `u` depends only on `(seed, u)`).
 
-use crate::data::graph::{block_range, LocalRows};
-use crate::data::readers::{bv_for_each_chunk, SourceInfo};
-use crate::data::webgraph_copy::CopyModel;
-use crate::data::webgraph_gen::{generate_degrees, generate_rows, HostLayout, WebGraphSpec};
+use crate::blocks::block_range;
+use crate::data::graph::readers::{bv_for_each_chunk, SourceInfo};
+use crate::data::graph::rows::LocalRows;
+use crate::data::graph::webgraph_copy::CopyModel;
+use crate::data::graph::webgraph_gen::{generate_degrees, generate_rows, HostLayout, WebGraphSpec};
 use crate::error::Result;
 use std::path::Path;
 
@@ -206,7 +207,7 @@ impl RowSource for SyntheticRows {
     }
 }
 
-/// The copying model's rows of one block ([`crate::data::webgraph_copy`]), regenerated on
+/// The copying model's rows of one block ([`crate::data::graph::webgraph_copy`]), regenerated on
 /// each pass. The model (its host starts and every degree) is shared by the passes.
 pub struct CopyingRows {
     model: std::sync::Arc<CopyModel>,

@@ -1,5 +1,5 @@
 //! Fitting the copying model ([`super::webgraph_copy`]) to a real graph from its
-//! statistics ([`super::graph_stats`]), never from a training result.
+//! statistics ([`super::stats`]), never from a training result.
 //!
 //! Two kinds of parameters:
 //!
@@ -43,8 +43,8 @@
 //!
 //! Everything here is pure computation over in-memory graphs (the caller reads G).
 
-use super::graph::LocalRows;
-use super::graph_stats::{profile_of_rows, GraphProfile, GraphStats, Histogram};
+use super::rows::LocalRows;
+use super::stats::{profile_of_rows, GraphProfile, GraphStats, Histogram};
 use super::webgraph_copy::{CopyModel, CopyingParams, PARAMS_VERSION};
 
 /// Rounds of the simulation fit.
