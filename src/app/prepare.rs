@@ -389,9 +389,9 @@ pub fn global_run<C: Comm>(comm: &C, cfg: &PrepareConfig) -> Result<PrepareRepor
 }
 
 /// [`global_run`] with explicit buffer sizes (tests use small ones): the source's
-/// streaming run ([`global_stream_bv`], [`global_stream_edge_list`],
-/// [`global_stream_synthetic`] or [`global_stream_copying`]), then rank 0's summary
-/// ([`print_summary`]).
+/// streaming run (`global_stream_bv`, `global_stream_edge_list`,
+/// `global_stream_synthetic` or `global_stream_copying`), then rank 0's summary
+/// (`print_summary`).
 pub fn global_run_with<C: Comm>(
     comm: &C,
     cfg: &PrepareConfig,

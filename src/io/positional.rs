@@ -138,7 +138,7 @@ impl<'a> PositionalFile<'a> {
     }
 
     /// Write the values of `data` at element `at` of dataset `ds`, staging at most
-    /// [`STAGING_BYTES`] at a time.
+    /// `STAGING_BYTES` (16 MB) at a time.
     pub fn put_iter<T: Raw>(
         &self,
         ds: usize,

@@ -436,8 +436,8 @@ impl ClickLog {
     /// table's vocabulary, labels 0 or 1, dense values finite. Errors name the
     /// dataset and the example. Offsets of the batch start at 0. A keyed (v2) log
     /// gives every table's keys in `keys[t]` (any value) and an empty `bags[t]`
-    /// (`n + 1` zero offsets). Read in turn: [`Self::read_dense`],
-    /// [`Self::read_labels`] and each table's [`Self::read_table`].
+    /// (`n + 1` zero offsets). Read in turn: `Self::read_dense`,
+    /// `Self::read_labels` and each table's `Self::read_table`.
     pub fn read(&self, first: u64, n: usize) -> Result<Batch> {
         let path = self.path.as_path();
         let hi = first

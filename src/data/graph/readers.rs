@@ -362,8 +362,8 @@ pub fn read_mtx(path: &Path, rank: usize, size: usize) -> Result<(SourceInfo, Lo
     Ok(read_mtx_pairs(path)?.into_block(rank, size))
 }
 
-/// Read a Matrix Market coordinate file whole: the banner ([`mtx_banner`]), the
-/// size line ([`mtx_size`]), then the entries ([`mtx_entry`]), each checked.
+/// Read a Matrix Market coordinate file whole: the banner (`mtx_banner`), the
+/// size line (`mtx_size`), then the entries (`mtx_entry`), each checked.
 pub fn read_mtx_pairs(path: &Path) -> Result<EdgeList> {
     let perr = |line: u64, msg: String| mtx_error(path, line, msg);
     let mut symmetric = false;

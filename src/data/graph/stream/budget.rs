@@ -24,10 +24,11 @@ impl Default for StreamOpts {
     }
 }
 
-/// Bytes one rank of [`global_prepare_stream`](super::global_prepare_stream) holds for a graph of `nodes` nodes of
-/// which it owns `block_rows`: the arrays by node (in-degrees when `min_links > 0`,
-/// the renumbering, the kept mask, the column counts), the arrays by owned row, and
-/// the chunk and transpose buffers of `opts`. Pure arithmetic, no overflow.
+/// Bytes one rank of [`global_prepare_stream`](super::global_prepare_stream) holds
+/// for a graph of `nodes` nodes of which it owns `block_rows`: the arrays by node
+/// (in-degrees when `min_links > 0`, the renumbering, the kept mask, the column
+/// counts), the arrays by owned row, and the chunk and transpose buffers of `opts`.
+/// Pure arithmetic, no overflow.
 pub fn estimate_bytes(nodes: u64, block_rows: u64, min_links: u64, opts: &StreamOpts) -> u64 {
     let per_node = if min_links > 0 { 8 } else { 0 } + 4 + 1 + 8;
     let per_row = 4 + 4 + 8 + 1 + 1 + 8;

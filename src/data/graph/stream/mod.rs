@@ -99,10 +99,10 @@ pub struct IdMap {
 
 /// [`global_prepare_stream`] of a renumbered source: `ids` (when given) maps its
 /// nodes back to the input's ids for `/node_ids` and `source_nodes`. The passes of
-/// the module doc: [`global_degrees`] and the renumbering ([`global_keep`]),
+/// the module doc: [`global_degrees`] and the renumbering (`global_keep`),
 /// [`global_filter_lengths`], the output's layout ([`global_layout`]), then
 /// [`local_split_write`] and [`local_transpose`] into the created file
-/// ([`global_write_passes`]), each pass ending in an agreement of every rank.
+/// (`global_write_passes`), each pass ending in an agreement of every rank.
 #[allow(clippy::too_many_arguments)]
 pub fn global_prepare_stream_mapped<C: Comm, S: RowSource>(
     comm: &C,
