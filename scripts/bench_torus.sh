@@ -209,7 +209,7 @@ fi
 {
   echo "## Projected: embedding presets on TPU v4 (2048 examples per chip, row-wise Adagrad)"
   echo
-  echo "Projected, not measured: the planner's placement at each chip count (\`plan_auto\` with the chip's memory per rank and a cost model of the chip on that torus, \`project::embed::cost_model\`; the \`plan\` lines give its kinds and output modes), the expected bytes of its lookups, backward and dense all-reduce from the batch statistics (measured from the click generator), routed by the torus algorithms at 45 GB/s per link and 1 us per message; compute: the MLP at the chip's peak plus the table rows touched at its memory bandwidth (src/project/embed.rs)."
+  echo "Projected, not measured: the planner's placement at each chip count (\`plan_auto\` with the chip's memory per rank and a cost model of the chip on that torus, \`project::embed::cost_model\`; the \`plan\` lines give its kinds and output modes), the expected bytes of its lookups, backward and dense all-reduce from the batch statistics (measured from the click generator), routed by the torus algorithms at 45 GB/s per link and 1 us per message; compute: the MLP at the chip's peak plus the table rows touched at its memory bandwidth (src/projection/embed.rs)."
   echo
 } >> "$table"
 for spec in "torchrec-peer 2x2x1,2x2x2,2x2x4,2x4x4,4x4x4,4x4x8,4x8x8,8x8x8" "dlrm-synthetic 2x2x4,4x4x4,4x4x8,8x8x8"; do

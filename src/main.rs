@@ -61,7 +61,7 @@ fn keep_freed_memory(command: &torusrec::cli::Command) {
 const ALS_MMAP_THRESHOLD: i32 = 4 << 20;
 
 fn real_main() -> i32 {
-    torusrec::blas_single_thread();
+    torusrec::cpu::blas_single_thread();
     // First of all, so that a preemption signal during start-up only sets the flag.
     let preempt = match torusrec::ckpt::signals::Preemption::install() {
         Ok(p) => p,

@@ -15,6 +15,21 @@ pub fn signalled() -> bool {
     INSTALLED.get().is_some_and(|f| f.load(Ordering::SeqCst))
 }
 
+/// The preemption check of a pass that saves nothing to resume (a prepare, an
+/// ingestion, a statistics run): a signal, or the test hook `TORUSREC_PREEMPT_IN`
+/// naming the pass, stops it with [`crate::Error::Interrupted`] (exit 1).
+///
+/// `Err(crate::Error::Interrupted(message()))` when a preemption signal arrived or
+/// `TORUSREC_PREEMPT_IN` names `phase`; checked per chunk, so every rank then meets
+/// the others at the pass's agreement. The caller words the message (its job and
+/// what is left behind).
+pub fn check_preempted(phase: &str, message: impl FnOnce() -> String) -> crate::Result<()> {
+    if signalled() || crate::faults::preempt_in(phase) {
+        return Err(crate::Error::Interrupted(message()));
+    }
+    Ok(())
+}
+
 /// Set when SIGTERM, SIGUSR1 or SIGINT arrives.
 #[derive(Clone, Default)]
 pub struct Preemption {

@@ -345,7 +345,7 @@ pub fn local_gemm_peak(threads: usize) -> f64 {
     let a = Array2::<f32>::from_elem((n, n), 0.5);
     let b = Array2::<f32>::from_elem((n, n), 0.25);
     let mut c = Array2::<f32>::zeros((n, n));
-    crate::blas_single_thread();
+    crate::cpu::blas_single_thread();
     let mut best = f64::INFINITY;
     for _ in 0..5 {
         let t = Instant::now();

@@ -374,7 +374,7 @@ impl FoldPlan {
             indptr: &self.fold_indptr,
             indices: &self.fold_pos,
         };
-        crate::blas_single_thread();
+        crate::cpu::blas_single_thread();
         let solved = cholesky_solve(&mut x, view, &h_fold, d, gram_h, params)
             .map_err(|e| Error::Comm(format!("fold-in: {e}")));
         times.solve_cpu = process_cpu_seconds() - cpu0;
@@ -750,7 +750,7 @@ pub fn global_evaluate_all_ref<C: Comm>(
     let all_fold = comm.all_gather_v(&s.fold.indices)?.data;
     let all_fold_indptr = prefix_offsets(&all_lens.iter().map(|&l| l as usize).collect::<Vec<_>>());
     let col_lo = s.col_bounds[comm.rank()];
-    crate::blas_single_thread();
+    crate::cpu::blas_single_thread();
     let fetched = plan.global_fetch(comm, h_local, d)?;
     let h_fold = fetched.as_deref().unwrap_or(h_local);
     let t_local = s.fold.indptr.len() - 1;

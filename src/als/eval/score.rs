@@ -152,9 +152,9 @@ impl Scorer {
     /// The AVX-512 kernel where the CPU has AVX-512F (with fused multiply-adds when
     /// OpenBLAS's sgemm uses them), else OpenBLAS.
     pub fn auto() -> Scorer {
-        if !crate::embed::dense::gemm::avx512() {
+        if !crate::cpu::avx512f() {
             Scorer::Blas
-        } else if crate::openblas_sgemm_fma() {
+        } else if crate::cpu::openblas_sgemm_fma() {
             Scorer::Avx512Fma
         } else {
             Scorer::Avx512
@@ -232,7 +232,7 @@ pub fn local_score_topk_with<T: TableElem>(
         Scorer::Blas => score_blas(rows, h, col_lo, d, k, row_block, col_block, &mut out),
         Scorer::Avx512 | Scorer::Avx512Fma => {
             assert!(
-                crate::embed::dense::gemm::avx512(),
+                crate::cpu::avx512f(),
                 "the AVX-512 scorer on a CPU without AVX-512F"
             );
             let fma = scorer == Scorer::Avx512Fma;
@@ -257,7 +257,7 @@ fn score_blas<T: TableElem>(
 ) {
     let n_local = h.len() / d;
     // Scoring calls BLAS from rayon threads: keep BLAS itself single-threaded.
-    crate::blas_single_thread();
+    crate::cpu::blas_single_thread();
     let h32 = as_f32(h);
     out.par_chunks_mut(row_block * k)
         .enumerate()

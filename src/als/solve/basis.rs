@@ -33,7 +33,7 @@ pub fn eigenbasis(g: &[f64], d: usize) -> Result<(Vec<f64>, Vec<f64>), String> {
     if let Some(x) = g.iter().find(|x| !x.is_finite()) {
         return Err(format!("the Gramian holds {x}"));
     }
-    crate::blas_single_thread();
+    crate::cpu::blas_single_thread();
     let n = c_int::try_from(d).map_err(|_| format!("d = {d} is too large for LAPACK"))?;
     let (jobz, uplo) = (b'V' as c_char, b'L' as c_char);
     // `g` is symmetric, so its row-major array is also its column-major one.

@@ -22,7 +22,7 @@ pub(super) const GRAM_WAVE: usize = 16;
 /// 1e-6 relative in practice, at half the cost of an f64 product. Panics if
 /// `table.len()` is not a multiple of `d`.
 pub fn gramian<T: TableElem>(table: &[T], d: usize) -> Vec<f64> {
-    crate::blas_single_thread();
+    crate::cpu::blas_single_thread();
     if d == 0 {
         assert!(table.is_empty(), "gramian: d = 0 with a non-empty table");
         return Vec::new();
@@ -97,7 +97,7 @@ fn block_gramian<T: TableElem>(
 
 /// The upper triangle of `g = B^T B` for `nb` rows `B` by OpenBLAS `ssyrk` (symmetric
 /// rank-k update: half the flops of a general product; OpenBLAS is kept single-threaded
-/// by crate::blas_single_thread, so the result is deterministic).
+/// by crate::cpu::blas_single_thread, so the result is deterministic).
 fn ssyrk_upper(rows: &[f32], nb: usize, d: usize, g32: &mut [f32]) {
     let (n, k) = (d as c_int, nb as c_int);
     // SAFETY: `rows` holds nb x d row-major f32 (lda = d) and `g32` d x d (ldc = d), as

@@ -40,12 +40,12 @@ use std::time::Instant;
 use super::batch::{Bags, KeyBags};
 use super::hll::{Hll, HLL_REGISTERS};
 use super::log_file::{ids_name, offsets_name, SCHEMA_V2};
+use crate::ckpt::signals::check_preempted;
 use crate::comm::Comm;
 use crate::error::{Error, Result};
 use crate::io::h5::{ctx as h5, write_attrs, Attr};
 use crate::io::outfile::temp_path;
 use crate::io::positional::{create_allocated, PositionalFile, NO_OFFSET};
-use crate::io::signals::check_preempted;
 use crate::spec::{ModelSpec, Pooling, TableSpec, ValencyDist, VocabKind, MAX_DIM, MAX_VOCAB};
 
 /// Bad lines each rank keeps the reason of (the rest are counted).

@@ -234,7 +234,7 @@ pub fn global_graph_profile_with<C: Comm>(
 /// statistics save nothing, so the run ends with exit 1. Checked per chunk; every
 /// rank then meets the others at the pass's agreement.
 fn check_signal() -> Result<()> {
-    crate::io::signals::check_preempted("stats", || {
+    crate::ckpt::signals::check_preempted("stats", || {
         "signal received during inspect --stats; statistics save nothing to resume (exit 1)".into()
     })
 }

@@ -31,7 +31,7 @@ pub enum Gemm {
 impl Gemm {
     /// The AVX-512 kernel where the CPU has AVX-512F, else OpenBLAS.
     pub fn auto() -> Gemm {
-        if avx512() {
+        if crate::cpu::avx512f() {
             Gemm::Avx512
         } else {
             Gemm::Blas
@@ -43,7 +43,7 @@ impl Gemm {
     /// # Errors
     /// [`Error::Config`] for [`Gemm::Avx512`] on a CPU without AVX-512F.
     pub fn available(self) -> Result<Gemm> {
-        if self == Gemm::Avx512 && !avx512() {
+        if self == Gemm::Avx512 && !crate::cpu::avx512f() {
             return Err(Error::Config(
                 "this CPU has no AVX-512F, which the AVX-512 GEMM kernel needs".into(),
             ));
@@ -184,7 +184,10 @@ pub fn gemm_avx512(
         a.in_bounds() && b.in_bounds(),
         "gemm: a view outside its slice"
     );
-    assert!(avx512(), "gemm_avx512 on a CPU without AVX-512F");
+    assert!(
+        crate::cpu::avx512f(),
+        "gemm_avx512 on a CPU without AVX-512F"
+    );
     if m == 0 || n == 0 {
         return;
     }
@@ -306,18 +309,6 @@ fn interleave<const W: usize>(lines: &[&[f32]], kc: usize, out: &mut [f32]) {
             // SAFETY: every line in `src` has exactly `kc` values and `p < kc`.
             *o = unsafe { *s.get_unchecked(p) };
         }
-    }
-}
-
-/// Whether this CPU runs the AVX-512 kernel.
-pub fn avx512() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
     }
 }
 
@@ -461,7 +452,7 @@ mod tests {
 
     #[test]
     fn avx512_kernel_matches_reference_across_shapes_and_layouts() {
-        if !avx512() {
+        if !crate::cpu::avx512f() {
             eprintln!("no AVX-512F on this CPU: the kernel cannot run here");
             return;
         }
@@ -532,7 +523,7 @@ mod tests {
         let bd = MatRef::row_major(&dense, k, n);
         let (want, scale) = reference(MatRef::row_major(&av, m, k), bd, &vec![0.0; m * n]);
         let mut packs = Packs::default();
-        let kernels = if avx512() {
+        let kernels = if crate::cpu::avx512f() {
             vec![Gemm::Blas, Gemm::Avx512]
         } else {
             vec![Gemm::Blas]

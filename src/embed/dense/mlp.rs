@@ -12,7 +12,7 @@
 //!
 //! Matrix products go through [`super::gemm::matmul`]: this crate's AVX-512 kernel where
 //! the CPU has it ([`Gemm::auto`], or as set by [`Mlp::set_gemm`]), else OpenBLAS's
-//! `cblas_sgemm`, which callers keep single-threaded ([`crate::blas_single_thread`]) so
+//! `cblas_sgemm`, which callers keep single-threaded ([`crate::cpu::blas_single_thread`]) so
 //! it does not fight the ranks for cores. No I/O, no communication here.
 
 use ndarray::ArrayView2;

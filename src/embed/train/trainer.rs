@@ -392,7 +392,7 @@ impl EmbedTrainer {
     /// This rank's part of a fresh model.
     pub fn new(cfg: EmbedConfig, source: Source, plan: &Plan, rank: usize) -> Result<Self> {
         // One BLAS thread: the MLP's bits must not depend on OpenBLAS's threading.
-        crate::blas_single_thread();
+        crate::cpu::blas_single_thread();
         if cfg.pipeline && !crate::embed::tables::keys::hash_tables(&cfg.spec).is_empty() {
             // The next step's keys would be admitted and evicted (and counted)
             // before this step's gradients are applied and before a checkpoint.

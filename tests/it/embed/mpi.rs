@@ -52,7 +52,7 @@ fn every_placement_runs_and_dedup_does_not_change_the_bits() {
 /// Whether OpenBLAS runs its AVX-512 kernels in this process (and so in the ranks it
 /// launches, which inherit `OPENBLAS_CORETYPE` and the CPU).
 fn openblas_is_avx512() -> bool {
-    let core = torusrec::openblas_core().to_ascii_lowercase();
+    let core = torusrec::cpu::openblas_core().to_ascii_lowercase();
     ["skylakex", "cooperlake", "sapphirerapids"]
         .iter()
         .any(|c| core.contains(c))
@@ -101,7 +101,7 @@ fn the_dense_gemm_option_picks_the_kernel_each_reproducible() {
                 avx.final_checksum(),
                 blas.final_checksum(),
                 "the kernels round alike on OpenBLAS core {}?",
-                torusrec::openblas_core()
+                torusrec::cpu::openblas_core()
             );
         }
         assert!(

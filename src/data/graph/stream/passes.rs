@@ -7,13 +7,13 @@
 
 use super::budget::StreamOpts;
 use super::sources::RowSource;
+use crate::ckpt::signals::check_preempted;
 use crate::comm::{prefix_offsets, Comm};
 use crate::data::graph::dataset::NUM_DATASETS;
 use crate::data::graph::prepare::{global_select_test_rows_by, split_test_row, SplitMeta};
 use crate::data::graph::readers::SourceInfo;
 use crate::error::{Error, Result};
 use crate::io::positional::PositionalFile;
-use crate::io::signals::check_preempted;
 use rayon::prelude::*;
 use std::time::Instant;
 
