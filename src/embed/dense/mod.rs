@@ -1,6 +1,9 @@
-//! The dense part of the click model: the MLP ([`mlp`]), its matrix products
-//! ([`gemm`]), and the quality measures of its output ([`auc`]). No communication here.
+//! The dense part of the click model: the MLP ([`mlp`]), DLRM's pairwise dot interaction
+//! ([`interaction`]), DCN-v2's cross layers ([`cross`]), their matrix products ([`gemm`]),
+//! and the quality measures of the output ([`auc`]). No communication here.
 
 pub mod auc;
+
 pub mod gemm;
+pub mod interaction;
 pub mod mlp;
