@@ -3,7 +3,7 @@
 //! and the quality measures of the output ([`auc`]). No communication here.
 
 pub mod auc;
-
+pub mod cross;
 pub mod gemm;
 pub mod interaction;
 pub mod mlp;
