@@ -621,6 +621,69 @@ mod tests {
     }
 
     #[test]
+    fn fast_gradient_matches_finite_differences() {
+        // The f32 gradients against central differences of the f64 loss sum(out * r).
+        for rank in [None, Some(3)] {
+            let arch = CrossArch::new(12, 2, rank).unwrap();
+            let n = 4;
+            let p = random_params(&arch, 41);
+            let x0 = normals(42, n * 12);
+            let r = normals(43, n * 12);
+            let c = Cross::from_params(arch, p.clone()).unwrap();
+            let (_, grad, dx0) = run(&c, &x0, &r, &mut CrossWorkspace::new());
+            let r64 = to_f64(&r);
+            let loss = |p: &[f64], x0: &[f64]| {
+                let (out, _, _) = cross_ref(&arch, p, x0, &r64);
+                out.iter().zip(&r64).map(|(o, r)| o * r).sum::<f64>()
+            };
+            let (p64, x64) = (to_f64(&p), to_f64(&x0));
+            let h = 1e-5;
+            let fd_p: Vec<f64> = (0..p.len())
+                .map(|i| {
+                    let (mut pp, mut pm) = (p64.clone(), p64.clone());
+                    pp[i] += h;
+                    pm[i] -= h;
+                    (loss(&pp, &x64) - loss(&pm, &x64)) / (2.0 * h)
+                })
+                .collect();
+            let fd_x: Vec<f64> = (0..x0.len())
+                .map(|i| {
+                    let (mut xp, mut xm) = (x64.clone(), x64.clone());
+                    xp[i] += h;
+                    xm[i] -= h;
+                    (loss(&p64, &xp) - loss(&p64, &xm)) / (2.0 * h)
+                })
+                .collect();
+            // f32 rounding through two layers, relative to the largest gradient.
+            assert!(max_rel_diff(&grad, &fd_p) < 1e-5, "{rank:?}: grad");
+            assert!(max_rel_diff(&dx0, &fd_x) < 1e-5, "{rank:?}: dx0");
+        }
+    }
+
+    #[test]
+    fn gradients_accumulate_over_micro_batches() {
+        let arch = CrossArch::new(24, 3, Some(4)).unwrap();
+        let c = Cross::from_params(arch, random_params(&arch, 51)).unwrap();
+        let n = 50;
+        let x0 = normals(52, n * 24);
+        let g = normals(53, n * 24);
+        let mut ws = CrossWorkspace::new();
+        let (out_all, grad_all, dx_all) = run(&c, &x0, &g, &mut ws);
+        let mut grad = vec![0.0f32; c.n_params()];
+        let (mut out, mut dx) = (Vec::new(), Vec::new());
+        for (lo, hi) in [(0, 20), (20, 20), (20, n)] {
+            let (x, gp) = (&x0[lo * 24..hi * 24], &g[lo * 24..hi * 24]);
+            out.extend_from_slice(c.forward(x, &mut ws));
+            let mut part = vec![0.0f32; x.len()];
+            c.backward(x, gp, &mut grad, &mut part, &mut ws);
+            dx.extend(part);
+        }
+        assert!(max_rel_diff(&out, &to_f64(&out_all)) < 1e-6);
+        assert!(max_rel_diff(&grad, &to_f64(&grad_all)) < 1e-5);
+        assert!(max_rel_diff(&dx, &to_f64(&dx_all)) < 1e-6);
+    }
+
+    #[test]
     fn fast_matches_reference_across_sizes() {
         let mut ws = CrossWorkspace::new();
         let kernels = [Gemm::Blas, Gemm::auto()];

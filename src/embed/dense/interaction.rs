@@ -541,6 +541,68 @@ mod tests {
     }
 
     #[test]
+    fn fast_gradient_matches_finite_differences() {
+        // The f32 gradients against central differences of the f64 loss sum(out * r).
+        let (d, f, n) = (20, 3, 3);
+        let it = Interaction::new(d, f).unwrap();
+        let b = normals(21, n * d);
+        let e = normals(22, n * f * d);
+        let r = normals(23, n * it.out_width());
+        let (_, db, de) = run(&it, &b, &e, &r);
+        let r64 = to_f64(&r);
+        let loss = |b: &[f64], e: &[f64]| {
+            let (out, _, _) = interaction_ref(d, f, b, e, &r64);
+            out.iter().zip(&r64).map(|(o, r)| o * r).sum::<f64>()
+        };
+        let (b64, e64) = (to_f64(&b), to_f64(&e));
+        let h = 1e-4;
+        let fd = |which: usize, i: usize| {
+            let (mut bp, mut bm, mut ep, mut em) =
+                (b64.clone(), b64.clone(), e64.clone(), e64.clone());
+            if which == 0 {
+                bp[i] += h;
+                bm[i] -= h;
+            } else {
+                ep[i] += h;
+                em[i] -= h;
+            }
+            (loss(&bp, &ep) - loss(&bm, &em)) / (2.0 * h)
+        };
+        let fd_b: Vec<f64> = (0..b.len()).map(|i| fd(0, i)).collect();
+        let fd_e: Vec<f64> = (0..e.len()).map(|i| fd(1, i)).collect();
+        // f32 rounding of sums of about 2 F + 1 terms.
+        assert!(max_rel_diff(&db, &fd_b) < 1e-5, "d bottom");
+        assert!(max_rel_diff(&de, &fd_e) < 1e-5, "d pooled");
+    }
+
+    #[test]
+    fn split_batches_give_the_same_bits() {
+        // Each example is computed alone: a batch cut anywhere gives the same rows.
+        let (d, f, n) = (24, 4, 75);
+        let it = Interaction::new(d, f).unwrap();
+        let w = it.out_width();
+        let b = normals(31, n * d);
+        let e = normals(32, n * f * d);
+        let g = normals(33, n * w);
+        let whole = run(&it, &b, &e, &g);
+        let (mut out, mut db, mut de) = (Vec::new(), Vec::new(), Vec::new());
+        for (lo, hi) in [(0, 5), (5, 5), (5, 40), (40, n)] {
+            let part = run(
+                &it,
+                &b[lo * d..hi * d],
+                &e[lo * f * d..hi * f * d],
+                &g[lo * w..hi * w],
+            );
+            out.extend(part.0);
+            db.extend(part.1);
+            de.extend(part.2);
+        }
+        assert_eq!(bits(&out), bits(&whole.0));
+        assert_eq!(bits(&db), bits(&whole.1));
+        assert_eq!(bits(&de), bits(&whole.2));
+    }
+
+    #[test]
     fn fast_matches_reference_across_sizes() {
         // D around the 16 lanes, F from 1; batches across the parallel block of 32.
         for (k, &(d, f)) in [(1, 1), (3, 2), (16, 4), (17, 5), (40, 1), (128, 7)]
