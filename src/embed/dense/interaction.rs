@@ -21,8 +21,10 @@
 //! ([`Interaction::pairs`] lists this module's order).
 //!
 //! Shapes, all row-major over a batch of `n` examples: the bottom output `n x D`; the
-//! pooled embeddings `n x (F D)`, table `f` in columns `f D .. (f + 1) D` (the layout of
-//! the pooled outputs the exchange returns); the output and its gradient `n x (D + P)`.
+//! pooled embeddings `n x (F D)`, table `f` in columns `f D .. (f + 1) D`; the output and
+//! its gradient `n x (D + P)`. The `*_rows` forms read and write the pooled embeddings as
+//! the first `F D` columns of wider rows: today's MLP input (`n x (F D + n_dense)`, the
+//! tables' columns first, `exchange::pool`) and its gradient serve in place.
 //! The backward pass gives `d v_0 = d out[..D] + sum_j g_{0j} v_j` and
 //! `d v_k = sum_j g_{kj} v_j` (`g_{ij} = g_{ji}` the gradient of pair `{i, j}`).
 //!
@@ -150,14 +152,19 @@ impl Interaction {
     }
 
     /// Examples in a batch with this bottom output, checking every length.
-    fn batch(&self, bottom: &[f32], pooled: &[f32], what: &str) -> usize {
+    fn batch(&self, bottom: &[f32], pooled: &[f32], stride: usize, what: &str) -> usize {
         let (d, f) = (self.dim, self.n_sparse);
         assert_eq!(bottom.len() % d, 0, "{what}: bottom is not n x {d}");
         let n = bottom.len() / d;
+        assert!(
+            stride >= f * d,
+            "{what}: pooled rows of {stride} < F D = {}",
+            f * d
+        );
         assert_eq!(
-            pooled.len(),
-            n * f * d,
-            "{what}: pooled is not {n} x {f} x {d}"
+            Some(pooled.len()),
+            n.checked_mul(stride),
+            "{what}: pooled is not {n} rows of {stride}"
         );
         n
     }
@@ -168,7 +175,16 @@ impl Interaction {
     /// # Panics
     /// If the lengths do not describe one batch.
     pub fn forward(&self, bottom: &[f32], pooled: &[f32], out: &mut [f32]) {
-        let n = self.batch(bottom, pooled, "interaction forward");
+        self.forward_rows(bottom, pooled, self.n_sparse * self.dim, out);
+    }
+
+    /// [`Self::forward`] with the pooled embeddings in the first `F D` columns of the rows
+    /// of `pooled` (`n x stride`, `stride >= F D`; the other columns are not read).
+    ///
+    /// # Panics
+    /// If the lengths do not describe one batch, or `stride < F D`.
+    pub fn forward_rows(&self, bottom: &[f32], pooled: &[f32], stride: usize, out: &mut [f32]) {
+        let n = self.batch(bottom, pooled, stride, "interaction forward");
         let (d, w) = (self.dim, self.out_width());
         let fd = self.n_sparse * d;
         assert_eq!(
@@ -179,16 +195,17 @@ impl Interaction {
         if n == 0 {
             return;
         }
-        out.par_chunks_mut(BLOCK * w)
-            .zip(bottom.par_chunks(BLOCK * d))
-            .zip(pooled.par_chunks(BLOCK * fd))
+        let blk = BLOCK.min(n);
+        out.par_chunks_mut(blk * w)
+            .zip(bottom.par_chunks(blk * d))
+            .zip(pooled.par_chunks(blk * stride))
             .for_each(|((out, bottom), pooled)| {
                 for ((o, b), e) in out
                     .chunks_exact_mut(w)
                     .zip(bottom.chunks_exact(d))
-                    .zip(pooled.chunks_exact(fd))
+                    .zip(pooled.chunks_exact(stride))
                 {
-                    self.forward_one(b, e, o);
+                    self.forward_one(b, &e[..fd], o);
                 }
             });
     }
@@ -217,7 +234,26 @@ impl Interaction {
         d_bottom: &mut [f32],
         d_pooled: &mut [f32],
     ) {
-        let n = self.batch(bottom, pooled, "interaction backward");
+        let stride = self.n_sparse * self.dim;
+        self.backward_rows(bottom, pooled, stride, d_out, d_bottom, d_pooled);
+    }
+
+    /// [`Self::backward`] with the pooled embeddings and their gradients in the first
+    /// `F D` columns of rows of `stride` values (`pooled`, `d_pooled`: `n x stride`); the
+    /// other columns of `d_pooled` are left as they are.
+    ///
+    /// # Panics
+    /// If the lengths do not describe one batch, or `stride < F D`.
+    pub fn backward_rows(
+        &self,
+        bottom: &[f32],
+        pooled: &[f32],
+        stride: usize,
+        d_out: &[f32],
+        d_bottom: &mut [f32],
+        d_pooled: &mut [f32],
+    ) {
+        let n = self.batch(bottom, pooled, stride, "interaction backward");
         let (d, w) = (self.dim, self.out_width());
         let fd = self.n_sparse * d;
         assert_eq!(
@@ -232,27 +268,28 @@ impl Interaction {
         );
         assert_eq!(
             d_pooled.len(),
-            n * fd,
+            n * stride,
             "interaction backward: d_pooled length"
         );
         if n == 0 {
             return;
         }
+        let blk = BLOCK.min(n);
         d_bottom
-            .par_chunks_mut(BLOCK * d)
-            .zip(d_pooled.par_chunks_mut(BLOCK * fd))
-            .zip(d_out.par_chunks(BLOCK * w))
-            .zip(bottom.par_chunks(BLOCK * d))
-            .zip(pooled.par_chunks(BLOCK * fd))
+            .par_chunks_mut(blk * d)
+            .zip(d_pooled.par_chunks_mut(blk * stride))
+            .zip(d_out.par_chunks(blk * w))
+            .zip(bottom.par_chunks(blk * d))
+            .zip(pooled.par_chunks(blk * stride))
             .for_each(|((((db, de), g), b), e)| {
                 for ((((db, de), g), b), e) in db
                     .chunks_exact_mut(d)
-                    .zip(de.chunks_exact_mut(fd))
+                    .zip(de.chunks_exact_mut(stride))
                     .zip(g.chunks_exact(w))
                     .zip(b.chunks_exact(d))
-                    .zip(e.chunks_exact(fd))
+                    .zip(e.chunks_exact(stride))
                 {
-                    self.backward_one(b, e, g, db, de);
+                    self.backward_one(b, &e[..fd], g, db, &mut de[..fd]);
                 }
             });
     }
@@ -573,6 +610,38 @@ mod tests {
         // f32 rounding of sums of about 2 F + 1 terms.
         assert!(max_rel_diff(&db, &fd_b) < 1e-5, "d bottom");
         assert!(max_rel_diff(&de, &fd_e) < 1e-5, "d pooled");
+    }
+
+    #[test]
+    fn wider_rows_match_contiguous_and_keep_their_other_columns() {
+        // Pooled embeddings in the first F D columns of rows of F D + 5 (as in the MLP
+        // input, the dense features after the tables).
+        let (d, f, n, extra) = (8, 3, 40, 5);
+        let it = Interaction::new(d, f).unwrap();
+        let (fd, stride) = (f * d, f * d + extra);
+        let b = normals(61, n * d);
+        let wide = normals(62, n * stride);
+        let g = normals(63, n * it.out_width());
+        let pooled: Vec<f32> = wide
+            .chunks_exact(stride)
+            .flat_map(|r| r[..fd].to_vec())
+            .collect();
+        let (out, db, de) = run(&it, &b, &pooled, &g);
+
+        let mut out_w = vec![f32::NAN; out.len()];
+        it.forward_rows(&b, &wide, stride, &mut out_w);
+        let mut db_w = vec![f32::NAN; db.len()];
+        let mut de_w = vec![7.0f32; n * stride];
+        it.backward_rows(&b, &wide, stride, &g, &mut db_w, &mut de_w);
+        assert_eq!(bits(&out_w), bits(&out));
+        assert_eq!(bits(&db_w), bits(&db));
+        for (e, row) in de_w.chunks_exact(stride).enumerate() {
+            assert_eq!(bits(&row[..fd]), bits(&de[e * fd..(e + 1) * fd]), "row {e}");
+            assert!(
+                row[fd..].iter().all(|&v| v == 7.0),
+                "row {e}: other columns"
+            );
+        }
     }
 
     #[test]
