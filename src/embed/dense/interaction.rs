@@ -111,12 +111,7 @@ impl Interaction {
             .and_then(|v| v.checked_mul(n_sparse))
             .map(|v| v / 2);
         let width = pairs.and_then(|p| p.checked_add(dim));
-        let ok = width.and_then(|w| w.checked_mul(BLOCK)).is_some()
-            && n_sparse
-                .checked_mul(dim)
-                .and_then(|v| v.checked_mul(BLOCK))
-                .is_some();
-        if !ok {
+        if width.is_none() || n_sparse.checked_mul(dim).is_none() {
             return Err(Error::Config(format!(
                 "DLRM interaction: D = {dim} and F = {n_sparse} overflow the output width"
             )));
