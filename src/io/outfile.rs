@@ -95,10 +95,16 @@ pub fn check_apart(out: &Path, inputs: &[(&str, &Path)]) -> Result<()> {
             ));
         }
         if same_file(&tmp, input) {
+            // The input by this name, or by another (a link to it).
+            let other = if input == tmp {
+                String::new()
+            } else {
+                format!(" {}", crate::error::short_path(input))
+            };
             return Err(Error::input(
-                input,
+                &tmp,
                 format!(
-                    "is an input ({flag}) named like the temporary output of {}, which is written under this name first; rename the input or choose another output",
+                    "is an input ({flag}{other}) named like the temporary output of {}, which is written under this name first; rename the input or choose another output",
                     crate::error::short_path(out)
                 ),
             ));
