@@ -3,8 +3,8 @@
 //! like the temporary, an output that is an input (with `--force`), and a directory or
 //! symbolic link at the temporary name each exit 2 on every rank, naming the file, with
 //! every input and every earlier output as it was. Covered: `prepare clicks`,
-//! `generate clicks` (day files and the v1 log), `embed --out`, `plan --out` and
-//! `prepare` of a graph.
+//! `generate clicks` (day files and the v1 log), `embed --out`, `plan --out`,
+//! `prepare` of a graph, `als --out` and `recommend --out`.
 
 use crate::util;
 
@@ -298,4 +298,43 @@ fn prepare_of_a_graph_refuses_an_input_named_like_its_temporary() {
         .stderr_has(&["g.h5.partial: is also an input (--input"]);
     assert_eq!(std::fs::read_to_string(&input).unwrap(), text);
     assert!(!out.exists());
+}
+
+#[test]
+fn als_and_recommend_outputs_are_kept_apart_from_their_inputs() {
+    let d = tempdir();
+    let dir = d.path();
+    let data = util::synthetic_dataset(dir, 200, 1200, 3);
+    let before = snapshot(&[&data]);
+    TestCommand::direct()
+        .args([
+            "als",
+            "--threads",
+            "1",
+            "--epochs",
+            "1",
+            "--force",
+            "--data",
+        ])
+        .arg(&data)
+        .arg("--out")
+        .arg(&data)
+        .run()
+        .expect_code(2)
+        .stderr_has(&[&format!("{}: is also an input (--data", data.display())]);
+    // A model file (its contents do not matter: refused before it is read).
+    let model = dir.join("model.h5");
+    std::fs::write(&model, b"earlier model").unwrap();
+    TestCommand::direct()
+        .args(["recommend", "--threads", "1", "--all", "--force", "--model"])
+        .arg(&model)
+        .arg("--data")
+        .arg(&data)
+        .arg("--out")
+        .arg(&model)
+        .run()
+        .expect_code(2)
+        .stderr_has(&["model.h5: is also an input (--model"]);
+    assert_eq!(std::fs::read(&model).unwrap(), b"earlier model");
+    assert_eq!(snapshot(&[&data]), before);
 }
