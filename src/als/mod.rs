@@ -250,6 +250,7 @@ impl AlsConfig {
             if !self.checkpoint.continues_a_run() {
                 crate::io::outfile::check_output(out, self.force)?;
             }
+            crate::io::outfile::check_apart(out, &[("--data", &self.data)])?;
         }
         Ok(())
     }

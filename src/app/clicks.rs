@@ -14,7 +14,7 @@ use crate::data::clicks::criteo_gen::{CriteoGen, GenSource, MAX_DAYS, MAX_PER_DA
 use crate::data::clicks::ingest::{global_write_log, IngestReport, LogHeader};
 use crate::data::clicks::textlog::TextFiles;
 use crate::error::{Error, Result};
-use crate::io::outfile::check_output;
+use crate::io::outfile::{check_apart, check_output, check_temp};
 use crate::metrics::{human_bytes, peak_rss_bytes};
 
 /// Bad lines printed with their file, line and reason.
@@ -55,7 +55,8 @@ impl PrepareClicksConfig {
         };
         check_dim(a.dim)?;
         check_output(&a.out, a.force)?;
-        check_not_an_input(&a.out, &a.input)?;
+        let inputs: Vec<(&str, &Path)> = a.input.iter().map(|p| ("--input", p.as_path())).collect();
+        check_apart(&a.out, &inputs)?;
         Ok(Self {
             inputs: a.input.clone(),
             layout,
@@ -75,23 +76,6 @@ fn check_dim(dim: usize) -> Result<()> {
         Err(Error::Config(format!(
             "--dim must be in 1..={max}, got {dim}"
         )))
-    }
-}
-
-/// `--force` must not replace one of the inputs.
-fn check_not_an_input(out: &Path, inputs: &[PathBuf]) -> Result<()> {
-    let Ok(o) = out.canonicalize() else {
-        return Ok(()); // no output yet
-    };
-    match inputs
-        .iter()
-        .find(|i| i.canonicalize().is_ok_and(|i| i == o))
-    {
-        Some(i) => Err(Error::Config(format!(
-            "--out {} is also an --input",
-            i.display()
-        ))),
-        None => Ok(()),
     }
 }
 
@@ -218,8 +202,15 @@ impl GenerateConfig {
         }
         let dim = a.dim.unwrap_or(DEFAULT_DIM);
         check_dim(dim)?;
+        let tables: Vec<(&str, &Path)> = a
+            .model
+            .tables
+            .iter()
+            .map(|t| ("--tables", t.as_path()))
+            .collect();
         if log {
             check_output(&a.out, a.force)?;
+            check_apart(&a.out, &tables)?;
         } else {
             if a.out.exists() && !a.out.is_dir() {
                 return Err(Error::input(&a.out, "exists and is not a directory"));
@@ -229,6 +220,8 @@ impl GenerateConfig {
                 if p.exists() && !a.force {
                     return Err(Error::OutputExists(p));
                 }
+                check_temp(&p)?;
+                check_apart(&p, &tables)?;
             }
         }
         Ok(GenerateConfig {

@@ -18,7 +18,7 @@ use crate::data::graph::webgraph_copy::{cnr2000_params, CopyModel, CopyingParams
 use crate::data::graph::webgraph_fit::fit;
 use crate::data::graph::webgraph_gen::WebGraphSpec;
 use crate::error::{Error, Result};
-use crate::io::outfile::check_output;
+use crate::io::outfile::{check_apart, check_output};
 use crate::metrics::{human_bytes, peak_rss_bytes};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -97,6 +97,9 @@ impl PrepareConfig {
             1
         };
         check_output(&a.out, a.force)?;
+        if let Source::File { path, .. } = &source {
+            check_apart_from_graph(&a.out, "--input", path)?;
+        }
         Ok(Self {
             source,
             min_links: a.min_links.unwrap_or(default_k),
@@ -105,6 +108,20 @@ impl PrepareConfig {
             force: a.force,
         })
     }
+}
+
+/// Refuse an output (or its temporary) that is the graph `path` or, for a BV
+/// basename, one of its files.
+fn check_apart_from_graph(out: &Path, flag: &str, path: &Path) -> Result<()> {
+    let files: Vec<PathBuf> = std::iter::once(path.to_path_buf())
+        .chain([".graph", ".properties", ".offsets"].iter().map(|ext| {
+            let mut s = path.as_os_str().to_owned();
+            s.push(ext);
+            PathBuf::from(s)
+        }))
+        .collect();
+    let inputs: Vec<(&str, &Path)> = files.iter().map(|f| (flag, f.as_path())).collect();
+    check_apart(out, &inputs)
 }
 
 /// Sizes the copying model can hold: 2..=u32::MAX nodes, at least one arc a node
@@ -158,6 +175,14 @@ impl GenerateConfig {
                 return Err(Error::Config(
                     "--params-out and --out name the same file".into(),
                 ));
+            }
+        }
+        for out in std::iter::once(&a.out).chain(&a.params_out) {
+            if let Some(g) = &a.like {
+                check_apart_from_graph(out, "--like", g)?;
+            }
+            if let Some(f) = &a.params {
+                check_apart(out, &[("--params", f)])?;
             }
         }
         let sizes = match (&a.preset, a.nodes, a.arcs) {

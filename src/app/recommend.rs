@@ -133,6 +133,11 @@ impl RecommendArgs {
         }
         if let Some((p, _)) = &out {
             check_output(p, self.force)?;
+            let mut inputs = vec![("--model", self.model.as_path()), ("--data", &self.data)];
+            if let Some(f) = &self.nodes_file {
+                inputs.push(("--nodes-file", f));
+            }
+            crate::io::outfile::check_apart(p, &inputs)?;
         }
         let which = if let Some(list) = &self.nodes {
             Which::Nodes(parse_nodes(list)?)

@@ -37,6 +37,9 @@ pub fn open_rw(path: impl AsRef<Path>) -> hdf5::Result<hdf5::File> {
 /// Open an HDF5 file read-only, with a clear error (exit 2) when it is missing or not
 /// HDF5.
 pub fn open_h5(path: &Path) -> Result<hdf5::File> {
+    if path.is_dir() {
+        return Err(Error::input(path, "is a directory, not an HDF5 file"));
+    }
     if !path.is_file() {
         return Err(Error::input(path, "no such file"));
     }

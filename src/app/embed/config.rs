@@ -143,6 +143,22 @@ pub(super) fn checkpoint_config(a: &EmbedArgs) -> CheckpointConfig {
 pub(super) type Setup = (EmbedConfig, Source, CostModel, Option<Costs>);
 
 impl EmbedArgs {
+    /// The files `embed` reads, each with its flag: its outputs must be none of them.
+    fn inputs(&self) -> Vec<(&'static str, &Path)> {
+        let p = &self.planner;
+        [
+            ("--data", &self.data),
+            ("--tables", &self.model.tables),
+            ("--init-from", &self.init_from),
+            ("--stats", &p.stats),
+            ("--cost-model", &p.cost_model),
+            ("--costs", &p.costs),
+        ]
+        .into_iter()
+        .filter_map(|(flag, v)| v.as_deref().map(|v| (flag, v)))
+        .collect()
+    }
+
     /// Validate `embed`'s flags (exit 2 on a bad one) and read what they name (the model,
     /// the click log, the cost files), for `ranks` ranks with `threads` threads each
     /// (building the global thread pool); `root` also checks that `--out` is writable.
@@ -202,14 +218,10 @@ impl EmbedArgs {
         let mem = mem_per_rank(&a.planner)?;
         // A resumed run may overwrite the model and plan its first attempt wrote.
         let resumed = checkpoint_config(a).continues_a_run();
-        if let Some(p) = &a.plan_out {
-            crate::io::outfile::check_output(p, a.force || resumed)?;
-            if root {
-                crate::io::outfile::probe_writable(p)?;
-            }
-        }
-        if let Some(out) = &a.out {
+        let inputs = a.inputs();
+        for out in [&a.plan_out, &a.out].into_iter().flatten() {
             crate::io::outfile::check_output(out, a.force || resumed)?;
+            crate::io::outfile::check_apart(out, &inputs)?;
             if root {
                 crate::io::outfile::probe_writable(out)?;
             }

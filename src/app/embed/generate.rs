@@ -12,6 +12,9 @@ use crate::{Error, Result};
 pub fn global_generate_clicks<C: Comm>(comm: &C, a: &GenerateClicksArgs) -> Result<()> {
     let res = (|| {
         let spec = resolve_model(&a.model)?;
+        if let Some(t) = &a.model.tables {
+            crate::io::outfile::check_apart(&a.out, &[("--tables", t)])?;
+        }
         if a.examples == 0 {
             return Err(Error::Config("--examples must be at least 1".into()));
         }

@@ -35,7 +35,7 @@ pub(super) fn model_and_source(a: &EmbedArgs) -> Result<(ModelSpec, Source, IdMa
             let log = ClickLog::open(p)?;
             let data = log.spec().clone();
             let model = match &a.model.tables {
-                Some(t) => ModelSpec::from_toml_file(t)?,
+                Some(t) => match_log_tables(ModelSpec::from_toml_file(t)?, &data, t, p)?,
                 None => data.clone(),
             };
             let n = log.examples();
@@ -96,6 +96,77 @@ pub(super) fn model_and_source(a: &EmbedArgs) -> Result<(ModelSpec, Source, IdMa
     model.validate("the model")?;
     let ids = IdMap::new(&data, &model, keyed)?;
     Ok((model, source, ids))
+}
+
+/// `--tables` with `--data`: the model file's tables matched to the click log's
+/// columns by name and put in the log's order (a model file in the log's order is
+/// unchanged). Refused, naming both files (exit 2): a dense-feature count other than
+/// the log's, a table the log does not have (a renamed one too), a table of the log
+/// the model file leaves out.
+fn match_log_tables(
+    mut model: ModelSpec,
+    data: &ModelSpec,
+    toml: &Path,
+    log: &Path,
+) -> Result<ModelSpec> {
+    let log_name = crate::error::short_path(log);
+    let data_names: Vec<&str> = data.tables.iter().map(|t| t.name.as_str()).collect();
+    if model.n_dense != data.n_dense {
+        return Err(Error::input(
+            toml,
+            format!(
+                "n_dense = {}, but the click log {log_name} (--data) has {} dense features",
+                model.n_dense, data.n_dense
+            ),
+        ));
+    }
+    let position = |name: &str| data.tables.iter().position(|t| t.name == name);
+    if let Some(t) = model.tables.iter().find(|t| position(&t.name).is_none()) {
+        return Err(Error::input(
+            toml,
+            format!(
+                "table {} is not a table of the click log {log_name} (--data); its tables are {} (tables are matched to the log's columns by name)",
+                crate::error::quote(&t.name),
+                name_list(&data_names)
+            ),
+        ));
+    }
+    let missing: Vec<&str> = data_names
+        .iter()
+        .copied()
+        .filter(|d| !model.tables.iter().any(|t| t.name == *d))
+        .collect();
+    if !missing.is_empty() {
+        return Err(Error::input(
+            toml,
+            format!(
+                "{} table(s), but the click log {log_name} (--data) has {}: no table for its column(s) {} (give every table of the log)",
+                model.tables.len(),
+                data.tables.len(),
+                name_list(&missing)
+            ),
+        ));
+    }
+    // Every name is the log's and none is missing (names are unique): a permutation.
+    model
+        .tables
+        .sort_by_key(|t| position(&t.name).unwrap_or(usize::MAX));
+    Ok(model)
+}
+
+/// Table names for a message, quoted: the first eight, then how many in all.
+fn name_list(names: &[&str]) -> String {
+    const SHOW: usize = 8;
+    let mut s = names
+        .iter()
+        .take(SHOW)
+        .map(|n| crate::error::quote(n))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > SHOW {
+        s.push_str(&format!(", ... ({} in all)", names.len()));
+    }
+    s
 }
 
 /// A warm start without `--capacity`: each hash table keeps the capacity it had in

@@ -78,6 +78,17 @@ fn check_args(a: &PlanArgs) -> Result<(ModelSpec, Option<u64>, Option<Heuristic>
     let mem = mem_per_rank(&a.planner)?;
     if let Some(out) = &a.out {
         crate::io::outfile::check_output(out, a.force)?;
+        let p = &a.planner;
+        let inputs: Vec<(&str, &Path)> = [
+            ("--tables", &a.model.tables),
+            ("--stats", &p.stats),
+            ("--cost-model", &p.cost_model),
+            ("--costs", &p.costs),
+        ]
+        .into_iter()
+        .filter_map(|(flag, v)| v.as_deref().map(|v| (flag, v)))
+        .collect();
+        crate::io::outfile::check_apart(out, &inputs)?;
     }
     let method = match a.method.as_deref() {
         None | Some("auto") => None,

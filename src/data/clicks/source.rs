@@ -108,6 +108,16 @@ impl Source {
         }
     }
 
+    /// Where the examples come from, for an error about them: the click log's path
+    /// (not [`Source::identity`], which names the texts the log was prepared from).
+    pub fn describe(&self) -> String {
+        match self {
+            Source::Preloaded { inner, .. } => inner.describe(),
+            Source::Generated(_) => "the generated examples".to_string(),
+            Source::Log { log, .. } => crate::error::short_path(log.path()),
+        }
+    }
+
     /// What identifies the examples (for checkpoints).
     pub fn identity(&self) -> String {
         match self {

@@ -110,8 +110,13 @@ impl IdMap {
         for (t, &a) in self.actions.iter().enumerate() {
             let (bags, keys) = (&mut batch.bags[t], &mut batch.keys[t]);
             let bad = |e: usize, id: u64, vocab: u64| {
+                let keyed = if a == Action::KeysAsRows(vocab) {
+                    "; the examples hold raw 64-bit ids, not rows"
+                } else {
+                    ""
+                };
                 Error::Config(format!(
-                    "{}: table {:?}: id {id} of example {e} of the step is not below its vocab {vocab} (a fixed vocabulary; use --vocab modulo or hash)",
+                    "{}: table {:?}: id {id} of example {e} of the step is not below its vocab {vocab} (a fixed vocabulary{keyed}; use --vocab modulo or hash)",
                     what(),
                     self.names[t]
                 ))

@@ -71,7 +71,7 @@ pub fn load_or_measure_stats(
         };
         let mut batch = batch;
         // The model's rows: hash tables' keys spread over rows as over owners.
-        ids.apply(&mut batch, &|| source.identity())?;
+        ids.apply(&mut batch, &|| source.describe())?;
         pseudo_rows(spec, &mut batch);
         batches.push(batch);
     }

@@ -252,7 +252,7 @@ fn fetch<C: Comm>(
         for &(a, n) in parts {
             cx.source.batch_into(a, n, batch)?;
         }
-        cx.ids.apply(batch, &|| cx.source.identity())
+        cx.ids.apply(batch, &|| cx.source.describe())
     };
     comm.agree(read(&mut f.batch))?;
     let r = global_resolve(
@@ -932,7 +932,7 @@ impl EmbedTrainer {
             let (a, n) = local_range(comm.size(), comm.rank(), done, count);
             let read = || -> Result<Batch> {
                 let mut b = self.source.eval_batch(a, n)?;
-                self.cfg.ids.apply(&mut b, &|| self.source.identity())?;
+                self.cfg.ids.apply(&mut b, &|| self.source.describe())?;
                 Ok(b)
             };
             let mut batch = comm.agree(read())?;

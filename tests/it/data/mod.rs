@@ -1,9 +1,11 @@
-//! Preparing datasets: the streaming prepare, click-log ingestion, and bad inputs
+//! Preparing datasets: the streaming prepare, click-log ingestion, outputs kept apart
+//! from inputs, and bad inputs
 //! (a table of cases and mutation fuzzing).
 
 mod bad_inputs;
 mod bad_inputs_fuzz;
 mod clicks_ingest;
+mod clicks_outputs;
 mod graph_stats;
 mod prepare_stream;
 mod webgraph_twin;

@@ -1,7 +1,8 @@
-//! The sharded embedding model: hash tables, runs under `mpirun`, the model file, and
-//! training on the thread communicator.
+//! The sharded embedding model: hash tables, runs under `mpirun`, a click log's tables
+//! matched by name, the model file, and training on the thread communicator.
 
 mod hash;
+mod log_tables;
 mod mpi;
 mod out;
 mod threads;
