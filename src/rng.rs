@@ -47,6 +47,9 @@ pub mod stream {
     pub const COPY_NODE: u64 = 18;
     pub const COPY_LIST: u64 = 19;
     pub const COPY_ADJUST: u64 = 20;
+    /// The click generator's planted factorization machine: a table's factor of one id
+    /// (id mixed with the table index).
+    pub const PLANTED_FM: u64 = 21;
 }
 
 /// SplitMix64: a small, fast, statistically sound sequential generator.

@@ -177,6 +177,11 @@ struct GenerateConfig {
 impl GenerateConfig {
     fn from_args(a: &GenerateClicksArgs) -> Result<Self> {
         let spec = super::embed::model::resolve_model(&a.model)?;
+        if a.planted != crate::data::clicks::gen::Planted::Linear {
+            return Err(Error::Config(
+                "--planted applies to --format log; Criteo-format text has its own model".into(),
+            ));
+        }
         let days = a.days.unwrap_or(1);
         if !(1..=MAX_DAYS).contains(&days) {
             return Err(Error::Config(format!(

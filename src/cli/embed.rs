@@ -153,6 +153,11 @@ pub struct EmbedArgs {
     /// labels). A --stats file is reused only for the same seed.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// The planted model behind generated examples' labels: linear or
+    /// fm[:RANK[:SCALE]] (as `generate clicks --planted`). Not with --data.
+    #[arg(long, value_name = "MODEL", default_value = "linear",
+          value_parser = super::parse_planted, conflicts_with = "data")]
+    pub planted: crate::data::clicks::gen::Planted,
     /// Rayon threads per rank (default: cores divided by the ranks on this node; at
     /// most 8 per core).
     #[arg(long, value_parser = parse_threads)]

@@ -1,6 +1,7 @@
 //! The command line: raw flags, parsed identically on every rank before any
 //! collective, then turned into validated configs by each subcommand.
 
+use crate::data::clicks::gen::Planted;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
@@ -494,6 +495,17 @@ pub struct GenerateClicksArgs {
     /// --dim`; default 16).
     #[arg(long, value_name = "D")]
     pub dim: Option<usize>,
+    /// The planted model behind the labels: linear (dense features and per-id
+    /// weights), or fm[:RANK[:SCALE]], the linear model plus a factorization machine of
+    /// the tables' planted factors (rank 8, scale sqrt(tables) by default), whose labels
+    /// need pairwise interactions (docs/generate.md). --format log only.
+    #[arg(long, value_name = "MODEL", default_value = "linear", value_parser = parse_planted)]
+    pub planted: Planted,
+}
+
+/// `--planted`.
+pub(crate) fn parse_planted(s: &str) -> std::result::Result<Planted, String> {
+    Planted::parse(s).map_err(|e| e.to_string())
 }
 
 /// `generate webgraph --model`.

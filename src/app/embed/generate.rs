@@ -4,7 +4,7 @@ use super::model::resolve_model;
 use crate::app::group;
 use crate::cli::GenerateClicksArgs;
 use crate::comm::Comm;
-use crate::data::clicks::log_file::write_click_log;
+use crate::data::clicks::log_file::write_planted_log;
 use crate::metrics::human_bytes;
 use crate::{Error, Result};
 
@@ -22,12 +22,13 @@ pub fn global_generate_clicks<C: Comm>(comm: &C, a: &GenerateClicksArgs) -> Resu
             return Ok(());
         }
         let t = std::time::Instant::now();
-        let s = write_click_log(&a.out, &spec, a.seed, a.examples, a.force, 65536)?;
+        let s = write_planted_log(&a.out, &spec, a.seed, a.planted, a.examples, a.force, 65536)?;
         println!(
-            "clicks: {} examples, {} tables, {} ids, positive rate {:.4}, {} in {:.1} s -> {}",
+            "clicks: {} examples, {} tables, {} ids, {} labels, positive rate {:.4}, {} in {:.1} s -> {}",
             group(s.examples),
             spec.tables.len(),
             group(s.ids_per_table.iter().sum()),
+            a.planted.describe(spec.tables.len()),
             s.positive_rate,
             human_bytes(s.bytes),
             t.elapsed().as_secs_f64(),

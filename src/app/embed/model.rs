@@ -85,7 +85,7 @@ pub(super) fn model_and_source(a: &EmbedArgs) -> Result<(ModelSpec, Source, IdMa
         }
         None => {
             let spec = resolve_model(&a.model)?;
-            let g = ClickGen::new(&spec, a.seed);
+            let g = ClickGen::with_planted(&spec, a.seed, a.planted);
             (spec.clone(), spec, Source::Generated(g), false)
         }
     };

@@ -19,6 +19,24 @@
 //! `(seed, stream::PLANTED, 2^63 | j)` and `b = -1`. The pool is the mean over the
 //! bag whatever the table's [`Pooling`](crate::spec::Pooling), as the peer does.
 //!
+//! With the planted model [`Planted::Fm`] (`generate clicks --planted fm`), labels need
+//! pairwise feature interactions: the logit gains a factorization machine of the
+//! tables' pooled planted factors,
+//!
+//! ```text
+//! logit += c * sum_{s < t} <u_s, u_t>,    u_t = mean_{id in bag t} v_t[id],
+//! c = scale / sqrt(k P),                   P = T (T - 1) / 2 pairs of the T tables,
+//! ```
+//!
+//! with `v_t[id]` `k` standard normals drawn in order from
+//! `(seed, stream::PLANTED_FM, (t << 40) ^ id)` (an empty bag's `u_t` is zero). For
+//! one-id bags each `<u_s, u_t>` has variance `k`, so the interaction term has standard
+//! deviation `scale`; the default scale is `sqrt(T)`, the standard deviation of the
+//! tables' linear part for one-id bags, so neither part dominates. The linear part and
+//! the draw order of the examples are unchanged: an fm log has the linear log's dense
+//! features and ids, only its labels differ. The interaction term is added after the
+//! linear logit, in f64, pairs in order `(0, 1), (0, 2), ..., (T - 2, T - 1)`.
+//!
 //! Nothing depends on how a range of examples is cut or on the rayon thread count.
 
 use rayon::prelude::*;
@@ -27,6 +45,7 @@ use super::batch::{to_u32_offset, Bags, Batch};
 use super::sample::{logistic, Poisson, Zipf};
 use crate::rng::{stream, SplitMix64};
 use crate::spec::{ModelSpec, ValencyDist};
+use crate::{Error, Result};
 
 /// Ranks are scattered over a table by `id = (r * SCATTER_MUL + SCATTER_ADD) mod vocab`.
 pub const SCATTER_MUL: u64 = 1_000_003;
@@ -59,6 +78,91 @@ pub fn scatter(rank: u64, vocab: u64) -> u64 {
     (rank * SCATTER_MUL + SCATTER_ADD) % vocab
 }
 
+/// Largest rank of the planted factorization machine.
+pub const MAX_FM_RANK: usize = 256;
+
+/// How the generator plants its labels (module doc).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum Planted {
+    /// The logistic model of the dense features and per-id weights (the default; its
+    /// bits are those of every log generated before the option existed).
+    #[default]
+    Linear,
+    /// The linear model plus a factorization machine of rank `rank` over the tables'
+    /// pooled planted factors; `scale` is the interaction term's standard deviation for
+    /// one-id bags (`None`: `sqrt(T)`).
+    Fm { rank: usize, scale: Option<f64> },
+}
+
+impl Planted {
+    /// Parse `linear`, `fm`, `fm:RANK` or `fm:RANK:SCALE` (rank 8 by default).
+    pub fn parse(s: &str) -> Result<Planted> {
+        let bad = |why: &str| {
+            Err(Error::Config(format!(
+                "--planted {s:?}: {why} (linear, fm, fm:RANK or fm:RANK:SCALE)"
+            )))
+        };
+        let mut parts = s.split(':');
+        match parts.next() {
+            Some("linear") if parts.next().is_none() => return Ok(Planted::Linear),
+            Some("fm") => {}
+            _ => return bad("unknown planted model"),
+        }
+        let rank = match parts.next() {
+            None => 8,
+            Some(r) => match r.parse::<usize>() {
+                Ok(r) if (1..=MAX_FM_RANK).contains(&r) => r,
+                _ => return bad(&format!("the rank must be in 1..={MAX_FM_RANK}")),
+            },
+        };
+        let scale = match parts.next() {
+            None => None,
+            Some(c) => match c.parse::<f64>() {
+                Ok(c) if c.is_finite() && c >= 0.0 => Some(c),
+                _ => return bad("the scale must be a finite number >= 0"),
+            },
+        };
+        if parts.next().is_some() {
+            return bad("too many fields");
+        }
+        Ok(Planted::Fm { rank, scale })
+    }
+
+    /// The canonical text (what [`Planted::parse`] reads back), the scale resolved for
+    /// `tables` tables.
+    pub fn describe(&self, tables: usize) -> String {
+        match *self {
+            Planted::Linear => "linear".into(),
+            Planted::Fm { rank, scale } => {
+                format!("fm:{rank}:{}", scale.unwrap_or(default_fm_scale(tables)))
+            }
+        }
+    }
+}
+
+/// The default interaction scale of `tables` tables: `sqrt(T)`.
+pub fn default_fm_scale(tables: usize) -> f64 {
+    (tables as f64).sqrt()
+}
+
+/// The planted factor `v_t[id]` (`rank` standard normals) into `out`.
+pub fn planted_factor(seed: u64, table: usize, id: u32, out: &mut [f64]) {
+    let mut r = SplitMix64::for_id(seed, stream::PLANTED_FM, ((table as u64) << 40) ^ id as u64);
+    for x in out {
+        *x = r.next_normal();
+    }
+}
+
+/// The resolved factorization machine of [`Planted::Fm`].
+#[derive(Clone, Copy, Debug)]
+struct Fm {
+    rank: usize,
+    /// The resolved scale.
+    scale: f64,
+    /// `c = scale / sqrt(k P)` (0 with fewer than two tables).
+    coef: f64,
+}
+
 // ---------------------------------------------------------------------------------
 // The generator
 
@@ -84,11 +188,34 @@ pub struct ClickGen {
     tables: Vec<TableGen>,
     /// Planted dense weights.
     w: Vec<f64>,
+    fm: Option<Fm>,
 }
 
 impl ClickGen {
-    /// `spec` must be valid ([`ModelSpec::validate`]).
+    /// `spec` must be valid ([`ModelSpec::validate`]); the linear planted model.
     pub fn new(spec: &ModelSpec, seed: u64) -> ClickGen {
+        Self::with_planted(spec, seed, Planted::Linear)
+    }
+
+    /// The generator of `(spec, seed)` with the planted model `planted`.
+    pub fn with_planted(spec: &ModelSpec, seed: u64, planted: Planted) -> ClickGen {
+        let n = spec.tables.len();
+        let fm = match planted {
+            Planted::Linear => None,
+            Planted::Fm { rank, scale } => {
+                let pairs = (n * n.saturating_sub(1) / 2) as f64;
+                let scale = scale.unwrap_or(default_fm_scale(n));
+                Some(Fm {
+                    rank,
+                    scale,
+                    coef: if pairs > 0.0 {
+                        scale / (rank as f64 * pairs).sqrt()
+                    } else {
+                        0.0
+                    },
+                })
+            }
+        };
         let tables = spec
             .tables
             .iter()
@@ -110,6 +237,18 @@ impl ClickGen {
             w: (0..spec.n_dense)
                 .map(|j| planted_dense_weight(seed, j))
                 .collect(),
+            fm,
+        }
+    }
+
+    /// The planted model this generator draws labels with.
+    pub fn planted(&self) -> Planted {
+        match self.fm {
+            None => Planted::Linear,
+            Some(f) => Planted::Fm {
+                rank: f.rank,
+                scale: Some(f.scale),
+            },
         }
     }
 
@@ -216,7 +355,40 @@ impl ClickGen {
                 logit += s / bag.len() as f64;
             }
         }
-        logit + PLANTED_BIAS
+        logit += PLANTED_BIAS;
+        match self.fm {
+            None => logit,
+            Some(fm) => logit + self.interaction(fm, b, e),
+        }
+    }
+
+    /// The factorization machine's term of example `e` (module doc).
+    fn interaction(&self, fm: Fm, b: &Batch, e: usize) -> f64 {
+        let k = fm.rank;
+        let mut u = vec![0.0f64; b.bags.len() * k];
+        let mut v = vec![0.0f64; k];
+        for (t, bags) in b.bags.iter().enumerate() {
+            let bag = bags.bag(e);
+            let ut = &mut u[t * k..(t + 1) * k];
+            for &id in bag {
+                planted_factor(self.seed, t, id, &mut v);
+                for (a, x) in ut.iter_mut().zip(&v) {
+                    *a += x;
+                }
+            }
+            if !bag.is_empty() {
+                let inv = bag.len() as f64;
+                ut.iter_mut().for_each(|a| *a /= inv);
+            }
+        }
+        let mut sum = 0.0;
+        for s in 0..b.bags.len() {
+            for t in s + 1..b.bags.len() {
+                let (us, ut) = (&u[s * k..(s + 1) * k], &u[t * k..(t + 1) * k]);
+                sum += us.iter().zip(ut).map(|(x, y)| x * y).sum::<f64>();
+            }
+        }
+        fm.coef * sum
     }
 }
 
@@ -391,5 +563,158 @@ mod tests {
                 assert!((0..500).all(|e| bags.bag(e).len() == l));
             }
         }
+    }
+
+    #[test]
+    fn planted_models_parse_and_refuse_bad_text() {
+        assert_eq!(Planted::parse("linear").unwrap(), Planted::Linear);
+        let fm = |rank, scale| Planted::Fm { rank, scale };
+        assert_eq!(Planted::parse("fm").unwrap(), fm(8, None));
+        assert_eq!(Planted::parse("fm:3").unwrap(), fm(3, None));
+        assert_eq!(Planted::parse("fm:3:0.5").unwrap(), fm(3, Some(0.5)));
+        assert_eq!(fm(3, None).describe(4), "fm:3:2");
+        assert_eq!(
+            Planted::parse(&fm(3, Some(0.5)).describe(9)).unwrap(),
+            fm(3, Some(0.5))
+        );
+        for bad in [
+            "", "lin", "linear:2", "fm:0", "fm:257", "fm:x", "fm:2:-1", "fm:2:nan", "fm:2:1:3",
+        ] {
+            let e = Planted::parse(bad).unwrap_err().to_string();
+            assert!(e.contains("--planted"), "{bad}: {e}");
+        }
+    }
+
+    /// Two one-id tables and one bag-of-three table, for the interaction term.
+    fn fm_spec() -> ModelSpec {
+        let t = |name: &str, vocab, valency, dist| TableSpec {
+            name: name.into(),
+            vocab,
+            dim: 4,
+            pooling: Pooling::Sum,
+            valency,
+            valency_dist: dist,
+            vocab_kind: VocabKind::Fixed,
+            admit_after: 1,
+            evict: Evict::Lfu,
+        };
+        ModelSpec {
+            n_dense: 2,
+            hidden: vec![4],
+            zipf: 1.05,
+            tables: vec![
+                t("a", 500, 1.0, ValencyDist::Fixed),
+                t("b", 300, 1.0, ValencyDist::Fixed),
+                t("c", 200, 3.0, ValencyDist::Fixed),
+            ],
+        }
+    }
+
+    #[test]
+    fn the_fm_term_is_the_factorization_machine_of_the_module_doc() {
+        let spec = fm_spec();
+        let (rank, scale) = (3, 1.5);
+        let lin = ClickGen::new(&spec, 4);
+        let fm = ClickGen::with_planted(
+            &spec,
+            4,
+            Planted::Fm {
+                rank,
+                scale: Some(scale),
+            },
+        );
+        let (bl, bf) = (lin.batch(0, 200), fm.batch(0, 200));
+        // The same dense features and ids: only the labels differ.
+        assert_eq!(bl.dense, bf.dense);
+        assert_eq!(bl.bags, bf.bags);
+        assert_ne!(bl.labels, bf.labels);
+        // c = scale / sqrt(k P), P = 3 pairs; u_t the mean of the bag's factors.
+        let c = scale / ((rank * 3) as f64).sqrt();
+        for e in 0..200 {
+            let u: Vec<Vec<f64>> = (0..3)
+                .map(|t| {
+                    let bag = bf.bags[t].bag(e);
+                    let mut m = vec![0.0; rank];
+                    for &id in bag {
+                        let mut v = vec![0.0; rank];
+                        planted_factor(4, t, id, &mut v);
+                        for i in 0..rank {
+                            m[i] += v[i] / bag.len() as f64;
+                        }
+                    }
+                    m
+                })
+                .collect();
+            let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
+            let want = c * (dot(&u[0], &u[1]) + dot(&u[0], &u[2]) + dot(&u[1], &u[2]));
+            let got = fm.planted_logit(&bf, e) - lin.planted_logit(&bf, e);
+            assert!(
+                (got - want).abs() < 1e-9 * (1.0 + want.abs()),
+                "{e}: {got} vs {want}"
+            );
+        }
+        // A factor is `rank` standard normals of its own stream: other tables and ids
+        // give other factors.
+        let (mut a, mut b) = (vec![0.0; 4], vec![0.0; 4]);
+        planted_factor(4, 0, 7, &mut a);
+        planted_factor(4, 1, 7, &mut b);
+        assert_ne!(a, b);
+        assert_eq!(
+            fm.planted(),
+            Planted::Fm {
+                rank,
+                scale: Some(scale)
+            }
+        );
+    }
+
+    #[test]
+    fn one_id_bags_give_the_interaction_term_the_scale_as_its_spread() {
+        let mut spec = fm_spec();
+        spec.tables[2].valency = 1.0;
+        let n = 20_000;
+        let lin = ClickGen::new(&spec, 9);
+        let fm = ClickGen::with_planted(
+            &spec,
+            9,
+            Planted::Fm {
+                rank: 8,
+                scale: None,
+            },
+        );
+        let b = fm.batch(0, n);
+        let d: Vec<f64> = (0..n)
+            .map(|e| fm.planted_logit(&b, e) - lin.planted_logit(&b, e))
+            .collect();
+        let mean = d.iter().sum::<f64>() / n as f64;
+        let sd = (d.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n as f64).sqrt();
+        // Default scale sqrt(3). Zipf repeats make pairs share ids, so the spread is not
+        // exactly the scale; it must be near it.
+        let want = 3f64.sqrt();
+        assert!((sd / want - 1.0).abs() < 0.15, "sd {sd} vs {want}");
+    }
+
+    #[test]
+    fn fm_labels_need_the_interactions() {
+        // The planted logits with and without the interaction term: the labels of an
+        // fm log are predicted markedly better by the whole model than by its linear
+        // part alone (and its linear part is still informative).
+        let spec = preset("tiny", 1.0).unwrap();
+        let n = 30_000;
+        let lin = ClickGen::new(&spec, 1);
+        let fm = ClickGen::with_planted(
+            &spec,
+            1,
+            Planted::Fm {
+                rank: 8,
+                scale: None,
+            },
+        );
+        let b = fm.batch(0, n);
+        let whole: Vec<f64> = (0..n).map(|e| fm.planted_logit(&b, e)).collect();
+        let linear: Vec<f64> = (0..n).map(|e| lin.planted_logit(&b, e)).collect();
+        let (aw, al) = (auc(&whole, &b.labels), auc(&linear, &b.labels));
+        assert!(aw > al + 0.05, "AUC whole {aw} vs linear part {al}");
+        assert!(al > 0.55, "linear part AUC {al}");
     }
 }

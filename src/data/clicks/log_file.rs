@@ -10,13 +10,14 @@
 //! | `/` attribute `spec_json` | string | scalar | the [`ModelSpec`], serde_json |
 //! | `/` attribute `seed` | u64 | scalar | the generator's seed |
 //! | `/` attribute `examples` | u64 | scalar | N |
+//! | `/` attribute `planted` | string | scalar | only for labels of `--planted fm`: the planted model, `fm:RANK:SCALE` ([`Planted`](super::gen::Planted)) |
 //! | `/dense` | f32 | [N, n_dense] | dense features, row per example |
 //! | `/labels` | f32 | [N] | 0.0 or 1.0 |
 //! | `/tables/<t>/offsets` | u64 | [N + 1] | example e's ids are `ids[offsets[e]..offsets[e+1]]`; `offsets[0] = 0`, `offsets[N] = nnz_t` |
 //! | `/tables/<t>/ids` | u32 | [nnz_t] | ids in `0..vocab_t`, chunked |
 //!
 //! `<t>` is the table's index in the spec (0, 1, ...). The file holds exactly
-//! [`ClickGen::batch`] of `(spec, seed)` over `0..N`; it is written in chunks of
+//! [`ClickGen::batch`] of `(spec, seed)` (and the planted model) over `0..N`; it is written in chunks of
 //! examples (never whole in memory) under `<path>.partial` and renamed into place
 //! once complete.
 //!
@@ -45,7 +46,7 @@ use hdf5::H5Type;
 use ndarray::ArrayView2;
 
 use super::batch::{Bags, Batch, KeyBags};
-use super::gen::ClickGen;
+use super::gen::{ClickGen, Planted};
 
 use crate::io::h5::open_h5;
 use crate::io::h5::{check_elem_type, ctx as h5, read_str_attr, read_u64_attr, write_attrs, Attr};
@@ -91,6 +92,20 @@ pub fn write_click_log(
     force: bool,
     chunk: usize,
 ) -> Result<LogSummary> {
+    write_planted_log(path, spec, seed, Planted::Linear, examples, force, chunk)
+}
+
+/// [`write_click_log`] with the planted model `planted` (a log of [`Planted::Fm`] has the
+/// `/` attribute `planted`, its [`Planted::describe`]; a linear log has none).
+pub fn write_planted_log(
+    path: &Path,
+    spec: &ModelSpec,
+    seed: u64,
+    planted: Planted,
+    examples: u64,
+    force: bool,
+    chunk: usize,
+) -> Result<LogSummary> {
     check_output(path, force)?;
     spec.validate("click log model")?;
     if chunk == 0 {
@@ -102,7 +117,8 @@ pub fn write_click_log(
         .ok_or_else(|| Error::Config(format!("click log: {examples} examples is too many")))?
         - 1;
     let tmp = temp_path(path);
-    let written = write_into(&tmp, spec, seed, n, chunk);
+    let gen = ClickGen::with_planted(spec, seed, planted);
+    let written = write_into(&tmp, spec, &gen, n, chunk);
     let done = written.and_then(|s| {
         // Durable before it is visible (the file is closed by now).
         crate::io::outfile::commit(&tmp, path)?;
@@ -125,7 +141,7 @@ pub fn write_click_log(
 fn write_into(
     tmp: &Path,
     spec: &ModelSpec,
-    seed: u64,
+    gen: &ClickGen,
     n: usize,
     chunk: usize,
 ) -> Result<LogSummary> {
@@ -138,10 +154,14 @@ fn write_into(
         &[
             ("schema", Attr::Str(SCHEMA.into())),
             ("spec_json", Attr::Str(json)),
-            ("seed", Attr::U64(seed)),
+            ("seed", Attr::U64(gen.seed())),
             ("examples", Attr::U64(n as u64)),
         ],
     )?;
+    if gen.planted() != Planted::Linear {
+        let p = gen.planted().describe(spec.tables.len());
+        write_attrs(&f, tmp, &[("planted", Attr::Str(p))])?;
+    }
 
     let nd = spec.n_dense;
     let dense = h5(
@@ -180,7 +200,6 @@ fn write_into(
         )?);
     }
 
-    let gen = ClickGen::new(spec, seed);
     let mut nnz = vec![0u64; spec.tables.len()];
     let mut positives = 0u64;
     if n == 0 {

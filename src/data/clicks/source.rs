@@ -122,7 +122,12 @@ impl Source {
     pub fn identity(&self) -> String {
         match self {
             Source::Preloaded { inner, .. } => inner.identity(),
-            Source::Generated(_) => "generated".to_string(),
+            // A linear generator's identity predates the planted models (old
+            // checkpoints keep their hash).
+            Source::Generated(g) => match g.planted() {
+                super::gen::Planted::Linear => "generated".to_string(),
+                p => format!("generated, planted {}", p.describe(0)),
+            },
             Source::Log {
                 log,
                 eval,

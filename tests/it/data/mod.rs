@@ -7,5 +7,6 @@ mod bad_inputs_fuzz;
 mod clicks_ingest;
 mod clicks_outputs;
 mod graph_stats;
+mod planted;
 mod prepare_stream;
 mod webgraph_twin;
