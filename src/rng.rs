@@ -49,7 +49,7 @@ pub mod stream {
     pub const COPY_ADJUST: u64 = 20;
     /// The click generator's planted factorization machine: a table's factor of one id
     /// (id mixed with the table index).
-    pub const PLANTED_FM: u64 = 21;
+    pub const PLANTED_FM: u64 = 22;
 }
 
 /// SplitMix64: a small, fast, statistically sound sequential generator.
