@@ -47,6 +47,8 @@ pub mod stream {
     pub const COPY_NODE: u64 = 18;
     pub const COPY_LIST: u64 = 19;
     pub const COPY_ADJUST: u64 = 20;
+    /// `prepare --matrix user-item --split random`: which interactions are held out.
+    pub const USERITEM_RANDOM: u64 = 21;
 }
 
 /// SplitMix64: a small, fast, statistically sound sequential generator.
