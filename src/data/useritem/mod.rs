@@ -8,4 +8,6 @@
 pub mod filter;
 pub mod parse;
 pub mod split;
+#[cfg(test)]
+mod tests;
 pub mod write;
