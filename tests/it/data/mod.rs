@@ -8,4 +8,5 @@ mod clicks_ingest;
 mod clicks_outputs;
 mod graph_stats;
 mod prepare_stream;
+mod useritem;
 mod webgraph_twin;
