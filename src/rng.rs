@@ -47,6 +47,8 @@ pub mod stream {
     pub const COPY_NODE: u64 = 18;
     pub const COPY_LIST: u64 = 19;
     pub const COPY_ADJUST: u64 = 20;
+    /// `prepare --matrix user-item --split random`: which interactions are held out.
+    pub const USERITEM_RANDOM: u64 = 21;
     /// The click generator's planted factorization machine: a table's factor of one id
     /// (id mixed with the table index).
     pub const PLANTED_FM: u64 = 22;

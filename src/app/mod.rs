@@ -11,6 +11,7 @@ pub mod launch;
 pub mod output;
 pub mod plot;
 pub mod prepare;
+pub mod prepare_useritem;
 pub mod project;
 pub mod recommend;
 pub mod tune;
@@ -33,6 +34,12 @@ pub fn run<C: Comm>(
             command: Some(PrepareCommand::Clicks(args)),
             ..
         }) => clicks::global_prepare_clicks(comm, args).map(|_| ()),
+        Command::Prepare(PrepareCmd {
+            graph: Some(args), ..
+        }) if args.matrix == crate::cli::MatrixKind::UserItem => {
+            let cfg = comm.agree(prepare_useritem::UserItemConfig::from_args(args))?;
+            prepare_useritem::global_run(comm, &cfg).map(|_| ())
+        }
         Command::Prepare(PrepareCmd {
             graph: Some(args), ..
         }) => {

@@ -77,8 +77,14 @@ fn synthetic(preset: &str, scale: f64) -> Result<Source> {
 impl PrepareConfig {
     /// Validate `prepare` flags (rank-local; the caller agrees on the result).
     pub fn from_prepare_args(a: &PrepareArgs) -> Result<Self> {
+        super::prepare_useritem::refuse_user_item_flags(a)?;
         let source = match a.format {
             InputFormat::Synthetic => synthetic(&a.input.to_string_lossy(), a.scale)?,
+            InputFormat::Csv => {
+                return Err(Error::Config(
+                    "--format csv is for --matrix user-item (a graph is tsv, mtx or bv)".into(),
+                ))
+            }
             format => {
                 if a.scale != 1.0 {
                     return Err(Error::Config(
@@ -505,8 +511,8 @@ fn global_stream_edge_list<C: Comm>(
     let read = match format {
         InputFormat::Tsv => read_tsv_pairs(path),
         InputFormat::Mtx => read_mtx_pairs(path),
-        InputFormat::Bv | InputFormat::Synthetic => {
-            unreachable!("handled above / Source::Synthetic")
+        InputFormat::Bv | InputFormat::Synthetic | InputFormat::Csv => {
+            unreachable!("handled above / Source::Synthetic / refused")
         }
     };
     let mut edges = comm.agree(read)?;

@@ -322,6 +322,41 @@ pub enum InputFormat {
     Mtx,
     /// The synthetic web-graph generator: PATH is a preset name (see `generate webgraph`).
     Synthetic,
+    /// Comma-separated values (only with --matrix user-item).
+    Csv,
+}
+
+/// `prepare --matrix`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum MatrixKind {
+    /// A square link graph (rows and columns the same nodes).
+    #[default]
+    Graph,
+    /// Users x items: separate id spaces, optional weights and times.
+    UserItem,
+}
+
+/// `prepare --header`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum HeaderArg {
+    /// The first line is a header when a weight or time field of it is not a number.
+    #[default]
+    Auto,
+    Yes,
+    No,
+}
+
+/// `prepare --split` (user-item matrices).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum SplitArg {
+    /// ALX's strong generalization: a tenth of the users are test users, a quarter of
+    /// each one's items held out, the rest folded in; test users are not trained on.
+    #[default]
+    Strong,
+    /// Leave-last-out by the time column: every user with 2+ interactions holds out its latest.
+    Last,
+    /// Per interaction: a seeded quarter of the interactions of users with 2+ are held out.
+    Random,
 }
 
 /// `prepare`: a graph (the flags of [`PrepareArgs`]) or a subcommand.
@@ -416,6 +451,27 @@ pub struct PrepareArgs {
     /// Overwrite an existing output.
     #[arg(long)]
     pub force: bool,
+    /// What the input is: a square link graph, or a users x items interaction list
+    /// (--format tsv|csv|mtx; see docs/prepare.md).
+    #[arg(long, value_enum, default_value_t = MatrixKind::Graph)]
+    pub matrix: MatrixKind,
+    /// User-item: the columns, comma-separated user, item, weight, time or skip
+    /// (default: user,item then an optional weight and time, by the field count).
+    #[arg(long, value_name = "SPEC")]
+    pub columns: Option<String>,
+    /// User-item: whether the first line is a header.
+    #[arg(long, value_enum, default_value_t = HeaderArg::Auto)]
+    pub header: HeaderArg,
+    /// User-item: keep users with at least N distinct items (iterated to a fixed
+    /// point together with --min-item-interactions).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub min_user_interactions: u64,
+    /// User-item: keep items with at least N distinct users (iterated to a fixed point).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub min_item_interactions: u64,
+    /// User-item: the test split.
+    #[arg(long, value_enum, default_value_t = SplitArg::Strong)]
+    pub split: SplitArg,
 }
 
 #[derive(Debug, Subcommand)]

@@ -6,3 +6,4 @@
 
 pub mod clicks;
 pub mod graph;
+pub mod useritem;

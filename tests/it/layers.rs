@@ -331,7 +331,7 @@ const LAYERS: &[&[&str]] = &[
 /// a room names only rooms below it (the files of one room name each other freely).
 /// Every room of these modules is placed here.
 const ROOMS: &[(&str, &[&[&str]])] = &[
-    ("data", &[&["graph", "clicks"]]),
+    ("data", &[&["graph", "clicks"], &["useritem"]]),
     (
         "als",
         &[

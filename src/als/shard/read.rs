@@ -215,7 +215,8 @@ pub fn local_read_shards(
     // The owned test rows and the one before them (to check the order across blocks).
     let before = tlo.saturating_sub(1);
     let with_prev = read_range::<u32>(&f, path, "test/rows", before, thi)?;
-    let has_arcs = |r: u32| row_ip[r as usize + 1] != row_ip[r as usize];
+    let trained_tests = crate::data::graph::dataset::trains_test_rows(&f, path)?;
+    let has_arcs = |r: u32| !trained_tests && row_ip[r as usize + 1] != row_ip[r as usize];
     check_test_rows(path, &with_prev, tlo > 0, tlo, meta.num_rows, has_arcs)?;
     let test_rows = with_prev[(tlo - before) as usize..].to_vec();
     let fold = read_csr(&f, path, "test/fold", &fold_ip, tlo, thi, meta.num_cols)?;

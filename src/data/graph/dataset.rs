@@ -196,7 +196,7 @@ fn shifted(indptr: &[u64], by: usize) -> Vec<u64> {
     indptr.iter().map(|&x| x + by as u64).collect()
 }
 
-fn write_part(
+pub(crate) fn write_part(
     tmp: &Path,
     s: &LocalSplit,
     off: &dyn Fn(usize) -> usize,
@@ -445,6 +445,23 @@ pub fn check_test_rows(
     Ok(())
 }
 
+/// Whether the test rows are also training rows: a user-item dataset split `last` or
+/// `random` (root attribute `split`; absent or `strong`: no, as for every graph).
+pub fn trains_test_rows(f: &hdf5::File, path: &Path) -> Result<bool> {
+    if !f.attr_names().is_ok_and(|n| n.iter().any(|a| a == "split")) {
+        return Ok(false);
+    }
+    match read_str_attr(f, path, "split")?.as_str() {
+        "strong" => Ok(false),
+        "last" | "random" => Ok(true),
+        other => Err(Error::layout(
+            path,
+            "/ attribute split",
+            format!("{other:?}, expected strong, last or random"),
+        )),
+    }
+}
+
 /// A test row's visible (`fold`) and held-out arcs share no column (both sorted).
 pub fn check_fold_disjoint(path: &Path, row: u32, fold: &[u32], holdout: &[u32]) -> Result<()> {
     match holdout.iter().find(|c| fold.binary_search(c).is_ok()) {
@@ -522,14 +539,14 @@ impl Dataset {
             holdout,
             node_ids,
         };
-        ds.check_consistency(path)?;
+        ds.check_consistency(path, trains_test_rows(&f, path)?)?;
         Ok(ds)
     }
 
     /// Cross-dataset rules: the transpose mirrors `/train`, test rows are increasing
     /// with empty training rows and a non-empty holdout disjoint from the fold, and
     /// node ids increase.
-    fn check_consistency(&self, path: &Path) -> Result<()> {
+    fn check_consistency(&self, path: &Path, trained_tests: bool) -> Result<()> {
         let rows = self.meta.num_rows as usize;
         if self.node_ids.len() != rows {
             return Err(Error::layout(
@@ -585,7 +602,7 @@ impl Dataset {
             }
         }
         check_test_rows(path, &self.test_rows, false, 0, rows as u64, |r| {
-            !self.train.row(r as usize).is_empty()
+            !trained_tests && !self.train.row(r as usize).is_empty()
         })?;
         for (i, &r) in self.test_rows.iter().enumerate() {
             let h = self.holdout.row(i);

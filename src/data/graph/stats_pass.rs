@@ -782,10 +782,14 @@ impl H5Rows {
         let train_ip = range("train", nodes, lo, hi)?;
         let num_test = dataset_len(&f, path, "test/rows")?;
         let all_tests = crate::io::h5::read_range::<u32>(&f, path, "test/rows", 0, num_test)?;
+        let trained_tests = super::dataset::trains_test_rows(&f, path)?;
         super::dataset::check_test_rows(path, &all_tests, false, 0, nodes, |r| {
             // Only this block's rows are known here; the others' owners check theirs.
             let r = r as u64;
-            r >= lo && r < hi && train_ip[(r - lo) as usize + 1] != train_ip[(r - lo) as usize]
+            !trained_tests
+                && r >= lo
+                && r < hi
+                && train_ip[(r - lo) as usize + 1] != train_ip[(r - lo) as usize]
         })?;
         let ta = all_tests.partition_point(|&r| (r as u64) < lo);
         let tb = all_tests.partition_point(|&r| (r as u64) < hi);

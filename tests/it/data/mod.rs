@@ -9,4 +9,5 @@ mod clicks_outputs;
 mod graph_stats;
 mod planted;
 mod prepare_stream;
+mod useritem;
 mod webgraph_twin;
