@@ -15,10 +15,15 @@ pub enum VocabArg {
 pub enum TableOptKind {
     Sgd,
     RowwiseAdagrad,
+    Adagrad,
+    Adam,
+    RowwiseAdam,
+    Ftrl,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum DenseOptKind {
+    Sgd,
     Adagrad,
     Adam,
 }

@@ -18,29 +18,55 @@ use crate::embed::tables::store::TableOpt;
 use crate::embed::train::footprint;
 use crate::embed::train::trainer::EmbedConfig;
 use crate::metrics::parse_bytes;
+use crate::spec::ModelSpec;
 use crate::{Error, Result};
 
-/// Optimizer floats per table row under `kind`.
-pub fn table_state_per_row(kind: TableOptKind) -> u64 {
-    table_opt(kind, 0.01).state_per_row() as u64
+/// Optimizer floats per table row under `kind` for the planner: exact for the
+/// row-wise optimizers, a bound (at the widest table's `dim`) for the per-element ones
+/// (`Store` checks the exact bytes against --mem-per-rank).
+pub fn table_state_per_row(kind: TableOptKind, spec: &ModelSpec) -> u64 {
+    planner_state_per_row(table_opt(kind, 0.01), spec)
+}
+
+/// [`table_state_per_row`] of an optimizer.
+pub fn planner_state_per_row(opt: TableOpt, spec: &ModelSpec) -> u64 {
+    let dim = spec.tables.iter().map(|t| t.dim).max().unwrap_or(0);
+    opt.state_per_row(dim) as u64
 }
 
 pub(super) fn table_opt(kind: TableOptKind, lr: f32) -> TableOpt {
     match kind {
-        TableOptKind::Sgd => TableOpt::Sgd { lr },
-        TableOptKind::RowwiseAdagrad => TableOpt::RowWiseAdagrad { lr, eps: 1e-8 },
+        TableOptKind::Sgd => TableOpt::Sgd { lr, wd: 0.0 },
+        TableOptKind::RowwiseAdagrad => TableOpt::RowWiseAdagrad {
+            lr,
+            eps: 1e-8,
+            wd: 0.0,
+        },
+        TableOptKind::Adagrad => TableOpt::Adagrad {
+            lr,
+            eps: 1e-8,
+            wd: 0.0,
+        },
+        TableOptKind::Adam => TableOpt::adam(lr, 0.0),
+        TableOptKind::RowwiseAdam => TableOpt::rowwise_adam(lr, 0.0),
+        TableOptKind::Ftrl => TableOpt::Ftrl {
+            alpha: lr,
+            beta: 1.0,
+            l1: 0.0,
+            l2: 0.0,
+        },
     }
 }
 
 pub(super) fn plan_options(
     world: usize,
     mem: Option<u64>,
-    opt: TableOpt,
+    (opt, spec): (TableOpt, &ModelSpec),
     seed: u64,
     model: &CostModel,
 ) -> PlanOptions {
     let mut o = PlanOptions::new(world, mem.unwrap_or(u64::MAX));
-    o.state_per_row = opt.state_per_row() as u64;
+    o.state_per_row = planner_state_per_row(opt, spec);
     o.seed = seed;
     o.model = model.clone();
     o
@@ -237,6 +263,7 @@ impl EmbedArgs {
         }
         // What does not depend on the placement, before the plan samples batches.
         let dense_opt = match a.dense_opt {
+            DenseOptKind::Sgd => DenseOpt::Sgd { lr: a.dense_lr },
             DenseOptKind::Adagrad => DenseOpt::adagrad(a.dense_lr),
             DenseOptKind::Adam => DenseOpt::adam(a.dense_lr),
         };
