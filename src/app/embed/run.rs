@@ -200,6 +200,14 @@ fn print_header<C: Comm>(comm: &C, cfg: &EmbedConfig, plan: &Plan, threads: usiz
         cfg.dedup,
         cfg.pipeline
     );
+    if !cfg.lr_schedule.is_constant() || cfg.dense_wd != 0.0 {
+        println!(
+            "optimizers: lr schedule {:?} (multiplier at step 1: {}); dense weight decay {}",
+            cfg.lr_schedule,
+            cfg.lr_schedule.mult(0),
+            cfg.dense_wd
+        );
+    }
     println!("plan: {}", plan_summary(s, plan, state));
 }
 

@@ -28,7 +28,7 @@ fn one() -> f32 {
 /// decoupled (`w *= 1 - lr * wd` before the update, AdamW's, FBGEMM's `DECOUPLE`) for
 /// row-wise Adagrad, Adam and row-wise Adam, whose row statistic or moments then see
 /// the plain gradient; FTRL has its own `l1`/`l2`.
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum TableOpt {
     /// `row -= lr * (g + wd * row)`.
@@ -291,6 +291,74 @@ impl TableOpt {
                     };
                 }
             }
+        }
+    }
+}
+
+/// Its settings as `Kind { field: value, .. }`, weight decay only when set and without
+/// the per-step bias corrections (the run's header prints it).
+impl std::fmt::Debug for TableOpt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let wd = |f: &mut std::fmt::Formatter<'_>, wd: f32| {
+            if wd != 0.0 {
+                write!(f, ", wd: {wd:?}")
+            } else {
+                Ok(())
+            }
+        };
+        match *self {
+            TableOpt::Sgd { lr, wd: w } => {
+                write!(f, "Sgd {{ lr: {lr:?}")?;
+                wd(f, w)?;
+                write!(f, " }}")
+            }
+            TableOpt::RowWiseAdagrad { lr, eps, wd: w } => {
+                write!(f, "RowWiseAdagrad {{ lr: {lr:?}, eps: {eps:?}")?;
+                wd(f, w)?;
+                write!(f, " }}")
+            }
+            TableOpt::Adagrad { lr, eps, wd: w } => {
+                write!(f, "Adagrad {{ lr: {lr:?}, eps: {eps:?}")?;
+                wd(f, w)?;
+                write!(f, " }}")
+            }
+            TableOpt::Adam {
+                lr,
+                beta1,
+                beta2,
+                eps,
+                wd: w,
+                ..
+            }
+            | TableOpt::RowWiseAdam {
+                lr,
+                beta1,
+                beta2,
+                eps,
+                wd: w,
+                ..
+            } => {
+                let kind = if matches!(self, TableOpt::Adam { .. }) {
+                    "Adam"
+                } else {
+                    "RowWiseAdam"
+                };
+                write!(
+                    f,
+                    "{kind} {{ lr: {lr:?}, beta1: {beta1:?}, beta2: {beta2:?}, eps: {eps:?}"
+                )?;
+                wd(f, w)?;
+                write!(f, " }}")
+            }
+            TableOpt::Ftrl {
+                alpha,
+                beta,
+                l1,
+                l2,
+            } => write!(
+                f,
+                "Ftrl {{ alpha: {alpha:?}, beta: {beta:?}, l1: {l1:?}, l2: {l2:?} }}"
+            ),
         }
     }
 }
