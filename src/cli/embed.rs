@@ -166,13 +166,15 @@ pub struct EmbedArgs {
     /// unless --force.
     #[arg(long, value_name = "PLAN.json")]
     pub plan_out: Option<PathBuf>,
-    /// Learning rate of every table's optimizer (--table-opt): sgd updates a row by
-    /// `row -= lr * g`, rowwise-adagrad by `row -= lr * g / (sqrt(G) + 1e-8)` with G the
-    /// row's running sum of mean squared gradients. Must be > 0.
+    /// Learning rate of every table's optimizer (--table-opt; FTRL's alpha): sgd
+    /// updates a row by `row -= lr * g`, rowwise-adagrad by `row -= lr * g / (sqrt(G) +
+    /// 1e-8)` with G the row's running sum of mean squared gradients; the others as in
+    /// docs/embed.md, "Optimizers". Times the --lr-warmup/--lr-decay multiplier. Must be
+    /// > 0.
     #[arg(long, default_value_t = 0.02)]
     pub table_lr: f32,
     /// The MLP's optimizer, applied once per step to the all-reduced dense gradients:
-    /// adagrad (eps 1e-10, accumulators from 0) or adam (PyTorch's defaults: betas 0.9
+    /// sgd (no momentum, no state), adagrad (eps 1e-10, accumulators from 0) or adam (PyTorch's defaults: betas 0.9
     /// and 0.999, eps 1e-8; twice adagrad's state).
     #[arg(long, value_enum, default_value_t = DenseOptKind::Adagrad)]
     pub dense_opt: DenseOptKind,
