@@ -166,7 +166,7 @@ pub struct EmbedArgs {
     /// unless --force.
     #[arg(long, value_name = "PLAN.json")]
     pub plan_out: Option<PathBuf>,
-    /// Learning rate of every table's optimizer (--table-opt; FTRL's alpha): sgd
+    /// Learning rate of every table's optimizer (--table-opt), FTRL's alpha: sgd
     /// updates a row by `row -= lr * g`, rowwise-adagrad by `row -= lr * g / (sqrt(G) +
     /// 1e-8)` with G the row's running sum of mean squared gradients; the others as in
     /// docs/embed.md, "Optimizers". Times the --lr-warmup/--lr-decay multiplier. Must be
