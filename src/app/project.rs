@@ -455,7 +455,7 @@ fn run_embed(args: &ProjectEmbedArgs, preempt: &Preemption) -> Result<()> {
         )));
     }
     let (_, chip, shapes) = setup(&args.chip)?;
-    let state = super::embed::config::table_state_per_row(args.table_opt);
+    let state = super::embed::config::table_state_per_row(args.table_opt, &spec);
     // The planner uses the distinct ids of one chip's batch, which do not depend on
     // the chip count: measured (or estimated) once.
     let (stats, how) = if args.estimate {

@@ -15,12 +15,78 @@ pub enum VocabArg {
 pub enum TableOptKind {
     Sgd,
     RowwiseAdagrad,
+    Adagrad,
+    Adam,
+    RowwiseAdam,
+    Ftrl,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum DenseOptKind {
+    Sgd,
     Adagrad,
     Adam,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LrDecayArg {
+    None,
+    Poly,
+    Step,
+}
+
+/// The optimizers' other settings and the learning-rate schedule (docs/embed.md,
+/// "Optimizers"). A setting of an optimizer not chosen is refused.
+#[derive(Debug, Clone, Args)]
+pub struct OptimArgs {
+    /// Weight decay of the tables: L2 (`g += wd * w`) under sgd and adagrad; decoupled
+    /// (`w *= 1 - lr * wd`) under rowwise-adagrad, adam and rowwise-adam; not with ftrl
+    /// (use --ftrl-l2). Only rows a step touches decay.
+    #[arg(long, value_name = "WD", default_value_t = 0.0)]
+    pub table_weight_decay: f32,
+    /// Weight decay of the MLP: L2 under sgd and adagrad, decoupled (AdamW) under adam.
+    #[arg(long, value_name = "WD", default_value_t = 0.0)]
+    pub dense_weight_decay: f32,
+    /// Adam's beta1 for the tables (adam, rowwise-adam; default 0.9).
+    #[arg(long, value_name = "B")]
+    pub table_beta1: Option<f32>,
+    /// Adam's beta2 for the tables (adam, rowwise-adam; default 0.999).
+    #[arg(long, value_name = "B")]
+    pub table_beta2: Option<f32>,
+    /// FTRL-proximal's beta (--table-opt ftrl, whose alpha is --table-lr; default 1).
+    #[arg(long, value_name = "B")]
+    pub ftrl_beta: Option<f32>,
+    /// FTRL-proximal's L1 strength: coordinates with `|z| <= l1` are exactly 0
+    /// (--table-opt ftrl; default 0).
+    #[arg(long, value_name = "L1")]
+    pub ftrl_l1: Option<f32>,
+    /// FTRL-proximal's L2 strength (--table-opt ftrl; default 0).
+    #[arg(long, value_name = "L2")]
+    pub ftrl_l2: Option<f32>,
+    /// Linear learning-rate warm-up over the first N steps (step s at (s+1)/N of the
+    /// rate), for the tables and the MLP alike.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub lr_warmup: u64,
+    /// Decay of the rate after the warm-up: none, poly (to --lr-decay-end times the
+    /// rate over --lr-decay-steps steps, power --lr-decay-power) or step (times
+    /// --lr-decay-factor every --lr-decay-every steps).
+    #[arg(long, value_enum, default_value_t = LrDecayArg::None)]
+    pub lr_decay: LrDecayArg,
+    /// Steps of the poly decay (required by --lr-decay poly).
+    #[arg(long, value_name = "T")]
+    pub lr_decay_steps: Option<u64>,
+    /// Power of the poly decay (default 1: linear).
+    #[arg(long, value_name = "P")]
+    pub lr_decay_power: Option<f64>,
+    /// The poly decay's final rate as a fraction of the base rate (default 0).
+    #[arg(long, value_name = "F")]
+    pub lr_decay_end: Option<f64>,
+    /// Steps between the step decay's cuts (required by --lr-decay step).
+    #[arg(long, value_name = "K")]
+    pub lr_decay_every: Option<u64>,
+    /// The step decay's factor (default 0.1).
+    #[arg(long, value_name = "F")]
+    pub lr_decay_factor: Option<f64>,
 }
 
 #[derive(Debug, Args)]
@@ -100,19 +166,23 @@ pub struct EmbedArgs {
     /// unless --force.
     #[arg(long, value_name = "PLAN.json")]
     pub plan_out: Option<PathBuf>,
-    /// Learning rate of every table's optimizer (--table-opt): sgd updates a row by
-    /// `row -= lr * g`, rowwise-adagrad by `row -= lr * g / (sqrt(G) + 1e-8)` with G the
-    /// row's running sum of mean squared gradients. Must be > 0.
+    /// Learning rate of every table's optimizer (--table-opt), FTRL's alpha: sgd
+    /// updates a row by `row -= lr * g`, rowwise-adagrad by `row -= lr * g / (sqrt(G) +
+    /// 1e-8)` with G the row's running sum of mean squared gradients; the others as in
+    /// docs/embed.md, "Optimizers". Times the --lr-warmup/--lr-decay multiplier. Must be
+    /// > 0.
     #[arg(long, default_value_t = 0.02)]
     pub table_lr: f32,
     /// The MLP's optimizer, applied once per step to the all-reduced dense gradients:
-    /// adagrad (eps 1e-10, accumulators from 0) or adam (PyTorch's defaults: betas 0.9
+    /// sgd (no momentum, no state), adagrad (eps 1e-10, accumulators from 0) or adam (PyTorch's defaults: betas 0.9
     /// and 0.999, eps 1e-8; twice adagrad's state).
     #[arg(long, value_enum, default_value_t = DenseOptKind::Adagrad)]
     pub dense_opt: DenseOptKind,
     /// Learning rate of the MLP's optimizer (--dense-opt). Must be > 0.
     #[arg(long, default_value_t = 0.002)]
     pub dense_lr: f32,
+    #[command(flatten)]
+    pub optim: OptimArgs,
     /// The kernel of the MLP's matrix products, most of a step: auto (torusrec's
     /// AVX-512 kernel where the CPU has AVX-512F, else OpenBLAS), openblas, or avx512.
     /// They differ in rounding only; each gives the same bits run after run.
@@ -236,7 +306,11 @@ pub struct PlannerArgs {
     /// fit it, and `embed` refuses to start a plan that does not.
     #[arg(long, value_name = "BYTES")]
     pub mem_per_rank: Option<String>,
-    /// The tables' optimizer (its state per row counts against --mem-per-rank).
+    /// The tables' optimizer (its state per row counts against --mem-per-rank):
+    /// sgd (no state), rowwise-adagrad (FBGEMM's: 1 float per row), adagrad (per
+    /// element: dim floats per row), adam (per element: 2 dim), rowwise-adam (FBGEMM's
+    /// partial row-wise Adam: dim + 1), ftrl (FTRL-proximal: 2 dim). Per-element
+    /// optimizers refuse column-wise placement. See docs/embed.md, "Optimizers".
     #[arg(long, value_enum, default_value_t = TableOptKind::RowwiseAdagrad)]
     pub table_opt: TableOptKind,
     /// Batch statistics for the planner: reused when they match the model, seed,

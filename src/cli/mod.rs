@@ -12,7 +12,8 @@ mod tune;
 
 pub use als::AlsArgs;
 pub use embed::{
-    CheckpointArgs, DenseOptKind, EmbedArgs, PlanArgs, PlannerArgs, TableOptKind, VocabArg,
+    CheckpointArgs, DenseOptKind, EmbedArgs, LrDecayArg, OptimArgs, PlanArgs, PlannerArgs,
+    TableOptKind, VocabArg,
 };
 pub use recommend::RecommendArgs;
 pub use tune::TuneArgs;

@@ -32,7 +32,11 @@ fn a_non_finite_embedding_gradient_refuses_the_step_and_applies_nothing() {
     let _serial = util::serial();
     let _nan = EnvVar::set("TORUSREC_INJECT_NAN_GRAD", "2@1");
     let spec = preset("tiny", 1.0).unwrap();
-    let opt = TableOpt::RowWiseAdagrad { lr: 0.1, eps: 1e-8 };
+    let opt = TableOpt::RowWiseAdagrad {
+        lr: 0.1,
+        eps: 1e-8,
+        wd: 0.0,
+    };
     let cfg = util::embed_config(&spec, opt, 24, 1, 3);
     for kind in ["table", "row_cyclic", "column", "data_parallel"] {
         for mode in [OutputMode::Rows, OutputMode::Pooled] {

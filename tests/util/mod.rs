@@ -563,6 +563,8 @@ pub fn embed_config(
         steps,
         table_opt,
         dense_opt: torusrec::embed::dense::mlp::DenseOpt::adagrad(0.01),
+        dense_wd: 0.0,
+        lr_schedule: Default::default(),
         dense_gemm: torusrec::embed::dense::gemm::Gemm::auto(),
         dedup: true,
         pipeline: false,

@@ -7,7 +7,9 @@ use std::path::Path;
 
 use super::model::model_and_source;
 use crate::ckpt::CheckpointConfig;
-use crate::cli::{DenseGemmArg, DenseOptKind, EmbedArgs, PlannerArgs, TableOptKind};
+use crate::cli::{
+    DenseGemmArg, DenseOptKind, EmbedArgs, LrDecayArg, OptimArgs, PlannerArgs, TableOptKind,
+};
 use crate::data::clicks::source::Source;
 use crate::embed::calibrate::Costs;
 use crate::embed::dense::gemm::Gemm;
@@ -16,31 +18,241 @@ use crate::embed::planner::{CostModel, PlanOptions};
 use crate::embed::tables::keys::hash_tables;
 use crate::embed::tables::store::TableOpt;
 use crate::embed::train::footprint;
+use crate::embed::train::schedule::{Decay, LrSchedule};
 use crate::embed::train::trainer::EmbedConfig;
 use crate::metrics::parse_bytes;
+use crate::spec::ModelSpec;
 use crate::{Error, Result};
 
-/// Optimizer floats per table row under `kind`.
-pub fn table_state_per_row(kind: TableOptKind) -> u64 {
-    table_opt(kind, 0.01).state_per_row() as u64
+/// Optimizer floats per table row under `kind` for the planner: exact for the
+/// row-wise optimizers, a bound (at the widest table's `dim`) for the per-element ones
+/// (`Store` checks the exact bytes against --mem-per-rank).
+pub fn table_state_per_row(kind: TableOptKind, spec: &ModelSpec) -> u64 {
+    planner_state_per_row(table_opt(kind, 0.01), spec)
+}
+
+/// [`table_state_per_row`] of an optimizer.
+pub fn planner_state_per_row(opt: TableOpt, spec: &ModelSpec) -> u64 {
+    let dim = spec.tables.iter().map(|t| t.dim).max().unwrap_or(0);
+    opt.state_per_row(dim) as u64
 }
 
 pub(super) fn table_opt(kind: TableOptKind, lr: f32) -> TableOpt {
     match kind {
-        TableOptKind::Sgd => TableOpt::Sgd { lr },
-        TableOptKind::RowwiseAdagrad => TableOpt::RowWiseAdagrad { lr, eps: 1e-8 },
+        TableOptKind::Sgd => TableOpt::Sgd { lr, wd: 0.0 },
+        TableOptKind::RowwiseAdagrad => TableOpt::RowWiseAdagrad {
+            lr,
+            eps: 1e-8,
+            wd: 0.0,
+        },
+        TableOptKind::Adagrad => TableOpt::Adagrad {
+            lr,
+            eps: 1e-8,
+            wd: 0.0,
+        },
+        TableOptKind::Adam => TableOpt::adam(lr, 0.0),
+        TableOptKind::RowwiseAdam => TableOpt::rowwise_adam(lr, 0.0),
+        TableOptKind::Ftrl => TableOpt::Ftrl {
+            alpha: lr,
+            beta: 1.0,
+            l1: 0.0,
+            l2: 0.0,
+        },
     }
+}
+
+/// `--table-opt` with --table-lr and the --optim flags; a flag of an optimizer not
+/// chosen, or a value out of range, is refused (exit 2).
+pub(super) fn table_opt_of(kind: TableOptKind, lr: f32, o: &OptimArgs) -> Result<TableOpt> {
+    let bad = |m: String| Err(Error::Config(m));
+    let name = table_opt(kind, lr).name();
+    let adam = matches!(kind, TableOptKind::Adam | TableOptKind::RowwiseAdam);
+    let ftrl = kind == TableOptKind::Ftrl;
+    for (flag, set, ok, who) in [
+        (
+            "--table-beta1",
+            o.table_beta1.is_some(),
+            adam,
+            "adam or rowwise-adam",
+        ),
+        (
+            "--table-beta2",
+            o.table_beta2.is_some(),
+            adam,
+            "adam or rowwise-adam",
+        ),
+        ("--ftrl-beta", o.ftrl_beta.is_some(), ftrl, "ftrl"),
+        ("--ftrl-l1", o.ftrl_l1.is_some(), ftrl, "ftrl"),
+        ("--ftrl-l2", o.ftrl_l2.is_some(), ftrl, "ftrl"),
+    ] {
+        if set && !ok {
+            return bad(format!(
+                "{flag} is a setting of --table-opt {who}, not of --table-opt {name}"
+            ));
+        }
+    }
+    let wd = o.table_weight_decay;
+    if !(wd.is_finite() && wd >= 0.0) {
+        return bad(format!(
+            "--table-weight-decay {wd}: must be a finite number >= 0"
+        ));
+    }
+    if ftrl && wd != 0.0 {
+        return bad(
+            "--table-weight-decay does not apply to --table-opt ftrl: use --ftrl-l2".into(),
+        );
+    }
+    let unit = |flag: &str, v: Option<f32>, d: f32| -> Result<f32> {
+        let v = v.unwrap_or(d);
+        if !(0.0..1.0).contains(&v) {
+            return Err(Error::Config(format!("{flag} {v}: must be in [0, 1)")));
+        }
+        Ok(v)
+    };
+    let nonneg = |flag: &str, v: Option<f32>, d: f32| -> Result<f32> {
+        let v = v.unwrap_or(d);
+        if !(v.is_finite() && v >= 0.0) {
+            return Err(Error::Config(format!(
+                "{flag} {v}: must be a finite number >= 0"
+            )));
+        }
+        Ok(v)
+    };
+    Ok(match table_opt(kind, lr) {
+        TableOpt::Sgd { lr, .. } => TableOpt::Sgd { lr, wd },
+        TableOpt::RowWiseAdagrad { lr, eps, .. } => TableOpt::RowWiseAdagrad { lr, eps, wd },
+        TableOpt::Adagrad { lr, eps, .. } => TableOpt::Adagrad { lr, eps, wd },
+        TableOpt::Adam { .. } | TableOpt::RowWiseAdam { .. } => {
+            let (b1, b2) = (
+                unit("--table-beta1", o.table_beta1, 0.9)?,
+                unit("--table-beta2", o.table_beta2, 0.999)?,
+            );
+            let base = TableOpt::adam(lr, wd);
+            let with = |o: TableOpt| match o {
+                TableOpt::Adam {
+                    lr,
+                    eps,
+                    wd,
+                    bc1,
+                    bc2,
+                    ..
+                } => TableOpt::Adam {
+                    lr,
+                    beta1: b1,
+                    beta2: b2,
+                    eps,
+                    wd,
+                    bc1,
+                    bc2,
+                },
+                TableOpt::RowWiseAdam {
+                    lr,
+                    eps,
+                    wd,
+                    bc1,
+                    bc2,
+                    ..
+                } => TableOpt::RowWiseAdam {
+                    lr,
+                    beta1: b1,
+                    beta2: b2,
+                    eps,
+                    wd,
+                    bc1,
+                    bc2,
+                },
+                o => o,
+            };
+            if kind == TableOptKind::Adam {
+                with(base)
+            } else {
+                with(TableOpt::rowwise_adam(lr, wd))
+            }
+        }
+        TableOpt::Ftrl { alpha, .. } => TableOpt::Ftrl {
+            alpha,
+            beta: nonneg("--ftrl-beta", o.ftrl_beta, 1.0)?,
+            l1: nonneg("--ftrl-l1", o.ftrl_l1, 0.0)?,
+            l2: nonneg("--ftrl-l2", o.ftrl_l2, 0.0)?,
+        },
+    })
+}
+
+/// The --lr-* flags as a schedule; a flag of a decay not chosen, or a value out of
+/// range, is refused (exit 2). `ftrl`: the rate must stay > 0 (FTRL divides by it).
+pub(super) fn lr_schedule_of(o: &OptimArgs, ftrl: bool) -> Result<LrSchedule> {
+    let bad = |m: String| Err(Error::Config(m));
+    let (poly, step) = (
+        o.lr_decay == LrDecayArg::Poly,
+        o.lr_decay == LrDecayArg::Step,
+    );
+    for (flag, set, ok, who) in [
+        ("--lr-decay-steps", o.lr_decay_steps.is_some(), poly, "poly"),
+        ("--lr-decay-power", o.lr_decay_power.is_some(), poly, "poly"),
+        ("--lr-decay-end", o.lr_decay_end.is_some(), poly, "poly"),
+        ("--lr-decay-every", o.lr_decay_every.is_some(), step, "step"),
+        (
+            "--lr-decay-factor",
+            o.lr_decay_factor.is_some(),
+            step,
+            "step",
+        ),
+    ] {
+        if set && !ok {
+            return bad(format!("{flag} is a setting of --lr-decay {who}"));
+        }
+    }
+    let decay = match o.lr_decay {
+        LrDecayArg::None => Decay::None,
+        LrDecayArg::Poly => {
+            let Some(steps) = o.lr_decay_steps.filter(|&t| t > 0) else {
+                return bad("--lr-decay poly needs --lr-decay-steps T > 0".into());
+            };
+            let power = o.lr_decay_power.unwrap_or(1.0);
+            let end = o.lr_decay_end.unwrap_or(0.0);
+            if !(power.is_finite() && power > 0.0) {
+                return bad(format!(
+                    "--lr-decay-power {power}: must be a finite number > 0"
+                ));
+            }
+            if !(0.0..=1.0).contains(&end) || (ftrl && end == 0.0) {
+                return bad(format!(
+                    "--lr-decay-end {end}: must be in [0, 1]{}",
+                    if ftrl {
+                        " and > 0 under --table-opt ftrl (alpha must stay > 0)"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+            Decay::Poly { steps, power, end }
+        }
+        LrDecayArg::Step => {
+            let Some(every) = o.lr_decay_every.filter(|&k| k > 0) else {
+                return bad("--lr-decay step needs --lr-decay-every K > 0".into());
+            };
+            let factor = o.lr_decay_factor.unwrap_or(0.1);
+            if !(factor > 0.0 && factor <= 1.0) {
+                return bad(format!("--lr-decay-factor {factor}: must be in (0, 1]"));
+            }
+            Decay::Step { every, factor }
+        }
+    };
+    Ok(LrSchedule {
+        warmup: o.lr_warmup,
+        decay,
+    })
 }
 
 pub(super) fn plan_options(
     world: usize,
     mem: Option<u64>,
-    opt: TableOpt,
+    (opt, spec): (TableOpt, &ModelSpec),
     seed: u64,
     model: &CostModel,
 ) -> PlanOptions {
     let mut o = PlanOptions::new(world, mem.unwrap_or(u64::MAX));
-    o.state_per_row = opt.state_per_row() as u64;
+    o.state_per_row = planner_state_per_row(opt, spec);
     o.seed = seed;
     o.model = model.clone();
     o
@@ -237,6 +449,7 @@ impl EmbedArgs {
         }
         // What does not depend on the placement, before the plan samples batches.
         let dense_opt = match a.dense_opt {
+            DenseOptKind::Sgd => DenseOpt::Sgd { lr: a.dense_lr },
             DenseOptKind::Adagrad => DenseOpt::adagrad(a.dense_lr),
             DenseOptKind::Adam => DenseOpt::adam(a.dense_lr),
         };
@@ -249,11 +462,21 @@ impl EmbedArgs {
                 Error::Config(format!("--dense-gemm avx512: {e} (use auto or openblas)"))
             })?,
         };
-        let table_opt = table_opt(a.planner.table_opt, a.table_lr);
+        let table_opt = table_opt_of(a.planner.table_opt, a.table_lr, &a.optim)?;
+        let ftrl = matches!(table_opt, TableOpt::Ftrl { .. });
+        let lr_schedule = lr_schedule_of(&a.optim, ftrl)?;
+        let dense_wd = a.optim.dense_weight_decay;
+        if !(dense_wd.is_finite() && dense_wd >= 0.0) {
+            return Err(Error::Config(format!(
+                "--dense-weight-decay {dense_wd}: must be a finite number >= 0"
+            )));
+        }
         let eval_examples = source.eval_examples().unwrap_or(a.eval_examples);
         let cfg = EmbedConfig {
             accumulate: a.accumulate,
             dense_opt,
+            dense_wd,
+            lr_schedule,
             dense_gemm,
             dedup: !a.no_dedup,
             pipeline: a.pipeline,

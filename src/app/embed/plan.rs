@@ -5,7 +5,10 @@
 
 use std::path::Path;
 
-use super::config::{costs_and_model, mem_per_rank, plan_options, table_opt, table_state_per_row};
+use super::config::{
+    costs_and_model, mem_per_rank, plan_options, planner_state_per_row, table_opt,
+    table_state_per_row,
+};
 use super::model::resolve_model;
 use super::report::{plan_summary, secs};
 use crate::cli::PlanArgs;
@@ -122,7 +125,7 @@ fn local_plan(
     method: Option<Heuristic>,
     (costs, cost): (Option<&Costs>, &CostModel),
 ) -> Result<()> {
-    let state = table_state_per_row(a.planner.table_opt);
+    let state = table_state_per_row(a.planner.table_opt, spec);
     let (stats, how) = plan_stats(spec, a)?;
     let mem = mem.unwrap_or(u64::MAX);
     println!(
@@ -139,7 +142,7 @@ fn local_plan(
     let opts = plan_options(
         a.ranks,
         Some(mem),
-        table_opt(a.planner.table_opt, 0.01),
+        (table_opt(a.planner.table_opt, 0.01), spec),
         a.seed,
         cost,
     );
@@ -296,12 +299,12 @@ fn plan_tasks(pool: &ModelSpec, a: &PlanArgs, mem: Option<u64>, cost: &CostModel
         let stats = crate::embed::train::batch_stats::synthetic_stats(task, a.ranks, a.batch);
         // Memory: twice an even share or the largest table, whichever is more (the
         // heuristics place tables whole), unless --mem-per-rank says otherwise.
-        let state = opt.state_per_row() as u64;
+        let state = planner_state_per_row(opt, task);
         let bytes = |t: &crate::spec::TableSpec| t.vocab * (t.dim as u64 + state) * 4;
         let total: u64 = task.tables.iter().map(bytes).sum();
         let largest = task.tables.iter().map(bytes).max().unwrap_or(0);
         let m = mem.unwrap_or((2 * total / a.ranks as u64).max(2 * largest));
-        let opts = plan_options(a.ranks, Some(m), opt, a.seed, cost);
+        let opts = plan_options(a.ranks, Some(m), (opt, task), a.seed, cost);
         let (_, auto) = planner::plan_auto(task, &stats, &opts)?;
         let mut cells = vec![format!("{:.3}", auto.imbalance)];
         sums[0] += auto.imbalance;

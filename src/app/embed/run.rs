@@ -44,7 +44,7 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
     let (plan, plan_stats) =
         global_run_plan(comm, a, (&cfg, &source, &cost, &costs), per_rank, plan_mem)?;
     // Optimizer floats per table row, counted in every rank's table bytes.
-    let state = cfg.table_opt.state_per_row() as u64;
+    let state = super::config::planner_state_per_row(cfg.table_opt, &cfg.spec);
     if root {
         print_header(comm, &cfg, &plan, threads, state);
     }
@@ -200,6 +200,14 @@ fn print_header<C: Comm>(comm: &C, cfg: &EmbedConfig, plan: &Plan, threads: usiz
         cfg.dedup,
         cfg.pipeline
     );
+    if !cfg.lr_schedule.is_constant() || cfg.dense_wd != 0.0 {
+        println!(
+            "optimizers: lr schedule {:?} (multiplier at step 1: {}); dense weight decay {}",
+            cfg.lr_schedule,
+            cfg.lr_schedule.mult(0),
+            cfg.dense_wd
+        );
+    }
     println!("plan: {}", plan_summary(s, plan, state));
 }
 
@@ -213,7 +221,7 @@ fn predict<C: Comm>(
     plan: &Plan,
     cost: &CostModel,
 ) -> StepPrediction {
-    let state = cfg.table_opt.state_per_row() as u64;
+    let state = super::config::planner_state_per_row(cfg.table_opt, &cfg.spec);
     let per_rank = cfg.micro.div_ceil(comm.size()) * cfg.accumulate;
     let rep = planner::evaluate(&cfg.spec, st, plan, cost, state);
     let p = c.predict(
@@ -350,8 +358,11 @@ fn global_resolve_plan<C: Comm>(
             let plan = match choice {
                 "auto" => {
                     let (st, how) = measure()?;
-                    let (plan, rep) =
-                        planner::plan_auto(spec, &st, &plan_options(world, mem, opt, seed, model))?;
+                    let (plan, rep) = planner::plan_auto(
+                        spec,
+                        &st,
+                        &plan_options(world, mem, (opt, spec), seed, model),
+                    )?;
                     println!(
                         "plan: auto (batch statistics {how}); predicted imbalance {:.3}, balance {:.3}",
                         rep.imbalance, rep.balance

@@ -160,7 +160,7 @@ impl PooledPoint {
         let spec = self.spec();
         let stats = synthetic_stats(&spec, world, self.batch);
         let plan = self.plan(&spec, world);
-        let state = POOLED_TABLE_OPT.state_per_row() as u64;
+        let state = POOLED_TABLE_OPT.state_fixed_per_row() as u64;
         let rep = evaluate(&spec, &stats, &plan, m, state);
         rep.cost_per_rank.iter().sum::<f64>() / world.max(1) as f64
     }
@@ -175,7 +175,7 @@ impl PooledPoint {
     /// included, as the planner counts them).
     pub fn interference(&self, m: &CostModel, world: usize) -> f64 {
         let spec = self.spec();
-        let state = POOLED_TABLE_OPT.state_per_row() as u64;
+        let state = POOLED_TABLE_OPT.state_fixed_per_row() as u64;
         let bytes = self.plan(&spec, world).bytes_per_rank(&spec, state);
         let b = bytes.iter().copied().max().unwrap_or(0) as f64;
         m.with_interference_mode(1.0, self.pieces_per_rank(world), b, self.mode == "rows")
@@ -253,6 +253,7 @@ impl PooledPoint {
 pub const POOLED_TABLE_OPT: TableOpt = TableOpt::RowWiseAdagrad {
     lr: 0.01,
     eps: 1e-8,
+    wd: 0.0,
 };
 
 /// What the points give (see the module doc).

@@ -1,5 +1,5 @@
 //! The dense part of the click model: a ReLU MLP ending in one logit, its
-//! forward/backward pass under the log loss, and the dense optimizers.
+//! forward/backward pass under the log loss (its optimizers are [`super::optim`]'s).
 //!
 //! All parameters live in one flat `Vec<f32>` so that the data-parallel gradient is one
 //! all-reduce and a checkpoint is one slice. For each layer `l`, in order: the weight
@@ -16,13 +16,13 @@
 //! it does not fight the ranks for cores. No I/O, no communication here.
 
 use ndarray::ArrayView2;
-use rayon::prelude::*;
-use serde::{Deserialize, Serialize};
 
 use super::auc::{bce_with_logits, sigmoid};
 use super::gemm::{matmul, Gemm, Packs};
 use crate::rng::{stream, SplitMix64};
 use crate::{Error, Result};
+
+pub use super::optim::{DenseOpt, DenseOptState};
 
 /// A row-major `rows x cols` view of `v` (`v.len() == rows * cols`).
 fn view2(v: &[f32], rows: usize, cols: usize) -> ArrayView2<'_, f32> {
@@ -373,154 +373,6 @@ pub fn forward_backward_ref(
         dx[e * layers[0]..(e + 1) * layers[0]].copy_from_slice(&delta);
     }
     loss
-}
-
-/// Parameters per parallel block of an optimizer step (the update is element-wise).
-const OPT_BLOCK: usize = 1 << 14;
-
-/// A dense optimizer over the flat parameters, as in PyTorch.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum DenseOpt {
-    /// `torch.optim.Adagrad` (no lr decay, no weight decay):
-    /// `acc += g^2; p -= lr * g / (sqrt(acc) + eps)`, with `acc` starting at `init_acc`.
-    Adagrad { lr: f32, eps: f32, init_acc: f32 },
-    /// `torch.optim.Adam` (no weight decay, no amsgrad), bias-corrected:
-    /// `m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;`
-    /// `p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)`.
-    Adam {
-        lr: f32,
-        beta1: f32,
-        beta2: f32,
-        eps: f32,
-    },
-}
-
-/// The optimizer's per-parameter state, flat for checkpoints: Adagrad's accumulator
-/// (`n_params`), or Adam's first moments followed by its second moments (`2 n_params`);
-/// and the number of steps taken.
-#[derive(Clone, Debug, PartialEq)]
-pub struct DenseOptState {
-    state: Vec<f32>,
-    step: u64,
-}
-
-impl DenseOptState {
-    /// A restored state; its length is checked by [`DenseOpt::apply`].
-    pub fn from_parts(state: Vec<f32>, step: u64) -> Self {
-        Self { state, step }
-    }
-
-    pub fn state(&self) -> &[f32] {
-        &self.state
-    }
-
-    pub fn state_mut(&mut self) -> &mut [f32] {
-        &mut self.state
-    }
-
-    /// Steps taken so far.
-    pub fn step(&self) -> u64 {
-        self.step
-    }
-}
-
-impl DenseOpt {
-    /// Adagrad with PyTorch's defaults (`eps = 1e-10`, `init_acc = 0`).
-    pub fn adagrad(lr: f32) -> Self {
-        DenseOpt::Adagrad {
-            lr,
-            eps: 1e-10,
-            init_acc: 0.0,
-        }
-    }
-
-    /// Adam with PyTorch's defaults (`betas = (0.9, 0.999)`, `eps = 1e-8`).
-    pub fn adam(lr: f32) -> Self {
-        DenseOpt::Adam {
-            lr,
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-        }
-    }
-
-    /// Length of the flat state for `n_params` parameters.
-    pub fn state_len(&self, n_params: usize) -> usize {
-        match self {
-            DenseOpt::Adagrad { .. } => n_params,
-            DenseOpt::Adam { .. } => 2 * n_params,
-        }
-    }
-
-    /// The state before the first step.
-    pub fn new_state(&self, n_params: usize) -> DenseOptState {
-        let fill = match *self {
-            DenseOpt::Adagrad { init_acc, .. } => init_acc,
-            DenseOpt::Adam { .. } => 0.0,
-        };
-        DenseOptState {
-            state: vec![fill; self.state_len(n_params)],
-            step: 0,
-        }
-    }
-
-    /// One step: update `params` with `grad` and advance `st`.
-    ///
-    /// # Panics
-    /// If `grad` or the state do not match `params` in length.
-    pub fn apply(&self, params: &mut [f32], grad: &[f32], st: &mut DenseOptState) {
-        let np = params.len();
-        assert_eq!(grad.len(), np, "optimizer: grad length");
-        assert_eq!(
-            st.state.len(),
-            self.state_len(np),
-            "optimizer: state length"
-        );
-        st.step += 1;
-        match *self {
-            DenseOpt::Adagrad { lr, eps, .. } => {
-                // Element by element: blocks in parallel give the same bits.
-                params
-                    .par_chunks_mut(OPT_BLOCK)
-                    .zip(grad.par_chunks(OPT_BLOCK))
-                    .zip(st.state.par_chunks_mut(OPT_BLOCK))
-                    .for_each(|((p, g), acc)| {
-                        for ((p, &g), acc) in p.iter_mut().zip(g).zip(acc) {
-                            *acc += g * g;
-                            *p -= lr * (g / (acc.sqrt() + eps));
-                        }
-                    });
-            }
-            DenseOpt::Adam {
-                lr,
-                beta1,
-                beta2,
-                eps,
-            } => {
-                // Bias corrections in f64, as PyTorch computes them on Python floats.
-                let t = st.step as f64;
-                let bc1 = 1.0 - (beta1 as f64).powf(t);
-                let bc2 = 1.0 - (beta2 as f64).powf(t);
-                let step_size = (lr as f64 / bc1) as f32;
-                let bc2_sqrt = bc2.sqrt() as f32;
-                let (m, v) = st.state.split_at_mut(np);
-                params
-                    .par_chunks_mut(OPT_BLOCK)
-                    .zip(grad.par_chunks(OPT_BLOCK))
-                    .zip(m.par_chunks_mut(OPT_BLOCK))
-                    .zip(v.par_chunks_mut(OPT_BLOCK))
-                    .for_each(|(((p, g), m), v)| {
-                        for (((p, &g), m), v) in p.iter_mut().zip(g).zip(m).zip(v) {
-                            *m += (1.0 - beta1) * (g - *m);
-                            *v = beta2 * *v + (1.0 - beta2) * g * g;
-                            let denom = v.sqrt() / bc2_sqrt + eps;
-                            *p -= step_size * (*m / denom);
-                        }
-                    });
-            }
-        }
-    }
 }
 
 #[cfg(test)]

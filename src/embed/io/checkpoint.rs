@@ -151,7 +151,6 @@ fn local_load(
     dense_step: u64,
     warm: bool,
 ) -> Result<super::hashio::Restored> {
-    let sp = tr.store.opt.state_per_row();
     let f = commit::local_open(path)?;
     // Into the shards' own buffers (kept: they are on huge pages).
     let read_into = |name: &str,
@@ -197,6 +196,7 @@ fn local_load(
         if spec.tables[t].vocab_kind == VocabKind::Hash {
             continue;
         }
+        let sp = tr.store.opt.state_per_row(spec.tables[t].dim);
         let (dim, vocab) = (
             tr.cfg.spec.tables[t].dim,
             tr.cfg.spec.tables[t].vocab as usize,

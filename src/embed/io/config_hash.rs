@@ -26,13 +26,63 @@ pub fn config_hash_of(c: &EmbedConfig, data: &str) -> String {
 /// one does not compile until it is given its fields here.
 pub fn resume_key(c: &EmbedConfig, data: &str) -> String {
     let bits = |x: f32| format!("{:08x}", x.to_bits());
-    let table_opt = match c.table_opt {
-        TableOpt::Sgd { lr } => serde_json::json!({"kind": "sgd", "lr": bits(lr)}),
-        TableOpt::RowWiseAdagrad { lr, eps } => {
+    let mut table_opt = match c.table_opt {
+        TableOpt::Sgd { lr, wd: _ } => serde_json::json!({"kind": "sgd", "lr": bits(lr)}),
+        TableOpt::RowWiseAdagrad { lr, eps, wd: _ } => {
             serde_json::json!({"kind": "rowwise_adagrad", "lr": bits(lr), "eps": bits(eps)})
         }
+        TableOpt::Adagrad { lr, eps, wd: _ } => {
+            serde_json::json!({"kind": "adagrad", "lr": bits(lr), "eps": bits(eps)})
+        }
+        // bc1, bc2: set each step from the step (not settings).
+        TableOpt::Adam {
+            lr,
+            beta1,
+            beta2,
+            eps,
+            wd: _,
+            bc1: _,
+            bc2: _,
+        } => serde_json::json!({
+            "kind": "adam", "lr": bits(lr), "beta1": bits(beta1), "beta2": bits(beta2),
+            "eps": bits(eps)
+        }),
+        TableOpt::RowWiseAdam {
+            lr,
+            beta1,
+            beta2,
+            eps,
+            wd: _,
+            bc1: _,
+            bc2: _,
+        } => serde_json::json!({
+            "kind": "rowwise_adam", "lr": bits(lr), "beta1": bits(beta1),
+            "beta2": bits(beta2), "eps": bits(eps)
+        }),
+        TableOpt::Ftrl {
+            alpha,
+            beta,
+            l1,
+            l2,
+        } => serde_json::json!({
+            "kind": "ftrl", "alpha": bits(alpha), "beta": bits(beta), "l1": bits(l1),
+            "l2": bits(l2)
+        }),
     };
-    let dense_opt = match c.dense_opt {
+    // Weight decay only when set, so that runs without it keep their hash.
+    let wd = match c.table_opt {
+        TableOpt::Sgd { wd, .. }
+        | TableOpt::RowWiseAdagrad { wd, .. }
+        | TableOpt::Adagrad { wd, .. }
+        | TableOpt::Adam { wd, .. }
+        | TableOpt::RowWiseAdam { wd, .. } => wd,
+        TableOpt::Ftrl { .. } => 0.0,
+    };
+    if wd != 0.0 {
+        table_opt["wd"] = bits(wd).into();
+    }
+    let mut dense_opt = match c.dense_opt {
+        DenseOpt::Sgd { lr } => serde_json::json!({"kind": "sgd", "lr": bits(lr)}),
         DenseOpt::Adagrad { lr, eps, init_acc } => serde_json::json!({
             "kind": "adagrad", "lr": bits(lr), "eps": bits(eps), "init_acc": bits(init_acc)
         }),
@@ -46,8 +96,11 @@ pub fn resume_key(c: &EmbedConfig, data: &str) -> String {
             "eps": bits(eps)
         }),
     };
+    if c.dense_wd != 0.0 {
+        dense_opt["wd"] = bits(c.dense_wd).into();
+    }
     // serde_json's objects keep their keys sorted: the text is canonical.
-    serde_json::json!({
+    let mut key = serde_json::json!({
         "spec_digest": c.spec.digest(),
         "seed": c.seed,
         "micro": c.micro,
@@ -56,8 +109,11 @@ pub fn resume_key(c: &EmbedConfig, data: &str) -> String {
         "dense_opt": dense_opt,
         "pipeline": c.pipeline,
         "data": data,
-    })
-    .to_string()
+    });
+    if let Some(s) = c.lr_schedule.resume_key() {
+        key["lr_schedule"] = s;
+    }
+    key.to_string()
 }
 
 #[cfg(test)]
@@ -73,8 +129,14 @@ mod tests {
             micro: 64,
             accumulate: 2,
             steps: 10,
-            table_opt: TableOpt::RowWiseAdagrad { lr: 0.1, eps: 1e-8 },
+            table_opt: TableOpt::RowWiseAdagrad {
+                lr: 0.1,
+                eps: 1e-8,
+                wd: 0.0,
+            },
             dense_opt: DenseOpt::adagrad(0.01),
+            dense_wd: 0.0,
+            lr_schedule: Default::default(),
             dense_gemm: Gemm::auto(),
             dedup: true,
             pipeline: false,
@@ -145,28 +207,36 @@ mod tests {
             (
                 "table_opt kind",
                 EmbedConfig {
-                    table_opt: TableOpt::Sgd { lr: 0.1 },
+                    table_opt: TableOpt::Sgd { lr: 0.1, wd: 0.0 },
                     ..config()
                 },
             ),
             (
                 "table_opt lr",
                 EmbedConfig {
-                    table_opt: TableOpt::RowWiseAdagrad { lr: 0.2, eps: 1e-8 },
+                    table_opt: TableOpt::RowWiseAdagrad {
+                        lr: 0.2,
+                        eps: 1e-8,
+                        wd: 0.0,
+                    },
                     ..config()
                 },
             ),
             (
                 "table_opt eps",
                 EmbedConfig {
-                    table_opt: TableOpt::RowWiseAdagrad { lr: 0.1, eps: 1e-7 },
+                    table_opt: TableOpt::RowWiseAdagrad {
+                        lr: 0.1,
+                        eps: 1e-7,
+                        wd: 0.0,
+                    },
                     ..config()
                 },
             ),
             (
                 "sgd lr",
                 EmbedConfig {
-                    table_opt: TableOpt::Sgd { lr: 0.2 },
+                    table_opt: TableOpt::Sgd { lr: 0.2, wd: 0.0 },
                     ..config()
                 },
             ),
@@ -223,8 +293,77 @@ mod tests {
             ("adam beta2", adam(0.01, 0.9, 0.99, 1e-8)),
             ("adam eps", adam(0.01, 0.9, 0.999, 1e-7)),
         ];
+        use crate::embed::train::schedule::{Decay, LrSchedule};
+        let tab = |table_opt| EmbedConfig {
+            table_opt,
+            ..config()
+        };
+        let sched = |warmup, decay| EmbedConfig {
+            lr_schedule: LrSchedule { warmup, decay },
+            ..config()
+        };
+        let ftrl = |l1| {
+            tab(TableOpt::Ftrl {
+                alpha: 0.1,
+                beta: 1.0,
+                l1,
+                l2: 0.0,
+            })
+        };
+        let poly = |steps, power, end| Decay::Poly { steps, power, end };
+        let optims = [
+            (
+                "table adagrad",
+                tab(TableOpt::Adagrad {
+                    lr: 0.1,
+                    eps: 1e-8,
+                    wd: 0.0,
+                }),
+            ),
+            ("table adam", tab(TableOpt::adam(0.1, 0.0))),
+            ("table adam wd", tab(TableOpt::adam(0.1, 0.01))),
+            ("table rowwise adam", tab(TableOpt::rowwise_adam(0.1, 0.0))),
+            ("table ftrl", ftrl(0.0)),
+            ("table ftrl l1", ftrl(0.5)),
+            (
+                "table rowwise wd",
+                tab(TableOpt::RowWiseAdagrad {
+                    lr: 0.1,
+                    eps: 1e-8,
+                    wd: 0.1,
+                }),
+            ),
+            (
+                "dense sgd",
+                EmbedConfig {
+                    dense_opt: DenseOpt::Sgd { lr: 0.01 },
+                    ..config()
+                },
+            ),
+            (
+                "dense wd",
+                EmbedConfig {
+                    dense_wd: 0.01,
+                    ..config()
+                },
+            ),
+            ("warmup", sched(10, Decay::None)),
+            ("poly", sched(0, poly(100, 1.0, 0.0))),
+            ("poly power", sched(0, poly(100, 2.0, 0.0))),
+            ("poly end", sched(0, poly(100, 1.0, 0.1))),
+            (
+                "step",
+                sched(
+                    0,
+                    Decay::Step {
+                        every: 10,
+                        factor: 0.5,
+                    },
+                ),
+            ),
+        ];
         let mut seen = vec![("base", h(&base))];
-        for (name, c) in variants.iter().chain(adams.iter()) {
+        for (name, c) in variants.iter().chain(adams.iter()).chain(optims.iter()) {
             seen.push((name, h(c)));
         }
         seen.push((

@@ -45,7 +45,7 @@ pub(crate) fn local_create(
     per_rank: &[u64],
 ) -> Result<()> {
     let ts = &store.spec.tables[t];
-    let sp = store.opt.state_per_row();
+    let sp = store.state_per_row(t);
     let e: u64 = per_rank.iter().sum();
     let e = e as usize;
     let g = h5(tmp, "group", f.create_group(&format!("tables/{t}")))?;
@@ -120,7 +120,7 @@ pub(crate) fn local_write(
         return Ok(());
     }
     let ls = local_shard(store, t)?;
-    let (w, sp) = (ls.shard.width(), store.opt.state_per_row());
+    let (w, sp) = (ls.shard.width(), store.state_per_row(ls.shard.table));
     let n = entries.len();
     let range = first..first + n;
     let write1 = |name: &str, r: hdf5::Result<()>| h5(tmp, format!("/tables/{t}/{name}"), r);
@@ -230,7 +230,7 @@ pub(crate) fn local_restore(
 ) -> Result<Restored> {
     let p = store.plan.world;
     let ts = store.spec.tables[t].clone();
-    let sp = store.opt.state_per_row();
+    let sp = store.state_per_row(t);
     let at = |n: &str| format!("/tables/{t}/{n}");
     let g = f
         .group(&format!("tables/{t}"))

@@ -51,9 +51,9 @@ fn local_create(
     hash_entries: &[Vec<u64>],
 ) -> Result<()> {
     let spec = &tr.cfg.spec;
-    let sp = tr.store.opt.state_per_row();
     let f = h5(tmp, "create", crate::io::h5::create(tmp))?;
     for (t, ts) in spec.tables.iter().enumerate() {
+        let sp = tr.store.state_per_row(t);
         if tr.store.is_hash(t) {
             super::hashio::local_create(&f, tmp, &tr.store, t, &hash_entries[t])?;
             continue;
@@ -113,7 +113,6 @@ fn local_write_shards<C: Comm>(
     tmp: &Path,
     hash_entries: &[Vec<u64>],
 ) -> Result<()> {
-    let sp = tr.store.opt.state_per_row();
     let f = h5(tmp, "open", crate::io::h5::open_rw(tmp))?;
     for (t, per_rank) in hash_entries.iter().enumerate() {
         if tr.store.is_hash(t) {
@@ -127,6 +126,7 @@ fn local_write_shards<C: Comm>(
             continue;
         }
         let t = ls.shard.table;
+        let sp = tr.store.state_per_row(t);
         let (a, step, n) = row_slab(ls.shard.rows, ls.rows);
         let cols = ls.shard.cols.clone();
         let name = format!("/tables/{t}/rows");

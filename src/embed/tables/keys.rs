@@ -545,7 +545,7 @@ fn local_resolve_table(
     b.index.clear(&b.own_keys);
     let cap = store.spec.tables[t].vocab;
     let seed = store.seed;
-    let sp = store.opt.state_per_row();
+    let sp = store.state_per_row(t);
     let shard = store.hash[t]
         .as_mut()
         .ok_or_else(|| Error::Comm(format!("table {t} has no hash shard on rank {me}")))?;

@@ -8,3 +8,4 @@ pub mod keys;
 pub mod placement;
 pub mod row_kernels;
 pub mod store;
+pub mod table_opt;

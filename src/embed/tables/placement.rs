@@ -340,6 +340,24 @@ impl Plan {
         b
     }
 
+    /// [`Plan::bytes_per_rank`] with the state of `opt`: its floats per row and per
+    /// element of each shard's row.
+    pub fn bytes_per_rank_with(
+        &self,
+        spec: &ModelSpec,
+        opt: super::table_opt::TableOpt,
+    ) -> Vec<u64> {
+        let mut b = self.bytes_per_rank(spec, opt.state_fixed_per_row() as u64);
+        let per_elem = opt.state_per_element() as u64;
+        if per_elem > 0 {
+            for s in self.all_shards(spec) {
+                let rows = s.rows.len(spec.tables[s.table].vocab);
+                b[s.rank] += rows * s.width() as u64 * per_elem * 4;
+            }
+        }
+        b
+    }
+
     /// The same placement for every table (for tests and `--plan KIND`).
     pub fn uniform(spec: &ModelSpec, world: usize, kind: &str) -> Result<Plan> {
         let all: Vec<usize> = (0..world).collect();

@@ -9,51 +9,7 @@ use crate::rng::{stream, SplitMix64};
 use crate::spec::{ModelSpec, VocabKind};
 use crate::{Error, Result};
 
-/// The optimizer of the embedding rows.
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum TableOpt {
-    /// `row -= lr * g`.
-    Sgd { lr: f32 },
-    /// FBGEMM's row-wise Adagrad: one accumulator per row,
-    /// `G += mean_j(g_j^2)` over the row's full width, `row -= lr * g / (sqrt(G) + eps)`.
-    RowWiseAdagrad { lr: f32, eps: f32 },
-}
-
-impl TableOpt {
-    /// Optimizer floats kept per row.
-    pub fn state_per_row(&self) -> usize {
-        match self {
-            TableOpt::Sgd { .. } => 0,
-            TableOpt::RowWiseAdagrad { .. } => 1,
-        }
-    }
-
-    pub fn needs_row_stat(&self) -> bool {
-        matches!(self, TableOpt::RowWiseAdagrad { .. })
-    }
-
-    /// Update one row (or one column slice of it). `row_stat` is the mean of the
-    /// squared gradient over the row's full width (ignored by SGD).
-    #[inline]
-    pub fn apply(&self, row: &mut [f32], state: &mut [f32], g: &[f32], row_stat: f64) {
-        match *self {
-            TableOpt::Sgd { lr } => {
-                for (w, &gi) in row.iter_mut().zip(g) {
-                    *w -= lr * gi;
-                }
-            }
-            TableOpt::RowWiseAdagrad { lr, eps } => {
-                let acc = state[0] + row_stat as f32;
-                state[0] = acc;
-                let mult = lr / (acc.sqrt() + eps);
-                for (w, &gi) in row.iter_mut().zip(g) {
-                    *w -= mult * gi;
-                }
-            }
-        }
-    }
-}
+pub use super::table_opt::TableOpt;
 
 /// Mean of the squares of a full row's gradient (f64 accumulation in column order).
 #[inline]
@@ -197,7 +153,21 @@ impl Store {
         opt: TableOpt,
         mem_limit: Option<u64>,
     ) -> Result<Store> {
-        let need = plan.bytes_per_rank(spec, opt.state_per_row() as u64)[rank];
+        if opt.state_per_element() > 0 {
+            if let Some((t, _)) = plan
+                .tables
+                .iter()
+                .enumerate()
+                .find(|(_, p)| matches!(p, Placement::Column { .. }))
+            {
+                return Err(Error::Config(format!(
+                    "table {:?} is placed column-wise, but --table-opt {} keeps state per element of a row: place it table-wise or row-wise, or use sgd, rowwise-adagrad or rowwise-adam",
+                    spec.tables[t].name,
+                    opt.name()
+                )));
+            }
+        }
+        let need = plan.bytes_per_rank_with(spec, opt)[rank];
         if let Some(limit) = mem_limit {
             if need > limit {
                 return Err(Error::Config(format!(
@@ -222,7 +192,10 @@ impl Store {
                 local.push(LocalShard {
                     rows,
                     data: crate::hugepages::huge_vec(rows as usize * shard.width(), 0.0),
-                    state: crate::hugepages::huge_vec(rows as usize * opt.state_per_row(), 0.0),
+                    state: crate::hugepages::huge_vec(
+                        rows as usize * opt.state_per_row(shard.width()),
+                        0.0,
+                    ),
                     shard: shard.clone(),
                 });
                 Some(local.len() - 1)
@@ -293,6 +266,12 @@ impl Store {
                     self.rank
                 ))
             })
+    }
+
+    /// Optimizer floats per row of table `t` (per-element state is refused for
+    /// column shards, so every shard of such a table is `dim` wide).
+    pub fn state_per_row(&self, t: usize) -> usize {
+        self.opt.state_per_row(self.spec.tables[t].dim)
     }
 
     /// Whether table `t` is a hash table (whether or not this rank holds a shard).
@@ -408,7 +387,8 @@ mod tests {
         for world in 1..=4 {
             for kind in ["table", "row_block", "row_cyclic"] {
                 let plan = Plan::uniform(&spec, world, kind).unwrap();
-                let st = Store::layout(&spec, &plan, 0, TableOpt::Sgd { lr: 0.1 }, None).unwrap();
+                let st = Store::layout(&spec, &plan, 0, TableOpt::Sgd { lr: 0.1, wd: 0.0 }, None)
+                    .unwrap();
                 for (t, ts) in spec.tables.iter().enumerate() {
                     for id in 0..ts.vocab {
                         let s = st.row_slot(t, id).unwrap();
@@ -435,7 +415,8 @@ mod tests {
                 .map(|t| vec![f32::NAN; t.vocab as usize * t.dim])
                 .collect();
             for r in 0..world {
-                let st = Store::new(&spec, &plan, r, TableOpt::Sgd { lr: 0.1 }, 7, None).unwrap();
+                let st = Store::new(&spec, &plan, r, TableOpt::Sgd { lr: 0.1, wd: 0.0 }, 7, None)
+                    .unwrap();
                 for (t, ts) in spec.tables.iter().enumerate() {
                     for (id, cols, v) in st.local_pieces(t) {
                         let o = id as usize * ts.dim;
@@ -456,7 +437,11 @@ mod tests {
     fn memory_limit_is_enforced() {
         let spec = preset("tiny", 1.0).unwrap();
         let plan = Plan::uniform(&spec, 1, "table").unwrap();
-        let opt = TableOpt::RowWiseAdagrad { lr: 0.1, eps: 1e-8 };
+        let opt = TableOpt::RowWiseAdagrad {
+            lr: 0.1,
+            eps: 1e-8,
+            wd: 0.0,
+        };
         let need = plan.bytes_per_rank(&spec, 1)[0];
         assert!(Store::layout(&spec, &plan, 0, opt, Some(need)).is_ok());
         let e = Store::layout(&spec, &plan, 0, opt, Some(need - 1)).unwrap_err();
@@ -469,7 +454,11 @@ mod tests {
 
     #[test]
     fn rowwise_adagrad_matches_hand_computation() {
-        let opt = TableOpt::RowWiseAdagrad { lr: 0.5, eps: 0.0 };
+        let opt = TableOpt::RowWiseAdagrad {
+            lr: 0.5,
+            eps: 0.0,
+            wd: 0.0,
+        };
         let mut row = [1.0f32, 2.0];
         let mut st = [1.0f32];
         let g = [3.0f32, 4.0];

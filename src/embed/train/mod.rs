@@ -3,4 +3,5 @@
 
 pub mod batch_stats;
 pub mod footprint;
+pub mod schedule;
 pub mod trainer;

@@ -31,6 +31,7 @@ use crate::embed::sharding::exchange::{
 use crate::embed::tables::keys::{global_resolve, IdMap, Resolve, ResolveBufs, ResolveCounts};
 use crate::embed::tables::placement::Plan;
 use crate::embed::tables::store::{Store, TableOpt};
+use crate::embed::train::schedule::LrSchedule;
 use crate::rng::mix64;
 use crate::spec::ModelSpec;
 use crate::Result;
@@ -86,6 +87,10 @@ pub struct EmbedConfig {
     pub steps: u64,
     pub table_opt: TableOpt,
     pub dense_opt: DenseOpt,
+    /// The MLP's weight decay (L2 for sgd and adagrad, decoupled for adam; 0: none).
+    pub dense_wd: f32,
+    /// The learning-rate multiplier of every step, shared by the tables and the MLP.
+    pub lr_schedule: LrSchedule,
     /// The kernel of the MLP's matrix products.
     pub dense_gemm: Gemm,
     pub dedup: bool,
@@ -114,6 +119,8 @@ impl EmbedConfig {
             steps,
             table_opt,
             dense_opt: DenseOpt::adagrad(0.01),
+            dense_wd: 0.0,
+            lr_schedule: LrSchedule::default(),
             dense_gemm: Gemm::auto(),
             dedup: true,
             pipeline: false,
@@ -677,6 +684,9 @@ impl EmbedTrainer {
         n_params: usize,
         counts: &mut ExchangeCounts,
     ) -> Result<()> {
+        // The tables' optimizer at this step's rate (and Adam's bias corrections).
+        let mult = self.cfg.lr_schedule.mult(self.step);
+        self.store.opt = self.cfg.table_opt.at_step(mult, self.step);
         let t = Timer::start();
         *counts += global_backward(
             comm,
@@ -696,10 +706,12 @@ impl EmbedTrainer {
             comm.all_reduce_sum(&mut self.fused);
         }
         self.acc.t_allreduce += t.elapsed().as_secs_f64();
-        self.cfg.dense_opt.apply(
+        self.cfg.dense_opt.apply_at(
             self.mlp.params_mut(),
             &self.fused[..n_params],
             &mut self.dense_state,
+            self.cfg.lr_schedule.mult(self.step),
+            self.cfg.dense_wd,
         );
         local_apply_replicated(&mut self.store, &self.fused[n_params..]);
         Ok(())
@@ -855,7 +867,7 @@ impl EmbedTrainer {
             if let Some(h) = &self.store.hash[ls.shard.table] {
                 // By key, not slot: the same entries give the same sum on any
                 // rank count.
-                let (w, sp) = (ls.shard.width(), self.store.opt.state_per_row());
+                let (w, sp) = (ls.shard.width(), self.store.state_per_row(ls.shard.table));
                 let salt = mix64(ls.shard.table as u64 + 1);
                 for e in h.entries() {
                     let base = mix64(e.key ^ salt);
@@ -881,7 +893,7 @@ impl EmbedTrainer {
             let w = ls.shard.width();
             let c0 = ls.shard.cols.start as u64;
             let rows = ls.shard.rows;
-            let sp = self.store.opt.state_per_row();
+            let sp = self.store.state_per_row(ls.shard.table);
             // Column shards hold copies of one row statistic: the first one counts it.
             let count_state = ls.shard.cols.start == 0;
             let part: u64 = (0..ls.rows as usize)

@@ -54,7 +54,11 @@ fn hash_model(cap: [u64; 3], admit_after: u32, evict: Evict) -> (ModelSpec, Mode
 }
 
 fn config(data: &ModelSpec, model: &ModelSpec, steps: u64) -> EmbedConfig {
-    let opt = TableOpt::RowWiseAdagrad { lr: 0.1, eps: 1e-8 };
+    let opt = TableOpt::RowWiseAdagrad {
+        lr: 0.1,
+        eps: 1e-8,
+        wd: 0.0,
+    };
     EmbedConfig {
         seed: SEED,
         ids: IdMap::new(data, model, false).unwrap(),
@@ -83,10 +87,10 @@ type Held = (usize, Entry, Vec<u32>, Vec<u32>);
 /// Every hash shard's entries on this rank in (table, slot) order, with their rows
 /// and optimizer state.
 fn held(tr: &EmbedTrainer) -> Vec<Held> {
-    let sp = tr.store.opt.state_per_row();
     let mut out = Vec::new();
     for (t, h) in tr.store.hash.iter().enumerate() {
         let Some(h) = h else { continue };
+        let sp = tr.store.state_per_row(t);
         let ls = tr.store.local.iter().find(|l| l.shard.table == t).unwrap();
         let w = ls.shard.width();
         for e in h.entries() {
@@ -581,7 +585,11 @@ fn global_resolve_gives_every_occurrence_of_a_key_its_row_at_p_1_to_4() {
         let spec = resolve_spec(p);
         let stats = run(p, |c| {
             let plan = Plan::uniform(&spec, p, "row_cyclic").unwrap();
-            let opt = TableOpt::RowWiseAdagrad { lr: 0.1, eps: 1e-8 };
+            let opt = TableOpt::RowWiseAdagrad {
+                lr: 0.1,
+                eps: 1e-8,
+                wd: 0.0,
+            };
             let mut store = Store::new(&spec, &plan, c.rank(), opt, SEED, None).unwrap();
             let mut bufs = ResolveBufs::default();
             // Calls 0 and 1 train (the second evicts in `tight`), call 2 only looks up:
@@ -633,7 +641,7 @@ fn a_key_admitted_in_a_step_has_its_row_in_every_example_of_the_step() {
     for p in [1, 2] {
         let got = run(p, |c| {
             let plan = Plan::uniform(&spec, p, "row_cyclic").unwrap();
-            let opt = TableOpt::Sgd { lr: 0.1 };
+            let opt = TableOpt::Sgd { lr: 0.1, wd: 0.0 };
             let mut store = Store::new(&spec, &plan, c.rank(), opt, SEED, None).unwrap();
             let n = 2 / p;
             let keys: Vec<Vec<u64>> = vec![vec![42]; n];
@@ -723,7 +731,7 @@ fn global_resolve_takes_a_batch_without_keys() {
         let spec = resolve_spec(p);
         run(p, |c| {
             let plan = Plan::uniform(&spec, p, "row_cyclic").unwrap();
-            let opt = TableOpt::Sgd { lr: 0.1 };
+            let opt = TableOpt::Sgd { lr: 0.1, wd: 0.0 };
             let mut store = Store::new(&spec, &plan, c.rank(), opt, SEED, None).unwrap();
             let mut b = if c.rank() == 0 {
                 Batch::empty(&spec)

@@ -4,5 +4,6 @@
 mod hash;
 mod log_tables;
 mod mpi;
+mod optim;
 mod out;
 mod threads;

@@ -40,7 +40,7 @@ fn train(p: usize, cfg: &EmbedConfig, plan: impl Fn(usize) -> Plan + Sync) -> Mo
         let mut pieces = Vec::new();
         for ls in &tr.store.local {
             for r in 0..ls.rows {
-                let sp = tr.store.opt.state_per_row();
+                let sp = tr.store.state_per_row(ls.shard.table);
                 pieces.push((
                     ls.shard.table,
                     ls.shard.rows.global(r),
@@ -62,7 +62,7 @@ fn train(p: usize, cfg: &EmbedConfig, plan: impl Fn(usize) -> Plan + Sync) -> Mo
         state: spec
             .tables
             .iter()
-            .map(|t| vec![f32::NAN; t.vocab as usize * cfg.table_opt.state_per_row()])
+            .map(|t| vec![f32::NAN; t.vocab as usize * cfg.table_opt.state_per_row(t.dim)])
             .collect(),
         mlp: parts[0].1.clone(),
     };
@@ -135,8 +135,12 @@ const KINDS: [&str; 5] = [
 
 fn opts() -> [TableOpt; 2] {
     [
-        TableOpt::Sgd { lr: 0.5 },
-        TableOpt::RowWiseAdagrad { lr: 0.1, eps: 1e-8 },
+        TableOpt::Sgd { lr: 0.5, wd: 0.0 },
+        TableOpt::RowWiseAdagrad {
+            lr: 0.1,
+            eps: 1e-8,
+            wd: 0.0,
+        },
     ]
 }
 
@@ -228,7 +232,11 @@ fn k_micro_batches_equal_one_big_batch() {
 #[test]
 fn uneven_and_empty_rank_batches_finish_and_match() {
     let spec = preset("tiny", 1.0).unwrap();
-    let opt = TableOpt::RowWiseAdagrad { lr: 0.1, eps: 1e-8 };
+    let opt = TableOpt::RowWiseAdagrad {
+        lr: 0.1,
+        eps: 1e-8,
+        wd: 0.0,
+    };
     // 3 examples per micro-batch on 4 ranks: one rank has none; 5 on 4: uneven.
     for micro in [3, 5] {
         let cfg = config(&spec, opt, micro, 2, 4);
@@ -243,7 +251,7 @@ fn uneven_and_empty_rank_batches_finish_and_match() {
 #[test]
 fn pipelining_runs_and_stays_close_to_the_exact_run() {
     let spec = preset("tiny", 1.0).unwrap();
-    let opt = TableOpt::Sgd { lr: 0.5 };
+    let opt = TableOpt::Sgd { lr: 0.5, wd: 0.0 };
     let mut cfg = config(&spec, opt, 24, 2, 4);
     let exact = train(2, &cfg, |p| Plan::uniform(&spec, p, "row_block").unwrap());
     cfg.pipeline = true;
@@ -293,7 +301,11 @@ fn pooled_and_rows_output_modes_give_the_same_model() {
 #[test]
 fn pooled_mode_handles_mixed_plans_empty_batches_and_no_dedup() {
     let spec = preset("tiny", 1.0).unwrap();
-    let opt = TableOpt::RowWiseAdagrad { lr: 0.1, eps: 1e-8 };
+    let opt = TableOpt::RowWiseAdagrad {
+        lr: 0.1,
+        eps: 1e-8,
+        wd: 0.0,
+    };
     // A mixed plan, modes mixed too: column pooled, row_cyclic rows, row_block pooled,
     // data_parallel (always rows), table pooled.
     let mixed = |p: usize| {
@@ -350,7 +362,7 @@ fn pooled_mode_handles_mixed_plans_empty_batches_and_no_dedup() {
 #[test]
 fn pipelining_works_with_pooled_tables() {
     let spec = preset("tiny", 1.0).unwrap();
-    let opt = TableOpt::Sgd { lr: 0.5 };
+    let opt = TableOpt::Sgd { lr: 0.5, wd: 0.0 };
     let mut cfg = config(&spec, opt, 24, 2, 4);
     let exact = train(2, &cfg, with_mode(&spec, "row_block", OutputMode::Pooled));
     cfg.pipeline = true;

@@ -463,12 +463,12 @@ fn local_apply_owned(
 /// holds them as [`StepGrads::copy_dense_into`] laid them out (table after table).
 pub fn local_apply_replicated(store: &mut Store, reduced: &[f32]) {
     let opt = store.opt;
-    let sp = opt.state_per_row();
     let mut rest = reduced;
     for t in 0..store.spec.tables.len() {
         let Some(li) = store.replica[t] else { continue };
         let ts = &store.spec.tables[t];
         let dim = ts.dim;
+        let sp = opt.state_per_row(dim);
         let (dense, tail) = rest.split_at(ts.vocab as usize * dim);
         rest = tail;
         let ls = &mut store.local[li];
@@ -476,7 +476,11 @@ pub fn local_apply_replicated(store: &mut Store, reduced: &[f32]) {
             if g.iter().all(|&x| x == 0.0) {
                 continue;
             }
-            let stat = if sp > 0 { sq_sum(g) / dim as f64 } else { 0.0 };
+            let stat = if opt.needs_row_stat() {
+                sq_sum(g) / dim as f64
+            } else {
+                0.0
+            };
             opt.apply(
                 &mut ls.data[r * dim..(r + 1) * dim],
                 &mut ls.state[r * sp..(r + 1) * sp],

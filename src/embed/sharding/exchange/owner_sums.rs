@@ -248,7 +248,7 @@ fn sum_sources(rows: &[&[u32]], mut grads: Vec<Vec<f32>>, w: usize, shard_rows: 
 
 /// The table optimizer applied once to each of `rows` (local rows of `ls`, distinct)
 /// with its summed gradient (`gs`, row after row, `ls`'s width each) and, for
-/// row-wise Adagrad, its full row's sum of squared gradients (`totals`; divided by
+/// the row-wise optimizers, its full row's sum of squared gradients (`totals`; divided by
 /// the table's `dim` here).
 pub(in crate::embed) fn apply_rows(
     isa: Isa,
@@ -260,14 +260,15 @@ pub(in crate::embed) fn apply_rows(
     totals: &[f64],
 ) {
     let w = ls.shard.width();
-    let sp = opt.state_per_row();
+    let sp = opt.state_per_row(w);
+    let row_stat = opt.needs_row_stat();
     for (k, &row) in rows.iter().enumerate() {
         let r = row as usize;
         prefetch_distinct_ahead(isa, &ls.data, w, rows, k);
         if sp > 0 {
             prefetch_distinct_ahead(isa, &ls.state, sp, rows, k);
         }
-        let stat = if sp > 0 { totals[k] / dim } else { 0.0 };
+        let stat = if row_stat { totals[k] / dim } else { 0.0 };
         opt.apply(
             &mut ls.data[r * w..(r + 1) * w],
             &mut ls.state[r * sp..(r + 1) * sp],
