@@ -295,6 +295,7 @@ mod tests {
     fn ids_follow_the_scattered_zipf_law() {
         // One table with a small vocabulary: the most frequent id is scatter(0).
         let spec = ModelSpec {
+            arch: Default::default(),
             n_dense: 1,
             hidden: vec![2],
             zipf: 1.05,
