@@ -438,6 +438,35 @@ impl ModelSpec {
         self.tables.iter().map(|t| t.dim).sum::<usize>() + self.n_dense
     }
 
+    /// The dense architecture in words, for the run's header: `MLP [widths]` for the
+    /// plain MLP (as always), else the arch and its widths.
+    pub fn arch_summary(&self) -> String {
+        let a = &self.arch;
+        match a.kind {
+            ArchKind::Mlp => format!("MLP {:?}", self.mlp_layers()),
+            ArchKind::Dlrm => {
+                let d = self.tables.first().map_or(0, |t| t.dim);
+                format!(
+                    "DLRM bottom {:?} (ReLU), interaction of {} vectors of {d}, top {:?} + logit",
+                    std::iter::once(self.n_dense)
+                        .chain(a.bottom(d))
+                        .collect::<Vec<_>>(),
+                    self.tables.len() + 1,
+                    a.top()
+                )
+            }
+            ArchKind::Dcnv2 => format!(
+                "DCN-v2 {} on x0 of {}: {} cross layer(s) ({}), deep {:?}",
+                a.structure().name(),
+                self.mlp_input(),
+                a.cross_layers(),
+                a.cross_rank
+                    .map_or("full rank".to_string(), |r| format!("rank {r}")),
+                self.hidden
+            ),
+        }
+    }
+
     /// Layer widths of the MLP from input to the single logit.
     pub fn mlp_layers(&self) -> Vec<usize> {
         let mut v = vec![self.mlp_input()];

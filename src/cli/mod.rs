@@ -11,7 +11,8 @@ mod tune;
 
 pub use als::AlsArgs;
 pub use embed::{
-    CheckpointArgs, DenseOptKind, EmbedArgs, PlanArgs, PlannerArgs, TableOptKind, VocabArg,
+    ArchArg, ArchArgs, CheckpointArgs, DcnStructureArg, DenseOptKind, EmbedArgs, PlanArgs,
+    PlannerArgs, TableOptKind, VocabArg,
 };
 pub use recommend::RecommendArgs;
 pub use tune::TuneArgs;
