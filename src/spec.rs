@@ -181,8 +181,249 @@ pub struct ModelSpec {
     /// Exponent of the Zipf distribution of ids within each table.
     #[serde(default = "default_zipf")]
     pub zipf: f64,
+    /// The dense model on top of the pooled embeddings (`arch = "dlrm"`, or an `[arch]`
+    /// table with `kind` and the widths); absent: today's MLP. Written only when not
+    /// the plain MLP, so an MLP model's digest is what it always was.
+    /// (Boxed: it is rarely set and large next to the rest.)
+    #[serde(default, skip_serializing_if = "arch_is_mlp")]
+    pub arch: Box<ArchSpec>,
     #[serde(rename = "table")]
     pub tables: Vec<TableSpec>,
+}
+
+fn arch_is_mlp(a: &ArchSpec) -> bool {
+    a.is_mlp()
+}
+
+/// The dense architecture's kind (`--arch`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ArchKind {
+    /// One MLP over `[pooled embeddings | dense features]` (widths `hidden`).
+    #[default]
+    Mlp,
+    /// DLRM: bottom MLP, pairwise dot interaction, top MLP.
+    Dlrm,
+    /// DCN-v2: cross layers and a deep MLP (widths `hidden`).
+    Dcnv2,
+}
+
+impl ArchKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ArchKind::Mlp => "mlp",
+            ArchKind::Dlrm => "dlrm",
+            ArchKind::Dcnv2 => "dcnv2",
+        }
+    }
+}
+
+/// DCN-v2's combination of the cross network and the deep MLP.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DcnStructure {
+    /// Cross layers on `x0`, the deep MLP on their output, ending in the logit.
+    #[default]
+    Stacked,
+    /// Cross layers and a deep ReLU tower both on `x0`, outputs concatenated, one
+    /// linear layer to the logit.
+    Parallel,
+}
+
+impl DcnStructure {
+    pub fn name(self) -> &'static str {
+        match self {
+            DcnStructure::Stacked => "stacked",
+            DcnStructure::Parallel => "parallel",
+        }
+    }
+}
+
+/// MLPerf DLRM's top MLP hidden widths (the logit is implied).
+pub const MLPERF_TOP: [usize; 4] = [1024, 1024, 512, 256];
+/// MLPerf DLRM's bottom MLP hidden widths before `D`.
+pub const MLPERF_BOTTOM_HIDDEN: [usize; 2] = [512, 256];
+/// DCN-v2's default number of cross layers (MLPerf DLRM-DCNv2's 3).
+pub const DEFAULT_CROSS_LAYERS: usize = 3;
+
+/// The dense architecture and its widths; `None` fields take the defaults of
+/// [`ArchSpec::bottom`], [`ArchSpec::top`], [`ArchSpec::cross_layers`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "ArchRepr")]
+pub struct ArchSpec {
+    pub kind: ArchKind,
+    /// DLRM: the bottom MLP's widths after the dense input, ending in `D`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bottom_mlp: Option<Vec<usize>>,
+    /// DLRM: the top MLP's hidden widths (the logit implied).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_mlp: Option<Vec<usize>>,
+    /// DCN-v2: the number of cross layers `L`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cross_layers: Option<usize>,
+    /// DCN-v2: low rank `r` of the cross layers (absent: full rank).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cross_rank: Option<usize>,
+    /// DCN-v2: stacked or parallel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dcn_structure: Option<DcnStructure>,
+}
+
+/// `arch = "dlrm"` or an `[arch]` table.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ArchRepr {
+    Name(ArchKind),
+    Table(ArchTable),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ArchTable {
+    kind: ArchKind,
+    #[serde(default)]
+    bottom_mlp: Option<Vec<usize>>,
+    #[serde(default)]
+    top_mlp: Option<Vec<usize>>,
+    #[serde(default)]
+    cross_layers: Option<usize>,
+    #[serde(default)]
+    cross_rank: Option<usize>,
+    #[serde(default)]
+    dcn_structure: Option<DcnStructure>,
+}
+
+impl From<ArchRepr> for ArchSpec {
+    fn from(r: ArchRepr) -> Self {
+        match r {
+            ArchRepr::Name(kind) => ArchSpec {
+                kind,
+                ..ArchSpec::default()
+            },
+            ArchRepr::Table(t) => ArchSpec {
+                kind: t.kind,
+                bottom_mlp: t.bottom_mlp,
+                top_mlp: t.top_mlp,
+                cross_layers: t.cross_layers,
+                cross_rank: t.cross_rank,
+                dcn_structure: t.dcn_structure,
+            },
+        }
+    }
+}
+
+impl ArchSpec {
+    /// The plain MLP with nothing else set (today's model).
+    pub fn is_mlp(&self) -> bool {
+        *self == ArchSpec::default()
+    }
+
+    /// DLRM's bottom widths after the dense input: as given, else MLPerf's 512, 256
+    /// followed by the tables' width `dim`.
+    pub fn bottom(&self, dim: usize) -> Vec<usize> {
+        self.bottom_mlp.clone().unwrap_or_else(|| {
+            let mut v = MLPERF_BOTTOM_HIDDEN.to_vec();
+            v.push(dim);
+            v
+        })
+    }
+
+    /// DLRM's top hidden widths: as given, else MLPerf's 1024, 1024, 512, 256.
+    pub fn top(&self) -> Vec<usize> {
+        self.top_mlp.clone().unwrap_or_else(|| MLPERF_TOP.to_vec())
+    }
+
+    /// DCN-v2's cross layers: as given, else 3.
+    pub fn cross_layers(&self) -> usize {
+        self.cross_layers.unwrap_or(DEFAULT_CROSS_LAYERS)
+    }
+
+    pub fn structure(&self) -> DcnStructure {
+        self.dcn_structure.unwrap_or_default()
+    }
+
+    /// Check the fields against the kind and the tables (`names`, `dims`): a field of
+    /// another kind, a width of 0, DLRM tables of a width other than `D`.
+    pub fn check(&self, names: &[&str], dims: &[usize]) -> std::result::Result<(), String> {
+        let set: Vec<(&str, bool, ArchKind)> = vec![
+            (
+                "bottom_mlp (--bottom-mlp)",
+                self.bottom_mlp.is_some(),
+                ArchKind::Dlrm,
+            ),
+            (
+                "top_mlp (--top-mlp)",
+                self.top_mlp.is_some(),
+                ArchKind::Dlrm,
+            ),
+            (
+                "cross_layers (--cross-layers)",
+                self.cross_layers.is_some(),
+                ArchKind::Dcnv2,
+            ),
+            (
+                "cross_rank (--cross-rank)",
+                self.cross_rank.is_some(),
+                ArchKind::Dcnv2,
+            ),
+            (
+                "dcn_structure (--dcn-structure)",
+                self.dcn_structure.is_some(),
+                ArchKind::Dcnv2,
+            ),
+        ];
+        for (what, given, kind) in set {
+            if given && kind != self.kind {
+                return Err(format!(
+                    "{what} applies to arch {} only, not arch {}",
+                    kind.name(),
+                    self.kind.name()
+                ));
+            }
+        }
+        // The top may be empty (one linear layer to the logit); the bottom ends in D.
+        for (what, v, min) in [
+            ("bottom_mlp", &self.bottom_mlp, 1),
+            ("top_mlp", &self.top_mlp, 0),
+        ] {
+            if let Some(v) = v {
+                if v.len() < min || v.contains(&0) {
+                    return Err(format!(
+                        "{what} {v:?}: need widths of at least 1{}",
+                        if min > 0 { ", ending in D" } else { "" }
+                    ));
+                }
+            }
+        }
+        if self.cross_layers == Some(0) {
+            return Err("cross_layers 0: DCN-v2 needs at least one cross layer".into());
+        }
+        if self.cross_rank == Some(0) {
+            return Err(
+                "cross_rank 0: a low rank must be at least 1 (leave it unset for full rank)".into(),
+            );
+        }
+        if self.kind == ArchKind::Dlrm {
+            let d = match &self.bottom_mlp {
+                Some(b) => b[b.len() - 1],
+                None => dims[0],
+            };
+            let other: Vec<String> = names
+                .iter()
+                .zip(dims)
+                .filter(|(_, &w)| w != d)
+                .map(|(n, w)| format!("{n:?} (dim {w})"))
+                .collect();
+            if !other.is_empty() {
+                return Err(format!(
+                    "arch dlrm needs every table as wide as the bottom MLP's output D = {d}; \
+                     not so: {}",
+                    other.join(", ")
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Largest vocabulary a table may have (ids travel as u32 on the wire).
@@ -195,6 +436,35 @@ impl ModelSpec {
     /// Width of the MLP's input: every pooled vector and the dense features.
     pub fn mlp_input(&self) -> usize {
         self.tables.iter().map(|t| t.dim).sum::<usize>() + self.n_dense
+    }
+
+    /// The dense architecture in words, for the run's header: `MLP [widths]` for the
+    /// plain MLP (as always), else the arch and its widths.
+    pub fn arch_summary(&self) -> String {
+        let a = &self.arch;
+        match a.kind {
+            ArchKind::Mlp => format!("MLP {:?}", self.mlp_layers()),
+            ArchKind::Dlrm => {
+                let d = self.tables.first().map_or(0, |t| t.dim);
+                format!(
+                    "DLRM bottom {:?} (ReLU), interaction of {} vectors of {d}, top {:?} + logit",
+                    std::iter::once(self.n_dense)
+                        .chain(a.bottom(d))
+                        .collect::<Vec<_>>(),
+                    self.tables.len() + 1,
+                    a.top()
+                )
+            }
+            ArchKind::Dcnv2 => format!(
+                "DCN-v2 {} on x0 of {}: {} cross layer(s) ({}), deep {:?}",
+                a.structure().name(),
+                self.mlp_input(),
+                a.cross_layers(),
+                a.cross_rank
+                    .map_or("full rank".to_string(), |r| format!("rank {r}")),
+                self.hidden
+            ),
+        }
     }
 
     /// Layer widths of the MLP from input to the single logit.
@@ -224,6 +494,11 @@ impl ModelSpec {
         }
         if self.hidden.contains(&0) {
             return bad("hidden layer of width 0".into());
+        }
+        let names: Vec<&str> = self.tables.iter().map(|t| t.name.as_str()).collect();
+        let dims: Vec<usize> = self.tables.iter().map(|t| t.dim).collect();
+        if let Err(m) = self.arch.check(&names, &dims) {
+            return bad(m);
         }
         let mut names = std::collections::HashSet::new();
         for (i, t) in self.tables.iter().enumerate() {
@@ -339,6 +614,7 @@ fn torchrec_peer(scale_vocab: impl Fn(u64) -> u64) -> ModelSpec {
         18, 22,
     ];
     ModelSpec {
+        arch: Default::default(),
         n_dense: 13,
         hidden: vec![512, 256],
         zipf: 1.05,
@@ -382,6 +658,7 @@ fn dlrm_synthetic(scale: f64, scale_vocab: impl Fn(u64) -> u64) -> ModelSpec {
     let vocab = rescale_clipped(&vocab, 4.1e6, 12.5e6, 1.0);
     let pool = rescale_clipped(&pool, 15.0, 193.0, 1.0);
     ModelSpec {
+        arch: Default::default(),
         n_dense: 13,
         hidden: vec![512, 256],
         zipf: 1.05,
@@ -406,6 +683,7 @@ fn dlrm_synthetic(scale: f64, scale_vocab: impl Fn(u64) -> u64) -> ModelSpec {
 fn google_ads(scale: f64, scale_vocab: impl Fn(u64) -> u64) -> ModelSpec {
     let n = ((300.0 * scale).round() as usize).clamp(8, 300);
     ModelSpec {
+        arch: Default::default(),
         n_dense: 13,
         hidden: vec![512, 256],
         zipf: 1.05,
@@ -460,6 +738,7 @@ fn tiny() -> ModelSpec {
         evict: Evict::Lfu,
     };
     ModelSpec {
+        arch: Default::default(),
         n_dense: 4,
         hidden: vec![16, 8],
         zipf: 1.05,

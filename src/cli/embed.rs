@@ -89,10 +89,59 @@ pub struct OptimArgs {
     pub lr_decay_factor: Option<f64>,
 }
 
+/// `embed --arch`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ArchArg {
+    /// One MLP over [pooled embeddings | dense features] (TOML `hidden`).
+    Mlp,
+    /// DLRM: bottom MLP on the dense features to D, pairwise dot interaction of the
+    /// F + 1 vectors, top MLP.
+    Dlrm,
+    /// DCN-v2: cross layers on x0 = [pooled embeddings | dense features] and a deep MLP
+    /// (TOML `hidden`), stacked or parallel.
+    Dcnv2,
+}
+
+/// `embed --dcn-structure`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DcnStructureArg {
+    /// Cross layers, then the deep MLP to the logit.
+    Stacked,
+    /// Cross layers and a deep ReLU tower both on x0, concatenated, one linear logit.
+    Parallel,
+}
+
+/// The dense architecture's flags (each overrides the tables TOML's `arch`).
+#[derive(Debug, Args)]
+pub struct ArchArgs {
+    /// The dense model: mlp (default), dlrm or dcnv2 (docs/embed.md, "Architectures").
+    #[arg(long, value_enum, value_name = "ARCH")]
+    pub arch: Option<ArchArg>,
+    /// DLRM: the bottom MLP's widths after the dense input, ending in D, every table's
+    /// width (default 512,256,D; MLPerf: 512,256,128).
+    #[arg(long, value_name = "W,...")]
+    pub bottom_mlp: Option<String>,
+    /// DLRM: the top MLP's hidden widths, the logit implied (default and MLPerf's
+    /// 1024,1024,512,256; "" for a single linear layer).
+    #[arg(long, value_name = "W,...")]
+    pub top_mlp: Option<String>,
+    /// DCN-v2: the number of cross layers L (default 3).
+    #[arg(long, value_name = "L")]
+    pub cross_layers: Option<usize>,
+    /// DCN-v2: low-rank cross layers W = U V^T of rank r (default: full rank).
+    #[arg(long, value_name = "R")]
+    pub cross_rank: Option<usize>,
+    /// DCN-v2: stacked (default) or parallel.
+    #[arg(long, value_enum, value_name = "S")]
+    pub dcn_structure: Option<DcnStructureArg>,
+}
+
 #[derive(Debug, Args)]
 pub struct EmbedArgs {
     #[command(flatten)]
     pub model: ModelArgs,
+    #[command(flatten)]
+    pub arch: ArchArgs,
     /// Train on a click log from `generate clicks` or `prepare clicks` instead of
     /// examples generated on the fly. The model is the log's (one table per
     /// categorical column, hash tables for a `prepare clicks` log) unless --tables

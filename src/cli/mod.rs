@@ -12,8 +12,8 @@ mod tune;
 
 pub use als::AlsArgs;
 pub use embed::{
-    CheckpointArgs, DenseOptKind, EmbedArgs, LrDecayArg, OptimArgs, PlanArgs, PlannerArgs,
-    TableOptKind, VocabArg,
+    ArchArg, ArchArgs, CheckpointArgs, DcnStructureArg, DenseOptKind, EmbedArgs, LrDecayArg,
+    OptimArgs, PlanArgs, PlannerArgs, TableOptKind, VocabArg,
 };
 pub use recommend::RecommendArgs;
 pub use tune::TuneArgs;

@@ -22,7 +22,7 @@ fn snapshot(tr: &EmbedTrainer) -> (Vec<Vec<f32>>, Vec<f32>) {
         .iter()
         .flat_map(|ls| [ls.data.clone(), ls.state.clone()])
         .collect();
-    (v, tr.mlp.params().to_vec())
+    (v, tr.mlp.flat())
 }
 
 #[test]

@@ -259,5 +259,58 @@ fn override_tables(model: &mut ModelSpec, a: &EmbedArgs) -> Result<()> {
             t.dim = d;
         }
     }
+    override_arch(model, &a.arch)
+}
+
+/// `--arch` and its widths over the TOML's `arch` (checked by `validate` after).
+fn override_arch(model: &mut ModelSpec, a: &crate::cli::ArchArgs) -> Result<()> {
+    use crate::cli::{ArchArg, DcnStructureArg};
+    use crate::spec::{ArchKind, DcnStructure};
+    let widths = |flag: &str, v: &str| -> Result<Vec<usize>> {
+        if v.trim().is_empty() {
+            return Ok(Vec::new());
+        }
+        v.split(',')
+            .map(|w| match w.trim().parse::<usize>() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => Err(Error::Config(format!(
+                    "{flag} {v:?}: widths are whole numbers >= 1, comma-separated"
+                ))),
+            })
+            .collect()
+    };
+    let arch = &mut model.arch;
+    if let Some(k) = a.arch {
+        let kind = match k {
+            ArchArg::Mlp => ArchKind::Mlp,
+            ArchArg::Dlrm => ArchKind::Dlrm,
+            ArchArg::Dcnv2 => ArchKind::Dcnv2,
+        };
+        if kind != arch.kind {
+            // Another kind than the TOML's: its widths do not carry over.
+            **arch = crate::spec::ArchSpec {
+                kind,
+                ..Default::default()
+            };
+        }
+    }
+    if let Some(v) = &a.bottom_mlp {
+        arch.bottom_mlp = Some(widths("--bottom-mlp", v)?);
+    }
+    if let Some(v) = &a.top_mlp {
+        arch.top_mlp = Some(widths("--top-mlp", v)?);
+    }
+    if a.cross_layers.is_some() {
+        arch.cross_layers = a.cross_layers;
+    }
+    if a.cross_rank.is_some() {
+        arch.cross_rank = a.cross_rank;
+    }
+    if let Some(s) = a.dcn_structure {
+        arch.dcn_structure = Some(match s {
+            DcnStructureArg::Stacked => DcnStructure::Stacked,
+            DcnStructureArg::Parallel => DcnStructure::Parallel,
+        });
+    }
     Ok(())
 }

@@ -467,6 +467,7 @@ mod tests {
     fn ids_follow_the_scattered_zipf_law() {
         // One table with a small vocabulary: the most frequent id is scatter(0).
         let spec = ModelSpec {
+            arch: Default::default(),
             n_dense: 1,
             hidden: vec![2],
             zipf: 1.05,
@@ -602,6 +603,7 @@ mod tests {
             n_dense: 2,
             hidden: vec![4],
             zipf: 1.05,
+            arch: Default::default(),
             tables: vec![
                 t("a", 500, 1.0, ValencyDist::Fixed),
                 t("b", 300, 1.0, ValencyDist::Fixed),

@@ -109,6 +109,7 @@ impl PooledPoint {
             })
             .collect();
         ModelSpec {
+            arch: Default::default(),
             n_dense: 1,
             hidden: vec![16],
             zipf: ZIPF_S,

@@ -48,6 +48,9 @@ pub struct Mlp {
     params: Vec<f32>,
     /// The kernel of the matrix products.
     gemm: Gemm,
+    /// A tower ([`Mlp::tower`]): every layer has a ReLU, the last included, and the
+    /// output is any width (DLRM's bottom MLP, DCN-v2's parallel deep network).
+    relu_last: bool,
 }
 
 /// Scratch space of [`Mlp::forward_backward`] and [`Mlp::predict`]: the activations kept
@@ -72,8 +75,9 @@ impl Workspace {
     }
 }
 
-/// Check widths: an input, any hidden layers, and one output; none empty.
-fn check_layers(layers: &[usize]) -> Result<()> {
+/// Check widths: an input, any hidden layers, and one output (one logit unless a
+/// tower); none empty.
+fn check_layers(layers: &[usize], tower: bool) -> Result<()> {
     if layers.len() < 2 {
         return Err(Error::Config(format!(
             "MLP needs an input and an output layer, got widths {layers:?}"
@@ -82,7 +86,7 @@ fn check_layers(layers: &[usize]) -> Result<()> {
     if layers.contains(&0) {
         return Err(Error::Config(format!("MLP layer of width 0 in {layers:?}")));
     }
-    if layers.last() != Some(&1) {
+    if !tower && layers.last() != Some(&1) {
         return Err(Error::Config(format!(
             "MLP must end in one logit, got widths {layers:?}"
         )));
@@ -95,12 +99,25 @@ impl Mlp {
     /// order from `SplitMix64::for_id(seed, MLP_INIT, l)`) and zero biases: the same bits
     /// on every rank and for every thread count.
     pub fn new(layers: &[usize], seed: u64) -> Result<Self> {
-        check_layers(layers)?;
+        Self::init(layers, seed, 0, false)
+    }
+
+    /// Sub-network `sub` (>= 1) of a model: an MLP ending in one logit (`tower` false)
+    /// or a tower of ReLU layers ending in any width (`tower` true). Initialized as
+    /// [`Self::new`], layer `l` from `SplitMix64::for_id(seed, MLP_INIT, sub << 32 | l)`:
+    /// its own streams, apart from every other sub-network's and from [`Self::new`]'s.
+    pub fn sub(layers: &[usize], seed: u64, sub: u64, tower: bool) -> Result<Self> {
+        assert!(sub >= 1, "sub-network 0 is Mlp::new's");
+        Self::init(layers, seed, sub << 32, tower)
+    }
+
+    fn init(layers: &[usize], seed: u64, id0: u64, tower: bool) -> Result<Self> {
+        check_layers(layers, tower)?;
         let mut params = Vec::with_capacity(param_count(layers));
         for (l, w) in layers.windows(2).enumerate() {
             let (din, dout) = (w[0], w[1]);
             let scale = (2.0 / din as f64).sqrt();
-            let mut rng = SplitMix64::for_id(seed, stream::MLP_INIT, l as u64);
+            let mut rng = SplitMix64::for_id(seed, stream::MLP_INIT, id0 | l as u64);
             params.extend((0..din * dout).map(|_| (rng.next_normal() * scale) as f32));
             params.extend(std::iter::repeat_n(0.0f32, dout));
         }
@@ -108,12 +125,18 @@ impl Mlp {
             layers: layers.to_vec(),
             params,
             gemm: Gemm::auto(),
+            relu_last: tower,
         })
     }
 
     /// An MLP with given parameters (a restored checkpoint, say).
     pub fn from_params(layers: &[usize], params: Vec<f32>) -> Result<Self> {
-        check_layers(layers)?;
+        Self::from_params_as(layers, params, false)
+    }
+
+    /// [`Self::from_params`] of a tower (`tower` true: a ReLU on every layer) or not.
+    pub fn from_params_as(layers: &[usize], params: Vec<f32>, tower: bool) -> Result<Self> {
+        check_layers(layers, tower)?;
         let want = param_count(layers);
         if params.len() != want {
             return Err(Error::Config(format!(
@@ -125,7 +148,18 @@ impl Mlp {
             layers: layers.to_vec(),
             params,
             gemm: Gemm::auto(),
+            relu_last: tower,
         })
+    }
+
+    /// A tower: a ReLU on every layer, the last included.
+    pub fn is_tower(&self) -> bool {
+        self.relu_last
+    }
+
+    /// Width of the output (1 unless a tower).
+    pub fn n_out(&self) -> usize {
+        self.layers[self.layers.len() - 1]
     }
 
     /// Run the matrix products with `gemm` (the default is [`Gemm::auto`]).
@@ -184,7 +218,7 @@ impl Mlp {
                 view2(&before[l - 1], n, din)
             };
             matmul(self.gemm, h, w, out, true, &mut ws.packs);
-            if l + 1 < nl {
+            if l + 1 < nl || self.relu_last {
                 out.iter_mut().for_each(|v| *v = v.max(0.0));
             }
         }
@@ -249,7 +283,72 @@ impl Mlp {
             dz.push((weight as f64 * (sigmoid(z) - y)) as f32);
         }
 
+        self.backward_delta(x, grad, dx, ws);
+        loss
+    }
+
+    /// The output (`n x n_out`, after the last ReLU for a tower) of the `n x in` batch
+    /// `x`, keeping in `ws` what [`Self::backward`] needs. `n == 0` gives an empty slice.
+    ///
+    /// # Panics
+    /// If `x` does not have `layers()[0]` columns.
+    pub fn forward_keep<'w>(&self, x: ArrayView2<'_, f32>, ws: &'w mut Workspace) -> &'w [f32] {
+        assert_eq!(x.ncols(), self.n_in(), "forward: input width");
+        let nl = self.layers.len() - 1;
+        if x.nrows() == 0 {
+            ws.acts.resize_with(nl, Vec::new);
+            ws.acts[nl - 1].clear();
+            return &ws.acts[nl - 1];
+        }
+        self.forward(x, ws);
+        &ws.acts[nl - 1]
+    }
+
+    /// Backward pass of the last [`Self::forward_keep`] on `ws` (whose input was `x`)
+    /// given `d_out = d loss / d output` (`n x n_out`). The parameter gradient is ADDED
+    /// to `grad`; `dx` (`n x in`) is OVERWRITTEN with `d loss / d x`.
+    ///
+    /// # Panics
+    /// If the lengths do not match.
+    pub fn backward(
+        &self,
+        x: ArrayView2<'_, f32>,
+        d_out: &[f32],
+        grad: &mut [f32],
+        dx: &mut [f32],
+        ws: &mut Workspace,
+    ) {
+        let n = x.nrows();
+        assert_eq!(d_out.len(), n * self.n_out(), "backward: d_out length");
+        assert_eq!(grad.len(), self.n_params(), "backward: grad length");
+        assert_eq!(dx.len(), n * self.n_in(), "backward: dx length");
+        if n == 0 {
+            return;
+        }
+        let nl = self.layers.len() - 1;
+        let d = &mut ws.delta[0];
+        d.clear();
+        d.extend_from_slice(d_out);
+        if self.relu_last {
+            d.iter_mut()
+                .zip(&ws.acts[nl - 1])
+                .for_each(|(v, &a)| *v = if a > 0.0 { *v } else { 0.0 });
+        }
+        self.backward_delta(x, grad, dx, ws);
+    }
+
+    /// The backward pass from `ws.delta[0]`, the gradient by the last layer's
+    /// pre-activation: adds the parameter gradient to `grad`, overwrites `dx`.
+    fn backward_delta(
+        &self,
+        x: ArrayView2<'_, f32>,
+        grad: &mut [f32],
+        dx: &mut [f32],
+        ws: &mut Workspace,
+    ) {
         // Backward, last layer first; `cur` indexes the delta of layer l's output.
+        let n = x.nrows();
+        let nl = self.layers.len() - 1;
         let mut cur = 0;
         for l in (0..nl).rev() {
             let (din, dout) = (self.layers[l], self.layers[l + 1]);
@@ -300,7 +399,6 @@ impl Mlp {
                 cur = 1 - cur;
             }
         }
-        loss
     }
 }
 

@@ -2,6 +2,7 @@
 //! ([`interaction`]), DCN-v2's cross layers ([`cross`]), the optimizers ([`optim`]), their matrix products ([`gemm`]),
 //! and the quality measures of the output ([`auc`]). No communication here.
 
+pub mod arch;
 pub mod auc;
 pub mod cross;
 pub mod gemm;

@@ -238,7 +238,7 @@ fn local_load(
         Ok(v)
     };
     let params = read1("/mlp/params", tr.mlp.n_params())?;
-    tr.mlp.params_mut().copy_from_slice(&params);
+    tr.mlp.set_flat(&params);
     let st = read1("/mlp/state", tr.dense_state.state().len())?;
     tr.dense_state = DenseOptState::from_parts(st, dense_step);
     Ok(restored)

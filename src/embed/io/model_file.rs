@@ -78,23 +78,24 @@ fn local_create(
         }
     }
     let g = h5(tmp, "group", f.create_group("mlp"))?;
+    let flat = tr.mlp.flat();
     let params = h5(
         tmp,
         "/mlp/params",
-        g.new_dataset_builder()
-            .with_data(tr.mlp.params())
-            .create("params"),
+        g.new_dataset_builder().with_data(&flat).create("params"),
     )?;
-    let layers: Vec<u64> = tr.mlp.layers().iter().map(|&w| w as u64).collect();
-    h5(
-        tmp,
-        "/mlp/params layers",
-        params
-            .new_attr::<u64>()
-            .shape(layers.len())
-            .create("layers")
-            .and_then(|a| a.write_raw(&layers)),
-    )?;
+    let subnets = tr.mlp.subnets();
+    if tr.mlp.kind() == crate::spec::ArchKind::Mlp {
+        write_u64s(
+            tmp,
+            &params,
+            "/mlp/params layers",
+            "layers",
+            &subnets[0].layers,
+        )?;
+    } else {
+        write_dense(&f, tmp, tr)?;
+    }
     h5(
         tmp,
         "/mlp/state",
@@ -104,6 +105,76 @@ fn local_create(
     )?;
     write_attrs(&f, tmp, attrs)?;
     h5(tmp, "close", f.close())
+}
+
+/// `values` as the u64 attribute `name` of `ds`.
+fn write_u64s(
+    tmp: &Path,
+    ds: &hdf5::Dataset,
+    what: &str,
+    name: &str,
+    values: &[usize],
+) -> Result<()> {
+    let v: Vec<u64> = values.iter().map(|&w| w as u64).collect();
+    h5(
+        tmp,
+        what,
+        ds.new_attr::<u64>()
+            .shape(v.len())
+            .create(name)
+            .and_then(|a| a.write_raw(&v)),
+    )
+}
+
+/// A DLRM's or DCN-v2's architecture and its dense weights per sub-network under
+/// `/dense` (the layout in `docs/embed.md`).
+fn write_dense(f: &hdf5::File, tmp: &Path, tr: &EmbedTrainer) -> Result<()> {
+    let spec = &tr.cfg.spec;
+    let g = h5(tmp, "group", f.create_group("dense"))?;
+    let a = &spec.arch;
+    let mut attrs: Vec<(&str, Attr)> = vec![("arch", Attr::Str(a.kind.name().into()))];
+    match &tr.mlp {
+        crate::embed::dense::arch::DenseModel::Dlrm { inter, .. } => {
+            attrs.push(("dim", Attr::U64(inter.dim() as u64)));
+            attrs.push(("n_sparse", Attr::U64(inter.n_sparse() as u64)));
+            attrs.push((
+                "interaction_order",
+                Attr::Str(
+                    "lower triangle by rows: (1,0), (2,0), (2,1), (3,0), ... (MLPerf)".into(),
+                ),
+            ));
+        }
+        crate::embed::dense::arch::DenseModel::Dcn { cross, .. } => {
+            attrs.push(("structure", Attr::Str(a.structure().name().into())));
+            attrs.push(("cross_layers", Attr::U64(cross.arch().n_layers() as u64)));
+            attrs.push((
+                "cross_rank",
+                Attr::U64(cross.arch().rank().unwrap_or(0) as u64),
+            ));
+            attrs.push(("cross_dim", Attr::U64(cross.arch().dim() as u64)));
+        }
+        crate::embed::dense::arch::DenseModel::Mlp(_) => {}
+    }
+    write_attrs(&g, tmp, &attrs)?;
+    for sn in tr.mlp.subnets() {
+        let what = format!("/dense/{}", sn.name);
+        let ds = h5(
+            tmp,
+            &what,
+            g.new_dataset_builder().with_data(sn.params).create(sn.name),
+        )?;
+        if !sn.layers.is_empty() {
+            write_u64s(tmp, &ds, &format!("{what} layers"), "layers", &sn.layers)?;
+            write_u64s(
+                tmp,
+                &ds,
+                &format!("{what} relu_last"),
+                "relu_last",
+                &[sn.tower as usize],
+            )?;
+        }
+    }
+    Ok(())
 }
 
 /// This rank's turn: write its shards (and their row state) into `tmp`.

@@ -250,6 +250,7 @@ pub fn sample_tasks(
             idx.truncate(k);
             idx.sort_unstable();
             ModelSpec {
+                arch: Default::default(),
                 n_dense: pool.n_dense,
                 hidden: pool.hidden.clone(),
                 zipf: pool.zipf,
@@ -286,6 +287,7 @@ mod tests {
 
     fn spec_of(tables: Vec<TableSpec>) -> ModelSpec {
         ModelSpec {
+            arch: Default::default(),
             n_dense: 1,
             hidden: vec![4],
             zipf: 1.05,

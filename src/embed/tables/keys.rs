@@ -717,6 +717,7 @@ mod tests {
 
     fn spec(tables: Vec<TableSpec>) -> ModelSpec {
         ModelSpec {
+            arch: Default::default(),
             n_dense: 1,
             hidden: vec![4],
             zipf: 1.05,

@@ -21,9 +21,10 @@ use crate::comm::{Comm, Timer};
 use crate::data::clicks::batch::Batch;
 use crate::data::clicks::gen::ClickGen;
 use crate::data::clicks::source::Source;
+use crate::embed::dense::arch::{DenseModel, DenseWorkspace as Workspace};
 use crate::embed::dense::auc::{auc, logloss};
 use crate::embed::dense::gemm::Gemm;
-use crate::embed::dense::mlp::{DenseOpt, DenseOptState, Mlp, Workspace};
+use crate::embed::dense::mlp::{DenseOpt, DenseOptState};
 use crate::embed::sharding::exchange::{
     global_backward, global_lookup, global_lookup_into, local_apply_replicated, pool, BackwardBufs,
     ExchangeCounts, Lookup, StepGrads,
@@ -277,7 +278,7 @@ fn fetch<C: Comm>(
 /// per workspace, in parallel; gradients are added into `grad` in block order.
 #[allow(clippy::too_many_arguments)]
 fn dense_chunked(
-    mlp: &Mlp,
+    mlp: &DenseModel,
     x: &[f32],
     labels: &[f32],
     weight: f32,
@@ -327,7 +328,10 @@ pub struct EmbedTrainer {
     pub source: Source,
     pub schedule: Schedule,
     pub store: Store,
-    pub mlp: Mlp,
+    /// The dense model (`--arch`): the MLP, DLRM or DCN-v2.
+    pub mlp: DenseModel,
+    /// Scratch of the dense optimizer's flat view of a multi-part model.
+    flat: Vec<f32>,
     pub dense_state: DenseOptState,
     /// Optimizer steps done.
     pub step: u64,
@@ -415,7 +419,7 @@ impl EmbedTrainer {
             cfg.seed,
             cfg.mem_per_rank,
         )?;
-        let mut mlp = Mlp::new(&cfg.spec.mlp_layers(), cfg.seed)?;
+        let mut mlp = DenseModel::new(&cfg.spec, cfg.seed)?;
         mlp.set_gemm(cfg.dense_gemm)?;
         let dense_state = cfg.dense_opt.new_state(mlp.n_params());
         let schedule = Schedule {
@@ -430,6 +434,7 @@ impl EmbedTrainer {
             schedule,
             store,
             mlp,
+            flat: Vec::new(),
             dense_state,
             step: 0,
             ws: Workspace::default(),
@@ -706,13 +711,14 @@ impl EmbedTrainer {
             comm.all_reduce_sum(&mut self.fused);
         }
         self.acc.t_allreduce += t.elapsed().as_secs_f64();
-        self.cfg.dense_opt.apply_at(
-            self.mlp.params_mut(),
+        let (opt, grad, st) = (
+            &self.cfg.dense_opt,
             &self.fused[..n_params],
             &mut self.dense_state,
-            self.cfg.lr_schedule.mult(self.step),
-            self.cfg.dense_wd,
         );
+        let (mult, wd) = (self.cfg.lr_schedule.mult(self.step), self.cfg.dense_wd);
+        self.mlp
+            .with_flat_mut(&mut self.flat, |p| opt.apply_at(p, grad, st, mult, wd));
         local_apply_replicated(&mut self.store, &self.fused[n_params..]);
         Ok(())
     }
@@ -918,7 +924,7 @@ impl EmbedTrainer {
             sum = sum.wrapping_add(part);
         }
         if comm.rank() == 0 {
-            for (i, &v) in self.mlp.params().iter().enumerate() {
+            for (i, &v) in self.mlp.flat().iter().enumerate() {
                 sum = sum.wrapping_add(term(3, i as u64, v));
             }
             for (i, &v) in self.dense_state.state().iter().enumerate() {
@@ -996,7 +1002,7 @@ mod tests {
     #[test]
     fn the_chunked_dense_step_equals_the_whole_batch() {
         let layers = [20, 16, 8, 1];
-        let mlp = Mlp::new(&layers, 3).unwrap();
+        let mlp = DenseModel::Mlp(crate::embed::dense::mlp::Mlp::new(&layers, 3).unwrap());
         let n = 300;
         let mut rng = crate::rng::SplitMix64::new(9);
         let x: Vec<f32> = (0..n * 20).map(|_| rng.next_normal() as f32).collect();

@@ -138,7 +138,7 @@ struct RankState {
 fn state(c: &ThreadComm, tr: &EmbedTrainer) -> RankState {
     RankState {
         held: held(tr),
-        mlp: tr.mlp.params().iter().map(|v| v.to_bits()).collect(),
+        mlp: tr.mlp.flat().iter().map(|v| v.to_bits()).collect(),
         checksum: tr.global_checksum(c).unwrap(),
         step: tr.step,
     }
@@ -345,10 +345,10 @@ fn keys_below_the_admission_threshold_get_no_row_and_the_model_still_trains() {
     let cfg = config(&data, &model, 4);
     let res = run(2, |c| {
         let mut tr = trainer(&c, &data, &cfg);
-        let mlp0 = tr.mlp.params().to_vec();
+        let mlp0 = tr.mlp.flat();
         let loss = train_to(&c, &mut tr, 4);
         assert!(loss.is_finite() && loss > 0.0, "loss {loss}");
-        assert_ne!(tr.mlp.params(), &mlp0[..], "the MLP did not train");
+        assert_ne!(tr.mlp.flat(), mlp0, "the MLP did not train");
         for &t in &HASHED {
             let h = tr.store.hash[t].as_ref().unwrap();
             assert_eq!(h.admitted(), 0, "table {t}");
@@ -429,6 +429,7 @@ fn table(name: &str, kind: VocabKind, vocab: u64, admit_after: u32) -> TableSpec
 /// batch), `tight` (hash, one row per rank: most keys find no row).
 fn resolve_spec(p: usize) -> ModelSpec {
     let spec = ModelSpec {
+        arch: Default::default(),
         n_dense: 1,
         hidden: vec![4],
         zipf: 1.05,
@@ -633,6 +634,7 @@ fn a_key_admitted_in_a_step_has_its_row_in_every_example_of_the_step() {
     // examples both hold key 42. At P = 1 one rank has both, at P = 2 one each: the
     // key reaches its second occurrence in this step either way.
     let spec = ModelSpec {
+        arch: Default::default(),
         n_dense: 1,
         hidden: vec![4],
         zipf: 1.05,

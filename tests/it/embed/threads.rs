@@ -50,7 +50,7 @@ fn train(p: usize, cfg: &EmbedConfig, plan: impl Fn(usize) -> Plan + Sync) -> Mo
                 ));
             }
         }
-        (pieces, tr.mlp.params().to_vec())
+        (pieces, tr.mlp.flat())
     });
     let mut m = Model {
         tables: spec
