@@ -6,6 +6,7 @@
 //! drawn for are described by [`crate::spec`].
 
 pub mod batch;
+pub mod columns;
 pub mod criteo;
 pub mod criteo_gen;
 pub mod gen;
