@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# The click models people train (issue 17): writes bench/ctr.md.
+#   archs  mlp, DLRM and DCN-v2 in torusrec beside TorchRec's own models
+#          (bench/peers/torchrec_ctr.py: an MLP, torchrec.models.dlrm.DLRM and DLRM_DCN)
+#          on one click log at 2x1: the TorchRec peer's tables (preset torchrec-peer
+#          at CTR_SCALE, 26 tables, width 64) with labels that need pairwise
+#          interactions (`generate clicks --planted fm`). Same examples in the same
+#          order, same batch per rank, widths, optimizers (tables row-wise Adagrad,
+#          dense Adagrad) and rates; examples/s over the steps after the first
+#          interval, held-out AUC and log loss over the log's last EVAL examples.
+# The peer needs the venv of scripts/install_peer.sh plus h5py (PEER_VENV, default
+# /work/peer-venv); without it the TorchRec rows are skipped with a line saying so.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+OUT="${OUT:-out/bench-ctr}"
+CTR_SCALE="${CTR_SCALE:-1}"
+STEPS="${STEPS:-100}"
+BATCH="${BATCH:-2048}"
+EVAL="${EVAL:-65536}"
+ARCHS="${ARCHS:-mlp dlrm dcnv2}"
+PEER_VENV="${PEER_VENV:-/work/peer-venv}"
+EMB_LR="${EMB_LR:-0.02}"
+DENSE_LR="${DENSE_LR:-0.002}"
+mkdir -p "$OUT" bench
+if [[ $(id -u) -eq 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+# shellcheck source=scripts/blas_env.sh
+. scripts/blas_env.sh
+cargo build --release --quiet
+BIN=target/release/torusrec
+MPI=(mpirun --oversubscribe --bind-to none "${BLAS_MPI_ENV[@]}")
+mpi() { local np=$1; shift; timeout 3600 "${MPI[@]}" -np "$np" "$BIN" "$@"; }
+
+LOG=$OUT/peer-fm-$CTR_SCALE.h5
+N=$(( STEPS * 2 * BATCH + EVAL ))
+if [[ ! -f $LOG ]] || [[ $(python3 -c "import h5py,sys; print(h5py.File(sys.argv[1])['labels'].shape[0])" "$LOG" 2>/dev/null || echo 0) -ne $N ]]; then
+  "$BIN" generate clicks --preset torchrec-peer --scale "$CTR_SCALE" --planted fm --seed 1 \
+    --examples "$N" --out "$LOG" --force > "$LOG.txt" 2>&1 || { echo "generate failed"; tail "$LOG.txt"; exit 1; }
+fi
+
+# The widths of each arch, the same on both sides. DLRM: bottom 13-512-256-64, top
+# 512-256-1 (over the 64 + 351 interaction outputs). DCN-v2: torusrec's cross layers
+# act on x0 = [pooled | dense] (1677 wide) as in the DCN-v2 paper, then the MLP
+# 512-256-1; TorchRec's DLRM_DCN keeps DLRM's bottom MLP and puts its low-rank cross
+# layers on [bottom output | pooled] (1728 wide), then the over arch 512-256-1.
+arch_flags() {
+  case $1 in
+    mlp) echo "--arch mlp" ;;
+    dlrm) echo "--arch dlrm --bottom-mlp 512,256,64 --top-mlp 512,256" ;;
+    dcnv2) echo "--arch dcnv2 --cross-layers 3 --cross-rank 512 --dcn-structure stacked" ;;
+  esac
+}
+
+metric() {
+  python3 - "$@" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+fin = [r for r in rows if r.get("final")][-1]
+iv = [r for r in rows if not r.get("final")]
+timed = iv[1:] or iv
+exs = sum(r["examples"] for r in timed) / max(sum(r["seconds"] for r in timed), 1e-9)
+print(f"{exs:.0f} {fin.get('auc', float('nan')):.4f} {fin.get('logloss', float('nan')):.5f}")
+PY
+}
+
+peer_ok=0
+if [[ -x $PEER_VENV/bin/python ]] && (cd /tmp && "$PEER_VENV/bin/python" -c "import torchrec, h5py") 2>/dev/null; then
+  peer_ok=1
+fi
+
+table=bench/ctr.md
+cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | xargs)"
+avx512=$(grep -qw avx512f /proc/cpuinfo && echo "AVX-512" || echo "AVX2 only")
+{
+  echo "# Click models: mlp, DLRM and DCN-v2 beside TorchRec"
+  echo
+  echo "Measured $(date -u +%Y-%m-%d) at commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo ' (with uncommitted changes)') on $(nproc) cores ($cpu; $avx512: the dense GEMM dispatches on it, \`--dense-gemm auto\`). Both sides share the 2 cores: one process per rank, one thread each."
+  echo
+  echo "Workload: \`generate clicks --preset torchrec-peer --scale $CTR_SCALE --planted fm\` ($N examples: the TorchRec peer's 26 tables of width 64, mean pooling factor 15, labels of the linear planted model plus a rank-8 factorization machine of the tables' planted factors, docs/generate.md). 2 ranks (torus 2x1 / 2 gloo processes), batch $BATCH per rank, $STEPS steps; the last $EVAL examples held out. Tables row-wise Adagrad lr $EMB_LR (eps 1e-8), dense Adagrad lr $DENSE_LR. Examples/s over steps 11-$STEPS (torusrec: log intervals after the first; TorchRec: after 10 warm-up steps)."
+  echo
+  echo "| arch | torusrec examples/s | TorchRec examples/s | speed-up | torusrec AUC | TorchRec AUC | AUC difference | torusrec log loss | TorchRec log loss |"
+  echo "|---|---|---|---|---|---|---|---|---|"
+} > "$table.part"
+
+for arch in $ARCHS; do
+  m=$OUT/$arch.jsonl
+  rm -f "$m"
+  # shellcheck disable=SC2046
+  mpi 2 embed --data "$LOG" --eval-examples "$EVAL" --batch "$BATCH" --steps "$STEPS" \
+    --log-every 10 --threads 1 --preload --table-opt rowwise-adagrad --table-lr "$EMB_LR" \
+    --dense-opt adagrad --dense-lr "$DENSE_LR" $(arch_flags "$arch") --metrics "$m" \
+    > "$OUT/$arch.log" 2>&1 || { echo "torusrec $arch failed"; tail "$OUT/$arch.log"; exit 1; }
+  read -r t_exs t_auc t_ll <<< "$(metric "$m")"
+  p_exs=n/a; p_auc=n/a; p_ll=n/a; up=n/a; diff=n/a
+  if [[ $peer_ok == 1 ]]; then
+    OMP_NUM_THREADS=1 timeout 3600 "$PEER_VENV/bin/python" bench/peers/torchrec_ctr.py --log "$LOG" \
+      --arch "$arch" --procs 2 --threads 1 --batch "$BATCH" --steps "$STEPS" --warmup 10 \
+      --eval-examples "$EVAL" --bottom 512,256,64 --top 512,256 --cross-layers 3 \
+      --cross-rank 512 --emb-lr "$EMB_LR" --dense-lr "$DENSE_LR" > "$OUT/peer-$arch.log" 2>&1 \
+      || { echo "peer $arch failed"; tail "$OUT/peer-$arch.log"; exit 1; }
+    line=$(grep "^torchrec $arch examples/s=" "$OUT/peer-$arch.log")
+    p_exs=$(sed -E 's/.*examples\/s=([0-9]+).*/\1/' <<< "$line")
+    p_auc=$(sed -E 's/.*auc=([0-9.]+).*/\1/' <<< "$line")
+    p_ll=$(sed -E 's/.*logloss=([0-9.]+).*/\1/' <<< "$line")
+    up=$(python3 -c "print(f'{$t_exs/$p_exs:.2f}x')")
+    diff=$(python3 -c "print(f'{$t_auc-$p_auc:+.4f}')")
+  fi
+  echo "| $arch | $t_exs | $p_exs | $up | $t_auc | $p_auc | $diff | $t_ll | $p_ll |" >> "$table.part"
+done
+{
+  echo
+  [[ $peer_ok == 1 ]] || echo "TorchRec not run: no venv with torchrec and h5py at $PEER_VENV (scripts/install_peer.sh, then \`$PEER_VENV/bin/pip install h5py\`)."
+  echo
+  echo "Reproduce: \`STEPS=$STEPS BATCH=$BATCH EVAL=$EVAL CTR_SCALE=$CTR_SCALE scripts/bench_ctr.sh\` (logs in $OUT)."
+} >> "$table.part"
+mv "$table.part" "$table"
+cat "$table"
