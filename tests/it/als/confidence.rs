@@ -170,10 +170,10 @@ fn confidence_without_weights_or_with_a_bad_spec_exits_2() {
     }
 }
 
-#[test]
-fn a_resume_under_another_confidence_is_refused() {
-    let dir = tempdir();
-    let csv = dir.path().join("w.csv");
+/// A small weighted user-item dataset (60 users x 30 items, 8 interactions each,
+/// weights 1..5).
+fn weighted_data(dir: &Path) -> PathBuf {
+    let csv = dir.join("w.csv");
     let mut text = String::new();
     for u in 0..60 {
         for i in 0..8 {
@@ -185,8 +185,60 @@ fn a_resume_under_another_confidence_is_refused() {
         }
     }
     std::fs::write(&csv, text).unwrap();
-    let data = dir.path().join("w.h5");
+    let data = dir.join("w.h5");
     prepare_user_item(&csv, &data);
+    data
+}
+
+#[test]
+fn confidence_with_a_spilled_csr_is_refused() {
+    let dir = tempdir();
+    let data = weighted_data(dir.path());
+    // 480 arcs of 4 bytes do not fit a 1 KiB CSR buffer: the CSR is spilled.
+    let run = TestCommand::direct()
+        .args(["als", "--data"])
+        .arg(&data)
+        .args([
+            "--dim",
+            "8",
+            "--epochs",
+            "1",
+            "--threads",
+            "1",
+            "--csr-buffer",
+            "1K",
+        ])
+        .args(["--confidence", "linear:1"])
+        .run();
+    run.expect_code(2)
+        .stderr_has(&["--confidence linear:1", "spilled", "w.h5"]);
+    assert!(
+        !run.stdout.contains("final:"),
+        "it trained:\n{}",
+        run.dump()
+    );
+    // Binary trains on the same spilled layout.
+    TestCommand::direct()
+        .args(["als", "--data"])
+        .arg(&data)
+        .args([
+            "--dim",
+            "8",
+            "--epochs",
+            "1",
+            "--threads",
+            "1",
+            "--csr-buffer",
+            "1K",
+        ])
+        .run()
+        .expect_code(0);
+}
+
+#[test]
+fn a_resume_under_another_confidence_is_refused() {
+    let dir = tempdir();
+    let data = weighted_data(dir.path());
     let ckpt = dir.path().join("ckpt");
     let run = |conf: &str, epochs: &str, extra: &[&str]| {
         TestCommand::direct()
