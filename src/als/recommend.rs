@@ -428,6 +428,16 @@ impl<T: TableScalar> Recommender<T> {
         &f.indices[f.indptr[i] as usize..f.indptr[i + 1] as usize]
     }
 
+    /// The confidences beside [`Self::local_fold_arcs`] (empty for a binary model).
+    fn local_fold_confidences(&self, pos: usize) -> &[f32] {
+        let f = &self.shards.fold;
+        let i = pos - self.shards.test_lo as usize;
+        match f.weights() {
+            Some(w) => &w[f.indptr[i] as usize..f.indptr[i + 1] as usize],
+            None => &[],
+        }
+    }
+
     /// The rank that computes `row`'s vector: the owner of its test split for a test
     /// row, else the owner of its training arcs.
     fn owner(&self, row: u32) -> usize {
@@ -577,11 +587,7 @@ impl<T: TableScalar> Recommender<T> {
         for &i in &mine {
             if let Some(pos) = self.test_pos(chunk[i]) {
                 fold.extend_from_slice(self.local_fold_arcs(pos));
-                if let Some(w) = self.shards.fold.weights() {
-                    let f = &self.shards.fold;
-                    let r = pos - self.shards.test_lo as usize;
-                    fold_w.extend_from_slice(&w[f.indptr[r] as usize..f.indptr[r + 1] as usize]);
-                }
+                fold_w.extend_from_slice(self.local_fold_confidences(pos));
                 fold_ip.push(fold.len() as u64);
             }
         }
