@@ -277,7 +277,7 @@ pub fn global_restore<C: Comm, T: TableScalar>(
             path,
             &m,
             &tr.cfg.result_hash(),
-            "dim, reg, unobserved weight, solver, CG steps, seed, init std, hub chunk, step size and basis",
+            "dim, reg, unobserved weight, confidence, solver, CG steps, seed, init std, hub chunk, step size and basis",
         )?;
         if m.data != want_data {
             return Err(commit::hold(

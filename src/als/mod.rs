@@ -39,6 +39,95 @@ pub enum BasisKind {
     Fixed,
 }
 
+/// How an observed cell's stored weight `r` becomes its confidence `c` in the observed
+/// term of the objective (`--confidence`, Hu, Koren and Volinsky 2008; see
+/// `docs/als.md`). `Binary` ignores the weights (`c = 1`, the code path of every run
+/// before weights existed, bit for bit).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub enum Confidence {
+    /// `c = 1` for every observed cell.
+    #[default]
+    Binary,
+    /// `c = 1 + alpha * r`.
+    Linear { alpha: f32 },
+    /// `c = 1 + alpha * ln(1 + r / eps)`.
+    Log { alpha: f32, eps: f32 },
+}
+
+impl Confidence {
+    /// The confidence of a stored weight `r` (computed in f64, rounded once to f32).
+    pub fn of(self, r: f32) -> f32 {
+        let r = f64::from(r);
+        match self {
+            Confidence::Binary => 1.0,
+            Confidence::Linear { alpha } => (1.0 + f64::from(alpha) * r) as f32,
+            Confidence::Log { alpha, eps } => {
+                (1.0 + f64::from(alpha) * (r / f64::from(eps)).ln_1p()) as f32
+            }
+        }
+    }
+
+    /// Whether the stored weights are read (every setting but `binary`).
+    pub fn weighted(self) -> bool {
+        self != Confidence::Binary
+    }
+}
+
+impl std::fmt::Display for Confidence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Confidence::Binary => write!(f, "binary"),
+            Confidence::Linear { alpha } => write!(f, "linear:{alpha}"),
+            Confidence::Log { alpha, eps } => write!(f, "log:{alpha},{eps}"),
+        }
+    }
+}
+
+impl std::str::FromStr for Confidence {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let num = |what: &str, v: &str| -> Result<f32, String> {
+            match v.trim().parse::<f32>() {
+                Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+                Ok(_) => Err(format!("{what} in {s:?} must be a finite number > 0")),
+                Err(_) => Err(format!("{what} in {s:?} is not a number")),
+            }
+        };
+        let bad =
+            || format!("{s:?}: expected binary, linear:ALPHA or log:ALPHA,EPS (ALPHA, EPS > 0)");
+        if s == "binary" {
+            return Ok(Confidence::Binary);
+        }
+        if let Some(a) = s.strip_prefix("linear:") {
+            return Ok(Confidence::Linear {
+                alpha: num("ALPHA", a)?,
+            });
+        }
+        if let Some(rest) = s.strip_prefix("log:") {
+            let (a, e) = rest.split_once(',').ok_or_else(bad)?;
+            return Ok(Confidence::Log {
+                alpha: num("ALPHA", a)?,
+                eps: num("EPS", e)?,
+            });
+        }
+        Err(bad())
+    }
+}
+
+impl From<Confidence> for String {
+    fn from(c: Confidence) -> String {
+        c.to_string()
+    }
+}
+
+impl TryFrom<String> for Confidence {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
+    }
+}
+
 /// The defaults of `als`'s flags, shared by the command line (`cli::AlsArgs`), by
 /// [`AlsConfig::new`] and by the `tune` flags that mean the same.
 pub mod defaults {
@@ -71,6 +160,9 @@ pub struct AlsConfig {
     pub epochs: usize,
     pub reg: f32,
     pub unobserved_weight: f32,
+    /// How the stored weights become confidences (`--confidence`).
+    #[serde(default)]
+    pub confidence: Confidence,
     pub solver: SolverKind,
     pub cg_steps: usize,
     pub exchange: ExchangeKind,
@@ -140,6 +232,7 @@ impl AlsConfig {
             epochs: defaults::EPOCHS,
             reg: defaults::REG,
             unobserved_weight: defaults::UNOBSERVED_WEIGHT,
+            confidence: Confidence::Binary,
             solver: defaults::SOLVER,
             cg_steps: defaults::CG_STEPS,
             exchange: defaults::EXCHANGE,
@@ -280,6 +373,10 @@ impl AlsConfig {
             "solver": self.solver, "cg_steps": self.cg_steps, "seed": self.seed,
             "init_std": self.init_std, "hub_chunk": self.hub_chunk, "step_nnz": self.step_nnz,
         });
+        // Binary runs keep the hashes they had before confidences existed.
+        if self.confidence.weighted() {
+            key["confidence"] = serde_json::json!(self.confidence.to_string());
+        }
         // f32 runs keep the hashes they had before bf16 tables existed.
         if self.table_dtype != crate::bf16::TableDtype::F32 {
             key["table_dtype"] = serde_json::json!(self.table_dtype);

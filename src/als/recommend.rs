@@ -297,6 +297,12 @@ impl<T: TableScalar> Recommender<T> {
             )));
         }
         let mut shards = global_read_shards(comm, data)?;
+        // A model trained with confidences folds its test rows in with them too.
+        let conf = info.config.confidence;
+        if conf.weighted() {
+            let read = super::shard::read::local_read_confidences(data, &mut shards, conf);
+            comm.agree(read)?;
+        }
         // The column CSR is not needed: scoring reads H only.
         shards.cols = Default::default();
         let m = &shards.meta;
@@ -420,6 +426,16 @@ impl<T: TableScalar> Recommender<T> {
         let f = &self.shards.fold;
         let i = pos - self.shards.test_lo as usize;
         &f.indices[f.indptr[i] as usize..f.indptr[i + 1] as usize]
+    }
+
+    /// The confidences beside [`Self::local_fold_arcs`] (empty for a binary model).
+    fn local_fold_confidences(&self, pos: usize) -> &[f32] {
+        let f = &self.shards.fold;
+        let i = pos - self.shards.test_lo as usize;
+        match f.weights() {
+            Some(w) => &w[f.indptr[i] as usize..f.indptr[i + 1] as usize],
+            None => &[],
+        }
     }
 
     /// The rank that computes `row`'s vector: the owner of its test split for a test
@@ -567,13 +583,16 @@ impl<T: TableScalar> Recommender<T> {
         // Fold in the test rows among them.
         let mut fold_ip = vec![0u64];
         let mut fold = Vec::new();
+        let mut fold_w = Vec::new();
         for &i in &mine {
             if let Some(pos) = self.test_pos(chunk[i]) {
                 fold.extend_from_slice(self.local_fold_arcs(pos));
+                fold_w.extend_from_slice(self.local_fold_confidences(pos));
                 fold_ip.push(fold.len() as u64);
             }
         }
-        let plan = FoldPlan::global_build(comm, fold_ip, &fold, &self.h_bounds)?;
+        let plan =
+            FoldPlan::global_build(comm, fold_ip, &fold, &self.h_bounds)?.with_weights(fold_w);
         let (folded, _) = plan.global_fold_in(comm, &self.h, d, &self.gram_h, self.params)?;
         drop(fold);
         // Vectors and masks (seen arcs, increasing) in block order.

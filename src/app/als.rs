@@ -75,13 +75,18 @@ pub fn global_run<C: Comm>(comm: &C, args: &AlsArgs, preempt: Preemption) -> Res
     let mut out = RunOutput::global_open(comm, cfg.metrics.as_deref())?;
     if root {
         println!(
-            "als: {} d={} tables={} epochs={} reg={} alpha0={} solver={:?} cg_steps={} exchange={:?} eval_rows={} on {} rank(s) (torus {}) x {threads} thread(s)",
+            "als: {} d={} tables={} epochs={} reg={} alpha0={}{} solver={:?} cg_steps={} exchange={:?} eval_rows={} on {} rank(s) (torus {}) x {threads} thread(s)",
             cfg.data.display(),
             cfg.dim,
             cfg.table_dtype,
             cfg.epochs,
             cfg.reg,
             cfg.unobserved_weight,
+            if cfg.confidence.weighted() {
+                format!(" confidence={}", cfg.confidence)
+            } else {
+                String::new()
+            },
             cfg.solver,
             cfg.cg_steps,
             cfg.exchange,

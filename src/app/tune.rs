@@ -41,6 +41,7 @@ impl TuneArgs {
             epochs: self.epochs,
             reg: self.reg.0.first().copied().unwrap_or(0.0),
             unobserved_weight: self.unobserved_weight.0.first().copied().unwrap_or(0.0),
+            confidence: crate::als::Confidence::Binary,
             solver: self.solver,
             cg_steps: self.cg_steps,
             exchange: self.exchange,

@@ -22,6 +22,12 @@ pub struct AlsArgs {
     /// alpha0: the weight of every (unobserved) cell.
     #[arg(long, value_name = "A0", default_value_t = defaults::UNOBSERVED_WEIGHT)]
     pub unobserved_weight: f32,
+    /// Confidence of an observed cell from its stored weight r (user-item datasets
+    /// with weights): `binary` (c = 1, weights ignored), `linear:ALPHA`
+    /// (c = 1 + ALPHA r) or `log:ALPHA,EPS` (c = 1 + ALPHA ln(1 + r / EPS)); ALPHA,
+    /// EPS > 0. Refused on a dataset without weights. See docs/als.md.
+    #[arg(long, value_name = "SPEC", default_value = "binary")]
+    pub confidence: crate::als::Confidence,
     /// Row solver.
     #[arg(long, value_enum, default_value_t = defaults::SOLVER)]
     pub solver: crate::als::SolverKind,
@@ -152,6 +158,7 @@ impl AlsArgs {
             epochs: self.epochs,
             reg: self.reg,
             unobserved_weight: self.unobserved_weight,
+            confidence: self.confidence,
             solver: self.solver,
             cg_steps: self.cg_steps.unwrap_or(Self::CG_STEPS),
             exchange: self.exchange,

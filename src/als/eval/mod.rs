@@ -270,6 +270,8 @@ pub struct FoldPlan {
     /// The rows' visible arcs as positions in `needed` (arc order of the input).
     fold_indptr: Vec<u64>,
     fold_pos: Vec<u32>,
+    /// The confidences beside `fold_pos` (empty: all 1, `--confidence binary`).
+    fold_weights: Vec<f32>,
     /// Distinct columns the fold-in needs, increasing (so grouped by owner), and how
     /// many each rank owns.
     needed_counts: Vec<usize>,
@@ -311,10 +313,24 @@ impl FoldPlan {
         Ok(Self {
             fold_indptr,
             fold_pos,
+            fold_weights: Vec::new(),
             needed_counts,
             serve,
             col_bounds: col_bounds.to_vec(),
         })
+    }
+
+    /// The plan with the confidences of its visible arcs (beside `fold` in
+    /// [`FoldPlan::global_build`]'s order; empty: all 1). Panics on a length mismatch.
+    pub fn with_weights(mut self, weights: Vec<f32>) -> Self {
+        assert!(
+            weights.is_empty() || weights.len() == self.fold_pos.len(),
+            "FoldPlan::with_weights: {} weights beside {} arcs",
+            weights.len(),
+            self.fold_pos.len()
+        );
+        self.fold_weights = weights;
+        self
     }
 
     /// How many rows this rank folds in.
@@ -373,6 +389,7 @@ impl FoldPlan {
         let view = RowsView {
             indptr: &self.fold_indptr,
             indices: &self.fold_pos,
+            weights: (!self.fold_weights.is_empty()).then_some(&self.fold_weights[..]),
         };
         crate::cpu::blas_single_thread();
         let solved = cholesky_solve(&mut x, view, &h_fold, d, gram_h, params)
@@ -419,6 +436,7 @@ impl RowSet {
         };
         let mut fold_indptr = vec![0u64];
         let mut fold = Vec::new();
+        let mut fold_w = Vec::new();
         let mut holdout_indptr = vec![0usize];
         let mut holdout = Vec::new();
         let mut mask_lens = Vec::with_capacity(mine.len());
@@ -430,6 +448,11 @@ impl RowSet {
             mask_lens.push(sorted.len() as u64);
             mask.extend_from_slice(&sorted);
             fold.extend_from_slice(&f);
+            if let Some(w) = s.fold.weights() {
+                fold_w.extend_from_slice(
+                    &w[s.fold.indptr[i] as usize..s.fold.indptr[i + 1] as usize],
+                );
+            }
             fold_indptr.push(fold.len() as u64);
             let mut h = csr_row(&s.holdout, i);
             h.sort_unstable();
@@ -437,7 +460,8 @@ impl RowSet {
             holdout_indptr.push(holdout.len());
         }
         let rows: Vec<u32> = mine.iter().map(|&i| s.test_rows[i]).collect();
-        let fold = FoldPlan::global_build(comm, fold_indptr, &fold, &s.col_bounds)?;
+        let fold =
+            FoldPlan::global_build(comm, fold_indptr, &fold, &s.col_bounds)?.with_weights(fold_w);
         let lens = comm.all_gather_v(&mask_lens)?;
         let rows_per_rank = lens.counts.clone();
         let all_fold_indptr =
@@ -758,6 +782,7 @@ pub fn global_evaluate_all_ref<C: Comm>(
     let view = RowsView {
         indptr: &s.fold.indptr,
         indices: &fold_local,
+        weights: s.fold.weights(),
     };
     let solved = cholesky_solve(&mut x, view, h_fold, d, gram_h, params)
         .map_err(|e| Error::Comm(format!("fold-in: {e}")));

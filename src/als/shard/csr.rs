@@ -18,6 +18,9 @@ pub struct CsrShard {
     /// Not loaded: the training CSR stays in the prepared file (and goes to a spill,
     /// see `spill.rs`); this is the offset of the shard's first index there.
     pub on_disk: Option<u64>,
+    /// The confidence of each index (beside `indices`), or empty: every confidence 1
+    /// (`--confidence binary`, which never reads the stored weights).
+    pub weights: Vec<f32>,
 }
 
 impl CsrShard {
@@ -26,6 +29,10 @@ impl CsrShard {
     }
     pub fn nnz(&self) -> u64 {
         self.indptr.last().copied().unwrap_or(0)
+    }
+    /// The confidences beside `indices`, or `None` when they are all 1.
+    pub fn weights(&self) -> Option<&[f32]> {
+        (!self.weights.is_empty()).then_some(&self.weights[..])
     }
     /// Observed count of each local row.
     pub fn counts(&self) -> Vec<u32> {

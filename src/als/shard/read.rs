@@ -64,6 +64,7 @@ fn read_csr(
         indptr,
         indices,
         on_disk: None,
+        weights: Vec::new(),
     })
 }
 
@@ -76,6 +77,7 @@ fn lazy_csr(indptr_all: &[u64], lo: u64, hi: u64) -> CsrShard {
         indptr: ip.iter().map(|x| x - ip[0]).collect(),
         indices: Vec::new(),
         on_disk: Some(ip[0]),
+        weights: Vec::new(),
     }
 }
 
@@ -277,4 +279,73 @@ pub fn global_read_shards_admitted<C: Comm>(
 /// Collective: every rank must call. Reads the shards, whatever their size.
 pub fn global_read_shards<C: Comm>(comm: &C, path: &Path) -> Result<Shards> {
     global_read_shards_admitted(comm, path, &|_, _| Ok(Layout::in_memory()))
+}
+
+/// Rank-local: read the stored weights beside this rank's training rows (`/train`),
+/// columns (`/train_t`) and test rows' visible arcs (`/test/fold`) and turn them into
+/// confidences (`conf`, see `docs/als.md`). Refuses (exit 2) a dataset whose root
+/// attribute `weighted` is absent or 0 (every square graph, and user-item data
+/// prepared without a weight column), a spilled training CSR (confidences are kept
+/// in memory only), and a weight that is negative or not finite.
+pub fn local_read_confidences(
+    path: &Path,
+    s: &mut Shards,
+    conf: crate::als::Confidence,
+) -> Result<()> {
+    let f = open_h5(path)?;
+    let weighted = f
+        .attr("weighted")
+        .and_then(|a| a.read_scalar::<u64>())
+        .unwrap_or(0);
+    if weighted == 0 {
+        return Err(Error::layout(
+            path,
+            "/ attribute weighted",
+            format!(
+                "absent or 0: the dataset has no weights, so --confidence {conf} has nothing to read (use --confidence binary, or prepare --matrix user-item from a file with a weight column)"
+            ),
+        ));
+    }
+    if s.rows.on_disk.is_some() {
+        return Err(Error::Config(format!(
+            "--confidence {conf}: the training CSR of {} does not fit in memory and is spilled; confidences are only supported in memory (raise --mem-per-rank, add ranks, or use --confidence binary)",
+            path.display()
+        )));
+    }
+    for (name, csr) in [
+        ("train", &mut s.rows),
+        ("train_t", &mut s.cols),
+        ("test/fold", &mut s.fold),
+    ] {
+        let lo = if name == "test/fold" {
+            s.test_lo
+        } else {
+            csr.lo
+        };
+        let a = read_range::<u64>(&f, path, &format!("{name}/indptr"), lo, lo + 1)?[0];
+        let ds = format!("{name}/weights");
+        let nnz = dataset_len(&f, path, &format!("{name}/indices"))?;
+        let have = dataset_len(&f, path, &ds)?;
+        if have != nnz {
+            return Err(Error::layout(
+                path,
+                ds,
+                format!("{have} weights beside {nnz} indices"),
+            ));
+        }
+        let w = read_range::<f32>(&f, path, &ds, a, a + csr.nnz())?;
+        if let Some(k) = w.iter().position(|r| !(r.is_finite() && *r >= 0.0)) {
+            return Err(Error::layout(
+                path,
+                ds,
+                format!(
+                    "weight {} at position {} is not a finite number >= 0",
+                    w[k],
+                    a + k as u64
+                ),
+            ));
+        }
+        csr.weights = w.into_iter().map(|r| conf.of(r)).collect();
+    }
+    Ok(())
 }

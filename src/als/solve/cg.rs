@@ -337,12 +337,16 @@ fn batch_observed<const FMA: bool, T: TableElem>(
     let range = sh.rows.range(u);
     let hub = sh.hub_chunk > 0 && range.len() > sh.hub_chunk;
     let n_chunks = range.len().div_ceil(sh.hub_chunk.max(1));
+    let wts = sh.rows.row_weights(u);
+    // The confidences of hub chunk `k` (the same cut as the items').
+    let chunk_w =
+        |k: usize| wts.map(|w| &w[k * sh.hub_chunk..((k + 1) * sh.hub_chunk).min(w.len())]);
     match sh.fixed32 {
         _ if sh.widened(b) => {
             let base = sh.rows.range(b.r0).start;
             let g = &gathered[(range.start - base) * d..(range.end - base) * d];
             if !hub {
-                observed_body::<FMA>(&Gathered { buf: g, d }, v, out, c, s);
+                observed_body::<FMA>(&Gathered { buf: g, d }, v, out, wts, c, s);
                 return;
             }
             // Hub row: chunks of `hub_chunk` items in parallel, partial sums added in
@@ -351,29 +355,32 @@ fn batch_observed<const FMA: bool, T: TableElem>(
             partial
                 .par_chunks_mut(d)
                 .zip(g.par_chunks(sh.hub_chunk * d))
-                .for_each(|(part, chunk)| {
+                .enumerate()
+                .for_each(|(k, (part, chunk))| {
                     part.fill(0.0);
-                    observed(sh.isa, &Gathered { buf: chunk, d }, v, part, c, s);
+                    let items = Gathered { buf: chunk, d };
+                    observed(sh.isa, &items, v, part, chunk_w(k), c, s);
                 });
         }
         Some(fixed) => {
             let idx = &sh.rows.indices[range];
             if !hub {
-                observed_body::<FMA>(&Indexed { idx, fixed, d }, v, out, c, s);
+                observed_body::<FMA>(&Indexed { idx, fixed, d }, v, out, wts, c, s);
                 return;
             }
             partial.resize(n_chunks * d, 0.0);
             partial
                 .par_chunks_mut(d)
                 .zip(idx.par_chunks(sh.hub_chunk))
-                .for_each(|(part, chunk)| {
+                .enumerate()
+                .for_each(|(k, (part, chunk))| {
                     part.fill(0.0);
                     let items = Indexed {
                         idx: chunk,
                         fixed,
                         d,
                     };
-                    observed(sh.isa, &items, v, part, c, s);
+                    observed(sh.isa, &items, v, part, chunk_w(k), c, s);
                 });
         }
         None => {
@@ -383,7 +390,8 @@ fn batch_observed<const FMA: bool, T: TableElem>(
             partial
                 .par_chunks_mut(d)
                 .zip(idx.par_chunks(sh.hub_chunk))
-                .for_each(|(part, chunk)| {
+                .enumerate()
+                .for_each(|(k, (part, chunk))| {
                     part.fill(0.0);
                     CHUNK.with(|buf| {
                         let mut buf = buf.borrow_mut();
@@ -396,7 +404,15 @@ fn batch_observed<const FMA: bool, T: TableElem>(
                             }
                             widen_row(&sh.fixed[chunk[k] as usize * d..][..d], h);
                         }
-                        observed(sh.isa, &Gathered { buf: &buf, d }, v, part, c, s);
+                        observed(
+                            sh.isa,
+                            &Gathered { buf: &buf, d },
+                            v,
+                            part,
+                            chunk_w(k),
+                            c,
+                            s,
+                        );
                     });
                 });
         }
@@ -841,18 +857,22 @@ fn batch_loss<T: TableElem>(sh: &CgShared<T>, b: Batch, xb: &[f32], gathered: &[
     for (j, w) in xb.chunks_exact(d).enumerate() {
         let range = sh.rows.range(b.r0 + j);
         let n = range.len();
+        let wts = sh.rows.row_weights(b.r0 + j);
+        // The confidence of item `k` of the row (1 when unweighted: `c * e * e` is
+        // then `e * e`, bit for bit).
+        let c = |k: usize| wts.map_or(1.0, |w| f64::from(w[k]));
         match sh.fixed32 {
             _ if sh.widened(b) => {
                 let g = &gathered[(range.start - base) * d..(range.end - base) * d];
-                for h in g.chunks_exact(d) {
+                for (k, h) in g.chunks_exact(d).enumerate() {
                     let e = 1.0 - dot64(w, h);
-                    obs += e * e;
+                    obs += c(k) * e * e;
                 }
             }
             Some(fixed) => {
-                for &i in &sh.rows.indices[range] {
+                for (k, &i) in sh.rows.indices[range].iter().enumerate() {
                     let e = 1.0 - dot64(w, &fixed[i as usize * d..][..d]);
-                    obs += e * e;
+                    obs += c(k) * e * e;
                 }
             }
             None => {
@@ -864,7 +884,7 @@ fn batch_loss<T: TableElem>(sh: &CgShared<T>, b: Batch, xb: &[f32], gathered: &[
                     }
                     widen_row(&sh.fixed[i as usize * d..][..d], &mut h);
                     let e = 1.0 - dot64(w, &h);
-                    obs += e * e;
+                    obs += c(k) * e * e;
                 }
             }
         }

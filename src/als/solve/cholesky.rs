@@ -40,6 +40,13 @@ pub fn cholesky_solve<T: TableElem>(
         return Ok(());
     }
     assert_eq!(fixed.len() % d, 0, "cholesky_solve: fixed is not n x d");
+    if let Some(w) = rows.weights {
+        assert_eq!(
+            w.len(),
+            rows.indices.len(),
+            "cholesky_solve: weights beside indices"
+        );
+    }
     let g = view2(gram, d, d);
     let first_err = x
         .par_chunks_mut(d)
@@ -76,17 +83,39 @@ fn cholesky_row<T: TableElem>(
     // Column-major, so that LAPACK works in place (no transposed copies).
     let mut a = Array2::<f64>::zeros((d, d).f());
     let mut b = Array1::<f64>::zeros(d);
-    for chunk in idx.chunks(CHOL_CHUNK) {
-        buf.clear();
-        for &i in chunk {
-            let h = &fixed[i as usize * d..][..d];
-            buf.extend(h.iter().map(|&v| f64::from(v.to_f32())));
-            for (bv, &hv) in b.iter_mut().zip(h) {
-                *bv += f64::from(hv.to_f32());
+    if let Some(wts) = rows.weights {
+        // A_u += sum_i c_ui h_i h_i^T, b_u += sum_i c_ui h_i (in f64).
+        let wts = &wts[rows.range(u)];
+        let mut cbuf = Vec::new();
+        for (chunk, cw) in idx.chunks(CHOL_CHUNK).zip(wts.chunks(CHOL_CHUNK)) {
+            buf.clear();
+            cbuf.clear();
+            for (&i, &c) in chunk.iter().zip(cw) {
+                let h = &fixed[i as usize * d..][..d];
+                let c = f64::from(c);
+                buf.extend(h.iter().map(|&v| f64::from(v.to_f32())));
+                cbuf.extend(h.iter().map(|&v| c * f64::from(v.to_f32())));
+                for (bv, &hv) in b.iter_mut().zip(h) {
+                    *bv += c * f64::from(hv.to_f32());
+                }
             }
+            let hv = view2(buf, chunk.len(), d);
+            let ch = view2(&cbuf, chunk.len(), d);
+            gemm(1.0, ch.t(), hv, 1.0, &mut a.view_mut());
         }
-        let hv = view2(buf, chunk.len(), d);
-        gemm(1.0, hv.t(), hv, 1.0, &mut a.view_mut());
+    } else {
+        for chunk in idx.chunks(CHOL_CHUNK) {
+            buf.clear();
+            for &i in chunk {
+                let h = &fixed[i as usize * d..][..d];
+                buf.extend(h.iter().map(|&v| f64::from(v.to_f32())));
+                for (bv, &hv) in b.iter_mut().zip(h) {
+                    *bv += f64::from(hv.to_f32());
+                }
+            }
+            let hv = view2(buf, chunk.len(), d);
+            gemm(1.0, hv.t(), hv, 1.0, &mut a.view_mut());
+        }
     }
     let lam = f64::from(p.reg) * (idx.len() as f64 + f64::from(p.alpha0) * p.n_other);
     // G is symmetric: adding its transpose walks both arrays in memory order.

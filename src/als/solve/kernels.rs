@@ -176,13 +176,16 @@ pub(super) fn prefetch_rows<T>(h: &[T]) {
     let _ = h;
 }
 
-/// The observed term: `out += sum_k h_k * (c + s * (h_k . v))`, items in order.
+/// The observed term: `out += sum_k h_k * (c + s * (h_k . v))`, items in order, each
+/// term times its confidence `w[k]` when `w` is given (`w_k * (c + s * (h_k . v))`, in
+/// f32; `None` is the unweighted arithmetic, bit for bit).
 /// `(c, s) = (0, 1)` gives `sum_k h_k (h_k . v)`; `(1, -1)` gives `sum_k h_k (1 - h_k . v)`.
 #[inline(always)]
 pub(super) fn observed_body<const FMA: bool>(
     items: &impl Items,
     v: &[f32],
     out: &mut [f32],
+    w: Option<&[f32]>,
     c: f32,
     s: f32,
 ) {
@@ -198,7 +201,12 @@ pub(super) fn observed_body<const FMA: bool>(
             items.row(k + 2),
             items.row(k + 3),
         ];
-        let t = dot_rows::<FMA, GROUP>(hs, v).map(|dt| c + s * dt);
+        let mut t = dot_rows::<FMA, GROUP>(hs, v).map(|dt| c + s * dt);
+        if let Some(w) = w {
+            for (a, ta) in t.iter_mut().enumerate() {
+                *ta *= w[k + a];
+            }
+        }
         for ((((o, &h0), &h1), &h2), &h3) in
             out.iter_mut().zip(hs[0]).zip(hs[1]).zip(hs[2]).zip(hs[3])
         {
@@ -212,7 +220,10 @@ pub(super) fn observed_body<const FMA: bool>(
     while k < n {
         let h = items.row(k);
         let [dt] = dot_rows::<FMA, 1>([h], v);
-        let t = c + s * dt;
+        let t = match w {
+            None => c + s * dt,
+            Some(w) => w[k] * (c + s * dt),
+        };
         for (o, &hv) in out.iter_mut().zip(h) {
             *o = madd::<FMA>(t, hv, *o);
         }
@@ -263,27 +274,49 @@ impl Isa {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn observed_fma(items: &impl Items, v: &[f32], out: &mut [f32], c: f32, s: f32) {
-    observed_body::<true>(items, v, out, c, s)
+unsafe fn observed_fma(
+    items: &impl Items,
+    v: &[f32],
+    out: &mut [f32],
+    w: Option<&[f32]>,
+    c: f32,
+    s: f32,
+) {
+    observed_body::<true>(items, v, out, w, c, s)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
 #[allow(clippy::incompatible_msrv)]
-unsafe fn observed_avx512(items: &impl Items, v: &[f32], out: &mut [f32], c: f32, s: f32) {
-    observed_body::<true>(items, v, out, c, s)
+unsafe fn observed_avx512(
+    items: &impl Items,
+    v: &[f32],
+    out: &mut [f32],
+    w: Option<&[f32]>,
+    c: f32,
+    s: f32,
+) {
+    observed_body::<true>(items, v, out, w, c, s)
 }
 
 /// [`observed_body`] compiled for the detected instruction set.
-pub(super) fn observed(isa: Isa, items: &impl Items, v: &[f32], out: &mut [f32], c: f32, s: f32) {
+pub(super) fn observed(
+    isa: Isa,
+    items: &impl Items,
+    v: &[f32],
+    out: &mut [f32],
+    w: Option<&[f32]>,
+    c: f32,
+    s: f32,
+) {
     match isa {
         // SAFETY: `Isa::Avx2Fma` is only constructed after detecting avx2 and fma.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2Fma => unsafe { observed_fma(items, v, out, c, s) },
+        Isa::Avx2Fma => unsafe { observed_fma(items, v, out, w, c, s) },
         // SAFETY: `Isa::Avx512Fma` is only constructed after detecting its features.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512Fma => unsafe { observed_avx512(items, v, out, c, s) },
-        Isa::Plain => observed_body::<false>(items, v, out, c, s),
+        Isa::Avx512Fma => unsafe { observed_avx512(items, v, out, w, c, s) },
+        Isa::Plain => observed_body::<false>(items, v, out, w, c, s),
     }
 }
 

@@ -10,7 +10,8 @@ use crate::bf16::TableElem;
 pub const LOSS_CHUNK: usize = 1024;
 
 /// Loss pieces of the rows just solved, all in f64:
-/// `(sum_{u, i in I_u} (1 - w_u . h_i)^2, sum_u (|I_u| + alpha0 * n_other) * |w_u|^2)`.
+/// `(sum_{u, i in I_u} c_ui (1 - w_u . h_i)^2, sum_u (|I_u| + alpha0 * n_other) * |w_u|^2)`
+/// (`c_ui` the confidences of `rows.weights`, 1 when `None`).
 ///
 /// The fixed table may be f32 or bf16 (widened exactly). The regularization piece is
 /// not multiplied by `lambda`. [`cg_solve_with_loss`](super::cg_solve_with_loss) computes the same pieces during the
@@ -43,12 +44,16 @@ pub fn local_loss_terms_from<T: TableElem>(
     let n_rows = rows.num_rows();
     assert_eq!(x.len(), n_rows * d, "local_loss_terms: x is not rows x d");
     if d == 0 {
-        // Every prediction is 0: each observed cell contributes (1 - 0)^2.
-        let nnz = match (rows.indptr.first(), rows.indptr.last()) {
-            (Some(&a), Some(&b)) => b.saturating_sub(a),
-            _ => 0,
+        // Every prediction is 0: each observed cell contributes c (1 - 0)^2.
+        let (a, b) = match (rows.indptr.first(), rows.indptr.last()) {
+            (Some(&a), Some(&b)) => (a as usize, (b as usize).max(a as usize)),
+            _ => (0, 0),
         };
-        return (init.0 + nnz as f64, init.1);
+        let obs = match rows.weights {
+            None => (b - a) as f64,
+            Some(c) => c[a..b].iter().map(|&c| f64::from(c)).sum(),
+        };
+        return (init.0 + obs, init.1);
     }
     assert_eq!(fixed.len() % d, 0, "local_loss_terms: fixed is not n x d");
     if let Err((r, msg)) = rows.validate(fixed.len() / d) {
@@ -61,9 +66,10 @@ pub fn local_loss_terms_from<T: TableElem>(
             for u in c * LOSS_CHUNK..((c + 1) * LOSS_CHUNK).min(n_rows) {
                 let w = &x[u * d..][..d];
                 let idx = &rows.indices[rows.range(u)];
-                for &i in idx {
+                let wts = rows.row_weights(u);
+                for (k, &i) in idx.iter().enumerate() {
                     let e = 1.0 - dot64(w, &fixed[i as usize * d..][..d]);
-                    obs += e * e;
+                    obs += wts.map_or(1.0, |c| f64::from(c[k])) * e * e;
                 }
                 reg += (idx.len() as f64 + f64::from(alpha0) * n_other) * dot64(w, w);
             }
@@ -113,14 +119,18 @@ pub fn add_loss_terms_to_chunks<T: TableElem>(
             let hi = ((c + 1) * LOSS_CHUNK).min(first + n_rows) - first;
             for u in lo..hi {
                 let idx = &rows.indices[rows.range(u)];
+                let wts = rows.row_weights(u);
                 if d == 0 {
-                    acc.0 += idx.len() as f64;
+                    acc.0 += match wts {
+                        None => idx.len() as f64,
+                        Some(c) => c.iter().map(|&c| f64::from(c)).sum(),
+                    };
                     continue;
                 }
                 let w = &x[u * d..][..d];
-                for &i in idx {
+                for (k, &i) in idx.iter().enumerate() {
                     let e = 1.0 - dot64(w, &fixed[i as usize * d..][..d]);
-                    acc.0 += e * e;
+                    acc.0 += wts.map_or(1.0, |c| f64::from(c[k])) * e * e;
                 }
                 acc.1 += (idx.len() as f64 + f64::from(alpha0) * n_other) * dot64(w, w);
             }

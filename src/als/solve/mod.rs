@@ -5,9 +5,12 @@
 //! Solving the rows `u` of one side against the fixed other side `H` (`n_other x d`):
 //!
 //! ```text
-//! A_u = sum_{i in I_u} h_i h_i^T + alpha0 * G + lambda * (|I_u| + alpha0 * n_other) * I
-//! b_u = sum_{i in I_u} h_i,        w_u = A_u^{-1} b_u,        G = H^T H
+//! A_u = sum_{i in I_u} c_ui h_i h_i^T + alpha0 * G + lambda * (|I_u| + alpha0 * n_other) * I
+//! b_u = sum_{i in I_u} c_ui h_i,        w_u = A_u^{-1} b_u,        G = H^T H
 //! ```
+//!
+//! with the confidences `c_ui` of [`RowsView::weights`] (all 1 when `None`, the binary
+//! objective, whose code path is unchanged).
 //!
 //! Everything here is local: no I/O, no communication. Parallelism is rayon over a
 //! work partition that depends only on the input (never on the thread count), and every
@@ -88,6 +91,9 @@ pub struct SolveParams {
 pub struct RowsView<'a> {
     pub indptr: &'a [u64],
     pub indices: &'a [u32],
+    /// The confidence `c_ui` beside each index (same positions as `indices`), or
+    /// `None`: every confidence 1, the binary objective's code path, bit for bit.
+    pub weights: Option<&'a [f32]>,
 }
 
 impl RowsView<'_> {
@@ -120,9 +126,23 @@ impl RowsView<'_> {
         self.indptr[r] as usize..self.indptr[r + 1] as usize
     }
 
+    /// The confidences of row `r`'s indices (after [`RowsView::validate`]).
+    #[inline]
+    fn row_weights(&self, r: usize) -> Option<&[f32]> {
+        self.weights.map(|w| &w[self.range(r)])
+    }
+
     /// Checks the CSR invariants and that every index is below `n_fixed`.
     /// Returns the first bad row and what is wrong with it.
     fn validate(&self, n_fixed: usize) -> Result<(), (usize, String)> {
+        if let Some(w) = self.weights {
+            if w.len() != self.indices.len() {
+                return Err((
+                    0,
+                    format!("{} weights beside {} indices", w.len(), self.indices.len()),
+                ));
+            }
+        }
         for r in 0..self.num_rows() {
             let range = self.try_range(r).map_err(|m| (r, m))?;
             check_indices(&self.indices[range], n_fixed).map_err(|m| (r, m))?;
@@ -157,7 +177,7 @@ impl SolveError {
 /// The loss pieces of a set of solved rows (see [`local_loss_terms`]), in f64.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct LossTerms {
-    /// `sum_{u, i in I_u} (1 - w_u . h_i)^2`.
+    /// `sum_{u, i in I_u} c_ui (1 - w_u . h_i)^2`.
     pub observed: f64,
     /// `sum_u (|I_u| + alpha0 * n_other) * |w_u|^2` (not multiplied by `lambda`).
     pub reg: f64,

@@ -47,6 +47,7 @@ impl Problem {
         RowsView {
             indptr: &self.indptr,
             indices: &self.indices,
+            weights: None,
         }
     }
 
@@ -305,6 +306,7 @@ fn cholesky_reports_the_first_failing_row() {
     let rows = RowsView {
         indptr: &pb.indptr,
         indices: &indices,
+        weights: None,
     };
     let mut x = vec![0.0f32; 3 * d];
     let e = cholesky_solve(&mut x, rows, &pb.fixed, d, &gram, p).unwrap_err();
@@ -313,6 +315,7 @@ fn cholesky_reports_the_first_failing_row() {
     let rows = RowsView {
         indptr: &indptr,
         indices: &pb.indices,
+        weights: None,
     };
     let mut x = vec![0.0f32; 2 * d];
     let e = cholesky_solve(&mut x, rows, &pb.fixed, d, &gram, p).unwrap_err();
@@ -530,6 +533,7 @@ fn cg_edge_cases_stay_finite() {
     let one = RowsView {
         indptr: &[0, 1],
         indices: &[0],
+        weights: None,
     };
     let (g_e0, p_e0) = (
         to_f32(&gramian(&e0, d)),
@@ -560,6 +564,7 @@ fn cg_edge_cases_stay_finite() {
     let empty = RowsView {
         indptr: &[3],
         indices: &[],
+        weights: None,
     };
     cg_solve(&mut [], empty, &pb.fixed, d, &gram, p, 3, 16);
     cholesky_solve(&mut [], empty, &pb.fixed, d, &gramian(&pb.fixed, d), p).expect("no rows");
@@ -614,6 +619,7 @@ fn loss_terms_match_naive_and_the_solve_decreases_the_loss() {
     let cols = RowsView {
         indptr: &t_indptr,
         indices: &t_indices,
+        weights: None,
     };
     let objective = |w: &[f32]| {
         let (obs, reg_w) = local_loss_terms(w, pb.rows(), &pb.fixed, d, p.alpha0, n_cols as f64);
@@ -1100,4 +1106,227 @@ fn gramian_block_kernels_are_the_fma_chain_bitwise() {
     // No kernel for a width that is not a multiple of 16 (syrk then).
     let mut g = vec![0.0f32; 9];
     assert!(!gramian::block_upper(&[1.0; 6], 2, 3, &mut g));
+}
+
+/// Confidences of a problem's arcs: `linear:ALPHA` of ratings in 0.5..5 (as in
+/// MovieLens), so they span about 1..1 + 5 ALPHA.
+fn random_confidences(seed: u64, n: usize, alpha: f32) -> Vec<f32> {
+    let conf = crate::als::Confidence::Linear { alpha };
+    let mut rng = SplitMix64::new(seed);
+    (0..n)
+        .map(|_| conf.of(0.5 * (1 + rng.below(10)) as f32))
+        .collect()
+}
+
+/// `A_u = alpha0 G + sum_i c_ui h_i h_i^T + lambda (|I_u| + alpha0 n) I`,
+/// `b_u = sum_i c_ui h_i`, densely in f64 (the system of `docs/als.md`).
+fn dense_weighted_system(
+    pb: &Problem,
+    c: &[f32],
+    u: usize,
+    gram: &[f64],
+    p: SolveParams,
+) -> (Vec<f64>, Vec<f64>) {
+    let d = pb.d;
+    let (mut a, mut b) = (vec![0.0f64; d * d], vec![0.0f64; d]);
+    let r = pb.indptr[u] as usize..pb.indptr[u + 1] as usize;
+    for (&i, &cu) in pb.indices[r.clone()].iter().zip(&c[r]) {
+        let (h, cu) = (pb.h(i), f64::from(cu));
+        for k in 0..d {
+            b[k] += cu * f64::from(h[k]);
+            for l in 0..d {
+                a[k * d + l] += cu * f64::from(h[k]) * f64::from(h[l]);
+            }
+        }
+    }
+    let lam = f64::from(p.reg) * (pb.items(u).len() as f64 + f64::from(p.alpha0) * p.n_other);
+    for k in 0..d {
+        for l in 0..d {
+            a[k * d + l] += f64::from(p.alpha0) * gram[k * d + l];
+        }
+        a[k * d + k] += lam;
+    }
+    (a, b)
+}
+
+#[test]
+fn weighted_half_step_matches_the_dense_reference_solve() {
+    for (case, &d) in [1usize, 3, 16, 32].iter().enumerate() {
+        let lens = mixed_lens(70 + case as u64, 90, 2 * CHOL_CHUNK + 5);
+        let pb = Problem::new(80 + case as u64, d, 400, &lens);
+        let c = random_confidences(90 + case as u64, pb.indices.len(), 2.0);
+        let rows = RowsView {
+            weights: Some(&c),
+            ..pb.rows()
+        };
+        let p = pb.params();
+        let gram = gramian(&pb.fixed, d);
+        let gram32 = to_f32(&gram);
+        let mut chol = vec![0.0f32; pb.n_rows() * d];
+        cholesky_solve(&mut chol, rows, &pb.fixed, d, &gram, p).expect("SPD");
+        let mut plain = vec![0.0f32; pb.n_rows() * d];
+        cholesky_solve(&mut plain, pb.rows(), &pb.fixed, d, &gram, p).expect("SPD");
+        let mut moved = 0.0f64;
+        for plan in [CG_PLAN, SMALL_PLAN] {
+            for hub_chunk in [0, 64] {
+                let mut cg = vec![0.0f32; pb.n_rows() * d];
+                cg_solve_planned(
+                    &mut cg,
+                    rows,
+                    &pb.fixed,
+                    d,
+                    &gram32,
+                    p,
+                    60,
+                    hub_chunk,
+                    plan,
+                    Isa::detect(),
+                    false,
+                );
+                for u in 0..pb.n_rows() {
+                    let (a, b) = dense_weighted_system(&pb, &c, u, &gram, p);
+                    let xr = chol_solve_ref(&a, &b, d);
+                    let scale = norm_inf(xr.iter().copied()).max(1e-30);
+                    for (what, x, tol) in [("cholesky", &chol, 1e-5), ("cg", &cg, 1e-3)] {
+                        let xu = &x[u * d..][..d];
+                        let err = norm_inf(xu.iter().zip(&xr).map(|(&v, &r)| f64::from(v) - r));
+                        assert!(
+                            err <= tol * scale,
+                            "{what} d={d} plan {plan:?} hub {hub_chunk} row {u} (n={}): {err} vs {scale}",
+                            pb.items(u).len()
+                        );
+                    }
+                    let pu = &plain[u * d..][..d];
+                    let dist = norm_inf(pu.iter().zip(&xr).map(|(&v, &r)| f64::from(v) - r));
+                    moved = moved.max(dist / scale);
+                }
+            }
+        }
+        // The confidences change the solution (the test would pass on ignored weights
+        // only if they did not).
+        assert!(
+            moved > 0.05,
+            "d={d}: weighted and unweighted solves agree ({moved})"
+        );
+    }
+}
+
+#[test]
+fn weighted_loss_terms_match_the_dense_objective() {
+    for (case, &d) in [0usize, 3, 16].iter().enumerate() {
+        let lens = mixed_lens(100 + case as u64, 3 * LOSS_CHUNK / 2, 300);
+        let pb = Problem::new(110 + case as u64, d, 300, &lens);
+        let c = random_confidences(120 + case as u64, pb.indices.len(), 0.7);
+        let rows = RowsView {
+            weights: Some(&c),
+            ..pb.rows()
+        };
+        let p = pb.params();
+        let w = random_x(130 + case as u64, pb.n_rows() * d, 0.3);
+        // Dense: sum_u sum_{i in I_u} c_ui (1 - w_u . h_i)^2 and the regularizer.
+        let (mut obs, mut reg) = (0.0f64, 0.0f64);
+        for u in 0..pb.n_rows() {
+            let wu = &w[u * d..][..d];
+            let r = pb.indptr[u] as usize..pb.indptr[u + 1] as usize;
+            for (&i, &cu) in pb.indices[r.clone()].iter().zip(&c[r]) {
+                let h = pb.h(i);
+                let dot: f64 = (0..d).map(|k| f64::from(wu[k]) * f64::from(h[k])).sum();
+                obs += f64::from(cu) * (1.0 - dot) * (1.0 - dot);
+            }
+            let n2: f64 = wu.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+            reg += (pb.items(u).len() as f64 + f64::from(p.alpha0) * p.n_other) * n2;
+        }
+        let (o, r) = local_loss_terms(&w, rows, &pb.fixed, d, p.alpha0, p.n_other);
+        assert!(
+            (o - obs).abs() <= 1e-9 * obs,
+            "d={d}: observed {o} vs {obs}"
+        );
+        assert!(
+            (r - reg).abs() <= 1e-9 * reg.max(1e-300),
+            "d={d}: reg {r} vs {reg}"
+        );
+        let (o0, _) = local_loss_terms(&w, pb.rows(), &pb.fixed, d, p.alpha0, p.n_other);
+        assert!(
+            (o0 - obs).abs() > 1e-3 * obs,
+            "d={d}: the weights are ignored"
+        );
+        // The chunked accumulation gives the bits of the one pass.
+        let mut accs = vec![(0.0, 0.0); pb.n_rows().div_ceil(LOSS_CHUNK)];
+        let half = LOSS_CHUNK / 2;
+        let ip = &pb.indptr;
+        for (lo, hi) in [(0, half), (half, pb.n_rows())] {
+            let part = RowsView {
+                indptr: &ip[lo..=hi],
+                ..rows
+            };
+            add_loss_terms_to_chunks(
+                &mut accs,
+                lo,
+                &w[lo * d..hi * d],
+                part,
+                &pb.fixed,
+                d,
+                p.alpha0,
+                p.n_other,
+            );
+        }
+        assert_eq!(fold_loss_chunks(&accs, None), (o, r), "d={d}");
+        if d == 0 {
+            continue;
+        }
+        // CG's fused loss pieces are the loss of the rows it returns.
+        let gram32 = to_f32(&gramian(&pb.fixed, d));
+        let mut x = w.clone();
+        let fused = cg_solve_with_loss(&mut x, rows, &pb.fixed, d, &gram32, p, 3, 64);
+        let (o2, r2) = local_loss_terms(&x, rows, &pb.fixed, d, p.alpha0, p.n_other);
+        assert!(
+            (fused.observed - o2).abs() <= 1e-9 * o2,
+            "d={d}: fused {} vs {o2}",
+            fused.observed
+        );
+        assert!(
+            (fused.reg - r2).abs() <= 1e-9 * r2,
+            "d={d}: fused reg {} vs {r2}",
+            fused.reg
+        );
+    }
+}
+
+#[test]
+fn confidence_specs_parse_compute_and_refuse() {
+    use crate::als::Confidence;
+    let lin: Confidence = "linear:40".parse().unwrap();
+    assert_eq!(lin, Confidence::Linear { alpha: 40.0 });
+    assert_eq!(lin.of(2.5), 101.0);
+    let log: Confidence = "log:2,0.5".parse().unwrap();
+    assert_eq!(
+        log,
+        Confidence::Log {
+            alpha: 2.0,
+            eps: 0.5
+        }
+    );
+    assert_eq!(log.of(1.5), (1.0 + 2.0 * 4f64.ln()) as f32);
+    assert_eq!("binary".parse::<Confidence>().unwrap().of(7.0), 1.0);
+    for c in [lin, log, Confidence::Binary] {
+        assert_eq!(c.to_string().parse::<Confidence>().unwrap(), c);
+    }
+    for bad in [
+        "",
+        "linear",
+        "linear:",
+        "linear:0",
+        "linear:-1",
+        "linear:x",
+        "linear:inf",
+        "log:1",
+        "log:1,0",
+        "log:0,1",
+        "log:1,-2",
+        "log:a,b",
+        "quadratic:1",
+        "Binary",
+    ] {
+        assert!(bad.parse::<Confidence>().is_err(), "{bad:?} accepted");
+    }
 }

@@ -70,6 +70,7 @@ pub(super) fn loss_pass<T: TableElem, U: TableElem>(
     let view = |r0: usize, r1: usize| RowsView {
         indptr: &shard.indptr[r0..=r1],
         indices: &shard.indices,
+        weights: shard.weights(),
     };
     let n = shard.num_rows();
     if let Some(x) = U::as_f32(solved) {
@@ -108,6 +109,7 @@ pub(super) fn local_loss_pass_spilled<T: TableElem>(
         let view = RowsView {
             indptr: &ip,
             indices: &indices,
+            weights: None,
         };
         let rows = &solved[r0 * d..r1 * d];
         match T::as_f32(rows) {

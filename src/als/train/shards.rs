@@ -87,5 +87,11 @@ pub fn global_read_shards_for<C: Comm>(comm: &C, cfg: &AlsConfig) -> Result<Shar
             .map_err(Error::Config)?;
         Ok(lay)
     };
-    global_read_shards_admitted(comm, &cfg.data, &admit)
+    let mut shards = global_read_shards_admitted(comm, &cfg.data, &admit)?;
+    if cfg.confidence.weighted() {
+        let read =
+            crate::als::shard::read::local_read_confidences(&cfg.data, &mut shards, cfg.confidence);
+        comm.agree(read)?;
+    }
+    Ok(shards)
 }

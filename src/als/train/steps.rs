@@ -55,6 +55,7 @@ impl<T: TableScalar> Trainer<T> {
                 let view = RowsView {
                     indptr: &side.shard.indptr[r0..=r1],
                     indices: &side.shard.indices,
+                    weights: side.shard.weights(),
                 };
                 let nan = faults::inject_nan(self.pos.epoch + 1, comm.rank()) && j == 0;
                 let (finite, r) = solve_range(
@@ -283,6 +284,7 @@ impl<T: TableScalar> Trainer<T> {
             let view = RowsView {
                 indptr: &ip[q0 - r0..=q1 - r0],
                 indices: &chunk.indices,
+                weights: None,
             };
             let (finite, r) = solve_range(
                 &self.cfg,
@@ -305,6 +307,7 @@ impl<T: TableScalar> Trainer<T> {
             let view = RowsView {
                 indptr: &ip,
                 indices: &chunk.indices,
+                weights: None,
             };
             let rows = &solved[r0 * d..r1 * d];
             let x: &[f32] = match T::as_f32(rows) {

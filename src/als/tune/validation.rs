@@ -61,6 +61,7 @@ fn csr_from_rows(lo: u64, rows: &[Vec<u32>]) -> CsrShard {
         indptr,
         indices,
         on_disk: None,
+        weights: Vec::new(),
     }
 }
 
