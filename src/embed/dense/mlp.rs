@@ -104,8 +104,12 @@ impl Mlp {
 
     /// Sub-network `sub` (>= 1) of a model: an MLP ending in one logit (`tower` false)
     /// or a tower of ReLU layers ending in any width (`tower` true). Initialized as
-    /// [`Self::new`], layer `l` from `SplitMix64::for_id(seed, MLP_INIT, sub << 32 | l)`:
-    /// its own streams, apart from every other sub-network's and from [`Self::new`]'s.
+    /// PyTorch's `nn.Linear` (what TorchRec's DLRM and DCN-v2 models use): weights and
+    /// biases uniform on `±1 / sqrt(in_l)`, the weights in row-major order, then the
+    /// biases, layer `l` from `SplitMix64::for_id(seed, MLP_INIT, sub << 32 | l)`: its
+    /// own streams, apart from every other sub-network's and from [`Self::new`]'s.
+    /// (He-normal weights, [`Self::new`]'s, start deep DLRM towers at logits several
+    /// times larger than TorchRec's and their loss far above it.)
     pub fn sub(layers: &[usize], seed: u64, sub: u64, tower: bool) -> Result<Self> {
         assert!(sub >= 1, "sub-network 0 is Mlp::new's");
         Self::init(layers, seed, sub << 32, tower)
@@ -116,10 +120,16 @@ impl Mlp {
         let mut params = Vec::with_capacity(param_count(layers));
         for (l, w) in layers.windows(2).enumerate() {
             let (din, dout) = (w[0], w[1]);
-            let scale = (2.0 / din as f64).sqrt();
             let mut rng = SplitMix64::for_id(seed, stream::MLP_INIT, id0 | l as u64);
-            params.extend((0..din * dout).map(|_| (rng.next_normal() * scale) as f32));
-            params.extend(std::iter::repeat_n(0.0f32, dout));
+            if id0 == 0 {
+                let scale = (2.0 / din as f64).sqrt();
+                params.extend((0..din * dout).map(|_| (rng.next_normal() * scale) as f32));
+                params.extend(std::iter::repeat_n(0.0f32, dout));
+            } else {
+                let bound = 1.0 / (din as f64).sqrt();
+                let mut u = move || ((2.0 * rng.next_f64() - 1.0) * bound) as f32;
+                params.extend((0..(din + 1) * dout).map(|_| u()));
+            }
         }
         Ok(Self {
             layers: layers.to_vec(),
