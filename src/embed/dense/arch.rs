@@ -607,15 +607,15 @@ mod tests {
             let lm = f(&mp, &x);
             (lp - lm) / (2.0 * h as f64)
         };
-        for i in 0..p.len() {
+        for (i, &gi) in g.iter().enumerate() {
             let mut fd = fd_param(i, h);
             // A ReLU kink inside [p - h, p + h] spoils a central difference: the
             // derivative there is one-sided. A step a quarter as long then decides.
-            let tol = 2e-3 + 2e-2 * fd.abs().max(g[i].abs() as f64);
-            if (fd - g[i] as f64).abs() >= tol {
+            let tol = 2e-3 + 2e-2 * fd.abs().max(gi.abs() as f64);
+            if (fd - gi as f64).abs() >= tol {
                 fd = fd_param(i, h / 4.0);
             }
-            close(fd, g[i], format!("param {i}"));
+            close(fd, gi, format!("param {i}"));
         }
         for i in 0..x.len() {
             let (mut xp, mut xm) = (x.clone(), x.clone());
