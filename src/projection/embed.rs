@@ -21,6 +21,7 @@
 //! optimizer state (three copies).
 
 use super::traffic::{self, Traffic};
+use crate::embed::dense::arch::DenseShape;
 use crate::embed::planner::CostModel;
 use crate::embed::tables::placement::{OutputMode, Plan};
 use crate::embed::train::batch_stats::BatchStats;
@@ -97,8 +98,18 @@ pub fn project_step(
     let mut lookup = traffic::all_to_all(dims, &|s, d| round(req[s * p + d]));
     lookup.add(&traffic::all_to_all(dims, &|s, d| round(resp[d * p + s])));
     let backward = traffic::all_to_all(dims, &|s, d| round(resp[s * p + d]));
-    let layers = spec.mlp_layers();
-    let params: usize = layers.windows(2).map(|w| w[0] * w[1] + w[1]).sum();
+    // The architecture's parameters (DLRM's two MLPs, DCN-v2's cross layers); the
+    // plain MLP's stand in for a spec the dense model refuses (refused before a run).
+    let shape = DenseShape::of(spec).ok();
+    let params: usize = shape.as_ref().map_or_else(
+        || {
+            spec.mlp_layers()
+                .windows(2)
+                .map(|w| w[0] * w[1] + w[1])
+                .sum()
+        },
+        |sh| sh.params,
+    );
     let mut dense = Traffic::new(dims);
     if p > 1 {
         dense.add(&traffic::all_reduce(dims, params, 4));

@@ -512,6 +512,73 @@ pub fn dlrm_shape(spec: &ModelSpec) -> Result<(Vec<usize>, Vec<usize>, Interacti
     Ok((bottom, arch.top_layers(), arch.interaction()))
 }
 
+/// What the planner, the projection and the memory estimate need of a dense model,
+/// computed from its spec without building it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DenseShape {
+    /// Every matrix product of the forward pass as `(in, out)`, per example.
+    pub gemms: Vec<(usize, usize)>,
+    /// Parameters (weights and biases), as [`DenseModel::n_params`].
+    pub params: usize,
+    /// Floats of activations per example (the input, every layer's output, the
+    /// interaction's), as the forward and backward keep them.
+    pub activations: usize,
+}
+
+impl DenseShape {
+    /// The shape of `spec`'s dense model (checked by `spec.validate`).
+    ///
+    /// # Errors
+    /// As [`DenseModel::new`] for a shape the sub-networks refuse.
+    pub fn of(spec: &ModelSpec) -> Result<Self> {
+        let mut sh = DenseShape {
+            gemms: Vec::new(),
+            params: 0,
+            activations: 0,
+        };
+        let mlp = |layers: &[usize], sh: &mut DenseShape| {
+            for w in layers.windows(2) {
+                sh.gemms.push((w[0], w[1]));
+                sh.params += (w[0] + 1) * w[1];
+            }
+            sh.activations += layers.iter().sum::<usize>();
+        };
+        match spec.arch.kind {
+            ArchKind::Mlp => mlp(&spec.mlp_layers(), &mut sh),
+            ArchKind::Dlrm => {
+                let (bottom, top, inter) = dlrm_shape(spec)?;
+                mlp(&bottom, &mut sh);
+                sh.activations += inter.n_sparse() * inter.dim() + inter.out_width();
+                mlp(&top, &mut sh);
+            }
+            ArchKind::Dcnv2 => {
+                let (arch, deep, head) = dcn_shape(spec)?;
+                let d = arch.dim();
+                for _ in 0..arch.n_layers() {
+                    match arch.rank() {
+                        Some(r) => sh.gemms.extend([(d, r), (r, d)]),
+                        None => sh.gemms.push((d, d)),
+                    }
+                }
+                sh.params += arch.n_params();
+                sh.activations += d * (1 + 2 * arch.n_layers());
+                mlp(&deep, &mut sh);
+                if let Some(h) = head {
+                    mlp(&h, &mut sh);
+                }
+            }
+        }
+        Ok(sh)
+    }
+
+    /// Floating-point operations of a training step (forward and backward: three
+    /// products per matrix) over `batch` examples.
+    pub fn step_flops(&self, batch: usize) -> f64 {
+        let per: f64 = self.gemms.iter().map(|&(i, o)| (i * o) as f64).sum();
+        6.0 * per * batch as f64
+    }
+}
+
 /// DCN-v2's shapes: the cross layers, the deep MLP (stacked: `d, hidden..., 1`;
 /// parallel: the tower `d, hidden...`) and the parallel head `[d + h_last, 1]`.
 pub fn dcn_shape(spec: &ModelSpec) -> Result<(CrossArch, Vec<usize>, Option<Vec<usize>>)> {

@@ -2,6 +2,7 @@
 //! large is allocated, and the check against the node's memory divided by the ranks on
 //! it. Pure arithmetic besides reading the node's memory size.
 
+use crate::embed::dense::arch::DenseShape;
 use crate::embed::dense::mlp::DenseOpt;
 use crate::mem_estimate::{self as memory, MemEstimate};
 use crate::metrics::human_bytes;
@@ -28,17 +29,24 @@ pub fn estimate(
     preloaded: u64,
 ) -> MemEstimate {
     let f = 4.0f64;
-    let layers = spec.mlp_layers();
-    let params: f64 = layers
-        .windows(2)
-        .map(|w| (w[0] as f64 + 1.0) * w[1] as f64)
-        .sum();
+    // The architecture's parameters and activations (DLRM's two MLPs and its
+    // interaction, DCN-v2's cross layers); a spec the dense model refuses is refused
+    // before this estimate, so the plain MLP's count only stands in for the message.
+    let shape = DenseShape::of(spec).unwrap_or_else(|_| {
+        let layers = spec.mlp_layers();
+        DenseShape {
+            gemms: layers.windows(2).map(|w| (w[0], w[1])).collect(),
+            params: layers.windows(2).map(|w| (w[0] + 1) * w[1]).sum(),
+            activations: layers.iter().sum(),
+        }
+    });
+    let params = shape.params as f64;
     // Optimizer floats per parameter (Adagrad 1, Adam 2).
     let state = dense.state_len(1) as f64;
     let per_rank = micro.div_ceil(ranks.max(1)) as f64;
     let step_per_rank = per_rank * accumulate as f64;
     let micro_or_step = (micro as f64).max(step_per_rank);
-    let width: f64 = layers.iter().map(|&l| l as f64).sum();
+    let width = shape.activations as f64;
     let ids: f64 = spec.tables.iter().map(|t| t.valency).sum();
     let row_floats: f64 = spec.tables.iter().map(|t| t.valency * t.dim as f64).sum();
     let b = |x: f64| {
@@ -148,6 +156,35 @@ mod tests {
             params * 4
         );
         assert_eq!(mlp(&DenseOpt::adagrad(0.01)), params * 4 * 4);
+    }
+
+    #[test]
+    fn the_mlp_part_counts_the_architectures_parameters() {
+        use crate::embed::dense::arch::DenseModel;
+        use crate::spec::{ArchKind, ArchSpec};
+        let mut spec = preset("tiny", 1.0).unwrap();
+        for kind in [ArchKind::Mlp, ArchKind::Dlrm, ArchKind::Dcnv2] {
+            *spec.arch = ArchSpec {
+                kind,
+                ..Default::default()
+            };
+            if kind == ArchKind::Dlrm {
+                let d = spec.tables[0].dim;
+                spec.tables.iter_mut().for_each(|t| t.dim = d);
+                spec.arch.bottom_mlp = Some(vec![8, d]);
+                spec.arch.top_mlp = Some(vec![16, 8]);
+            }
+            let n = DenseModel::new(&spec, 1).unwrap().n_params() as u64;
+            let sh = DenseShape::of(&spec).unwrap();
+            assert_eq!(sh.params as u64, n, "{kind:?}");
+            let mlp = estimate(&spec, 64, 1, 2, &DenseOpt::adagrad(0.01), 0, 0)
+                .parts
+                .iter()
+                .find(|p| p.0 == "MLP")
+                .unwrap()
+                .1;
+            assert_eq!(mlp, n * 4 * 4, "{kind:?}");
+        }
     }
 
     #[test]
