@@ -10,7 +10,8 @@
 # implicit: P threads)  GRID_REGS / GRID_WEIGHTS (torusrec --reg x --unobserved-weight),
 # GRID_IREGS / GRID_IALPHAS (implicit), DIMS="64 128", SYN=1 (0: skip the synthetic),
 # SYN_USERS=100000 SYN_ITEMS=20000 SYN_INTERACTIONS=2000000 SYN_EPOCHS=8 SYN_EVAL_ROWS=2000
-# SYN_DIMS=64, OUT=out/bench-useritem, PYTHON, BIN, ML=path of ratings.csv.
+# SYN_DIMS="64 128", SYN_GRID=1 (the same 3x3 grids at SYN_DIMS[0] on the synthetic; 0: take
+# the settings of the case SYN_BEST_FROM, default ml-grid, e.g. syn-2000000-grid), RUN_ML=1 (0: keep results.jsonl, reuse its ml grid's best), OUT=out/bench-useritem, PYTHON, BIN, ML=path of ratings.csv.
 # The synthetic matrix: scripts/gen_useritem.py (a seeded Python generator).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -18,11 +19,12 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 EPOCHS="${EPOCHS:-16}" CG_STEPS="${CG_STEPS:-3}" P="${P:-2}" SEED=42
 read -r -a GRID_REGS <<< "${GRID_REGS:-0.003 0.01 0.03}"
 read -r -a GRID_WEIGHTS <<< "${GRID_WEIGHTS:-0.03 0.1 0.3}"
-GRID_IREGS="${GRID_IREGS:-0.1,1,10}" GRID_IALPHAS="${GRID_IALPHAS:-3,10,30}"
+GRID_IREGS="${GRID_IREGS:-0.1,1,10}" GRID_IALPHAS="${GRID_IALPHAS:-1,3,10}"
 read -r -a DIMS <<< "${DIMS:-64 128}"
 SYN="${SYN:-1}" SYN_USERS="${SYN_USERS:-100000}" SYN_ITEMS="${SYN_ITEMS:-20000}"
 SYN_INTERACTIONS="${SYN_INTERACTIONS:-2000000}" SYN_EPOCHS="${SYN_EPOCHS:-8}" SYN_EVAL_ROWS="${SYN_EVAL_ROWS:-2000}"
-read -r -a SYN_DIMS <<< "${SYN_DIMS:-64}"
+read -r -a SYN_DIMS <<< "${SYN_DIMS:-64 128}"
+SYN_GRID="${SYN_GRID:-1}" SYN_BEST_FROM="${SYN_BEST_FROM:-ml-grid}"
 OUT="${OUT:-out/bench-useritem}" PYTHON="${PYTHON:-python3}"
 BIN="${BIN:-${CARGO_TARGET_DIR:-target}/release/torusrec}"
 ML="${ML:-../shared/data/ml-latest-small/ratings.csv}"
@@ -36,7 +38,10 @@ export OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 OMP_NUM_THREADS=1
 MPIRUN=(mpirun --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS -x MKL_NUM_THREADS -x OMP_NUM_THREADS)
 mkdir -p "$OUT" bench
 RESULTS="$OUT/results.jsonl"
-: > "$RESULTS"
+# RUN_ML=0: skip ml-latest-small and keep the results file (its ml-grid rows give the
+# best settings the synthetic runs use), e.g. to add a larger synthetic run to the report
+RUN_ML="${RUN_ML:-1}"
+[[ "$RUN_ML" == 0 ]] || : > "$RESULTS"
 
 ours() { # data tag d reg weight epochs [eval-rows]: train with torusrec, score with the script
     local data=$1 tag=$2 d=$3 reg=$4 w=$5 epochs=$6 rows=${7:-all}
@@ -81,6 +86,7 @@ PY
 
 # --- ml-latest-small ----------------------------------------------------------------
 MLH5="$OUT/ml.h5"
+if [[ "$RUN_ML" == 1 ]]; then
 "$BIN" prepare --matrix user-item --format csv --input "$ML" --seed "$SEED" --out "$MLH5" --force > "$OUT/prepare-ml.log" 2>&1 \
     || { cat "$OUT/prepare-ml.log" >&2; die "prepare ml failed"; }
 for reg in "${GRID_REGS[@]}"; do
@@ -89,13 +95,16 @@ for reg in "${GRID_REGS[@]}"; do
     done
 done
 theirs "$MLH5" ml-grid "${DIMS[0]}" "$EPOCHS" "$GRID_IREGS:$GRID_IALPHAS"
+fi
 read -r BR BW <<< "$(best torusrec ml-grid "${DIMS[0]}")"
 read -r IR IA <<< "$(best implicit ml-grid "${DIMS[0]}")"
 log "best: torusrec reg=$BR alpha0=$BW; implicit reg=$IR alpha=$IA"
-for d in "${DIMS[@]}"; do
-    ours "$MLH5" ml-best "$d" "$BR" "$BW" "$EPOCHS"
-    theirs "$MLH5" ml-best "$d" "$EPOCHS" "$IR:$IA"
-done
+if [[ "$RUN_ML" == 1 ]]; then
+    for d in "${DIMS[@]}"; do
+        ours "$MLH5" ml-best "$d" "$BR" "$BW" "$EPOCHS"
+        theirs "$MLH5" ml-best "$d" "$EPOCHS" "$IR:$IA"
+    done
+fi
 
 # --- synthetic ----------------------------------------------------------------------
 if [[ "$SYN" == 1 ]]; then
@@ -107,9 +116,22 @@ if [[ "$SYN" == 1 ]]; then
             --force > "$OUT/prepare-syn.log" 2>&1 || { cat "$OUT/prepare-syn.log" >&2; die "prepare syn failed"; }
         cat "$OUT/prepare-syn.log" >&2
     fi
+    SC="syn-$SYN_INTERACTIONS"
+    if [[ "$SYN_GRID" == 1 ]]; then
+        for reg in "${GRID_REGS[@]}"; do
+            for w in "${GRID_WEIGHTS[@]}"; do
+                ours "$SYNH5" "$SC-grid" "${SYN_DIMS[0]}" "$reg" "$w" "$SYN_EPOCHS" "$SYN_EVAL_ROWS"
+            done
+        done
+        theirs "$SYNH5" "$SC-grid" "${SYN_DIMS[0]}" "$SYN_EPOCHS" "$GRID_IREGS:$GRID_IALPHAS" "$SYN_EVAL_ROWS"
+        SYN_BEST_FROM="$SC-grid"
+    fi
+    read -r SR SW <<< "$(best torusrec "$SYN_BEST_FROM" "${SYN_DIMS[0]}")"
+    read -r SIR SIA <<< "$(best implicit "$SYN_BEST_FROM" "${SYN_DIMS[0]}")"
+    log "synthetic settings from $SYN_BEST_FROM: torusrec reg=$SR alpha0=$SW; implicit reg=$SIR alpha=$SIA"
     for d in "${SYN_DIMS[@]}"; do
-        ours "$SYNH5" syn "$d" "$BR" "$BW" "$SYN_EPOCHS" "$SYN_EVAL_ROWS"
-        theirs "$SYNH5" syn "$d" "$SYN_EPOCHS" "$IR:$IA" "$SYN_EVAL_ROWS"
+        ours "$SYNH5" "$SC" "$d" "$SR" "$SW" "$SYN_EPOCHS" "$SYN_EVAL_ROWS"
+        theirs "$SYNH5" "$SC" "$d" "$SYN_EPOCHS" "$SIR:$SIA" "$SYN_EVAL_ROWS"
     done
 fi
 

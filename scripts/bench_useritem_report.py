@@ -62,5 +62,9 @@ def table(case, title):
 
 table("ml-grid", "ml-latest-small, 3x3 grids at d=64")
 table("ml-best", "ml-latest-small, the best of each grid at d=64 and 128")
-table("syn", "synthetic (scripts/gen_useritem.py)")
+for case in dict.fromkeys(r["case"] for r in rs if r["case"].startswith("syn")):
+    r0 = next(r for r in rs if r["case"] == case)
+    what = (f"3x3 grids at d={r0['dim']}" if case.endswith("-grid")
+            else "the best settings of a grid (the log's `synthetic settings from` line)")
+    table(case, f"synthetic `{os.path.basename(r0['data'])}` (scripts/gen_useritem.py), {what}")
 print("\n".join(out))
