@@ -67,4 +67,30 @@ for case in dict.fromkeys(r["case"] for r in rs if r["case"].startswith("syn")):
     what = (f"3x3 grids at d={r0['dim']}" if case.endswith("-grid")
             else "the best settings of a grid (the log's `synthetic settings from` line)")
     table(case, f"synthetic `{os.path.basename(r0['data'])}` (scripts/gen_useritem.py), {what}")
+out += ["## Notes", "",
+        "- **Scorer.** `score` in scripts/bench_useritem.py folds each test user in from its visible items "
+        "against the item table by an exact float64 solve of the system's own objective (implicit: "
+        "`recalculate_user`'s; torusrec: docs/als.md's per-row equations, binary confidence), then ranks every "
+        "item but the visible ones (ties to the lower id) and computes Recall@20 = |top20 & H| / min(20, |H|) "
+        "and NDCG@20 = sum over hits at rank r of 1/log2(r+1), over the ideal DCG of min(20, |H|) hits, "
+        "averaged over all test users. `(own x)` is torusrec's own Recall@20 of the same model (its "
+        "`--metrics` final line): equal to the script's to 4 decimals, so the script's torusrec fold-in is "
+        "torusrec's.",
+        "- **Fold-in overlap@20**: mean |ours & theirs| / 20 between the script's implicit-objective fold-in and "
+        "implicit's own `recommend(users, fold, N=20, filter_already_liked_items=True, recalculate_user=True)` "
+        "on implicit's factors, over the scored test users. *(mapped)*: the same, but folding in with "
+        "torusrec's objective mapped onto implicit's: alpha0 = 1/(alpha - 1) and lambda = reg alpha0 / "
+        "(median |I_u| + alpha0 n_items) (torusrec / alpha0 is implicit with alpha' = 1 + 1/alpha0, a "
+        "per-user reg' = lambda (|I_u| + alpha0 n_items) / alpha0 and preference 1/(1 + alpha0); the last only "
+        "scales x_u); what is left is the frequency-scaled regularization. alpha = 1 has no mapping (-).",
+        "- **Similar overlap@21**: implicit's `similar_items(items, N=21)` against cosine top 21 of the same "
+        "factors (the item itself included, as implicit), over 1,000 seeded items with a training interaction. "
+        "*(ties)*: an item of implicit's also counts when its cosine ties our 21st within 1e-5; the exact-id "
+        "figure is lower on ml-latest-small because its cold items, rated by one and the same user, have "
+        "parallel factors (cosine ties) that the two top-k codes order differently.",
+        "- **Not measured here**: the overlap with the real `torusrec recommend --history` and `torusrec similar` "
+        "(being added elsewhere). Hook: `scripts/bench_useritem.py torusrec DATA --model M.h5 --compare-topk "
+        "FILE` reads `row<TAB>item` lines in rank order and reports their top-20 overlap with the script's "
+        "fold-in of the same model. The cnr-2000 K = 1 row of bench/als.md is not touched here.",
+        ""]
 print("\n".join(out))
