@@ -68,6 +68,10 @@ for case in dict.fromkeys(r["case"] for r in rs if r["case"].startswith("syn")):
             else "the best settings of a grid (the log's `synthetic settings from` line)")
     table(case, f"synthetic `{os.path.basename(r0['data'])}` (scripts/gen_useritem.py), {what}")
 out += ["## Notes", "",
+        "- **Speed.** On ml-latest-small an epoch is 0.01-0.5 s and the load of the shared machine swings "
+        "identical runs by up to 30x (torusrec reg 0.01, alpha0 0.1 at d = 64 gave 0.012 and 0.39 s/epoch "
+        "in two runs of this script): read the s/epoch ratio from the synthetic rows, and re-measure on an "
+        "idle machine.",
         "- **Scorer.** `score` in scripts/bench_useritem.py folds each test user in from its visible items "
         "against the item table by an exact float64 solve of the system's own objective (implicit: "
         "`recalculate_user`'s; torusrec: docs/als.md's per-row equations, binary confidence), then ranks every "
