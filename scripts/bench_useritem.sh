@@ -10,7 +10,7 @@
 # implicit: P threads)  GRID_REGS / GRID_WEIGHTS (torusrec --reg x --unobserved-weight),
 # GRID_IREGS / GRID_IALPHAS (implicit), DIMS="64 128", SYN=1 (0: skip the synthetic),
 # SYN_USERS=100000 SYN_ITEMS=20000 SYN_INTERACTIONS=2000000 SYN_EPOCHS=8 SYN_EVAL_ROWS=2000
-# SYN_DIMS="64 128", SYN_GRID=1 (the same 3x3 grids at SYN_DIMS[0] on the synthetic; 0: take
+# SYN_DIMS="64 128", SYN_GRID=1 (the same 3x3 grids at SYN_GRID_DIM, default SYN_DIMS[0], on the synthetic; 0: take
 # the settings of the case SYN_BEST_FROM, default ml-grid, e.g. syn-2000000-grid), RUN_ML=1 (0: keep results.jsonl, reuse its ml grid's best), OUT=out/bench-useritem, PYTHON, BIN, ML=path of ratings.csv.
 # The synthetic matrix: scripts/gen_useritem.py (a seeded Python generator).
 set -euo pipefail
@@ -24,7 +24,7 @@ read -r -a DIMS <<< "${DIMS:-64 128}"
 SYN="${SYN:-1}" SYN_USERS="${SYN_USERS:-100000}" SYN_ITEMS="${SYN_ITEMS:-20000}"
 SYN_INTERACTIONS="${SYN_INTERACTIONS:-2000000}" SYN_EPOCHS="${SYN_EPOCHS:-8}" SYN_EVAL_ROWS="${SYN_EVAL_ROWS:-2000}"
 read -r -a SYN_DIMS <<< "${SYN_DIMS:-64 128}"
-SYN_GRID="${SYN_GRID:-1}" SYN_BEST_FROM="${SYN_BEST_FROM:-ml-grid}"
+SYN_GRID="${SYN_GRID:-1}" SYN_BEST_FROM="${SYN_BEST_FROM:-ml-grid}" SYN_GRID_DIM="${SYN_GRID_DIM:-${SYN_DIMS[0]}}"
 OUT="${OUT:-out/bench-useritem}" PYTHON="${PYTHON:-python3}"
 BIN="${BIN:-${CARGO_TARGET_DIR:-target}/release/torusrec}"
 ML="${ML:-../shared/data/ml-latest-small/ratings.csv}"
@@ -120,14 +120,14 @@ if [[ "$SYN" == 1 ]]; then
     if [[ "$SYN_GRID" == 1 ]]; then
         for reg in "${GRID_REGS[@]}"; do
             for w in "${GRID_WEIGHTS[@]}"; do
-                ours "$SYNH5" "$SC-grid" "${SYN_DIMS[0]}" "$reg" "$w" "$SYN_EPOCHS" "$SYN_EVAL_ROWS"
+                ours "$SYNH5" "$SC-grid" "$SYN_GRID_DIM" "$reg" "$w" "$SYN_EPOCHS" "$SYN_EVAL_ROWS"
             done
         done
-        theirs "$SYNH5" "$SC-grid" "${SYN_DIMS[0]}" "$SYN_EPOCHS" "$GRID_IREGS:$GRID_IALPHAS" "$SYN_EVAL_ROWS"
+        theirs "$SYNH5" "$SC-grid" "$SYN_GRID_DIM" "$SYN_EPOCHS" "$GRID_IREGS:$GRID_IALPHAS" "$SYN_EVAL_ROWS"
         SYN_BEST_FROM="$SC-grid"
     fi
-    read -r SR SW <<< "$(best torusrec "$SYN_BEST_FROM" "${SYN_DIMS[0]}")"
-    read -r SIR SIA <<< "$(best implicit "$SYN_BEST_FROM" "${SYN_DIMS[0]}")"
+    read -r SR SW <<< "$(best torusrec "$SYN_BEST_FROM" "$([[ "$SYN_BEST_FROM" == ml-grid ]] && echo "${DIMS[0]}" || echo "$SYN_GRID_DIM")")"
+    read -r SIR SIA <<< "$(best implicit "$SYN_BEST_FROM" "$([[ "$SYN_BEST_FROM" == ml-grid ]] && echo "${DIMS[0]}" || echo "$SYN_GRID_DIM")")"
     log "synthetic settings from $SYN_BEST_FROM: torusrec reg=$SR alpha0=$SW; implicit reg=$SIR alpha=$SIA"
     for d in "${SYN_DIMS[@]}"; do
         ours "$SYNH5" "$SC" "$d" "$SR" "$SW" "$SYN_EPOCHS" "$SYN_EVAL_ROWS"

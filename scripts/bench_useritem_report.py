@@ -108,6 +108,8 @@ out += ["## Commands", "", "```sh",
         "RUN_ML=0 SYN_USERS=1000000 SYN_ITEMS=200000 SYN_INTERACTIONS=20100000 SYN_GRID=0 "
         "SYN_BEST_FROM=syn-2000000-grid SYN_DIMS=64 SYN_EPOCHS=5 SYN_EVAL_ROWS=2000 "
         "PYTHON=... BIN=... nice -n 19 scripts/bench_useritem.sh",
+        "# and the same at d=128 (settings from the d=64 grid)",
+        "RUN_ML=0 ... SYN_DIMS=128 SYN_GRID_DIM=64 ... scripts/bench_useritem.sh",
         "```", "",
         "Synthetic runs score a seeded sample of 2,000 test users (`--eval-rows 2000` in both systems' "
         "scoring, torusrec's sample rule); ml-latest-small scores all 67. Grids pick by Recall@20.", ""]
