@@ -1,6 +1,7 @@
 //! `torusrec als`: training with people-facing progress and machine-readable metrics.
 
 use super::output::RunOutput;
+use crate::als::eval::EvalRows;
 use crate::als::train::report::{EpochReport, TrainReport};
 use crate::als::train::run::{global_train_as, TrainEvent};
 use crate::bf16::{Bf16, TableDtype};
@@ -64,6 +65,21 @@ fn epoch_line(r: &EpochReport, epochs: usize) -> String {
     )
 }
 
+/// `--eval-rows` for the first line, with the rows it scores of the dataset's test
+/// rows when the file tells (an unreadable file is reported when it is read).
+fn eval_rows_desc(data: &std::path::Path, which: EvalRows) -> String {
+    let tests = crate::io::h5::open(data)
+        .ok()
+        .and_then(|f| crate::io::h5::dataset_len(&f, data, "test/rows").ok());
+    match (which, tests) {
+        (EvalRows::Sample(n), Some(t)) => {
+            format!("{n} ({} of {} test rows)", group(n.min(t)), group(t))
+        }
+        (EvalRows::All, Some(t)) => format!("all ({} test rows)", group(t)),
+        (w, _) => w.to_string(),
+    }
+}
+
 /// Collective: every rank must call.
 /// `preempt` is installed by `main` before MPI starts, so an early signal is not lost.
 pub fn global_run<C: Comm>(comm: &C, args: &AlsArgs, preempt: Preemption) -> Result<TrainReport> {
@@ -90,7 +106,7 @@ pub fn global_run<C: Comm>(comm: &C, args: &AlsArgs, preempt: Preemption) -> Res
             cfg.solver,
             cfg.cg_steps,
             cfg.exchange,
-            cfg.eval_rows,
+            eval_rows_desc(&cfg.data, cfg.eval_rows),
             comm.size(),
             comm.torus().shape()
         );

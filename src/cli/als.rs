@@ -44,12 +44,13 @@ pub struct AlsArgs {
     /// Evaluate Recall@20/50 every E epochs (0: only after the last).
     #[arg(long, value_name = "E", default_value_t = defaults::EVAL_EVERY)]
     pub eval_every: usize,
-    /// Test rows each evaluation scores: a seeded sample of N (the same rows at any
-    /// rank count; all of them when there are fewer), `all`, or `auto`: the first rows
-    /// of the sample that the first evaluation finds it can score in a fifth of an
-    /// epoch's training time, to stay within a quarter (at least 100 rows), kept for
-    /// the whole run.
-    #[arg(long, value_name = "auto|N|all", default_value = "auto")]
+    /// Test rows each evaluation scores: a seeded sample of N (default 10,000: the same
+    /// rows on any machine and at any rank count, all of them when there are fewer;
+    /// the count is printed on the first line), `all`, or `auto`: the first rows of the
+    /// sample that the first evaluation finds it can score in a fifth of an epoch's
+    /// training time, to stay within a quarter (at least 100 rows), kept for the whole
+    /// run (so it depends on the machine's speed).
+    #[arg(long, value_name = "N|all|auto", default_value = "10000")]
     pub eval_rows: crate::als::eval::EvalRows,
     /// Seed of the initial tables.
     #[arg(long, default_value_t = defaults::SEED)]

@@ -537,3 +537,40 @@ fn eval_rows_zero_or_garbage_is_a_usage_error() {
         assert!(!o.stdout.contains("epoch"), "{}", o.dump());
     }
 }
+
+#[test]
+fn the_default_scores_a_seeded_sample_of_10000_stated_on_the_first_line() {
+    let dir = util::tempdir();
+    let data = util::synthetic_dataset(dir.path(), 8000, 100_000, 7);
+    let s = global_read_shards(&SingleComm::new(), &data).unwrap();
+    let run = |extra: &[&str], name: &str| {
+        let metrics = dir.path().join(name);
+        let o = util::TestCommand::new(util::Launcher::Mpirun(2))
+            .arg("als")
+            .arg("--data")
+            .arg(&data)
+            .args(["--dim", "8", "--epochs", "1", "--threads", "1"])
+            .args(extra)
+            .arg("--metrics")
+            .arg(&metrics)
+            .run();
+        o.expect_code(0);
+        (o, epoch_records(&metrics))
+    };
+    let (o, default) = run(&[], "m-default.jsonl");
+    let n = s.num_test.min(10_000);
+    let first = o.stdout.lines().next().unwrap_or("").to_string();
+    assert!(
+        first.contains(&format!(
+            "eval_rows=10000 ({} of ",
+            torusrec::metrics::group(n)
+        )),
+        "first line: {first}"
+    );
+    assert_eq!(default[0]["eval_rows"].as_u64(), Some(n));
+    // It is `--eval-rows 10000`, bit for bit.
+    let (_, fixed) = run(&["--eval-rows", "10000"], "m-fixed.jsonl");
+    assert!(default[0]["recall"]["at20"].as_f64().is_some());
+    assert_eq!(default[0]["recall"], fixed[0]["recall"]);
+    assert_eq!(default[0]["eval_rows"], fixed[0]["eval_rows"]);
+}
