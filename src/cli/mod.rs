@@ -40,6 +40,13 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "torus|mpi")]
     pub collectives: Option<String>,
 
+    /// Seconds one MPI call may stay in flight before this rank decides a peer or its
+    /// link is lost: it then names the ranks and hosts that do not answer a liveness
+    /// probe and exits 77 (docs/cluster.md). 0 turns the timeout off (a rank the MPI
+    /// library ends mid-call still names the lost ranks). Default 600.
+    #[arg(long, global = true, value_name = "SECONDS")]
+    pub comm_timeout: Option<f64>,
+
     #[command(subcommand)]
     pub command: Command,
 }
