@@ -23,7 +23,7 @@ pub use tune::TuneArgs;
 /// One SPMD binary: launch it with `mpirun -np P torusrec ...` (or `srun` in an sbatch
 /// script). Every rank plays one chip of a periodic torus. Exit codes: 0 finished,
 /// 2 bad command line or input, 75 preempted with a checkpoint, 76 training hold,
-/// 1 other failure.
+/// 77 a peer rank or host lost (--comm-timeout), 1 other failure.
 #[derive(Debug, Parser)]
 #[command(name = "torusrec", version, about, long_about)]
 pub struct Cli {
