@@ -9,6 +9,8 @@ pub mod exit {
     pub const USAGE: i32 = 2;
     pub const PREEMPTED: i32 = 75;
     pub const HOLD: i32 = 76;
+    /// A peer rank or its host stopped answering (`--comm-timeout`, docs/cluster.md).
+    pub const PEER_LOST: i32 = 77;
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -151,7 +151,9 @@ fn real_main() -> i32 {
         None => Collectives::Mpi,
     };
     comm.stats().set_collectives(collectives);
-    install_panic_abort(size);
+    if let Err(code) = install_failure_handlers(&comm, cli.comm_timeout) {
+        return code;
+    }
     log::debug!(
         "torus {} coords {:?} neighbours {:?}",
         comm.torus().shape(),
@@ -248,6 +250,53 @@ fn install_panic_abort(size: usize) {
             MpiWorld::abort_world(exit::OTHER);
         }
     }));
+}
+
+/// Collective: every rank must call. The panic hook that aborts the job, then (on more
+/// than one rank) `--comm-timeout` checked, identically on every rank, and the
+/// communication watchdog started; rank 0 prints the timeout in force.
+fn install_failure_handlers(comm: &MpiComm, flag: Option<f64>) -> Result<(), i32> {
+    use torusrec::comm::watchdog::DEFAULT_TIMEOUT;
+    install_panic_abort(comm.size());
+    if comm.size() == 1 {
+        return Ok(());
+    }
+    let timeout = match flag {
+        None => Some(DEFAULT_TIMEOUT),
+        Some(0.0) => None,
+        Some(s) if s.is_finite() && s > 0.0 && s <= 1e9 => {
+            Some(std::time::Duration::from_secs_f64(s))
+        }
+        Some(s) => {
+            if comm.rank() == 0 {
+                eprintln!("torusrec: --comm-timeout {s}: expected seconds > 0, or 0 for none");
+            }
+            return Err(exit::USAGE);
+        }
+    };
+    match comm.start_watchdog(timeout) {
+        Ok(hosts) => {
+            // The hosts in rank order, each once.
+            let mut distinct: Vec<&str> = Vec::new();
+            for h in &hosts {
+                if !distinct.contains(&h.as_str()) {
+                    distinct.push(h);
+                }
+            }
+            log::info!(
+                "comm timeout {} (--comm-timeout); {} ranks on {} host(s): {}",
+                timeout.map_or("off".to_string(), |t| format!("{} s", t.as_secs_f64())),
+                hosts.len(),
+                distinct.len(),
+                distinct.join(" ")
+            );
+            Ok(())
+        }
+        Err(e) => {
+            eprint_line(format!("[{}/{}] torusrec: {e}", comm.rank(), comm.size()));
+            Err(exit::OTHER)
+        }
+    }
 }
 
 /// Rank 0 prints the bytes, calls and time of every communication phase.

@@ -23,7 +23,7 @@ pub use tune::TuneArgs;
 /// One SPMD binary: launch it with `mpirun -np P torusrec ...` (or `srun` in an sbatch
 /// script). Every rank plays one chip of a periodic torus. Exit codes: 0 finished,
 /// 2 bad command line or input, 75 preempted with a checkpoint, 76 training hold,
-/// 1 other failure.
+/// 77 a peer rank or host lost (--comm-timeout), 1 other failure.
 #[derive(Debug, Parser)]
 #[command(name = "torusrec", version, about, long_about)]
 pub struct Cli {
@@ -39,6 +39,13 @@ pub struct Cli {
     /// when a dimension has 3 or more ranks, else mpi.
     #[arg(long, global = true, value_name = "torus|mpi")]
     pub collectives: Option<String>,
+
+    /// Seconds one MPI call may stay in flight before this rank decides a peer or its
+    /// link is lost: it then names the ranks and hosts that do not answer a liveness
+    /// probe and exits 77 (docs/cluster.md). 0 turns the timeout off (a rank the MPI
+    /// library ends mid-call still names the lost ranks). Default 600.
+    #[arg(long, global = true, value_name = "SECONDS")]
+    pub comm_timeout: Option<f64>,
 
     #[command(subcommand)]
     pub command: Command,

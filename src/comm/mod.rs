@@ -18,6 +18,7 @@ mod stats;
 pub mod threads;
 mod torus;
 pub mod torus_coll;
+pub mod watchdog;
 
 pub use stats::{
     link_name, process_cpu_seconds, CommStats, LinkStats, Links, PhaseGuard, PhaseStats, Timer,

@@ -1,7 +1,7 @@
 //! The MPI backend: a periodic Cartesian communicator over `MPI_COMM_WORLD`.
 //! This file and `main` are the only places that touch the `mpi` crate.
 
-use super::{Comm, CommStats, Elem, ElemKind, Summable, Torus};
+use super::{watchdog, Comm, CommStats, Elem, ElemKind, Summable, Torus};
 use crate::error::{Error, Result};
 use mpi::collective::{CommunicatorCollectives, Root, SystemOperation};
 use mpi::datatype::{Partition, PartitionMut};
@@ -104,6 +104,56 @@ impl MpiWorld {
 }
 
 impl MpiComm {
+    /// Collective: every rank must call. Start the communication watchdog
+    /// ([`watchdog`]): open this rank's liveness port, gather every rank's host name
+    /// (`MPI_Get_processor_name`) and port, and watch every later MPI call for
+    /// `timeout` (None: only the exit hook). Returns the host names, by rank.
+    pub fn start_watchdog(&self, timeout: Option<std::time::Duration>) -> Result<Vec<String>> {
+        let host = mpi::environment::processor_name()
+            .map_err(|e| Error::Comm(format!("MPI_Get_processor_name: {e}")))?;
+        // Uncounted, like the other start-up collectives: the run's counters stay as
+        // they were without the watchdog.
+        let local = watchdog::listen();
+        let failed = self.raw_all_reduce_max_u64(local.is_err() as u64);
+        let port = match (local, failed) {
+            (Ok(p), 0) => p,
+            (Err(e), _) => {
+                return Err(Error::Comm(format!(
+                    "watchdog: cannot open a liveness port: {e}"
+                )))
+            }
+            (Ok(_), _) => {
+                return Err(Error::Comm(
+                    "watchdog: another rank cannot open a liveness port".into(),
+                ))
+            }
+        };
+        let ports: Vec<u16> = self
+            .raw_all_gather_u64(port as u64)
+            .into_iter()
+            .map(|p| p as u16)
+            .collect();
+        let bytes = host.as_bytes();
+        let counts: Vec<usize> = self
+            .raw_all_gather_u64(bytes.len() as u64)
+            .into_iter()
+            .map(|c| c as usize)
+            .collect();
+        let all = self.raw_all_gather_v(bytes, &counts)?;
+        let mut hosts = Vec::with_capacity(counts.len());
+        let mut at = 0;
+        for c in counts {
+            hosts.push(String::from_utf8_lossy(&all[at..at + c]).into_owned());
+            at += c;
+        }
+        let peers = watchdog::Peers {
+            hosts: hosts.clone(),
+            ports,
+        };
+        watchdog::start(self.rank(), self.size(), timeout, peers);
+        Ok(hosts)
+    }
+
     /// Abort every rank of the job with `code`.
     pub fn abort(&self, code: i32) -> ! {
         self.cart.abort(code)
@@ -331,9 +381,11 @@ impl Comm for MpiComm {
         &self.stats
     }
     fn raw_barrier(&self) {
+        let _w = watchdog::enter(0);
         self.cart.barrier();
     }
     fn raw_all_reduce_sum<T: Summable>(&self, buf: &mut [T]) {
+        let _w = watchdog::enter(1);
         // SAFETY: U is T (sealed kinds).
         let mut scratch = self.scratch.borrow_mut();
         with_concrete!(T, T::KIND, |U| all_reduce_sum_typed::<U>(
@@ -343,12 +395,14 @@ impl Comm for MpiComm {
         ))
     }
     fn raw_all_reduce_max_u64(&self, value: u64) -> u64 {
+        let _w = watchdog::enter(1);
         let mut out = 0u64;
         self.cart
             .all_reduce_into(&value, &mut out, SystemOperation::max());
         out
     }
     fn raw_all_to_all_counts(&self, send: &[usize]) -> Result<Vec<usize>> {
+        let _w = watchdog::enter(2);
         let s: Vec<u64> = send.iter().map(|&c| c as u64).collect();
         let mut r = vec![0u64; s.len()];
         self.cart.all_to_all_into(&s[..], &mut r[..]);
@@ -361,6 +415,7 @@ impl Comm for MpiComm {
         recv_counts: &[usize],
         recv: &mut Vec<T>,
     ) -> Result<()> {
+        let _w = watchdog::enter(2);
         with_concrete!(T, T::KIND, |U| {
             // SAFETY: U is T (sealed kinds); the Vec<T> is lent as a Vec<U> and taken back.
             let mut v: Vec<U> = unsafe { retype::<T, U>(std::mem::take(recv)) };
@@ -376,11 +431,13 @@ impl Comm for MpiComm {
         })
     }
     fn raw_all_gather_u64(&self, value: u64) -> Vec<u64> {
+        let _w = watchdog::enter(3);
         let mut out = vec![0u64; self.size()];
         self.cart.all_gather_into(&value, &mut out[..]);
         out
     }
     fn raw_all_gather_v<T: Elem>(&self, send: &[T], counts: &[usize]) -> Result<Vec<T>> {
+        let _w = watchdog::enter(3);
         with_concrete!(T, T::KIND, |U| {
             // SAFETY: U is T (sealed kinds).
             let v = all_gather_v_typed::<U>(&self.cart, unsafe { cast::<T, U>(send) }, counts)?;
@@ -388,6 +445,7 @@ impl Comm for MpiComm {
         })
     }
     fn raw_shift<T: Elem>(&self, dim: usize, up: bool, send: &[T]) -> Result<Vec<T>> {
+        let _w = watchdog::enter(5);
         let (down, upn) = self.torus.neighbours[dim];
         let (dst, src) = if up { (upn, down) } else { (down, upn) };
         with_concrete!(T, T::KIND, |U| {
@@ -397,6 +455,7 @@ impl Comm for MpiComm {
         })
     }
     fn raw_broadcast<T: Elem>(&self, root: usize, buf: &mut [T]) -> Result<()> {
+        let _w = watchdog::enter(4);
         count(buf.len(), "broadcast")?;
         if buf.is_empty() {
             // Every rank has the same length, so every rank returns here; MPI rejects

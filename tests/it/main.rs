@@ -16,6 +16,7 @@ mod util;
 mod als;
 mod ckpt;
 mod cli;
+mod cluster;
 mod comm;
 mod costs;
 mod data;
