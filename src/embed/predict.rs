@@ -6,8 +6,9 @@
 //! Phases: the header ([`local_read_header`]) and its check against the data
 //! ([`local_check_data`]); the scoring model's spec ([`scoring_spec`]: hash tables
 //! re-sharded onto another rank count get room for every entry); the load
-//! ([`global_load`]); the scores ([`global_score`]: rank `r` scores the contiguous
-//! block `r` of the examples, in chunks, the lookups and pooling of evaluation).
+//! ([`global_load`]); the scores ([`global_score`]: the examples in chunks fixed by
+//! their index, rank `r` the contiguous block `r` of the chunks, with the lookups and
+//! pooling of evaluation).
 //!
 //! The score of an example is the model's logit `z` and its click probability
 //! `sigmoid(z) = 1 / (1 + exp(-z))` ([`probability`]). An id a hash table does not
@@ -201,27 +202,37 @@ pub struct Scored {
     pub labels: Vec<f32>,
 }
 
-/// Collective: every rank must call. Score every example of `tr`'s source: rank `r`
-/// the contiguous block `r` of them ([`block_range`]), `tr.cfg.micro` at a time
-/// (every rank takes part in the same number of exchanges, an idle one with none),
-/// hash tables looked up at the model's step without counting.
+/// Collective: every rank must call. Score every example of `tr`'s source in chunks
+/// of `tr.cfg.micro` examples fixed by the global example index (chunk `c` is the
+/// examples `c M .. (c + 1) M`), rank `r` the contiguous block `r` of the chunks
+/// ([`block_range`]), one chunk per round (every rank takes part in the same number of
+/// exchanges, an idle one with none); hash tables looked up at the model's step
+/// without counting. Each chunk is scored alone, as the same rows whatever the rank
+/// count: the scores' bits do not depend on it (they may on the chunk size, through
+/// the blocking of the dense model's matrix products).
 pub fn global_score<C: Comm>(comm: &C, tr: &mut EmbedTrainer) -> Result<Scored> {
     let total = tr.cfg.eval_examples;
-    let (lo, hi) = block_range(total, comm.size(), comm.rank());
     let chunk = tr.cfg.micro.max(1) as u64;
-    let rounds = total.div_ceil(comm.size() as u64).div_ceil(chunk);
+    let chunks = total.div_ceil(chunk);
+    let (c_lo, c_hi) = block_range(chunks, comm.size(), comm.rank());
+    let rounds = chunks.div_ceil(comm.size() as u64);
     let width = tr.cfg.spec.mlp_input();
     let mut ws = DenseWorkspace::default();
     let mut keys = ResolveBufs::default();
     let mut out = Scored {
-        first: lo,
+        first: (c_lo * chunk).min(total),
         ..Scored::default()
     };
     for i in 0..rounds {
-        let a = (lo + i * chunk).min(hi);
-        let n = (hi - a).min(chunk) as usize;
+        let c = c_lo + i;
+        let (a, n) = if c < c_hi {
+            let a = c * chunk;
+            (a, (total - a).min(chunk) as usize)
+        } else {
+            (total, 0)
+        };
         let read = || -> Result<crate::data::clicks::batch::Batch> {
-            let mut b = tr.source.eval_batch(a, n)?;
+            let mut b = tr.source.eval_batch(a.min(total), n)?;
             let what = || format!("{} (examples {a}..{})", tr.source.describe(), a + n as u64);
             tr.cfg.ids.apply(&mut b, &what)?;
             Ok(b)
