@@ -10,6 +10,7 @@ pub mod inspect;
 pub mod launch;
 pub mod output;
 pub mod plot;
+pub mod predict;
 pub mod prepare;
 pub mod prepare_useritem;
 pub mod project;
@@ -74,6 +75,7 @@ pub fn run<C: Comm>(
         Command::Project(c) => project::global_run(comm, c, preempt),
         Command::Inspect(args) => inspect::global_command(comm, args),
         Command::Recommend(args) => recommend::global_run(comm, args, preempt),
+        Command::Predict(args) => predict::global_run(comm, args),
         Command::Calibrate(args) => calibrate::global_run(comm, args),
         Command::Selftest(args) => {
             let lines = crate::comm::selftest::global_selftest(comm)?;

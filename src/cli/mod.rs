@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 mod als;
 mod embed;
+mod predict;
 mod recommend;
 mod tune;
 
@@ -15,6 +16,7 @@ pub use embed::{
     ArchArg, ArchArgs, CheckpointArgs, DcnStructureArg, DenseOptKind, EmbedArgs, LrDecayArg,
     OptimArgs, PlanArgs, PlannerArgs, TableOptKind, VocabArg,
 };
+pub use predict::PredictArgs;
 pub use recommend::RecommendArgs;
 pub use tune::TuneArgs;
 
@@ -120,6 +122,11 @@ pub enum Command {
     /// Output: TSV `node rank neighbour score` (stdout or --out F.tsv) or HDF5
     /// (--out F.h5: /rows, /topk, /scores).
     Recommend(RecommendArgs),
+    /// Score examples with a trained embedding model (`embed --out M.h5`): one line per
+    /// example in input order, its click probability and label, to --out; AUC and log
+    /// loss on stdout. Any rank count (each scores a contiguous block); an id a hash
+    /// table does not hold looks up zeros. See docs/predict.md.
+    Predict(PredictArgs),
 }
 
 /// `torusrec project ...`.

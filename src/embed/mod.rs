@@ -14,13 +14,15 @@
 //! - [`planner`]: choosing a plan from a cost model;
 //! - [`calibrate`]: measuring the cost model's coefficients on this machine (only its
 //!   `timing` module runs kernels) and fitting them;
-//! - [`driver`]: the run on the shared run driver, on top of all of it.
+//! - [`driver`]: the run on the shared run driver, on top of all of it;
+//! - [`predict`]: scoring examples with a trained model file, beside the driver.
 
 pub mod calibrate;
 pub mod dense;
 pub mod driver;
 pub mod io;
 pub mod planner;
+pub mod predict;
 pub mod sharding;
 pub mod tables;
 pub mod train;

@@ -349,7 +349,7 @@ const ROOMS: &[(&str, &[&[&str]])] = &[
             &["sharding"],
             &["train"],
             &["planner", "io"],
-            &["calibrate", "driver"],
+            &["calibrate", "driver", "predict"],
         ],
     ),
     (

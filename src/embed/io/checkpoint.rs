@@ -122,7 +122,7 @@ pub fn global_restore<C: Comm>(
             &want_hash,
             "model, seed, batch, accumulation, optimizers and pipelining",
         )?;
-        let r = local_load(tr, path, m.dense_step, false)?;
+        let r = local_load(tr, path, Some(m.dense_step), false)?;
         if r.dropped > 0 {
             return Err(Error::Config(format!(
                 "{}: on {} rank(s), {} hash-table entries of this rank do not fit its share of the capacity (the keys spread unevenly over owners); resume with a larger --capacity through --init-from, or on the writer's {} rank(s)",
@@ -144,11 +144,12 @@ pub fn global_restore<C: Comm>(
 /// Rank-local: load the tables, their optimizer state, the MLP and its optimizer
 /// state from the checkpoint at `path` into `tr` (whose plan and rank count may
 /// differ from the writer's). `warm`: a warm start (hash tables' entries count as
-/// seen at step 0).
+/// seen at step 0). `dense_step` `None`: the dense optimizer's state is not read (a
+/// model to score with, [`local_load_model`]).
 fn local_load(
     tr: &mut EmbedTrainer,
     path: &Path,
-    dense_step: u64,
+    dense_step: Option<u64>,
     warm: bool,
 ) -> Result<super::hashio::Restored> {
     let f = commit::local_open(path)?;
@@ -239,9 +240,22 @@ fn local_load(
     };
     let params = read1("/mlp/params", tr.mlp.n_params())?;
     tr.mlp.set_flat(&params);
-    let st = read1("/mlp/state", tr.dense_state.state().len())?;
-    tr.dense_state = DenseOptState::from_parts(st, dense_step);
+    if let Some(dense_step) = dense_step {
+        let st = read1("/mlp/state", tr.dense_state.state().len())?;
+        tr.dense_state = DenseOptState::from_parts(st, dense_step);
+    }
     Ok(restored)
+}
+
+/// Rank-local: the tables' rows (and, when `tr`'s table optimizer keeps any, their
+/// state), the hash tables' entries as they were (not a warm start: their counts and
+/// last-seen steps kept) and the dense parameters of the model file or checkpoint at
+/// `path`, into `tr`, whose plan and rank count may differ from the writer's. The
+/// dense optimizer's state is not read. Returns the hash-table entries placed and
+/// those that did not fit this rank's share (`(entries, dropped)`).
+pub fn local_load_model(tr: &mut EmbedTrainer, path: &Path) -> Result<(u64, u64)> {
+    let r = local_load(tr, path, None, false)?;
+    Ok((r.entries, r.dropped))
 }
 
 /// What a model needs to match to start from another run's checkpoint: its tables
@@ -330,7 +344,7 @@ pub fn global_init_from<C: Comm>(
                 )));
             }
         }
-        let r = local_load(tr, path, m.dense_step, true)?;
+        let r = local_load(tr, path, Some(m.dense_step), true)?;
         Ok((m, r))
     })();
     let (m, r) = comm.agree(local)?;

@@ -9,8 +9,10 @@
 //! state), and root attributes given by the caller. A model file's root attributes:
 //! `format = "torusrec-embed-model"`, `version`, `config_hash`, `spec_digest`, `spec`
 //! (JSON), `table_opt`, `dense_opt`, `seed`, `step`, `checksum` (the placement-independent
-//! checksum of the tables, their state, the MLP and its state), and `auc`, `logloss`
-//! when they were evaluated.
+//! checksum of the tables, their state, the MLP and its state), `input_layout`,
+//! `dense_transform`, `keys` (what the inputs are, `docs/predict.md`), and `auc`,
+//! `logloss` when they were evaluated. Each table's group also has the attributes
+//! `vocab_kind`, `pooling`, `dim` (hash tables: `admit_after`, `evict`).
 //!
 //! Committed by [`crate::ckpt::commit::global_write_atomic`]: rank 0 creates
 //! `<path>.partial`, every rank writes its shards in turn (a replicated table: rank 0
@@ -56,10 +58,13 @@ fn local_create(
         let sp = tr.store.state_per_row(t);
         if tr.store.is_hash(t) {
             super::hashio::local_create(&f, tmp, &tr.store, t, &hash_entries[t])?;
+            let g = h5(tmp, "group", f.group(&format!("tables/{t}")))?;
+            write_attrs(&g, tmp, &table_attrs(ts))?;
             continue;
         }
         let g = h5(tmp, "group", f.create_group(&format!("tables/{t}")))?;
         write_attr(&g, tmp, "name", &Attr::Str(ts.name.clone()))?;
+        write_attrs(&g, tmp, &table_attrs(ts))?;
         h5(
             tmp,
             format!("/tables/{t}/rows"),
@@ -105,6 +110,35 @@ fn local_create(
     )?;
     write_attrs(&f, tmp, attrs)?;
     h5(tmp, "close", f.close())
+}
+
+/// What a scorer needs of a table beside its rows (the spec's, as attributes):
+/// `vocab_kind`, `pooling`, `dim`; hash tables also `admit_after` and `evict`.
+fn table_attrs(ts: &crate::spec::TableSpec) -> Vec<(&'static str, Attr)> {
+    use crate::spec::{Evict, Pooling, VocabKind};
+    let kind = match ts.vocab_kind {
+        VocabKind::Fixed => "fixed",
+        VocabKind::Modulo => "modulo",
+        VocabKind::Hash => "hash",
+    };
+    let pooling = match ts.pooling {
+        Pooling::Sum => "sum",
+        Pooling::Mean => "mean",
+    };
+    let mut v = vec![
+        ("vocab_kind", Attr::Str(kind.into())),
+        ("pooling", Attr::Str(pooling.into())),
+        ("dim", Attr::U64(ts.dim as u64)),
+    ];
+    if ts.vocab_kind == VocabKind::Hash {
+        v.push(("admit_after", Attr::U64(u64::from(ts.admit_after))));
+        let evict = match ts.evict {
+            Evict::Lfu => "lfu".to_string(),
+            Evict::Ttl(t) => format!("ttl:{t}"),
+        };
+        v.push(("evict", Attr::Str(evict)));
+    }
+    v
 }
 
 /// `values` as the u64 attribute `name` of `ds`.
@@ -256,6 +290,41 @@ pub(crate) fn global_write_state<C: Comm>(
     )
 }
 
+/// Whether the examples are a keyed click log's (`prepare clicks`).
+fn keyed_log(source: &crate::data::clicks::source::Source) -> bool {
+    use crate::data::clicks::source::Source;
+    match source {
+        Source::Log { log, .. } => log.keyed(),
+        Source::Preloaded { inner, .. } => keyed_log(inner),
+        Source::Generated(_) => false,
+    }
+}
+
+/// The root attributes that say what the model's inputs are (`docs/predict.md`):
+/// `input_layout`, `dense_transform` and `keys`, for a model trained on a keyed click
+/// log (`prepare clicks`) or not (generated examples, a v1 log).
+fn scoring_attrs(keyed: bool) -> Vec<(&'static str, Attr)> {
+    let (transform, keys) = if keyed {
+        (
+            "ln(1 + max(v, 0)) of each integer column, applied by prepare clicks (the log's /dense as stored)",
+            "prepare clicks: the u64 value of each categorical field's hex digits (Criteo), hash tables keyed by it",
+        )
+    } else {
+        (
+            "none (the log's /dense as stored)",
+            "the examples' ids (u32: generated, or a v1 click log) are the keys",
+        )
+    };
+    vec![
+        (
+            "input_layout",
+            Attr::Str("x = [pooled table 0 | ... | pooled table F-1 | dense features]".into()),
+        ),
+        ("dense_transform", Attr::Str(transform.into())),
+        ("keys", Attr::Str(keys.into())),
+    ]
+}
+
 /// What the run measured at the end, for the model's attributes.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Evaluation {
@@ -291,6 +360,7 @@ pub fn global_write_model<C: Comm>(
         ("step", Attr::U64(tr.step)),
         ("checksum", Attr::Str(checksum)),
     ];
+    attrs.extend(scoring_attrs(keyed_log(&tr.source)));
     if let Some(a) = eval.auc {
         attrs.push(("auc", Attr::F64(a)));
     }

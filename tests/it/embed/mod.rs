@@ -7,4 +7,5 @@ mod log_tables;
 mod mpi;
 mod optim;
 mod out;
+mod predict;
 mod threads;
