@@ -78,7 +78,7 @@ fn line_format(a: &PrepareClicksArgs) -> Result<(LineFormat, &'static str)> {
         }
         (ClicksFormat::Criteo, Some(_)) => {
             return Err(Error::Config(
-                "--columns applies only to --format csv|tsv (criteo has its own)".into(),
+                "--columns applies only to --format tsv and csv (criteo has its own)".into(),
             ))
         }
         (ClicksFormat::Tsv | ClicksFormat::Csv, None) => {
