@@ -7,12 +7,13 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::group;
-use crate::cli::{ClicksFormat, GenerateClicksArgs, PrepareClicksArgs};
+use crate::cli::{ClicksFormat, GenerateClicksArgs, HeaderArg, PrepareClicksArgs};
 use crate::comm::Comm;
+use crate::data::clicks::columns::{header_names, ColumnLayout, Dialect};
 use crate::data::clicks::criteo::Layout;
 use crate::data::clicks::criteo_gen::{CriteoGen, GenSource, MAX_DAYS, MAX_PER_DAY};
 use crate::data::clicks::ingest::{global_write_log, IngestReport, LogHeader};
-use crate::data::clicks::textlog::TextFiles;
+use crate::data::clicks::textlog::{first_line, LineFormat, TextFiles};
 use crate::error::{Error, Result};
 use crate::io::outfile::{check_apart, check_output, check_temp};
 use crate::metrics::{human_bytes, peak_rss_bytes};
@@ -26,7 +27,7 @@ const DEFAULT_DIM: usize = 16;
 #[derive(Clone, Debug)]
 pub struct PrepareClicksConfig {
     pub inputs: Vec<PathBuf>,
-    pub layout: Layout,
+    pub layout: LineFormat,
     pub format: &'static str,
     pub out: PathBuf,
     pub skip_bad_lines: u64,
@@ -36,23 +37,7 @@ pub struct PrepareClicksConfig {
 impl PrepareClicksConfig {
     /// Rank-local and identical on every rank.
     pub fn from_args(a: &PrepareClicksArgs) -> Result<Self> {
-        let (layout, format) = match (a.format, &a.columns) {
-            (ClicksFormat::Criteo, None) => (Layout::criteo(), "criteo"),
-            (ClicksFormat::Criteo, Some(_)) => {
-                return Err(Error::Config(
-                    "--columns applies only to --format tsv (criteo has its own)".into(),
-                ))
-            }
-            (ClicksFormat::Tsv, Some(spec)) => (
-                Layout::parse(spec).map_err(|e| Error::Config(format!("--columns: {e}")))?,
-                "tsv",
-            ),
-            (ClicksFormat::Tsv, None) => {
-                return Err(Error::Config(
-                    "--format tsv needs --columns (e.g. label,dense*13,cat*26)".into(),
-                ))
-            }
-        };
+        let (layout, format) = line_format(a)?;
         check_dim(a.dim)?;
         check_output(&a.out, a.force)?;
         let inputs: Vec<(&str, &Path)> = a.input.iter().map(|p| ("--input", p.as_path())).collect();
@@ -79,6 +64,84 @@ fn check_dim(dim: usize) -> Result<()> {
     }
 }
 
+/// The parser of `prepare clicks --format --columns --header` (reads each input's
+/// first line when a header may be there; rank-local and identical on every rank).
+fn line_format(a: &PrepareClicksArgs) -> Result<(LineFormat, &'static str)> {
+    let dialect = match (a.format, &a.columns) {
+        (ClicksFormat::Criteo, None) => {
+            if a.header.is_some_and(|h| h != HeaderArg::No) {
+                return Err(Error::Config(
+                    "--header applies only to --format csv|tsv (Criteo files have none)".into(),
+                ));
+            }
+            return Ok((Layout::criteo().into(), "criteo"));
+        }
+        (ClicksFormat::Criteo, Some(_)) => {
+            return Err(Error::Config(
+                "--columns applies only to --format tsv and csv (criteo has its own)".into(),
+            ))
+        }
+        (ClicksFormat::Tsv | ClicksFormat::Csv, None) => {
+            return Err(Error::Config(
+                "--format csv|tsv needs --columns (e.g. label,log*13,hex*26)".into(),
+            ))
+        }
+        (ClicksFormat::Tsv, Some(_)) => Dialect::Tsv,
+        (ClicksFormat::Csv, Some(_)) => Dialect::Csv,
+    };
+    let spec = a.columns.as_deref().unwrap_or_default();
+    let bad = |e: String| Error::Config(format!("--columns: {e}"));
+    let named = !spec.trim().is_empty()
+        && spec
+            .split(',')
+            .all(|e| e.split_once('=').is_some_and(|(n, _)| !n.contains(':')));
+    let first = match a.input.first() {
+        Some(p) => first_line(p)?,
+        None => None,
+    };
+    let header = match a.header.unwrap_or(HeaderArg::Auto) {
+        HeaderArg::Yes => true,
+        HeaderArg::No => false,
+        HeaderArg::Auto => {
+            named
+                || first
+                    .as_deref()
+                    .is_some_and(|l| !ColumnLayout::label_is_valid(spec, l, dialect))
+        }
+    };
+    // A tsv SPEC of the old grammar (label, dense, cat, skip) without a header keeps
+    // its meaning and the fast parser.
+    if dialect == Dialect::Tsv && !header {
+        if let Ok(l) = Layout::parse(spec) {
+            return Ok((l.into(), "tsv"));
+        }
+    }
+    let names = if header {
+        let (Some(p0), Some(l0)) = (a.input.first(), first.as_deref()) else {
+            return Err(Error::input(
+                a.input.first().map_or(Path::new("-"), |p| p.as_path()),
+                "empty file: no header row",
+            ));
+        };
+        for p in &a.input[1..] {
+            if first_line(p)?.as_deref() != Some(l0) {
+                return Err(Error::input(
+                    p,
+                    format!(
+                        "line 1: not the header of {} (every file must start with the same header)",
+                        p0.display()
+                    ),
+                ));
+            }
+        }
+        Some(header_names(l0, dialect).map_err(|e| Error::input(p0, format!("line 1: {e}")))?)
+    } else {
+        None
+    };
+    let cols = ColumnLayout::new(spec, names.as_deref(), dialect).map_err(bad)?;
+    Ok((LineFormat::Columns(cols), dialect.name()))
+}
+
 /// `generate clicks` without `--format criteo` takes none of its flags.
 pub fn check_log_args(a: &GenerateClicksArgs) -> Result<()> {
     if a.days.is_some() || a.gzip || a.dim.is_some() {
@@ -102,7 +165,10 @@ pub fn global_prepare_clicks<C: Comm>(comm: &C, a: &PrepareClicksArgs) -> Result
     ))?;
     let header = LogHeader {
         format: cfg.format.into(),
-        columns: (cfg.format == "tsv").then(|| cfg.layout.spec()),
+        columns: match &cfg.layout {
+            LineFormat::Fixed(l) => (cfg.format == "tsv").then(|| l.spec()),
+            LineFormat::Columns(c) => Some(c.spec().to_string()),
+        },
         source: cfg
             .inputs
             .iter()
@@ -110,7 +176,10 @@ pub fn global_prepare_clicks<C: Comm>(comm: &C, a: &PrepareClicksArgs) -> Result
             .collect(),
         seed: 0,
         dim: cfg.dim,
-        table_names: cfg.layout.table_names(),
+        table_names: match &cfg.layout {
+            LineFormat::Fixed(l) => l.table_names(),
+            LineFormat::Columns(c) => c.table_names(),
+        },
     };
     let rep = global_write_log(comm, &src, &header, &cfg.out, cfg.skip_bad_lines)?;
     let peak = comm.all_reduce_max(peak_rss_bytes().unwrap_or(0));

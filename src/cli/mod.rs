@@ -412,6 +412,9 @@ pub enum ClicksFormat {
     Criteo,
     /// Tab-separated columns in the order of --columns.
     Tsv,
+    /// Comma-separated columns in the order of --columns (RFC 4180 quoting, no line
+    /// breaks inside quotes).
+    Csv,
 }
 
 #[derive(Debug, Args)]
@@ -419,11 +422,21 @@ pub struct PrepareClicksArgs {
     /// Input format.
     #[arg(long, value_enum, default_value_t = ClicksFormat::Criteo)]
     pub format: ClicksFormat,
-    /// With --format tsv: the columns, comma-separated label, dense, cat or skip, each
-    /// optionally KIND*N, e.g. label,dense*13,cat*26 (exactly one label; dense columns
-    /// are named I1.., categorical ones C1..).
+    /// With --format csv|tsv: the columns, comma-separated, positional ROLE[:OPT][*N]
+    /// or by header name NAME=ROLE[:OPT] (`*=ROLE` for the rest). Roles: label (0/1),
+    /// dense (a number), log (ln(1+max(x,0)) of a number), cat or text (any text,
+    /// hashed to a 64-bit key), hex (1-16 hex digits), skip; option list=C: a
+    /// multi-hot field of items separated by C. E.g. 'label,log*2,cat:list=|,skip' or
+    /// 'click=label,id=skip,*=cat'. A tsv SPEC of only label, dense, cat and skip keeps
+    /// its Criteo meaning (dense = integer through ln(1+x), cat = hex) and has no
+    /// header. See docs/prepare.md.
     #[arg(long, value_name = "SPEC")]
     pub columns: Option<String>,
+    /// With --format csv|tsv: whether each file's first line is a header row (auto:
+    /// with NAME=ROLE entries yes, else when the label field of the first file's first
+    /// line is not 0 or 1). Every file must then start with the same header.
+    #[arg(long, value_enum)]
+    pub header: Option<HeaderArg>,
     /// Input files, one per day in the order given (plain text or .gz).
     #[arg(long, value_name = "F", num_args = 1.., required = true)]
     pub input: Vec<PathBuf>,

@@ -1,18 +1,20 @@
 //! The column SPEC of `prepare clicks --format csv|tsv --columns SPEC` (parsed and
-//! resolved against a header; the line parser that uses it is not written yet) and
-//! the documented hash of a text categorical.
+//! resolved against a header), its line parser ([`ColumnLayout`]) and the documented
+//! hash of a text categorical.
 //!
 //! A SPEC is comma-separated entries, either all positional (`ROLE[:OPT...][*N]`, one
 //! per column, `*N` repeating it) or all by name (`NAME=ROLE[:OPT...]`, which needs a
 //! header row; `*=ROLE` gives every column not named its role). Roles: `label` (0 or
 //! 1), `dense` (a number, stored as f32), `log` (a number, `ln(1 + max(x, 0))`,
-//! Criteo's transform), `cat` (any text, hashed by [`text_key`]), `hex` (1 to 16 hex
+//! Criteo's transform), `cat` or its synonym `text` (any text, hashed by
+//! [`text_key`]), `hex` (1 to 16 hex
 //! digits, the key itself), `weights:TABLE` (the per-id weights of the `cat`/`hex`
 //! column TABLE, one per key, in its list separator) and `skip`. Options of `cat` and
 //! `hex`: `list=C` (a multi-hot field, items separated by the one character C),
 //! `weight=C` (each item `KEY<C>WEIGHT`). Avazu: `--header --columns
 //! 'click=label,id=skip,*=cat'`.
 
+use super::ingest::Block;
 use crate::rng::mix64;
 
 /// What a column holds.
@@ -116,7 +118,7 @@ fn parse_entry(e: &str) -> Result<(Option<String>, Column, usize), String> {
         "label" => Role::Label,
         "dense" => Role::Dense,
         "log" => Role::Log,
-        "cat" => Role::Cat,
+        "cat" | "text" => Role::Cat,
         "hex" => Role::Hex,
         "skip" => Role::Skip,
         "weights" => Role::Weights(
@@ -253,6 +255,416 @@ fn check(cols: &[Column]) -> Result<(), String> {
     Ok(())
 }
 
+/// The field separator and quoting of a `--format csv|tsv` file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dialect {
+    /// Tab-separated, no quoting: a field is the bytes between tabs.
+    Tsv,
+    /// Comma-separated, RFC 4180's quoting without line breaks in fields: a field that
+    /// starts with `"` is quoted, ends at the next lone `"` (which must end the field),
+    /// and holds `""` as one `"`; a `"` inside an unquoted field is refused.
+    Csv,
+}
+
+impl Dialect {
+    pub fn name(self) -> &'static str {
+        match self {
+            Dialect::Tsv => "tsv",
+            Dialect::Csv => "csv",
+        }
+    }
+
+    fn sep(self) -> u8 {
+        match self {
+            Dialect::Tsv => b'\t',
+            Dialect::Csv => b',',
+        }
+    }
+}
+
+/// The resolved columns of a csv/tsv click file and the line parser over them.
+///
+/// Values, and empty fields: `label` is `0` or `1` (empty is a bad line); `dense` is a
+/// finite decimal number (Rust's `f64` syntax, e.g. `-1.5e3`; `nan` and `inf` are
+/// refused) rounded to f32, `log` the same number through `ln(1 + max(x, 0))` in f64
+/// rounded once to f32; an empty `dense` or `log` field is 0. `cat` is any bytes,
+/// hashed by [`text_key`]; `hex` is 1 to 16 hex digits (either case), the key itself;
+/// an empty `cat`/`hex` field is an empty bag. With `list=C` each item between the
+/// separators is one key (an empty field is an empty bag; an empty item within a
+/// non-empty field, such as `a||b` or a trailing `|`, is a bad line).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ColumnLayout {
+    cols: Vec<Column>,
+    /// Index among its kind (dense value or table) of each column.
+    index: Vec<usize>,
+    n_dense: usize,
+    n_cat: usize,
+    dialect: Dialect,
+    /// Each file's first line is a header (skipped).
+    header: bool,
+    spec: String,
+}
+
+impl ColumnLayout {
+    /// `spec` resolved against `header` (the header row's names, when the files have
+    /// one). Refuses per-id weights (`weights:` and `weight=`): the log cannot hold
+    /// them yet.
+    pub fn new(
+        spec: &str,
+        header: Option<&[String]>,
+        dialect: Dialect,
+    ) -> Result<ColumnLayout, String> {
+        let cols = resolve(spec, header)?;
+        if let Some(c) = cols
+            .iter()
+            .find(|c| c.pair.is_some() || matches!(c.role, Role::Weights(_)))
+        {
+            return Err(format!(
+                "column {:?}: per-id weights (weights:TABLE, weight=C) are not supported by prepare clicks yet",
+                c.name
+            ));
+        }
+        let (mut nd, mut nc) = (0usize, 0usize);
+        let index = cols
+            .iter()
+            .map(|c| match c.role {
+                Role::Dense | Role::Log => {
+                    nd += 1;
+                    nd - 1
+                }
+                Role::Cat | Role::Hex => {
+                    nc += 1;
+                    nc - 1
+                }
+                _ => 0,
+            })
+            .collect();
+        Ok(ColumnLayout {
+            cols,
+            index,
+            n_dense: nd,
+            n_cat: nc,
+            dialect,
+            header: header.is_some(),
+            spec: spec.to_string(),
+        })
+    }
+
+    pub fn fields(&self) -> usize {
+        self.cols.len()
+    }
+
+    pub fn n_dense(&self) -> usize {
+        self.n_dense
+    }
+
+    pub fn n_cat(&self) -> usize {
+        self.n_cat
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// Each file's first line is a header.
+    pub fn has_header(&self) -> bool {
+        self.header
+    }
+
+    /// The SPEC as given.
+    pub fn spec(&self) -> &str {
+        &self.spec
+    }
+
+    /// The tables' names: the header's names of the `cat`/`hex` columns, or `C1`,
+    /// `C2`, ... without a header.
+    pub fn table_names(&self) -> Vec<String> {
+        let tables = self
+            .cols
+            .iter()
+            .filter(|c| matches!(c.role, Role::Cat | Role::Hex));
+        if self.header {
+            tables.map(|c| c.name.clone()).collect()
+        } else {
+            (1..=self.n_cat).map(|i| format!("C{i}")).collect()
+        }
+    }
+
+    /// How errors name column `i` (0-based): its header name and number, or its
+    /// number.
+    fn column_name(&self, i: usize) -> String {
+        if self.header {
+            format!("{} ({:?})", i + 1, self.cols[i].name)
+        } else {
+            format!("{}", i + 1)
+        }
+    }
+
+    /// Whether the label field of `line` (a file's first line) is `0` or `1`: for
+    /// `--header auto`, a first line whose label is not is a header.
+    pub fn label_is_valid(spec: &str, line: &[u8], dialect: Dialect) -> bool {
+        let Ok(cols) = resolve(spec, None) else {
+            return true;
+        };
+        let mut sc = Scratch::default();
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if split_fields(line, dialect, &mut sc).is_err() {
+            return true;
+        }
+        match cols.iter().position(|c| c.role == Role::Label) {
+            Some(i) if i < sc.spans.len() => matches!(sc.field(i), b"0" | b"1"),
+            _ => true,
+        }
+    }
+
+    /// Parse every line of `text` (whole lines, as `criteo::parse_lines`) into `out`.
+    pub fn parse_lines(&self, text: &[u8], out: &mut Block) {
+        let mut sc = Scratch::default();
+        let mut start = 0usize;
+        while start < text.len() {
+            let end = memchr::memchr(b'\n', &text[start..]).map_or(text.len(), |k| start + k);
+            let line = &text[start..end];
+            if let Err(reason) = self.parse_line(line, out, &mut sc) {
+                out.push_bad(out.lines, || reason);
+            }
+            out.lines += 1;
+            start = end + 1;
+        }
+    }
+
+    /// One line (a trailing `\r` dropped) appended to `out` as an example; on a bad
+    /// line `out` is left as it was and the reason names the column.
+    fn parse_line(&self, line: &[u8], out: &mut Block, sc: &mut Scratch) -> Result<(), String> {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            return Err(format!("empty line (expected {} fields)", self.fields()));
+        }
+        split_fields(line, self.dialect, sc)?;
+        if sc.spans.len() != self.fields() {
+            return Err(format!(
+                "{} {}-separated fields, expected {}",
+                sc.spans.len(),
+                if self.dialect == Dialect::Tsv {
+                    "tab"
+                } else {
+                    "comma"
+                },
+                self.fields()
+            ));
+        }
+        let nd0 = out.dense.len();
+        let r = self.parse_fields(out, sc);
+        if r.is_err() {
+            out.dense.truncate(nd0);
+            for k in &mut out.keys {
+                let end = k.offsets.last().copied().unwrap_or(0) as usize;
+                k.ids.truncate(end);
+            }
+            return r;
+        }
+        for k in &mut out.keys {
+            let len = u32::try_from(k.ids.len()).expect("a block holds fewer than 2^32 keys");
+            k.offsets.push(len);
+        }
+        out.n += 1;
+        Ok(())
+    }
+
+    fn parse_fields(&self, out: &mut Block, sc: &Scratch) -> Result<(), String> {
+        let mut label = 0.0f32;
+        for (i, c) in self.cols.iter().enumerate() {
+            let f = sc.field(i);
+            let bad = |what: &str| {
+                format!(
+                    "column {}: {} {what}",
+                    self.column_name(i),
+                    crate::error::quote(&String::from_utf8_lossy(f))
+                )
+            };
+            match c.role {
+                Role::Label => {
+                    label = match f {
+                        b"0" => 0.0,
+                        b"1" => 1.0,
+                        _ => return Err(bad("is not a label (0 or 1)")),
+                    }
+                }
+                Role::Dense | Role::Log => {
+                    let x = if f.is_empty() {
+                        0.0
+                    } else {
+                        std::str::from_utf8(f)
+                            .ok()
+                            .and_then(|s| s.parse::<f64>().ok())
+                            .filter(|x| x.is_finite())
+                            .ok_or_else(|| bad("is not a finite number or empty"))?
+                    };
+                    out.dense.push(if c.role == Role::Log {
+                        x.max(0.0).ln_1p() as f32
+                    } else {
+                        x as f32
+                    });
+                }
+                Role::Cat | Role::Hex => {
+                    let ids = &mut out.keys[self.index[i]].ids;
+                    if f.is_empty() {
+                        continue;
+                    }
+                    let items: Box<dyn Iterator<Item = &[u8]>> = match c.list {
+                        Some(sep) => {
+                            let mut b = [0u8; 4];
+                            let sep = sep.encode_utf8(&mut b).as_bytes().to_vec();
+                            Box::new(split_on(f, sep))
+                        }
+                        None => Box::new(std::iter::once(f)),
+                    };
+                    for item in items {
+                        if item.is_empty() {
+                            return Err(bad(
+                                "has an empty item (list separator doubled or at an end)",
+                            ));
+                        }
+                        ids.push(if c.role == Role::Hex {
+                            hex_key(item).ok_or_else(|| {
+                                bad("is not 1 to 16 hex digits (or a list of them) or empty")
+                            })?
+                        } else {
+                            text_key(item)
+                        });
+                    }
+                }
+                Role::Skip | Role::Weights(_) => {}
+            }
+        }
+        out.labels.push(label);
+        Ok(())
+    }
+}
+
+/// The items of `f` between occurrences of `sep` (which may be several bytes).
+fn split_on(f: &[u8], sep: Vec<u8>) -> impl Iterator<Item = &[u8]> {
+    let mut rest = Some(f);
+    std::iter::from_fn(move || {
+        let r = rest?;
+        match r.windows(sep.len()).position(|w| w == sep.as_slice()) {
+            Some(k) => {
+                rest = Some(&r[k + sep.len()..]);
+                Some(&r[..k])
+            }
+            None => {
+                rest = None;
+                Some(r)
+            }
+        }
+    })
+}
+
+/// 1 to 16 hex digits as their value.
+fn hex_key(b: &[u8]) -> Option<u64> {
+    if b.is_empty() || b.len() > 16 {
+        return None;
+    }
+    let s = std::str::from_utf8(b).ok()?;
+    if !s.bytes().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    u64::from_str_radix(s, 16).ok()
+}
+
+/// The names of a header row (fields unquoted, as UTF-8 text).
+pub fn header_names(line: &[u8], dialect: Dialect) -> Result<Vec<String>, String> {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let mut sc = Scratch::default();
+    split_fields(line, dialect, &mut sc)?;
+    (0..sc.spans.len())
+        .map(|i| {
+            String::from_utf8(sc.field(i).to_vec())
+                .map_err(|_| format!("header field {} is not UTF-8", i + 1))
+        })
+        .collect()
+}
+
+/// A line's fields (unquoted), reused from line to line.
+#[derive(Default)]
+struct Scratch {
+    buf: Vec<u8>,
+    spans: Vec<(usize, usize)>,
+}
+
+impl Scratch {
+    fn field(&self, i: usize) -> &[u8] {
+        let (a, b) = self.spans[i];
+        &self.buf[a..b]
+    }
+}
+
+/// Split `line` (no `\n`, no trailing `\r`) into `sc`'s fields.
+fn split_fields(line: &[u8], dialect: Dialect, sc: &mut Scratch) -> Result<(), String> {
+    sc.buf.clear();
+    sc.spans.clear();
+    let sep = dialect.sep();
+    if dialect == Dialect::Tsv {
+        sc.buf.extend_from_slice(line);
+        let mut start = 0;
+        for k in memchr::memchr_iter(sep, line) {
+            sc.spans.push((start, k));
+            start = k + 1;
+        }
+        sc.spans.push((start, line.len()));
+        return Ok(());
+    }
+    let mut at = 0usize;
+    loop {
+        let start = sc.buf.len();
+        if line.get(at) == Some(&b'"') {
+            at += 1;
+            loop {
+                match line.get(at) {
+                    None => {
+                        return Err(format!(
+                            "field {}: a quoted field without its closing quote (a line break inside quotes is not supported)",
+                            sc.spans.len() + 1
+                        ))
+                    }
+                    Some(b'"') if line.get(at + 1) == Some(&b'"') => {
+                        sc.buf.push(b'"');
+                        at += 2;
+                    }
+                    Some(b'"') => {
+                        at += 1;
+                        break;
+                    }
+                    Some(&c) => {
+                        sc.buf.push(c);
+                        at += 1;
+                    }
+                }
+            }
+            if at < line.len() && line[at] != sep {
+                return Err(format!(
+                    "field {}: text after the closing quote",
+                    sc.spans.len() + 1
+                ));
+            }
+        } else {
+            let end = memchr::memchr(sep, &line[at..]).map_or(line.len(), |k| at + k);
+            if memchr::memchr(b'"', &line[at..end]).is_some() {
+                return Err(format!(
+                    "field {}: a quote inside an unquoted field (quote the whole field and double the quote)",
+                    sc.spans.len() + 1
+                ));
+            }
+            sc.buf.extend_from_slice(&line[at..end]);
+            at = end;
+        }
+        sc.spans.push((start, sc.buf.len()));
+        if at >= line.len() {
+            return Ok(());
+        }
+        at += 1; // the separator
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -343,5 +755,122 @@ mod tests {
             let e = resolve(spec, hdr.map(|v| &v[..])).unwrap_err();
             assert!(e.contains(want), "{spec}: {e}");
         }
+    }
+
+    fn parse(cols: &ColumnLayout, text: &str) -> Block {
+        let mut b = Block::new(cols.n_dense(), cols.n_cat());
+        cols.parse_lines(text.as_bytes(), &mut b);
+        b
+    }
+
+    #[test]
+    fn csv_quotes_lists_hex_and_numbers_parse_to_their_values() {
+        let c = ColumnLayout::new(
+            "label,dense,log,cat,cat:list=|,hex:list=;,skip",
+            None,
+            Dialect::Csv,
+        )
+        .unwrap();
+        let b = parse(
+            &c,
+            "1,-1.5e1,3,\"a, \"\"b\"\"\",x|y|x,ff;10,whatever\r\n0,,,,,,\n",
+        );
+        assert_eq!((b.n, b.lines, b.bad), (2, 2, 0), "{:?}", b.first_bad);
+        assert_eq!(b.labels, vec![1.0, 0.0]);
+        assert_eq!(b.dense, vec![-15.0, (3.0f64).ln_1p() as f32, 0.0, 0.0]);
+        assert_eq!(b.keys[0].ids, vec![text_key(b"a, \"b\"")]);
+        assert_eq!(b.keys[0].offsets, vec![0, 1, 1]);
+        let (x, y) = (text_key(b"x"), text_key(b"y"));
+        assert_eq!(b.keys[1].ids, vec![x, y, x]);
+        assert_eq!(b.keys[1].offsets, vec![0, 3, 3]);
+        assert_eq!(b.keys[2].ids, vec![0xff, 0x10]);
+        // log clamps negatives to 0.
+        let b = parse(&c, "0,0,-5,a,b,1,\n");
+        assert_eq!(b.dense, vec![0.0, 0.0]);
+        // tsv: quotes and commas are text.
+        let t = ColumnLayout::new("label,cat,cat", None, Dialect::Tsv).unwrap();
+        let b = parse(&t, "1\t\"a,b\"\tc\n");
+        assert_eq!(b.keys[0].ids, vec![text_key(b"\"a,b\"")]);
+        assert_eq!(b.keys[1].ids, vec![text_key(b"c")]);
+    }
+
+    #[test]
+    fn bad_lines_name_the_column_and_leave_the_block_as_it_was() {
+        let h = names("y,price,site,tags");
+        let c = ColumnLayout::new(
+            "y=label,price=dense,site=cat,tags=hex:list=|",
+            Some(&h),
+            Dialect::Csv,
+        )
+        .unwrap();
+        assert_eq!(c.table_names(), vec!["site", "tags"]);
+        for (line, want) in [
+            ("1,2,a", "3 comma-separated fields, expected 4"),
+            ("1,2,a,b,c", "5 comma-separated fields, expected 4"),
+            ("2,2,a,b", "column 1 (\"y\"): \"2\" is not a label"),
+            (",2,a,b", "column 1 (\"y\"): \"\" is not a label"),
+            (
+                "1,x,a,b",
+                "column 2 (\"price\"): \"x\" is not a finite number",
+            ),
+            ("1,nan,a,b", "\"nan\" is not a finite number"),
+            (
+                "1,2,a,b||c",
+                "column 4 (\"tags\"): \"b||c\" has an empty item",
+            ),
+            ("1,2,a,b|", "has an empty item"),
+            (
+                "1,2,a,g",
+                "column 4 (\"tags\"): \"g\" is not 1 to 16 hex digits",
+            ),
+            ("1,2,a,11111111111111111", "is not 1 to 16 hex digits"),
+            ("1,2,\"a,b", "without its closing quote"),
+            ("1,2,\"a\"x,b", "text after the closing quote"),
+            ("1,2,a\"b,c", "a quote inside an unquoted field"),
+            ("", "empty line"),
+        ] {
+            let text = format!("0,1,ok,f\n{line}\n1,2,ok,e\n");
+            let b = parse(&c, &text);
+            assert_eq!((b.n, b.lines, b.bad), (2, 3, 1), "{line}");
+            assert_eq!(b.first_bad[0].0, 1);
+            assert!(
+                b.first_bad[0].1.contains(want),
+                "{line}: {}",
+                b.first_bad[0].1
+            );
+            assert_eq!(b.keys[1].ids, vec![0xf, 0xe], "{line}");
+            assert_eq!(b.dense, vec![1.0, 2.0]);
+        }
+        // Without a header, columns are numbered.
+        let c = ColumnLayout::new("label,dense,cat", None, Dialect::Tsv).unwrap();
+        let b = parse(&c, "1\tz\ta\n");
+        assert_eq!(
+            b.first_bad[0].1,
+            "column 2: \"z\" is not a finite number or empty"
+        );
+    }
+
+    #[test]
+    fn weights_are_refused_and_headers_are_detected_by_their_label() {
+        for spec in ["label,cat:weight=:", "label,cat:list=|,weights:2"] {
+            let e = ColumnLayout::new(spec, None, Dialect::Csv).unwrap_err();
+            assert!(e.contains("not supported"), "{e}");
+        }
+        let spec = "skip,label,cat";
+        assert!(ColumnLayout::label_is_valid(spec, b"x,1,a", Dialect::Csv));
+        assert!(!ColumnLayout::label_is_valid(
+            spec,
+            b"id,click,a",
+            Dialect::Csv
+        ));
+        assert!(!ColumnLayout::label_is_valid(
+            spec,
+            b"x,\"click\",a\r",
+            Dialect::Csv
+        ));
+        assert_eq!(
+            header_names(b"id,\"a,b\",c\r", Dialect::Csv).unwrap(),
+            vec!["id".to_string(), "a,b".into(), "c".into()]
+        );
     }
 }

@@ -30,7 +30,7 @@
 //! | `/` attribute `spec_json` | string | scalar | the [`ModelSpec`]: every table a hash-table vocabulary (`vocab_kind = "hash"`) whose `vocab` is the estimate of its distinct keys |
 //! | `/` attribute `seed` | u64 | scalar | 0 for a log prepared from files, the generator's seed for a generated one |
 //! | `/` attribute `source` | string | scalar | JSON array: the input file of each day, as given |
-//! | `/` attribute `format` | string | scalar | the input format (`"criteo"`, `"tsv"`) |
+//! | `/` attribute `format` | string | scalar | the input format (`"criteo"`, `"tsv"`, `"csv"`) |
 //! | `/` attribute `columns` | string | scalar | `tsv` only: the column layout |
 //! | `/day_offsets` | u64 | [D + 1] | the first example of each day (input file); `day_offsets[D] = N` |
 //! | `/tables/<t>` attribute `distinct_estimate` | u64 | scalar | HyperLogLog estimate of the table's distinct keys |

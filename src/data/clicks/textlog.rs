@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
+use super::columns::ColumnLayout;
 use super::criteo::{describe, parse_lines, BadField, Layout};
 use super::ingest::{Block, ExampleSource};
 use crate::blocks::block_range;
@@ -32,6 +33,97 @@ use crate::io::compress::is_gz;
 pub const BLOCK_BYTES: usize = 8 << 20;
 /// Smallest piece of a block parsed by one thread.
 const MIN_PIECE: usize = 256 << 10;
+
+/// How the lines of the files are parsed.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LineFormat {
+    /// Criteo's parser over a tab-separated [`Layout`] (the fast path).
+    Fixed(Layout),
+    /// A csv/tsv [`ColumnLayout`]; with a header, each file's first line is skipped
+    /// (and counted as a line, so errors still name the file's line numbers).
+    Columns(ColumnLayout),
+}
+
+impl From<Layout> for LineFormat {
+    fn from(l: Layout) -> Self {
+        LineFormat::Fixed(l)
+    }
+}
+
+impl LineFormat {
+    pub fn n_dense(&self) -> usize {
+        match self {
+            LineFormat::Fixed(l) => l.n_dense(),
+            LineFormat::Columns(c) => c.n_dense(),
+        }
+    }
+
+    pub fn n_cat(&self) -> usize {
+        match self {
+            LineFormat::Fixed(l) => l.n_cat(),
+            LineFormat::Columns(c) => c.n_cat(),
+        }
+    }
+
+    fn header(&self) -> bool {
+        matches!(self, LineFormat::Columns(c) if c.has_header())
+    }
+
+    fn parse_lines(&self, text: &[u8], out: &mut Block) {
+        match self {
+            LineFormat::Fixed(l) => parse_lines(l, text, out),
+            LineFormat::Columns(c) => c.parse_lines(text, out),
+        }
+    }
+
+    fn describe_long(&self, limit: usize) -> String {
+        match self {
+            LineFormat::Fixed(l) => describe(l, b"", BadField::TooLong(limit)),
+            LineFormat::Columns(_) => format!(
+                "no line end within {} (not a file of text lines?)",
+                crate::metrics::human_bytes(limit as u64)
+            ),
+        }
+    }
+}
+
+/// The first line of `path` (plain or .gz) without its `\n` and `\r`, at most 1 MiB;
+/// `None` for an empty file. Rank-local.
+pub fn first_line(path: &Path) -> Result<Option<Vec<u8>>> {
+    const MAX: usize = 1 << 20;
+    let file = File::open(path).map_err(|e| Error::input(path, format!("cannot open: {e}")))?;
+    let mut r: Box<dyn Read> = if is_gz(path) {
+        Box::new(flate2::read::MultiGzDecoder::new(std::io::BufReader::new(
+            file,
+        )))
+    } else {
+        Box::new(file)
+    };
+    let mut out = Vec::new();
+    let mut buf = [0u8; 64 << 10];
+    loop {
+        let k = match r.read(&mut buf) {
+            Ok(k) => k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::input(path, format!("cannot read: {e}"))),
+        };
+        if k == 0 {
+            break;
+        }
+        if let Some(q) = memchr::memchr(b'\n', &buf[..k]) {
+            out.extend_from_slice(&buf[..q]);
+            break;
+        }
+        out.extend_from_slice(&buf[..k]);
+        if out.len() > MAX {
+            return Err(Error::input(path, "the first line is longer than 1 MiB"));
+        }
+    }
+    if out.last() == Some(&b'\r') {
+        out.pop();
+    }
+    Ok((!out.is_empty()).then_some(out))
+}
 
 /// One input file.
 #[derive(Clone, Debug)]
@@ -56,7 +148,7 @@ enum Share {
 /// The text files of a click log, one per day, and this rank's share of each.
 #[derive(Clone, Debug)]
 pub struct TextFiles {
-    layout: Layout,
+    layout: LineFormat,
     inputs: Vec<Input>,
     rank: usize,
     size: usize,
@@ -65,7 +157,13 @@ pub struct TextFiles {
 
 impl TextFiles {
     /// Rank-local, identical on every rank: every input must be a readable file.
-    pub fn new(paths: &[PathBuf], layout: Layout, rank: usize, size: usize) -> Result<Self> {
+    pub fn new(
+        paths: &[PathBuf],
+        layout: impl Into<LineFormat>,
+        rank: usize,
+        size: usize,
+    ) -> Result<Self> {
+        let layout = layout.into();
         if paths.is_empty() {
             return Err(Error::Config("no input files".into()));
         }
@@ -109,7 +207,7 @@ impl TextFiles {
         self.inputs.iter().map(|i| i.len).sum()
     }
 
-    pub fn layout(&self) -> &Layout {
+    pub fn layout(&self) -> &LineFormat {
         &self.layout
     }
 
@@ -131,14 +229,24 @@ impl TextFiles {
         }
     }
 
-    /// Parse `text` (whole lines) in pieces into `blocks` and hand them to `f`.
+    /// Parse `text` (whole lines) in pieces into `blocks` and hand them to `f`;
+    /// `header`: the first line is a header (counted as a line, not parsed).
     fn parse_and_hand_on(
         &self,
         text: &[u8],
+        header: bool,
         blocks: &mut Vec<Block>,
         f: &mut dyn FnMut(&Block) -> Result<()>,
     ) -> Result<()> {
-        let pieces = split_lines(text, rayon::current_num_threads(), MIN_PIECE);
+        let text = if header {
+            memchr::memchr(b'\n', text).map_or(&text[text.len()..], |q| &text[q + 1..])
+        } else {
+            text
+        };
+        let mut pieces = split_lines(text, rayon::current_num_threads(), MIN_PIECE);
+        if header && pieces.is_empty() {
+            pieces.push(&text[..0]);
+        }
         while blocks.len() < pieces.len() {
             blocks.push(Block::new(self.layout.n_dense(), self.layout.n_cat()));
         }
@@ -146,10 +254,14 @@ impl TextFiles {
         blocks[..pieces.len()]
             .par_iter_mut()
             .zip(pieces.par_iter())
-            .for_each(|(b, piece)| {
+            .enumerate()
+            .for_each(|(k, (b, piece))| {
                 b.clear();
                 b.bytes = piece.len() as u64;
-                parse_lines(layout, piece, b);
+                if header && k == 0 {
+                    b.lines = 1;
+                }
+                layout.parse_lines(piece, b);
             });
         blocks[..pieces.len()].iter().try_for_each(f)
     }
@@ -340,13 +452,16 @@ impl ExampleSource for TextFiles {
         let mut long = Block::new(self.layout.n_dense(), self.layout.n_cat());
         let block_bytes = self.block_bytes;
         let layout = &self.layout;
+        // The header: the first line of a share that starts the file.
+        let mut header = layout.header() && matches!(share, Share::Whole | Share::Range(0, _));
         let mut on_text = |text: Text| -> Result<()> {
+            let h = std::mem::take(&mut header);
             match text {
-                Text::Lines(t) => self.parse_and_hand_on(t, &mut blocks, f),
+                Text::Lines(t) => self.parse_and_hand_on(t, h, &mut blocks, f),
                 Text::LongLine => {
                     long.clear();
                     long.lines = 1;
-                    long.push_bad(0, || describe(layout, b"", BadField::TooLong(block_bytes)));
+                    long.push_bad(0, || layout.describe_long(block_bytes));
                     f(&long)
                 }
             }

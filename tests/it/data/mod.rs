@@ -4,6 +4,7 @@
 
 mod bad_inputs;
 mod bad_inputs_fuzz;
+mod clicks_columns;
 mod clicks_ingest;
 mod clicks_outputs;
 mod graph_stats;
