@@ -139,16 +139,9 @@ fn real_main() -> i32 {
             return exit::OTHER;
         }
     };
-    let collectives = match cli.collectives.as_deref().map(str::parse::<Collectives>) {
-        Some(Ok(c)) => c,
-        Some(Err(e)) => {
-            if rank == 0 {
-                eprintln!("torusrec: --collectives: {e}");
-            }
-            return exit::USAGE;
-        }
-        None if dims.iter().any(|&n| n >= 3) => Collectives::Torus,
-        None => Collectives::Mpi,
+    let collectives = match choose_collectives(cli.collectives.as_deref(), &dims, rank) {
+        Ok(c) => c,
+        Err(code) => return code,
     };
     comm.stats().set_collectives(collectives);
     if let Err(code) = install_failure_handlers(&comm, cli.comm_timeout) {
@@ -179,6 +172,22 @@ fn real_main() -> i32 {
             eprint_line(format!("[{rank}/{size}] torusrec: {}", error_chain(&e)));
             e.exit_code()
         }
+    }
+}
+
+/// `--collectives`, or the default for torus `dims` (torus algorithms once a dimension
+/// has 3 or more chips); a bad value is a usage error, said once by rank 0.
+fn choose_collectives(arg: Option<&str>, dims: &[usize], rank: usize) -> Result<Collectives, i32> {
+    match arg.map(str::parse::<Collectives>) {
+        Some(Ok(c)) => Ok(c),
+        Some(Err(e)) => {
+            if rank == 0 {
+                eprintln!("torusrec: --collectives: {e}");
+            }
+            Err(exit::USAGE)
+        }
+        None if dims.iter().any(|&n| n >= 3) => Ok(Collectives::Torus),
+        None => Ok(Collectives::Mpi),
     }
 }
 
