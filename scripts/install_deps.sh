@@ -12,7 +12,9 @@ set -euo pipefail
 #   libclang-dev                -> bindgen in the -sys crates
 #   pkg-config                  -> library discovery
 #   hdf5-tools                  -> h5dump, used by tests and for inspecting outputs
-PACKAGES=(libopenmpi-dev openmpi-bin libhdf5-dev libopenblas-dev libclang-dev pkg-config hdf5-tools)
+#   python3-numpy python3-h5py  -> scripts/score.py, which a test holds to `predict`
+PACKAGES=(libopenmpi-dev openmpi-bin libhdf5-dev libopenblas-dev libclang-dev pkg-config hdf5-tools
+          python3-numpy python3-h5py)
 
 die() { echo "install_deps: ERROR: $*" >&2; exit 1; }
 

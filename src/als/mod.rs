@@ -237,7 +237,7 @@ impl AlsConfig {
             cg_steps: defaults::CG_STEPS,
             exchange: defaults::EXCHANGE,
             eval_every: defaults::EVAL_EVERY,
-            eval_rows: eval::EvalRows::Auto,
+            eval_rows: eval::EvalRows::Sample(eval::DEFAULT_EVAL_ROWS),
             seed: defaults::SEED,
             init_std: defaults::INIT_STD,
             hub_chunk: defaults::HUB_CHUNK,

@@ -45,6 +45,10 @@ use std::time::Instant;
 /// The largest K reported.
 pub const MAX_K: usize = 50;
 
+/// `--eval-rows`'s default: a seeded sample of this many test rows (all when fewer), a
+/// function of the dataset alone.
+pub const DEFAULT_EVAL_ROWS: u64 = 10_000;
+
 /// `--eval-rows auto`: the share of an epoch's training time an evaluation may take.
 pub const AUTO_EPOCH_SHARE: f64 = 0.25;
 /// `--eval-rows auto`: the share it aims at. Below [`AUTO_EPOCH_SHARE`] because the

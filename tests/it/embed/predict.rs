@@ -70,11 +70,13 @@ fn predict(np: usize, model: &Path, data: &Path, out: &Path, extra: &[&str]) -> 
         .run()
 }
 
-/// A Python with numpy and h5py: `$TORUSREC_PYTHON`, else `python3`.
+/// A Python with numpy and h5py: `$TORUSREC_PYTHON`, else `python3` on the PATH, else
+/// Debian's `/usr/bin/python3` (scripts/install_deps.sh installs python3-numpy and
+/// python3-h5py there).
 fn python() -> Option<String> {
     let candidates = std::env::var("TORUSREC_PYTHON")
         .into_iter()
-        .chain(["python3".to_string()]);
+        .chain(["python3".to_string(), "/usr/bin/python3".to_string()]);
     for py in candidates {
         let ok = Command::new(&py)
             .args(["-c", "import numpy, h5py"])
