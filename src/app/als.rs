@@ -1,6 +1,7 @@
 //! `torusrec als`: training with people-facing progress and machine-readable metrics.
 
 use super::output::RunOutput;
+use crate::als::defaults::MatrixKind;
 use crate::als::eval::EvalRows;
 use crate::als::train::report::{EpochReport, TrainReport};
 use crate::als::train::run::{global_train_as, TrainEvent};
@@ -80,18 +81,40 @@ fn eval_rows_desc(data: &std::path::Path, which: EvalRows) -> String {
     }
 }
 
+/// The kind of matrix `data` holds (its root attribute `matrix`), which picks the
+/// defaults of `--reg` and `--unobserved-weight`. A file that cannot be read counts as
+/// a link graph here: training opens it next and reports what is wrong with it.
+/// Collective, so every rank picks the same defaults.
+fn global_matrix_kind<C: Comm>(comm: &C, data: &std::path::Path) -> MatrixKind {
+    let user_item = crate::io::h5::open(data)
+        .ok()
+        .and_then(|f| crate::io::h5::read_str_attr(&f, data, "matrix").ok())
+        .is_some_and(|m| m == "user-item");
+    if comm.all_reduce_max(u64::from(user_item)) == 1 {
+        MatrixKind::UserItem
+    } else {
+        MatrixKind::LinkGraph
+    }
+}
+
 /// Collective: every rank must call.
 /// `preempt` is installed by `main` before MPI starts, so an early signal is not lost.
 pub fn global_run<C: Comm>(comm: &C, args: &AlsArgs, preempt: Preemption) -> Result<TrainReport> {
     comm.agree(args.check_solver_flags())?;
-    let cfg = args.to_config();
+    let kind = global_matrix_kind(comm, &args.data);
+    let cfg = args.to_config(kind);
+    let defaulted = if args.reg.is_none() || args.unobserved_weight.is_none() {
+        format!(" ({} defaults)", kind.name())
+    } else {
+        String::new()
+    };
     let threads = resolve_threads(args.threads);
     comm.agree(crate::node::install_threads(threads))?;
     let root = comm.rank() == 0;
     let mut out = RunOutput::global_open(comm, cfg.metrics.as_deref())?;
     if root {
         println!(
-            "als: {} d={} tables={} epochs={} reg={} alpha0={}{} solver={:?} cg_steps={} exchange={:?} eval_rows={} on {} rank(s) (torus {}) x {threads} thread(s)",
+            "als: {} d={} tables={} epochs={} reg={} alpha0={}{defaulted}{} solver={:?} cg_steps={} exchange={:?} eval_rows={} on {} rank(s) (torus {}) x {threads} thread(s)",
             cfg.data.display(),
             cfg.dim,
             cfg.table_dtype,
