@@ -122,16 +122,23 @@ wait_launcher() {
     rm -f "$errlog"
 }
 
-# lost_hosts: the hosts that torusrec's ranks (`torusrec: lost rank 1 (host h2) ...`,
-# exit 77) or Open MPI (`Remote daemon: [[...],1] on node h2`) named as lost in this run,
-# one per line, without this one.
+# lost_hosts: the nodes of this job that torusrec's ranks (`torusrec: lost rank 1 (host
+# h2) ...`, exit 77) or Open MPI (`Remote daemon: [[...],1] on node h2`) named as lost in
+# this run, one per line, not this one. A host name is matched to the job's node names
+# as it is or by its first label (a rank's host name may be the node's full name).
 lost_hosts() {
-    local me
+    local me names h node
     me=$(hostname -s)
-    {
+    names=$({
         grep 'torusrec: lost ' <<<"$errtext" | grep -o '(host [^)]*)' | sed 's/^(host //; s/)$//'
         grep 'Remote daemon:.* on node ' <<<"$errtext" | awk '{print $NF}'
-    } | sort -u | grep -vx "$me"
+    } | sort -u)
+    for h in $names; do
+        for node in $(scontrol show hostnames "${SLURM_JOB_NODELIST:-}" 2>/dev/null); do
+            [[ $node == "$h" || ${node%%.*} == "${h%%.*}" ]] || continue
+            [[ ${node%%.*} == "${me%%.*}" ]] || echo "$node"
+        done
+    done | sort -u
 }
 
 job_state() {
@@ -230,7 +237,10 @@ on_failed() {
         say "could not requeue; exiting $rc"
         exit "$rc"
     fi
-    [[ -n $lost ]] && say "lost host(s) $lost; not requeueing (not a running Slurm job)"
+    if [[ -n $lost && -n ${SLURM_JOB_ID:-} ]]; then
+        # Slurm already ended the job: a node it found DOWN requeues it (--requeue) itself.
+        say "lost host(s) $lost; job $SLURM_JOB_ID is $(job_state), not requeueing it here"
+    fi
     say "torusrec/mpirun failed (exit $rc)"
     exit "$rc"
 }

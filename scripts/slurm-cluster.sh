@@ -157,8 +157,8 @@ wait_idle() {
         sleep 1
     done
     client sinfo -N >&2 || true
-    print_logs
-    die "the nodes are not idle after ${START_TIMEOUT}s"
+    log "ERROR: the nodes are not idle after ${START_TIMEOUT}s"
+    return 1
 }
 
 cmd_up() {
@@ -166,10 +166,13 @@ cmd_up() {
     local n=${1:?up: how many nodes}
     [[ $n =~ ^[0-9]+$ ]] && ((n >= 1 && n <= 250)) || die "up: N must be 1..250, not '$n'"
     [[ -s $DIR/nodes ]] && die "a Slurm cluster is already up ($DIR; slurm-cluster.sh down first)"
-    rm -rf "$DIR"
+    rm -rf "$DIR"/state "$DIR"/spool "$DIR"/log "$CONF"
     mkdir -p "$DIR"/state "$DIR"/log || die "cannot create $DIR"
     SLURM_LOCAL_DIR="$DIR" "$HERE/slurm-local.sh" munge-start || die "munge did not start"
-    "$NETC" up "$@" >&2 || die "netcluster.sh up $* failed"
+    if ! "$NETC" up "$@" >&2; then
+        SLURM_LOCAL_DIR="$DIR" "$HERE/slurm-local.sh" munge-stop
+        die "netcluster.sh up $* failed"
+    fi
     echo "$n" >"$DIR/nodes"
     trap 'print_logs; cmd_down' ERR
     # The controller's address on the bridge, and its name in every namespace.
@@ -189,8 +192,12 @@ cmd_up() {
     for ((k = 1; k <= n; k++)); do
         in_host "$k" slurmd -c -f "$CONF" -N "h$k"
     done
-    wait_idle "$n"
     trap - ERR
+    if ! wait_idle "$n"; then
+        print_logs
+        cmd_down
+        exit 1
+    fi
     echo "export SLURM_CONF=$CONF"
 }
 
@@ -208,9 +215,10 @@ cmd_down() {
         fi
         for ((k = 1; k <= n; k++)); do stop_pid "$DIR/slurmd-h$k.pid" slurmd; done
         stop_pid "$DIR/slurmctld.pid" slurmctld
+        # Whatever is left in the namespaces (slurmstepd, ranks) goes with them. Only a
+        # netcluster this script brought up (DIR/nodes is written right after it).
+        "$NETC" down
     fi
-    # Whatever is left in the namespaces (slurmstepd, ranks) goes with them.
-    "$NETC" down
     SLURM_LOCAL_DIR="$DIR" "$HERE/slurm-local.sh" munge-stop
     rm -f "$DIR/nodes"
     log "down"

@@ -10,7 +10,13 @@
 #      the reference's (bitwise-exact resume);
 #   5. the same for the embedding model: an uninterrupted 2-rank `torusrec embed` run, then
 #      jobs/embed_clicks.sbatch with the same flags, preempted, requeued and resumed to the
-#      same checksum.
+#      same checksum;
+#   6. several nodes (docs/cluster.md, "Slurm on the namespace hosts"): a 2-node Slurm in
+#      network namespaces (scripts/slurm-cluster.sh up 2); `sbatch -N 2` of both jobs gives
+#      the checksums of the one-node references; a job on `-N 1-2` whose second node is
+#      killed mid-run is requeued by its script without that node, resumes on the first
+#      with 1 rank, and ends with the checksum of a 1-rank run from the same checkpoint.
+#      Skipped (SKIP line) where network namespaces cannot be made.
 # Needs root (Slurm runs as root here). Prints PASS/FAIL per check, ends with
 # "N passed, M failed", exits non-zero on any failure. Slurm is always stopped at the end.
 #
@@ -23,7 +29,11 @@
 #   TEST_SLURM_EMBED_CKPT_EVERY (20): about 15-40 s per run on 2 cores;
 #   TEST_SLURM_EMBED_SIGNAL_AT (like TEST_SLURM_SIGNAL_AT; default 0: as soon as the first
 #   checkpoint exists, since steps take 0.05 to 0.15 s here depending on the load);
-#   TEST_SLURM_BUDGET (seconds for everything after the build, default 290),
+#   TEST_SLURM_BUDGET (seconds for the one-node part after the build, default 290),
+#   TEST_SLURM_CASES (default "local cluster": the one-node job cases, the several-node
+#   ones; the reference runs always), TEST_SLURM_CLUSTER_BUDGET (seconds for the
+#   several-node part, default 240), TEST_SLURM_KILL_AFTER (seconds between the failing
+#   job's first checkpoint and the kill of its second node, default 3),
 #   TEST_SLURM_KEEP=1 keeps the work directory on success, SLURM_LOCAL_DIR (slurm-local.sh).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
@@ -503,6 +513,11 @@ else
     show_state
     fail "$name: no 'lost rank 1 (host h2)' ... exit 77 line in the job log"
 fi
+# The script sets the exclusion just after its requeue (Restarts=1): give it a moment.
+for ((i = 0; i < 100; i++)); do
+    grep -q "requeued job $jobid, \(excluding\|but could not\)" "$joblog" && break
+    sleep 0.1
+done
 if [[ $(job_field ExcNodeList) == h2 ]] && grep -q "requeued job $jobid, excluding h2" "$joblog"; then
     pass "$name: the job script requeued job $jobid excluding h2"
 else
