@@ -147,20 +147,24 @@ job_state() {
 
 # requeue_without HOSTS: requeue this job with HOSTS added to its excluded nodes. The
 # exclusion can only be set once the job is pending again, that is after the requeue;
-# this shell outlives the requeue's SIGTERM (trapped above) long enough to set it, and
-# the job cannot start again before its nodes' clean-up and the credential delay.
+# this shell outlives the requeue's SIGTERM (trapped above) and runs the update with
+# SIGTERM ignored (Slurm signals every process of the job), and the job cannot start
+# again before its clean-up on the lost node ends and the credential delay has passed.
 requeue_without() {
-    local hosts=$1 exc
+    local hosts=$1 exc i
     say "job $SLURM_JOB_ID lost host(s) $hosts: requeueing it without them"
-    scontrol requeue "$SLURM_JOB_ID" || return 1
     exc=$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | grep -o 'ExcNodeList=[^ ]*' | cut -d= -f2)
     [[ $exc == "(null)" ]] && exc=""
     exc="${exc:+$exc,}$hosts"
-    if scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="$exc"; then
-        say "requeued job $SLURM_JOB_ID, excluding $exc"
-    else
-        say "requeued job $SLURM_JOB_ID, but could not exclude $exc"
-    fi
+    scontrol requeue "$SLURM_JOB_ID" || return 1
+    for ((i = 0; i < 5; i++)); do
+        if (trap '' TERM; exec scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="$exc"); then
+            say "requeued job $SLURM_JOB_ID, excluding $exc"
+            return 0
+        fi
+        sleep 1
+    done
+    say "requeued job $SLURM_JOB_ID, but could not exclude $exc"
 }
 
 # job_run ARGS...: train, then exit as the code says (docs/design.md, exit codes).
