@@ -6,6 +6,8 @@
 #   eval "$(scripts/slurm-local.sh start)"   # starts it; stdout is only `export SLURM_CONF=...`
 #   scripts/slurm-local.sh status
 #   scripts/slurm-local.sh stop
+#   scripts/slurm-local.sh munge-start   # only the packages and munged (scripts/slurm-cluster.sh)
+#   scripts/slurm-local.sh munge-stop    # munged, if this state directory started it
 #
 # Environment:
 #   SLURM_LOCAL_DIR   state directory (default /tmp/torusrec-slurm): slurm.conf, state, spool,
@@ -291,12 +293,21 @@ cmd_status() {
     return "$rc"
 }
 
+cmd_munge_start() {
+    need_root
+    mkdir -p "$DIR"/log || die "cannot create the state directory $DIR"
+    install_packages
+    start_munge
+}
+
 case "${1:-}" in
     start) cmd_start ;;
     stop) cmd_stop ;;
     status) cmd_status ;;
+    munge-start) cmd_munge_start ;;
+    munge-stop) stop_pid "$DIR/munged.pid" munged ;;
     *)
-        echo "usage: $0 start|stop|status   (state dir: $DIR, env SLURM_LOCAL_DIR)" >&2
+        echo "usage: $0 start|stop|status|munge-start|munge-stop   (state dir: $DIR, env SLURM_LOCAL_DIR)" >&2
         exit 2
         ;;
 esac
