@@ -25,7 +25,7 @@
 # Knobs (environment):
 #   RATES="10gbit 25gbit"  HOSTS="2 4"  DIM=128  ALS_EPOCHS=3  EVAL_ROWS=1000
 #   WG_SCALE=0.01 (in-dense x WG_SCALE)  EMBED_STEPS=40  EMBED_LOG=10  EMBED_BATCH=512
-#   FAIL_EPOCHS=200 FAIL_STEPS=2000 (long enough to be killed)  COMM_TIMEOUT=5 (cut)
+#   FAILS="cnr-k1:kill cnr-k1:cut embed:kill"  FAIL_EPOCHS=200 FAIL_STEPS=2000 (long enough to be killed)  COMM_TIMEOUT=5 (cut)
 #   SECTIONS="scale fail ckpt"  WORKLOADS="cnr-k1 in-dense embed" (scaling section)  TIMEOUT=600 (seconds per run)  OUT=out/bench-cluster
 #   BIN=target/release/torusrec (built with `cargo build --release` when missing)
 set -euo pipefail
@@ -46,6 +46,7 @@ FAIL_STEPS="${FAIL_STEPS:-2000}"
 COMM_TIMEOUT="${COMM_TIMEOUT:-5}"
 SECTIONS="${SECTIONS:-scale fail ckpt}"
 WORKLOADS="${WORKLOADS:-cnr-k1 in-dense embed}"
+FAILS="${FAILS:-cnr-k1:kill cnr-k1:cut embed:kill}"
 TIMEOUT="${TIMEOUT:-600}"
 OUT="${OUT:-out/bench-cluster}"
 BIN="${BIN:-target/release/torusrec}"
@@ -72,9 +73,15 @@ if ip netns list 2>/dev/null | grep -qE '^trc-'; then
     die "a netcluster is up (another user's test?): wait for it to end, or run scripts/netcluster.sh down if it is stale"
 fi
 MINE=0
-down() {
-    if [[ $MINE == 1 ]]; then "$NC" down >/dev/null 2>&1 || true; fi
+STAMP=""
+stamp() { stat -c '%i %Y' /run/torusrec-netcluster/hosts 2>/dev/null || true; }
+down() { # only a cluster this script brought up (another user's `down` + `up` may have replaced it)
+    if [[ $MINE == 1 && "$(stamp)" == "$STAMP" ]]; then "$NC" down >/dev/null 2>&1 || true; fi
     MINE=0
+}
+mine() {
+    MINE=1
+    STAMP=$(stamp)
 }
 trap down EXIT
 trap 'down; exit 130' INT TERM
@@ -94,17 +101,17 @@ up() { # N RATE ("none": unshaped)
     down
     if [[ $rate == none ]]; then
         "$NC" up "$n" >/dev/null || die "netcluster up $n failed"
-        MINE=1
+        mine
         return 0
     fi
     if "$NC" up "$n" --rate "$rate" >/dev/null 2>"$OUT/up.err"; then
-        MINE=1
+        mine
         return 0
     fi
     # netcluster.sh's own ERR trap removed what it made.
     grep -q "qdisc kind is unknown" "$OUT/up.err" || { cat "$OUT/up.err" >&2; die "netcluster up $n failed"; }
     "$NC" up "$n" >/dev/null || die "netcluster up $n failed"
-    MINE=1
+    mine
     burst=$(($(rate_bytes "$rate") / 100))
     for ((k = 1; k <= n; k++)); do
         ip netns exec "trc-h$k" tc qdisc replace dev eth0 root tbf rate "$rate" burst "$burst" latency 50ms
@@ -115,7 +122,7 @@ up() { # N RATE ("none": unshaped)
 SHAPER="netem (netcluster.sh --rate)"
 
 wire_tx() { # the sum over hosts of eth0's tx_bytes
-    "$NC" bytes | awk 'NR > 1 { s += $2 } END { print s + 0 }'
+    { "$NC" bytes 2>/dev/null || true; } | awk 'NR > 1 { s += $2 } END { print s + 0 }'
 }
 
 torusrec_pids() { # host -> the torusrec processes in it
@@ -288,9 +295,8 @@ run_fail() { # workload kill|cut
 
 section_fail() {
     : >"$FROWS"
-    run_fail cnr-k1 kill
-    run_fail cnr-k1 cut
-    run_fail embed kill
+    local f
+    for f in $FAILS; do run_fail "${f%%:*}" "${f#*:}"; done
 }
 
 # --- report ---------------------------------------------------------------------------
