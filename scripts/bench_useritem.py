@@ -277,6 +277,8 @@ def run_torusrec(ds, a):
             r["epochs"] = len(epochs)
         if final:
             r["torusrec_recall_at_20"] = final.get("recall_at_20")
+            if final.get("ndcg_at_20") is not None:
+                r["torusrec_ndcg_at_20"] = final["ndcg_at_20"]
     if a.compare_topk:
         r["cli_topk_overlap_at_20"], r["cli_topk_rows"] = compare_cli_topk(a.compare_topk, ds, tops)
     return r

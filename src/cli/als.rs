@@ -54,6 +54,11 @@ pub struct AlsArgs {
     /// run (so it depends on the machine's speed).
     #[arg(long, value_name = "N|all|auto", default_value = "10000")]
     pub eval_rows: crate::als::eval::EvalRows,
+    /// The K at which the `final:` line and the metrics file give Precision, MAP, NDCG
+    /// and Recall, comma-separated, each 1..=50 (Recall@20/50 are always printed);
+    /// definitions in docs/als.md.
+    #[arg(long = "k", value_name = "K,K,...", default_value = "20,50")]
+    pub k: crate::als::eval::KList,
     /// Seed of the initial tables.
     #[arg(long, default_value_t = defaults::SEED)]
     pub seed: u64,
