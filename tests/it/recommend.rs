@@ -81,7 +81,7 @@ fn train(data: &Path, out: &Path, extra: &[&str]) {
 }
 
 /// A table of the model as f32 (bf16 tables are u16 bit patterns tagged `dtype`).
-fn read_table(f: &hdf5::File, name: &str) -> Vec<f32> {
+pub(crate) fn read_table(f: &hdf5::File, name: &str) -> Vec<f32> {
     let ds = f.dataset(name).unwrap();
     let bf16 = ds
         .attr("dtype")
@@ -117,7 +117,7 @@ struct Reference {
 }
 
 /// Solve the symmetric positive definite `a x = b` (`d x d`) by Gaussian elimination.
-fn solve(mut a: Vec<f64>, mut b: Vec<f64>, d: usize) -> Vec<f64> {
+pub(crate) fn solve(mut a: Vec<f64>, mut b: Vec<f64>, d: usize) -> Vec<f64> {
     for c in 0..d {
         let p = (c..d)
             .max_by(|&i, &j| a[i * d + c].abs().total_cmp(&a[j * d + c].abs()))
@@ -541,12 +541,33 @@ fn bad_ids_exit_2_naming_them_once() {
 #[test]
 fn outputs_and_models_are_checked() {
     let fx = fixture();
+    // --all streams TSV: every usable row in order, as the reference has it.
     let tsv = fx.dir.path().join("all.tsv");
-    recommend(&fx, 1, &["--all", "--out", tsv.to_str().unwrap()])
+    recommend(
+        &fx,
+        2,
+        &[
+            "--all",
+            "-k",
+            "3",
+            "--block-rows",
+            "9",
+            "--out",
+            tsv.to_str().unwrap(),
+        ],
+    )
+    .expect_code(0);
+    let got = parse_tsv(&std::fs::read_to_string(&tsv).unwrap());
+    let r = &fx.reference;
+    let want: Vec<u64> = r.usable_rows().iter().map(|&u| r.ds.node_ids[u]).collect();
+    assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), want);
+    for (node, list) in &got {
+        r.check(*node, list, 3);
+    }
+    // User x item flags on a graph.
+    recommend(&fx, 1, &["--user", &orig(1).to_string()])
         .expect_code(2)
-        .stderr_has(&["--all"]);
-    assert!(!tsv.exists());
-    recommend(&fx, 1, &["--all"]).expect_code(2);
+        .stderr_has(&["--user", "graph", "--nodes"]);
     recommend(&fx, 1, &[]).expect_code(2);
     recommend(&fx, 1, &["--test", "--all"]).expect_code(2);
     recommend(&fx, 1, &["--test", "-k", "0"]).expect_code(2);
