@@ -468,36 +468,7 @@ fn run_as<C: Comm, T: TableScalar>(
     }
     rec.block_rows = args.block_rows;
     let k = args.k;
-    comm.agree(if k as u64 > rec.num_cols() {
-        Err(Error::Config(format!(
-            "--k {k}: the dataset has only {} columns",
-            rec.num_cols()
-        )))
-    } else {
-        Ok(())
-    })?;
-    comm.agree(args.check_kind(rec.kind()))?;
-    let (queries, left_out) = rec.global_resolve(comm, &cfg.which)?;
-    let cols = comm.agree(rec.local_resolve_filter(&cfg.filter))?;
-    let similar = matches!(queries, Queries::Items(_));
-    let labels = Labels {
-        header: tsv_header(rec.kind(), similar),
-        rows: if similar {
-            rec.col_ids()
-        } else {
-            rec.row_ids()
-        },
-        cols: rec.col_ids(),
-    };
-    comm.agree(match &cfg.out {
-        Some((p, OutKind::H5)) if labels.rows.is_strings() || labels.cols.is_strings() => {
-            Err(Error::Config(format!(
-                "--out {}: the dataset's ids are strings, which the HDF5 output (u64 ids) cannot hold; give --out F.tsv",
-                crate::error::short_path(p)
-            )))
-        }
-        _ => Ok(()),
-    })?;
+    let (queries, left_out, cols) = global_plan(comm, args, cfg, &rec)?;
     let load = t0.elapsed().as_secs_f64();
     say(&format!(
         "recommend: {} {} of {} (d={} tables={} rows={} cols={} test={}) k={k} on {} rank(s) x {threads} thread(s); loaded in {load:.2} s",
@@ -520,44 +491,8 @@ fn run_as<C: Comm, T: TableScalar>(
             "recommend: {left_out} row(s) with nothing to fold in (no training arc, not a test row) are left out"
         ));
     }
-    let out = RunOutput::global_open(comm, None)?;
-    let opened = if root {
-        local_open(cfg, args, (queries.len(), k), labels, &out).map(Some)
-    } else {
-        Ok(None)
-    };
-    let mut sink = comm.agree(opened)?;
     let t1 = Instant::now();
-    struct NoSink;
-    impl RecSink for NoSink {
-        fn block(&mut self, _: &RecBlock, _: usize) -> Result<()> {
-            Ok(())
-        }
-    }
-    let ran = match sink.as_mut() {
-        Some(s) => rec.global_run(comm, &queries, &cols, k, &preempt, s),
-        None => rec.global_run(comm, &queries, &cols, k, &preempt, &mut NoSink),
-    };
-    let finished = match (ran, sink) {
-        (Ok(times), Some(s)) => {
-            let tmp = s.tmp.clone();
-            let r = local_finish(s, cfg).map(|_| times);
-            if r.is_err() {
-                if let Some(t) = tmp {
-                    let _ = std::fs::remove_file(t);
-                }
-            }
-            r
-        }
-        (Ok(times), None) => Ok(times),
-        (Err(e), s) => {
-            if let Some(t) = s.and_then(|s| s.tmp) {
-                let _ = std::fs::remove_file(t);
-            }
-            Err(e)
-        }
-    };
-    let times = comm.agree(finished)?;
+    let times = global_write(comm, args, cfg, &rec, (&queries, &cols), preempt)?;
     let secs = t1.elapsed().as_secs_f64();
     let peak = comm.all_reduce_max(peak_rss_bytes().unwrap_or(0));
     if root && std::io::stderr().is_terminal() {
@@ -580,4 +515,101 @@ fn run_as<C: Comm, T: TableScalar>(
             .unwrap_or_default()
     ));
     Ok(())
+}
+
+/// Collective: check `-k` and the flags against the dataset, and resolve the queries
+/// and the column filter (exit 2 on every rank for a bad id or flag).
+fn global_plan<C: Comm, T: TableScalar>(
+    comm: &C,
+    args: &RecommendArgs,
+    cfg: &Config,
+    rec: &Recommender<T>,
+) -> Result<(Queries, u64, crate::als::recommend::Cols)> {
+    let k = args.k;
+    comm.agree(if k as u64 > rec.num_cols() {
+        Err(Error::Config(format!(
+            "--k {k}: the dataset has only {} columns",
+            rec.num_cols()
+        )))
+    } else {
+        Ok(())
+    })?;
+    comm.agree(args.check_kind(rec.kind()))?;
+    let (queries, left_out) = rec.global_resolve(comm, &cfg.which)?;
+    let cols = comm.agree(rec.local_resolve_filter(&cfg.filter))?;
+    let l = labels(rec, &queries);
+    comm.agree(match &cfg.out {
+        Some((p, OutKind::H5)) if l.rows.is_strings() || l.cols.is_strings() => {
+            Err(Error::Config(format!(
+                "--out {}: the dataset's ids are strings, which the HDF5 output (u64 ids) cannot hold; give --out F.tsv",
+                crate::error::short_path(p)
+            )))
+        }
+        _ => Ok(()),
+    })?;
+    Ok((queries, left_out, cols))
+}
+
+/// The header and id maps of `queries`' output.
+fn labels<'a, T: TableScalar>(rec: &'a Recommender<T>, queries: &Queries) -> Labels<'a> {
+    let similar = matches!(queries, Queries::Items(_));
+    Labels {
+        header: tsv_header(rec.kind(), similar),
+        rows: if similar {
+            rec.col_ids()
+        } else {
+            rec.row_ids()
+        },
+        cols: rec.col_ids(),
+    }
+}
+
+/// Collective: run the queries, rank 0 writing the output; nothing is left under the
+/// output name on failure.
+fn global_write<C: Comm, T: TableScalar>(
+    comm: &C,
+    args: &RecommendArgs,
+    cfg: &Config,
+    rec: &Recommender<T>,
+    (queries, cols): (&Queries, &crate::als::recommend::Cols),
+    preempt: Preemption,
+) -> Result<crate::als::recommend::RecTimes> {
+    let k = args.k;
+    let out = RunOutput::global_open(comm, None)?;
+    let opened = if comm.rank() == 0 {
+        local_open(cfg, args, (queries.len(), k), labels(rec, queries), &out).map(Some)
+    } else {
+        Ok(None)
+    };
+    let mut sink = comm.agree(opened)?;
+    struct NoSink;
+    impl RecSink for NoSink {
+        fn block(&mut self, _: &RecBlock, _: usize) -> Result<()> {
+            Ok(())
+        }
+    }
+    let ran = match sink.as_mut() {
+        Some(s) => rec.global_run(comm, queries, cols, k, &preempt, s),
+        None => rec.global_run(comm, queries, cols, k, &preempt, &mut NoSink),
+    };
+    let finished = match (ran, sink) {
+        (Ok(times), Some(s)) => {
+            let tmp = s.tmp.clone();
+            let r = local_finish(s, cfg).map(|_| times);
+            if r.is_err() {
+                if let Some(t) = tmp {
+                    let _ = std::fs::remove_file(t);
+                }
+            }
+            r
+        }
+        (Ok(times), None) => Ok(times),
+        (Err(e), s) => {
+            if let Some(t) = s.and_then(|s| s.tmp) {
+                let _ = std::fs::remove_file(t);
+            }
+            Err(e)
+        }
+    };
+    comm.agree(finished)
 }
