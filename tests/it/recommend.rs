@@ -716,3 +716,52 @@ fn preemption_between_blocks_exits_75_without_output() {
     assert!(!out.exists());
     assert!(!fx.dir.path().join("p.h5.partial").exists());
 }
+
+#[test]
+fn history_and_similar_work_on_a_graph_too() {
+    let fx = fixture();
+    let r = &fx.reference;
+    // A test row's visible arcs as a history: the test row's fold-in, bit for bit.
+    let t = r.ds.test_rows[0] as usize;
+    let visible: Vec<String> = r
+        .fold_arcs(0)
+        .iter()
+        .map(|&c| r.ds.node_ids[c as usize].to_string())
+        .collect();
+    let node = r.ds.node_ids[t].to_string();
+    let a = recommend(&fx, 2, &["--nodes", &node, "-k", "5"]);
+    let b = recommend(&fx, 2, &["--history", &visible.join(","), "-k", "5"]);
+    let (a, b) = (
+        a.expect_code(0).stdout.clone(),
+        b.expect_code(0).stdout.clone(),
+    );
+    let tail = |s: &str| -> Vec<String> {
+        s.lines()
+            .skip(1)
+            .map(|l| l.split_once('\t').unwrap().1.to_string())
+            .collect()
+    };
+    assert_eq!(tail(&a), tail(&b));
+    assert!(b.lines().nth(1).unwrap().starts_with("history\t"), "{b}");
+    // Similar nodes: cosine of H rows, the node itself left out.
+    let o = recommend(&fx, 3, &["--similar", &orig(2).to_string(), "-k", "3"]);
+    let text = o.expect_code(0).stdout.clone();
+    assert!(text.starts_with("node\trank\tsimilar\tscore\n"), "{text}");
+    let d = r.d;
+    let unit = |c: usize| -> Vec<f64> {
+        let v: Vec<f64> = r.h[c * d..(c + 1) * d].iter().map(|&x| x as f64).collect();
+        let n = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+        v.iter().map(|x| x / n).collect()
+    };
+    let q = unit(r.row_of(orig(2)));
+    for l in text.lines().skip(1) {
+        let f: Vec<&str> = l.split('\t').collect();
+        let c = r.row_of(f[2].parse().unwrap());
+        assert_ne!(f[2], orig(2).to_string());
+        let cos: f64 = unit(c).iter().zip(&q).map(|(a, b)| a * b).sum();
+        assert!(
+            (f[3].parse::<f64>().unwrap() - cos).abs() < 1e-5,
+            "{l}: {cos}"
+        );
+    }
+}
