@@ -181,7 +181,8 @@ dtype_section() {
   done
   {
     echo
-    echo "Held-out AUC difference (${DTYPES// / - }): $(python3 -c "import sys; a=[float(x) for x in sys.argv[1:]]; print(f'{a[1]-a[0]:+.4f}' if len(a) > 1 else 'n/a')" "${aucs[@]}") (the issue's bound: within 0.001)."
+    local dts=($DTYPES)
+    echo "Held-out AUC difference (${dts[1]:-?} minus ${dts[0]}): $(python3 -c "import sys; a=[float(x) for x in sys.argv[1:]]; print(f'{a[1]-a[0]:+.4f}' if len(a) > 1 else 'n/a')" "${aucs[@]}") (the issue's bound: within 0.001). One run each on a machine shared with other jobs (load $(cut -d' ' -f1 /proc/loadavg) on $(nproc) cores at the end): examples/s are not a speed measurement."
     echo
     echo "Reproduce: \`SECTION=dtype STEPS=$STEPS BATCH=$BATCH EVAL=$EVAL CTR_SCALE=$CTR_SCALE scripts/bench_ctr.sh\` (logs in $OUT/dtype-*)."
   } >> "$part"

@@ -48,7 +48,7 @@ fn train_threads(spec: &ModelSpec, steps: u64) -> Run {
         let mut reports = Vec::new();
         while tr.step < cfg.steps {
             assert_eq!(tr.global_step(&c, false).unwrap(), StepStatus::Done);
-            if tr.step % 5 == 0 {
+            if tr.step.is_multiple_of(5) {
                 reports.push(tr.global_interval(&c).unwrap());
             }
         }
