@@ -174,6 +174,12 @@ pub struct EmbedArgs {
     /// Width of every table (default: the model's; 16 for a `prepare clicks` log).
     #[arg(long, value_name = "D")]
     pub dim: Option<usize>,
+    /// Element type of every embedding table's rows: f32, bf16 or f16 (default: the
+    /// model's `table_dtype`, f32). At bf16/f16 rows are stored and sent at 2 bytes a
+    /// value and computed on in f32; an updated row is rounded to nearest, ties to
+    /// even. Optimizer state and gradients stay f32. Fixed and modulo tables only.
+    #[arg(long, value_enum, value_name = "DTYPE")]
+    pub table_dtype: Option<crate::bf16::EmbDtype>,
     /// Hold out day K of a click log of several days (input file K of `prepare
     /// clicks`, from 0) for AUC and log loss, and train on the other days.
     #[arg(

@@ -185,10 +185,11 @@ fn global_run_plan<C: Comm>(
 fn print_header<C: Comm>(comm: &C, cfg: &EmbedConfig, plan: &Plan, threads: usize, state: u64) {
     let s = &cfg.spec;
     println!(
-        "embed: {} tables ({} rows, {} of f32), {} ({} GEMM), micro-batch {} x {} per step on {} rank(s) (torus {}) x {threads} thread(s); tables {:?}, dense {:?}; dedup {}, pipeline {}",
+        "embed: {} tables ({} rows, {} of {}), {} ({} GEMM), micro-batch {} x {} per step on {} rank(s) (torus {}) x {threads} thread(s); tables {:?}, dense {:?}; dedup {}, pipeline {}",
         s.tables.len(),
         group(s.total_rows()),
         human_bytes(s.total_bytes()),
+        s.table_dtype,
         s.arch_summary(),
         cfg.dense_gemm.name(),
         cfg.micro,

@@ -116,6 +116,7 @@ pub fn global_restore<C: Comm>(
     let local = (|| -> Result<EmbedManifest> {
         let m = local_read_manifest(path)?;
         commit::check_workload(path, &m)?;
+        super::model_file::check_table_dtype(path, tr.cfg.spec.table_dtype)?;
         commit::check_config_hash(
             path,
             &m,
@@ -204,7 +205,8 @@ fn local_load(
         );
         let sel = row_slab(ls.shard.rows, ls.rows);
         let name = format!("/tables/{t}/rows");
-        read_into(&name, vocab, sel, ls.shard.cols.clone(), dim, &mut ls.data)?;
+        let cols = ls.shard.cols.clone();
+        ls.fill_rows_f32(|rows| read_into(&name, vocab, sel, cols, dim, rows))?;
         if sp > 0 {
             let name = format!("/tables/{t}/state");
             read_into(&name, vocab, sel, 0..sp, sp, &mut ls.state)?;

@@ -717,6 +717,7 @@ mod tests {
 
     fn spec(tables: Vec<TableSpec>) -> ModelSpec {
         ModelSpec {
+            table_dtype: Default::default(),
             arch: Default::default(),
             n_dense: 1,
             hidden: vec![4],

@@ -902,12 +902,15 @@ impl EmbedTrainer {
             let sp = self.store.state_per_row(ls.shard.table);
             // Column shards hold copies of one row statistic: the first one counts it.
             let count_state = ls.shard.cols.start == 0;
+            // A bf16 or f16 table's values, widened (exactly): the sum a table of the
+            // same values at f32 would have.
+            let data = ls.rows_f32();
             let part: u64 = (0..ls.rows as usize)
                 .into_par_iter()
                 .map(|r| {
                     let g = rows.global(r as u64);
                     let base = (t << 44) | (g << 12);
-                    let mut acc = ls.data[r * w..(r + 1) * w]
+                    let mut acc = data[r * w..(r + 1) * w]
                         .iter()
                         .enumerate()
                         .fold(0u64, |acc, (j, &v)| {
