@@ -1,6 +1,7 @@
 //! The flags of `embed` and `plan`, and the checkpoint flags every training run shares.
 
 use super::{parse_threads, DenseGemmArg, ModelArgs, OutputModeArg};
+use crate::embed::io::delta::DeltaDtype;
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 
@@ -306,6 +307,21 @@ pub struct EmbedArgs {
         requires = "checkpoint_dir"
     )]
     pub checkpoint_every: u64,
+    /// Every N-th checkpoint is full, the others incremental: only the rows changed
+    /// since the previous checkpoint (with their optimizer state) and the whole MLP,
+    /// on a chain that restores exactly (docs/embed.md, "Incremental checkpoints").
+    /// 1: every checkpoint full. Not with hash tables.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        requires = "checkpoint_dir"
+    )]
+    pub checkpoint_full_every: u64,
+    /// The rows' dtype in incremental checkpoints: f32 (exact) or bf16 (LOSSY: the
+    /// rows rounded to bfloat16, a resume from such a chain is not bit for bit).
+    #[arg(long, value_enum, default_value_t = DeltaDtype::F32, requires = "checkpoint_dir")]
+    pub ckpt_delta_dtype: DeltaDtype,
 }
 
 /// The checkpoint flags of a training run, one set for every workload. Each workload

@@ -76,6 +76,10 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         preload: a.preload,
         out: a.out.clone(),
         init_from: a.init_from.clone(),
+        delta: crate::embed::io::delta::DeltaPolicy {
+            full_every: a.checkpoint_full_every,
+            dtype: a.ckpt_delta_dtype,
+        },
     };
     let eval_examples = cfg.eval_examples;
     let gemm = cfg.dense_gemm.name();

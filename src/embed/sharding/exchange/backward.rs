@@ -37,6 +37,14 @@ pub struct BackwardBufs {
     col: ColumnBufs,
 }
 
+impl BackwardBufs {
+    /// Per slot this rank owns (`store.owned[me]`): the local rows the last backward
+    /// updated (for incremental checkpoints).
+    pub fn owned_rows(&self) -> &[Vec<u32>] {
+        &self.rows
+    }
+}
+
 /// Column shards under row-wise Adagrad: the partial statistics sent, received, and
 /// per slot the full rows' totals.
 #[derive(Debug, Default)]

@@ -1,0 +1,248 @@
+//! Incremental checkpoints of the embedding model (`--checkpoint-full-every`) under
+//! `mpirun`: writing deltas leaves the training bits alone; a delta chain restores bit
+//! for bit (the restore verifies the writer's checksum) on the writer's and on other
+//! rank counts, where it continues exactly as a full checkpoint of the same step does;
+//! a crash while a delta is written keeps the previous chain; retention keeps every
+//! file a retained checkpoint's chain needs; a broken chain is refused (exit 2) naming
+//! the file; bf16 deltas are smaller and say that their resume is inexact.
+
+use crate::util;
+
+use std::path::{Path, PathBuf};
+use util::{serial, tempdir, tiny_embed, Output, TestCommand};
+
+/// The tiny model, 12 steps at `np` ranks, checkpoints every 2 steps into `dir`.
+fn run_cmd(np: usize, dir: &Path, plan: &str, extra: &[&str]) -> TestCommand {
+    let d = dir.to_str().unwrap();
+    tiny_embed(np, "12", "4")
+        .args(["--checkpoint-dir", d, "--plan", plan])
+        .args(["--checkpoint-every", "2"])
+        .args(extra)
+}
+
+fn run(np: usize, dir: &Path, extra: &[&str]) -> Output {
+    run_cmd(np, dir, "row_cyclic", extra).run()
+}
+
+fn steps(dir: &Path) -> Vec<u64> {
+    torusrec::ckpt::list(dir)
+        .unwrap()
+        .iter()
+        .map(|c| c.0)
+        .collect()
+}
+
+fn at(dir: &Path, step: u64) -> PathBuf {
+    dir.join(torusrec::ckpt::file_name(step))
+}
+
+/// The manifest's `delta` object of a checkpoint (`None`: a full checkpoint).
+fn delta_of(path: &Path) -> Option<Box<torusrec::embed::io::delta::DeltaInfo>> {
+    torusrec::embed::io::checkpoint::local_read_manifest(path)
+        .unwrap()
+        .delta
+}
+
+/// Resume `from` at `np` ranks with `plan` into a fresh directory: the final checksum.
+fn resumed_checksum(np: usize, plan: &str, from: &Path, extra: &[&str]) -> String {
+    let fresh = tempdir();
+    let o = run_cmd(
+        np,
+        fresh.path(),
+        plan,
+        &[&["--resume", from.to_str().unwrap()], extra].concat(),
+    )
+    .run();
+    o.expect_code(0).stdout_has(&["resumed from", "at step 6"]);
+    o.final_checksum()
+}
+
+#[test]
+fn a_delta_chain_restores_bit_for_bit_on_any_rank_count() {
+    let _serial = serial();
+    let full = tempdir();
+    let delta = tempdir();
+    let f = run(2, full.path(), &["--keep", "10"]);
+    f.expect_code(0);
+    let d = run(
+        2,
+        delta.path(),
+        &["--keep", "10", "--checkpoint-full-every", "3"],
+    );
+    d.expect_code(0);
+    assert_eq!(
+        d.final_checksum(),
+        f.final_checksum(),
+        "deltas change no bit"
+    );
+    assert_eq!(steps(delta.path()), vec![2, 4, 6, 8, 10, 12]);
+    // Full at 2 and 8; 4 on 2, 6 on 4, 10 on 8, 12 on 10.
+    let chain: Vec<Option<(String, u64)>> = steps(delta.path())
+        .into_iter()
+        .map(|s| delta_of(&at(delta.path(), s)).map(|d| (d.file, d.chain)))
+        .collect();
+    let name = torusrec::ckpt::file_name;
+    assert_eq!(
+        chain,
+        vec![
+            None,
+            Some((name(2), 1)),
+            Some((name(4), 2)),
+            None,
+            Some((name(8), 1)),
+            Some((name(10), 2)),
+        ]
+    );
+    for s in [2u64, 4, 6, 8, 10, 12] {
+        assert!(delta_of(&at(full.path(), s)).is_none());
+    }
+    // Resumed from the delta at step 6 (chain 2, 4, 6): on the writer's rank count the
+    // uninterrupted bits; on 1 and 3 ranks (other plans) the bits of a resume from
+    // the full checkpoint of step 6. Each restore verified the writer's checksum.
+    let d6 = at(delta.path(), 6);
+    assert_eq!(
+        resumed_checksum(2, "row_cyclic", &d6, &[]),
+        f.final_checksum()
+    );
+    for (np, plan) in [(1, "row_block"), (3, "column")] {
+        assert_eq!(
+            resumed_checksum(np, plan, &d6, &[]),
+            resumed_checksum(np, plan, &at(full.path(), 6), &[]),
+            "{np} ranks, plan {plan}"
+        );
+    }
+}
+
+#[test]
+fn a_crash_while_writing_a_delta_keeps_the_previous_chain() {
+    let _serial = serial();
+    let reference = tiny_embed(2, "12", "4")
+        .args(["--plan", "row_cyclic"])
+        .run();
+    reference.expect_code(0);
+    let dir = tempdir();
+    let args = ["--checkpoint-full-every", "3", "--keep", "2"];
+    // Rank 1's third checkpoint turn is the delta of step 6: it dies after writing
+    // its part, before the commit.
+    let o = run_cmd(2, dir.path(), "row_cyclic", &args)
+        .env("TORUSREC_FAULT", "after-shard-write@1#3")
+        .run();
+    assert!(
+        o.code != 0 && o.code != 75 && o.code != 76,
+        "the job should die\n{}",
+        o.dump()
+    );
+    o.stderr_has(&["[fault]"]);
+    // The chain 2 <- 4 survives (keep 2), with the temporary of 6.
+    assert_eq!(steps(dir.path()), vec![2, 4]);
+    assert!(dir
+        .path()
+        .join(format!("{}.partial", torusrec::ckpt::file_name(6)))
+        .exists());
+    let r = run(2, dir.path(), &[&args[..], &["--resume", "auto"]].concat());
+    r.expect_code(0)
+        .stdout_has(&["resumed from", "at step 4"])
+        .stderr_has(&["removed an incomplete checkpoint"]);
+    assert_eq!(r.final_checksum(), reference.final_checksum());
+    // The resumed run continued the chain: 6 on 4 (chain 2), 8 full, 10, 12 deltas;
+    // keep 2 keeps 12, 10 and 10's base 8.
+    assert_eq!(steps(dir.path()), vec![8, 10, 12]);
+    assert!(delta_of(&at(dir.path(), 8)).is_none());
+    assert_eq!(delta_of(&at(dir.path(), 12)).unwrap().chain, 2);
+}
+
+#[test]
+fn a_broken_chain_is_refused_naming_the_file() {
+    let _serial = serial();
+    let full = tempdir();
+    let delta = tempdir();
+    run(2, full.path(), &["--keep", "10"]).expect_code(0);
+    run(
+        2,
+        delta.path(),
+        &["--keep", "10", "--checkpoint-full-every", "3"],
+    )
+    .expect_code(0);
+    // Another file under the name of 6's base (4): not the checkpoint 6 was written on.
+    std::fs::copy(at(full.path(), 4), at(delta.path(), 4)).unwrap();
+    let fresh = tempdir();
+    let d6 = at(delta.path(), 6);
+    run(2, fresh.path(), &["--resume", d6.to_str().unwrap()])
+        .expect_code(2)
+        .stderr_has(&[
+            "ckpt-0000000006.h5",
+            "ckpt-0000000004.h5",
+            "is not the checkpoint it was written on",
+        ]);
+    // Its base missing.
+    std::fs::remove_file(at(delta.path(), 4)).unwrap();
+    run(2, fresh.path(), &["--resume", d6.to_str().unwrap()])
+        .expect_code(2)
+        .stderr_has(&["ckpt-0000000004.h5", "is missing", "chain is broken"]);
+}
+
+#[test]
+fn bf16_deltas_are_smaller_lossy_and_say_so() {
+    let _serial = serial();
+    let exact = tempdir();
+    let lossy = tempdir();
+    let args = ["--keep", "10", "--checkpoint-full-every", "3"];
+    let e = run(2, exact.path(), &args);
+    e.expect_code(0);
+    let l = run(
+        2,
+        lossy.path(),
+        &[&args[..], &["--ckpt-delta-dtype", "bf16"]].concat(),
+    );
+    l.expect_code(0);
+    assert_eq!(
+        l.final_checksum(),
+        e.final_checksum(),
+        "the run itself is exact"
+    );
+    let size = |p: PathBuf| std::fs::metadata(p).unwrap().len();
+    assert!(size(at(lossy.path(), 6)) < size(at(exact.path(), 6)));
+    let fresh = tempdir();
+    let d6 = at(lossy.path(), 6);
+    let o = run(2, fresh.path(), &["--resume", d6.to_str().unwrap()]);
+    o.expect_code(0)
+        .stdout_has(&["resumed from", "at step 6"])
+        .stderr_has(&["bf16", "lossy", "not the uninterrupted one's bit for bit"]);
+    // bf16 with every checkpoint full would do nothing: refused.
+    run(2, tempdir().path(), &["--ckpt-delta-dtype", "bf16"])
+        .expect_code(2)
+        .stderr_has(&["--checkpoint-full-every 2 or more"]);
+}
+
+/// Chains written by other placements (column shards, replicas, whole tables) and
+/// other table optimizers restore on another rank count and plan: each restore
+/// verified the writer's checksum of the whole state.
+#[test]
+fn chains_of_every_placement_and_optimizer_restore() {
+    let _serial = serial();
+    for (np, plan, opt) in [
+        (3, "column", "rowwise-adagrad"),
+        (2, "data_parallel", "rowwise-adagrad"),
+        (2, "row_block", "adam"),
+        (2, "table", "sgd"),
+    ] {
+        let dir = tempdir();
+        let extra = [
+            "--keep",
+            "10",
+            "--checkpoint-full-every",
+            "4",
+            "--table-opt",
+            opt,
+        ];
+        run_cmd(np, dir.path(), plan, &extra).run().expect_code(0);
+        assert!(delta_of(&at(dir.path(), 6)).is_some());
+        let fresh = tempdir();
+        let d6 = at(dir.path(), 6);
+        let resume = ["--table-opt", opt, "--resume", d6.to_str().unwrap()];
+        run_cmd(3 - np % 2, fresh.path(), "row_cyclic", &resume)
+            .run()
+            .expect_code(0)
+            .stdout_has(&["resumed from", "at step 6"]);
+    }
+}
