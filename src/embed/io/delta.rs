@@ -245,8 +245,10 @@ fn local_segments(tr: &EmbedTrainer, rank: usize) -> Result<Vec<Segment>> {
             rows: Vec::with_capacity(local.len() * w),
             state: Vec::new(),
         };
+        let mut row = vec![0.0f32; w];
         for &r in &local {
-            seg.rows.extend_from_slice(ls.row(r));
+            ls.row_into(r, &mut row);
+            seg.rows.extend_from_slice(&row);
         }
         if sp > 0 && seg.cols.start == 0 {
             for &r in &local {
@@ -364,6 +366,13 @@ fn local_create(
             .create("state"),
     )?;
     write_attrs(&f, tmp, attrs)?;
+    // The tables' dtype, as a full checkpoint records it (absent: f32); the rows are
+    // the 16-bit values widened to f32 (exact) unless `--ckpt-delta-dtype bf16`.
+    let table_dtype = tr.cfg.spec.table_dtype;
+    if !table_dtype.is_f32() {
+        let d = Attr::Str(table_dtype.name().into());
+        crate::io::h5::write_attr(&f, tmp, "table_dtype", &d)?;
+    }
     h5(tmp, "close", f.close())
 }
 
@@ -538,7 +547,12 @@ fn apply_to_shard(
             if c0 < c1 {
                 let src = &d.rows[r + k * sw + (c0 - lo)..r + k * sw + (c1 - lo)];
                 let a = lr * w + (c0 - ls.shard.cols.start);
-                ls.data[a..a + (c1 - c0)].copy_from_slice(src);
+                if ls.dtype.is_f32() {
+                    ls.data[a..a + (c1 - c0)].copy_from_slice(src);
+                } else {
+                    // Exact: the delta holds the 16-bit rows widened to f32.
+                    ls.dtype.narrow(src, &mut ls.half[a..a + (c1 - c0)]);
+                }
             }
             if has_state {
                 ls.state[lr * sp..(lr + 1) * sp]
