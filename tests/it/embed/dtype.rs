@@ -317,33 +317,5 @@ fn predict_scores_a_bf16_model_as_the_trainer_evaluated_it() {
         .args(["--threads", "1", "--eval-examples", "500"])
         .run();
     o.expect_code(0);
-    let word_after = |line: &str, w: &str| -> f64 {
-        let mut it = line.split_whitespace();
-        it.find(|x| *x == w).unwrap();
-        it.next()
-            .unwrap()
-            .trim_end_matches([',', ';'])
-            .parse()
-            .unwrap()
-    };
-    let fin = trained
-        .stdout
-        .lines()
-        .find(|l| l.starts_with("final:"))
-        .unwrap();
-    let line = o
-        .stdout
-        .lines()
-        .find(|l| l.starts_with("predict:"))
-        .unwrap();
-    let (auc0, ll0) = (word_after(fin, "AUC"), word_after(fin, "logloss"));
-    let (auc1, ll1) = (word_after(line, "AUC"), word_after(line, "loss"));
-    assert!(
-        (auc0 - auc1).abs() < 1e-4,
-        "AUC {auc0} vs {auc1}\n{fin}\n{line}"
-    );
-    assert!(
-        (ll0 - ll1).abs() < 1e-5,
-        "log loss {ll0} vs {ll1}\n{fin}\n{line}"
-    );
+    super::predict::assert_scores_as_trained(&trained.stdout, &o.stdout);
 }
