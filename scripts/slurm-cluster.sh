@@ -31,6 +31,8 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=scripts/slurm_conf.sh
+. "$HERE/slurm_conf.sh"   # the slurm.conf lines shared with slurm-local.sh
 NETC="$HERE/netcluster.sh"
 DIR="${SLURM_CLUSTER_DIR:-/tmp/torusrec-slurm-cluster}"
 CPUS="${SLURM_CLUSTER_CPUS:-2}"
@@ -103,44 +105,18 @@ write_conf() {
 # Written by scripts/slurm-cluster.sh: $n nodes in network namespaces (docs/cluster.md).
 ClusterName=torusrec-ns
 SlurmctldHost=ctl($CTL_ADDR)
-SlurmUser=root
-SlurmdUser=root
 SlurmctldPort=6817
 SlurmdPort=6818
-AuthType=auth/munge
-CredType=cred/munge
-# cred_expire is also the delay before a requeued job may start again (default 120 s).
-AuthInfo=cred_expire=$CRED_EXPIRE
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SchedulerType=sched/backfill
-SchedulerParameters=sched_interval=2,bf_interval=2
-MpiDefault=none
-SwitchType=switch/none
-AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
-JobCompType=jobcomp/none
-JobRequeue=1
-RequeueExit=75
-# A node whose slurmd answers again returns to service by itself.
-ReturnToService=2
+$(slurm_conf_common "$CRED_EXPIRE")
 # A node that does not answer for this long is DOWN: its jobs are requeued (--requeue)
 # or ended, and a requeued job's clean-up on it stops waiting for it.
 SlurmdTimeout=$SLURMD_TIMEOUT
-MinJobAge=600
-KillWait=30
 StateSaveLocation=$DIR/state
 SlurmdSpoolDir=$DIR/spool/%n
 SlurmctldPidFile=$DIR/slurmctld.pid
 SlurmdPidFile=$DIR/slurmd-%n.pid
 SlurmctldLogFile=$DIR/log/slurmctld.log
 SlurmdLogFile=$DIR/log/slurmd-%n.log
-SlurmctldDebug=info
-SlurmdDebug=info
-# Every node shares the machine's cores; let each claim CPUS of them.
-SlurmdParameters=config_overrides
 EOF
     for ((k = 1; k <= n; k++)); do
         echo "NodeName=h$k NodeAddr=$NET.$k CPUs=$CPUS State=UNKNOWN"
