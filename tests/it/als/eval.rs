@@ -523,21 +523,26 @@ fn auto_rows_are_reported_kept_and_score_as_that_many_rows() {
     }
 }
 
-#[test]
-fn eval_rows_zero_or_garbage_is_a_usage_error() {
+/// `als --FLAG=V` for each bad V exits 2 naming the flag, before any epoch.
+fn bad_values_are_usage_errors(flag: &str, bad: &[&str]) {
     let dir = util::tempdir();
     let data = util::synthetic_dataset(dir.path(), 300, 3000, 1);
-    for bad in ["0", "many", "-5", "1.5", ""] {
+    for v in bad {
         let o = util::TestCommand::direct()
             .arg("als")
             .arg("--data")
             .arg(&data)
-            .arg(format!("--eval-rows={bad}"))
+            .arg(format!("--{flag}={v}"))
             .run();
         o.expect_code(2);
-        o.stderr_has(&["--eval-rows"]);
+        o.stderr_has(&[&format!("--{flag}")]);
         assert!(!o.stdout.contains("epoch"), "{}", o.dump());
     }
+}
+
+#[test]
+fn eval_rows_zero_or_garbage_is_a_usage_error() {
+    bad_values_are_usage_errors("eval-rows", &["0", "many", "-5", "1.5", ""]);
 }
 
 #[test]
@@ -768,17 +773,5 @@ fn k_list_prints_and_records_the_metrics_and_default_runs_keep_their_recall() {
 
 #[test]
 fn k_out_of_range_or_garbage_is_a_usage_error() {
-    let dir = util::tempdir();
-    let data = util::synthetic_dataset(dir.path(), 300, 3000, 1);
-    for bad in ["0", "51", "10,100", "ten", ""] {
-        let o = util::TestCommand::direct()
-            .arg("als")
-            .arg("--data")
-            .arg(&data)
-            .arg(format!("--k={bad}"))
-            .run();
-        o.expect_code(2);
-        o.stderr_has(&["--k"]);
-        assert!(!o.stdout.contains("epoch"), "{}", o.dump());
-    }
+    bad_values_are_usage_errors("k", &["0", "51", "10,100", "ten", ""]);
 }
