@@ -241,7 +241,7 @@ pub fn global_train<C: Comm>(
     let (steps, log_every, eval_every) = (cfg.steps, cfg.log_every, cfg.eval_every);
     let mut last = None;
     let make = || {
-        comm.agree(run.delta.validate(&cfg.spec))?;
+        comm.agree(run.delta.validate())?;
         let mut tr = comm.agree(EmbedTrainer::new(cfg, source, plan, comm.rank()))?;
         if run.delta.full_every > 1 {
             tr.dirty = Some(DirtyRows::new(&tr.store));

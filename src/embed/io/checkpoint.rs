@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use super::config_hash::config_hash;
 use super::delta::{Chain, DeltaDtype, DeltaInfo};
+use super::hashio::{Restored, RowsFrom};
 use super::model_file::{global_write_state, row_slab};
 use crate::ckpt::commit::{self, corrupt, Header};
 use crate::ckpt::{self, SCHEMA};
@@ -85,6 +86,9 @@ pub fn global_write_checkpoint_on<C: Comm>(
     keep: usize,
     chain: &mut Chain,
 ) -> Result<PathBuf> {
+    if let Some(d) = &mut tr.dirty {
+        d.absorb_renewed(&mut tr.store);
+    }
     let mut delta = chain.next(tr.step);
     if let Some(d) = &mut delta {
         d.rows = super::delta::global_delta_rows(comm, tr);
@@ -218,27 +222,50 @@ fn local_load(
     path: &Path,
     dense_step: Option<u64>,
     warm: bool,
-) -> Result<(super::hashio::Restored, bool)> {
+) -> Result<(Restored, bool)> {
     let chain = super::delta::local_chain(path)?;
-    let mut restored = local_load_full(tr, &chain[0].0, dense_step, warm)?;
-    let mut lossy = false;
-    for (p, d) in &chain[1..] {
-        let dtype = d.as_ref().map_or(DeltaDtype::F32, |d| d.dtype);
-        lossy |= dtype == DeltaDtype::Bf16;
+    let base = &chain[0].0;
+    let deltas: Vec<(PathBuf, bool)> = chain[1..]
+        .iter()
+        .map(|(p, d)| {
+            let dtype = d.as_ref().map_or(DeltaDtype::F32, |d| d.dtype);
+            (p.clone(), dtype == DeltaDtype::Bf16)
+        })
+        .collect();
+    let lossy = deltas.iter().any(|d| d.1);
+    let mut restored = local_load_full(tr, base, dense_step, warm, deltas.is_empty())?;
+    for (p, bf16) in &deltas {
+        let dtype = if *bf16 {
+            DeltaDtype::Bf16
+        } else {
+            DeltaDtype::F32
+        };
         let f = super::delta::local_apply(&mut tr.store, p, dtype)?;
         local_read_dense(tr, &f, p, dense_step)?;
+    }
+    if let Some((last, _)) = deltas.last() {
+        // A chain's hash tables: the entries of its last checkpoint, each row from
+        // the newest checkpoint that holds it.
+        let f = commit::local_open(last)?;
+        let rows = RowsFrom::Chain {
+            base,
+            deltas: &deltas,
+        };
+        restored = restored.and(local_load_hash(tr, &f, last, warm, rows)?);
     }
     restored.exact &= !lossy;
     Ok((restored, lossy))
 }
 
-/// [`local_load`] of one full checkpoint or model file.
+/// [`local_load`] of one full checkpoint or model file (its hash tables too when
+/// `hash`).
 fn local_load_full(
     tr: &mut EmbedTrainer,
     path: &Path,
     dense_step: Option<u64>,
     warm: bool,
-) -> Result<super::hashio::Restored> {
+    hash: bool,
+) -> Result<Restored> {
     let f = commit::local_open(path)?;
     // Into the shards' own buffers (kept: they are on huge pages).
     let read_into = |name: &str,
@@ -298,20 +325,36 @@ fn local_load_full(
             read_into(&name, vocab, sel, 0..sp, sp, &mut ls.state)?;
         }
     }
-    let mut restored = super::hashio::Restored {
+    let restored = match hash {
+        true => local_load_hash(tr, &f, path, warm, RowsFrom::Here)?,
+        false => Restored {
+            exact: true,
+            ..Default::default()
+        },
+    };
+    local_read_dense(tr, &f, path, dense_step)?;
+    Ok(restored)
+}
+
+/// The hash tables this rank holds a shard of, from the checkpoint `f` at `path`
+/// (the entries; their rows from `rows`).
+fn local_load_hash(
+    tr: &mut EmbedTrainer,
+    f: &hdf5::File,
+    path: &Path,
+    warm: bool,
+    rows: RowsFrom<'_>,
+) -> Result<Restored> {
+    let mut restored = Restored {
         exact: true,
         ..Default::default()
     };
     for t in 0..tr.cfg.spec.tables.len() {
-        // Hash tables this rank holds a shard of.
         if tr.store.hash[t].is_some() {
-            let r = super::hashio::local_restore(&f, path, &mut tr.store, t, warm)?;
-            restored.entries += r.entries;
-            restored.dropped += r.dropped;
-            restored.exact &= r.exact;
+            let r = super::hashio::local_restore(f, path, &mut tr.store, t, warm, rows)?;
+            restored = restored.and(r);
         }
     }
-    local_read_dense(tr, &f, path, dense_step)?;
     Ok(restored)
 }
 
@@ -432,7 +475,7 @@ pub fn global_init_from<C: Comm>(
     path: &Path,
 ) -> Result<WarmStart> {
     let _p = comm.stats().phase("io");
-    let local = (|| -> Result<(EmbedManifest, super::hashio::Restored)> {
+    let local = (|| -> Result<(EmbedManifest, Restored)> {
         let m = local_read_manifest(path)?;
         commit::check_workload(path, &m)?;
         if let Some(theirs) = local_read_spec(path)? {

@@ -17,7 +17,21 @@
 //! | `/delta/<t>/state` | f32 | [sum n x s] | optimizer state of the segments starting at column 0 |
 //! | `/mlp/params`, `/mlp/state` | f32 | | as in a full checkpoint |
 //!
-//! Hash tables are refused (their admissions and evictions are not tracked).
+//! Per hash table `t`, its entries whole (admissions, evictions, counts and last-seen
+//! steps change at every step), under `/tables/<t>` as a full checkpoint stores them
+//! (`ranks`, `entries_per_rank`, `keys`, `slots`, `counts`, `last_seen`; see
+//! [`super::hashio`]) but without `rows` and `state`, and its changed entries (a slot
+//! whose row the optimizer updated or that took a new key) by key:
+//!
+//! | object | type | shape | content |
+//! |---|---|---|---|
+//! | `/delta/<t>/records_per_rank` | u64 | [P] | changed entries of each writing rank |
+//! | `/delta/<t>/keys` | u64 | [D] | their keys, rank after rank |
+//! | `/delta/<t>/rows` | f32 (u16: bf16 bits) | [D x dim] | their rows |
+//! | `/delta/<t>/state` | f32 | [D x s] | their optimizer state |
+//!
+//! A restore takes the last checkpoint's entries and each key's row from the newest
+//! checkpoint of the chain that holds it ([`super::hashio::RowsFrom::Chain`]).
 
 use std::path::{Path, PathBuf};
 
@@ -63,8 +77,8 @@ impl Default for DeltaPolicy {
 }
 
 impl DeltaPolicy {
-    /// Refuse (exit 2) what cannot act: no `full_every`, bf16 without deltas, hash tables.
-    pub fn validate(&self, spec: &crate::spec::ModelSpec) -> Result<()> {
+    /// Refuse (exit 2) what cannot act: no `full_every`, bf16 without deltas.
+    pub fn validate(&self) -> Result<()> {
         if self.full_every == 0 {
             return Err(Error::Config(
                 "--checkpoint-full-every 0: must be at least 1 (1: every checkpoint full)".into(),
@@ -74,14 +88,6 @@ impl DeltaPolicy {
             return Err(Error::Config(
                 "--ckpt-delta-dtype bf16 needs --checkpoint-full-every 2 or more (with 1 every checkpoint is full, f32)".into(),
             ));
-        }
-        let hashed = crate::embed::tables::keys::hash_tables(spec);
-        if self.full_every > 1 && !hashed.is_empty() {
-            return Err(Error::Config(format!(
-                "--checkpoint-full-every {}: incremental checkpoints of hash tables are not supported (their admissions, evictions and counts are not tracked); the model has {} hash table(s): use --checkpoint-full-every 1",
-                self.full_every,
-                hashed.len()
-            )));
         }
         Ok(())
     }
@@ -261,6 +267,169 @@ fn local_segments(tr: &EmbedTrainer, rank: usize) -> Result<Vec<Segment>> {
     Ok(out)
 }
 
+/// One hash table's changed entries on this rank, by key.
+struct HashPart {
+    table: usize,
+    keys: Vec<u64>,
+    rows: Vec<f32>,
+    state: Vec<f32>,
+}
+
+/// This rank's hash tables' changed entries: the held slots marked in
+/// [`EmbedTrainer::dirty`] (their row updated, or a new key in them), in slot order.
+fn local_hash_parts(tr: &EmbedTrainer) -> Result<Vec<HashPart>> {
+    let dirty = tr.dirty.as_ref().ok_or_else(|| {
+        Error::Config("an incremental checkpoint without changed-row tracking".into())
+    })?;
+    let mut out = Vec::new();
+    for (t, shard) in tr.store.hash.iter().enumerate() {
+        let Some(shard) = shard else { continue };
+        let li = tr.store.hash_local(t)?;
+        let ls = &tr.store.local[li];
+        let (w, sp) = (ls.shard.width(), tr.store.state_per_row(t));
+        let marked = dirty.rows(li);
+        let mut part = HashPart {
+            table: t,
+            keys: Vec::new(),
+            rows: Vec::new(),
+            state: Vec::new(),
+        };
+        let mut m = marked.iter().peekable();
+        for e in shard.entries() {
+            let s = u64::from(e.slot);
+            while m.next_if(|&&r| r < s).is_some() {}
+            if m.next_if_eq(&&s).is_none() {
+                continue;
+            }
+            let s = s as usize;
+            part.keys.push(e.key);
+            part.rows.extend_from_slice(&ls.data[s * w..(s + 1) * w]);
+            part.state
+                .extend_from_slice(&ls.state[s * sp..(s + 1) * sp]);
+        }
+        out.push(part);
+    }
+    Ok(out)
+}
+
+/// Per table, per rank (zeros for fixed tables): the hash tables' entries and changed
+/// entries.
+struct HashCounts {
+    entries: Vec<Vec<u64>>,
+    records: Vec<Vec<u64>>,
+}
+
+fn global_hash_counts<C: Comm>(
+    comm: &C,
+    tr: &EmbedTrainer,
+    parts: &[HashPart],
+) -> Result<HashCounts> {
+    let n = tr.store.hash.len();
+    let mut mine = vec![0u64; 2 * n];
+    for (t, h) in tr.store.hash.iter().enumerate() {
+        mine[2 * t] = h.as_ref().map_or(0, |h| h.len() as u64);
+    }
+    for p in parts {
+        mine[2 * p.table + 1] = p.keys.len() as u64;
+    }
+    let all = comm.all_gather_v(&mine)?.data;
+    let per = |t: usize, k: usize| {
+        (0..comm.size())
+            .map(|r| all[r * 2 * n + 2 * t + k])
+            .collect()
+    };
+    Ok(HashCounts {
+        entries: (0..n).map(|t| per(t, 0)).collect(),
+        records: (0..n).map(|t| per(t, 1)).collect(),
+    })
+}
+
+/// Rank 0: hash table `t`'s datasets in the delta `f` (at `tmp`).
+fn local_create_hash(
+    tr: &EmbedTrainer,
+    f: &hdf5::File,
+    tmp: &Path,
+    t: usize,
+    counts: &HashCounts,
+    dtype: DeltaDtype,
+) -> Result<()> {
+    super::hashio::local_create(f, tmp, &tr.store, t, &counts.entries[t], false)?;
+    let (w, sp) = (tr.cfg.spec.tables[t].dim, tr.store.state_per_row(t));
+    let d: u64 = counts.records[t].iter().sum();
+    let d = d as usize;
+    let g = h5(tmp, "group", f.create_group(&format!("delta/{t}")))?;
+    let at = |n: &str| format!("/delta/{t}/{n}");
+    h5(
+        tmp,
+        at("records_per_rank"),
+        g.new_dataset_builder()
+            .with_data(&counts.records[t])
+            .create("records_per_rank"),
+    )?;
+    h5(
+        tmp,
+        at("keys"),
+        g.new_dataset::<u64>().shape(d).create("keys"),
+    )?;
+    let rows = match dtype {
+        DeltaDtype::F32 => g.new_dataset::<f32>().shape(d * w).create("rows"),
+        DeltaDtype::Bf16 => g.new_dataset::<u16>().shape(d * w).create("rows"),
+    };
+    h5(tmp, at("rows"), rows)?;
+    if sp > 0 {
+        h5(
+            tmp,
+            at("state"),
+            g.new_dataset::<f32>().shape(d * sp).create("state"),
+        )?;
+    }
+    Ok(())
+}
+
+/// This rank's turn for its hash tables: their entries, and their changed entries
+/// at their offsets.
+fn local_write_hash(
+    tr: &EmbedTrainer,
+    f: &hdf5::File,
+    tmp: &Path,
+    rank: usize,
+    parts: &[HashPart],
+    counts: &HashCounts,
+    dtype: DeltaDtype,
+) -> Result<()> {
+    for part in parts {
+        let t = part.table;
+        let first: u64 = counts.entries[t][..rank].iter().sum();
+        super::hashio::local_write(f, tmp, &tr.store, t, first as usize, false)?;
+        let n = part.keys.len();
+        if n == 0 {
+            continue;
+        }
+        let (w, sp) = (tr.cfg.spec.tables[t].dim, tr.store.state_per_row(t));
+        let i: u64 = counts.records[t][..rank].iter().sum();
+        let i = i as usize;
+        let ds = |name: &str| {
+            let at = format!("/delta/{t}/{name}");
+            h5(tmp, &at, f.dataset(&at)).map(|d| (d, at))
+        };
+        let (d, at) = ds("keys")?;
+        h5(tmp, &at, d.write_slice(&part.keys, i..i + n))?;
+        let (d, at) = ds("rows")?;
+        match dtype {
+            DeltaDtype::F32 => h5(tmp, &at, d.write_slice(&part.rows, i * w..(i + n) * w))?,
+            DeltaDtype::Bf16 => {
+                let b: Vec<u16> = part.rows.iter().map(|&x| Bf16::from_f32(x).0).collect();
+                h5(tmp, &at, d.write_slice(&b, i * w..(i + n) * w))?
+            }
+        }
+        if sp > 0 {
+            let (d, at) = ds("state")?;
+            h5(tmp, &at, d.write_slice(&part.state, i * sp..(i + n) * sp))?;
+        }
+    }
+    Ok(())
+}
+
 /// Every segment over all ranks, in rank order: `(rank, table, col_lo, col_hi, n)`.
 type Desc = (usize, usize, usize, usize, usize);
 
@@ -306,12 +475,13 @@ fn local_create(
     tr: &EmbedTrainer,
     tmp: &Path,
     attrs: &[(&str, Attr)],
-    descs: &[Desc],
+    (descs, counts): (&[Desc], &HashCounts),
     dtype: DeltaDtype,
 ) -> Result<()> {
     let f = h5(tmp, "create", crate::io::h5::create(tmp))?;
     for t in 0..tr.cfg.spec.tables.len() {
         if tr.store.is_hash(t) {
+            local_create_hash(tr, &f, tmp, t, counts, dtype)?;
             continue;
         }
         let sp = tr.store.state_per_row(t);
@@ -381,11 +551,12 @@ fn local_write(
     tr: &EmbedTrainer,
     tmp: &Path,
     rank: usize,
-    mine: &[Segment],
-    descs: &[Desc],
+    (mine, parts): (&[Segment], &[HashPart]),
+    (descs, counts): (&[Desc], &HashCounts),
     dtype: DeltaDtype,
 ) -> Result<()> {
     let f = h5(tmp, "open", crate::io::h5::open_rw(tmp))?;
+    local_write_hash(tr, &f, tmp, rank, parts, counts, dtype)?;
     let first = descs
         .iter()
         .position(|d| d.0 == rank)
@@ -432,12 +603,17 @@ pub(crate) fn global_write_delta<C: Comm>(
     dtype: DeltaDtype,
 ) -> Result<()> {
     let mine = comm.agree(local_segments(tr, comm.rank()))?;
+    let parts = comm.agree(local_hash_parts(tr))?;
     let descs = global_descs(comm, &mine)?;
+    let counts = global_hash_counts(comm, tr, &parts)?;
     global_write_atomic(
         comm,
         path,
-        |tmp| local_create(tr, tmp, attrs, &descs, dtype),
-        |tmp| local_write(tr, tmp, comm.rank(), &mine, &descs, dtype),
+        |tmp| local_create(tr, tmp, attrs, (&descs, &counts), dtype),
+        |tmp| {
+            let (me, data, offsets) = (comm.rank(), (&mine[..], &parts[..]), (&descs[..], &counts));
+            local_write(tr, tmp, me, data, offsets, dtype)
+        },
     )
 }
 
@@ -590,21 +766,14 @@ mod tests {
 
     #[test]
     fn the_policy_refuses_what_cannot_act() {
-        let mut spec = crate::spec::preset("tiny", 1.0).unwrap();
         let p = |full_every, dtype| DeltaPolicy { full_every, dtype };
-        assert!(p(1, DeltaDtype::F32).validate(&spec).is_ok());
-        assert!(p(4, DeltaDtype::Bf16).validate(&spec).is_ok());
-        assert!(p(0, DeltaDtype::F32).validate(&spec).is_err());
-        let e = p(1, DeltaDtype::Bf16).validate(&spec).unwrap_err();
-        assert!(e.to_string().contains("--checkpoint-full-every 2"), "{e}");
-        spec.tables[1].vocab_kind = crate::spec::VocabKind::Hash;
-        let e = p(3, DeltaDtype::F32).validate(&spec).unwrap_err();
-        assert!(
-            e.to_string().contains("hash tables are not supported"),
-            "{e}"
-        );
+        assert!(p(1, DeltaDtype::F32).validate().is_ok());
+        assert!(p(4, DeltaDtype::Bf16).validate().is_ok());
+        let e = p(0, DeltaDtype::F32).validate().unwrap_err();
         assert_eq!(e.exit_code(), 2);
-        assert!(p(1, DeltaDtype::F32).validate(&spec).is_ok());
+        let e = p(1, DeltaDtype::Bf16).validate().unwrap_err();
+        assert!(e.to_string().contains("--checkpoint-full-every 2"), "{e}");
+        assert_eq!(e.exit_code(), 2);
     }
 
     #[test]

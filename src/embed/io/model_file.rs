@@ -58,7 +58,7 @@ fn local_create(
     for (t, ts) in spec.tables.iter().enumerate() {
         let sp = tr.store.state_per_row(t);
         if tr.store.is_hash(t) {
-            super::hashio::local_create(&f, tmp, &tr.store, t, &hash_entries[t])?;
+            super::hashio::local_create(&f, tmp, &tr.store, t, &hash_entries[t], true)?;
             let g = h5(tmp, "group", f.group(&format!("tables/{t}")))?;
             write_attrs(&g, tmp, &table_attrs(ts))?;
             continue;
@@ -257,7 +257,7 @@ fn local_write_shards<C: Comm>(
     for (t, per_rank) in hash_entries.iter().enumerate() {
         if tr.store.is_hash(t) {
             let first: u64 = per_rank[..comm.rank()].iter().sum();
-            super::hashio::local_write(&f, tmp, &tr.store, t, first as usize)?;
+            super::hashio::local_write(&f, tmp, &tr.store, t, first as usize, true)?;
         }
     }
     for ls in &tr.store.local {

@@ -2,7 +2,8 @@
 //! checkpoints, `embed --checkpoint-full-every N`, `docs/embed.md`): a bitset over each
 //! shard's local rows, set for every row the table optimizer was applied to (the
 //! owners' summed rows of each step, the replicas' rows with a non-zero all-reduced
-//! gradient) and cleared when a checkpoint commits. A row in the set may be unchanged
+//! gradient) and for every hash-table slot that took a new entry, and cleared when a
+//! checkpoint commits. A row in the set may be unchanged
 //! (an update that left its bits as they were); a changed row is always in it.
 
 use super::store::Store;
@@ -58,6 +59,24 @@ impl DirtyRows {
                 if g.iter().any(|&x| x != 0.0) {
                     self.mark(li, r);
                 }
+            }
+        }
+    }
+
+    /// Before a checkpoint: mark the hash tables' slots that took a new entry (and a
+    /// freshly initialised row) since the last one ([`super::hashtab::HashShard::take_renewed`]);
+    /// a key admitted late has a row the optimizer never touched.
+    pub fn absorb_renewed(&mut self, store: &mut Store) {
+        for t in 0..store.hash.len() {
+            let Some(shard) = store.hash[t].as_mut() else {
+                continue;
+            };
+            let renewed = shard.take_renewed();
+            let Ok(li) = store.hash_local(t) else {
+                continue;
+            };
+            for s in renewed {
+                self.mark(li, s as usize);
             }
         }
     }

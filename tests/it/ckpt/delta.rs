@@ -273,3 +273,41 @@ fn chains_of_16_bit_tables_restore_bit_for_bit() {
         );
     }
 }
+
+/// Hash tables in a chain (their entries whole in every delta, the changed rows by
+/// key): with admission and LFU eviction in a table a third of the id space, and with
+/// expiry (TTL), the deltas change no training bit; a resume from a delta continues
+/// the uninterrupted run on the writer's rank count (entries back in their slots), and
+/// on 1 rank (entries re-sharded by key) as a resume from the full checkpoint of the
+/// same step does. Each restore verified the writer's checksum.
+#[test]
+fn chains_of_hash_tables_restore_bit_for_bit() {
+    let _serial = serial();
+    let cases: [&[&str]; 2] = [
+        &["--capacity", "0.3x", "--admit-after", "2"],
+        &["--capacity", "1.1x", "--evict", "ttl:2"],
+    ];
+    for h in cases {
+        let h = [&["--vocab", "hash"][..], h].concat();
+        let full = tempdir();
+        let delta = tempdir();
+        let f = run(2, full.path(), &[&h[..], &["--keep", "10"]].concat());
+        f.expect_code(0);
+        let args = ["--keep", "10", "--checkpoint-full-every", "3"];
+        let d = run(2, delta.path(), &[&h[..], &args[..]].concat());
+        d.expect_code(0);
+        assert_eq!(d.final_checksum(), f.final_checksum(), "{h:?}");
+        let d6 = at(delta.path(), 6);
+        assert_eq!(delta_of(&d6).map(|d| d.chain), Some(2), "{h:?}");
+        assert_eq!(
+            resumed_checksum(2, "row_cyclic", &d6, &h),
+            f.final_checksum(),
+            "{h:?}: resumed at 2 ranks"
+        );
+        assert_eq!(
+            resumed_checksum(1, "row_cyclic", &d6, &h),
+            resumed_checksum(1, "row_cyclic", &at(full.path(), 6), &h),
+            "{h:?}: resumed at 1 rank"
+        );
+    }
+}
