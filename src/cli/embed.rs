@@ -318,8 +318,10 @@ pub struct EmbedArgs {
         requires = "checkpoint_dir"
     )]
     pub checkpoint_full_every: u64,
-    /// The rows' dtype in incremental checkpoints: f32 (exact) or bf16 (LOSSY: the
-    /// rows rounded to bfloat16, a resume from such a chain is not bit for bit).
+    /// The rows' dtype in incremental checkpoints: f32 (exact), bf16 or int8 (both
+    /// LOSSY: rows rounded to bfloat16, or quantised to 8 bits between each row's
+    /// minimum and maximum as in Check-N-Run; a resume from such a chain is not bit
+    /// for bit). The optimizer state stays f32.
     #[arg(long, value_enum, default_value_t = DeltaDtype::F32, requires = "checkpoint_dir")]
     pub ckpt_delta_dtype: DeltaDtype,
 }

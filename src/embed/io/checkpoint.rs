@@ -170,7 +170,7 @@ pub fn global_restore<C: Comm>(
 ) -> Result<EmbedManifest> {
     let _p = comm.stats().phase("io");
     let want_hash = config_hash(tr);
-    let local = (|| -> Result<(EmbedManifest, bool)> {
+    let local = (|| -> Result<(EmbedManifest, Option<DeltaDtype>)> {
         let m = local_read_manifest(path)?;
         commit::check_workload(path, &m)?;
         super::model_file::check_table_dtype(path, tr.cfg.spec.table_dtype)?;
@@ -195,11 +195,12 @@ pub fn global_restore<C: Comm>(
     let (m, lossy) = comm.agree(local)?;
     tr.step = m.step;
     let got = format!("{:016x}", tr.global_checksum(comm)?);
-    if lossy {
-        // The rows were rounded to bf16: the checksum of the writer's state cannot match.
+    if let Some(dtype) = lossy {
+        // The rows were rounded: the checksum of the writer's state cannot match.
         if comm.rank() == 0 {
+            let d = dtype.name();
             log::warn!(
-                "{}: restored from a chain with bf16 deltas (--ckpt-delta-dtype bf16, lossy): the rows are rounded, this run is not the uninterrupted one's bit for bit (checksum {got}, the writer's {})",
+                "{}: restored from a chain with {d} deltas (--ckpt-delta-dtype {d}, lossy): the rows are rounded, this run is not the uninterrupted one's bit for bit (checksum {got}, the writer's {})",
                 path.display(),
                 m.checksum
             );
@@ -216,31 +217,23 @@ pub fn global_restore<C: Comm>(
 /// (its full checkpoint, then each delta in order). `warm`: a warm start (hash
 /// tables' entries count as seen at step 0). `dense_step` `None`: the dense
 /// optimizer's state is not read (a model to score with, [`local_load_model`]).
-/// Also returns whether the chain holds lossy (bf16) deltas.
+/// Also returns the dtype of the chain's first lossy (bf16, int8) delta, if any.
 fn local_load(
     tr: &mut EmbedTrainer,
     path: &Path,
     dense_step: Option<u64>,
     warm: bool,
-) -> Result<(Restored, bool)> {
+) -> Result<(Restored, Option<DeltaDtype>)> {
     let chain = super::delta::local_chain(path)?;
     let base = &chain[0].0;
-    let deltas: Vec<(PathBuf, bool)> = chain[1..]
+    let deltas: Vec<(PathBuf, DeltaDtype)> = chain[1..]
         .iter()
-        .map(|(p, d)| {
-            let dtype = d.as_ref().map_or(DeltaDtype::F32, |d| d.dtype);
-            (p.clone(), dtype == DeltaDtype::Bf16)
-        })
+        .map(|(p, d)| (p.clone(), d.as_ref().map_or(DeltaDtype::F32, |d| d.dtype)))
         .collect();
-    let lossy = deltas.iter().any(|d| d.1);
+    let lossy = deltas.iter().map(|d| d.1).find(|d| d.is_lossy());
     let mut restored = local_load_full(tr, base, dense_step, warm, deltas.is_empty())?;
-    for (p, bf16) in &deltas {
-        let dtype = if *bf16 {
-            DeltaDtype::Bf16
-        } else {
-            DeltaDtype::F32
-        };
-        let f = super::delta::local_apply(&mut tr.store, p, dtype)?;
+    for (p, dtype) in &deltas {
+        let f = super::delta::local_apply(&mut tr.store, p, *dtype)?;
         local_read_dense(tr, &f, p, dense_step)?;
     }
     if let Some((last, _)) = deltas.last() {
@@ -253,7 +246,7 @@ fn local_load(
         };
         restored = restored.and(local_load_hash(tr, &f, last, warm, rows)?);
     }
-    restored.exact &= !lossy;
+    restored.exact &= lossy.is_none();
     Ok((restored, lossy))
 }
 

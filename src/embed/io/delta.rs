@@ -37,7 +37,6 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::bf16::Bf16;
 use crate::ckpt::commit::{corrupt, global_write_atomic};
 use crate::comm::Comm;
 use crate::embed::tables::placement::Rows;
@@ -47,17 +46,8 @@ use crate::io::h5::ctx as h5;
 use crate::io::h5::{write_attrs, Attr};
 use crate::{Error, Result};
 
-/// The dtype of a delta's rows (`--ckpt-delta-dtype`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum DeltaDtype {
-    /// Exact: a chain restores bit for bit.
-    #[default]
-    F32,
-    /// Lossy: rows rounded to bfloat16 (half the bytes); a resume from such a chain
-    /// is inexact.
-    Bf16,
-}
+pub use super::rowcodec::DeltaDtype;
+use super::rowcodec::{create_rows, read_rows, write_rows};
 
 /// How often a checkpoint is full (`--checkpoint-full-every`, `--ckpt-delta-dtype`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,7 +76,7 @@ impl DeltaPolicy {
         }
         if self.full_every == 1 && self.dtype != DeltaDtype::F32 {
             return Err(Error::Config(
-                "--ckpt-delta-dtype bf16 needs --checkpoint-full-every 2 or more (with 1 every checkpoint is full, f32)".into(),
+                format!("--ckpt-delta-dtype {} needs --checkpoint-full-every 2 or more (with 1 every checkpoint is full, f32)", self.dtype.name()),
             ));
         }
         Ok(())
@@ -371,11 +361,7 @@ fn local_create_hash(
         at("keys"),
         g.new_dataset::<u64>().shape(d).create("keys"),
     )?;
-    let rows = match dtype {
-        DeltaDtype::F32 => g.new_dataset::<f32>().shape(d * w).create("rows"),
-        DeltaDtype::Bf16 => g.new_dataset::<u16>().shape(d * w).create("rows"),
-    };
-    h5(tmp, at("rows"), rows)?;
+    create_rows(&g, tmp, &format!("/delta/{t}"), dtype, (d * w, d))?;
     if sp > 0 {
         h5(
             tmp,
@@ -414,14 +400,8 @@ fn local_write_hash(
         };
         let (d, at) = ds("keys")?;
         h5(tmp, &at, d.write_slice(&part.keys, i..i + n))?;
-        let (d, at) = ds("rows")?;
-        match dtype {
-            DeltaDtype::F32 => h5(tmp, &at, d.write_slice(&part.rows, i * w..(i + n) * w))?,
-            DeltaDtype::Bf16 => {
-                let b: Vec<u16> = part.rows.iter().map(|&x| Bf16::from_f32(x).0).collect();
-                h5(tmp, &at, d.write_slice(&b, i * w..(i + n) * w))?
-            }
-        }
+        let group = format!("/delta/{t}");
+        write_rows(f, tmp, &group, dtype, (&part.rows, w), (i * w, i))?;
         if sp > 0 {
             let (d, at) = ds("state")?;
             h5(tmp, &at, d.write_slice(&part.state, i * sp..(i + n) * sp))?;
@@ -508,11 +488,7 @@ fn local_create(
             at("ids"),
             g.new_dataset::<u64>().shape(ni).create("ids"),
         )?;
-        let rows = match dtype {
-            DeltaDtype::F32 => g.new_dataset::<f32>().shape(nr).create("rows"),
-            DeltaDtype::Bf16 => g.new_dataset::<u16>().shape(nr).create("rows"),
-        };
-        h5(tmp, at("rows"), rows)?;
+        create_rows(&g, tmp, &format!("/delta/{t}"), dtype, (nr, ni))?;
         if sp > 0 {
             h5(
                 tmp,
@@ -575,15 +551,8 @@ fn local_write(
         };
         let (d, at) = ds("ids")?;
         h5(tmp, &at, d.write_slice(&seg.ids, i..i + n))?;
-        let (d, at) = ds("rows")?;
-        let m = seg.rows.len();
-        match dtype {
-            DeltaDtype::F32 => h5(tmp, &at, d.write_slice(&seg.rows, r..r + m))?,
-            DeltaDtype::Bf16 => {
-                let b: Vec<u16> = seg.rows.iter().map(|&x| Bf16::from_f32(x).0).collect();
-                h5(tmp, &at, d.write_slice(&b, r..r + m))?
-            }
-        }
+        let (group, w) = (format!("/delta/{t}"), seg.cols.len());
+        write_rows(&f, tmp, &group, dtype, (&seg.rows, w), (r, i))?;
         if !seg.state.is_empty() {
             let (d, at) = ds("state")?;
             h5(tmp, &at, d.write_slice(&seg.state, s..s + seg.state.len()))?;
@@ -662,13 +631,22 @@ fn local_read_table(
     };
     let segs: Vec<u64> = ds("segments")?.read_raw().map_err(|e| bad("segments", e))?;
     let ids: Vec<u64> = ds("ids")?.read_raw().map_err(|e| bad("ids", e))?;
-    let rows: Vec<f32> = match dtype {
-        DeltaDtype::F32 => ds("rows")?.read_raw().map_err(|e| bad("rows", e))?,
-        DeltaDtype::Bf16 => {
-            let b: Vec<u16> = ds("rows")?.read_raw().map_err(|e| bad("rows", e))?;
-            b.into_iter().map(|x| Bf16(x).to_f32()).collect()
-        }
-    };
+    // One width per row: each segment's columns.
+    let widths: Vec<usize> = segs
+        .chunks_exact(3)
+        .flat_map(|q| std::iter::repeat_n(q[1].saturating_sub(q[0]) as usize, q[2] as usize))
+        .collect();
+    if widths.len() != ids.len() {
+        return Err(corrupt(
+            path,
+            format!(
+                "/delta/{t}: its segments hold {} rows, its ids {}",
+                widths.len(),
+                ids.len()
+            ),
+        ));
+    }
+    let rows = read_rows(f, path, &format!("/delta/{t}"), dtype, &widths, (0, 0))?;
     let state: Vec<f32> = if sp > 0 {
         ds("state")?.read_raw().map_err(|e| bad("state", e))?
     } else {

@@ -25,6 +25,7 @@ use std::path::Path;
 
 use ndarray::{s, ArrayView2};
 
+use super::rowcodec::{read_rows, DeltaDtype};
 use crate::ckpt::commit::corrupt;
 use crate::embed::tables::hashtab::{owner, Entry, HashShard};
 use crate::embed::tables::store::Store;
@@ -243,10 +244,10 @@ pub(crate) enum RowsFrom<'a> {
     /// The last checkpoint of an incremental chain: each key's row and state from the
     /// newest checkpoint of the chain that holds them: the deltas' changed entries
     /// (`/delta/<t>`, newest first), then the full checkpoint `base`'s entries.
-    /// `deltas` are oldest first, each with whether its rows are bf16.
+    /// `deltas` are oldest first, each with the dtype of its rows.
     Chain {
         base: &'a Path,
-        deltas: &'a [(std::path::PathBuf, bool)],
+        deltas: &'a [(std::path::PathBuf, DeltaDtype)],
     },
 }
 
@@ -524,7 +525,7 @@ fn local_restore_resharded(
 /// row (a slot that took a new key, or whose row changed, is in the next delta).
 fn local_rows_by_key(
     base: &Path,
-    deltas: &[(std::path::PathBuf, bool)],
+    deltas: &[(std::path::PathBuf, DeltaDtype)],
     last: &Path,
     t: usize,
     keys: &[u64],
@@ -537,7 +538,7 @@ fn local_rows_by_key(
         w,
         sp,
     };
-    for (path, bf16) in deltas.iter().rev() {
+    for (path, dtype) in deltas.iter().rev() {
         let f = crate::ckpt::commit::local_open(path)?;
         let at = |n: &str| format!("/delta/{t}/{n}");
         let n = dataset_len(&f, path, &at("keys"))?;
@@ -545,14 +546,9 @@ fn local_rows_by_key(
         while lo < n {
             let hi = (lo + BLOCK).min(n);
             let ks: Vec<u64> = read1(&f, path, &at("keys"), lo, hi)?;
-            let r: Vec<f32> = if *bf16 {
-                let b: Vec<u16> = read1(&f, path, &at("rows"), lo * w, hi * w)?;
-                b.into_iter()
-                    .map(|x| crate::bf16::Bf16(x).to_f32())
-                    .collect()
-            } else {
-                read1(&f, path, &at("rows"), lo * w, hi * w)?
-            };
+            let widths = vec![w; hi - lo];
+            let group = format!("/delta/{t}");
+            let r = read_rows(&f, path, &group, *dtype, &widths, (lo * w, lo))?;
             let st: Vec<f32> = if sp > 0 {
                 read1(&f, path, &at("state"), lo * sp, hi * sp)?
             } else {
