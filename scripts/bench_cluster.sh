@@ -122,7 +122,7 @@ up() { # N RATE ("none": unshaped)
 SHAPER="netem (netcluster.sh --rate)"
 
 wire_tx() { # the sum over hosts of eth0's tx_bytes
-    { "$NC" bytes 2>/dev/null || true; } | awk 'NR > 1 { s += $2 } END { print s + 0 }'
+    { "$NC" bytes 2>/dev/null || true; } | awk 'NR > 1 { s += $2 } END { printf "%.0f\n", s }'
 }
 
 torusrec_pids() { # host -> the torusrec processes in it
@@ -170,7 +170,7 @@ elif st:  # the log intervals after the first; bytes per step x steps
 else:
     print("nan nan nan"); sys.exit()
 comm = sum(float(v) * U[u] for v, u in re.findall(r"INFO\s+comm \w+: \d+ calls, ([\d.]+) (\w?B) sent", err))
-print(f"{per:.4g} {exch:.6g} {comm:.6g}")
+print(f"{per:.4g} {exch:.0f} {comm:.0f}")
 PY
 }
 
@@ -193,7 +193,7 @@ run_scale() { # workload hosts ranks rate
         return 0
     fi
     read -r per exch comm < <(parse "$OUT/$name.out" "$OUT/$name.err")
-    echo -e "$w\t$h\t$np\t$rate\t$per\t$(awk -v a="$a0" -v b="$a1" 'BEGIN{print b-a}')\t$comm\t$exch\t$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}')" >>"$ROWS"
+    echo -e "$w\t$h\t$np\t$rate\t$per\t$(awk -v a="$a0" -v b="$a1" 'BEGIN{printf "%.0f", b-a}')\t$comm\t$exch\t$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}')" >>"$ROWS"
     log "$name: $per s/unit, wire $((a1 - a0)) B, comm $comm B, exchanged $exch B"
 }
 
@@ -231,7 +231,7 @@ run_fail() { # workload kill|cut
     mkdir -p "$dir"
     case $w in
     cnr-k1) args="als --data $CNR --dim $DIM --epochs $FAIL_EPOCHS --threads 1 --eval-rows $EVAL_ROWS --seed $SEED --checkpoint-every 1" ;;
-    embed) args="embed --preset torchrec-peer --batch $EMBED_BATCH --steps $FAIL_STEPS --log-every 1 --threads 1 --seed 1 --eval-examples 4096 --checkpoint-every 50" ;;
+    embed) args="embed --preset torchrec-peer --global-batch $((2 * EMBED_BATCH)) --steps $FAIL_STEPS --log-every 1 --threads 1 --seed 1 --eval-examples 4096 --checkpoint-every 50" ;;
     esac
     [[ $how == cut ]] && args="$args --comm-timeout $COMM_TIMEOUT"
     up 2 "${RATES%% *}"
@@ -302,8 +302,10 @@ section_fail() {
 # --- report ---------------------------------------------------------------------------
 [[ " $SECTIONS " == *" scale "* ]] && section_scale
 [[ " $SECTIONS " == *" fail "* ]] && section_fail
-CKPT_LINE="The checkpoint section (full vs delta, scripts/bench_ckpt.sh) needs \`torusrec embed --checkpoint-full-every\` (incremental checkpoints), which this binary's \`embed --help\` does not list: not measured here."
-if [[ " $SECTIONS " == *" ckpt "* ]] && "$BIN" embed --help | grep -q -- '--checkpoint-full-every'; then
+CKPT_LINE="Not run in this invocation (SECTIONS=\"$SECTIONS\"): the full vs delta table is [ckpt.md](ckpt.md)'s embedding section (\`PART=embed scripts/bench_ckpt.sh\`)."
+if [[ " $SECTIONS " == *" ckpt "* ]] && ! "$BIN" embed --help | grep -q -- '--checkpoint-full-every'; then
+    CKPT_LINE="The checkpoint section (full vs delta, scripts/bench_ckpt.sh) needs \`torusrec embed --checkpoint-full-every\` (incremental checkpoints), which this binary's \`embed --help\` does not list: not measured here."
+elif [[ " $SECTIONS " == *" ckpt "* ]]; then
     log "checkpoints: scripts/bench_ckpt.sh"
     if BIN="$BIN" bash scripts/bench_ckpt.sh >"$OUT/ckpt.log" 2>&1; then
         CKPT_LINE="Measured by \`scripts/bench_ckpt.sh\` (full vs delta, every 50 steps, restore): see [ckpt.md](ckpt.md)."
@@ -354,7 +356,7 @@ fi
     echo
     echo "After the first checkpoint and 2 more epochs/steps: \`kill -9\` of host 2's rank, or \`netcluster.sh link 2 down\`"
     echo "(with \`--comm-timeout $COMM_TIMEOUT\`); then a restart with 1 rank on 1 host, \`--resume auto\`. iALS checkpoints every epoch,"
-    echo "embed (torchrec-peer, batch $EMBED_BATCH) every 50 steps. \"to last exit\": from the kill/cut until no torusrec process is"
+    echo "embed (torchrec-peer, \`--global-batch $((2 * EMBED_BATCH))\`, so that the restart on 1 rank trains the same steps) every 50 steps. \"to last exit\": from the kill/cut until no torusrec process is"
     echo "left on either host; \"to mpirun end\": until mpirun returned; restart s: from the restart's launch to its first epoch/step line."
     echo
     echo "| workload | failure | to last exit s | to mpirun end s | mpirun exit | named | restart to first new unit s | work lost |"
