@@ -336,3 +336,61 @@ fn a_cut_link_ends_every_rank_within_the_comm_timeout() {
         "rank 0 names the lost rank and host:\n{err}"
     );
 }
+
+/// The link options act or are refused: `--rate` puts a shaper (netem, or tbf where the
+/// kernel has no sch_netem) on both ends of every host's link; `--delay` puts netem on
+/// the hosts' egress, or, without sch_netem, exits 2 naming it and leaves no namespace.
+#[test]
+fn link_rates_and_delays_shape_the_links_or_are_refused() {
+    let _lock = util::serial();
+    let qdisc = |ns: &str, dev: &str| {
+        let out = Command::new("ip")
+            .args(["netns", "exec", ns, "tc", "qdisc", "show", "dev", dev])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let _ = Command::new(script()).arg("down").status();
+    let up = |args: &[&str]| {
+        Command::new(script())
+            .arg("up")
+            .args(args)
+            .output()
+            .expect("run netcluster.sh")
+    };
+    let o = up(&["2", "--rate", "1gbit"]);
+    if !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("cannot make") {
+        eprintln!("SKIPPED: network namespaces cannot be made here");
+        return;
+    }
+    let c = Cluster;
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for (ns, dev) in [
+        ("trc-h1", "eth0"),
+        ("trc-h2", "eth0"),
+        ("trc-sw", "p1"),
+        ("trc-sw", "p2"),
+    ] {
+        let q = qdisc(ns, dev);
+        let shaped = (q.contains("netem") && q.contains("rate 1Gbit"))
+            || (q.contains("tbf") && q.contains("rate 1Gbit"));
+        assert!(shaped, "{ns} {dev}: {q}");
+    }
+    drop(c);
+    let o = up(&["2", "--delay", "50us"]);
+    if o.status.success() {
+        let c = Cluster;
+        let q = qdisc("trc-h1", "eth0");
+        assert!(q.contains("netem") && q.contains("delay 50"), "{q}");
+        drop(c);
+    } else {
+        assert_eq!(o.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("--delay 50us needs") && err.contains("sch_netem"),
+            "{err}"
+        );
+        let left = Command::new("ip").args(["netns", "list"]).output().unwrap();
+        assert!(!String::from_utf8_lossy(&left.stdout).contains("trc-"));
+    }
+}
