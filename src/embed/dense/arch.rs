@@ -77,7 +77,8 @@ pub struct DenseWorkspace {
     /// The dense features (DLRM), then their gradient.
     dense: Vec<f32>,
     ddense: Vec<f32>,
-    /// DLRM: the bottom output; DCN: the cross output.
+    /// DLRM: the bottom output; DCN-v2 parallel: the cross output (stacked reads it in
+    /// `cross`, where the forward left it).
     b: Vec<f32>,
     db: Vec<f32>,
     /// The top's or the head's input, and its gradient.
@@ -368,13 +369,13 @@ impl DenseModel {
             DenseModel::Dcn { cross, deep, head } => {
                 let (gc, rest) = grad.split_at_mut(cross.n_params());
                 let (gd, gh) = rest.split_at_mut(deep.n_params());
-                ws.b.clear();
-                ws.b.extend_from_slice(cross.forward(xs, &mut ws.cross));
                 match head {
                     None => {
+                        // The deep network reads the cross output where it lies.
+                        let c = cross.forward(xs, &mut ws.cross);
                         ws.db.resize(n * w, 0.0);
                         let loss = deep.forward_backward(
-                            view2(&ws.b, n, w),
+                            view2(c, n, w),
                             labels,
                             weight,
                             gd,
@@ -386,6 +387,8 @@ impl DenseModel {
                     }
                     Some(h) => {
                         let hw = deep.n_out();
+                        ws.b.clear();
+                        ws.b.extend_from_slice(cross.forward(xs, &mut ws.cross));
                         parallel_concat(deep, x, n, w, ws);
                         ws.dz.resize(n * (w + hw), 0.0);
                         let loss = h.forward_backward(
@@ -437,11 +440,12 @@ impl DenseModel {
                 top.predict(view2(&ws.z, n, inter.out_width()), &mut ws.m1)
             }
             DenseModel::Dcn { cross, deep, head } => {
-                ws.b.clear();
-                ws.b.extend_from_slice(cross.forward(xs, &mut ws.cross));
+                let c = cross.forward(xs, &mut ws.cross);
                 match head {
-                    None => deep.predict(view2(&ws.b, n, w), &mut ws.m0),
+                    None => deep.predict(view2(c, n, w), &mut ws.m0),
                     Some(h) => {
+                        ws.b.clear();
+                        ws.b.extend_from_slice(c);
                         parallel_concat(deep, x, n, w, ws);
                         h.predict(view2(&ws.z, n, w + deep.n_out()), &mut ws.m1)
                     }
