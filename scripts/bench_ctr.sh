@@ -28,6 +28,8 @@ PEER_VENV="${PEER_VENV:-/work/peer-venv}"
 EMB_LR="${EMB_LR:-0.02}"
 DENSE_LR="${DENSE_LR:-0.002}"
 SECTION="${SECTION:-all}"
+# The seed of both sides' initial weights (torusrec --seed, the peer's --seed).
+SEED="${SEED:-1}"
 DTYPES="${DTYPES:-f32 bf16}"
 mkdir -p "$OUT" bench
 if [[ $(id -u) -eq 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
@@ -80,12 +82,10 @@ fi
 
 table=bench/ctr.md
 archs_section() {
-cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | xargs)"
-avx512=$(grep -qw avx512f /proc/cpuinfo && echo "AVX-512" || echo "AVX2 only")
 {
   echo "# Click models: mlp, DLRM and DCN-v2 beside TorchRec"
   echo
-  echo "Measured $(date -u +%Y-%m-%d) at commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo ' (with uncommitted changes)') on $(nproc) cores ($cpu; $avx512: the dense GEMM dispatches on it, \`--dense-gemm auto\`). Both sides share the 2 cores: one process per rank, one thread each."
+  echo "Measured $(date -u +%Y-%m-%d) at commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo ' (with uncommitted changes)') on $(nproc) cores ($(cpu_line); the dense GEMM dispatches on AVX-512, \`--dense-gemm auto\`), seed $SEED on both sides, load $(cut -d' ' -f1 /proc/loadavg) at the start. Both sides share the 2 cores: one process per rank, one thread each."
   echo
   echo "Workload: \`generate clicks --preset torchrec-peer --scale $CTR_SCALE --planted fm\` ($N examples: the TorchRec peer's 26 tables of width 64, mean pooling factor 15, labels of the linear planted model plus a rank-8 factorization machine of the tables' planted factors, docs/generate.md). 2 ranks (torus 2x1 / 2 gloo processes), batch $BATCH per rank, $STEPS steps; the last $EVAL examples held out. Tables row-wise Adagrad lr $EMB_LR (eps 1e-8), dense Adagrad lr $DENSE_LR. Examples/s over steps 11-$STEPS (torusrec: log intervals after the first; TorchRec: after 10 warm-up steps)."
   echo
@@ -99,7 +99,7 @@ for arch in $ARCHS; do
   # shellcheck disable=SC2046
   mpi 2 embed --data "$LOG" --eval-examples "$EVAL" --batch "$BATCH" --steps "$STEPS" \
     --log-every 10 --threads 1 --preload --table-opt rowwise-adagrad --table-lr "$EMB_LR" \
-    --dense-opt adagrad --dense-lr "$DENSE_LR" $(arch_flags "$arch") --metrics "$m" \
+    --dense-opt adagrad --dense-lr "$DENSE_LR" $(arch_flags "$arch") --seed "$SEED" --metrics "$m" \
     > "$OUT/$arch.log" 2>&1 || { echo "torusrec $arch failed"; tail "$OUT/$arch.log"; exit 1; }
   read -r t_exs t_auc t_ll <<< "$(metric "$m")"
   p_exs=n/a; p_auc=n/a; p_ll=n/a; up=n/a; diff=n/a
@@ -107,7 +107,7 @@ for arch in $ARCHS; do
     OMP_NUM_THREADS=1 timeout 3600 "$PEER_VENV/bin/python" bench/peers/torchrec_ctr.py --log "$LOG" \
       --arch "$arch" --procs 2 --threads 1 --batch "$BATCH" --steps "$STEPS" --warmup 10 \
       --eval-examples "$EVAL" --bottom 512,256,64 --top 512,256 --cross-layers 3 \
-      --cross-rank 512 --emb-lr "$EMB_LR" --dense-lr "$DENSE_LR" > "$OUT/peer-$arch.log" 2>&1 \
+      --cross-rank 512 --emb-lr "$EMB_LR" --dense-lr "$DENSE_LR" --seed "$SEED" > "$OUT/peer-$arch.log" 2>&1 \
       || { echo "peer $arch failed"; tail "$OUT/peer-$arch.log"; exit 1; }
     line=$(grep "^torchrec $arch examples/s=" "$OUT/peer-$arch.log")
     p_exs=$(sed -E 's/.*examples\/s=([0-9]+).*/\1/' <<< "$line")
@@ -122,7 +122,7 @@ done
   echo
   [[ $peer_ok == 1 ]] || echo "TorchRec not run: no venv with torchrec and h5py at $PEER_VENV (scripts/install_peer.sh, then \`$PEER_VENV/bin/pip install h5py\`)."
   echo
-  echo "Reproduce: \`STEPS=$STEPS BATCH=$BATCH EVAL=$EVAL CTR_SCALE=$CTR_SCALE scripts/bench_ctr.sh\` (logs in $OUT)."
+  echo "Reproduce: \`SECTION=archs SEED=$SEED STEPS=$STEPS BATCH=$BATCH EVAL=$EVAL CTR_SCALE=$CTR_SCALE scripts/bench_ctr.sh\` (logs in $OUT)."
 } >> "$table.part"
 # Keep a table-precision section measured before.
 if [[ -f $table ]] && grep -q '^## Table precision' "$table"; then
