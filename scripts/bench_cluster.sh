@@ -106,6 +106,9 @@ up() { # N RATE ("none": unshaped)
     fi
     if "$NC" up "$n" --rate "$rate" >/dev/null 2>"$OUT/up.err"; then
         mine
+        if grep -q "shaped with tbf" "$OUT/up.err"; then
+            SHAPER="tbf (no sch_netem in this kernel: netcluster.sh --rate falls back to tbf, burst 10 ms of the rate, on each host's eth0 and the switch's port)"
+        fi
         return 0
     fi
     # netcluster.sh's own ERR trap removed what it made.
@@ -322,9 +325,8 @@ fi
     echo "$(nproc) cores: $(cpu_line); load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)."
     echo
     echo "**All hosts share the machine's $(nproc) cores**: an N-host run is N processes on the same cores with"
-    echo "a real TCP stack (and shaping) between them. These absolute seconds come from a loaded"
-    echo "2-core machine (other builds running) and should be re-run with \`scripts/bench_cluster.sh\` on a"
-    echo "quiet one; compare rows within this file only. Link shaping: $SHAPER."
+    echo "a real TCP stack (and shaping) between them; the load average above says how quiet the machine"
+    echo "was. Compare rows within this file only. Link shaping: $SHAPER."
     echo
     echo "## Scaling: one rank per host vs the same ranks on one host"
     echo
