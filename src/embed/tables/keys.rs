@@ -633,7 +633,16 @@ fn local_resolve_table(
     let ls = &mut store.local[li];
     let w = ls.shard.width();
     b.own_rows.clear();
-    for (&key, &c) in b.own_keys.iter().zip(&b.own_counts) {
+    // The shard's probes are random accesses: ask for a bucket 16 keys ahead and, once
+    // it is near, for its entry 8 keys ahead.
+    let keys = &b.own_keys;
+    for (i, (&key, &c)) in keys.iter().zip(&b.own_counts).enumerate() {
+        if let Some(&k) = keys.get(i + 16) {
+            shard.prefetch_bucket(k);
+        }
+        if let Some(&k) = keys.get(i + 8) {
+            shard.prefetch_entry(k);
+        }
         let slot = match how {
             Resolve::Train { step } => {
                 b.fresh.clear();
