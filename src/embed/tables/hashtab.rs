@@ -593,7 +593,7 @@ impl HashShard {
 
 /// A hint to the cache to load the line of `x` (reads nothing).
 #[inline(always)]
-fn prefetch<T>(x: &T) {
+pub(crate) fn prefetch<T>(x: &T) {
     let p: *const T = x;
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch reads nothing (and `p` points at a live value); SSE is part

@@ -241,14 +241,7 @@ impl KeyIndex {
     /// Ask the cache for the home slot of `key` (a later probe then finds it near).
     #[inline(always)]
     fn prefetch(&self, key: u64) {
-        let p: *const Slot = &self.slots[self.home(key)];
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch reads nothing (and `p` points into a live buffer); SSE
-        // is part of every x86_64 CPU.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast())
-        };
-        let _ = p;
+        super::hashtab::prefetch(&self.slots[self.home(key)]);
     }
 
     /// [`KeyIndex::prefetch`] of the key [`PREFETCH_AHEAD`] past position `i` of
