@@ -507,6 +507,7 @@ fn resolve_batch(p: usize, r: usize, call: u64, default_none: bool) -> Batch {
         // Rows of hash tables before resolution are garbage the resolution replaces.
         bags: vec![stale.clone(), fixed, stale.clone(), stale],
         keys: vec![refs(&h), KeyBags::default(), none, refs(&tight)],
+        weights: Vec::new(),
     }
 }
 
@@ -657,6 +658,7 @@ fn a_key_admitted_in_a_step_has_its_row_in_every_example_of_the_step() {
                 labels: vec![0.0; n],
                 bags: vec![Bags::default()],
                 keys: vec![key_bags(&r)],
+                weights: Vec::new(),
             };
             let how = Resolve::Train { step: 0 };
             global_resolve(&c, &mut store, &mut b, how, &mut ResolveBufs::default()).unwrap();
