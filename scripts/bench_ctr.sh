@@ -31,6 +31,8 @@ SECTION="${SECTION:-all}"
 # The seed of both sides' initial weights (torusrec --seed, the peer's --seed).
 SEED="${SEED:-1}"
 DTYPES="${DTYPES:-f32 bf16}"
+# The dtype section runs every dtype at each of these seeds (paired AUC differences).
+DTYPE_SEEDS="${DTYPE_SEEDS:-$SEED}"
 mkdir -p "$OUT" bench
 if [[ $(id -u) -eq 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 # shellcheck source=scripts/blas_env.sh
@@ -137,7 +139,7 @@ mv "$table.part" "$table"
 dtype_row() {
   python3 - "$@" <<'PY'
 import json, re, sys
-dtype, metrics, log = sys.argv[1:4]
+dtype, seed, metrics, log = sys.argv[1:5]
 rows = [json.loads(l) for l in open(metrics) if l.strip()]
 fin = [r for r in rows if r.get("final")][-1]
 iv = [r for r in rows if not r.get("final")]
@@ -148,7 +150,7 @@ text = open(log).read()
 tables = re.search(r"tables \([\d,]+ rows, ([^)]+) of (\w+)\)", text)
 mem = re.search(r"memory per rank ([^\n]+)", text)
 mb = lambda b: f"{b / 1e6:.1f} MB"
-print(f"| {dtype} | {tables.group(1)} | {mem.group(1).strip()} | {mb(mean('bytes_per_step'))} | "
+print(f"| {dtype} | {seed} | {tables.group(1)} | {mem.group(1).strip()} | {mb(mean('bytes_per_step'))} | "
       f"{mb(mean('lookup_bytes_per_step'))} | {mb(mean('backward_bytes_per_step'))} | {exs:.0f} | "
       f"{fin['auc']:.4f} | {fin['logloss']:.5f} | {mb(fin['peak_rss_bytes'])} |")
 print(f"AUC {fin['auc']:.6f}", file=sys.stderr)
@@ -164,27 +166,31 @@ dtype_section() {
     echo
     echo "Workload: the mlp above on the same log, 2 ranks, batch $BATCH per rank, $STEPS steps, the last $EVAL examples held out, row-wise Adagrad lr $EMB_LR, dense Adagrad lr $DENSE_LR; the same plan for both (\`--plan row_block\`, \`--output-mode rows\`: the mode whose rows travel; the pooled mode's exchange is of f32 sums and gradients at any dtype). Exchanged bytes are per step, all ranks; memory per rank is rows plus the row-wise Adagrad state (one f32 a row)."
     echo
-    echo "| table dtype | tables | memory per rank | exchanged | lookup | backward | examples/s | AUC | log loss | peak RSS per rank |"
-    echo "|---|---|---|---|---|---|---|---|---|---|"
+    echo "| table dtype | seed | tables | memory per rank | exchanged | lookup | backward | examples/s | AUC | log loss | peak RSS per rank |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|"
   } > "$part"
-  local aucs=()
-  for dt in $DTYPES; do
-    local m=$OUT/dtype-$dt.jsonl
-    rm -f "$m"
-    mpi 2 embed --data "$LOG" --eval-examples "$EVAL" --batch "$BATCH" --steps "$STEPS" \
-      --log-every 10 --threads 1 --preload --table-opt rowwise-adagrad --table-lr "$EMB_LR" \
-      --dense-opt adagrad --dense-lr "$DENSE_LR" --arch mlp --plan row_block --output-mode rows \
-      --table-dtype "$dt" --metrics "$m" > "$OUT/dtype-$dt.log" 2>&1 \
-      || { echo "torusrec --table-dtype $dt failed"; tail "$OUT/dtype-$dt.log"; exit 1; }
-    dtype_row "$dt" "$m" "$OUT/dtype-$dt.log" >> "$part" 2> "$OUT/dtype-$dt.auc"
-    aucs+=("$(cut -d' ' -f2 "$OUT/dtype-$dt.auc")")
+  local diffs=()
+  for seed in $DTYPE_SEEDS; do
+    local aucs=()
+    for dt in $DTYPES; do
+      local m=$OUT/dtype-$dt-s$seed.jsonl
+      rm -f "$m"
+      mpi 2 embed --data "$LOG" --eval-examples "$EVAL" --batch "$BATCH" --steps "$STEPS" \
+        --log-every 10 --threads 1 --preload --table-opt rowwise-adagrad --table-lr "$EMB_LR" \
+        --dense-opt adagrad --dense-lr "$DENSE_LR" --arch mlp --plan row_block --output-mode rows \
+        --table-dtype "$dt" --seed "$seed" --metrics "$m" > "$OUT/dtype-$dt-s$seed.log" 2>&1 \
+        || { echo "torusrec --table-dtype $dt --seed $seed failed"; tail "$OUT/dtype-$dt-s$seed.log"; exit 1; }
+      dtype_row "$dt" "$seed" "$m" "$OUT/dtype-$dt-s$seed.log" >> "$part" 2> "$OUT/dtype-$dt-s$seed.auc"
+      aucs+=("$(cut -d' ' -f2 "$OUT/dtype-$dt-s$seed.auc")")
+    done
+    diffs+=("$(python3 -c "import sys; a=[float(x) for x in sys.argv[1:]]; print(f'{a[1]-a[0]:+.4f}' if len(a) > 1 else 'n/a')" "${aucs[@]}")")
   done
   {
     echo
     local dts=($DTYPES)
-    echo "Held-out AUC difference (${dts[1]:-?} minus ${dts[0]}): $(python3 -c "import sys; a=[float(x) for x in sys.argv[1:]]; print(f'{a[1]-a[0]:+.4f}' if len(a) > 1 else 'n/a')" "${aucs[@]}") (the issue's bound: within 0.001). One run each on a machine shared with other jobs (load $(cut -d' ' -f1 /proc/loadavg) on $(nproc) cores at the end): examples/s are not a speed measurement."
+    echo "Held-out AUC difference (${dts[1]:-?} minus ${dts[0]}) by seed ($DTYPE_SEEDS): ${diffs[*]}; mean $(python3 -c "import sys; a=[float(x) for x in sys.argv[1:] if x != 'n/a']; print(f'{sum(a)/len(a):+.4f}' if a else 'n/a')" "${diffs[@]}") (the issue's bound: within 0.001). One run each on a machine shared with other jobs (load $(cut -d' ' -f1 /proc/loadavg) on $(nproc) cores at the end): examples/s are not a speed measurement."
     echo
-    echo "Reproduce: \`SECTION=dtype STEPS=$STEPS BATCH=$BATCH EVAL=$EVAL CTR_SCALE=$CTR_SCALE scripts/bench_ctr.sh\` (logs in $OUT/dtype-*)."
+    echo "Reproduce: \`SECTION=dtype DTYPE_SEEDS=\"$DTYPE_SEEDS\" STEPS=$STEPS BATCH=$BATCH EVAL=$EVAL CTR_SCALE=$CTR_SCALE scripts/bench_ctr.sh\` (logs in $OUT/dtype-*)."
   } >> "$part"
   # Replace the section in bench/ctr.md (or append it).
   if [[ -f $table ]]; then

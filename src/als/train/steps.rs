@@ -75,7 +75,13 @@ impl<T: TableScalar> Trainer<T> {
                 }
                 non_finite |= solve_err.is_err() || !finite;
             }
-            times.solve += t.elapsed().as_secs_f64();
+            let secs = t.elapsed().as_secs_f64();
+            times.solve += secs;
+            log::debug!(
+                "rank {} epoch {} half {half} step {j}: solved rows {a}..{b} in {secs:.3} s",
+                comm.rank(),
+                self.pos.epoch + 1
+            );
             self.local_done = merge_ranges([self.local_done.clone(), vec![(a, b)]].concat());
             self.pos.step += 1;
             let end = self.global_step_end(comm, None, non_finite, solve_err, boundary)?;
