@@ -337,3 +337,6 @@ pub fn all_finite(v: &[f32]) -> bool {
     v.chunks(4096)
         .all(|c| c.iter().fold(0u32, |m, x| m.max(x.to_bits() & EXP)) != EXP)
 }
+
+#[cfg(test)]
+mod tests;
