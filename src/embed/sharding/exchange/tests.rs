@@ -149,7 +149,7 @@ fn a_weighted_bag_pools_the_weighted_sum_and_a_mean_divides_by_its_id_count() {
         let x = |e: usize, lo: usize, n: usize| &lk.x[e * w + lo..e * w + lo + n];
         // Example 0: a = 2 a0 + 0.5 a2 - a0 (summed in bag order), b = (0.5 b1 + 2 b1 + b4) / 3.
         let want_a: Vec<f32> = (0..3)
-            .map(|j| 0.0 + 2.0 * a(0)[j] + 0.5 * a(2)[j] + -1.0 * a(0)[j])
+            .map(|j| 0.0 + 2.0 * a(0)[j] + 0.5 * a(2)[j] - a(0)[j])
             .collect();
         assert_eq!(x(0, 0, 3), &want_a[..], "{kind}");
         let want_b: Vec<f32> = (0..2)
