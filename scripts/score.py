@@ -6,7 +6,8 @@
 Reads the model file (`torusrec embed --out M.h5`, layout in docs/predict.md) and a
 click log (`generate clicks`, `prepare clicks`; docs/clicks.md) with numpy and h5py
 only, and computes every example's click probability as `torusrec predict` does (in
-f64): ids to rows by each table's vocabulary kind, pooling, the dense architecture
+f64): ids to rows by each table's vocabulary kind, pooling (each row times its id's
+weight where the log has `/tables/<t>/weights`), the dense architecture
 (mlp, dlrm, dcnv2 stacked or parallel, full or low-rank cross layers), sigmoid.
 
 --out writes `probability<TAB>label` lines (predict's format); --compare reads a
@@ -71,12 +72,16 @@ class Table:
             sys.exit(f"score.py: {where}: table {self.name!r}: id {ids[i]} is not below its vocab {self.vocab}")
         return ids.astype(np.int64)
 
-    def pool(self, offsets, rows):
-        """n x dim pooled embeddings of bags `offsets` over `rows` (-1: no row)."""
+    def pool(self, offsets, rows, weights=None):
+        """n x dim pooled embeddings of bags `offsets` over `rows` (-1: no row):
+        sum_i w_i row_i with per-id `weights` (else every w_i = 1); a mean divides
+        that by the bag's count of rows found (not by the sum of the weights)."""
         n = len(offsets) - 1
         vals = np.zeros((len(rows), self.dim))
         ok = rows >= 0
         vals[ok] = self.rows[rows[ok]]
+        if weights is not None:
+            vals *= weights[:, None]
         csum = np.vstack([np.zeros((1, self.dim)), np.cumsum(vals, axis=0)])
         out = csum[offsets[1:]] - csum[offsets[:-1]]
         if self.pooling == "mean":
@@ -181,7 +186,13 @@ def score(model, data):
         g = d[f"tables/{t}"]
         offsets = np.asarray(g["offsets"][...], dtype=np.int64)
         ids = np.asarray(g["ids"][...])
-        parts.append(tab.pool(offsets, tab.rows_of(ids, keyed, f"{data} table {t}")))
+        w = None
+        if "weights" in g:
+            w = np.asarray(g["weights"][...], dtype=np.float64)
+            if len(w) != len(ids):
+                sys.exit(f"score.py: {data} table {t}: {len(w)} weights for {len(ids)} ids")
+        rows = tab.rows_of(ids, keyed, f"{data} table {t}")
+        parts.append(tab.pool(offsets, rows, w))
     dense = np.asarray(d["dense"][...], dtype=np.float64).reshape(n, -1)
     x = np.hstack(parts + [dense])
     z = logits(f, spec, x, dense.shape[1])

@@ -15,6 +15,10 @@
 //! hold (never seen, not yet admitted, or expired at the model's step) looks up no
 //! row: it is left out of its bag (a sum pools zeros for it, a mean is taken over the
 //! rows found; [`crate::embed::tables::keys`]).
+//! A weighted click log's ids (`/tables/<t>/weights`) pool as in training: every
+//! table is served in the `rows` mode here, whose pooling ([`pool`]) takes
+//! `sum_i w_i row_i` (a mean divides it by the rows found); an id without a row
+//! drops its weight with it.
 //! A fixed-vocabulary id at or above the vocabulary is an error naming the log and
 //! the example.
 

@@ -172,6 +172,7 @@ fn global_run_plan<C: Comm>(
         OutputModeArg::Rows => plan.with_modes(OutputMode::Rows),
         OutputModeArg::Pooled => plan.with_modes(OutputMode::Pooled),
     };
+    let plan = weighted_in_rows(plan, &source.weighted(), a.output_mode)?;
     if let Some(p) = &a.plan_out {
         let written = if root {
             serde_json::to_vec_pretty(&plan)
@@ -183,6 +184,24 @@ fn global_run_plan<C: Comm>(
         comm.agree(written)?;
     }
     Ok((plan, plan_stats))
+}
+
+/// The plan with every weighted table (per-id weights, `weighted[t]`) in the `rows`
+/// output mode, where the asking rank pools (the owners' `pooled` kernels carry no
+/// weights); `--output-mode pooled` with weights is refused.
+fn weighted_in_rows(mut plan: Plan, weighted: &[bool], arg: OutputModeArg) -> Result<Plan> {
+    if !weighted.contains(&true) {
+        return Ok(plan);
+    }
+    if matches!(arg, OutputModeArg::Pooled) {
+        return Err(Error::Config(
+            "--output-mode pooled: the click log carries per-id weights, which only the rows output mode pools (use --output-mode rows or auto)".into(),
+        ));
+    }
+    for (t, _) in weighted.iter().enumerate().filter(|(_, &w)| w) {
+        plan = plan.with_mode_of(t, OutputMode::Rows);
+    }
+    Ok(plan)
 }
 
 /// Rank 0: the model, the run's shape and the plan.

@@ -116,6 +116,10 @@ pub struct Batch {
     /// The raw 64-bit ids of the tables with a hash-table vocabulary, one per table
     /// (default, without offsets, for every other table); empty when no table has one.
     pub keys: Vec<KeyBags>,
+    /// Per-id weights, one list per table when the examples carry any (else empty):
+    /// a weighted table's list has one weight per id of its bags (of `keys[t]` until
+    /// a hash table's keys are resolved, then of `bags[t]`), another table's is empty.
+    pub weights: Vec<Vec<f32>>,
 }
 
 pub(crate) fn to_u32_offset(x: usize) -> u32 {
@@ -138,6 +142,7 @@ impl Batch {
                 spec.tables.len()
             ],
             keys: Vec::new(),
+            weights: Vec::new(),
         }
     }
 
@@ -154,6 +159,17 @@ impl Batch {
                 k.clear();
             }
         }
+        for w in &mut self.weights {
+            w.clear();
+        }
+    }
+
+    /// Table `t`'s weights, if it has any (one per id of its bags).
+    pub fn weights_of(&self, t: usize) -> Option<&[f32]> {
+        self.weights
+            .get(t)
+            .filter(|w| !w.is_empty())
+            .map(|w| w.as_slice())
     }
 
     /// Make room for `others` appended after this batch's examples.
@@ -208,6 +224,26 @@ impl Batch {
         for (mine, theirs) in self.keys.iter_mut().zip(&other.keys) {
             mine.append(theirs);
         }
+        self.append_weights(other);
+    }
+
+    /// [`Self::append`]'s weights: each weighted table's weights of `other`'s bags.
+    fn append_weights(&mut self, other: &Batch) {
+        if self.weights.len() < other.weights.len() {
+            self.weights.resize_with(other.weights.len(), Vec::new);
+        }
+        for (t, (mine, theirs)) in self.weights.iter_mut().zip(&other.weights).enumerate() {
+            let b = if other.keys.get(t).is_some_and(|k| !k.offsets.is_empty()) {
+                &other.keys[t].offsets
+            } else {
+                &other.bags[t].offsets
+            };
+            if let (Some(&lo), Some(&hi)) = (b.first(), b.last()) {
+                if !theirs.is_empty() {
+                    mine.extend_from_slice(&theirs[lo as usize..hi as usize]);
+                }
+            }
+        }
     }
 
     /// Examples `lo..hi` as a batch of their own (offsets start at 0).
@@ -221,7 +257,23 @@ impl Batch {
             labels: self.labels[lo..hi].to_vec(),
             bags: self.bags.iter().map(|b| b.slice(lo, hi)).collect(),
             keys: self.keys.iter().map(|k| k.slice(lo, hi)).collect(),
+            weights: (0..self.weights.len())
+                .map(|t| self.weights_slice(t, lo, hi))
+                .collect(),
         }
+    }
+
+    /// Table `t`'s weights of examples `lo..hi` (empty for an unweighted table).
+    fn weights_slice(&self, t: usize, lo: usize, hi: usize) -> Vec<f32> {
+        let w = &self.weights[t];
+        if w.is_empty() {
+            return Vec::new();
+        }
+        let o = match self.keys.get(t) {
+            Some(k) if !k.offsets.is_empty() => &k.offsets,
+            _ => &self.bags[t].offsets,
+        };
+        w[o[lo] as usize..o[hi] as usize].to_vec()
     }
 
     /// Ids over all tables and examples.

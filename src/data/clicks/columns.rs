@@ -303,29 +303,23 @@ pub struct ColumnLayout {
     /// Each file's first line is a header (skipped).
     header: bool,
     spec: String,
+    /// Per table: whether it carries per-id weights (`weight=C` or a `weights:` column).
+    weighted: Vec<bool>,
+    /// Per `weights:` column (by column index): the table column it weighs.
+    weights_of: Vec<Option<usize>>,
 }
 
 impl ColumnLayout {
     /// `spec` resolved against `header` (the header row's names, when the files have
-    /// one). Refuses per-id weights (`weights:` and `weight=`): the log cannot hold
-    /// them yet.
+    /// one).
     pub fn new(
         spec: &str,
         header: Option<&[String]>,
         dialect: Dialect,
     ) -> Result<ColumnLayout, String> {
         let cols = resolve(spec, header)?;
-        if let Some(c) = cols
-            .iter()
-            .find(|c| c.pair.is_some() || matches!(c.role, Role::Weights(_)))
-        {
-            return Err(format!(
-                "column {:?}: per-id weights (weights:TABLE, weight=C) are not supported by prepare clicks yet",
-                c.name
-            ));
-        }
         let (mut nd, mut nc) = (0usize, 0usize);
-        let index = cols
+        let index: Vec<usize> = cols
             .iter()
             .map(|c| match c.role {
                 Role::Dense | Role::Log => {
@@ -339,6 +333,22 @@ impl ColumnLayout {
                 _ => 0,
             })
             .collect();
+        let weights_of: Vec<Option<usize>> = cols
+            .iter()
+            .map(|c| match &c.role {
+                Role::Weights(t) => cols.iter().position(|x| x.name == *t),
+                _ => None,
+            })
+            .collect();
+        let mut weighted = vec![false; nc];
+        for (i, c) in cols.iter().enumerate() {
+            if c.pair.is_some() {
+                weighted[index[i]] = true;
+            }
+            if let Some(j) = weights_of[i] {
+                weighted[index[j]] = true;
+            }
+        }
         Ok(ColumnLayout {
             cols,
             index,
@@ -347,7 +357,14 @@ impl ColumnLayout {
             dialect,
             header: header.is_some(),
             spec: spec.to_string(),
+            weighted,
+            weights_of,
         })
+    }
+
+    /// Per table: whether it carries per-id weights.
+    pub fn weighted(&self) -> &[bool] {
+        &self.weighted
     }
 
     pub fn fields(&self) -> usize {
@@ -456,9 +473,12 @@ impl ColumnLayout {
         let r = self.parse_fields(out, sc);
         if r.is_err() {
             out.dense.truncate(nd0);
-            for k in &mut out.keys {
+            for (t, k) in out.keys.iter_mut().enumerate() {
                 let end = k.offsets.last().copied().unwrap_or(0) as usize;
                 k.ids.truncate(end);
+                if let Some(w) = out.weights.get_mut(t) {
+                    w.truncate(end.min(w.len()));
+                }
             }
             return r;
         }
@@ -472,15 +492,11 @@ impl ColumnLayout {
 
     fn parse_fields(&self, out: &mut Block, sc: &Scratch) -> Result<(), String> {
         let mut label = 0.0f32;
+        // Each table's id count before this line (for its weights column).
+        let before: Vec<usize> = out.keys.iter().map(|k| k.ids.len()).collect();
         for (i, c) in self.cols.iter().enumerate() {
             let f = sc.field(i);
-            let bad = |what: &str| {
-                format!(
-                    "column {}: {} {what}",
-                    self.column_name(i),
-                    crate::error::quote(&String::from_utf8_lossy(f))
-                )
-            };
+            let bad = |what: &str| self.bad_field(i, f, what);
             match c.role {
                 Role::Label => {
                     label = match f {
@@ -505,40 +521,128 @@ impl ColumnLayout {
                         x as f32
                     });
                 }
-                Role::Cat | Role::Hex => {
-                    let ids = &mut out.keys[self.index[i]].ids;
-                    if f.is_empty() {
-                        continue;
-                    }
-                    let items: Box<dyn Iterator<Item = &[u8]>> = match c.list {
-                        Some(sep) => {
-                            let mut b = [0u8; 4];
-                            let sep = sep.encode_utf8(&mut b).as_bytes().to_vec();
-                            Box::new(split_on(f, sep))
-                        }
-                        None => Box::new(std::iter::once(f)),
-                    };
-                    for item in items {
-                        if item.is_empty() {
-                            return Err(bad(
-                                "has an empty item (list separator doubled or at an end)",
-                            ));
-                        }
-                        ids.push(if c.role == Role::Hex {
-                            hex_key(item).ok_or_else(|| {
-                                bad("is not 1 to 16 hex digits (or a list of them) or empty")
-                            })?
-                        } else {
-                            text_key(item)
-                        });
-                    }
-                }
+                Role::Cat | Role::Hex => self.parse_table_field(i, f, out)?,
                 Role::Skip | Role::Weights(_) => {}
+            }
+        }
+        for (i, t) in self.weights_of.iter().enumerate() {
+            if let Some(j) = *t {
+                self.parse_weights_field(i, j, before[self.index[j]], sc.field(i), out)?;
             }
         }
         out.labels.push(label);
         Ok(())
     }
+
+    /// The reason of a bad field `f` of column `i`.
+    fn bad_field(&self, i: usize, f: &[u8], what: &str) -> String {
+        format!(
+            "column {}: {} {what}",
+            self.column_name(i),
+            crate::error::quote(&String::from_utf8_lossy(f))
+        )
+    }
+
+    /// The items of field `f` of column `i` (split at its `list=` separator, if any).
+    fn items<'a>(&self, i: usize, f: &'a [u8]) -> Box<dyn Iterator<Item = &'a [u8]> + 'a> {
+        match self.cols[i].list {
+            Some(sep) => {
+                let mut b = [0u8; 4];
+                let sep = sep.encode_utf8(&mut b).as_bytes().to_vec();
+                Box::new(split_on(f, sep))
+            }
+            None => Box::new(std::iter::once(f)),
+        }
+    }
+
+    /// A `cat`/`hex` field: its keys (and, with `weight=C`, their weights) into `out`.
+    fn parse_table_field(&self, i: usize, f: &[u8], out: &mut Block) -> Result<(), String> {
+        let c = &self.cols[i];
+        let t = self.index[i];
+        if f.is_empty() {
+            return Ok(());
+        }
+        let bad = |what: &str| self.bad_field(i, f, what);
+        for item in self.items(i, f) {
+            if item.is_empty() {
+                return Err(bad(
+                    "has an empty item (list separator doubled or at an end)",
+                ));
+            }
+            let key = match c.pair {
+                Some(p) => {
+                    let (k, w) = split_pair(item, p).ok_or_else(|| {
+                        bad(&format!("has an item without its weight (KEY{p}WEIGHT)"))
+                    })?;
+                    out.weights[t].push(
+                        parse_weight(w)
+                            .ok_or_else(|| bad("has a weight that is not a finite number"))?,
+                    );
+                    k
+                }
+                None => item,
+            };
+            if key.is_empty() {
+                return Err(bad("has an empty key"));
+            }
+            out.keys[t].ids.push(if c.role == Role::Hex {
+                hex_key(key)
+                    .ok_or_else(|| bad("is not 1 to 16 hex digits (or a list of them) or empty"))?
+            } else {
+                text_key(key)
+            });
+        }
+        Ok(())
+    }
+
+    /// A `weights:` field (column `i`) of table column `j`, whose ids of this line
+    /// start at `from`: one finite number per id, in `j`'s list separator.
+    fn parse_weights_field(
+        &self,
+        i: usize,
+        j: usize,
+        from: usize,
+        f: &[u8],
+        out: &mut Block,
+    ) -> Result<(), String> {
+        let t = self.index[j];
+        let ids = out.keys[t].ids.len() - from;
+        let mut got = 0usize;
+        if !f.is_empty() {
+            for item in self.items(j, f) {
+                let w = parse_weight(item).ok_or_else(|| {
+                    self.bad_field(i, f, "has a weight that is not a finite number")
+                })?;
+                out.weights[t].push(w);
+                got += 1;
+            }
+        }
+        if got != ids {
+            return Err(self.bad_field(
+                i,
+                f,
+                &format!(
+                    "holds {got} weights for the {ids} ids of column {}",
+                    self.column_name(j)
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `item` split at the last `p`: key and weight.
+fn split_pair(item: &[u8], p: char) -> Option<(&[u8], &[u8])> {
+    let mut b = [0u8; 4];
+    let sep = p.encode_utf8(&mut b).as_bytes();
+    let k = item.windows(sep.len()).rposition(|w| w == sep)?;
+    Some((&item[..k], &item[k + sep.len()..]))
+}
+
+/// A per-id weight: a number in Rust's `f64` syntax, finite once rounded to f32.
+fn parse_weight(b: &[u8]) -> Option<f32> {
+    let x = std::str::from_utf8(b).ok()?.parse::<f64>().ok()? as f32;
+    x.is_finite().then_some(x)
 }
 
 /// The items of `f` between occurrences of `sep` (which may be several bytes).
@@ -851,11 +955,50 @@ mod tests {
     }
 
     #[test]
-    fn weights_are_refused_and_headers_are_detected_by_their_label() {
-        for spec in ["label,cat:weight=:", "label,cat:list=|,weights:2"] {
-            let e = ColumnLayout::new(spec, None, Dialect::Csv).unwrap_err();
-            assert!(e.contains("not supported"), "{e}");
+    fn weights_parse_beside_their_ids_and_bad_ones_name_the_column() {
+        let (a, b) = (text_key(b"a"), text_key(b"b"));
+        let c = ColumnLayout::new(
+            "label,cat:list=|:weight=:,cat:list=|,weights:3",
+            None,
+            Dialect::Csv,
+        )
+        .unwrap();
+        assert_eq!(c.weighted(), &[true, true]);
+        let blk = parse(&c, "1,a:2|b:0.5,a|b,1.5|-1\n0,,,\n");
+        assert_eq!((blk.n, blk.bad), (2, 0), "{:?}", blk.first_bad);
+        assert_eq!(blk.keys[0].ids, vec![a, b]);
+        assert_eq!(blk.weights[0], vec![2.0, 0.5]);
+        assert_eq!(blk.weights[1], vec![1.5, -1.0]);
+        for (line, want) in [
+            (
+                "1,a:x,a,1",
+                "column 2: \"a:x\" has a weight that is not a finite number",
+            ),
+            ("1,a:inf,a,1", "not a finite number"),
+            ("1,a:1e39,a,1", "not a finite number"),
+            ("1,a,a,1", "without its weight"),
+            (
+                "1,a:1,a|b,1",
+                "column 4: \"1\" holds 1 weights for the 2 ids of column 3",
+            ),
+            ("1,a:1,a,nan", "not a finite number"),
+            ("1,a:1,,1", "holds 1 weights for the 0 ids"),
+        ] {
+            let blk = parse(&c, &format!("0,b:1,b,3\n{line}\n"));
+            assert_eq!((blk.n, blk.bad), (1, 1), "{line}");
+            assert!(
+                blk.first_bad[0].1.contains(want),
+                "{line}: {}",
+                blk.first_bad[0].1
+            );
+            assert_eq!(blk.weights[0].len(), blk.keys[0].ids.len(), "{line}");
+            assert_eq!(blk.weights[1], vec![3.0], "{line}");
         }
+        assert!(ColumnLayout::new("label,cat", None, Dialect::Csv)
+            .unwrap()
+            .weighted()
+            .iter()
+            .all(|w| !w));
         let spec = "skip,label,cat";
         assert!(ColumnLayout::label_is_valid(spec, b"x,1,a", Dialect::Csv));
         assert!(!ColumnLayout::label_is_valid(

@@ -296,6 +296,7 @@ impl ClickGen {
                 self.tables.len()
             ],
             keys: Vec::new(),
+            weights: Vec::new(),
         }
     }
 

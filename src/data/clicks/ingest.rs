@@ -39,7 +39,7 @@ use std::time::Instant;
 
 use super::batch::{Bags, KeyBags};
 use super::hll::{Hll, HLL_REGISTERS};
-use super::log_file::{ids_name, offsets_name, SCHEMA_V2};
+use super::log_file::{ids_name, offsets_name, weights_name, SCHEMA_V2};
 use crate::ckpt::signals::check_preempted;
 use crate::comm::Comm;
 use crate::error::{Error, Result};
@@ -64,6 +64,9 @@ pub struct Block {
     pub dense: Vec<f32>,
     /// One per table.
     pub keys: Vec<KeyBags>,
+    /// One per table: the per-id weights of a weighted table (one per id of
+    /// `keys[t]`), empty for the others (see [`ExampleSource::weighted`]).
+    pub weights: Vec<Vec<f32>>,
     /// Input lines the block covers: its examples and its bad lines.
     pub lines: u64,
     /// Input bytes the block covers (text; 0 for a generator).
@@ -87,6 +90,7 @@ impl Block {
                 };
                 tables
             ],
+            weights: vec![Vec::new(); tables],
             ..Block::default()
         }
     }
@@ -100,6 +104,9 @@ impl Block {
             k.offsets.clear();
             k.offsets.push(0);
             k.ids.clear();
+        }
+        for w in &mut self.weights {
+            w.clear();
         }
         self.lines = 0;
         self.bytes = 0;
@@ -129,6 +136,10 @@ pub trait ExampleSource {
     fn n_dense(&self) -> usize;
     /// Tables (categorical features).
     fn tables(&self) -> usize;
+    /// Per table: whether its blocks carry per-id weights (none by default).
+    fn weighted(&self) -> Vec<bool> {
+        vec![false; self.tables()]
+    }
     /// Rank-local: stream this rank's share of day `d`, in order, handing each block
     /// to `f`. Each call must yield the same examples.
     fn for_each_block(&self, d: usize, f: &mut dyn FnMut(&Block) -> Result<()>) -> Result<()>;
@@ -264,6 +275,7 @@ struct LocalCount {
 
 fn local_count<S: ExampleSource>(src: &S) -> Result<LocalCount> {
     let t = src.tables();
+    let weighted = src.weighted();
     let mut c = LocalCount {
         segs: Vec::with_capacity(src.days()),
         hll: vec![Hll::new(); t],
@@ -276,7 +288,7 @@ fn local_count<S: ExampleSource>(src: &S) -> Result<LocalCount> {
         let mut seg = SegCount::new(t);
         src.for_each_block(d, &mut |b| {
             check_signal("count")?;
-            check_block(b, src.n_dense(), t)?;
+            check_block(b, src.n_dense(), &weighted)?;
             for (hll, k) in c.hll.iter_mut().zip(&b.keys) {
                 for &key in &k.ids {
                     hll.insert(key);
@@ -300,8 +312,13 @@ fn local_count<S: ExampleSource>(src: &S) -> Result<LocalCount> {
 
 /// A source's block must have the source's shape (a bug otherwise, not an input
 /// error: checked because every rank's file offsets depend on it).
-fn check_block(b: &Block, n_dense: usize, tables: usize) -> Result<()> {
-    let ok = b.labels.len() == b.n
+fn check_block(b: &Block, n_dense: usize, weighted: &[bool]) -> Result<()> {
+    let tables = weighted.len();
+    let weights_ok = b.weights.len() == tables
+        && (0..tables)
+            .all(|t| b.weights[t].len() == if weighted[t] { b.keys[t].ids.len() } else { 0 });
+    let ok = weights_ok
+        && b.labels.len() == b.n
         && b.dense.len() == b.n * n_dense
         && b.keys.len() == tables
         && b.keys.iter().all(|k| {
@@ -446,6 +463,7 @@ pub fn global_write_log<C: Comm, S: ExampleSource>(
         day_offsets: &starts.day_offsets,
         nnz: &starts.nnz,
         distinct: &distinct,
+        weighted: &src.weighted(),
     };
     let my_starts = starts.of_rank(me, p, t, days);
     let my_counts = counts.of_rank(me, days);
@@ -637,6 +655,8 @@ struct Plan<'a> {
     day_offsets: &'a [u64],
     nnz: &'a [u64],
     distinct: &'a [u64],
+    /// Per table: whether it has `/tables/<t>/weights`.
+    weighted: &'a [bool],
 }
 
 /// Index of each dataset in the offset table: dense, labels, then per table its
@@ -648,6 +668,10 @@ fn table_offsets(t: usize) -> usize {
 }
 fn table_ids(t: usize) -> usize {
     3 + 2 * t
+}
+/// Table `t`'s weights, after every table's offsets and ids (of `tables`).
+fn table_weights(tables: usize, t: usize) -> usize {
+    2 + 2 * tables + t
 }
 
 /// Rank 0: the partial file with every dataset at its final shape, contiguous and
@@ -672,7 +696,8 @@ fn create_layout(tmp: &Path, plan: &Plan) -> Result<Vec<u64>> {
         attrs.push(("columns", Attr::Str(c.clone())));
     }
     write_attrs(&f, tmp, &attrs)?;
-    let mut offs = vec![NO_OFFSET; 2 + 2 * plan.spec.tables.len()];
+    let nt = plan.spec.tables.len();
+    let mut offs = vec![NO_OFFSET; 2 + 3 * nt];
     let dense;
     (dense, offs[DENSE]) = create_allocated::<f32>(&f, tmp, "dense", "/dense", (n, nd))?;
     let labels;
@@ -704,6 +729,11 @@ fn create_layout(tmp: &Path, plan: &Plan) -> Result<Vec<u64>> {
         let k = plan.nnz[t] as usize;
         let _ids;
         (_ids, offs[table_ids(t)]) = create_allocated::<u64>(&f, tmp, &idn, &idn, k)?;
+        if plan.weighted[t] {
+            let wn = weights_name(t);
+            let _w;
+            (_w, offs[table_weights(nt, t)]) = create_allocated::<f32>(&f, tmp, &wn, &wn, k)?;
+        }
     }
     drop(dense);
     drop(labels);
@@ -729,7 +759,7 @@ fn global_create_write_commit<C: Comm, S: ExampleSource>(
     let created = if me == 0 {
         create_layout(&tmp, plan)
     } else {
-        Ok(vec![NO_OFFSET; 2 + 2 * t])
+        Ok(vec![NO_OFFSET; 2 + 3 * t])
     };
     let result = comm.agree(created).and_then(|mut offs| {
         comm.broadcast(0, &mut offs)?;
@@ -746,7 +776,7 @@ fn global_create_write_commit<C: Comm, S: ExampleSource>(
                 let mut seen = SegCount::new(t);
                 src.for_each_block(d, &mut |b| {
                     check_signal("write")?;
-                    check_block(b, plan.nd, t)?;
+                    check_block(b, plan.nd, plan.weighted)?;
                     seen.add(b);
                     // Past what pass 1 counted: stop before writing out of the range.
                     if seen.examples > want[d].examples
@@ -764,6 +794,9 @@ fn global_create_write_commit<C: Comm, S: ExampleSource>(
                             keys.offsets[1..].iter().map(|&o| base + o as u64),
                         )?;
                         file.put(table_ids(k), base, &keys.ids)?;
+                        if plan.weighted[k] {
+                            file.put(table_weights(t, k), base, &b.weights[k])?;
+                        }
                         at[k] += keys.ids.len() as u64;
                     }
                     e += b.n as u64;

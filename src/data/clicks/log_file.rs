@@ -69,6 +69,11 @@ pub(crate) fn ids_name(t: usize) -> String {
     format!("/tables/{t}/ids")
 }
 
+/// Table `t`'s per-id weights (f32, one per id; only in a weighted log).
+pub(crate) fn weights_name(t: usize) -> String {
+    format!("/tables/{t}/weights")
+}
+
 /// What [`write_click_log`] wrote.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LogSummary {
@@ -265,6 +270,26 @@ pub struct ClickLog {
     keyed: bool,
     days: Vec<u64>,
     source: Vec<String>,
+    /// Per table: whether it has `/tables/<t>/weights` (per-id weights).
+    weighted: Vec<bool>,
+}
+
+/// Whether table `t` of a log (`len` ids) has per-id weights: `/tables/<t>/weights`,
+/// f32, one per id, if present.
+fn open_weights(f: &hdf5::File, path: &Path, t: usize, len: u64) -> Result<bool> {
+    let wn = weights_name(t);
+    if f.dataset(&wn).is_err() {
+        return Ok(false);
+    }
+    let n = dataset::<f32>(f, path, &wn, None)?.size() as u64;
+    if n != len {
+        return Err(Error::layout(
+            path,
+            &wn,
+            format!("{n} weights for the {len} ids of {}", ids_name(t)),
+        ));
+    }
+    Ok(true)
 }
 
 /// The dataset `name`, checked for element type and shape.
@@ -370,6 +395,7 @@ impl ClickLog {
         dataset::<f32>(f, path, "/dense", Some(&[n, spec.n_dense]))?;
         dataset::<f32>(f, path, "/labels", Some(&[n]))?;
         let mut nnz = Vec::with_capacity(spec.tables.len());
+        let mut weighted = Vec::with_capacity(spec.tables.len());
         for t in 0..spec.tables.len() {
             let (on, idn) = (offsets_name(t), ids_name(t));
             dataset::<u64>(f, path, &on, Some(&[n + 1]))?;
@@ -395,6 +421,7 @@ impl ClickLog {
                 ));
             }
             nnz.push(len);
+            weighted.push(open_weights(f, path, t, len)?);
         }
         let (days, source) = if keyed {
             open_v2(f, path, examples)?
@@ -411,7 +438,13 @@ impl ClickLog {
             keyed,
             days,
             source,
+            weighted,
         })
+    }
+
+    /// Per table: whether the log carries per-id weights for it.
+    pub fn weighted(&self) -> &[bool] {
+        &self.weighted
     }
 
     /// Whether the log holds raw 64-bit keys (schema v2).
@@ -478,6 +511,9 @@ impl ClickLog {
         if self.keyed {
             b.keys = vec![KeyBags::default(); self.spec.tables.len()];
         }
+        if self.weighted.contains(&true) {
+            b.weights = vec![Vec::new(); self.spec.tables.len()];
+        }
 
         if n > 0 && nd > 0 {
             b.dense = self.read_dense(first, n)?;
@@ -532,6 +568,24 @@ impl ClickLog {
         Ok(labels)
     }
 
+    /// Table `t`'s weights `lo..hi` (of the examples from `first`), checked finite.
+    fn read_weights(&self, t: usize, first: u64, lo: u64, hi: u64) -> Result<Vec<f32>> {
+        let (path, wn) = (self.path.as_path(), weights_name(t));
+        let w = read_range::<f32>(&self.file, path, &wn, lo, hi)?;
+        if let Some(i) = w.iter().position(|x| !x.is_finite()) {
+            return Err(Error::layout(
+                path,
+                &wn,
+                format!(
+                    "weight {} (examples from {first}): {} is not finite",
+                    lo + i as u64,
+                    w[i]
+                ),
+            ));
+        }
+        Ok(w)
+    }
+
     /// Table `t`'s bags of examples `first..hi` into `b` (its keys for a keyed log),
     /// the offsets checked non-decreasing and within the table, the ids (of an
     /// unkeyed log) below its vocabulary.
@@ -566,6 +620,9 @@ impl ClickLog {
             ));
         }
         let base = offs[0];
+        if self.weighted[t] {
+            b.weights[t] = self.read_weights(t, first, base, offs[n])?;
+        }
         if offs[n] - base > u32::MAX as u64 {
             return Err(Error::input(
                 path,

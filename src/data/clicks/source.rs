@@ -99,6 +99,15 @@ impl Source {
         }
     }
 
+    /// Per table: whether its examples carry per-id weights (a weighted click log).
+    pub fn weighted(&self) -> Vec<bool> {
+        match self {
+            Source::Preloaded { inner, .. } => inner.weighted(),
+            Source::Generated(_) => Vec::new(),
+            Source::Log { log, .. } => log.weighted().to_vec(),
+        }
+    }
+
     /// Held-out examples available (`None`: unlimited).
     pub fn eval_examples(&self) -> Option<u64> {
         match self {

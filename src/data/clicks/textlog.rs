@@ -69,6 +69,14 @@ impl LineFormat {
         matches!(self, LineFormat::Columns(c) if c.has_header())
     }
 
+    /// Per table: whether it carries per-id weights.
+    pub fn weighted(&self) -> Vec<bool> {
+        match self {
+            LineFormat::Fixed(l) => vec![false; l.n_cat()],
+            LineFormat::Columns(c) => c.weighted().to_vec(),
+        }
+    }
+
     fn parse_lines(&self, text: &[u8], out: &mut Block) {
         match self {
             LineFormat::Fixed(l) => parse_lines(l, text, out),
@@ -425,6 +433,10 @@ impl ExampleSource for TextFiles {
 
     fn tables(&self) -> usize {
         self.layout.n_cat()
+    }
+
+    fn weighted(&self) -> Vec<bool> {
+        self.layout.weighted()
     }
 
     fn for_each_block(&self, d: usize, f: &mut dyn FnMut(&Block) -> Result<()>) -> Result<()> {

@@ -727,15 +727,25 @@ fn local_rows_into_bags(
         bags.ids.clear();
         bags.offsets.push(0);
         let occ = &b.occ[j];
+        // A weighted table's weights follow its occurrences that got a row.
+        let mut weights = batch.weights.get_mut(t).filter(|w| !w.is_empty());
+        let mut kept = 0usize;
         for e in 0..keys.len() {
             let (lo, hi) = (keys.offsets[e] as usize, keys.offsets[e + 1] as usize);
-            for &i in &occ[lo..hi] {
+            for (k, &i) in (lo..hi).zip(&occ[lo..hi]) {
                 let r = rows[i as usize];
                 if r != NO_ROW {
                     bags.ids.push(r);
+                    if let Some(w) = weights.as_deref_mut() {
+                        w[kept] = w[k];
+                        kept += 1;
+                    }
                 }
             }
             bags.offsets.push(bags.ids.len() as u32);
+        }
+        if let Some(w) = weights {
+            w.truncate(kept);
         }
         if keys.offsets.is_empty() {
             // No keys for this table in this batch: one empty bag per example.
@@ -831,6 +841,7 @@ mod tests {
             labels: vec![1.0; n],
             bags: ids,
             keys,
+            weights: Vec::new(),
         }
     }
 

@@ -275,6 +275,17 @@ impl Plan {
         self
     }
 
+    /// Table `t` in `mode` (a data-parallel table keeps `rows`).
+    pub fn with_mode_of(mut self, t: usize, mode: OutputMode) -> Plan {
+        if self.modes.len() != self.tables.len() {
+            self.modes = (0..self.tables.len()).map(|u| self.mode(u)).collect();
+        }
+        if self.tables[t] != Placement::DataParallel {
+            self.modes[t] = mode;
+        }
+        self
+    }
+
     /// The shards of table `t`, in a fixed order (the order of the placement).
     pub fn table_shards(&self, spec: &ModelSpec, t: usize) -> Vec<Shard> {
         let ts = &spec.tables[t];

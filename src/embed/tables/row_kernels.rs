@@ -98,6 +98,29 @@ pub fn scatter(isa: Isa, g: &[f32], w: usize, bag: Bag, acc: &mut [f32]) {
     }
 }
 
+/// `out = sum over k of wts[k] * base[row(k)]`, each element summed from +0.0 in bag
+/// order (a weighted bag; weights of 1.0 give [`pool_ref`]'s bits: `1.0 * x` is `x`).
+pub fn pool_weighted(base: &[f32], w: usize, bag: Bag, wts: &[f32], out: &mut [f32]) {
+    out[..w].fill(0.0);
+    for (k, &wk) in wts.iter().enumerate().take(bag.idx.len()) {
+        let r = bag.row(k);
+        for (o, &v) in out[..w].iter_mut().zip(&base[r * w..(r + 1) * w]) {
+            *o += wk * v;
+        }
+    }
+}
+
+/// `acc[row(k)] += wts[k] * g` for every row of the bag, in bag order (weights of
+/// 1.0 give [`scatter_ref`]'s bits).
+pub fn scatter_weighted(g: &[f32], w: usize, bag: Bag, wts: &[f32], acc: &mut [f32]) {
+    for (k, &wk) in wts.iter().enumerate().take(bag.idx.len()) {
+        let r = bag.row(k);
+        for (a, &v) in acc[r * w..(r + 1) * w].iter_mut().zip(&g[..w]) {
+            *a += wk * v;
+        }
+    }
+}
+
 /// Bags of many examples: example `e` is `idx[offsets[e]..offsets[e + 1]]`, each
 /// index a row of `base` (or of `map`, as in [`Bag`]).
 #[derive(Clone, Copy, Debug)]

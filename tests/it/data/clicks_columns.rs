@@ -3,7 +3,8 @@
 //! same log, whose keys are the documented derivation (FNV-1a 64, then splitmix64's
 //! finalizer, recomputed here from the definition); the same data as tsv gives the
 //! same log; `embed` trains on it with the same bits twice at each rank count; bad
-//! input exits 2 naming file, line and column, and writes nothing.
+//! input exits 2 naming file, line and column, and writes nothing (per-id weights:
+//! `clicks_weights`).
 
 use crate::util;
 
@@ -263,8 +264,9 @@ fn bad_input_exits_2_naming_file_line_and_column_and_writes_nothing() {
         .run()
         .expect_code(2)
         .stderr_has(&["nh.csv:2: column 2: \"zz\" is not a finite number"]);
-    // Files with other headers, a NAME=ROLE SPEC on headerless files, weights, and a
-    // header on Criteo files are refused before anything is read.
+    // Files with other headers, a NAME=ROLE SPEC on headerless files and a header on
+    // Criteo files are refused before anything is read; a weighted column whose items
+    // hold no weight is a bad line (tests/it/data/clicks_weights.rs has the rest).
     let other = dir.join("other.csv");
     std::fs::write(&other, "click,cost,site,tags,junk\n1,2,a,b,c\n").unwrap();
     prepare(1, "csv", &[&good, &other], &out, BY_NAME)
@@ -286,7 +288,7 @@ fn bad_input_exits_2_naming_file_line_and_column_and_writes_nothing() {
     )
     .run()
     .expect_code(2)
-    .stderr_has(&["not supported"]);
+    .stderr_has(&["good.csv:2: column 3 (\"site\")", "without its weight"]);
     TestCommand::direct()
         .args(["prepare", "clicks", "--header", "yes", "--input"])
         .arg(&good)

@@ -7,6 +7,7 @@ mod bad_inputs_fuzz;
 mod clicks_columns;
 mod clicks_ingest;
 mod clicks_outputs;
+pub(crate) mod clicks_weights;
 mod graph_stats;
 mod planted;
 mod prepare_stream;

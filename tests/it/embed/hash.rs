@@ -507,6 +507,7 @@ fn resolve_batch(p: usize, r: usize, call: u64, default_none: bool) -> Batch {
         // Rows of hash tables before resolution are garbage the resolution replaces.
         bags: vec![stale.clone(), fixed, stale.clone(), stale],
         keys: vec![refs(&h), KeyBags::default(), none, refs(&tight)],
+        weights: Vec::new(),
     }
 }
 
@@ -657,6 +658,7 @@ fn a_key_admitted_in_a_step_has_its_row_in_every_example_of_the_step() {
                 labels: vec![0.0; n],
                 bags: vec![Bags::default()],
                 keys: vec![key_bags(&r)],
+                weights: Vec::new(),
             };
             let how = Resolve::Train { step: 0 };
             global_resolve(&c, &mut store, &mut b, how, &mut ResolveBufs::default()).unwrap();
@@ -776,4 +778,43 @@ fn a_hash_table_over_the_whole_id_space_trains_as_the_fixed_table() {
     let (fixed, hashed) = (go(&data), go(&model));
     assert!(fixed.iter().all(|&l| f64::from_bits(l).is_finite()));
     assert_eq!(fixed, hashed);
+}
+
+#[test]
+fn a_key_without_a_row_drops_its_weight_with_it() {
+    // Admission at the second occurrence: keys 42 and 7 come twice in the step, key 9
+    // once (first in its bag): its weight goes with it, the others keep theirs.
+    let spec = ModelSpec {
+        table_dtype: Default::default(),
+        arch: Default::default(),
+        n_dense: 1,
+        hidden: vec![4],
+        zipf: 1.05,
+        tables: vec![table("h", VocabKind::Hash, 16, 2)],
+    };
+    let got = run(1, |c| {
+        let plan = Plan::uniform(&spec, 1, "row_cyclic").unwrap();
+        let opt = TableOpt::Sgd { lr: 0.1, wd: 0.0 };
+        let mut store = Store::new(&spec, &plan, c.rank(), opt, SEED, None).unwrap();
+        let mut b = Batch {
+            n: 2,
+            n_dense: 1,
+            dense: vec![0.0; 2],
+            labels: vec![0.0; 2],
+            bags: vec![Bags::default()],
+            keys: vec![key_bags(&[&[42, 7, 42], &[9, 7]])],
+            weights: vec![vec![2.0, 3.0, 0.5, 5.0, 4.0]],
+        };
+        let how = Resolve::Train { step: 0 };
+        global_resolve(&c, &mut store, &mut b, how, &mut ResolveBufs::default()).unwrap();
+        (b.bags[0].clone(), b.weights[0].clone())
+    });
+    let (bags, w) = &got[0];
+    assert_eq!(bags.offsets, vec![0, 3, 4], "{bags:?}");
+    let ids = &bags.ids;
+    assert!(
+        ids[0] == ids[2] && ids[1] == ids[3] && ids[0] != ids[1],
+        "{ids:?}"
+    );
+    assert_eq!(w, &vec![2.0, 3.0, 0.5, 4.0]);
 }

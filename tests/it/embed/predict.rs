@@ -5,7 +5,8 @@
 //! and 2 ranks; `--eval-examples K` scores the last K lines of the full output and its
 //! AUC and log loss are the trainer's final evaluation; `--input` (the text through
 //! `prepare clicks`' parser) scores as the prepared log does and leaves no temporary;
-//! bad inputs exit 2 and write nothing.
+//! bad inputs exit 2 and write nothing. A weighted click log (per-id weights) scores
+//! with the weighted pooling of training, through `--data`, `--input` and score.py.
 
 use crate::util;
 
@@ -397,4 +398,114 @@ fn bad_inputs_exit_2_and_write_nothing() {
         .filter(|n| n.contains("partial") || n.contains(".tmp"))
         .collect();
     assert!(left.is_empty(), "temporaries left: {left:?}");
+}
+
+#[test]
+fn weighted_logs_score_as_trained_through_data_input_and_score_py() {
+    use crate::data::clicks_weights::{some_weight, weighted_csv, WEIGHTED};
+    let _serial = serial();
+    let d = tempdir();
+    let csv = d.path().join("w.csv");
+    weighted_csv(&csv, 1500, Some(some_weight));
+    let log = d.path().join("w.h5");
+    let prepare = |cols: &str, out: &Path| {
+        TestCommand::direct()
+            .args(["prepare", "clicks", "--format", "csv", "--columns", cols])
+            .arg("--input")
+            .arg(&csv)
+            .arg("--out")
+            .arg(out)
+            .run()
+            .expect_code(0);
+    };
+    prepare(WEIGHTED, &log);
+    let model = d.path().join("m.h5");
+    // site: a hash table admitting ids seen twice (the others' weights go with
+    // them), sum pooling; tags: mean pooling (sum_i w_i row_i / ids).
+    let toml = d.path().join("m.toml");
+    std::fs::write(
+        &toml,
+        "n_dense = 1\nhidden = [8]\n\
+         [[table]]\nname = \"site\"\nvocab = 64\ndim = 4\nvocab_kind = \"hash\"\nadmit_after = 2\n\
+         [[table]]\nname = \"tags\"\nvocab = 32\ndim = 4\npooling = \"mean\"\nvocab_kind = \"hash\"\n",
+    )
+    .unwrap();
+    let trained = train(&log, &model, &["--tables", toml.to_str().unwrap()]);
+
+    // --data: the held-out part scores as the trainer evaluated it (weighted pooling).
+    let tail = d.path().join("tail.tsv");
+    let o = predict(2, &model, &log, &tail, &["--eval-examples", "500"]);
+    o.expect_code(0);
+    assert_scores_as_trained(&trained.stdout, &o.stdout);
+    let all = d.path().join("all.tsv");
+    predict(1, &model, &log, &all, &[]).expect_code(0);
+    assert_eq!(probabilities(&all).len(), 1500);
+
+    // --input with the same --columns: the same file as --data.
+    let inp = d.path().join("out/input.tsv");
+    std::fs::create_dir(d.path().join("out")).unwrap();
+    TestCommand::mpirun(2)
+        .args(["predict", "--model"])
+        .arg(&model)
+        .arg("--input")
+        .arg(&csv)
+        .args(["--format", "csv", "--columns", WEIGHTED, "--out"])
+        .arg(&inp)
+        .args(["--threads", "1"])
+        .run()
+        .expect_code(0);
+    assert!(
+        std::fs::read_to_string(&inp).unwrap() == std::fs::read_to_string(&all).unwrap(),
+        "--input and --data differ on a weighted log"
+    );
+
+    // The weights act: the tags without theirs score otherwise.
+    let unw = d.path().join("u.h5");
+    prepare(
+        "click=label,price=log,site=cat:weight=:,tags=cat:list=|,tagw=skip",
+        &unw,
+    );
+    let other = d.path().join("other.tsv");
+    predict(1, &model, &unw, &other, &[]).expect_code(0);
+    let (p, q) = (probabilities(&all), probabilities(&other));
+    let moved = p
+        .iter()
+        .zip(&q)
+        .filter(|(a, b)| (*a - *b).abs() > 1e-6)
+        .count();
+    assert!(
+        moved > 500,
+        "only {moved} scores moved without the tags' weights"
+    );
+
+    let Some(py) = python() else {
+        eprintln!(
+            "SKIPPED (score.py part): no Python with numpy and h5py (set TORUSREC_PYTHON, or pip install numpy h5py)"
+        );
+        return;
+    };
+    for (data, scores) in [(&log, &all), (&unw, &other)] {
+        let o = Command::new(&py)
+            .arg(score_py())
+            .arg("--model")
+            .arg(&model)
+            .arg("--data")
+            .arg(data)
+            .arg("--compare")
+            .arg(scores)
+            .args(["--tol", "1e-5"])
+            .output()
+            .unwrap();
+        let text =
+            String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+        assert!(
+            o.status.success(),
+            "{}: score.py disagrees:\n{text}",
+            data.display()
+        );
+        assert!(
+            text.contains("1500 examples") && text.contains("labels equal"),
+            "{text}"
+        );
+    }
 }

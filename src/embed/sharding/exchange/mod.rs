@@ -24,7 +24,9 @@ use rayon::prelude::*;
 use super::pooled::{self, is_pooled_table};
 use crate::allocs::{reserve_with_room as reserve_total, resize_for_overwrite};
 use crate::data::clicks::batch::Batch;
-use crate::embed::tables::row_kernels::{pool as pool_kernel, scatter, Bag, Isa};
+use crate::embed::tables::row_kernels::{
+    pool as pool_kernel, pool_weighted, scatter, scatter_weighted, Bag, Isa,
+};
 use crate::embed::tables::store::{input_offsets, Store};
 use crate::spec::Pooling;
 
@@ -41,8 +43,9 @@ pub use lookup::{global_lookup, global_lookup_into, Lookup};
 pub use owner_sums::SortScratch;
 
 /// The MLP input of a batch (`n x (sum of dims + n_dense)`, row-major) into `lk.x`:
-/// each `rows` table's pooled vector (sum or mean of its bag's rows; zeros for an
-/// empty bag) and the dense features; the `pooled` tables' columns are the lookup's.
+/// each `rows` table's pooled vector (sum or mean of its bag's rows, each row times
+/// its weight for a weighted table, the mean dividing by the bag's length; zeros for
+/// an empty bag) and the dense features; the `pooled` tables' columns are the lookup's.
 pub fn pool(store: &Store, batch: &Batch, lk: &mut Lookup) {
     let spec = &store.spec;
     let width = spec.mlp_input();
@@ -65,7 +68,10 @@ pub fn pool(store: &Store, batch: &Batch, lk: &mut Lookup) {
                     idx: &occ[t][lo..hi],
                     map: None,
                 };
-                pool_kernel(isa, &rows[t], dim, bag, out);
+                match batch.weights_of(t) {
+                    Some(w) => pool_weighted(&rows[t], dim, bag, &w[lo..hi], out),
+                    None => pool_kernel(isa, &rows[t], dim, bag, out),
+                }
                 if ts.pooling == Pooling::Mean && hi > lo {
                     let s = 1.0 / (hi - lo) as f32;
                     out.iter_mut().for_each(|o| *o *= s);
@@ -139,7 +145,8 @@ impl StepGrads {
 
     /// Add the step's gradients (its one lookup covers every micro-batch): `dx` is
     /// d loss / d MLP input (`n x width`).
-    /// Each occurrence's gradient is added in occurrence order.
+    /// Each occurrence's gradient is added in occurrence order, times its weight for
+    /// a weighted table.
     pub fn accumulate(&mut self, store: &Store, batch: &Batch, lk: &Lookup, dx: &[f32]) {
         let spec = &store.spec;
         let width = spec.mlp_input();
@@ -158,6 +165,7 @@ impl StepGrads {
             let ts = &spec.tables[t];
             let dim = ts.dim;
             let b = &batch.bags[t];
+            let wts = batch.weights_of(t);
             let replicated = store.is_replicated(t);
             let scale_of = |e: usize| {
                 let (lo, hi) = (b.offsets[e] as usize, b.offsets[e + 1] as usize);
@@ -207,7 +215,10 @@ impl StepGrads {
                             &mut tg.grads,
                         )
                     };
-                    scatter(isa, &gs, dim, bag, acc);
+                    match wts {
+                        Some(w) => scatter_weighted(&gs, dim, bag, &w[lo..hi], acc),
+                        None => scatter(isa, &gs, dim, bag, acc),
+                    }
                     continue;
                 }
                 // Without dedup every occurrence is its own entry.
@@ -216,8 +227,12 @@ impl StepGrads {
                     let n = tg.grads.len();
                     tg.grads.resize(n + dim, 0.0);
                     let dst = &mut tg.grads[n..n + dim];
-                    for (d, &gi) in dst.iter_mut().zip(g) {
-                        *d += scale * gi;
+                    match wts {
+                        Some(w) => dst
+                            .iter_mut()
+                            .zip(g)
+                            .for_each(|(d, &gi)| *d += w[k] * (scale * gi)),
+                        None => dst.iter_mut().zip(g).for_each(|(d, &gi)| *d += scale * gi),
                     }
                 }
             }
@@ -322,3 +337,6 @@ pub fn all_finite(v: &[f32]) -> bool {
     v.chunks(4096)
         .all(|c| c.iter().fold(0u32, |m, x| m.max(x.to_bits() & EXP)) != EXP)
 }
+
+#[cfg(test)]
+mod tests;
