@@ -8,6 +8,12 @@
 #          order, same batch per rank, widths, optimizers (tables row-wise Adagrad,
 #          dense Adagrad) and rates; examples/s over the steps after the first
 #          interval, held-out AUC and log loss over the log's last EVAL examples.
+#   dtype  table precision: the mlp on the same log with --table-dtype f32 and bf16
+#          (same plan row_block, output mode rows, same steps): table memory, bytes
+#          exchanged per step, examples/s, held-out AUC and log loss. Written as the
+#          section "## Table precision" of bench/ctr.md (replaced in place).
+# SECTION=all (default) runs both; SECTION=archs or SECTION=dtype only one (the other
+# part of bench/ctr.md is kept).
 # The peer needs the venv of scripts/install_peer.sh plus h5py (PEER_VENV, default
 # /work/peer-venv); without it the TorchRec rows are skipped with a line saying so.
 set -euo pipefail
@@ -21,12 +27,19 @@ ARCHS="${ARCHS:-mlp dlrm dcnv2}"
 PEER_VENV="${PEER_VENV:-/work/peer-venv}"
 EMB_LR="${EMB_LR:-0.02}"
 DENSE_LR="${DENSE_LR:-0.002}"
+SECTION="${SECTION:-all}"
+# The seed of both sides' initial weights (torusrec --seed, the peer's --seed).
+SEED="${SEED:-1}"
+DTYPES="${DTYPES:-f32 bf16}"
 mkdir -p "$OUT" bench
 if [[ $(id -u) -eq 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 # shellcheck source=scripts/blas_env.sh
 . scripts/blas_env.sh
-cargo build --release --quiet
-BIN=target/release/torusrec
+# BIN=path: that binary, not built here.
+if [[ -z ${BIN:-} ]]; then
+  cargo build --release --quiet
+  BIN=${CARGO_TARGET_DIR:-target}/release/torusrec
+fi
 MPI=(mpirun --oversubscribe --bind-to none "${BLAS_MPI_ENV[@]}")
 mpi() { local np=$1; shift; timeout 3600 "${MPI[@]}" -np "$np" "$BIN" "$@"; }
 
@@ -68,12 +81,11 @@ if [[ -x $PEER_VENV/bin/python ]] && (cd /tmp && "$PEER_VENV/bin/python" -c "imp
 fi
 
 table=bench/ctr.md
-cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | xargs)"
-avx512=$(grep -qw avx512f /proc/cpuinfo && echo "AVX-512" || echo "AVX2 only")
+archs_section() {
 {
   echo "# Click models: mlp, DLRM and DCN-v2 beside TorchRec"
   echo
-  echo "Measured $(date -u +%Y-%m-%d) at commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo ' (with uncommitted changes)') on $(nproc) cores ($cpu; $avx512: the dense GEMM dispatches on it, \`--dense-gemm auto\`). Both sides share the 2 cores: one process per rank, one thread each."
+  echo "Measured $(date -u +%Y-%m-%d) at commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo ' (with uncommitted changes)') on $(nproc) cores ($(cpu_line); the dense GEMM dispatches on AVX-512, \`--dense-gemm auto\`), seed $SEED on both sides, load $(cut -d' ' -f1 /proc/loadavg) at the start. Both sides share the 2 cores: one process per rank, one thread each."
   echo
   echo "Workload: \`generate clicks --preset torchrec-peer --scale $CTR_SCALE --planted fm\` ($N examples: the TorchRec peer's 26 tables of width 64, mean pooling factor 15, labels of the linear planted model plus a rank-8 factorization machine of the tables' planted factors, docs/generate.md). 2 ranks (torus 2x1 / 2 gloo processes), batch $BATCH per rank, $STEPS steps; the last $EVAL examples held out. Tables row-wise Adagrad lr $EMB_LR (eps 1e-8), dense Adagrad lr $DENSE_LR. Examples/s over steps 11-$STEPS (torusrec: log intervals after the first; TorchRec: after 10 warm-up steps)."
   echo
@@ -87,7 +99,7 @@ for arch in $ARCHS; do
   # shellcheck disable=SC2046
   mpi 2 embed --data "$LOG" --eval-examples "$EVAL" --batch "$BATCH" --steps "$STEPS" \
     --log-every 10 --threads 1 --preload --table-opt rowwise-adagrad --table-lr "$EMB_LR" \
-    --dense-opt adagrad --dense-lr "$DENSE_LR" $(arch_flags "$arch") --metrics "$m" \
+    --dense-opt adagrad --dense-lr "$DENSE_LR" $(arch_flags "$arch") --seed "$SEED" --metrics "$m" \
     > "$OUT/$arch.log" 2>&1 || { echo "torusrec $arch failed"; tail "$OUT/$arch.log"; exit 1; }
   read -r t_exs t_auc t_ll <<< "$(metric "$m")"
   p_exs=n/a; p_auc=n/a; p_ll=n/a; up=n/a; diff=n/a
@@ -95,7 +107,7 @@ for arch in $ARCHS; do
     OMP_NUM_THREADS=1 timeout 3600 "$PEER_VENV/bin/python" bench/peers/torchrec_ctr.py --log "$LOG" \
       --arch "$arch" --procs 2 --threads 1 --batch "$BATCH" --steps "$STEPS" --warmup 10 \
       --eval-examples "$EVAL" --bottom 512,256,64 --top 512,256 --cross-layers 3 \
-      --cross-rank 512 --emb-lr "$EMB_LR" --dense-lr "$DENSE_LR" > "$OUT/peer-$arch.log" 2>&1 \
+      --cross-rank 512 --emb-lr "$EMB_LR" --dense-lr "$DENSE_LR" --seed "$SEED" > "$OUT/peer-$arch.log" 2>&1 \
       || { echo "peer $arch failed"; tail "$OUT/peer-$arch.log"; exit 1; }
     line=$(grep "^torchrec $arch examples/s=" "$OUT/peer-$arch.log")
     p_exs=$(sed -E 's/.*examples\/s=([0-9]+).*/\1/' <<< "$line")
@@ -110,7 +122,87 @@ done
   echo
   [[ $peer_ok == 1 ]] || echo "TorchRec not run: no venv with torchrec and h5py at $PEER_VENV (scripts/install_peer.sh, then \`$PEER_VENV/bin/pip install h5py\`)."
   echo
-  echo "Reproduce: \`STEPS=$STEPS BATCH=$BATCH EVAL=$EVAL CTR_SCALE=$CTR_SCALE scripts/bench_ctr.sh\` (logs in $OUT)."
+  echo "Reproduce: \`SECTION=archs SEED=$SEED STEPS=$STEPS BATCH=$BATCH EVAL=$EVAL CTR_SCALE=$CTR_SCALE scripts/bench_ctr.sh\` (logs in $OUT)."
 } >> "$table.part"
+# Keep a table-precision section measured before.
+if [[ -f $table ]] && grep -q '^## Table precision' "$table"; then
+  { echo; sed -n '/^## Table precision/,$p' "$table"; } >> "$table.part"
+fi
 mv "$table.part" "$table"
+}
+
+# One line of the precision table from a run's metrics and log: table bytes (the
+# header's total and the plan's memory per rank, rows and state), exchanged bytes per
+# step (all, lookup, backward), examples/s, AUC, log loss, peak RSS.
+dtype_row() {
+  python3 - "$@" <<'PY'
+import json, re, sys
+dtype, metrics, log = sys.argv[1:4]
+rows = [json.loads(l) for l in open(metrics) if l.strip()]
+fin = [r for r in rows if r.get("final")][-1]
+iv = [r for r in rows if not r.get("final")]
+timed = iv[1:] or iv
+exs = sum(r["examples"] for r in timed) / max(sum(r["seconds"] for r in timed), 1e-9)
+mean = lambda k: sum(r[k] for r in timed) / len(timed)
+text = open(log).read()
+tables = re.search(r"tables \([\d,]+ rows, ([^)]+) of (\w+)\)", text)
+mem = re.search(r"memory per rank ([^\n]+)", text)
+mb = lambda b: f"{b / 1e6:.1f} MB"
+print(f"| {dtype} | {tables.group(1)} | {mem.group(1).strip()} | {mb(mean('bytes_per_step'))} | "
+      f"{mb(mean('lookup_bytes_per_step'))} | {mb(mean('backward_bytes_per_step'))} | {exs:.0f} | "
+      f"{fin['auc']:.4f} | {fin['logloss']:.5f} | {mb(fin['peak_rss_bytes'])} |")
+print(f"AUC {fin['auc']:.6f}", file=sys.stderr)
+PY
+}
+
+dtype_section() {
+  local part=$OUT/dtype.md
+  {
+    echo "## Table precision (\`--table-dtype\`)"
+    echo
+    echo "Measured $(date -u +%Y-%m-%d) at commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo ' (with uncommitted changes)') on $(nproc) cores ($(cpu_line))."
+    echo
+    echo "Workload: the mlp above on the same log, 2 ranks, batch $BATCH per rank, $STEPS steps, the last $EVAL examples held out, row-wise Adagrad lr $EMB_LR, dense Adagrad lr $DENSE_LR; the same plan for both (\`--plan row_block\`, \`--output-mode rows\`: the mode whose rows travel; the pooled mode's exchange is of f32 sums and gradients at any dtype). Exchanged bytes are per step, all ranks; memory per rank is rows plus the row-wise Adagrad state (one f32 a row)."
+    echo
+    echo "| table dtype | tables | memory per rank | exchanged | lookup | backward | examples/s | AUC | log loss | peak RSS per rank |"
+    echo "|---|---|---|---|---|---|---|---|---|---|"
+  } > "$part"
+  local aucs=()
+  for dt in $DTYPES; do
+    local m=$OUT/dtype-$dt.jsonl
+    rm -f "$m"
+    mpi 2 embed --data "$LOG" --eval-examples "$EVAL" --batch "$BATCH" --steps "$STEPS" \
+      --log-every 10 --threads 1 --preload --table-opt rowwise-adagrad --table-lr "$EMB_LR" \
+      --dense-opt adagrad --dense-lr "$DENSE_LR" --arch mlp --plan row_block --output-mode rows \
+      --table-dtype "$dt" --metrics "$m" > "$OUT/dtype-$dt.log" 2>&1 \
+      || { echo "torusrec --table-dtype $dt failed"; tail "$OUT/dtype-$dt.log"; exit 1; }
+    dtype_row "$dt" "$m" "$OUT/dtype-$dt.log" >> "$part" 2> "$OUT/dtype-$dt.auc"
+    aucs+=("$(cut -d' ' -f2 "$OUT/dtype-$dt.auc")")
+  done
+  {
+    echo
+    local dts=($DTYPES)
+    echo "Held-out AUC difference (${dts[1]:-?} minus ${dts[0]}): $(python3 -c "import sys; a=[float(x) for x in sys.argv[1:]]; print(f'{a[1]-a[0]:+.4f}' if len(a) > 1 else 'n/a')" "${aucs[@]}") (the issue's bound: within 0.001). One run each on a machine shared with other jobs (load $(cut -d' ' -f1 /proc/loadavg) on $(nproc) cores at the end): examples/s are not a speed measurement."
+    echo
+    echo "Reproduce: \`SECTION=dtype STEPS=$STEPS BATCH=$BATCH EVAL=$EVAL CTR_SCALE=$CTR_SCALE scripts/bench_ctr.sh\` (logs in $OUT/dtype-*)."
+  } >> "$part"
+  # Replace the section in bench/ctr.md (or append it).
+  if [[ -f $table ]]; then
+    sed '/^## Table precision/,$d' "$table" > "$table.part"
+    sed -i -e :a -e '/^\n*$/{$d;N;ba' -e '}' "$table.part"
+    { echo; cat "$part"; } >> "$table.part"
+  else
+    cp "$part" "$table.part"
+  fi
+  mv "$table.part" "$table"
+}
+
+# shellcheck source=scripts/cpu_line.sh
+. scripts/cpu_line.sh
+case $SECTION in
+  all) archs_section; dtype_section ;;
+  archs) archs_section ;;
+  dtype) dtype_section ;;
+  *) echo "SECTION must be all, archs or dtype, not $SECTION"; exit 2 ;;
+esac
 cat "$table"

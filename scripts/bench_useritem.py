@@ -44,10 +44,20 @@ Checks against implicit itself (implicit mode, on implicit's factors):
   an item of theirs whose cosine ties our 21st within 1e-5 (cold items rated by one
   and the same user have parallel factors; the two top-k codes break such ties apart).
 
-Hook for the real CLI (not yet measured: `torusrec recommend --history` and `similar`
-are being added elsewhere): `--compare-topk FILE` reads `row<TAB>item` lines (test
-user's dataset row id, its items in rank order, K per user) and reports their top-20
-overlap with this script's fold-in of the same model (`compare_cli_topk`).
+The real CLI (torusrec mode, docs/recommend.md): `--compare-topk FILE` reads the TSV of
+`torusrec recommend --test` (or `--user` with test users; `--history` of a test user's
+visible items gives the same bits) and reports the top-20 overlap
+- `cli_topk_overlap_at_20`: with this script's f64 fold-in of the same model;
+- `cli_vs_implicit_foldin_at_20`: with implicit's own `recommend(..., N=20,
+  filter_already_liked_items=True, recalculate_user=True)` on the same factors (H as
+  implicit's item_factors), one user at a time with the exact map above (alpha =
+  1 + 1/alpha0, regularization = lambda (|I_u| + alpha0 n_items) / alpha0, use_cg off).
+`--compare-similar FILE` reads the TSV of `torusrec recommend --similar ITEMS -k 20` and
+reports the top-20 overlap with implicit's `similar_items(items, N=21)` on the same H,
+the item itself dropped from implicit's list (`cli_vs_implicit_similar_at_20`; `_ties`
+also counts a tie with our 20th within 1e-5, as above). `--sample-items N` prints a seeded
+sample of N items with a training interaction (original ids, comma-separated) for it.
+Ids in those files are original ids, mapped through `/user_ids` and `/item_ids`.
 """
 
 import json
@@ -214,23 +224,91 @@ def implicit_checks(model, Y, ds, reg, alpha, tops, threads, n_similar=1000, see
     return out
 
 
-def compare_cli_topk(path, ds, tops):
-    """HOOK: top-20 overlap of a CLI's recommendations (`row<TAB>item` lines in rank
-    order, e.g. from `torusrec recommend --history`) with this script's fold-in."""
-    row_pos = {int(r): i for i, r in enumerate(ds.test_rows)}
+def id_index(ds, name):
+    """Original id (as the CLI prints it) -> internal id, from /user_ids or /item_ids."""
+    with h5py.File(ds.path, "r") as f:
+        if name not in f:
+            die(f"{ds.path}: no /{name} (not a `prepare --matrix user-item` dataset)")
+        ids = f[name][:]
+    return {(x.decode() if isinstance(x, bytes) else str(x)): i for i, x in enumerate(ids)}
+
+
+def read_cli_tsv(path, header, rows, cols):
+    """The lists of a `torusrec recommend` TSV: {query internal id: [column internal ids]}
+    in rank order; `rows` and `cols` map the original ids."""
     lists = {}
     with open(path) as f:
-        for ln, line in enumerate(f, 1):
-            p = line.split()
-            if not p or p[0].startswith("#"):
-                continue
-            if len(p) < 2 or int(p[0]) not in row_pos:
-                die(f"{path}:{ln}: want `row item` with row a test row of {ds.path}")
-            lists.setdefault(row_pos[int(p[0])], []).append(int(p[1]))
+        first = f.readline().rstrip("\n")
+        if first != header:
+            die(f"{path}:1: want the header {header!r} of `torusrec recommend`, not {first!r}")
+        for ln, line in enumerate(f, 2):
+            p = line.rstrip("\n").split("\t")
+            if len(p) != 4 or p[0] not in rows or p[2] not in cols:
+                die(f"{path}:{ln}: want `query rank column score` with ids of the dataset")
+            lists.setdefault(rows[p[0]], []).append(cols[p[2]])
     if not lists:
         die(f"{path}: no recommendations")
-    pos = sorted(lists)
-    return overlap([tops[i] for i in pos], [np.array(lists[i]) for i in pos], K), len(pos)
+    return lists
+
+
+def compare_cli_topk(path, ds, tops):
+    """Top-20 overlap of `torusrec recommend --test` (TSV) with this script's fold-in; and
+    the CLI's lists by test position."""
+    users = id_index(ds, "user_ids")
+    lists = read_cli_tsv(path, "user\trank\titem\tscore", users, id_index(ds, "item_ids"))
+    row_pos = {int(r): i for i, r in enumerate(ds.test_rows)}
+    if any(r not in row_pos for r in lists):
+        die(f"{path}: a user that is not a test user of {ds.path}")
+    by_pos = {row_pos[r]: np.array(v) for r, v in lists.items()}
+    pos = sorted(by_pos)
+    return overlap([tops[i] for i in pos], [by_pos[i] for i in pos], K), by_pos
+
+
+def implicit_on(Y, alpha, reg):
+    """implicit's CPU model with torusrec's item factors (no training)."""
+    m = AlternatingLeastSquares(factors=Y.shape[1], regularization=reg, alpha=alpha, use_cg=False,
+                                num_threads=1, dtype=np.float32)
+    m.item_factors = np.ascontiguousarray(Y, dtype=np.float32)
+    m.user_factors = np.zeros((1, Y.shape[1]), dtype=np.float32)
+    return m
+
+
+def cli_vs_implicit_foldin(Y, ds, lam, alpha0, by_pos):
+    """implicit's recommend(recalculate_user=True) on the same factors, user by user with
+    the exact map of torusrec's fold-in objective, against the CLI's top 20."""
+    m = implicit_on(Y, 1.0 + 1.0 / alpha0, 1.0)
+    fold = fold_csr(ds)
+    ours, theirs = [], []
+    for i in sorted(by_pos):
+        row = fold[i]
+        m.regularization = lam * (row.nnz + alpha0 * ds.num_cols) / alpha0
+        ids, _ = m.recommend(0, row, N=K, filter_already_liked_items=True, recalculate_user=True)
+        ours.append(by_pos[i])
+        theirs.append(np.asarray(ids, dtype=np.int64))
+    return overlap(ours, theirs, K)
+
+
+def cli_vs_implicit_similar(Y, ds, path):
+    """The CLI's `--similar` top 20 against implicit's similar_items (itself dropped)."""
+    items = id_index(ds, "item_ids")
+    lists = read_cli_tsv(path, "item\trank\tsimilar\tscore", items, items)
+    q = np.array(sorted(lists))
+    sid, _ = implicit_on(Y, 1.0, 1.0).similar_items(q, N=K + 1)
+    theirs = [np.array([x for x in r if x != i][:K], dtype=np.int64) for i, r in zip(q, sid)]
+    ours = [np.array(lists[i]) for i in q]
+    _, S = similar_cosine(Y, q, K + 1)
+    for j, i in enumerate(q):
+        S[j, i] = -np.inf
+    return overlap(ours, theirs, K), tie_overlap(ours, theirs, S, K), len(q)
+
+
+def sample_items(ds, n, seed=42):
+    """A seeded sample of n items with a training interaction, as original ids."""
+    counts = np.diff(ds.train.tocsc().indptr)
+    cand = np.flatnonzero(counts > 0)
+    items = np.sort(np.random.default_rng(seed).choice(cand, size=min(n, len(cand)), replace=False))
+    names = {v: k for k, v in id_index(ds, "item_ids").items()}
+    return ",".join(names[int(i)] for i in items)
 
 
 # ---------------------------------------------------------------------------------------
@@ -277,8 +355,15 @@ def run_torusrec(ds, a):
             r["epochs"] = len(epochs)
         if final:
             r["torusrec_recall_at_20"] = final.get("recall_at_20")
+            if final.get("ndcg_at_20") is not None:
+                r["torusrec_ndcg_at_20"] = final["ndcg_at_20"]
     if a.compare_topk:
-        r["cli_topk_overlap_at_20"], r["cli_topk_rows"] = compare_cli_topk(a.compare_topk, ds, tops)
+        r["cli_topk_overlap_at_20"], by_pos = compare_cli_topk(a.compare_topk, ds, tops)
+        r["cli_topk_rows"] = len(by_pos)
+        r["cli_vs_implicit_foldin_at_20"] = cli_vs_implicit_foldin(Y, ds, a.reg, a.unobserved_weight, by_pos)
+    if a.compare_similar:
+        (r["cli_vs_implicit_similar_at_20"], r["cli_vs_implicit_similar_ties_at_20"],
+         r["cli_similar_items"]) = cli_vs_implicit_similar(Y, ds, a.compare_similar)
     return r
 
 
@@ -290,7 +375,8 @@ def line(r):
         s += f"  {r['seconds_per_epoch_after_first']:.3f} s/epoch"
     for key in ("foldin_overlap_at_20", "foldin_overlap_mapped_at_20", "similar_overlap_at_21",
                 "similar_overlap_ties_at_21",
-                "cli_topk_overlap_at_20"):
+                "cli_topk_overlap_at_20", "cli_vs_implicit_foldin_at_20", "cli_vs_implicit_similar_at_20",
+                "cli_vs_implicit_similar_ties_at_20"):
         if key in r:
             s += f"  {key} {r[key]:.4f}"
     return s
@@ -332,7 +418,9 @@ def main():
     p.add_argument("--unobserved-weight", type=float, default=0.01, help="torusrec's alpha0")
     p.add_argument("--model", help="torusrec: the `als --out` file")
     p.add_argument("--metrics", help="torusrec: the `als --metrics` file (seconds per epoch)")
-    p.add_argument("--compare-topk", metavar="FILE", help="torusrec: overlap with a CLI's top-20 (hook)")
+    p.add_argument("--compare-topk", metavar="FILE", help="torusrec: `recommend --test` TSV to compare (top 20)")
+    p.add_argument("--compare-similar", metavar="FILE", help="torusrec: `recommend --similar` TSV to compare")
+    p.add_argument("--sample-items", type=int, metavar="N", help="print N seeded items for --similar, exit")
     p.add_argument("--cg-steps", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=42)
@@ -349,6 +437,9 @@ def main():
     if a.system == "torusrec" and not a.model:
         p.error("torusrec needs --model")
     ds = ci.Dataset(a.data)
+    if a.sample_items:
+        print(sample_items(ds, a.sample_items))
+        return 0
     ds.sample(a.eval_rows)
     if a.system == "torusrec":
         results = [run_torusrec(ds, a)]

@@ -44,8 +44,10 @@ def table(case, title):
             f"{r['similar_overlap_at_21']:.4f} ({r['similar_overlap_ties_at_21']:.4f})")
         own = r.get("torusrec_recall_at_20")
         rec = f(r["recall_at_20"], ".4f") + ("" if own is None else f" (own {own:.4f})")
+        own_n = r.get("torusrec_ndcg_at_20")
+        ndcg = f"{r['ndcg_at_20']:.4f}" + ("" if own_n is None else f" (own {own_n:.4f})")
         out.append(f"| {r['system']} | {r['dim']} | {params(r)} | {r.get('epochs', '-')} | "
-                   f"{f(r.get('seconds_per_epoch_after_first'), '.4f')} | {rec} | {r['ndcg_at_20']:.4f} | "
+                   f"{f(r.get('seconds_per_epoch_after_first'), '.4f')} | {rec} | {ndcg} | "
                    f"{r['test_rows']} | {fo} | {so} |")
     out.append("")
     for d in sorted({r["dim"] for r in rows}):
@@ -124,9 +126,9 @@ out += ["## Notes", "",
         "`recalculate_user`'s; torusrec: docs/als.md's per-row equations, binary confidence), then ranks every "
         "item but the visible ones (ties to the lower id) and computes Recall@20 = |top20 & H| / min(20, |H|) "
         "and NDCG@20 = sum over hits at rank r of 1/log2(r+1), over the ideal DCG of min(20, |H|) hits, "
-        "averaged over all test users. `(own x)` is torusrec's own Recall@20 of the same model (its "
-        "`--metrics` final line): equal to the script's to 4 decimals, so the script's torusrec fold-in is "
-        "torusrec's.",
+        "averaged over all test users. `(own x)` is torusrec's own Recall@20 (and, from binaries that "
+        "print it, NDCG@20, docs/als.md) of the same model (its `--metrics` final line): equal to the "
+        "script's to 4 decimals, so the script's torusrec fold-in is torusrec's.",
         "- **Fold-in overlap@20**: mean |ours & theirs| / 20 between the script's implicit-objective fold-in and "
         "implicit's own `recommend(users, fold, N=20, filter_already_liked_items=True, recalculate_user=True)` "
         "on implicit's factors, over the scored test users. *(mapped)*: the same, but folding in with "

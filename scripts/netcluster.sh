@@ -16,8 +16,9 @@
 # /etc/netns/trc-hK/hosts (bind-mounted over /etc/hosts by `ip netns exec`). Each process
 # started in a host also gets its own UTS namespace named hK, so MPI_Get_processor_name
 # names the host. --rate shapes both directions of each host's link (netem on the host's
-# eth0 and on the switch's port to it); --delay is added once, on the host's egress, so a
-# message from one host to another is delayed by D (a round trip by 2D).
+# eth0 and on the switch's port to it; tbf where the kernel has no sch_netem); --delay is
+# added once, on the host's egress, so a message from one host to another is delayed by D
+# (a round trip by 2D; refused without sch_netem).
 #
 # `mpirun` runs Open MPI's mpirun inside h1 with a hostfile of h1..hN (one slot each, so
 # one rank per host unless ARGS say otherwise), this script as the launch agent
@@ -74,6 +75,39 @@ cmd_down() {
     rm -rf "$STATE"
 }
 
+# During `up`: say why, remove what was made, exit 2.
+fail_up() {
+    echo "netcluster: $*" >&2
+    cmd_down >/dev/null 2>&1 || true
+    exit 2
+}
+
+# shape NS DEV RATE DELAY: netem (rate and/or delay) on DEV in namespace NS. Where the
+# kernel has no sch_netem, a rate alone falls back to tbf (token bucket, burst = 10 ms of
+# the rate); a delay cannot be had without netem and is refused.
+shape() {
+    local ns=$1 dev=$2 rate=$3 delay=$4 err
+    local q=(netem limit 100000)
+    [[ -n $delay ]] && q+=(delay "$delay")
+    [[ -n $rate ]] && q+=(rate "$rate")
+    if err=$(ip netns exec "$ns" tc qdisc add dev "$dev" root "${q[@]}" 2>&1); then
+        return 0
+    fi
+    if [[ $err != *"qdisc kind is unknown"* ]]; then
+        fail_up "tc qdisc add dev $dev (namespace $ns) ${q[*]}: $err"
+    fi
+    [[ -z $delay ]] || fail_up "--delay $delay needs the kernel's sch_netem, which this kernel does not have (tc: $err); --rate alone falls back to tbf"
+    local bps
+    case ${rate,,} in
+    *gbit) bps=$((${rate%[gG]bit} * 125000000)) ;;
+    *mbit) bps=$((${rate%[mM]bit} * 125000)) ;;
+    *) fail_up "--rate $rate: without sch_netem (tbf fallback) the rate must be Ngbit or Nmbit" ;;
+    esac
+    ip netns exec "$ns" tc qdisc add dev "$dev" root tbf rate "$rate" burst $((bps / 100)) latency 50ms ||
+        fail_up "tc qdisc add dev $dev (namespace $ns) tbf rate $rate failed"
+    echo "netcluster: no sch_netem in this kernel: $dev in $ns shaped with tbf rate $rate" >&2
+}
+
 cmd_up() {
     [[ $# -ge 1 ]] || die "usage: up N [--rate R] [--delay D]"
     local n=$1 rate="" delay=""
@@ -110,13 +144,8 @@ cmd_up() {
         ip -n "$ns" addr add "$NET.$k/24" dev eth0
         ip -n "$ns" link set eth0 up
         if [[ -n $rate || -n $delay ]]; then
-            local egress=(netem limit 100000)
-            [[ -n $delay ]] && egress+=(delay "$delay")
-            [[ -n $rate ]] && egress+=(rate "$rate")
-            ip netns exec "$ns" tc qdisc add dev eth0 root "${egress[@]}"
-            if [[ -n $rate ]]; then
-                ip netns exec "$SW" tc qdisc add dev "p$k" root netem limit 100000 rate "$rate"
-            fi
+            shape "$ns" eth0 "$rate" "$delay"
+            [[ -z $rate ]] || shape "$SW" "p$k" "$rate" ""
         fi
     done
     trap - ERR

@@ -52,7 +52,7 @@ CKPT="$OUT/ckpt-cnr-2000-k10-$REV"
 echo "== train iALS on cnr-2000 K=10 with $TRAIN_NP ranks (checkpoints in $CKPT)"
 mpirun --oversubscribe --bind-to none "${BLAS_MPI_ENV[@]}" -np "$TRAIN_NP" \
     "$BIN" als --data "$OUT/cnr-2000-k10.h5" --dim 128 --epochs 16 --reg 0.01 \
-    --unobserved-weight 0.01 --eval-every 4 --eval-rows 10000 --threads 1 \
+    --unobserved-weight 0.001 --eval-every 4 --eval-rows 10000 --threads 1 \
     --checkpoint-dir "$CKPT" --resume auto \
     --out "$OUT/cnr-2000-k10-model.h5" --force --metrics "$OUT/cnr-2000-k10.jsonl"
 

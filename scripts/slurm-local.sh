@@ -6,6 +6,8 @@
 #   eval "$(scripts/slurm-local.sh start)"   # starts it; stdout is only `export SLURM_CONF=...`
 #   scripts/slurm-local.sh status
 #   scripts/slurm-local.sh stop
+#   scripts/slurm-local.sh munge-start   # only the packages and munged (scripts/slurm-cluster.sh)
+#   scripts/slurm-local.sh munge-stop    # munged, if this state directory started it
 #
 # Environment:
 #   SLURM_LOCAL_DIR   state directory (default /tmp/torusrec-slurm): slurm.conf, state, spool,
@@ -19,6 +21,8 @@
 # on a running cluster only checks it, `stop` on a stopped one does nothing. `stop` only
 # ends processes by the pids recorded in the state directory (never pkill).
 set -euo pipefail
+# shellcheck source=scripts/slurm_conf.sh
+. "$(dirname "${BASH_SOURCE[0]}")/slurm_conf.sh"   # the slurm.conf lines shared with slurm-cluster.sh
 
 DIR="${SLURM_LOCAL_DIR:-/tmp/torusrec-slurm}"
 CPUS="${SLURM_LOCAL_CPUS:-16}"
@@ -140,47 +144,15 @@ write_conf() {
 # Written by scripts/slurm-local.sh: a one-node test cluster (see docs/slurm-local.md).
 ClusterName=torusrec-local
 SlurmctldHost=$NODE
-SlurmUser=root
-SlurmdUser=root
 SlurmctldPort=$CTLD_PORT
 SlurmdPort=$SLURMD_PORT
-AuthType=auth/munge
-CredType=cred/munge
-# cred_expire is also the delay before a requeued job may start again (default 120 s).
-AuthInfo=cred_expire=$CRED_EXPIRE
-# No cgroups in a container: track processes by parent pid, no task binding.
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SchedulerType=sched/backfill
-# Look at pending jobs every 2 s (defaults 60 s and 30 s), so a requeued job starts soon
-# after its begin time.
-SchedulerParameters=sched_interval=2,bf_interval=2
-MpiDefault=none
-SwitchType=switch/none
-AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
-JobCompType=jobcomp/none
-# Requeue: allowed; exit 75 (preempted, checkpoint written) requeues by itself, as a
-# fallback for job scripts that cannot run scontrol; exit 76 (training hold) is not
-# requeued: a person looks at HOLD.json (docs/design.md, exit codes).
-JobRequeue=1
-RequeueExit=75
-ReturnToService=2
-# Keep finished jobs visible to scontrol for 10 minutes.
-MinJobAge=600
-KillWait=30
+$(slurm_conf_common "$CRED_EXPIRE")
 StateSaveLocation=$DIR/state
 SlurmdSpoolDir=$DIR/spool
 SlurmctldPidFile=$DIR/slurmctld.pid
 SlurmdPidFile=$DIR/slurmd.pid
 SlurmctldLogFile=$DIR/log/slurmctld.log
 SlurmdLogFile=$DIR/log/slurmd.log
-SlurmctldDebug=info
-SlurmdDebug=info
-# Let the node claim more CPUs than the machine has, so that many ranks fit.
-SlurmdParameters=config_overrides
 NodeName=$NODE CPUs=$CPUS State=UNKNOWN
 PartitionName=local Nodes=$NODE Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 EOF
@@ -291,12 +263,21 @@ cmd_status() {
     return "$rc"
 }
 
+cmd_munge_start() {
+    need_root
+    mkdir -p "$DIR"/log || die "cannot create the state directory $DIR"
+    install_packages
+    start_munge
+}
+
 case "${1:-}" in
     start) cmd_start ;;
     stop) cmd_stop ;;
     status) cmd_status ;;
+    munge-start) cmd_munge_start ;;
+    munge-stop) stop_pid "$DIR/munged.pid" munged ;;
     *)
-        echo "usage: $0 start|stop|status   (state dir: $DIR, env SLURM_LOCAL_DIR)" >&2
+        echo "usage: $0 start|stop|status|munge-start|munge-stop   (state dir: $DIR, env SLURM_LOCAL_DIR)" >&2
         exit 2
         ;;
 esac

@@ -55,9 +55,11 @@ echo "== cargo test --release --features testing $*"
 timeout --kill-after=30 "${TORUSREC_TEST_TIMEOUT:-1500}" \
     cargo test --release --features testing "$@"
 
-# The job script against a real one-node Slurm (installs slurm-wlm and munge if
-# missing): submit, preempt with USR1, requeue, resume to the uninterrupted result.
+# The job scripts against a real Slurm (installs slurm-wlm and munge if missing): on one
+# node, submit, preempt with USR1, requeue, resume to the uninterrupted result; on two
+# namespace hosts (scripts/slurm-cluster.sh), a 2-node job equals the 1-node bits and a
+# lost node is excluded, the job requeued and resumed exactly (docs/cluster.md).
 # It uses the binary `cargo test` just built (the integration tests run it too), rather
 # than building again without the `testing` feature.
 echo "== scripts/test_slurm.sh"
-TORUSREC="$PWD/target/release/torusrec" timeout --kill-after=30 600 bash scripts/test_slurm.sh
+TORUSREC="$PWD/target/release/torusrec" timeout --kill-after=30 900 bash scripts/test_slurm.sh

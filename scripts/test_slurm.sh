@@ -10,7 +10,13 @@
 #      the reference's (bitwise-exact resume);
 #   5. the same for the embedding model: an uninterrupted 2-rank `torusrec embed` run, then
 #      jobs/embed_clicks.sbatch with the same flags, preempted, requeued and resumed to the
-#      same checksum.
+#      same checksum;
+#   6. several nodes (docs/cluster.md, "Slurm on the namespace hosts"): a 2-node Slurm in
+#      network namespaces (scripts/slurm-cluster.sh up 2); `sbatch -N 2` of both jobs gives
+#      the checksums of the one-node references; a job on `-N 1-2` whose second node is
+#      killed mid-run is requeued by its script without that node, resumes on the first
+#      with 1 rank, and ends with the checksum of a 1-rank run from the same checkpoint.
+#      Skipped (SKIP line) where network namespaces cannot be made.
 # Needs root (Slurm runs as root here). Prints PASS/FAIL per check, ends with
 # "N passed, M failed", exits non-zero on any failure. Slurm is always stopped at the end.
 #
@@ -23,7 +29,11 @@
 #   TEST_SLURM_EMBED_CKPT_EVERY (20): about 15-40 s per run on 2 cores;
 #   TEST_SLURM_EMBED_SIGNAL_AT (like TEST_SLURM_SIGNAL_AT; default 0: as soon as the first
 #   checkpoint exists, since steps take 0.05 to 0.15 s here depending on the load);
-#   TEST_SLURM_BUDGET (seconds for everything after the build, default 290),
+#   TEST_SLURM_BUDGET (seconds for the one-node part after the build, default 290),
+#   TEST_SLURM_CASES (default "local cluster": the one-node job cases, the several-node
+#   ones; the reference runs always), TEST_SLURM_CLUSTER_BUDGET (seconds for the
+#   several-node part, default 240), TEST_SLURM_KILL_AFTER (seconds between the failing
+#   job's first checkpoint and the kill of its second node, default 3),
 #   TEST_SLURM_KEEP=1 keeps the work directory on success, SLURM_LOCAL_DIR (slurm-local.sh).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
@@ -44,7 +54,16 @@ passed=0
 failed=0
 jobid=""
 slurm_started=0
+cluster_started=0
 work=""
+
+# The Slurm clients: the one-node Slurm's in the root namespace, or, once in_cluster=1,
+# the namespace cluster's through scripts/slurm-cluster.sh run (its controller is on the
+# bridge, reachable only from the namespaces).
+in_cluster=0
+for c in sbatch squeue scontrol scancel sinfo; do
+    eval "$c() { if ((in_cluster)); then scripts/slurm-cluster.sh run $c \"\$@\"; else command $c \"\$@\"; fi; }"
+done
 
 ts() { date +%H:%M:%S; }
 say() { echo "[$(ts)] test_slurm: $*"; }
@@ -60,6 +79,11 @@ finish() {
     if [[ -n $jobid ]] && squeue -h -j "$jobid" 2>/dev/null | grep -q .; then
         say "cancelling job $jobid"
         scancel "$jobid" 2>/dev/null || true
+    fi
+    if ((cluster_started)); then
+        say "stopping the namespace cluster"
+        in_cluster=0
+        timeout 120 scripts/slurm-cluster.sh down || fail "slurm-cluster.sh down"
     fi
     if ((slurm_started)); then
         say "stopping Slurm"
@@ -88,16 +112,21 @@ abort() {
 
 [[ $(id -u) -eq 0 ]] || abort "must run as root (the local Slurm runs as root)"
 
+CASES="${TEST_SLURM_CASES:-local cluster}"
+want() { [[ " $CASES " == *" $1 "* ]]; }
+
 # --- Slurm --------------------------------------------------------------------------------
-say "starting the local Slurm"
-if ! conf_line=$(timeout 300 scripts/slurm-local.sh start); then
-    slurm_started=1   # whatever half of it started, stop it
-    abort "Slurm did not start (scripts/slurm-local.sh start failed; its messages are above)"
+if want local; then
+    say "starting the local Slurm"
+    if ! conf_line=$(timeout 300 scripts/slurm-local.sh start); then
+        slurm_started=1   # whatever half of it started, stop it
+        abort "Slurm did not start (scripts/slurm-local.sh start failed; its messages are above)"
+    fi
+    slurm_started=1
+    eval "$conf_line"
+    [[ -n ${SLURM_CONF:-} && -f $SLURM_CONF ]] || abort "slurm-local.sh printed no SLURM_CONF ($conf_line)"
+    pass "local Slurm is up (SLURM_CONF=$SLURM_CONF)"
 fi
-slurm_started=1
-eval "$conf_line"
-[[ -n ${SLURM_CONF:-} && -f $SLURM_CONF ]] || abort "slurm-local.sh printed no SLURM_CONF ($conf_line)"
-pass "local Slurm is up (SLURM_CONF=$SLURM_CONF)"
 
 # --- binary ---------------------------------------------------------------------------------
 if [[ -z ${TORUSREC:-} ]]; then
@@ -150,6 +179,14 @@ reference() {
     fi
 }
 
+# sbatch exports this shell's environment: job_unset clears the variables the job scripts
+# read, so that only VAR=VALUE... configures a job (a stray DATA would change the model).
+job_unset=()
+for v in PRESET TABLES DATA RANKS RANKS_PER_NODE DIM EPOCHS BATCH ACCUMULATE STEPS PLAN OUT \
+    EXTRA CKPT_EVERY SIGNAL_GRACE TORUSREC_REPO; do
+    job_unset+=(-u "$v")
+done
+
 # The job under test: its id, log and checkpoint directory (finish() cancels it).
 joblog=""
 ckpt=""
@@ -179,14 +216,7 @@ preempt_job() {
     fi
 
     # --- submit -----------------------------------------------------------------------------
-    # sbatch exports this shell's environment: clear the variables the job scripts read, so
-    # that only VAR=VALUE... configures the job (a stray DATA would change the embed model).
-    local v unset=()
-    for v in PRESET TABLES DATA RANKS DIM EPOCHS BATCH ACCUMULATE STEPS PLAN OUT EXTRA CKPT_EVERY \
-        SIGNAL_GRACE TORUSREC_REPO; do
-        unset+=(-u "$v")
-    done
-    jobid=$(env "${unset[@]}" "$@" CKPT_DIR="$ckpt" TORUSREC="$TORUSREC" \
+    jobid=$(env "${job_unset[@]}" "$@" CKPT_DIR="$ckpt" TORUSREC="$TORUSREC" \
         sbatch --parsable --ntasks="$RANKS" --job-name="torusrec-slurm-test-$name" \
         --output="$joblog" "jobs/$script" 2>"$work/$name-sbatch.err")
     jobid=${jobid%%;*}
@@ -325,7 +355,8 @@ fi
 common=(--dim "$DIM" --epochs "$EPOCHS" --step-nnz "$STEP_NNZ" --threads "$THREADS")
 reference als als --data "$data" "${common[@]}" \
     --checkpoint-dir "$work/als-ckpt-ref" --resume auto --out "$work/als-ref.h5"
-preempt_job als als_webgraph.sbatch "${TEST_SLURM_SIGNAL_AT:-}" \
+als_ref_sum=$ref_sum
+want local && preempt_job als als_webgraph.sbatch "${TEST_SLURM_SIGNAL_AT:-}" \
     DATA="$data" RANKS="$RANKS" DIM="$DIM" EPOCHS="$EPOCHS" OUT="$work/als-job.h5" \
     EXTRA="--step-nnz $STEP_NNZ --threads $THREADS"
 
@@ -340,8 +371,199 @@ embed_extra="--threads $THREADS --log-every 20"
 reference embed embed --preset "$EMBED_PRESET" --batch 1024 --accumulate 2 --steps "$EMBED_STEPS" \
     --plan auto --checkpoint-dir "$work/embed-ckpt-ref" --checkpoint-every "$EMBED_CKPT_EVERY" \
     --resume auto $embed_extra
-preempt_job embed embed_clicks.sbatch "${TEST_SLURM_EMBED_SIGNAL_AT:-0}" \
+embed_ref_sum=$ref_sum
+want local && preempt_job embed embed_clicks.sbatch "${TEST_SLURM_EMBED_SIGNAL_AT:-0}" \
     PRESET="$EMBED_PRESET" RANKS="$RANKS" BATCH=1024 ACCUMULATE=2 STEPS="$EMBED_STEPS" PLAN=auto \
     CKPT_EVERY="$EMBED_CKPT_EVERY" EXTRA="$embed_extra"
 
-say "test body $((SECONDS - deadline + BUDGET))s of the ${BUDGET}s budget"
+say "one-node part: test body $((SECONDS - deadline + BUDGET))s of the ${BUDGET}s budget"
+want cluster || exit 0
+
+
+# === several nodes: scripts/slurm-cluster.sh =================================================
+# Two Slurm nodes h1, h2 (one slurmd per network-namespace host, slurmctld on the switch),
+# all traffic on 198.18.19.0/24. The 2-node runs must give the bits of the one-node
+# reference runs above (2 ranks each); a node failure must requeue the job without the
+# node and resume on the survivor with the bits of a 1-rank run from the same checkpoint.
+BUDGET="${TEST_SLURM_CLUSTER_BUDGET:-240}"
+deadline=$((SECONDS + BUDGET))
+if ! ip netns add "trc-probe-$$" 2>/dev/null; then
+    echo "SKIP: several nodes: network namespaces cannot be made here (ip netns add failed)"
+    exit 0
+fi
+ip netns del "trc-probe-$$"
+say "starting a 2-node Slurm in network namespaces (scripts/slurm-cluster.sh up 2)"
+t=$(now)
+cluster_started=1
+if ! timeout 120 scripts/slurm-cluster.sh up 2 >"$work/cluster-up.log"; then
+    abort "slurm-cluster.sh up 2 failed (its messages are above)"
+fi
+in_cluster=1
+pass "2-node Slurm is up in $(secs "$t" "$(now)")s: $(sinfo -h -N -o '%N=%t' | paste -sd' ' -)"
+
+# cluster_job NAME SCRIPT "SBATCH-OPTIONS" VAR=VALUE...: submit jobs/SCRIPT to the cluster.
+cluster_job() {
+    local name=$1 script=$2 opts=$3
+    shift 3
+    joblog="$work/$name-job.log"
+    ckpt="$work/$name-ckpt-job"
+    # shellcheck disable=SC2086  # opts is a list of sbatch options, split on purpose
+    jobid=$(env "${job_unset[@]}" "$@" CKPT_DIR="$ckpt" TORUSREC="$TORUSREC" \
+        scripts/slurm-cluster.sh run sbatch --parsable $opts --job-name="torusrec-slurm-test-$name" \
+        --output="$joblog" "jobs/$script" 2>"$work/$name-sbatch.err")
+    jobid=${jobid%%;*}
+    if [[ $jobid =~ ^[0-9]+$ ]]; then
+        pass "$name: submitted job $jobid (sbatch $opts $script)"
+    else
+        cat "$work/$name-sbatch.err"
+        jobid=""
+        abort "$name: sbatch failed"
+    fi
+}
+
+# wait_gone WHAT: until the job has left the queue (within the budget).
+wait_gone() {
+    while squeue -h -j "$jobid" 2>/dev/null | grep -q .; do
+        if ((SECONDS >= deadline)); then
+            show_state
+            abort "$1: job $jobid did not finish within the budget"
+        fi
+        sleep 0.5
+    done
+}
+
+job_checksum() { grep '^final:' | grep -o 'checksum [0-9a-f]\{16\}' | awk '{print $2}' | tail -n1; }
+
+# two_nodes NAME SCRIPT REF_SUM VAR=VALUE...: `sbatch -N 2 --ntasks=2` of jobs/SCRIPT runs
+# rank 0 on h1 and rank 1 on h2 and ends with REF_SUM, the one-node run's checksum.
+two_nodes() {
+    local name=$1 script=$2 want_sum=$3 t state sum
+    shift 3
+    t=$(now)
+    cluster_job "$name" "$script" "-N 2 --ntasks=2" "$@"
+    wait_gone "$name"
+    state="$(job_field JobState) $(job_field ExitCode) $(job_field NodeList)"
+    if [[ $state == "COMPLETED 0:0 h[1-2]" ]]; then
+        pass "$name: finished on both nodes in $(secs "$t" "$(now)")s ($state)"
+    else
+        show_state
+        fail "$name: job state '$state', expected 'COMPLETED 0:0 h[1-2]'"
+    fi
+    if grep -q '2 ranks on 2 host(s): h1 h2' "$joblog"; then
+        pass "$name: $(grep -o '2 ranks on 2 host(s): h1 h2' "$joblog" | head -n1)"
+    else
+        show_state
+        fail "$name: the job log does not show 2 ranks on the hosts h1 h2"
+    fi
+    sum=$(job_checksum <"$joblog")
+    if [[ -n $sum && $sum == "$want_sum" ]]; then
+        pass "$name: checksum $sum on 2 nodes equals the one-node run's"
+    else
+        show_state
+        fail "$name: checksum on 2 nodes '${sum:-none}' != one node '$want_sum'"
+    fi
+}
+
+t_case=$SECONDS
+two_nodes als-2n als_webgraph.sbatch "$als_ref_sum" \
+    DATA="$data" DIM="$DIM" EPOCHS="$EPOCHS" OUT="" EXTRA="--step-nnz $STEP_NNZ --threads $THREADS"
+say "als-2n: $((SECONDS - t_case))s"
+t_case=$SECONDS
+two_nodes embed-2n embed_clicks.sbatch "$embed_ref_sum" \
+    PRESET="$EMBED_PRESET" BATCH=1024 ACCUMULATE=2 STEPS="$EMBED_STEPS" PLAN=auto \
+    CKPT_EVERY="$EMBED_CKPT_EVERY" EXTRA="$embed_extra"
+say "embed-2n: $((SECONDS - t_case))s"
+
+# --- a node fails: requeued without it, resumed on the survivor ------------------------------
+# RANKS_PER_NODE=1 on `-N 1-2 --ntasks=2 --spread-job`: 2 ranks on h1, h2 while both are up,
+# 1 rank on h1 once h2 is gone. Host h2 (its slurmd, slurmstepd, orted and rank) is killed
+# once a checkpoint exists; the rank on h1 names it and exits 77, the job script requeues
+# the job excluding h2, Slurm starts it again on h1 alone (once h2 is DOWN: SlurmdTimeout),
+# and `--resume auto` continues from the last committed checkpoint.
+t_case=$SECONDS
+name=als-fail
+cluster_job "$name" als_webgraph.sbatch "-N 1-2 --ntasks=2 --spread-job" RANKS_PER_NODE=1 \
+    DATA="$data" DIM="$DIM" EPOCHS="$EPOCHS" OUT="" EXTRA="--step-nnz $STEP_NNZ --threads $THREADS"
+until [[ $(job_field JobState) == RUNNING && -n $(first_ckpt) ]]; do
+    if ((SECONDS >= deadline)) || ! squeue -h -j "$jobid" | grep -q .; then
+        show_state
+        abort "$name: job $jobid did not reach RUNNING with a checkpoint"
+    fi
+    sleep 0.2
+done
+[[ $(job_field NodeList) == "h[1-2]" ]] || { show_state; abort "$name: job $jobid is not on h[1-2]"; }
+pass "$name: job $jobid runs on h[1-2] with a first checkpoint ($(basename "$(first_ckpt)"))"
+sleep "${TEST_SLURM_KILL_AFTER:-3}"
+t_kill=$(now)
+say "$name: killing host h2 (scripts/slurm-cluster.sh kill 2)"
+scripts/slurm-cluster.sh kill 2
+until [[ $(job_field Restarts) == 1 ]]; do
+    if ((SECONDS >= deadline)) || ! squeue -h -j "$jobid" | grep -q .; then
+        show_state
+        abort "$name: job $jobid was not requeued after h2 died"
+    fi
+    sleep 0.1
+done
+t_rq=$(now)
+# The first run is over: its last committed checkpoint is what the next run resumes from.
+cp -a "$ckpt" "$work/$name-ckpt-copy"
+if grep -q 'torusrec: lost rank 1 (host h2)' "$joblog" && grep -q 'exit 77' "$joblog"; then
+    pass "$name: the rank on h1 named the lost one and exited 77, $(secs "$t_kill" "$t_rq")s to the requeue"
+else
+    show_state
+    fail "$name: no 'lost rank 1 (host h2)' ... exit 77 line in the job log"
+fi
+# The script sets the exclusion just after its requeue (Restarts=1): give it a moment.
+for ((i = 0; i < 100; i++)); do
+    grep -q "requeued job $jobid, \(excluding\|but could not\)" "$joblog" && break
+    sleep 0.1
+done
+if [[ $(job_field ExcNodeList) == h2 ]] && grep -q "requeued job $jobid, excluding h2" "$joblog"; then
+    pass "$name: the job script requeued job $jobid excluding h2"
+else
+    show_state
+    fail "$name: job $jobid requeued without excluding h2 (ExcNodeList=$(job_field ExcNodeList))"
+fi
+until grep -q 'restart 1 on' "$joblog" 2>/dev/null; do
+    if ((SECONDS >= deadline)); then
+        show_state
+        abort "$name: requeued job $jobid did not start again ($(job_field JobState), $(job_field Reason))"
+    fi
+    sleep 0.2
+done
+t_start=$(now)
+pass "$name: started again $(secs "$t_rq" "$t_start")s after the requeue on $(job_field NodeList)" \
+    "(h2 $(sinfo -h -n h2 -o %t))"
+wait_gone "$name"
+t_end=$(now)
+second=$(sed -n '/restart 1 on/,$p' "$joblog")
+state="$(job_field JobState) $(job_field ExitCode) $(job_field NodeList)"
+if [[ $state == "COMPLETED 0:0 h1" ]] && grep -q 'restart 1 on h1: 1 ranks' <<<"$second"; then
+    pass "$name: resumed on h1 alone with 1 rank, finished in $(secs "$t_start" "$t_end")s ($state)"
+else
+    show_state
+    fail "$name: resumed run: '$state' (expected 'COMPLETED 0:0 h1', 1 rank)"
+fi
+job_resumed=$(grep -o 'resumed from [^ ]*' <<<"$second" | head -n1)
+[[ -n $job_resumed ]] && pass "$name: the second run $job_resumed" \
+    || fail "$name: the second run shows no sign of resuming"
+# The reference: 1 rank, no Slurm, from the copy of the same checkpoint directory.
+say "$name: reference: 1 rank resumed from the copy"
+timeout --kill-after=5 "$(tmo 120)" mpirun --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS -np 1 \
+    "$TORUSREC" als --data "$data" "${common[@]}" --checkpoint-dir "$work/$name-ckpt-copy" \
+    --resume auto >"$work/$name-ref.log" 2>&1
+rc=$?
+ref1=$(job_checksum <"$work/$name-ref.log")
+ref_resumed=$(grep -o 'resumed from [^ ]*' "$work/$name-ref.log" | head -n1)
+sum=$(job_checksum <<<"$second")
+if ((rc == 0)) && [[ -n $sum && $sum == "$ref1" && ${job_resumed##*/} == "${ref_resumed##*/}" ]]; then
+    pass "$name: checksum $sum equals a 1-rank run's from the same checkpoint (${ref_resumed##*/})"
+else
+    tail -n 20 "$work/$name-ref.log"
+    fail "$name: resumed checksum '${sum:-none}' ($job_resumed) != 1-rank reference '${ref1:-none}' ($ref_resumed, exit $rc)"
+fi
+say "$name: $((SECONDS - t_case))s (kill -> requeue $(secs "$t_kill" "$t_rq")s, requeue -> start" \
+    "$(secs "$t_rq" "$t_start")s, resumed run $(secs "$t_start" "$t_end")s)"
+echo "--- job log ($joblog)"
+cat "$joblog"
+say "several nodes: test body $((SECONDS - deadline + BUDGET))s of the ${BUDGET}s budget"

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::bf16::EmbDtype;
 use crate::rng::{stream, SplitMix64};
 use crate::{Error, Result};
 
@@ -152,9 +153,14 @@ pub struct TableSpec {
 }
 
 impl TableSpec {
-    /// Bytes of the table's rows (f32).
+    /// Bytes of the table's rows at f32.
     pub fn bytes(&self) -> u64 {
-        self.vocab * self.dim as u64 * 4
+        self.bytes_at(EmbDtype::F32)
+    }
+
+    /// Bytes of the table's rows stored at `dtype`.
+    pub fn bytes_at(&self, dtype: EmbDtype) -> u64 {
+        self.vocab * self.dim as u64 * dtype.bytes() as u64
     }
 }
 
@@ -187,6 +193,11 @@ pub struct ModelSpec {
     /// (Boxed: it is rarely set and large next to the rest.)
     #[serde(default, skip_serializing_if = "arch_is_mlp")]
     pub arch: Box<ArchSpec>,
+    /// The element type of every embedding table (`table_dtype = "bf16"`; one for the
+    /// whole model, `embed --table-dtype` overrides it). Written only when not f32,
+    /// so an f32 model's digest is what it always was.
+    #[serde(default, skip_serializing_if = "EmbDtype::is_f32")]
+    pub table_dtype: EmbDtype,
     #[serde(rename = "table")]
     pub tables: Vec<TableSpec>,
 }
@@ -479,8 +490,12 @@ impl ModelSpec {
         self.tables.iter().map(|t| t.vocab).sum()
     }
 
+    /// Bytes of every table's rows at the model's [`ModelSpec::table_dtype`].
     pub fn total_bytes(&self) -> u64 {
-        self.tables.iter().map(|t| t.bytes()).sum()
+        self.tables
+            .iter()
+            .map(|t| t.bytes_at(self.table_dtype))
+            .sum()
     }
 
     /// Check every field; `origin` names the file or preset in the message.
@@ -528,6 +543,12 @@ impl ModelSpec {
             }
             if t.admit_after == 0 {
                 return bad(format!("{at}: admit_after must be at least 1"));
+            }
+            if t.vocab_kind == VocabKind::Hash && !self.table_dtype.is_f32() {
+                return bad(format!(
+                    "{at}: a hash table's rows are f32 (table_dtype = \"{}\" applies to fixed and modulo tables only)",
+                    self.table_dtype
+                ));
             }
         }
         Ok(())
@@ -615,6 +636,7 @@ fn torchrec_peer(scale_vocab: impl Fn(u64) -> u64) -> ModelSpec {
     ];
     ModelSpec {
         arch: Default::default(),
+        table_dtype: Default::default(),
         n_dense: 13,
         hidden: vec![512, 256],
         zipf: 1.05,
@@ -659,6 +681,7 @@ fn dlrm_synthetic(scale: f64, scale_vocab: impl Fn(u64) -> u64) -> ModelSpec {
     let pool = rescale_clipped(&pool, 15.0, 193.0, 1.0);
     ModelSpec {
         arch: Default::default(),
+        table_dtype: Default::default(),
         n_dense: 13,
         hidden: vec![512, 256],
         zipf: 1.05,
@@ -684,6 +707,7 @@ fn google_ads(scale: f64, scale_vocab: impl Fn(u64) -> u64) -> ModelSpec {
     let n = ((300.0 * scale).round() as usize).clamp(8, 300);
     ModelSpec {
         arch: Default::default(),
+        table_dtype: Default::default(),
         n_dense: 13,
         hidden: vec![512, 256],
         zipf: 1.05,
@@ -739,6 +763,7 @@ fn tiny() -> ModelSpec {
     };
     ModelSpec {
         arch: Default::default(),
+        table_dtype: Default::default(),
         n_dense: 4,
         hidden: vec![16, 8],
         zipf: 1.05,

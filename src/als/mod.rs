@@ -136,8 +136,14 @@ pub mod defaults {
 
     pub const DIM: usize = 128;
     pub const EPOCHS: usize = 16;
-    pub const REG: f32 = 0.01;
-    pub const UNOBSERVED_WEIGHT: f32 = 0.01;
+    /// `--reg` and `--unobserved-weight` when neither the command line nor the caller
+    /// sets them depend on the matrix ([`for_matrix`]); these are a link graph's, the
+    /// data `als` is most often given (evidence in docs/als.md, "Defaults").
+    pub const REG: f32 = 0.001;
+    pub const UNOBSERVED_WEIGHT: f32 = 0.001;
+    /// A users x items matrix's `--reg` and `--unobserved-weight` (docs/als.md).
+    pub const USER_ITEM_REG: f32 = 0.01;
+    pub const USER_ITEM_UNOBSERVED_WEIGHT: f32 = 0.1;
     pub const SOLVER: SolverKind = SolverKind::Cg;
     pub const CG_STEPS: usize = 3;
     pub const EXCHANGE: ExchangeKind = ExchangeKind::Dedup;
@@ -148,6 +154,34 @@ pub mod defaults {
     pub const STEP_NNZ: u64 = 1_000_000;
     /// Half-epochs between checkpoints.
     pub const CHECKPOINT_EVERY: u64 = 2;
+
+    /// The kind of matrix a prepared dataset holds, which picks the defaults of
+    /// `--reg` and `--unobserved-weight`.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum MatrixKind {
+        /// A square link graph (`prepare`, `generate webgraph`).
+        LinkGraph,
+        /// Users x items (`prepare --matrix user-item`).
+        UserItem,
+    }
+
+    impl MatrixKind {
+        /// Its name in the first line of `als`.
+        pub fn name(self) -> &'static str {
+            match self {
+                MatrixKind::LinkGraph => "link graph",
+                MatrixKind::UserItem => "user-item",
+            }
+        }
+    }
+
+    /// `(reg, unobserved_weight)` by default on a matrix of this kind.
+    pub fn for_matrix(kind: MatrixKind) -> (f32, f32) {
+        match kind {
+            MatrixKind::LinkGraph => (REG, UNOBSERVED_WEIGHT),
+            MatrixKind::UserItem => (USER_ITEM_REG, USER_ITEM_UNOBSERVED_WEIGHT),
+        }
+    }
     pub const TABLE_DTYPE: TableDtype = TableDtype::F32;
     pub const BASIS: BasisKind = BasisKind::Auto;
 }

@@ -1,7 +1,8 @@
 //! `torusrec als`: training with people-facing progress and machine-readable metrics.
 
 use super::output::RunOutput;
-use crate::als::eval::EvalRows;
+use crate::als::defaults::MatrixKind;
+use crate::als::eval::{EvalRows, KList, Ranking};
 use crate::als::train::report::{EpochReport, TrainReport};
 use crate::als::train::run::{global_train_as, TrainEvent};
 use crate::bf16::{Bf16, TableDtype};
@@ -80,18 +81,40 @@ fn eval_rows_desc(data: &std::path::Path, which: EvalRows) -> String {
     }
 }
 
+/// The kind of matrix `data` holds (its root attribute `matrix`), which picks the
+/// defaults of `--reg` and `--unobserved-weight`. A file that cannot be read counts as
+/// a link graph here: training opens it next and reports what is wrong with it.
+/// Collective, so every rank picks the same defaults.
+fn global_matrix_kind<C: Comm>(comm: &C, data: &std::path::Path) -> MatrixKind {
+    let user_item = crate::io::h5::open(data)
+        .ok()
+        .and_then(|f| crate::io::h5::read_str_attr(&f, data, "matrix").ok())
+        .is_some_and(|m| m == "user-item");
+    if comm.all_reduce_max(u64::from(user_item)) == 1 {
+        MatrixKind::UserItem
+    } else {
+        MatrixKind::LinkGraph
+    }
+}
+
 /// Collective: every rank must call.
 /// `preempt` is installed by `main` before MPI starts, so an early signal is not lost.
 pub fn global_run<C: Comm>(comm: &C, args: &AlsArgs, preempt: Preemption) -> Result<TrainReport> {
     comm.agree(args.check_solver_flags())?;
-    let cfg = args.to_config();
+    let kind = global_matrix_kind(comm, &args.data);
+    let cfg = args.to_config(kind);
+    let defaulted = if args.reg.is_none() || args.unobserved_weight.is_none() {
+        format!(" ({} defaults)", kind.name())
+    } else {
+        String::new()
+    };
     let threads = resolve_threads(args.threads);
     comm.agree(crate::node::install_threads(threads))?;
     let root = comm.rank() == 0;
     let mut out = RunOutput::global_open(comm, cfg.metrics.as_deref())?;
     if root {
         println!(
-            "als: {} d={} tables={} epochs={} reg={} alpha0={}{} solver={:?} cg_steps={} exchange={:?} eval_rows={} on {} rank(s) (torus {}) x {threads} thread(s)",
+            "als: {} d={} tables={} epochs={} reg={} alpha0={}{defaulted}{} solver={:?} cg_steps={} exchange={:?} eval_rows={} on {} rank(s) (torus {}) x {threads} thread(s)",
             cfg.data.display(),
             cfg.dim,
             cfg.table_dtype,
@@ -127,14 +150,14 @@ pub fn global_run<C: Comm>(comm: &C, args: &AlsArgs, preempt: Preemption) -> Res
             }
         }
     };
-    let (meta, report) = match cfg.table_dtype {
+    let (meta, report, ranking) = match cfg.table_dtype {
         TableDtype::F32 => {
             let (tr, rep) = global_train_as::<C, f32>(comm, &cfg, preempt, on_event)?;
-            (tr.shards.meta.clone(), rep)
+            (tr.shards.meta.clone(), rep, tr.last_ranking())
         }
         TableDtype::Bf16 => {
             let (tr, rep) = global_train_as::<C, Bf16>(comm, &cfg, preempt, on_event)?;
-            (tr.shards.meta.clone(), rep)
+            (tr.shards.meta.clone(), rep, tr.last_ranking())
         }
     };
     let peak = comm.all_reduce_max(peak_rss_bytes().unwrap_or(0));
@@ -155,17 +178,54 @@ pub fn global_run<C: Comm>(comm: &C, args: &AlsArgs, preempt: Preemption) -> Res
             );
         } else {
             println!(
-                "final: Recall@20 {:.4}  Recall@50 {:.4}  over {} test rows  loss {:.6e}  checksum {:016x}",
-                r.at20, r.at50, r.test_rows, report.loss, report.checksum
+                "final: Recall@20 {:.4}  Recall@50 {:.4}  over {} test rows  loss {:.6e}  checksum {:016x}{}",
+                r.at20, r.at50, r.test_rows, report.loss, report.checksum,
+                ranking.map_or(String::new(), |x| ranking_words(&x, &args.k))
             );
         }
         {
-            let v = serde_json::json!({"final": true, "recall_at_20": r.at20, "recall_at_50": r.at50, "eval_rows": r.test_rows, "loss": report.loss,
+            let mut v = serde_json::json!({"final": true, "recall_at_20": r.at20, "recall_at_50": r.at50, "eval_rows": r.test_rows, "loss": report.loss,
                 "checksum": format!("{:016x}", report.checksum), "peak_rss_bytes": peak, "ranks": comm.size(), "threads": threads});
+            if let (Some(x), Some(obj)) = (ranking, v.as_object_mut()) {
+                add_ranking_keys(obj, &x, &args.k);
+            }
             out.record(&v);
         }
     }
     Ok(report)
+}
+
+/// The `final:` line's ranking metrics at each `--k` (Recall@20/50 are already on it).
+fn ranking_words(x: &Ranking, ks: &KList) -> String {
+    let mut s = String::new();
+    for a in ks.0.iter().filter_map(|&k| x.at(k)) {
+        if a.k != 20 && a.k != 50 {
+            s += &format!("  Recall@{} {:.4}", a.k, a.recall);
+        }
+        s += &format!(
+            "  Precision@{k} {:.4}  MAP@{k} {:.4}  NDCG@{k} {:.4}",
+            a.precision,
+            a.map,
+            a.ndcg,
+            k = a.k
+        );
+    }
+    s
+}
+
+/// The final record's keys `precision_at_K`, `map_at_K`, `ndcg_at_K` and
+/// `recall_at_K` for each `--k` (`recall_at_20`/`_50` are kept as they are), and
+/// `ranking_k` (the list).
+fn add_ranking_keys(obj: &mut serde_json::Map<String, serde_json::Value>, x: &Ranking, ks: &KList) {
+    for a in ks.0.iter().filter_map(|&k| x.at(k)) {
+        let k = a.k;
+        obj.entry(format!("recall_at_{k}"))
+            .or_insert(a.recall.into());
+        obj.insert(format!("precision_at_{k}"), a.precision.into());
+        obj.insert(format!("map_at_{k}"), a.map.into());
+        obj.insert(format!("ndcg_at_{k}"), a.ndcg.into());
+    }
+    obj.insert("ranking_k".into(), ks.0.clone().into());
 }
 
 /// Rank 0 logs where a run resumed: the checkpoint, its position and the read rate.

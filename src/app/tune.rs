@@ -480,7 +480,7 @@ mod tests {
         let cfg = AlsConfig {
             reg: 3.1622776e-4,
             unobserved_weight: 1e-3,
-            ..defaults.to_config()
+            ..defaults.to_config(crate::als::defaults::MatrixKind::LinkGraph)
         };
         let line = als_command(&cfg, Some(2));
         assert!(line.contains("'my data.h5'"), "{line}");
@@ -500,7 +500,10 @@ mod tests {
             }
         }
         let a = als(&words);
-        assert_eq!(a.to_config(), cfg);
+        assert_eq!(
+            a.to_config(crate::als::defaults::MatrixKind::LinkGraph),
+            cfg
+        );
         assert_eq!(a.threads, Some(2));
     }
 }

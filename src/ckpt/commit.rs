@@ -156,6 +156,16 @@ pub fn local_read_manifest<M: Manifest>(path: &Path) -> Result<M> {
         .map_err(|e| corrupt(path, format!("unreadable manifest: {e}")))
 }
 
+/// Rank-local: the step of the checkpoint that the incremental checkpoint at `path`
+/// was written on: its manifest's `delta.file` (a checkpoint file name in the same
+/// directory). `None` for a full checkpoint, or a file that cannot be read.
+pub fn local_read_base(path: &Path) -> Option<u64> {
+    let f = local_open(path).ok()?;
+    let json = h5::read_str_attr(&f, path, "manifest").ok()?;
+    let v: serde_json::Value = serde_json::from_str(&json).ok()?;
+    super::parse_step(v.get("delta")?.get("file")?.as_str()?)
+}
+
 /// A checkpoint written by another schema or workload is a hold naming both.
 pub fn check_workload<M: Manifest>(path: &Path, m: &M) -> Result<()> {
     let h = m.header();

@@ -6,7 +6,8 @@
 //! A checkpoint is one HDF5 file `ckpt-<global step>.h5` holding the tables by global
 //! id and a JSON manifest attribute. It is written as `<name>.partial` and committed by
 //! an atomic rename, so a visible checkpoint is always complete; older checkpoints are
-//! deleted (retention) only after the new one is committed.
+//! deleted (retention) only after the new one is committed, and never one that a kept
+//! incremental checkpoint (a delta on a base, the embedding model's) still needs.
 
 pub mod commit;
 pub mod driver;
@@ -336,11 +337,17 @@ pub fn remove_leftovers(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(removed)
 }
 
-/// Delete the checkpoints the retention policy drops after the commit of step `just`.
+/// Delete the checkpoints the retention policy drops after the commit of step `just`
+/// (never one that a kept incremental checkpoint's chain needs,
+/// [`commit::local_read_base`]).
 pub fn apply_retention(dir: &Path, just: u64, keep: usize) -> Result<Vec<u64>> {
     let all = list(dir)?;
     let steps: Vec<u64> = all.iter().map(|(s, _)| *s).collect();
-    let drop = policy::to_delete(&steps, just, keep);
+    let base_of = |s: u64| {
+        let (_, p) = all.iter().find(|(t, _)| *t == s)?;
+        commit::local_read_base(p)
+    };
+    let drop = policy::to_delete_chained(&steps, just, keep, base_of);
     for (s, p) in &all {
         if drop.contains(s) {
             std::fs::remove_file(p).map_err(|e| Error::io(p, e))?;

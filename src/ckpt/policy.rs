@@ -15,6 +15,29 @@ pub fn to_delete(committed: &[u64], just: u64, keep: usize) -> Vec<u64> {
     others
 }
 
+/// [`to_delete`] that never breaks a chain: `base_of(step)` is the checkpoint an
+/// incremental checkpoint was written on (`None` for a full one); every base a kept
+/// checkpoint needs, directly or through other deltas, is kept too.
+pub fn to_delete_chained(
+    committed: &[u64],
+    just: u64,
+    keep: usize,
+    base_of: impl Fn(u64) -> Option<u64>,
+) -> Vec<u64> {
+    let plain = to_delete(committed, just, keep);
+    let mut needed = std::collections::BTreeSet::new();
+    for &s in committed.iter().filter(|s| !plain.contains(s)) {
+        let mut cur = s;
+        while let Some(b) = base_of(cur) {
+            if b >= cur || !needed.insert(b) {
+                break;
+            }
+            cur = b;
+        }
+    }
+    plain.into_iter().filter(|s| !needed.contains(s)).collect()
+}
+
 /// Whether a checkpoint is due after `half_epochs` completed half-epochs.
 pub fn due(half_epochs: u64, every: u64) -> bool {
     every > 0 && half_epochs > 0 && half_epochs.is_multiple_of(every)
@@ -43,6 +66,27 @@ mod tests {
         assert_eq!(to_delete(&[20, 25, 30, 40], 25, 1), vec![20, 30, 40]);
         assert_eq!(to_delete(&[20, 25, 30, 40], 25, 2), vec![20, 30]);
         assert_eq!(to_delete(&[20, 25, 30, 40], 25, 4), Vec::<u64>::new());
+    }
+
+    #[test]
+    fn a_kept_checkpoint_keeps_its_chain() {
+        // 10 full, 20 on 10, 30 on 20, 40 full, 50 on 40.
+        let base = |s: u64| match s {
+            20 => Some(10),
+            30 => Some(20),
+            50 => Some(40),
+            _ => None,
+        };
+        let all = [10, 20, 30, 40, 50];
+        assert_eq!(to_delete_chained(&all, 50, 1, base), vec![10, 20, 30]);
+        assert_eq!(to_delete_chained(&all, 50, 2, base), vec![10, 20, 30]);
+        // Keeping 30 keeps 20 and 10.
+        assert_eq!(to_delete_chained(&all, 50, 3, base), Vec::<u64>::new());
+        assert_eq!(to_delete_chained(&all, 30, 1, base), vec![40, 50]);
+        // Full checkpoints only: the plain policy.
+        assert_eq!(to_delete_chained(&all, 50, 2, |_| None), vec![10, 20, 30]);
+        // A base that is not committed (already gone) is not asked for.
+        assert_eq!(to_delete_chained(&[30, 40], 40, 2, base), Vec::<u64>::new());
     }
 
     #[test]

@@ -16,12 +16,14 @@ pub struct AlsArgs {
     /// Epochs (each solves rows, then columns).
     #[arg(long, default_value_t = defaults::EPOCHS)]
     pub epochs: usize,
-    /// lambda: regularization, scaled per row by (|I_u| + alpha0 * n).
-    #[arg(long, default_value_t = defaults::REG)]
-    pub reg: f32,
-    /// alpha0: the weight of every (unobserved) cell.
-    #[arg(long, value_name = "A0", default_value_t = defaults::UNOBSERVED_WEIGHT)]
-    pub unobserved_weight: f32,
+    /// lambda: regularization, scaled per row by (|I_u| + alpha0 * n) [default: 0.001
+    /// on a link graph, 0.01 on a user-item dataset; see docs/als.md, "Defaults"].
+    #[arg(long)]
+    pub reg: Option<f32>,
+    /// alpha0: the weight of every (unobserved) cell [default: 0.001 on a link graph,
+    /// 0.1 on a user-item dataset].
+    #[arg(long, value_name = "A0")]
+    pub unobserved_weight: Option<f32>,
     /// Confidence of an observed cell from its stored weight r (user-item datasets
     /// with weights): `binary` (c = 1, weights ignored), `linear:ALPHA`
     /// (c = 1 + ALPHA r) or `log:ALPHA,EPS` (c = 1 + ALPHA ln(1 + r / EPS)); ALPHA,
@@ -52,6 +54,11 @@ pub struct AlsArgs {
     /// run (so it depends on the machine's speed).
     #[arg(long, value_name = "N|all|auto", default_value = "10000")]
     pub eval_rows: crate::als::eval::EvalRows,
+    /// The K at which the `final:` line and the metrics file give Precision, MAP, NDCG
+    /// and Recall, comma-separated, each 1..=50 (Recall@20/50 are always printed);
+    /// definitions in docs/als.md.
+    #[arg(long = "k", value_name = "K,K,...", default_value = "20,50")]
+    pub k: crate::als::eval::KList,
     /// Seed of the initial tables.
     #[arg(long, default_value_t = defaults::SEED)]
     pub seed: u64,
@@ -151,14 +158,16 @@ impl AlsArgs {
         Ok(())
     }
 
-    /// The training configuration (validated later, on every rank).
-    pub fn to_config(&self) -> crate::als::AlsConfig {
+    /// The training configuration (validated later, on every rank), `--reg` and
+    /// `--unobserved-weight` defaulting to those of a `kind` matrix.
+    pub fn to_config(&self, kind: defaults::MatrixKind) -> crate::als::AlsConfig {
+        let (reg, unobserved_weight) = defaults::for_matrix(kind);
         crate::als::AlsConfig {
             data: self.data.clone(),
             dim: self.dim,
             epochs: self.epochs,
-            reg: self.reg,
-            unobserved_weight: self.unobserved_weight,
+            reg: self.reg.unwrap_or(reg),
+            unobserved_weight: self.unobserved_weight.unwrap_or(unobserved_weight),
             confidence: self.confidence,
             solver: self.solver,
             cg_steps: self.cg_steps.unwrap_or(Self::CG_STEPS),
@@ -203,8 +212,14 @@ mod tests {
             als: AlsArgs,
         }
         let a = W::parse_from(["als", "--data", "d.h5"]).als;
-        assert_eq!(a.to_config(), crate::als::AlsConfig::new("d.h5"));
+        assert_eq!(
+            a.to_config(defaults::MatrixKind::LinkGraph),
+            crate::als::AlsConfig::new("d.h5")
+        );
         let b = W::parse_from(["als", "--data", "d.h5", "--dim", "64", "--csr-buffer", "1M"]).als;
-        assert_ne!(b.to_config(), crate::als::AlsConfig::new("d.h5"));
+        assert_ne!(
+            b.to_config(defaults::MatrixKind::LinkGraph),
+            crate::als::AlsConfig::new("d.h5")
+        );
     }
 }

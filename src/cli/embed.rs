@@ -1,6 +1,7 @@
 //! The flags of `embed` and `plan`, and the checkpoint flags every training run shares.
 
 use super::{parse_threads, DenseGemmArg, ModelArgs, OutputModeArg};
+use crate::embed::io::delta::DeltaDtype;
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 
@@ -174,6 +175,12 @@ pub struct EmbedArgs {
     /// Width of every table (default: the model's; 16 for a `prepare clicks` log).
     #[arg(long, value_name = "D")]
     pub dim: Option<usize>,
+    /// Element type of every embedding table's rows: f32, bf16 or f16 (default: the
+    /// model's `table_dtype`, f32). At bf16/f16 rows are stored and sent at 2 bytes a
+    /// value and computed on in f32; an updated row is rounded to nearest, ties to
+    /// even. Optimizer state and gradients stay f32. Fixed and modulo tables only.
+    #[arg(long, value_enum, value_name = "DTYPE")]
+    pub table_dtype: Option<crate::bf16::EmbDtype>,
     /// Hold out day K of a click log of several days (input file K of `prepare
     /// clicks`, from 0) for AUC and log loss, and train on the other days.
     #[arg(
@@ -300,6 +307,23 @@ pub struct EmbedArgs {
         requires = "checkpoint_dir"
     )]
     pub checkpoint_every: u64,
+    /// Every N-th checkpoint is full, the others incremental: only the rows changed
+    /// since the previous checkpoint (with their optimizer state) and the whole MLP,
+    /// on a chain that restores exactly (docs/embed.md, "Incremental checkpoints").
+    /// 1: every checkpoint full. Not with hash tables.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        requires = "checkpoint_dir"
+    )]
+    pub checkpoint_full_every: u64,
+    /// The rows' dtype in incremental checkpoints: f32 (exact), bf16 or int8 (both
+    /// LOSSY: rows rounded to bfloat16, or quantised to 8 bits between each row's
+    /// minimum and maximum as in Check-N-Run; a resume from such a chain is not bit
+    /// for bit). The optimizer state stays f32.
+    #[arg(long, value_enum, default_value_t = DeltaDtype::F32, requires = "checkpoint_dir")]
+    pub ckpt_delta_dtype: DeltaDtype,
 }
 
 /// The checkpoint flags of a training run, one set for every workload. Each workload

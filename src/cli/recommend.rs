@@ -8,7 +8,7 @@ use std::path::PathBuf;
 #[command(group(
     clap::ArgGroup::new("rows")
         .required(true)
-        .args(["nodes", "nodes_file", "test", "all"])
+        .args(["nodes", "nodes_file", "user", "user_file", "test", "all", "history", "similar"])
 ))]
 pub struct RecommendArgs {
     /// The trained model (`als --out`).
@@ -24,16 +24,40 @@ pub struct RecommendArgs {
     /// comment).
     #[arg(long, value_name = "FILE")]
     pub nodes_file: Option<PathBuf>,
+    /// User x item datasets: users to recommend for, original user ids, comma-separated.
+    #[arg(long, value_name = "ID,ID,...")]
+    pub user: Option<String>,
+    /// User x item datasets: a file of original user ids, one per line (`#` starts a
+    /// comment).
+    #[arg(long, value_name = "FILE")]
+    pub user_file: Option<PathBuf>,
+    /// A new row folded in from these columns (original item or node ids, each
+    /// optionally `ID:WEIGHT`, the raw weight a weighted model's confidence reads;
+    /// default 1), as evaluation folds in a test row.
+    #[arg(long, value_name = "ID[:W],...")]
+    pub history: Option<String>,
+    /// The most similar columns (cosine of their rows of H) of each of these columns
+    /// (original item or node ids, comma-separated); the column itself is left out.
+    #[arg(long, value_name = "ID,ID,...")]
+    pub similar: Option<String>,
+    /// Never recommend the columns (original ids) in this file: one per line, `#`
+    /// starts a comment.
+    #[arg(long, value_name = "FILE")]
+    pub exclude: Option<PathBuf>,
+    /// Recommend only the columns (original ids) in this file: one per line, `#`
+    /// starts a comment.
+    #[arg(long, value_name = "FILE")]
+    pub allow: Option<PathBuf>,
     /// Every test row (folded in from its visible arcs, as evaluation does).
     #[arg(long)]
     pub test: bool,
-    /// Every row with training arcs or visible test arcs (needs --out F.h5).
+    /// Every row with training arcs or visible test arcs (TSV streams in row order).
     #[arg(long)]
     pub all: bool,
     /// Columns per row.
     #[arg(short = 'k', long = "k", value_name = "K", default_value_t = 20)]
     pub k: usize,
-    /// Output: .tsv or .h5 (default: TSV on stdout; --all needs .h5).
+    /// Output: .tsv or .h5 (default: TSV on stdout).
     #[arg(long, value_name = "F.tsv|F.h5")]
     pub out: Option<PathBuf>,
     /// Overwrite an existing --out.

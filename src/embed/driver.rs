@@ -14,10 +14,12 @@ use crate::ckpt::{CheckpointConfig, Hold};
 use crate::comm::Comm;
 use crate::data::clicks::source::Source;
 use crate::embed::io::checkpoint::{
-    global_init_from, global_restore, global_write_checkpoint, init_from_path, EmbedManifest,
+    global_init_from, global_restore, global_write_checkpoint_on, init_from_path, EmbedManifest,
     WarmStart,
 };
+use crate::embed::io::delta::{local_raw_manifest, Chain, DeltaPolicy};
 use crate::embed::io::model_file::{global_write_model, Evaluation};
+use crate::embed::tables::dirty::DirtyRows;
 use crate::embed::tables::placement::Plan;
 use crate::embed::train::trainer::{EmbedConfig, EmbedTrainer, IntervalReport, StepStatus};
 use crate::{Error, Result};
@@ -33,6 +35,8 @@ pub struct RunConfig {
     /// Warm start from another run's checkpoint (`--init-from`), unless this run
     /// resumes a checkpoint of its own.
     pub init_from: Option<PathBuf>,
+    /// Incremental checkpoints (`--checkpoint-full-every`, `--ckpt-delta-dtype`).
+    pub delta: DeltaPolicy,
 }
 
 /// What the driver reports as it goes, on every rank (printing is the caller's).
@@ -73,6 +77,8 @@ struct EmbedWork<'r> {
     log_every: u64,
     eval_every: u64,
     run: &'r RunConfig,
+    /// The checkpoint the next one may be a delta of.
+    chain: Chain,
 }
 
 /// What [`EmbedWork::global_start`] reports.
@@ -114,7 +120,23 @@ impl Workload for EmbedWork<'_> {
     }
 
     fn global_restore<C: Comm>(&mut self, comm: &C, path: &Path) -> Result<EmbedManifest> {
-        global_restore(comm, &mut self.tr, path)
+        let m = global_restore(comm, &mut self.tr, path)?;
+        if let Some(d) = &mut self.tr.dirty {
+            d.clear();
+        }
+        // The next checkpoint may be a delta of this one if it is in this run's
+        // directory (retention keeps the chains of one directory).
+        let same_dir = |dir: &Path| {
+            let parent = path.parent().and_then(|p| p.canonicalize().ok());
+            parent.is_some() && parent == dir.canonicalize().ok()
+        };
+        self.chain.base = None;
+        if self.run.checkpoint.dir.as_deref().is_some_and(same_dir) {
+            let raw = comm.agree(local_raw_manifest(path))?.unwrap_or_default();
+            let since = m.delta.as_ref().map_or(0, |d| d.chain);
+            self.chain.committed(path, &raw, since);
+        }
+        Ok(m)
     }
 
     fn global_start<C: Comm>(
@@ -192,7 +214,7 @@ impl Workload for EmbedWork<'_> {
     }
 
     fn global_checkpoint<C: Comm>(&mut self, comm: &C, dir: &Path, keep: usize) -> Result<PathBuf> {
-        global_write_checkpoint(comm, &self.tr, dir, keep)
+        global_write_checkpoint_on(comm, &mut self.tr, dir, keep, &mut self.chain)
     }
 
     fn after_periodic_checkpoint(&mut self) {
@@ -219,12 +241,21 @@ pub fn global_train<C: Comm>(
     let (steps, log_every, eval_every) = (cfg.steps, cfg.log_every, cfg.eval_every);
     let mut last = None;
     let make = || {
+        comm.agree(run.delta.validate())?;
+        let mut tr = comm.agree(EmbedTrainer::new(cfg, source, plan, comm.rank()))?;
+        if run.delta.full_every > 1 {
+            tr.dirty = Some(DirtyRows::new(&tr.store));
+        }
         Ok(EmbedWork {
-            tr: comm.agree(EmbedTrainer::new(cfg, source, plan, comm.rank()))?,
+            tr,
             steps,
             log_every,
             eval_every,
             run,
+            chain: Chain {
+                policy: run.delta,
+                ..Chain::default()
+            },
         })
     };
     let w = drive::global_drive(comm, &run.checkpoint, &preempt, None, make, |e| match e {

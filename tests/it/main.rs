@@ -25,4 +25,5 @@ mod layers;
 mod plot;
 mod project;
 mod recommend;
+mod recommend_useritem;
 mod tune;

@@ -81,7 +81,7 @@ fn train(data: &Path, out: &Path, extra: &[&str]) {
 }
 
 /// A table of the model as f32 (bf16 tables are u16 bit patterns tagged `dtype`).
-fn read_table(f: &hdf5::File, name: &str) -> Vec<f32> {
+pub(crate) fn read_table(f: &hdf5::File, name: &str) -> Vec<f32> {
     let ds = f.dataset(name).unwrap();
     let bf16 = ds
         .attr("dtype")
@@ -117,7 +117,7 @@ struct Reference {
 }
 
 /// Solve the symmetric positive definite `a x = b` (`d x d`) by Gaussian elimination.
-fn solve(mut a: Vec<f64>, mut b: Vec<f64>, d: usize) -> Vec<f64> {
+pub(crate) fn solve(mut a: Vec<f64>, mut b: Vec<f64>, d: usize) -> Vec<f64> {
     for c in 0..d {
         let p = (c..d)
             .max_by(|&i, &j| a[i * d + c].abs().total_cmp(&a[j * d + c].abs()))
@@ -541,12 +541,33 @@ fn bad_ids_exit_2_naming_them_once() {
 #[test]
 fn outputs_and_models_are_checked() {
     let fx = fixture();
+    // --all streams TSV: every usable row in order, as the reference has it.
     let tsv = fx.dir.path().join("all.tsv");
-    recommend(&fx, 1, &["--all", "--out", tsv.to_str().unwrap()])
+    recommend(
+        &fx,
+        2,
+        &[
+            "--all",
+            "-k",
+            "3",
+            "--block-rows",
+            "9",
+            "--out",
+            tsv.to_str().unwrap(),
+        ],
+    )
+    .expect_code(0);
+    let got = parse_tsv(&std::fs::read_to_string(&tsv).unwrap());
+    let r = &fx.reference;
+    let want: Vec<u64> = r.usable_rows().iter().map(|&u| r.ds.node_ids[u]).collect();
+    assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), want);
+    for (node, list) in &got {
+        r.check(*node, list, 3);
+    }
+    // User x item flags on a graph.
+    recommend(&fx, 1, &["--user", &orig(1).to_string()])
         .expect_code(2)
-        .stderr_has(&["--all"]);
-    assert!(!tsv.exists());
-    recommend(&fx, 1, &["--all"]).expect_code(2);
+        .stderr_has(&["--user", "graph", "--nodes"]);
     recommend(&fx, 1, &[]).expect_code(2);
     recommend(&fx, 1, &["--test", "--all"]).expect_code(2);
     recommend(&fx, 1, &["--test", "-k", "0"]).expect_code(2);
@@ -694,4 +715,53 @@ fn preemption_between_blocks_exits_75_without_output() {
     o.expect_code(75).stderr_has(&["after 10 of"]);
     assert!(!out.exists());
     assert!(!fx.dir.path().join("p.h5.partial").exists());
+}
+
+#[test]
+fn history_and_similar_work_on_a_graph_too() {
+    let fx = fixture();
+    let r = &fx.reference;
+    // A test row's visible arcs as a history: the test row's fold-in, bit for bit.
+    let t = r.ds.test_rows[0] as usize;
+    let visible: Vec<String> = r
+        .fold_arcs(0)
+        .iter()
+        .map(|&c| r.ds.node_ids[c as usize].to_string())
+        .collect();
+    let node = r.ds.node_ids[t].to_string();
+    let a = recommend(&fx, 2, &["--nodes", &node, "-k", "5"]);
+    let b = recommend(&fx, 2, &["--history", &visible.join(","), "-k", "5"]);
+    let (a, b) = (
+        a.expect_code(0).stdout.clone(),
+        b.expect_code(0).stdout.clone(),
+    );
+    let tail = |s: &str| -> Vec<String> {
+        s.lines()
+            .skip(1)
+            .map(|l| l.split_once('\t').unwrap().1.to_string())
+            .collect()
+    };
+    assert_eq!(tail(&a), tail(&b));
+    assert!(b.lines().nth(1).unwrap().starts_with("history\t"), "{b}");
+    // Similar nodes: cosine of H rows, the node itself left out.
+    let o = recommend(&fx, 3, &["--similar", &orig(2).to_string(), "-k", "3"]);
+    let text = o.expect_code(0).stdout.clone();
+    assert!(text.starts_with("node\trank\tsimilar\tscore\n"), "{text}");
+    let d = r.d;
+    let unit = |c: usize| -> Vec<f64> {
+        let v: Vec<f64> = r.h[c * d..(c + 1) * d].iter().map(|&x| x as f64).collect();
+        let n = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+        v.iter().map(|x| x / n).collect()
+    };
+    let q = unit(r.row_of(orig(2)));
+    for l in text.lines().skip(1) {
+        let f: Vec<&str> = l.split('\t').collect();
+        let c = r.row_of(f[2].parse().unwrap());
+        assert_ne!(f[2], orig(2).to_string());
+        let cos: f64 = unit(c).iter().zip(&q).map(|(a, b)| a * b).sum();
+        assert!(
+            (f[3].parse::<f64>().unwrap() - cos).abs() < 1e-5,
+            "{l}: {cos}"
+        );
+    }
 }

@@ -455,6 +455,23 @@ impl Output {
         sum.to_string()
     }
 
+    /// The log loss on rank 0's `final:` line (`logloss X`; panics, with the run, if
+    /// there is none).
+    #[track_caller]
+    pub fn final_logloss(&self) -> f64 {
+        let line = self
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("final:"))
+            .unwrap_or_else(|| panic!("no `final:` line\n{}", self.dump()));
+        let mut words = line.split_whitespace();
+        words.find(|w| *w == "logloss");
+        words
+            .next()
+            .and_then(|w| w.parse().ok())
+            .unwrap_or_else(|| panic!("no log loss in {line:?}\n{}", self.dump()))
+    }
+
     /// The whole run, for assertion messages.
     pub fn dump(&self) -> String {
         format!(

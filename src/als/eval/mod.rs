@@ -21,10 +21,15 @@
 //!
 //! Recall sums are exact: hits are counted per denominator `min(K, |holdout|)` in
 //! integers, all-reduced, and divided once in a fixed order, so the reported recall has
-//! the same bits at every rank count (given the same scores).
+//! the same bits at every rank count (given the same scores). The same pass over the
+//! merged lists gives Precision, MAP, NDCG and Recall at every K up to [`MAX_K`] from
+//! integer sums too (`metrics.rs`; all-reduced with the recall sums as one buffer).
 
+mod metrics;
 mod score;
 
+use metrics::RankingSums;
+pub use metrics::{ranking_metrics_ref, AtK, KList, Ranking};
 pub use score::{
     local_score_topk, local_score_topk_ref, local_score_topk_tiled, local_score_topk_with, Cand,
     ScoreRows, Scorer, TopK, COL_BLOCK, ROW_BLOCK,
@@ -154,6 +159,8 @@ pub struct AutoChoice {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EvalReport {
     pub recall: Recall,
+    /// Precision, MAP, NDCG and Recall at every K up to [`MAX_K`] (metrics.rs).
+    pub ranking: Ranking,
     /// This rank's seconds per part (of the evaluation whose recall this is).
     pub times: EvalTimes,
     /// Scoring rate over all ranks: `2 d` flops per scored cell over the slowest
@@ -224,8 +231,8 @@ impl RecallSums {
         self.0[MAX_K + 1 + d50] += h50;
         self.0[2 * (MAX_K + 1)] += 1;
     }
-    fn global_finish<C: Comm>(mut self, comm: &C) -> Recall {
-        comm.all_reduce_sum(&mut self.0);
+    /// The recall of these (already all-reduced) sums.
+    fn local_finish(&self) -> Recall {
         let n = self.0[2 * (MAX_K + 1)];
         let mean = |part: &[u64]| {
             let s: f64 = (1..=MAX_K).map(|den| part[den] as f64 / den as f64).sum();
@@ -236,6 +243,39 @@ impl RecallSums {
             at50: mean(&self.0[MAX_K + 1..2 * (MAX_K + 1)]),
             test_rows: n,
         }
+    }
+}
+
+/// The exact sums of one evaluation: [`RecallSums`] and [`RankingSums`], all-reduced
+/// as one buffer.
+struct EvalSums {
+    recall: RecallSums,
+    ranking: RankingSums,
+}
+
+impl EvalSums {
+    fn new() -> Self {
+        Self {
+            recall: RecallSums::new(),
+            ranking: RankingSums::new(),
+        }
+    }
+    fn add(&mut self, ranking: &[Cand], holdout: &[u32]) {
+        self.recall.add(ranking, holdout);
+        self.ranking.add(ranking, holdout);
+    }
+    /// Collective: every rank must call.
+    fn global_finish<C: Comm>(self, comm: &C) -> (Recall, Ranking) {
+        let EvalSums {
+            recall: RecallSums(mut buf),
+            mut ranking,
+        } = self;
+        let cut = buf.len();
+        buf.extend_from_slice(ranking.as_mut_slice());
+        comm.all_reduce_sum(&mut buf);
+        ranking.as_mut_slice().copy_from_slice(&buf[cut..]);
+        buf.truncate(cut);
+        (RecallSums(buf).local_finish(), ranking.local_metrics())
     }
 }
 
@@ -495,7 +535,7 @@ impl RowSet {
         d: usize,
         gram_h: &[f64],
         params: SolveParams,
-    ) -> Result<(Recall, EvalTimes)> {
+    ) -> Result<Measured> {
         let mut times = EvalTimes::default();
         let (x, ft) = self.fold.global_fold_in(comm, h_local, d, gram_h, params)?;
         times.fetch = ft.fetch;
@@ -523,17 +563,29 @@ impl RowSet {
         let counts: Vec<usize> = self.rows_per_rank.iter().map(|n| n * MAX_K).collect();
         let merged = global_merge_topk(comm, &cands, &counts, MAX_K)?;
         drop(cands);
-        let mut sums = RecallSums::new();
+        let mut sums = EvalSums::new();
         for (i, ranking) in merged.chunks_exact(MAX_K).enumerate() {
             sums.add(
                 ranking,
                 &self.holdout[self.holdout_indptr[i]..self.holdout_indptr[i + 1]],
             );
         }
-        let recall = sums.global_finish(comm);
+        let (recall, ranking) = sums.global_finish(comm);
         times.merge = t.elapsed().as_secs_f64();
-        Ok((recall, times))
+        Ok(Measured {
+            recall,
+            ranking,
+            times,
+        })
     }
+}
+
+/// What one evaluation of a chosen row set measured.
+#[derive(Debug, Clone, Copy)]
+struct Measured {
+    recall: Recall,
+    ranking: Ranking,
+    times: EvalTimes,
 }
 
 /// The evaluated test rows: chosen at build time (`--eval-rows N|all`), or at the
@@ -543,6 +595,8 @@ pub struct EvalSet {
     set: Option<RowSet>,
     /// `auto`: how the rows were chosen, once they are.
     choice: Option<AutoChoice>,
+    /// The ranking metrics of the last [`EvalSet::global_evaluate_epoch`].
+    last: Option<Ranking>,
 }
 
 impl EvalSet {
@@ -558,6 +612,7 @@ impl EvalSet {
             which,
             set,
             choice: None,
+            last: None,
         })
     }
 
@@ -600,6 +655,37 @@ impl EvalSet {
         gram_h: &[f64],
         params: SolveParams,
     ) -> Result<(Recall, EvalTimes)> {
+        self.global_measure(comm, h_local, col_lo, d, gram_h, params)
+            .map(|m| (m.recall, m.times))
+    }
+
+    /// [`EvalSet::global_evaluate`] with the ranking metrics at every K up to
+    /// [`MAX_K`] (from the same rankings).
+    #[allow(clippy::too_many_arguments)]
+    pub fn global_evaluate_ranking<C: Comm, T: TableElem>(
+        &self,
+        comm: &C,
+        h_local: &[T],
+        col_lo: u64,
+        d: usize,
+        gram_h: &[f64],
+        params: SolveParams,
+    ) -> Result<(Recall, Ranking)> {
+        self.global_measure(comm, h_local, col_lo, d, gram_h, params)
+            .map(|m| (m.recall, m.ranking))
+    }
+
+    /// Collective: every rank must call. One evaluation of the chosen rows.
+    #[allow(clippy::too_many_arguments)]
+    fn global_measure<C: Comm, T: TableElem>(
+        &self,
+        comm: &C,
+        h_local: &[T],
+        col_lo: u64,
+        d: usize,
+        gram_h: &[f64],
+        params: SolveParams,
+    ) -> Result<Measured> {
         match &self.set {
             Some(set) => set.global_evaluate_timed(comm, h_local, col_lo, d, gram_h, params),
             None => Err(Error::Config(
@@ -607,6 +693,12 @@ impl EvalSet {
                     .into(),
             )),
         }
+    }
+
+    /// The ranking metrics of the last [`EvalSet::global_evaluate_epoch`] (`None`
+    /// before the first).
+    pub fn last_ranking(&self) -> Option<Ranking> {
+        self.last
     }
 
     /// Collective: every rank must call. One evaluation after an epoch whose training
@@ -634,10 +726,15 @@ impl EvalSet {
             probed = result;
         }
         let set = self.set.as_ref().expect("chosen above");
-        let (recall, times) = match probed {
+        let Measured {
+            recall,
+            ranking,
+            times,
+        } = match probed {
             Some(r) => r,
             None => set.global_evaluate_timed(comm, h_local, col_lo, d, gram_h, params)?,
         };
+        self.last = Some(ranking);
         let score_ns = comm.all_reduce_max((times.score * 1e9) as u64);
         let flops = 2.0 * d as f64 * recall.test_rows as f64 * s.meta.num_cols as f64;
         // The choice is reported as new once.
@@ -647,6 +744,7 @@ impl EvalSet {
         }
         Ok(EvalReport {
             recall,
+            ranking,
             times,
             score_flops_per_second: flops / (score_ns as f64 * 1e-9).max(1e-9),
             auto,
@@ -666,7 +764,7 @@ impl EvalSet {
         d: usize,
         gram_h: &[f64],
         params: SolveParams,
-    ) -> Result<(RowSet, AutoChoice, Option<(Recall, EvalTimes)>)> {
+    ) -> Result<(RowSet, AutoChoice, Option<Measured>)> {
         let available = s.num_test;
         let mut choice = AutoChoice {
             rows: available,
@@ -769,6 +867,19 @@ pub fn global_evaluate_all_ref<C: Comm>(
     gram_h: &[f64],
     params: SolveParams,
 ) -> Result<Recall> {
+    global_evaluate_all_ref_ranking(comm, s, h_local, d, gram_h, params).map(|r| r.0)
+}
+
+/// Collective: every rank must call. [`global_evaluate_all_ref`] with the ranking
+/// metrics at every K up to [`MAX_K`].
+pub fn global_evaluate_all_ref_ranking<C: Comm>(
+    comm: &C,
+    s: &Shards,
+    h_local: &[f32],
+    d: usize,
+    gram_h: &[f64],
+    params: SolveParams,
+) -> Result<(Recall, Ranking)> {
     use rayon::prelude::*;
     let mut fold_local = s.fold.indices.clone();
     let plan =
@@ -840,7 +951,7 @@ pub fn global_evaluate_all_ref<C: Comm>(
         })
         .collect();
     let merged = global_merge_topk(comm, &cands, &counts, MAX_K)?;
-    let mut sums = RecallSums::new();
+    let mut sums = EvalSums::new();
     for (i, ranking) in merged.chunks_exact(MAX_K).enumerate() {
         sums.add(
             ranking,

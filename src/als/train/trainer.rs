@@ -494,6 +494,11 @@ impl<T: TableScalar> Trainer<T> {
         Ok(r)
     }
 
+    /// The ranking metrics of the last evaluation (`None` before the first).
+    pub fn last_ranking(&self) -> Option<crate::als::eval::Ranking> {
+        self.eval.last_ranking()
+    }
+
     pub fn rows_side(&self) -> &Side {
         &self.rows
     }

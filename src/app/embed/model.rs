@@ -93,6 +93,9 @@ pub(super) fn model_and_source(a: &EmbedArgs) -> Result<(ModelSpec, Source, IdMa
         inherit_capacities(&mut model, from)?;
     }
     override_tables(&mut model, a)?;
+    if let Some(d) = a.table_dtype {
+        model.table_dtype = d;
+    }
     model.validate("the model")?;
     let ids = IdMap::new(&data, &model, keyed)?;
     Ok((model, source, ids))

@@ -76,6 +76,10 @@ pub fn global_run<C: Comm>(comm: &C, a: &EmbedArgs, preempt: Preemption) -> Resu
         preload: a.preload,
         out: a.out.clone(),
         init_from: a.init_from.clone(),
+        delta: crate::embed::io::delta::DeltaPolicy {
+            full_every: a.checkpoint_full_every,
+            dtype: a.ckpt_delta_dtype,
+        },
     };
     let eval_examples = cfg.eval_examples;
     let gemm = cfg.dense_gemm.name();
@@ -185,10 +189,11 @@ fn global_run_plan<C: Comm>(
 fn print_header<C: Comm>(comm: &C, cfg: &EmbedConfig, plan: &Plan, threads: usize, state: u64) {
     let s = &cfg.spec;
     println!(
-        "embed: {} tables ({} rows, {} of f32), {} ({} GEMM), micro-batch {} x {} per step on {} rank(s) (torus {}) x {threads} thread(s); tables {:?}, dense {:?}; dedup {}, pipeline {}",
+        "embed: {} tables ({} rows, {} of {}), {} ({} GEMM), micro-batch {} x {} per step on {} rank(s) (torus {}) x {threads} thread(s); tables {:?}, dense {:?}; dedup {}, pipeline {}",
         s.tables.len(),
         group(s.total_rows()),
         human_bytes(s.total_bytes()),
+        s.table_dtype,
         s.arch_summary(),
         cfg.dense_gemm.name(),
         cfg.micro,

@@ -467,6 +467,7 @@ mod tests {
     fn ids_follow_the_scattered_zipf_law() {
         // One table with a small vocabulary: the most frequent id is scatter(0).
         let spec = ModelSpec {
+            table_dtype: Default::default(),
             arch: Default::default(),
             n_dense: 1,
             hidden: vec![2],
@@ -600,6 +601,7 @@ mod tests {
             evict: Evict::Lfu,
         };
         ModelSpec {
+            table_dtype: Default::default(),
             n_dense: 2,
             hidden: vec![4],
             zipf: 1.05,

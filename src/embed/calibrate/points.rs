@@ -109,6 +109,7 @@ impl PooledPoint {
             })
             .collect();
         ModelSpec {
+            table_dtype: Default::default(),
             arch: Default::default(),
             n_dense: 1,
             hidden: vec![16],

@@ -343,27 +343,16 @@ impl Cross {
         }
         ws.g.clear();
         ws.g.extend_from_slice(d_out);
-        dx0.fill(0.0);
+        ws.gy.resize(n * d, 0.0);
+        let last = self.arch.n_layers - 1;
         for l in (0..self.arch.n_layers).rev() {
             let range = self.layer_range(l);
             let p = &self.params[range.clone()];
             let gl = &mut grad[range];
             let xl = if l == 0 { x0 } else { &ws.xs[l - 1][..] };
             let xlv = view2(xl, n, d);
-            let y = &ws.ys[l];
-
-            // G_Y = X_0 ⊙ G, and the direct path d X_0 += Y ⊙ G.
-            ws.gy.clear();
-            ws.gy.extend(x0.iter().zip(&ws.g).map(|(&x0, &g)| x0 * g));
-            dx0.iter_mut()
-                .zip(y.iter().zip(&ws.g))
-                .for_each(|(dx, (&y, &g))| *dx += y * g);
-
-            let b = self.arch.bias_range();
-            // d b += column sums of G_Y, rows in order.
-            for row in ws.gy.chunks_exact(d) {
-                gl[b.clone()].iter_mut().zip(row).for_each(|(s, v)| *s += v);
-            }
+            let gb = &mut gl[self.arch.bias_range()];
+            backward_elementwise(x0, &ws.ys[l], &ws.g, &mut ws.gy, dx0, gb, l == last);
             let gyv = view2(&ws.gy, n, d);
             match self.arch.weights() {
                 Weights::Full { w } => {
@@ -394,6 +383,36 @@ impl Cross {
             }
         }
         dx0.iter_mut().zip(&ws.g).for_each(|(dx, &g)| *dx += g);
+    }
+}
+
+/// One pass over the rows of a layer's backward before its products: `G_Y = X_0 ⊙ G`,
+/// the direct path `d X_0 += Y ⊙ G` (`first`: `d X_0 = 0 + Y ⊙ G`, the bits of adding
+/// to zeros) and `d b += colsum(G_Y)` (rows in order), each element as the separate
+/// loops computed it, so the bits are theirs.
+fn backward_elementwise(
+    x0: &[f32],
+    y: &[f32],
+    g: &[f32],
+    gy: &mut [f32],
+    dx0: &mut [f32],
+    gb: &mut [f32],
+    first: bool,
+) {
+    let d = gb.len();
+    let rows = x0
+        .chunks_exact(d)
+        .zip(y.chunks_exact(d))
+        .zip(g.chunks_exact(d))
+        .zip(gy.chunks_exact_mut(d).zip(dx0.chunks_exact_mut(d)));
+    for (((x0, y), g), (gy, dx)) in rows {
+        let (y, g, gy, dx, gb) = (&y[..d], &g[..d], &mut gy[..d], &mut dx[..d], &mut gb[..d]);
+        for j in 0..d {
+            let v = x0[j] * g[j];
+            gy[j] = v;
+            gb[j] += v;
+            dx[j] = if first { 0.0 } else { dx[j] } + y[j] * g[j];
+        }
     }
 }
 

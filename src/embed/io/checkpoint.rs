@@ -10,7 +10,8 @@
 //! (JSON). Committed and verified by the shared protocol of [`crate::ckpt::commit`]:
 //! written through `*.partial` (rank 0 creates it, every rank writes its shards in
 //! turn, replicas: rank 0; rank 0 renames it); restore checks the manifest and the
-//! checksum (exit 76 otherwise).
+//! checksum (exit 76 otherwise). With `--checkpoint-full-every N > 1` most checkpoints
+//! are deltas on the previous one ([`super::delta`]); restore applies the chain.
 
 use std::path::{Path, PathBuf};
 
@@ -18,6 +19,8 @@ use ndarray::s;
 use serde::{Deserialize, Serialize};
 
 use super::config_hash::config_hash;
+use super::delta::{Chain, DeltaDtype, DeltaInfo};
+use super::hashio::{Restored, RowsFrom};
 use super::model_file::{global_write_state, row_slab};
 use crate::ckpt::commit::{self, corrupt, Header};
 use crate::ckpt::{self, SCHEMA};
@@ -45,6 +48,9 @@ pub struct EmbedManifest {
     /// The MLP's GEMM kernel of the writing run (`Gemm::name`; empty in older files).
     #[serde(default)]
     pub dense_gemm: String,
+    /// An incremental checkpoint's chain (absent in a full checkpoint, [`super::delta`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delta: Option<Box<DeltaInfo>>,
 }
 
 impl commit::Manifest for EmbedManifest {
@@ -58,45 +64,96 @@ impl commit::Manifest for EmbedManifest {
     }
 }
 
-/// Collective: every rank must call. Writes `ckpt-<step>.h5` into `dir` and applies
-/// the retention policy (`keep`).
+/// Collective: every rank must call. Writes the full checkpoint `ckpt-<step>.h5`
+/// into `dir` and applies the retention policy (`keep`).
 pub fn global_write_checkpoint<C: Comm>(
     comm: &C,
     tr: &EmbedTrainer,
     dir: &Path,
     keep: usize,
 ) -> Result<PathBuf> {
-    let manifest = || -> Result<EmbedManifest> {
-        Ok(EmbedManifest {
-            schema: SCHEMA,
-            workload: "embed".into(),
-            config_hash: config_hash(tr),
-            spec_digest: tr.cfg.spec.digest(),
-            step: tr.step,
-            dense_step: tr.dense_state.step(),
-            world_size: comm.size(),
-            seed: tr.cfg.seed,
-            checksum: format!("{:016x}", tr.global_checksum(comm)?),
-            written_at: ckpt::now_secs(),
-            dense_gemm: tr.cfg.dense_gemm.name().to_string(),
-        })
+    global_write(comm, tr, dir, keep, None).map(|(p, _)| p)
+}
+
+/// Collective: every rank must call. Writes `ckpt-<step>.h5` into `dir`, full or a
+/// delta on `chain`'s base (as its policy says), and applies the retention policy
+/// (`keep`, never breaking a retained checkpoint's chain). On success the changed
+/// rows are forgotten and `chain` moves to the new checkpoint.
+pub fn global_write_checkpoint_on<C: Comm>(
+    comm: &C,
+    tr: &mut EmbedTrainer,
+    dir: &Path,
+    keep: usize,
+    chain: &mut Chain,
+) -> Result<PathBuf> {
+    if let Some(d) = &mut tr.dirty {
+        d.absorb_renewed(&mut tr.store);
+    }
+    let mut delta = chain.next(tr.step);
+    if let Some(d) = &mut delta {
+        d.rows = super::delta::global_delta_rows(comm, tr);
+    }
+    let n = delta.as_ref().map_or(0, |d| d.chain);
+    let (path, json) = global_write(comm, tr, dir, keep, delta)?;
+    chain.committed(&path, &json, n);
+    if let Some(d) = &mut tr.dirty {
+        d.clear();
+    }
+    Ok(path)
+}
+
+/// [`global_write_checkpoint_on`] of a full checkpoint (`delta` `None`) or of the
+/// delta `delta`: the path and the manifest's JSON.
+fn global_write<C: Comm>(
+    comm: &C,
+    tr: &EmbedTrainer,
+    dir: &Path,
+    keep: usize,
+    delta: Option<DeltaInfo>,
+) -> Result<(PathBuf, String)> {
+    let m = EmbedManifest {
+        schema: SCHEMA,
+        workload: "embed".into(),
+        config_hash: config_hash(tr),
+        spec_digest: tr.cfg.spec.digest(),
+        step: tr.step,
+        dense_step: tr.dense_state.step(),
+        world_size: comm.size(),
+        seed: tr.cfg.seed,
+        checksum: format!("{:016x}", tr.global_checksum(comm)?),
+        written_at: ckpt::now_secs(),
+        dense_gemm: tr.cfg.dense_gemm.name().to_string(),
+        delta: delta.clone().map(Box::new),
     };
-    commit::global_write_checkpoint(
+    let json = serde_json::to_string(&m).map_err(|e| Error::Config(e.to_string()))?;
+    let describe = match &delta {
+        None => format!("step {}", tr.step),
+        Some(d) => format!(
+            "step {}, delta {} on {}: {} changed rows, {:?}",
+            tr.step, d.chain, d.file, d.rows, d.dtype
+        ),
+    };
+    let t = tr;
+    let path = commit::global_write_checkpoint(
         comm,
         dir,
-        tr.step,
+        t.step,
         keep,
-        &format!("step {}", tr.step),
-        manifest,
+        &describe,
+        || Ok(m),
         |path, attrs| {
             // The model, for a warm start from this checkpoint (`--init-from`).
-            let spec = serde_json::to_string(&tr.cfg.spec)
+            let spec = serde_json::to_string(&t.cfg.spec)
                 .map_err(|e| Error::Config(format!("spec to JSON: {e}")))?;
             let mut attrs = attrs.to_vec();
             attrs.push(("spec", crate::io::h5::Attr::Str(spec)));
-            global_write_state(comm, tr, path, &attrs)
+            match &delta {
+                None => global_write_state(comm, t, path, &attrs),
+                Some(d) => super::delta::global_write_delta(comm, t, path, &attrs, d.dtype),
+            }
         },
-    )
+    )?;
+    Ok((path, json))
 }
 
 /// Rank-local: the manifest of a checkpoint file (format checked).
@@ -113,16 +170,17 @@ pub fn global_restore<C: Comm>(
 ) -> Result<EmbedManifest> {
     let _p = comm.stats().phase("io");
     let want_hash = config_hash(tr);
-    let local = (|| -> Result<EmbedManifest> {
+    let local = (|| -> Result<(EmbedManifest, Option<DeltaDtype>)> {
         let m = local_read_manifest(path)?;
         commit::check_workload(path, &m)?;
+        super::model_file::check_table_dtype(path, tr.cfg.spec.table_dtype)?;
         commit::check_config_hash(
             path,
             &m,
             &want_hash,
             "model, seed, batch, accumulation, optimizers and pipelining",
         )?;
-        let r = local_load(tr, path, Some(m.dense_step), false)?;
+        let (r, lossy) = local_load(tr, path, Some(m.dense_step), false)?;
         if r.dropped > 0 {
             return Err(Error::Config(format!(
                 "{}: on {} rank(s), {} hash-table entries of this rank do not fit its share of the capacity (the keys spread unevenly over owners); resume with a larger --capacity through --init-from, or on the writer's {} rank(s)",
@@ -132,26 +190,75 @@ pub fn global_restore<C: Comm>(
                 m.world_size
             )));
         }
-        Ok(m)
+        Ok((m, lossy))
     })();
-    let m = comm.agree(local)?;
+    let (m, lossy) = comm.agree(local)?;
     tr.step = m.step;
     let got = format!("{:016x}", tr.global_checksum(comm)?);
-    commit::check_checksum(path, "the tables and MLP", &got, &m.checksum)?;
+    if let Some(dtype) = lossy {
+        // The rows were rounded: the checksum of the writer's state cannot match.
+        if comm.rank() == 0 {
+            let d = dtype.name();
+            log::warn!(
+                "{}: restored from a chain with {d} deltas (--ckpt-delta-dtype {d}, lossy): the rows are rounded, this run is not the uninterrupted one's bit for bit (checksum {got}, the writer's {})",
+                path.display(),
+                m.checksum
+            );
+        }
+    } else {
+        commit::check_checksum(path, "the tables and MLP", &got, &m.checksum)?;
+    }
     Ok(m)
 }
 
 /// Rank-local: load the tables, their optimizer state, the MLP and its optimizer
 /// state from the checkpoint at `path` into `tr` (whose plan and rank count may
-/// differ from the writer's). `warm`: a warm start (hash tables' entries count as
-/// seen at step 0). `dense_step` `None`: the dense optimizer's state is not read (a
-/// model to score with, [`local_load_model`]).
+/// differ from the writer's): a full checkpoint or model file, or a delta's chain
+/// (its full checkpoint, then each delta in order). `warm`: a warm start (hash
+/// tables' entries count as seen at step 0). `dense_step` `None`: the dense
+/// optimizer's state is not read (a model to score with, [`local_load_model`]).
+/// Also returns the dtype of the chain's first lossy (bf16, int8) delta, if any.
 fn local_load(
     tr: &mut EmbedTrainer,
     path: &Path,
     dense_step: Option<u64>,
     warm: bool,
-) -> Result<super::hashio::Restored> {
+) -> Result<(Restored, Option<DeltaDtype>)> {
+    let chain = super::delta::local_chain(path)?;
+    let base = &chain[0].0;
+    let deltas: Vec<(PathBuf, DeltaDtype)> = chain[1..]
+        .iter()
+        .map(|(p, d)| (p.clone(), d.as_ref().map_or(DeltaDtype::F32, |d| d.dtype)))
+        .collect();
+    let lossy = deltas.iter().map(|d| d.1).find(|d| d.is_lossy());
+    let mut restored = local_load_full(tr, base, dense_step, warm, deltas.is_empty())?;
+    for (p, dtype) in &deltas {
+        let f = super::delta::local_apply(&mut tr.store, p, *dtype)?;
+        local_read_dense(tr, &f, p, dense_step)?;
+    }
+    if let Some((last, _)) = deltas.last() {
+        // A chain's hash tables: the entries of its last checkpoint, each row from
+        // the newest checkpoint that holds it.
+        let f = commit::local_open(last)?;
+        let rows = RowsFrom::Chain {
+            base,
+            deltas: &deltas,
+        };
+        restored = restored.and(local_load_hash(tr, &f, last, warm, rows)?);
+    }
+    restored.exact &= lossy.is_none();
+    Ok((restored, lossy))
+}
+
+/// [`local_load`] of one full checkpoint or model file (its hash tables too when
+/// `hash`).
+fn local_load_full(
+    tr: &mut EmbedTrainer,
+    path: &Path,
+    dense_step: Option<u64>,
+    warm: bool,
+    hash: bool,
+) -> Result<Restored> {
     let f = commit::local_open(path)?;
     // Into the shards' own buffers (kept: they are on huge pages).
     let read_into = |name: &str,
@@ -204,25 +311,54 @@ fn local_load(
         );
         let sel = row_slab(ls.shard.rows, ls.rows);
         let name = format!("/tables/{t}/rows");
-        read_into(&name, vocab, sel, ls.shard.cols.clone(), dim, &mut ls.data)?;
+        let cols = ls.shard.cols.clone();
+        ls.fill_rows_f32(|rows| read_into(&name, vocab, sel, cols, dim, rows))?;
         if sp > 0 {
             let name = format!("/tables/{t}/state");
             read_into(&name, vocab, sel, 0..sp, sp, &mut ls.state)?;
         }
     }
-    let mut restored = super::hashio::Restored {
+    let restored = match hash {
+        true => local_load_hash(tr, &f, path, warm, RowsFrom::Here)?,
+        false => Restored {
+            exact: true,
+            ..Default::default()
+        },
+    };
+    local_read_dense(tr, &f, path, dense_step)?;
+    Ok(restored)
+}
+
+/// The hash tables this rank holds a shard of, from the checkpoint `f` at `path`
+/// (the entries; their rows from `rows`).
+fn local_load_hash(
+    tr: &mut EmbedTrainer,
+    f: &hdf5::File,
+    path: &Path,
+    warm: bool,
+    rows: RowsFrom<'_>,
+) -> Result<Restored> {
+    let mut restored = Restored {
         exact: true,
         ..Default::default()
     };
     for t in 0..tr.cfg.spec.tables.len() {
-        // Hash tables this rank holds a shard of.
         if tr.store.hash[t].is_some() {
-            let r = super::hashio::local_restore(&f, path, &mut tr.store, t, warm)?;
-            restored.entries += r.entries;
-            restored.dropped += r.dropped;
-            restored.exact &= r.exact;
+            let r = super::hashio::local_restore(f, path, &mut tr.store, t, warm, rows)?;
+            restored = restored.and(r);
         }
     }
+    Ok(restored)
+}
+
+/// Rank-local: the MLP's parameters (and with `dense_step`, its optimizer's state at
+/// that step) from the checkpoint `f` at `path`.
+fn local_read_dense(
+    tr: &mut EmbedTrainer,
+    f: &hdf5::File,
+    path: &Path,
+    dense_step: Option<u64>,
+) -> Result<()> {
     let read1 = |name: &str, n: usize| -> Result<Vec<f32>> {
         let ds = f
             .dataset(name)
@@ -244,7 +380,7 @@ fn local_load(
         let st = read1("/mlp/state", tr.dense_state.state().len())?;
         tr.dense_state = DenseOptState::from_parts(st, dense_step);
     }
-    Ok(restored)
+    Ok(())
 }
 
 /// Rank-local: the tables' rows (and, when `tr`'s table optimizer keeps any, their
@@ -254,7 +390,7 @@ fn local_load(
 /// dense optimizer's state is not read. Returns the hash-table entries placed and
 /// those that did not fit this rank's share (`(entries, dropped)`).
 pub fn local_load_model(tr: &mut EmbedTrainer, path: &Path) -> Result<(u64, u64)> {
-    let r = local_load(tr, path, None, false)?;
+    let (r, _) = local_load(tr, path, None, false)?;
     Ok((r.entries, r.dropped))
 }
 
@@ -332,7 +468,7 @@ pub fn global_init_from<C: Comm>(
     path: &Path,
 ) -> Result<WarmStart> {
     let _p = comm.stats().phase("io");
-    let local = (|| -> Result<(EmbedManifest, super::hashio::Restored)> {
+    let local = (|| -> Result<(EmbedManifest, Restored)> {
         let m = local_read_manifest(path)?;
         commit::check_workload(path, &m)?;
         if let Some(theirs) = local_read_spec(path)? {
@@ -344,7 +480,7 @@ pub fn global_init_from<C: Comm>(
                 )));
             }
         }
-        let r = local_load(tr, path, Some(m.dense_step), true)?;
+        let (r, _) = local_load(tr, path, Some(m.dense_step), true)?;
         Ok((m, r))
     })();
     let (m, r) = comm.agree(local)?;

@@ -110,6 +110,11 @@ pub fn resume_key(c: &EmbedConfig, data: &str) -> String {
         "pipeline": c.pipeline,
         "data": data,
     });
+    // The tables' element type only when not f32, so that f32 runs keep their hash
+    // (the spec digest names it too).
+    if !c.spec.table_dtype.is_f32() {
+        key["table_dtype"] = c.spec.table_dtype.name().into();
+    }
     if let Some(s) = c.lr_schedule.resume_key() {
         key["lr_schedule"] = s;
     }

@@ -25,6 +25,7 @@ use std::path::Path;
 
 use ndarray::{s, ArrayView2};
 
+use super::rowcodec::{read_rows, DeltaDtype};
 use crate::ckpt::commit::corrupt;
 use crate::embed::tables::hashtab::{owner, Entry, HashShard};
 use crate::embed::tables::store::Store;
@@ -36,13 +37,16 @@ use crate::{Error, Result};
 /// Entries read at a time when re-sharding.
 const BLOCK: usize = 1 << 20;
 
-/// Rank 0: create hash table `t`'s group and datasets for `per_rank` entries.
+/// Rank 0: create hash table `t`'s group and datasets for `per_rank` entries
+/// (`with_rows` false: the entries only, an incremental checkpoint's table, whose
+/// changed rows are under `/delta/<t>`).
 pub(crate) fn local_create(
     f: &hdf5::File,
     tmp: &Path,
     store: &Store,
     t: usize,
     per_rank: &[u64],
+    with_rows: bool,
 ) -> Result<()> {
     let ts = &store.spec.tables[t];
     let sp = store.state_per_row(t);
@@ -89,6 +93,9 @@ pub(crate) fn local_create(
         at("last_seen"),
         g.new_dataset::<u64>().shape(e).create("last_seen"),
     )?;
+    if !with_rows {
+        return Ok(());
+    }
     h5(
         tmp,
         at("rows"),
@@ -104,13 +111,15 @@ pub(crate) fn local_create(
     Ok(())
 }
 
-/// This rank's turn: write its entries of hash table `t` at entry `first`.
+/// This rank's turn: write its entries of hash table `t` at entry `first` (and with
+/// `with_rows` their rows and state).
 pub(crate) fn local_write(
     f: &hdf5::File,
     tmp: &Path,
     store: &Store,
     t: usize,
     first: usize,
+    with_rows: bool,
 ) -> Result<()> {
     let Some(shard) = &store.hash[t] else {
         return Ok(());
@@ -142,6 +151,9 @@ pub(crate) fn local_write(
         "last_seen",
         ds("last_seen")?.write_slice(&seen, range.clone()),
     )?;
+    if !with_rows {
+        return Ok(());
+    }
     let mut rows = Vec::with_capacity(n * w);
     let mut state = Vec::with_capacity(n * sp);
     for e in &entries {
@@ -172,6 +184,17 @@ pub struct Restored {
     pub dropped: u64,
     /// Whether the entries went back to their slots (same ranks and capacity).
     pub exact: bool,
+}
+
+impl Restored {
+    /// Both restores' entries and drops; exact when both are.
+    pub fn and(self, o: Restored) -> Restored {
+        Restored {
+            entries: self.entries + o.entries,
+            dropped: self.dropped + o.dropped,
+            exact: self.exact && o.exact,
+        }
+    }
 }
 
 /// Read one 1-D dataset range, checked.
@@ -213,9 +236,24 @@ fn read2(
     Ok(a.iter().copied().collect())
 }
 
+/// Where a restore finds the rows of the entries it reads.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum RowsFrom<'a> {
+    /// The entries' own `/tables/<t>/rows` and `state` (a full checkpoint, a model).
+    Here,
+    /// The last checkpoint of an incremental chain: each key's row and state from the
+    /// newest checkpoint of the chain that holds them: the deltas' changed entries
+    /// (`/delta/<t>`, newest first), then the full checkpoint `base`'s entries.
+    /// `deltas` are oldest first, each with the dtype of its rows.
+    Chain {
+        base: &'a Path,
+        deltas: &'a [(std::path::PathBuf, DeltaDtype)],
+    },
+}
+
 /// Rank-local: restore hash table `t` from the open file `f` (at `path`) into
-/// `store`. `reset_seen`: a warm start, where the entries count as seen at step 0 of
-/// the new run.
+/// `store`, the rows from `rows`. `reset_seen`: a warm start, where the entries count
+/// as seen at step 0 of the new run.
 ///
 /// Reads the table's header (kind, capacity, entries per rank, the ranks that held
 /// it), then puts the entries back to their slots when the ranks and the capacity are
@@ -227,6 +265,7 @@ pub(crate) fn local_restore(
     store: &mut Store,
     t: usize,
     reset_seen: bool,
+    rows: RowsFrom<'_>,
 ) -> Result<Restored> {
     let p = store.plan.world;
     let ts = store.spec.tables[t].clone();
@@ -265,6 +304,7 @@ pub(crate) fn local_restore(
         w: store.local[li].shard.width(),
         sp,
         reset_seen,
+        rows,
     };
 
     let ranks_now: Vec<u64> = crate::embed::tables::keys::key_ranks(&store.plan, t)
@@ -287,7 +327,7 @@ pub(crate) fn local_restore(
 
 /// Hash table `t`'s shard on this rank, as a restore fills it: its local shard `li`
 /// of `cap_here` rows of width `w`, `sp` optimizer floats per row.
-struct ShardTarget {
+struct ShardTarget<'a> {
     t: usize,
     li: usize,
     cap_here: usize,
@@ -295,9 +335,10 @@ struct ShardTarget {
     sp: usize,
     /// A warm start: entries count as seen at step 0.
     reset_seen: bool,
+    rows: RowsFrom<'a>,
 }
 
-impl ShardTarget {
+impl ShardTarget<'_> {
     /// The step an entry last seen at `s` counts as seen at.
     fn seen(&self, s: u64) -> u64 {
         if self.reset_seen {
@@ -334,11 +375,18 @@ fn local_restore_exact(
     let slots: Vec<u32> = read1(f, path, &at("slots"), lo, hi)?;
     let counts: Vec<u32> = read1(f, path, &at("counts"), lo, hi)?;
     let last: Vec<u64> = read1(f, path, &at("last_seen"), lo, hi)?;
-    let rows = read2(f, path, &at("rows"), lo, hi, w)?;
-    let state = if sp > 0 {
-        read2(f, path, &at("state"), lo, hi, sp)?
-    } else {
-        Vec::new()
+    let (rows, state) = match target.rows {
+        RowsFrom::Here => (
+            read2(f, path, &at("rows"), lo, hi, w)?,
+            if sp > 0 {
+                read2(f, path, &at("state"), lo, hi, sp)?
+            } else {
+                Vec::new()
+            },
+        ),
+        RowsFrom::Chain { base, deltas } => {
+            local_rows_by_key(base, deltas, path, t, &keys, (w, sp))?
+        }
     };
     let entries: Vec<Entry> = (0..hi - lo)
         .map(|i| Entry {
@@ -403,8 +451,13 @@ fn local_restore_resharded(
         let keys: Vec<u64> = read1(f, path, &at("keys"), lo, hi)?;
         let counts: Vec<u32> = read1(f, path, &at("counts"), lo, hi)?;
         let last: Vec<u64> = read1(f, path, &at("last_seen"), lo, hi)?;
-        let r = read2(f, path, &at("rows"), lo, hi, w)?;
-        let st = if sp > 0 {
+        let here = matches!(target.rows, RowsFrom::Here);
+        let r = if here {
+            read2(f, path, &at("rows"), lo, hi, w)?
+        } else {
+            Vec::new()
+        };
+        let st = if sp > 0 && here {
             read2(f, path, &at("state"), lo, hi, sp)?
         } else {
             Vec::new()
@@ -417,8 +470,10 @@ fn local_restore_resharded(
                     last_seen: target.seen(last[i]),
                     at: mine.len(),
                 });
-                rows.extend_from_slice(&r[i * w..(i + 1) * w]);
-                state.extend_from_slice(&st[i * sp..(i + 1) * sp]);
+                if here {
+                    rows.extend_from_slice(&r[i * w..(i + 1) * w]);
+                    state.extend_from_slice(&st[i * sp..(i + 1) * sp]);
+                }
             }
         }
         lo = hi;
@@ -438,6 +493,11 @@ fn local_restore_resharded(
         mine.truncate(cap_here);
     }
     mine.sort_unstable_by_key(|m| m.key);
+    if let RowsFrom::Chain { base, deltas } = target.rows {
+        let keys: Vec<u64> = mine.iter().map(|m| m.key).collect();
+        (rows, state) = local_rows_by_key(base, deltas, path, t, &keys, (w, sp))?;
+        mine.iter_mut().enumerate().for_each(|(i, m)| m.at = i);
+    }
     let mut shard = HashShard::new(cap_here, admit, evict)
         .map_err(|e| Error::Config(format!("hash table {:?}: {e}", ts.name)))?;
     let ls = &mut store.local[li];
@@ -454,4 +514,104 @@ fn local_restore_resharded(
         dropped,
         exact: false,
     })
+}
+
+/// Rank-local: the rows and optimizer state of hash table `t`'s `keys` (in their
+/// order) in an incremental chain: each from the newest delta whose changed entries
+/// hold the key, else from the full checkpoint `base`. A key found nowhere means the
+/// chain does not match the entries of its last checkpoint `last` (corrupt).
+///
+/// Exact: a key's entry stayed in its slot since the newest checkpoint that wrote its
+/// row (a slot that took a new key, or whose row changed, is in the next delta).
+fn local_rows_by_key(
+    base: &Path,
+    deltas: &[(std::path::PathBuf, DeltaDtype)],
+    last: &Path,
+    t: usize,
+    keys: &[u64],
+    (w, sp): (usize, usize),
+) -> Result<(Vec<f32>, Vec<f32>)> {
+    let mut by = ByKey {
+        want: keys.iter().enumerate().map(|(i, &k)| (k, i)).collect(),
+        rows: vec![0f32; keys.len() * w],
+        state: vec![0f32; keys.len() * sp],
+        w,
+        sp,
+    };
+    for (path, dtype) in deltas.iter().rev() {
+        let f = crate::ckpt::commit::local_open(path)?;
+        let at = |n: &str| format!("/delta/{t}/{n}");
+        let n = dataset_len(&f, path, &at("keys"))?;
+        let mut lo = 0;
+        while lo < n {
+            let hi = (lo + BLOCK).min(n);
+            let ks: Vec<u64> = read1(&f, path, &at("keys"), lo, hi)?;
+            let widths = vec![w; hi - lo];
+            let group = format!("/delta/{t}");
+            let r = read_rows(&f, path, &group, *dtype, &widths, (lo * w, lo))?;
+            let st: Vec<f32> = if sp > 0 {
+                read1(&f, path, &at("state"), lo * sp, hi * sp)?
+            } else {
+                Vec::new()
+            };
+            by.take(&ks, &r, &st);
+            lo = hi;
+        }
+    }
+    let f = crate::ckpt::commit::local_open(base)?;
+    let at = |n: &str| format!("/tables/{t}/{n}");
+    let n = dataset_len(&f, base, &at("keys"))?;
+    let mut lo = 0;
+    while lo < n && !by.want.is_empty() {
+        let hi = (lo + BLOCK).min(n);
+        let ks: Vec<u64> = read1(&f, base, &at("keys"), lo, hi)?;
+        let r = read2(&f, base, &at("rows"), lo, hi, w)?;
+        let st = if sp > 0 {
+            read2(&f, base, &at("state"), lo, hi, sp)?
+        } else {
+            Vec::new()
+        };
+        by.take(&ks, &r, &st);
+        lo = hi;
+    }
+    if let Some((k, _)) = by.want.iter().min() {
+        return Err(corrupt(
+            last,
+            format!(
+                "hash table {t}: {} of its keys (key {k} first) have a row in no checkpoint of its chain (from {})",
+                by.want.len(),
+                base.display()
+            ),
+        ));
+    }
+    Ok((by.rows, by.state))
+}
+
+/// [`local_rows_by_key`]'s keys still wanted (key -> position) and what was found.
+struct ByKey {
+    want: std::collections::HashMap<u64, usize>,
+    rows: Vec<f32>,
+    state: Vec<f32>,
+    w: usize,
+    sp: usize,
+}
+
+impl ByKey {
+    /// Take the wanted keys among `ks` (rows `r`, state `st`, in their order).
+    fn take(&mut self, ks: &[u64], r: &[f32], st: &[f32]) {
+        let (w, sp) = (self.w, self.sp);
+        for (i, k) in ks.iter().enumerate() {
+            if let Some(j) = self.want.remove(k) {
+                self.rows[j * w..(j + 1) * w].copy_from_slice(&r[i * w..(i + 1) * w]);
+                self.state[j * sp..(j + 1) * sp].copy_from_slice(&st[i * sp..(i + 1) * sp]);
+            }
+        }
+    }
+}
+
+/// The number of elements of the 1-D dataset `name` of `f` (at `path`).
+fn dataset_len(f: &hdf5::File, path: &Path, name: &str) -> Result<usize> {
+    Ok(f.dataset(name)
+        .map_err(|_| corrupt(path, format!("dataset {name} is missing")))?
+        .size())
 }

@@ -23,6 +23,7 @@ use std::path::Path;
 
 use ndarray::{s, ArrayView2};
 
+use crate::bf16::EmbDtype;
 use crate::ckpt::commit::global_write_atomic;
 use crate::comm::Comm;
 use crate::embed::tables::placement::Rows;
@@ -57,7 +58,7 @@ fn local_create(
     for (t, ts) in spec.tables.iter().enumerate() {
         let sp = tr.store.state_per_row(t);
         if tr.store.is_hash(t) {
-            super::hashio::local_create(&f, tmp, &tr.store, t, &hash_entries[t])?;
+            super::hashio::local_create(&f, tmp, &tr.store, t, &hash_entries[t], true)?;
             let g = h5(tmp, "group", f.group(&format!("tables/{t}")))?;
             write_attrs(&g, tmp, &table_attrs(ts))?;
             continue;
@@ -109,7 +110,41 @@ fn local_create(
             .create("state"),
     )?;
     write_attrs(&f, tmp, attrs)?;
+    // Rows are written as f32 whatever the dtype (exact); a bf16 or f16 run records
+    // its dtype (absent: f32).
+    if !spec.table_dtype.is_f32() {
+        let d = Attr::Str(spec.table_dtype.name().into());
+        write_attr(&f, tmp, "table_dtype", &d)?;
+    }
     h5(tmp, "close", f.close())
+}
+
+/// Rank-local: the dtype the tables of the checkpoint or model file at `path` were
+/// trained at (root attribute `table_dtype`; absent: f32).
+pub fn local_read_table_dtype(path: &Path) -> Result<EmbDtype> {
+    let f = crate::ckpt::commit::local_open(path)?;
+    let Ok(name) = crate::io::h5::read_str_attr(&f, path, "table_dtype") else {
+        return Ok(EmbDtype::F32);
+    };
+    EmbDtype::parse(&name).ok_or_else(|| {
+        Error::Config(format!(
+            "{}: unknown table_dtype {name:?} (f32, bf16 or f16)",
+            path.display()
+        ))
+    })
+}
+
+/// A resume must keep the tables' dtype: refused (exit 2) with both named, before
+/// the configuration hash (which also covers it) gives a vaguer refusal.
+pub fn check_table_dtype(path: &Path, want: EmbDtype) -> Result<()> {
+    let got = local_read_table_dtype(path)?;
+    if got != want {
+        return Err(Error::Config(format!(
+            "{}: the checkpoint's tables are {got}, this run's are {want}: resume with --table-dtype {got}, or start a new run from it with --init-from (which converts the rows)",
+            path.display()
+        )));
+    }
+    Ok(())
 }
 
 /// What a scorer needs of a table beside its rows (the spec's, as attributes):
@@ -222,7 +257,7 @@ fn local_write_shards<C: Comm>(
     for (t, per_rank) in hash_entries.iter().enumerate() {
         if tr.store.is_hash(t) {
             let first: u64 = per_rank[..comm.rank()].iter().sum();
-            super::hashio::local_write(&f, tmp, &tr.store, t, first as usize)?;
+            super::hashio::local_write(&f, tmp, &tr.store, t, first as usize, true)?;
         }
     }
     for ls in &tr.store.local {
@@ -236,7 +271,9 @@ fn local_write_shards<C: Comm>(
         let cols = ls.shard.cols.clone();
         let name = format!("/tables/{t}/rows");
         let ds = h5(tmp, &name, f.dataset(&name))?;
-        let view = ArrayView2::from_shape((n, cols.len()), &ls.data)
+        // bf16 and f16 rows are written widened to f32 (exactly).
+        let data = ls.rows_f32();
+        let view = ArrayView2::from_shape((n, cols.len()), &data[..])
             .map_err(|e| Error::Comm(format!("{name}: {e}")))?;
         h5(
             tmp,

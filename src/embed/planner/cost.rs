@@ -653,7 +653,7 @@ impl<'a> Ctx<'a> {
             // At the whole table's bytes: a row block's ids are no fewer misses when
             // the hot ids are few (at skewed, row blocks measured 1.6-1.8 times
             // busier on one rank than the other).
-            let size = m.pooled_size_factor_at(ts.bytes() as f64);
+            let size = m.pooled_size_factor_at(ts.bytes_at(self.spec.table_dtype) as f64);
             let per_occ = (m.pooled_occ_s + w * m.pooled_occ_float_s) * size;
             transfer + o_in * per_occ + examples * m.pooled_example_s + m.shard_s
         } else {
@@ -729,12 +729,18 @@ impl<'a> Ctx<'a> {
             let f = pc.rows as f64 / ts.vocab as f64;
             let n_in = n * u * f;
             c.rows_seconds += self.piece_cost(t, pc);
-            c.rows_bytes += n_in * (4.0 + 8.0 * pc.width as f64);
+            c.rows_bytes += n_in * (4.0 + self.row_and_grad_bytes() * pc.width as f64);
             let (secs, bytes) = self.pooled_piece(t, pc);
             c.pooled_seconds += secs;
             c.pooled_bytes += bytes;
         }
         c
+    }
+
+    /// Bytes per column that the `rows` mode moves for one distinct id: its row at
+    /// the table's dtype forward, its f32 gradient back (8 at f32, 6 at bf16/f16).
+    fn row_and_grad_bytes(&self) -> f64 {
+        self.spec.table_dtype.bytes() as f64 + 4.0
     }
 
     fn piece_cost(&self, t: usize, p: &Piece) -> f64 {
@@ -749,13 +755,13 @@ impl<'a> Ctx<'a> {
             return self.owner_seconds(reduced / m.allreduce_bw, memory, ids, p);
         }
         let n_in = n * st.unique_per_rank_batch * p.rows as f64 / ts.vocab as f64;
-        let exchanged = n_in * (4.0 + 8.0 * p.width as f64);
+        let exchanged = n_in * (4.0 + self.row_and_grad_bytes() * p.width as f64);
         let memory = n_in * (3.0 * m.access(p.width) + state_bytes);
         let transfer = self.exchange_seconds(exchanged);
         if m.rows_size_factor.is_empty() {
             return self.owner_seconds(transfer, memory, 2.0 * n_in, p);
         }
-        let rows = m.rows_size_factor_at(ts.bytes() as f64);
+        let rows = m.rows_size_factor_at(ts.bytes_at(self.spec.table_dtype) as f64);
         self.owner_seconds_at(transfer, memory * rows, 2.0 * n_in * rows, p)
     }
 
@@ -774,7 +780,7 @@ impl<'a> Ctx<'a> {
     /// [`Ctx::owner_seconds`] with the measured corrections of width and size.
     fn owner_seconds_at(&self, transfer: f64, memory: f64, lookups: f64, p: &Piece) -> f64 {
         let m = self.model;
-        let bytes = p.rows as f64 * p.width as f64 * 4.0;
+        let bytes = p.rows as f64 * p.width as f64 * self.spec.table_dtype.bytes() as f64;
         let factor = m.factor(p.width) * m.size_factor_at(bytes);
         transfer + factor * (memory / m.mem_bw + lookups * m.lookup_s) + m.shard_s
     }

@@ -15,7 +15,8 @@
 //! uniformly over rows (the generator scatters ids):
 //!
 //! - ids arriving at the owner: `n_in = N U f` (each source deduplicates its ids);
-//! - bytes exchanged: `n_in (4 + 8 w)` (the id in, the row out, the gradient in);
+//! - bytes exchanged: `n_in (4 + (e + 4) w)` (the id in, the row out at `e` bytes a
+//!   value, 4 at f32 and 2 at `table_dtype` bf16/f16, the f32 gradient in);
 //! - bytes of table memory: `n_in (3 a(w) + 4 s)` with `s` optimizer floats per row
 //!   (read the row for the forward pass, read and write it for the update; the state is
 //!   stored next to its row and read and written with it);
@@ -46,7 +47,7 @@
 //! HBM beside its links. The work of the requesting side (sending its ids, pooling the
 //! rows it receives) is the same on every rank whatever the plan, so it is left out:
 //! the model ranks plans by the owners' load. The memory of rank `i`
-//! is `sum rows (w + s) 4` over its shards, exactly [`Plan::bytes_per_rank`]. Owners do
+//! is `sum rows (e w + 4 s)` over its shards, exactly [`Plan::bytes_per_rank`]. Owners do
 //! not deduplicate ids across sources, so [`TableStats::unique_per_global_batch`] is
 //! not used, and the stats' `world` need not be the world planned for.
 //!
@@ -250,6 +251,7 @@ pub fn sample_tasks(
             idx.truncate(k);
             idx.sort_unstable();
             ModelSpec {
+                table_dtype: Default::default(),
                 arch: Default::default(),
                 n_dense: pool.n_dense,
                 hidden: pool.hidden.clone(),
@@ -287,6 +289,7 @@ mod tests {
 
     fn spec_of(tables: Vec<TableSpec>) -> ModelSpec {
         ModelSpec {
+            table_dtype: Default::default(),
             arch: Default::default(),
             n_dense: 1,
             hidden: vec![4],

@@ -33,7 +33,7 @@ use crate::comm::{Comm, Received};
 use crate::data::clicks::batch::Batch;
 use crate::embed::tables::placement::{OutputMode, Placement};
 use crate::embed::tables::row_kernels::{
-    pool_bags, scatter_bags, scatter_bags_fresh, sq_sums, Bags, Isa,
+    pool_bags, pool_bags_half, scatter_bags, scatter_bags_fresh, sq_sums, Bags, Isa,
 };
 use crate::embed::tables::store::{input_offsets, LocalShard, Store, TableOpt};
 use crate::spec::Pooling;
@@ -428,7 +428,17 @@ fn local_pool(store: &Store, served: &Served, resp: &mut Vec<f32>) -> Vec<usize>
     work.into_par_iter().for_each(|((q, j), out)| {
         let s = store.owned[me][j];
         let ls = &store.local[store.slot_local[s].expect("owned slot is local")];
-        pool_bags(isa, &ls.data, ls.shard.width(), sv.bags(j, q, true), out);
+        if ls.dtype.is_f32() {
+            pool_bags(isa, &ls.data, ls.shard.width(), sv.bags(j, q, true), out);
+        } else {
+            pool_bags_half(
+                ls.dtype,
+                &ls.half,
+                ls.shard.width(),
+                sv.bags(j, q, true),
+                out,
+            );
+        }
     });
     resp_counts
 }

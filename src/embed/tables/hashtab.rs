@@ -32,8 +32,9 @@
 //! plus an open-addressing (linear probing, backward-shift deletion) index of u32 slot
 //! numbers, `u32::MAX` marking an empty bucket, with a power-of-two number of buckets
 //! at least twice the capacity (load <= 1/2), and a u32 scratch per slot for the
-//! eviction selection. Memory per slot: 8 + 4 + 8 + 4 (scratch) + 8..16 (index) bytes,
-//! i.e. 32 to 40 bytes, all allocated by [`HashShard::new`]; the hot path allocates
+//! eviction selection, plus one bit per slot marking the slots renewed since the last
+//! incremental checkpoint. Memory per slot: 8 + 4 + 8 + 4 (scratch) + 8..16 (index)
+//! bytes, i.e. 32 to 40 bytes, all allocated by [`HashShard::new`]; the hot path allocates
 //! nothing (only the caller's `fresh` vector may grow). Nothing panics on bad input:
 //! a decreasing step is tolerated (ages saturate at 0), a count of 0 is a plain touch.
 
@@ -108,6 +109,10 @@ pub struct HashShard {
     stats: Stats,
     /// Eviction candidates (slot numbers), reused across passes.
     scratch: Vec<u32>,
+    /// Bit `s % 64` of word `s / 64` set iff slot `s` took a new entry (inserted, or
+    /// restarted after expiring) since the last [`HashShard::take_renewed`]: its row
+    /// was reinitialised (incremental checkpoints track it).
+    renewed: Vec<u64>,
 }
 
 impl fmt::Debug for HashShard {
@@ -155,6 +160,7 @@ impl HashShard {
             .ok_or_else(|| format!("hash table: capacity {capacity} too large"))?;
         let words = capacity.div_ceil(64);
         let mut used = alloc_vec(words, 0u64, "used-bit words")?;
+        let renewed = alloc_vec(words, 0u64, "renewed-bit words")?;
         let tail = capacity % 64;
         if let (true, Some(last)) = (tail != 0, used.last_mut()) {
             *last = !0u64 << tail;
@@ -178,6 +184,7 @@ impl HashShard {
             admitted: 0,
             stats: Stats::default(),
             scratch,
+            renewed,
         })
     }
 
@@ -245,6 +252,27 @@ impl HashShard {
         }
     }
 
+    /// Ask the cache for `key`'s home bucket of the index (a later probe of it then
+    /// finds the bucket near). Changes nothing.
+    #[inline(always)]
+    pub fn prefetch_bucket(&self, key: u64) {
+        prefetch(&self.index[self.home(key)]);
+    }
+
+    /// Ask the cache for the entry in `key`'s home bucket (its key, count and step),
+    /// once the bucket itself is near ([`HashShard::prefetch_bucket`] some keys
+    /// earlier). Changes nothing.
+    #[inline(always)]
+    pub fn prefetch_entry(&self, key: u64) {
+        let s = self.index[self.home(key)];
+        if s != EMPTY {
+            let s = s as usize;
+            prefetch(&self.keys[s]);
+            prefetch(&self.counts[s]);
+            prefetch(&self.last_seen[s]);
+        }
+    }
+
     /// True when an entry last seen at `last` has expired at `step`.
     #[inline]
     fn expired(&self, last: u64, step: u64) -> bool {
@@ -273,6 +301,7 @@ impl HashShard {
                 let new = if self.expired(self.last_seen[s], step) {
                     // Rule 2: restart in place as a new entry.
                     fresh.push((slot, key));
+                    self.renewed[s / 64] |= 1u64 << (s % 64);
                     self.stats.expired += 1;
                     count
                 } else {
@@ -315,6 +344,7 @@ impl HashShard {
         self.place(pos, slot, key, count, step);
         self.stats.inserted += 1;
         fresh.push((slot, key));
+        self.renewed[slot as usize / 64] |= 1u64 << (slot % 64);
         (count >= self.admit_after).then_some(slot)
     }
 
@@ -466,6 +496,20 @@ impl HashShard {
         }
     }
 
+    /// The slots that took a new entry since the last call (or since `new` /
+    /// `restore`), ascending; forgets them.
+    pub fn take_renewed(&mut self) -> Vec<u32> {
+        let mut out = Vec::new();
+        for (w, word) in self.renewed.iter_mut().enumerate() {
+            let mut x = std::mem::take(word);
+            while x != 0 {
+                out.push((w * 64) as u32 + x.trailing_zeros());
+                x &= x - 1;
+            }
+        }
+        out
+    }
+
     /// Entries in increasing slot order.
     pub fn entries(&self) -> Vec<Entry> {
         let mut out = Vec::with_capacity(self.len);
@@ -545,6 +589,19 @@ impl HashShard {
         self.place(pos, slot, key, count, last_seen);
         Ok(slot)
     }
+}
+
+/// A hint to the cache to load the line of `x` (reads nothing).
+#[inline(always)]
+pub(crate) fn prefetch<T>(x: &T) {
+    let p: *const T = x;
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch reads nothing (and `p` points at a live value); SSE is part
+    // of every x86_64 CPU.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast())
+    };
+    let _ = p;
 }
 
 /// The rank that owns `key` of table `table` among `p >= 1` ranks (0 when `p == 0`):
@@ -1126,6 +1183,29 @@ mod tests {
             assert_eq!(sb.expired, sa.expired - snap.expired);
             assert_eq!(sb.refused, sa.refused - snap.refused);
         }
+    }
+
+    /// `take_renewed` lists exactly the slots that took a new entry (an insert, an
+    /// expired entry restarting) since the last call, ascending, and forgets them; a
+    /// touch of a held entry and a restore renew nothing.
+    #[test]
+    fn renewed_slots_are_the_new_entries() {
+        let mut fresh = Vec::new();
+        let mut a = HashShard::new(4, 1, Evict::Ttl(2)).unwrap();
+        for key in [10, 11, 12] {
+            a.resolve(key, 1, 0, &mut fresh);
+        }
+        assert_eq!(a.take_renewed(), vec![0, 1, 2]);
+        assert!(a.take_renewed().is_empty());
+        a.resolve(11, 1, 1, &mut fresh); // a touch
+        assert!(a.take_renewed().is_empty());
+        a.resolve(10, 1, 9, &mut fresh); // expired: restarts in slot 0
+        a.resolve(13, 1, 9, &mut fresh); // inserted into slot 3
+        assert_eq!(a.take_renewed(), vec![0, 3]);
+        let mut b = HashShard::restore(4, 1, Evict::Ttl(2), &a.entries()).unwrap();
+        assert!(b.take_renewed().is_empty());
+        let want: Vec<u32> = fresh.iter().map(|f| f.0).collect();
+        assert_eq!(want, vec![0, 1, 2, 0, 3]);
     }
 
     #[test]

@@ -191,52 +191,104 @@ impl std::ops::AddAssign for ResolveCounts {
     }
 }
 
+/// One slot of a [`KeyIndex`]: key, value and the generation that wrote them, side by
+/// side (one cache line holds four, so a probe costs one memory access).
+#[derive(Clone, Copy, Debug, Default)]
+struct Slot {
+    key: u64,
+    val: u32,
+    gen: u32,
+}
+
+/// How many keys ahead a dedup pass asks the cache for a key's home slot.
+const PREFETCH_AHEAD: usize = 16;
+
 /// A map from 64-bit keys to first-seen positions: open addressing, linear probing,
-/// power-of-two size at least twice the entries (empty: value `u32::MAX`), cleared
-/// through the list of keys it holds.
+/// a power-of-two number of slots in use (`mask + 1`), at most half of them full (it
+/// doubles past that). A slot is empty unless written in the current generation, so
+/// [`KeyIndex::start`] empties the map without touching it.
 #[derive(Debug, Default)]
 struct KeyIndex {
-    keys: Vec<u64>,
-    vals: Vec<u32>,
+    slots: Vec<Slot>,
+    mask: usize,
+    gen: u32,
+    len: usize,
 }
 
 impl KeyIndex {
-    /// Ready for `n` distinct keys (keeps a larger table).
-    fn prepare(&mut self, n: usize) {
+    /// Empty, ready for about `n` distinct keys (more make it grow).
+    fn start(&mut self, n: usize) {
         let cap = (2 * n.max(8)).next_power_of_two();
-        if self.vals.len() < cap {
-            self.keys = vec![0; cap];
-            self.vals = vec![u32::MAX; cap];
+        if self.slots.len() < cap {
+            self.slots = vec![Slot::default(); cap];
+            self.gen = 0;
+        }
+        self.gen = self.gen.wrapping_add(1);
+        if self.gen == 0 {
+            // After 2^32 - 1 generations: forget them all.
+            self.slots.fill(Slot::default());
+            self.gen = 1;
+        }
+        self.mask = cap - 1;
+        self.len = 0;
+    }
+
+    #[inline(always)]
+    fn home(&self, key: u64) -> usize {
+        (mix64(key) as usize) & self.mask
+    }
+
+    /// Ask the cache for the home slot of `key` (a later probe then finds it near).
+    #[inline(always)]
+    fn prefetch(&self, key: u64) {
+        super::hashtab::prefetch(&self.slots[self.home(key)]);
+    }
+
+    /// [`KeyIndex::prefetch`] of the key [`PREFETCH_AHEAD`] past position `i` of
+    /// `keys` (none past the end), for a pass that inserts `keys` in order.
+    #[inline(always)]
+    fn prefetch_ahead(&self, keys: &[u64], i: usize) {
+        if let Some(&k) = keys.get(i + PREFETCH_AHEAD) {
+            self.prefetch(k);
         }
     }
 
+    /// The value of `key`, or `next` (recorded) when it is new.
     #[inline]
     fn get_or_insert(&mut self, key: u64, next: u32) -> u32 {
-        let mask = self.vals.len() - 1;
-        let mut h = (mix64(key) as usize) & mask;
+        let mut h = self.home(key);
         loop {
-            let v = self.vals[h];
-            if v == u32::MAX {
-                self.keys[h] = key;
-                self.vals[h] = next;
+            let s = &mut self.slots[h];
+            if s.gen != self.gen {
+                *s = Slot {
+                    key,
+                    val: next,
+                    gen: self.gen,
+                };
+                self.len += 1;
+                if 2 * self.len > self.mask + 1 {
+                    self.grow();
+                }
                 return next;
             }
-            if self.keys[h] == key {
-                return v;
+            if s.key == key {
+                return s.val;
             }
-            h = (h + 1) & mask;
+            h = (h + 1) & self.mask;
         }
     }
 
-    /// Empty the slots of `keys` (the keys inserted since the last clear).
-    fn clear(&mut self, keys: &[u64]) {
-        let mask = self.vals.len().wrapping_sub(1);
-        for &k in keys {
-            let mut h = (mix64(k) as usize) & mask;
-            while self.vals[h] != u32::MAX {
-                self.vals[h] = u32::MAX;
-                h = (h + 1) & mask;
-            }
+    /// Twice the slots in use, the entries kept (a new generation holds them).
+    #[cold]
+    fn grow(&mut self) {
+        let held: Vec<(u64, u32)> = self.slots[..=self.mask]
+            .iter()
+            .filter(|s| s.gen == self.gen)
+            .map(|s| (s.key, s.val))
+            .collect();
+        self.start(self.mask + 1);
+        for (key, val) in held {
+            self.get_or_insert(key, val);
         }
     }
 }
@@ -376,11 +428,21 @@ fn local_distinct_keys(
         let keys = batch.keys.get(t).map(|k| &k.ids[..]).unwrap_or(&[]);
         counts.occurrences += keys.len() as u64;
         let (distinct, cnt, occ) = (&mut b.distinct[j], &mut b.counts[j], &mut b.occ[j]);
+        // Sized for the table's distinct keys of the last call (a quarter of the
+        // occurrences the first time), at most the occurrences: a smaller index stays
+        // in the cache.
+        let last = distinct.len();
+        let hint = if last == 0 {
+            keys.len() / 4
+        } else {
+            last + last / 4
+        };
+        b.index.start(hint.min(keys.len()));
         distinct.clear();
         cnt.clear();
         occ.clear();
-        b.index.prepare(keys.len());
-        for &k in keys {
+        for (x, &k) in keys.iter().enumerate() {
+            b.index.prefetch_ahead(keys, x);
             let next = distinct.len() as u32;
             let i = b.index.get_or_insert(k, next);
             if i == next {
@@ -391,7 +453,6 @@ fn local_distinct_keys(
             }
             occ.push(i);
         }
-        b.index.clear(distinct);
         counts.sent += distinct.len() as u64;
     }
 }
@@ -412,17 +473,27 @@ fn local_pack_requests(
     for j in 0..h {
         let t = hts[j];
         b.dest.clear();
-        let ranks = key_ranks(&store.plan, t);
-        b.dest.extend(
-            b.distinct[j]
-                .iter()
-                .map(|&k| ranks[owner(k, t, ranks.len())] as u32),
-        );
         b.pos[j].clear();
-        for &o in &b.dest {
-            let c = &mut sent_to[o as usize * h + j];
-            b.pos[j].push(*c as u32);
-            *c += 1;
+        let n = b.distinct[j].len();
+        match key_ranks(&store.plan, t) {
+            // One owner (a table-wise placement): every key goes there, in order.
+            &[o] => {
+                b.dest.resize(n, o as u32);
+                b.pos[j].extend(0..n as u32);
+                sent_to[o * h + j] = n;
+            }
+            ranks => {
+                b.dest.extend(
+                    b.distinct[j]
+                        .iter()
+                        .map(|&k| ranks[owner(k, t, ranks.len())] as u32),
+                );
+                for &o in &b.dest {
+                    let c = &mut sent_to[o as usize * h + j];
+                    b.pos[j].push(*c as u32);
+                    *c += 1;
+                }
+            }
         }
         std::mem::swap(&mut b.dest, &mut b.dest_of[j]);
     }
@@ -526,11 +597,15 @@ fn local_resolve_table(
     let li = store.hash_local(t)?;
     b.own_keys.clear();
     b.own_counts.clear();
-    b.index.prepare(total);
+    b.index.start(total);
     for src in 0..p {
         pair_start[src * h + j] = b.pair_key.len();
         let (x, n) = pairs_from[src * h + j];
-        for pair in b.recv.data[x..x + 2 * n].chunks_exact(2) {
+        let pairs = &b.recv.data[x..x + 2 * n];
+        for (y, pair) in pairs.chunks_exact(2).enumerate() {
+            if let Some(&ahead) = pairs.get(2 * (y + PREFETCH_AHEAD)) {
+                b.index.prefetch(ahead);
+            }
             let next = b.own_keys.len() as u32;
             let i = b.index.get_or_insert(pair[0], next);
             if i == next {
@@ -542,7 +617,6 @@ fn local_resolve_table(
             b.pair_key.push(i);
         }
     }
-    b.index.clear(&b.own_keys);
     let cap = store.spec.tables[t].vocab;
     let seed = store.seed;
     let sp = store.state_per_row(t);
@@ -552,7 +626,16 @@ fn local_resolve_table(
     let ls = &mut store.local[li];
     let w = ls.shard.width();
     b.own_rows.clear();
-    for (&key, &c) in b.own_keys.iter().zip(&b.own_counts) {
+    // The shard's probes are random accesses: ask for a bucket 16 keys ahead and, once
+    // it is near, for its entry 8 keys ahead.
+    let keys = &b.own_keys;
+    for (i, (&key, &c)) in keys.iter().zip(&b.own_counts).enumerate() {
+        if let Some(&k) = keys.get(i + 16) {
+            shard.prefetch_bucket(k);
+        }
+        if let Some(&k) = keys.get(i + 8) {
+            shard.prefetch_entry(k);
+        }
         let slot = match how {
             Resolve::Train { step } => {
                 b.fresh.clear();
@@ -717,6 +800,7 @@ mod tests {
 
     fn spec(tables: Vec<TableSpec>) -> ModelSpec {
         ModelSpec {
+            table_dtype: Default::default(),
             arch: Default::default(),
             n_dense: 1,
             hidden: vec![4],
@@ -752,6 +836,41 @@ mod tests {
 
     fn what() -> String {
         "the examples".into()
+    }
+
+    #[test]
+    fn the_key_index_keeps_first_positions_through_growth_and_generations() {
+        let keys: Vec<u64> = (0..10_000u64)
+            .map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (i << 60))
+            .collect();
+        let mut ix = KeyIndex::default();
+        // Sized for 8: grows many times; every key seen twice keeps its first position.
+        ix.start(8);
+        for (p, &k) in keys.iter().enumerate() {
+            ix.prefetch_ahead(&keys, p);
+            assert_eq!(ix.get_or_insert(k, p as u32), p as u32);
+        }
+        for (p, &k) in keys.iter().enumerate() {
+            assert_eq!(ix.get_or_insert(k, u32::MAX - 1), p as u32, "key {k}");
+        }
+        assert_eq!(ix.len, keys.len());
+        assert!(2 * ix.len <= ix.mask + 1);
+        // A new generation forgets them, in a smaller part of the same slots as well;
+        // keys 0 and u64::MAX are keys like any other.
+        for n in [10_000, 4] {
+            ix.start(n);
+            assert_eq!(ix.len, 0);
+            assert_eq!(ix.get_or_insert(keys[5], 7), 7);
+            assert_eq!(ix.get_or_insert(0, 8), 8);
+            assert_eq!(ix.get_or_insert(u64::MAX, 9), 9);
+            assert_eq!(ix.get_or_insert(keys[5], 1), 7);
+            assert_eq!(ix.get_or_insert(0, 1), 8);
+        }
+        // The generation counter wrapping around empties every slot.
+        ix.gen = u32::MAX;
+        ix.start(4);
+        assert_eq!(ix.gen, 1);
+        assert_eq!(ix.get_or_insert(keys[5], 3), 3);
     }
 
     #[test]

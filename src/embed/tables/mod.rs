@@ -3,6 +3,7 @@
 //! resolution of ids and keys to rows ([`keys`]), and the row kernels that pool and
 //! update them ([`row_kernels`]).
 
+pub mod dirty;
 pub mod hashtab;
 pub mod keys;
 pub mod placement;

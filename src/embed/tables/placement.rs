@@ -326,13 +326,15 @@ impl Plan {
             .collect()
     }
 
-    /// Bytes of rows (f32) and optimizer state (`state_floats_per_row` f32 per row of
-    /// each shard) that each rank holds.
+    /// Bytes of rows (at the model's `table_dtype`: 4 or 2 bytes a value) and
+    /// optimizer state (`state_floats_per_row` f32 per row of each shard) that each
+    /// rank holds.
     pub fn bytes_per_rank(&self, spec: &ModelSpec, state_floats_per_row: u64) -> Vec<u64> {
         let mut b = vec![0u64; self.world];
+        let elem = spec.table_dtype.bytes() as u64;
         for s in self.all_shards(spec) {
             let rows = s.rows.len(spec.tables[s.table].vocab);
-            b[s.rank] += rows * (s.width() as u64 + state_floats_per_row) * 4;
+            b[s.rank] += rows * (s.width() as u64 * elem + state_floats_per_row * 4);
             if spec.tables[s.table].vocab_kind == crate::spec::VocabKind::Hash {
                 b[s.rank] += rows * super::hashtab::SLOT_BYTES;
             }

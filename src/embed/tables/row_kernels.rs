@@ -8,6 +8,8 @@
 //! give the same bits; the SIMD body keeps up to 64 columns of the sum in registers
 //! across the bag, loads each row once and prefetches the next one.
 
+use crate::bf16::{Bf16, EmbDtype, F16};
+
 /// The rows of a bag: `idx[k]` is a row of `base` (`map` absent), or `map[idx[k]]` is.
 #[derive(Clone, Copy, Debug)]
 pub struct Bag<'a> {
@@ -170,6 +172,32 @@ pub fn pool_bags(isa: Isa, base: &[f32], w: usize, bags: Bags, out: &mut [f32]) 
     }
 }
 
+/// [`pool_bags`] over a bf16 or f16 table (`base` holds its bit patterns): each
+/// value widened to f32 (exactly) and summed from +0.0 in bag order, as
+/// [`pool_ref`] sums an f32 table's, so a table of the same values pools to the same
+/// bits at either width.
+pub fn pool_bags_half(dtype: EmbDtype, base: &[u16], w: usize, bags: Bags, out: &mut [f32]) {
+    assert!(out.len() >= bags.len() * w);
+    match dtype {
+        EmbDtype::F16 => pool_bags_with(base, w, bags, out, |b| F16(b).to_f32()),
+        _ => pool_bags_with(base, w, bags, out, |b| Bf16(b).to_f32()),
+    }
+}
+
+#[inline(always)]
+fn pool_bags_with(base: &[u16], w: usize, bags: Bags, out: &mut [f32], widen: impl Fn(u16) -> f32) {
+    for (e, o) in out.chunks_exact_mut(w.max(1)).take(bags.len()).enumerate() {
+        o[..w].fill(0.0);
+        let bag = bags.bag(e);
+        for k in 0..bag.idx.len() {
+            let r = bag.row(k);
+            for (o, &v) in o[..w].iter_mut().zip(&base[r * w..(r + 1) * w]) {
+                *o += widen(v);
+            }
+        }
+    }
+}
+
 /// [`scatter`] of `g`'s row `e` (`bags.len() x w`) to the rows of bag `e`, for every
 /// example in order, prefetching ahead. The same bits as [`scatter_ref`] per example.
 pub fn scatter_bags(isa: Isa, g: &[f32], w: usize, bags: Bags, acc: &mut [f32]) {
@@ -268,7 +296,7 @@ fn prefetch_ahead(isa: Isa, base: &[f32], w: usize, bags: Bags, e: usize) {
 /// `rows[k + DISTINCT_AHEAD]` into L1, if the CPU has the instruction. Rows past
 /// `base`'s end are skipped (the pass itself checks them).
 #[inline(always)]
-pub fn prefetch_distinct_ahead(isa: Isa, base: &[f32], w: usize, rows: &[u32], k: usize) {
+pub fn prefetch_distinct_ahead<T>(isa: Isa, base: &[T], w: usize, rows: &[u32], k: usize) {
     #[cfg(target_arch = "x86_64")]
     if matches!(isa, Isa::Avx2(_)) {
         if let Some(&r) = rows.get(k + DISTINCT_AHEAD_L2) {
@@ -285,7 +313,7 @@ pub fn prefetch_distinct_ahead(isa: Isa, base: &[f32], w: usize, rows: &[u32], k
 
 /// Prefetch row `r` (`w` floats) of `base` if the CPU has the instruction.
 #[inline(always)]
-pub fn prefetch_row(isa: Isa, base: &[f32], w: usize, r: usize) {
+pub fn prefetch_row<T>(isa: Isa, base: &[T], w: usize, r: usize) {
     #[cfg(target_arch = "x86_64")]
     if matches!(isa, Isa::Avx2(_)) && (r + 1) * w <= base.len() {
         // SAFETY: the prefetch reads nothing; the row is inside `base`.
@@ -320,12 +348,12 @@ mod avx2 {
     /// Prefetch the cache lines of row `r` (`w` floats) of `base` (a hint: it reads
     /// nothing, so any `r` is sound).
     #[inline(always)]
-    pub(super) unsafe fn prefetch(base: &[f32], w: usize, r: usize) {
+    pub(super) unsafe fn prefetch<T>(base: &[T], w: usize, r: usize) {
         // Wrapping: a row past `base` (a bad id, caught by the pass itself) is
         // only an address to hint, never one to form with `add`.
         let p = base.as_ptr().wrapping_add(r * w).cast::<i8>();
         let mut off = 0;
-        while off < w * 4 {
+        while off < w * std::mem::size_of::<T>() {
             _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off));
             off += 64;
         }
@@ -377,12 +405,12 @@ mod avx2 {
 
     /// Prefetch the cache lines of row `r` (`w` floats) of `base` into L2.
     #[inline(always)]
-    pub(super) unsafe fn prefetch_l2(base: &[f32], w: usize, r: usize) {
+    pub(super) unsafe fn prefetch_l2<T>(base: &[T], w: usize, r: usize) {
         // Wrapping: a row past `base` (a bad id, caught by the pass itself) is
         // only an address to hint, never one to form with `add`.
         let p = base.as_ptr().wrapping_add(r * w).cast::<i8>();
         let mut off = 0;
-        while off < w * 4 {
+        while off < w * std::mem::size_of::<T>() {
             _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(off));
             off += 64;
         }

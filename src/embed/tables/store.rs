@@ -5,6 +5,7 @@ use rayon::prelude::*;
 
 use super::hashtab::HashShard;
 use super::placement::{Placement, Plan, Rows, Shard};
+use crate::bf16::EmbDtype;
 use crate::rng::{stream, SplitMix64};
 use crate::spec::{ModelSpec, VocabKind};
 use crate::{Error, Result};
@@ -46,20 +47,116 @@ pub fn sq_sums_into(g: &[f32], w: usize, out: &mut Vec<f64>) {
     out.extend(blocks.remainder().chunks(w).map(sq_sum));
 }
 
-/// One shard's rows (local row order), `width` floats each, and optimizer state.
+/// One shard's rows (local row order), `width` values each, and optimizer state
+/// (f32). An f32 table's rows are in `data`; a bf16 or f16 table's in `half` (their
+/// bit patterns; `data` is empty), widened to f32 to be read and rounded back to
+/// nearest even when updated.
 #[derive(Clone, Debug)]
 pub struct LocalShard {
     pub shard: Shard,
     pub rows: u64,
+    pub dtype: EmbDtype,
     pub data: Vec<f32>,
+    pub half: Vec<u16>,
     pub state: Vec<f32>,
 }
 
 impl LocalShard {
+    /// Row `r` of an f32 table (see [`LocalShard::row_into`] for any dtype).
     #[inline]
     pub fn row(&self, r: u64) -> &[f32] {
         let w = self.shard.width();
         &self.data[r as usize * w..(r as usize + 1) * w]
+    }
+
+    /// Row `r` as f32 into `out` (`width` values), whatever the dtype.
+    #[inline]
+    pub fn row_into(&self, r: u64, out: &mut [f32]) {
+        let w = self.shard.width();
+        let at = r as usize * w..(r as usize + 1) * w;
+        if self.dtype.is_f32() {
+            out.copy_from_slice(&self.data[at]);
+        } else {
+            self.dtype.widen(&self.half[at], out);
+        }
+    }
+
+    /// Row `r` set to `v` (`width` f32 values; rounded to nearest even at 16 bits).
+    #[inline]
+    pub fn set_row(&mut self, r: u64, v: &[f32]) {
+        let w = self.shard.width();
+        let at = r as usize * w..(r as usize + 1) * w;
+        if self.dtype.is_f32() {
+            self.data[at].copy_from_slice(v);
+        } else {
+            self.dtype.narrow(v, &mut self.half[at]);
+        }
+    }
+
+    /// Every row widened to f32, row after row (for the model file and checksums).
+    pub fn rows_f32(&self) -> std::borrow::Cow<'_, [f32]> {
+        if self.dtype.is_f32() {
+            std::borrow::Cow::Borrowed(&self.data)
+        } else {
+            let mut v = vec![0.0; self.half.len()];
+            self.dtype.widen(&self.half, &mut v);
+            std::borrow::Cow::Owned(v)
+        }
+    }
+
+    /// Every row set from `v` (f32, row after row): exact for values of the dtype.
+    pub fn set_rows_f32(&mut self, v: &[f32]) {
+        if self.dtype.is_f32() {
+            self.data.copy_from_slice(v);
+        } else {
+            self.dtype.narrow(v, &mut self.half);
+        }
+    }
+
+    /// Every row filled as f32 by `fill` (in place at f32; at 16 bits through an f32
+    /// buffer rounded to nearest even, exact for values the dtype holds, such as a
+    /// model file written from it).
+    pub fn fill_rows_f32<E>(
+        &mut self,
+        fill: impl FnOnce(&mut [f32]) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        if self.dtype.is_f32() {
+            return fill(&mut self.data);
+        }
+        let mut v = vec![0.0; self.half.len()];
+        fill(&mut v)?;
+        self.set_rows_f32(&v);
+        Ok(())
+    }
+
+    /// The optimizer's update of row `r` with gradient `g`: in place at f32; at 16
+    /// bits the row is widened into `scratch`, updated in f32 and rounded back to
+    /// nearest even. `sp` state floats per row.
+    #[inline]
+    pub fn apply(
+        &mut self,
+        opt: TableOpt,
+        r: usize,
+        sp: usize,
+        g: &[f32],
+        stat: f64,
+        scratch: &mut [f32],
+    ) {
+        let w = g.len();
+        let state = &mut self.state[r * sp..(r + 1) * sp];
+        if self.dtype.is_f32() {
+            opt.apply(&mut self.data[r * w..(r + 1) * w], state, g, stat);
+        } else {
+            let (row, scratch) = (&mut self.half[r * w..(r + 1) * w], &mut scratch[..w]);
+            self.dtype.widen(row, scratch);
+            opt.apply(scratch, state, g, stat);
+            self.dtype.narrow(scratch, row);
+        }
+    }
+
+    /// Bytes of the rows and state held.
+    pub fn bytes(&self) -> u64 {
+        (self.data.len() * 4 + self.half.len() * 2 + self.state.len() * 4) as u64
     }
 }
 
@@ -132,13 +229,29 @@ impl Store {
             let w = ls.shard.width();
             let rows = ls.shard.rows;
             let cols = ls.shard.cols.clone();
-            ls.data
+            if ls.dtype.is_f32() {
+                ls.data
+                    .par_chunks_mut(w.max(1) * 1024)
+                    .enumerate()
+                    .for_each(|(c, chunk)| {
+                        for (k, row) in chunk.chunks_mut(w).enumerate() {
+                            let local = (c * 1024 + k) as u64;
+                            init_row(seed, t, vocab, rows.global(local), row, cols.clone());
+                        }
+                    });
+                continue;
+            }
+            // 16 bits: each initial value rounded to nearest even.
+            let dtype = ls.dtype;
+            ls.half
                 .par_chunks_mut(w.max(1) * 1024)
                 .enumerate()
                 .for_each(|(c, chunk)| {
+                    let mut v = vec![0.0f32; w];
                     for (k, row) in chunk.chunks_mut(w).enumerate() {
                         let local = (c * 1024 + k) as u64;
-                        init_row(seed, t, vocab, rows.global(local), row, cols.clone());
+                        init_row(seed, t, vocab, rows.global(local), &mut v, cols.clone());
+                        dtype.narrow(&v, row);
                     }
                 });
         }
@@ -189,9 +302,13 @@ impl Store {
                 let rows = shard.rows.len(spec.tables[t].vocab);
                 // Rows are read and updated at random: on huge pages a shard spans a
                 // few TLB entries instead of one per row touched.
+                let (n, dtype) = (rows as usize * shard.width(), spec.table_dtype);
+                let (n32, n16) = if dtype.is_f32() { (n, 0) } else { (0, n) };
                 local.push(LocalShard {
                     rows,
-                    data: crate::hugepages::huge_vec(rows as usize * shard.width(), 0.0),
+                    dtype,
+                    data: crate::hugepages::huge_vec(n32, 0.0),
+                    half: crate::hugepages::huge_vec(n16, 0u16),
                     state: crate::hugepages::huge_vec(
                         rows as usize * opt.state_per_row(shard.width()),
                         0.0,
@@ -315,19 +432,18 @@ impl Store {
 
     /// Bytes of rows and optimizer state held here.
     pub fn bytes(&self) -> u64 {
-        self.local
-            .iter()
-            .map(|l| (l.data.len() + l.state.len()) as u64 * 4)
-            .sum()
+        self.local.iter().map(LocalShard::bytes).sum()
     }
 
     /// Full rows of table `t` that this rank holds, by global id (for tests and the
     /// model file): `(global id, column range, values)`.
-    pub fn local_pieces(&self, t: usize) -> Vec<(u64, std::ops::Range<usize>, &[f32])> {
+    pub fn local_pieces(&self, t: usize) -> Vec<(u64, std::ops::Range<usize>, Vec<f32>)> {
         let mut out = Vec::new();
         for l in self.local.iter().filter(|l| l.shard.table == t) {
             for r in 0..l.rows {
-                out.push((l.shard.rows.global(r), l.shard.cols.clone(), l.row(r)));
+                let mut v = vec![0.0; l.shard.width()];
+                l.row_into(r, &mut v);
+                out.push((l.shard.rows.global(r), l.shard.cols.clone(), v));
             }
         }
         out
@@ -420,7 +536,7 @@ mod tests {
                 for (t, ts) in spec.tables.iter().enumerate() {
                     for (id, cols, v) in st.local_pieces(t) {
                         let o = id as usize * ts.dim;
-                        tables[t][o + cols.start..o + cols.end].copy_from_slice(v);
+                        tables[t][o + cols.start..o + cols.end].copy_from_slice(&v);
                     }
                 }
             }

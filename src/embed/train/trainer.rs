@@ -348,6 +348,8 @@ pub struct EmbedTrainer {
     grads: StepGrads,
     fused: Vec<f32>,
     bwd: BackwardBufs,
+    /// Rows updated since the last checkpoint (incremental checkpoints only).
+    pub dirty: Option<crate::embed::tables::dirty::DirtyRows>,
     /// The gradient of the MLP input (`n x width`; the input is the lookup's), kept
     /// across steps: a fresh buffer per step cost a zero fill that the MLP overwrites.
     dx: Vec<f32>,
@@ -444,6 +446,7 @@ impl EmbedTrainer {
             grads,
             fused: Vec::new(),
             bwd: BackwardBufs::default(),
+            dirty: None,
             dx: Vec::new(),
             acc: Accum::default(),
             keys: ResolveBufs::default(),
@@ -702,6 +705,9 @@ impl EmbedTrainer {
         )?;
         self.acc.t_backward += t.elapsed().as_secs_f64();
         self.acc.cpu_phases += t.cpu_elapsed();
+        if let Some(d) = &mut self.dirty {
+            d.mark_owned(&self.store, comm.rank(), self.bwd.owned_rows());
+        }
         self.spare = Some(current);
 
         let t = Instant::now();
@@ -720,6 +726,9 @@ impl EmbedTrainer {
         self.mlp
             .with_flat_mut(&mut self.flat, |p| opt.apply_at(p, grad, st, mult, wd));
         local_apply_replicated(&mut self.store, &self.fused[n_params..]);
+        if let Some(d) = &mut self.dirty {
+            d.mark_replicated(&self.store, &self.fused[n_params..]);
+        }
         Ok(())
     }
 
@@ -902,12 +911,15 @@ impl EmbedTrainer {
             let sp = self.store.state_per_row(ls.shard.table);
             // Column shards hold copies of one row statistic: the first one counts it.
             let count_state = ls.shard.cols.start == 0;
+            // A bf16 or f16 table's values, widened (exactly): the sum a table of the
+            // same values at f32 would have.
+            let data = ls.rows_f32();
             let part: u64 = (0..ls.rows as usize)
                 .into_par_iter()
                 .map(|r| {
                     let g = rows.global(r as u64);
                     let base = (t << 44) | (g << 12);
-                    let mut acc = ls.data[r * w..(r + 1) * w]
+                    let mut acc = data[r * w..(r + 1) * w]
                         .iter()
                         .enumerate()
                         .fold(0u64, |acc, (j, &v)| {

@@ -1,13 +1,15 @@
 //! iALS evaluation: the blocked scorer against a brute-force reference, the seeded
 //! `--eval-rows` sample (the same rows and recall bits at every rank count), `all`
-//! against the reference full evaluation, and a bf16 H against the same values in f32.
+//! against the reference full evaluation, a bf16 H against the same values in f32, and
+//! the ranking metrics of `--k` (the same bits at every rank count, Recall@20/50 kept).
 
 use crate::util;
 
 use std::path::Path;
 use torusrec::als::eval::{
-    global_evaluate_all_ref, local_score_topk, local_score_topk_ref, local_score_topk_tiled,
-    local_score_topk_with, Cand, EvalRows, EvalSet, Recall, ScoreRows, Scorer, TopK,
+    global_evaluate_all_ref, global_evaluate_all_ref_ranking, local_score_topk,
+    local_score_topk_ref, local_score_topk_tiled, local_score_topk_with, AtK, Cand, EvalRows,
+    EvalSet, Ranking, Recall, ScoreRows, Scorer, TopK, MAX_K,
 };
 use torusrec::als::shard::read::global_read_shards;
 use torusrec::als::solve::{gramian, SolveParams};
@@ -521,21 +523,26 @@ fn auto_rows_are_reported_kept_and_score_as_that_many_rows() {
     }
 }
 
-#[test]
-fn eval_rows_zero_or_garbage_is_a_usage_error() {
+/// `als --FLAG=V` for each bad V exits 2 naming the flag, before any epoch.
+fn bad_values_are_usage_errors(flag: &str, bad: &[&str]) {
     let dir = util::tempdir();
     let data = util::synthetic_dataset(dir.path(), 300, 3000, 1);
-    for bad in ["0", "many", "-5", "1.5", ""] {
+    for v in bad {
         let o = util::TestCommand::direct()
             .arg("als")
             .arg("--data")
             .arg(&data)
-            .arg(format!("--eval-rows={bad}"))
+            .arg(format!("--{flag}={v}"))
             .run();
         o.expect_code(2);
-        o.stderr_has(&["--eval-rows"]);
+        o.stderr_has(&[&format!("--{flag}")]);
         assert!(!o.stdout.contains("epoch"), "{}", o.dump());
     }
+}
+
+#[test]
+fn eval_rows_zero_or_garbage_is_a_usage_error() {
+    bad_values_are_usage_errors("eval-rows", &["0", "many", "-5", "1.5", ""]);
 }
 
 #[test]
@@ -573,4 +580,198 @@ fn the_default_scores_a_seeded_sample_of_10000_stated_on_the_first_line() {
     assert!(default[0]["recall"]["at20"].as_f64().is_some());
     assert_eq!(default[0]["recall"], fixed[0]["recall"]);
     assert_eq!(default[0]["eval_rows"], fixed[0]["eval_rows"]);
+}
+
+/// Every metric's bits at every K.
+fn ranking_bits(r: &Ranking) -> Vec<[u64; 4]> {
+    (1..=MAX_K)
+        .map(|k| {
+            let a: AtK = r.at(k).unwrap();
+            [a.precision, a.map, a.ndcg, a.recall].map(f64::to_bits)
+        })
+        .collect()
+}
+
+/// `--eval-rows which` on `p` simulated ranks: the recall and the ranking metrics.
+fn evaluate_ranking(
+    data: &Path,
+    p: usize,
+    which: EvalRows,
+    h_all: &[f32],
+    d: usize,
+) -> (Recall, Ranking) {
+    let gram = gramian(h_all, d);
+    let parts = run(p, |c| {
+        let s = global_read_shards(&c, data).unwrap();
+        let lo = s.col_bounds[c.rank()] as usize;
+        let hi = s.col_bounds[c.rank() + 1] as usize;
+        let params = SolveParams {
+            reg: 0.05,
+            alpha0: 0.05,
+            n_other: s.meta.num_cols as f64,
+        };
+        let set = EvalSet::global_build(&c, &s, which).unwrap();
+        let got = set
+            .global_evaluate_ranking(&c, &h_all[lo * d..hi * d], lo as u64, d, &gram, params)
+            .unwrap();
+        let want = (which == EvalRows::All).then(|| {
+            global_evaluate_all_ref_ranking(&c, &s, &h_all[lo * d..hi * d], d, &gram, params)
+                .unwrap()
+        });
+        (got, want)
+    });
+    for (got, want) in &parts {
+        assert_eq!(got.0, parts[0].0 .0, "every rank reports the same recall");
+        assert_eq!(ranking_bits(&got.1), ranking_bits(&parts[0].0 .1));
+        if let Some(w) = want {
+            assert_eq!(got.0, w.0, "P = {p}: the reference's recall");
+            assert_eq!(
+                ranking_bits(&got.1),
+                ranking_bits(&w.1),
+                "P = {p}: the reference"
+            );
+        }
+    }
+    parts[0].0
+}
+
+#[test]
+fn ranking_metrics_have_the_same_bits_at_every_rank_count_and_keep_recall() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = util::synthetic_dataset(dir.path(), 900, 12000, 4);
+    let d = 8;
+    let s = global_read_shards(&SingleComm::new(), &data).unwrap();
+    let h = table(s.meta.num_cols, d, 9);
+    for which in [EvalRows::Sample(40), EvalRows::All] {
+        let (recall, one) = evaluate_ranking(&data, 1, which, &h, d);
+        assert_eq!(one.rows, recall.test_rows);
+        // Recall@20/50 of the metrics are the Recall's, bit for bit.
+        assert_eq!(one.at(20).unwrap().recall.to_bits(), recall.at20.to_bits());
+        assert_eq!(one.at(50).unwrap().recall.to_bits(), recall.at50.to_bits());
+        let a = one.at(50).unwrap();
+        assert!(
+            a.precision > 0.0 && a.map > 0.0 && a.ndcg > 0.0,
+            "{which}: {a:?}"
+        );
+        for k in 1..=MAX_K {
+            let a = one.at(k).unwrap();
+            for v in [a.precision, a.map, a.ndcg, a.recall] {
+                assert!((0.0..=1.0).contains(&v), "{which} K = {k}: {a:?}");
+            }
+        }
+        for p in 2..=3 {
+            let (r, m) = evaluate_ranking(&data, p, which, &h, d);
+            assert_eq!(r, recall, "{which} P = {p}");
+            assert_eq!(ranking_bits(&m), ranking_bits(&one), "{which} P = {p}");
+        }
+    }
+}
+
+/// The final JSON record of a metrics file.
+fn final_record(path: &Path) -> serde_json::Value {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|v| v.get("final").is_some())
+        .unwrap_or_else(|| panic!("no final record in {}", path.display()))
+}
+
+/// The number after `name` on rank 0's `final:` line.
+fn final_word(o: &util::Output, name: &str) -> Option<f64> {
+    let line = o.stdout.lines().find(|l| l.starts_with("final:"))?;
+    let w: Vec<&str> = line.split_whitespace().collect();
+    let i = w.iter().position(|x| *x == name)?;
+    w.get(i + 1)?.parse().ok()
+}
+
+#[test]
+fn k_list_prints_and_records_the_metrics_and_default_runs_keep_their_recall() {
+    let dir = util::tempdir();
+    let data = util::synthetic_dataset(dir.path(), 3000, 40_000, 5);
+    let als = |extra: &[&str], name: &str| {
+        let metrics = dir.path().join(name);
+        let o = util::TestCommand::new(util::Launcher::Mpirun(2))
+            .arg("als")
+            .arg("--data")
+            .arg(&data)
+            .args([
+                "--dim",
+                "8",
+                "--epochs",
+                "2",
+                "--eval-every",
+                "1",
+                "--threads",
+                "1",
+            ])
+            .args(extra)
+            .arg("--metrics")
+            .arg(&metrics)
+            .run();
+        o.expect_code(0);
+        (o, epoch_records(&metrics), final_record(&metrics))
+    };
+    let (o_def, ep_def, fin_def) = als(&[], "m-default.jsonl");
+    let (o_k, ep_k, fin_k) = als(&["--k", "10,5"], "m-k.jsonl");
+    // Today's words and keys stay, with the same bits whatever --k.
+    for key in [
+        "recall_at_20",
+        "recall_at_50",
+        "loss",
+        "checksum",
+        "eval_rows",
+    ] {
+        assert!(fin_def.get(key).is_some(), "{key} in {fin_def}");
+        assert_eq!(fin_def[key], fin_k[key], "{key}");
+    }
+    assert_eq!(o_def.final_checksum(), o_k.final_checksum());
+    for (a, b) in ep_def.iter().zip(&ep_k) {
+        assert_eq!(a["recall"], b["recall"], "epoch {}", a["epoch"]);
+    }
+    assert_eq!(ep_def.len(), 2);
+    for o in [&o_def, &o_k] {
+        assert!(
+            o.stdout.lines().any(|l| l.starts_with("final: Recall@20 ")),
+            "{}",
+            o.dump()
+        );
+        assert!(final_word(o, "Recall@50").is_some());
+    }
+    // The default adds Precision, MAP and NDCG at 20 and 50; the recall keys are the
+    // recall's.
+    assert_eq!(fin_def["ranking_k"], serde_json::json!([20, 50]));
+    assert_eq!(fin_k["ranking_k"], serde_json::json!([5, 10]));
+    let check = |o: &util::Output, fin: &serde_json::Value, k: usize| {
+        for (word, key) in [
+            ("Recall", "recall"),
+            ("Precision", "precision"),
+            ("MAP", "map"),
+            ("NDCG", "ndcg"),
+        ] {
+            let v = fin[format!("{key}_at_{k}")]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{key}_at_{k} in {fin}"));
+            assert!((0.0..=1.0).contains(&v), "{key}@{k} = {v}");
+            let printed = final_word(o, &format!("{word}@{k}"))
+                .unwrap_or_else(|| panic!("{word}@{k} on the final line\n{}", o.dump()));
+            assert!((printed - v).abs() <= 5e-5, "{word}@{k}: {printed} vs {v}");
+        }
+    };
+    for k in [20, 50] {
+        check(&o_def, &fin_def, k);
+    }
+    for k in [5, 10] {
+        check(&o_k, &fin_k, k);
+    }
+    assert!(fin_k.get("ndcg_at_20").is_none() && final_word(&o_k, "NDCG@20").is_none());
+    assert!(
+        fin_def["ndcg_at_50"].as_f64().unwrap() > 0.0,
+        "the planted graph is learnable"
+    );
+}
+
+#[test]
+fn k_out_of_range_or_garbage_is_a_usage_error() {
+    bad_values_are_usage_errors("k", &["0", "51", "10,100", "ten", ""]);
 }

@@ -1,7 +1,7 @@
 //! Runs across network-namespace hosts (`scripts/netcluster.sh`, docs/cluster.md): a
 //! 2-host run equals the 1-host run's bits; a killed host and a cut link end every
 //! rank within their bounds with exit 77 naming the lost rank and host; a restart on
-//! fewer hosts resumes exactly. Each test makes its own cluster and removes it when it
+//! fewer hosts resumes exactly, for iALS and for the embedding model. Each test makes its own cluster and removes it when it
 //! ends, passed or failed; where namespaces cannot be made, each says so and skips.
 
 use crate::util::{self, TestCommand};
@@ -148,18 +148,45 @@ fn two_hosts_give_the_one_host_bits() {
     );
 }
 
+/// The embedding model's run of the restart test: long enough to be killed mid-run,
+/// short enough to finish in seconds from a checkpoint; the global batch is fixed, so
+/// the run at 1 rank is the same model as at 2 (`--batch` is per rank).
+fn embed_args() -> Vec<&'static str> {
+    vec![
+        "embed",
+        "--preset",
+        "small",
+        "--global-batch",
+        "512",
+        "--steps",
+        "600",
+        "--log-every",
+        "200",
+        "--threads",
+        "1",
+        "--checkpoint-every",
+        "40",
+    ]
+}
+
 /// Start a 2-host iALS run with checkpoints; wait for its first checkpoint.
 fn start_checkpointed(c: &Cluster, dir: &Path, data: &str, ckpt: &Path, extra: &[&str]) -> Child {
+    let mut args = als_args(data, "400");
+    args.extend(extra);
+    start_checkpointed_run(c, dir, &args, ckpt)
+}
+
+/// Start `args` on 2 hosts with checkpoints in `ckpt`; wait for its first checkpoint.
+fn start_checkpointed_run(c: &Cluster, dir: &Path, args: &[&str], ckpt: &Path) -> Child {
     let bin = util::bin();
     let mut full = vec!["-np", "2", bin.to_str().unwrap()];
-    full.extend(als_args(data, "400"));
+    full.extend(args);
     full.extend([
         "--checkpoint-dir",
         ckpt.to_str().unwrap(),
         "--resume",
         "auto",
     ]);
-    full.extend(extra);
     let mut child = c.spawn(dir, &full);
     let t = Instant::now();
     while !std::fs::read_dir(ckpt).is_ok_and(|d| {
@@ -180,12 +207,25 @@ fn start_checkpointed(c: &Cluster, dir: &Path, data: &str, ckpt: &Path, extra: &
 
 #[test]
 fn a_killed_host_ends_every_rank_and_a_restart_on_fewer_hosts_resumes_exactly() {
-    let _lock = util::serial();
     let data = util::cnr2000_k10().to_str().unwrap().to_string();
+    kill_a_host_then_resume_on_fewer(&als_args(&data, "400"), "iALS");
+}
+
+#[test]
+fn the_embedding_model_resumes_exactly_on_fewer_hosts_after_a_killed_host() {
+    kill_a_host_then_resume_on_fewer(&embed_args(), "embed");
+}
+
+/// Run `args` on 2 hosts with checkpoints, `kill -9` host 2's rank after the first
+/// checkpoint: every rank ends within 30 s, rank 0 naming the lost rank and host, exit
+/// 77. Then the last committed checkpoint resumes on the host that is left, with one
+/// rank, and gives the bits of a one-rank run resumed from a copy of it.
+fn kill_a_host_then_resume_on_fewer(args: &[&str], what: &str) {
+    let _lock = util::serial();
     let Some(c) = Cluster::up(2) else { return };
     let dir = util::tempdir();
     let ckpt = dir.path().join("ckpt");
-    let mut child = start_checkpointed(&c, dir.path(), &data, &ckpt, &[]);
+    let mut child = start_checkpointed_run(&c, dir.path(), args, &ckpt);
     let victims = c.ranks_of(2);
     assert_eq!(victims.len(), 1, "one rank on host 2");
     let t = Instant::now();
@@ -205,9 +245,10 @@ fn a_killed_host_ends_every_rank_and_a_restart_on_fewer_hosts_resumes_exactly() 
         err.contains("[0/2] torusrec: lost rank 1 (host h2)") && err.contains("exit 77"),
         "rank 0 names the lost rank and host:\n{err}"
     );
-    eprintln!("kill -9 to the job's end: {:.1} s", took.as_secs_f64());
-    // The last committed checkpoint resumes on the host that is left, with one rank,
-    // and gives the bits of a one-rank run resumed from a copy of it.
+    eprintln!(
+        "{what}: kill -9 to the job's end: {:.1} s",
+        took.as_secs_f64()
+    );
     let copy = dir.path().join("copy");
     let ok = Command::new("cp")
         .arg("-r")
@@ -218,7 +259,7 @@ fn a_killed_host_ends_every_rank_and_a_restart_on_fewer_hosts_resumes_exactly() 
     assert!(ok.success());
     let bin = util::bin();
     let mut full = vec!["-np", "1", bin.to_str().unwrap()];
-    full.extend(als_args(&data, "400"));
+    full.extend(args);
     full.extend([
         "--checkpoint-dir",
         ckpt.to_str().unwrap(),
@@ -227,6 +268,7 @@ fn a_killed_host_ends_every_rank_and_a_restart_on_fewer_hosts_resumes_exactly() 
     ]);
     let rdir = dir.path().join("restart");
     std::fs::create_dir_all(&rdir).unwrap();
+    let t = Instant::now();
     let mut child = c.spawn(&rdir, &full);
     let code = wait(
         &mut child,
@@ -240,8 +282,12 @@ fn a_killed_host_ends_every_rank_and_a_restart_on_fewer_hosts_resumes_exactly() 
         rerr.contains("resum") || out.contains("resum"),
         "it resumed:\n{out}\n{rerr}"
     );
+    eprintln!(
+        "{what}: the restart on 1 host took {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
     let reference = TestCommand::direct()
-        .args(als_args(&data, "400"))
+        .args(args)
         .arg("--checkpoint-dir")
         .arg(&copy)
         .args(["--resume", "auto"])
@@ -251,7 +297,7 @@ fn a_killed_host_ends_every_rank_and_a_restart_on_fewer_hosts_resumes_exactly() 
     assert_eq!(
         checksum(&out),
         checksum(&reference.stdout),
-        "restart on 1 host vs 1 rank"
+        "{what}: restart on 1 host vs 1 rank"
     );
 }
 
@@ -289,4 +335,62 @@ fn a_cut_link_ends_every_rank_within_the_comm_timeout() {
             && err.contains("exit 77"),
         "rank 0 names the lost rank and host:\n{err}"
     );
+}
+
+/// The link options act or are refused: `--rate` puts a shaper (netem, or tbf where the
+/// kernel has no sch_netem) on both ends of every host's link; `--delay` puts netem on
+/// the hosts' egress, or, without sch_netem, exits 2 naming it and leaves no namespace.
+#[test]
+fn link_rates_and_delays_shape_the_links_or_are_refused() {
+    let _lock = util::serial();
+    let qdisc = |ns: &str, dev: &str| {
+        let out = Command::new("ip")
+            .args(["netns", "exec", ns, "tc", "qdisc", "show", "dev", dev])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let _ = Command::new(script()).arg("down").status();
+    let up = |args: &[&str]| {
+        Command::new(script())
+            .arg("up")
+            .args(args)
+            .output()
+            .expect("run netcluster.sh")
+    };
+    let o = up(&["2", "--rate", "1gbit"]);
+    if !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("cannot make") {
+        eprintln!("SKIPPED: network namespaces cannot be made here");
+        return;
+    }
+    let c = Cluster;
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for (ns, dev) in [
+        ("trc-h1", "eth0"),
+        ("trc-h2", "eth0"),
+        ("trc-sw", "p1"),
+        ("trc-sw", "p2"),
+    ] {
+        let q = qdisc(ns, dev);
+        let shaped = (q.contains("netem") && q.contains("rate 1Gbit"))
+            || (q.contains("tbf") && q.contains("rate 1Gbit"));
+        assert!(shaped, "{ns} {dev}: {q}");
+    }
+    drop(c);
+    let o = up(&["2", "--delay", "50us"]);
+    if o.status.success() {
+        let c = Cluster;
+        let q = qdisc("trc-h1", "eth0");
+        assert!(q.contains("netem") && q.contains("delay 50"), "{q}");
+        drop(c);
+    } else {
+        assert_eq!(o.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("--delay 50us needs") && err.contains("sch_netem"),
+            "{err}"
+        );
+        let left = Command::new("ip").args(["netns", "list"]).output().unwrap();
+        assert!(!String::from_utf8_lossy(&left.stdout).contains("trc-"));
+    }
 }

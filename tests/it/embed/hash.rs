@@ -429,6 +429,7 @@ fn table(name: &str, kind: VocabKind, vocab: u64, admit_after: u32) -> TableSpec
 /// batch), `tight` (hash, one row per rank: most keys find no row).
 fn resolve_spec(p: usize) -> ModelSpec {
     let spec = ModelSpec {
+        table_dtype: Default::default(),
         arch: Default::default(),
         n_dense: 1,
         hidden: vec![4],
@@ -634,6 +635,7 @@ fn a_key_admitted_in_a_step_has_its_row_in_every_example_of_the_step() {
     // examples both hold key 42. At P = 1 one rank has both, at P = 2 one each: the
     // key reaches its second occurrence in this step either way.
     let spec = ModelSpec {
+        table_dtype: Default::default(),
         arch: Default::default(),
         n_dense: 1,
         hidden: vec![4],

@@ -2,6 +2,7 @@
 //! matched by name, the model file, and training on the thread communicator.
 
 mod arch;
+mod dtype;
 mod hash;
 mod log_tables;
 mod mpi;

@@ -221,11 +221,12 @@ fn the_scores_do_not_depend_on_the_rank_count_and_follow_the_input_order() {
     };
     assert_eq!(labels(&one)[2500..], labels(&tail)[..]);
     // final: eval AUC 0.4249  logloss 0.69342 ... ; predict: ... AUC 0.424934, log loss 0.693417
-    let fin = trained
-        .stdout
-        .lines()
-        .find(|l| l.starts_with("final:"))
-        .unwrap();
+    assert_scores_as_trained(&trained.stdout, &o.stdout);
+}
+
+/// The AUC and log loss `predict` printed (its `predict:` line) are the trainer's
+/// held-out ones (its `final:` line): AUC within 1e-4, log loss within 1e-5.
+pub(super) fn assert_scores_as_trained(trained: &str, predicted: &str) {
     let word_after = |line: &str, w: &str| -> f64 {
         let mut it = line.split_whitespace();
         it.find(|x| *x == w).unwrap();
@@ -235,13 +236,15 @@ fn the_scores_do_not_depend_on_the_rank_count_and_follow_the_input_order() {
             .parse()
             .unwrap()
     };
-    let line = o
-        .stdout
-        .lines()
-        .find(|l| l.starts_with("predict:"))
-        .unwrap();
-    let (auc0, ll0) = (word_after(fin, "AUC"), word_after(fin, "logloss"));
-    let (auc1, ll1) = (word_after(line, "AUC"), word_after(line, "loss"));
+    let line_of = |text: &str, start: &str| -> String {
+        text.lines()
+            .find(|l| l.starts_with(start))
+            .unwrap_or_else(|| panic!("no {start} line in\n{text}"))
+            .to_string()
+    };
+    let (fin, line) = (line_of(trained, "final:"), line_of(predicted, "predict:"));
+    let (auc0, ll0) = (word_after(&fin, "AUC"), word_after(&fin, "logloss"));
+    let (auc1, ll1) = (word_after(&line, "AUC"), word_after(&line, "loss"));
     assert!(
         (auc0 - auc1).abs() < 1e-4,
         "AUC {auc0} vs {auc1}\n{fin}\n{line}"

@@ -37,6 +37,14 @@ pub struct BackwardBufs {
     col: ColumnBufs,
 }
 
+impl BackwardBufs {
+    /// Per slot this rank owns (`store.owned[me]`): the local rows the last backward
+    /// updated (for incremental checkpoints).
+    pub fn owned_rows(&self) -> &[Vec<u32>] {
+        &self.rows
+    }
+}
+
 /// Column shards under row-wise Adagrad: the partial statistics sent, received, and
 /// per slot the full rows' totals.
 #[derive(Debug, Default)]
@@ -472,6 +480,7 @@ pub fn local_apply_replicated(store: &mut Store, reduced: &[f32]) {
         let (dense, tail) = rest.split_at(ts.vocab as usize * dim);
         rest = tail;
         let ls = &mut store.local[li];
+        let mut scratch = vec![0.0f32; dim];
         for (r, g) in dense.chunks(dim).enumerate() {
             if g.iter().all(|&x| x == 0.0) {
                 continue;
@@ -481,12 +490,7 @@ pub fn local_apply_replicated(store: &mut Store, reduced: &[f32]) {
             } else {
                 0.0
             };
-            opt.apply(
-                &mut ls.data[r * dim..(r + 1) * dim],
-                &mut ls.state[r * sp..(r + 1) * sp],
-                g,
-                stat,
-            );
+            ls.apply(opt, r, sp, g, stat, &mut scratch);
         }
     }
 }

@@ -7,11 +7,11 @@ use super::counts::ExchangeCounts;
 use super::index::Index;
 use super::request::{global_send_request, protocol_violation, route, split_message};
 use crate::allocs::{reserve_with_room as reserve_total, resize_for_overwrite};
-use crate::comm::{Comm, Received};
+use crate::comm::{Comm, Elem, Received};
 use crate::data::clicks::batch::Batch;
 use crate::embed::sharding::pooled::{self, is_pooled_table, Served};
 use crate::embed::tables::row_kernels::{prefetch_distinct_ahead, Isa};
-use crate::embed::tables::store::Store;
+use crate::embed::tables::store::{LocalShard, Store};
 use crate::Result;
 
 /// The rows fetched for one step. A lookup into a used value refills it in place
@@ -42,6 +42,9 @@ struct LookupBufs {
     req: Received<u32>,
     resp: Vec<f32>,
     got: Received<f32>,
+    /// `resp` and `got` of bf16 and f16 tables (rows travel at 2 bytes a value).
+    resp16: Vec<u16>,
+    got16: Received<u16>,
     pooled: pooled::ForwardBufs,
 }
 
@@ -129,9 +132,36 @@ pub fn global_lookup_into<C: Comm>(
         },
         &mut bufs.req,
     )?;
-    counts.owner_rows += global_serve_rows(comm, store, &bufs.req, &mut bufs.resp, &mut bufs.got)?;
-    local_place_rows(store, ids, members, &bufs.got, rows);
+    let dtype = spec.table_dtype;
+    if dtype.is_f32() {
+        counts.owner_rows +=
+            global_serve_rows(comm, store, &bufs.req, &mut bufs.resp, &mut bufs.got, row32)?;
+        let place = |src: &[f32], dst: &mut [f32]| dst.copy_from_slice(src);
+        local_place_rows(store, ids, members, &bufs.got, rows, place);
+    } else {
+        counts.owner_rows += global_serve_rows(
+            comm,
+            store,
+            &bufs.req,
+            &mut bufs.resp16,
+            &mut bufs.got16,
+            row16,
+        )?;
+        let place = |src: &[u16], dst: &mut [f32]| dtype.widen(src, dst);
+        local_place_rows(store, ids, members, &bufs.got16, rows, place);
+    }
     Ok(counts)
+}
+
+/// Local row `r` of an f32 shard, as stored.
+fn row32(ls: &LocalShard, r: u64) -> &[f32] {
+    ls.row(r)
+}
+
+/// Local row `r` of a bf16 or f16 shard, as stored (bit patterns).
+fn row16(ls: &LocalShard, r: u64) -> &[u16] {
+    let w = ls.shard.width();
+    &ls.half[r as usize * w..(r as usize + 1) * w]
 }
 
 /// Dedup phase of the lookup: per table (in parallel), the ids to fetch (`ids`:
@@ -182,13 +212,15 @@ fn local_dedup(
 
 /// Collective: every rank must call. Serve phase of the lookup: the rows every
 /// source asked for in `req`, slot by slot (the (source, slot) blocks in parallel,
-/// each into its own part of `resp`), sent back into `got`. Returns the rows served.
-fn global_serve_rows<C: Comm>(
+/// each into its own part of `resp`), sent back into `got`, at the table's dtype
+/// (`row` gives a local row as stored). Returns the rows served.
+fn global_serve_rows<C: Comm, T: Elem>(
     comm: &C,
     store: &Store,
     req: &Received<u32>,
-    resp: &mut Vec<f32>,
-    got: &mut Received<f32>,
+    resp: &mut Vec<T>,
+    got: &mut Received<T>,
+    row: fn(&LocalShard, u64) -> &[T],
 ) -> Result<u64> {
     let p = comm.size();
     let isa = Isa::detect();
@@ -209,7 +241,7 @@ fn global_serve_rows<C: Comm>(
     }
     // Every value is copied from a row below (a reused buffer needs no zero fill).
     resize_for_overwrite(resp, resp_counts.iter().sum());
-    let mut parts: Vec<&mut [f32]> = Vec::with_capacity(blocks.len());
+    let mut parts: Vec<&mut [T]> = Vec::with_capacity(blocks.len());
     let mut rest = &mut resp[..];
     for &(_, j, asked) in &blocks {
         let ls = &store.local[store.slot_local[mine[j]].expect("owned slot is local")];
@@ -224,14 +256,18 @@ fn global_serve_rows<C: Comm>(
             let ls = &store.local[store.slot_local[mine[j]].expect("owned slot is local")];
             let w = ls.shard.width();
             for (i, (&r, o)) in asked.iter().zip(out.chunks_exact_mut(w.max(1))).enumerate() {
-                prefetch_distinct_ahead(isa, &ls.data, w, asked, i);
+                if ls.dtype.is_f32() {
+                    prefetch_distinct_ahead(isa, &ls.data, w, asked, i);
+                } else {
+                    prefetch_distinct_ahead(isa, &ls.half, w, asked, i);
+                }
                 if r as u64 >= ls.rows {
                     protocol_violation(format!(
                         "rank {q} asked for row {r} of a {}-row shard of table {}",
                         ls.rows, ls.shard.table
                     ));
                 }
-                o.copy_from_slice(ls.row(r as u64));
+                o.copy_from_slice(row(ls, r as u64));
             }
         });
     drop(blocks);
@@ -244,18 +280,20 @@ fn global_serve_rows<C: Comm>(
 
 /// Placement phase of the lookup: the rows of `got` where the batch will pool them
 /// (`rows`, per `rows` table), tables in parallel, each from its slots' parts of the
-/// response (checked against what was asked) or from its replica.
-fn local_place_rows(
+/// response (checked against what was asked; `place` widens a received row) or from
+/// its replica.
+fn local_place_rows<T: Elem>(
     store: &Store,
     ids: &[Vec<u32>],
     members: &[Vec<u32>],
-    got: &Received<f32>,
+    got: &Received<T>,
     rows: &mut Vec<Vec<f32>>,
+    place: impl Fn(&[T], &mut [f32]) + Sync,
 ) {
     let spec = &store.spec;
     let nt = spec.tables.len();
     rows.resize_with(nt, Vec::new);
-    let mut per_table: Vec<Vec<(usize, &[f32])>> = vec![Vec::new(); nt];
+    let mut per_table: Vec<Vec<(usize, &[T])>> = vec![Vec::new(); nt];
     for (d, owned) in store.owned.iter().enumerate() {
         let data = got.from_rank(d);
         let want: usize = owned
@@ -294,13 +332,13 @@ fn local_place_rows(
                 let (w, c0) = (sh.width(), sh.cols.start);
                 for (&i, src) in members[s].iter().zip(data.chunks_exact(w.max(1))) {
                     let o = i as usize * dim + c0;
-                    rows_t[o..o + w].copy_from_slice(src);
+                    place(src, &mut rows_t[o..o + w]);
                 }
             }
             if let Some(li) = store.replica[t] {
                 let ls = &store.local[li];
                 for (i, &id) in ids[t].iter().enumerate() {
-                    rows_t[i * dim..(i + 1) * dim].copy_from_slice(ls.row(id as u64));
+                    ls.row_into(id as u64, &mut rows_t[i * dim..(i + 1) * dim]);
                 }
             }
         });

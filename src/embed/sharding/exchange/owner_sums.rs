@@ -262,6 +262,9 @@ pub(in crate::embed) fn apply_rows(
     let w = ls.shard.width();
     let sp = opt.state_per_row(w);
     let row_stat = opt.needs_row_stat();
+    if !ls.dtype.is_f32() {
+        return apply_rows_half(isa, opt, ls, dim, rows, gs, totals);
+    }
     for (k, &row) in rows.iter().enumerate() {
         let r = row as usize;
         prefetch_distinct_ahead(isa, &ls.data, w, rows, k);
@@ -274,6 +277,38 @@ pub(in crate::embed) fn apply_rows(
             &mut ls.state[r * sp..(r + 1) * sp],
             &gs[k * w..(k + 1) * w],
             stat,
+        );
+    }
+}
+
+/// [`apply_rows`] on a bf16 or f16 shard: each row widened, updated in f32 and
+/// rounded back to nearest even ([`LocalShard::apply`]).
+fn apply_rows_half(
+    isa: Isa,
+    opt: TableOpt,
+    ls: &mut LocalShard,
+    dim: f64,
+    rows: &[u32],
+    gs: &[f32],
+    totals: &[f64],
+) {
+    let w = ls.shard.width();
+    let sp = opt.state_per_row(w);
+    let row_stat = opt.needs_row_stat();
+    let mut scratch = vec![0.0f32; w];
+    for (k, &row) in rows.iter().enumerate() {
+        prefetch_distinct_ahead(isa, &ls.half, w, rows, k);
+        if sp > 0 {
+            prefetch_distinct_ahead(isa, &ls.state, sp, rows, k);
+        }
+        let stat = if row_stat { totals[k] / dim } else { 0.0 };
+        ls.apply(
+            opt,
+            row as usize,
+            sp,
+            &gs[k * w..(k + 1) * w],
+            stat,
+            &mut scratch,
         );
     }
 }

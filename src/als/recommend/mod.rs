@@ -1,14 +1,26 @@
 //! Recommendations from a trained model: for each asked row, the best `k` columns
 //! over all of H, the row's seen arcs excluded, scored and merged exactly as
-//! evaluation does ([`super::eval`]).
+//! evaluation does ([`super::eval`]). Rows are a graph's nodes or a user x item
+//! dataset's users; besides rows, a query may be a history of columns folded in as a
+//! new row ([`Which::History`]) or a column whose most similar columns are asked
+//! ([`Which::Similar`], cosine on H). Columns may be excluded or restricted to a list
+//! ([`ColFilter`]). Ids in and out are the dataset's original ids ([`ids`]).
 //!
 //! A row's vector: a training row (one with training arcs) uses its trained row of W;
-//! a test row is folded in from its visible arcs ([`FoldPlan`]: the exact solve
+//! a test row is folded in from its visible arcs ([`super::eval::FoldPlan`]: the exact solve
 //! against H that evaluation uses). Its seen arcs — the training arcs, or the visible
 //! arcs of a test row — are never ranked. Scores are f32 dot products by the same
-//! tiled sgemm as evaluation ([`local_score_topk`]); ties go to the smaller column id
-//! ([`Cand::better`]). Rows are renumbered in increasing order of their original id
+//! tiled sgemm as evaluation ([`super::eval::local_score_topk`]); ties go to the smaller
+//! column id ([`super::eval::Cand::better`]). Rows are renumbered in increasing order of their original id
 //! (docs/design.md), so that is also the smaller original id.
+//!
+//! A history is folded in by the same [`super::eval::FoldPlan`] solve as a test row
+//! (its columns in the order given, so the same columns in a test row's order give
+//! the test row's bits); its columns are its seen arcs. A similar-items query is a
+//! column's row of H scaled to unit length, scored against the unit rows of H (its
+//! cosines); the column itself is its one seen arc. An exclude or allow list makes
+//! every rank score an f32 copy of its shard of H restricted to the columns left
+//! ([`table`]); without one, ranks score their shard as it is.
 //!
 //! Distribution and memory: the asked rows are taken in blocks of at most
 //! [`Recommender::block_rows`]. For each block, every row's owner (the rank holding
@@ -21,23 +33,25 @@
 //! (`block x d` vectors, `block x k x P` candidates on rank 0, the block's masks),
 //! never by rows x columns. Between blocks the ranks agree on the preemption flag.
 
-use super::eval::{global_merge_topk, local_score_topk, Cand, FoldPlan, ScoreRows};
+pub mod ids;
+mod run;
+mod table;
+
 use super::model::{data_checksum_hex, local_read_rows, stored_dtype, TableScalar, DATA_CHECKSUM};
 use super::shard::bounds::owner_of;
 use super::shard::read::{global_read_shards, Shards};
 use super::solve::SolveParams;
 use super::train::tables::global_gramian;
-use super::AlsConfig;
+use super::{AlsConfig, Confidence};
 use crate::bf16::TableDtype;
-use crate::ckpt::signals::Preemption;
-use crate::comm::{prefix_offsets, Comm};
-use crate::io::h5::read_range;
+use crate::comm::Comm;
+use ids::resolve_ids;
+pub use ids::{parse_id_list, read_id_file, IdMap, IdTok, NodeIds};
 
 use crate::blocks::block_range;
 use crate::error::{Error, Result};
 use crate::io::h5::open_h5;
 use std::path::Path;
-use std::time::Instant;
 
 /// The `format` attribute of a model written by `als --out`.
 pub const MODEL_FORMAT: &str = "torusrec-als-model";
@@ -51,11 +65,27 @@ const MAX_BLOCK_CANDS: usize = 1 << 20;
 /// How many ids an error message lists before "and N more".
 const LIST_IDS: usize = 10;
 
-/// Which rows to recommend for.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What the dataset's rows and columns are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A graph: rows and columns are the nodes (`/node_ids`).
+    Graph,
+    /// `prepare --matrix user-item`: rows are users (`/user_ids`), columns items
+    /// (`/item_ids`).
+    UserItem,
+}
+
+/// What to recommend for.
+#[derive(Debug, Clone, PartialEq)]
 pub enum Which {
-    /// These original node ids, in this order (duplicates dropped).
-    Nodes(Vec<u64>),
+    /// These rows by original id (nodes or users), in this order (duplicates dropped).
+    Nodes(Vec<IdTok>),
+    /// One new row folded in from these columns (original ids) and raw weights (as a
+    /// dataset's `weights`; 1 for a binary model), in this order (duplicates dropped).
+    History(Vec<(IdTok, f32)>),
+    /// For each of these columns (original ids, duplicates dropped), the most similar
+    /// other columns by cosine of their rows of H.
+    Similar(Vec<IdTok>),
     /// Every test row, in increasing id order.
     Test,
     /// Every row that has training arcs or is a test row, in increasing id order
@@ -151,91 +181,58 @@ pub fn local_read_model_info(path: &Path) -> Result<ModelInfo> {
     })
 }
 
-/// Original node ids of the internal ids `0..n` (`/node_ids`; the identity when the
-/// dataset has none).
-#[derive(Debug, Clone)]
-pub struct NodeIds {
-    ids: Option<Vec<u64>>,
-    /// `(original, internal)` sorted, when `ids` is not increasing.
-    by_original: Option<Vec<(u64, u32)>>,
-    n: u64,
+/// Columns never recommended ([`ColFilter::exclude`]) and, when given, the only
+/// columns recommended ([`ColFilter::allow`]), as original ids.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ColFilter {
+    pub exclude: Vec<IdTok>,
+    pub allow: Option<Vec<IdTok>>,
 }
 
-impl NodeIds {
-    /// Rank-local: read `/node_ids` of a dataset with `n` rows.
-    pub fn local_read(path: &Path, n: u64) -> Result<Self> {
-        let f = open_h5(path)?;
-        if f.dataset("node_ids").is_err() {
-            return Ok(Self {
-                ids: None,
-                by_original: None,
-                n,
-            });
-        }
-        let ids = read_range::<u64>(&f, path, "node_ids", 0, n)?;
-        let len = crate::io::h5::dataset_len(&f, path, "node_ids")?;
-        if len != n {
-            return Err(Error::layout(
-                path,
-                "node_ids",
-                format!("{len} entries, expected num_rows = {n}"),
-            ));
-        }
-        Self::from_ids(ids).map_err(|dup| {
-            Error::layout(path, "node_ids", format!("original id {dup} appears twice"))
-        })
-    }
+/// A [`ColFilter`] in internal column ids, increasing and distinct.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Cols {
+    pub exclude: Vec<u32>,
+    pub allow: Option<Vec<u32>>,
+}
 
-    /// The map of `ids` (the original id of each internal id); a repeated original
-    /// id is returned as the error.
-    pub fn from_ids(ids: Vec<u64>) -> std::result::Result<Self, u64> {
-        let by_original = if ids.windows(2).all(|w| w[0] < w[1]) {
-            None
-        } else {
-            let mut v: Vec<(u64, u32)> = ids
-                .iter()
-                .enumerate()
-                .map(|(i, &o)| (o, i as u32))
-                .collect();
-            v.sort_unstable();
-            if let Some(w) = v.windows(2).find(|w| w[0].0 == w[1].0) {
-                return Err(w[0].0);
-            }
-            Some(v)
-        };
-        Ok(Self {
-            n: ids.len() as u64,
-            ids: Some(ids),
-            by_original,
-        })
-    }
+/// Resolved queries, in internal ids, the same on every rank.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Queries {
+    Rows(Vec<u32>),
+    /// One folded-in row: its columns and their confidences (empty: binary).
+    History {
+        cols: Vec<u32>,
+        conf: Vec<f32>,
+    },
+    Items(Vec<u32>),
+}
 
-    /// The original id of internal id `i`.
-    pub fn original(&self, i: u32) -> u64 {
-        match &self.ids {
-            Some(ids) => ids[i as usize],
-            None => i as u64,
+impl Queries {
+    pub fn len(&self) -> usize {
+        match self {
+            Queries::Rows(r) => r.len(),
+            Queries::History { .. } => 1,
+            Queries::Items(c) => c.len(),
         }
     }
-
-    /// The internal id of an original id, if it is a node.
-    pub fn internal(&self, orig: u64) -> Option<u32> {
-        match (&self.ids, &self.by_original) {
-            (None, _) => (orig < self.n).then_some(orig as u32),
-            (Some(_), Some(v)) => v.binary_search_by_key(&orig, |p| p.0).ok().map(|i| v[i].1),
-            (Some(ids), None) => ids.binary_search(&orig).ok().map(|i| i as u32),
-        }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
+
+/// [`RecBlock::rows`] of a history query.
+pub const HISTORY_ROW: u32 = u32::MAX;
 
 /// One block of results on rank 0, rows in the asked order.
 #[derive(Debug, Clone, Default)]
 pub struct RecBlock {
-    /// The rows' original node ids.
-    pub nodes: Vec<u64>,
-    /// `nodes.len() x k` original ids of the recommended columns, best first;
-    /// `u64::MAX` pads a row with fewer than `k` unseen columns.
-    pub topk: Vec<u64>,
+    /// The queries' internal ids: rows, or columns for [`Queries::Items`];
+    /// [`HISTORY_ROW`] for a history.
+    pub rows: Vec<u32>,
+    /// `rows.len() x k` internal ids of the recommended columns, best first;
+    /// `u32::MAX` pads a row with fewer than `k` columns to recommend.
+    pub topk: Vec<u32>,
     /// The matching scores (NaN where `topk` pads).
     pub scores: Vec<f32>,
     /// Position of the block's first row among all asked rows.
@@ -265,7 +262,11 @@ pub struct Recommender<T: TableScalar> {
     /// Every test row id, increasing, and the ranks' blocks of them.
     all_test: Vec<u32>,
     test_bounds: Vec<u64>,
-    ids: NodeIds,
+    kind: Kind,
+    row_ids: IdMap,
+    /// `None`: the rows' (a graph).
+    col_ids: Option<IdMap>,
+    conf: Confidence,
     /// Boundaries of H over ranks: equal column counts (scoring costs the same per
     /// column whatever its non-zeros, unlike training's `col_bounds`).
     h_bounds: Vec<u64>,
@@ -296,6 +297,7 @@ impl<T: TableScalar> Recommender<T> {
                 info.dtype
             )));
         }
+        let kind = comm.agree(local_read_kind(data))?;
         let mut shards = global_read_shards(comm, data)?;
         // A model trained with confidences folds its test rows in with them too.
         let conf = info.config.confidence;
@@ -332,7 +334,7 @@ impl<T: TableScalar> Recommender<T> {
                     data_checksum_hex(shards.arcs_checksum)
                 ),
             ))
-        } else if m.num_rows != m.num_cols {
+        } else if kind == Kind::Graph && m.num_rows != m.num_cols {
             Err(Error::layout(
                 data,
                 "/",
@@ -354,7 +356,8 @@ impl<T: TableScalar> Recommender<T> {
         };
         let h_bounds = bounds(shards.meta.num_cols);
         let loaded = (|| -> Result<_> {
-            let ids = NodeIds::local_read(data, shards.meta.num_rows)?;
+            let (row_ids, col_ids) =
+                local_read_ids(data, kind, shards.meta.num_rows, shards.meta.num_cols)?;
             let f = open_h5(model)?;
             let (w0, w1) = (shards.row_bounds[r], shards.row_bounds[r + 1]);
             let (h0, h1) = (h_bounds[r], h_bounds[r + 1]);
@@ -373,9 +376,9 @@ impl<T: TableScalar> Recommender<T> {
                     ));
                 }
             }
-            Ok((ids, w, h))
+            Ok((row_ids, col_ids, w, h))
         })();
-        let (ids, w, h) = comm.agree(loaded)?;
+        let (row_ids, col_ids, w, h) = comm.agree(loaded)?;
         let all_test = comm.all_gather_v(&shards.test_rows)?.data;
         let test_bounds = bounds(shards.num_test);
         let gram_h = global_gramian(comm, &h, d);
@@ -391,7 +394,10 @@ impl<T: TableScalar> Recommender<T> {
             all_test,
             test_bounds,
             h_bounds,
-            ids,
+            kind,
+            row_ids,
+            col_ids,
+            conf,
             w,
             h,
             gram_h,
@@ -407,6 +413,17 @@ impl<T: TableScalar> Recommender<T> {
     }
     pub fn num_test(&self) -> u64 {
         self.shards.num_test
+    }
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+    /// The original ids of the rows (nodes or users).
+    pub fn row_ids(&self) -> &IdMap {
+        &self.row_ids
+    }
+    /// The original ids of the columns (nodes or items).
+    pub fn col_ids(&self) -> &IdMap {
+        self.col_ids.as_ref().unwrap_or(&self.row_ids)
     }
 
     /// The position of `row` among the test rows, if it is one.
@@ -447,241 +464,160 @@ impl<T: TableScalar> Recommender<T> {
         }
     }
 
-    /// Collective: every rank must call (with the same `which`). The asked rows as
+    /// What a row is called in messages.
+    fn row_word(&self) -> &'static str {
+        match self.kind {
+            Kind::Graph => "node",
+            Kind::UserItem => "user",
+        }
+    }
+
+    /// What a column is called in messages.
+    pub fn col_word(&self) -> &'static str {
+        match self.kind {
+            Kind::Graph => "node",
+            Kind::UserItem => "item",
+        }
+    }
+
+    /// Collective: every rank must call (with the same `which`). The queries in
     /// internal ids, the same on every rank, and (for [`Which::All`]) how many rows
-    /// were left out for having nothing to fold in. An id that is not a node, or a
-    /// row with nothing to fold in (no training arc and not a test row), fails on
-    /// every rank with exit 2, naming the ids (rank 0 reports: the error is the same
+    /// were left out for having nothing to fold in. An id that is not a row (column)
+    /// of the dataset, or a row with nothing to fold in (no training arc and not a
+    /// test row), fails on every rank with exit 2, naming the ids, or the file and
+    /// line of an id read from a file (rank 0 reports: the error is the same
     /// everywhere and [`Comm::agree`] keeps the lowest rank's).
-    pub fn global_resolve<C: Comm>(&self, comm: &C, which: &Which) -> Result<(Vec<u32>, u64)> {
-        let s = &self.shards.rows;
-        let empty_here = |row: u32| -> bool {
-            self.test_pos(row).is_none() && {
-                let i = (row as u64 - s.lo) as usize;
-                s.indptr[i] == s.indptr[i + 1]
-            }
-        };
+    pub fn global_resolve<C: Comm>(&self, comm: &C, which: &Which) -> Result<(Queries, u64)> {
         match which {
-            Which::Test => Ok((self.all_test.clone(), 0)),
+            Which::Test => Ok((Queries::Rows(self.all_test.clone()), 0)),
             Which::All => {
+                let s = &self.shards.rows;
                 let usable: Vec<u32> = (s.lo as u32..s.hi as u32)
-                    .filter(|&r| !empty_here(r))
+                    .filter(|&r| !self.local_is_empty(r))
                     .collect();
                 let rows = comm.all_gather_v(&usable)?.data;
                 let left_out = self.num_rows() - rows.len() as u64;
-                Ok((rows, left_out))
+                Ok((Queries::Rows(rows), left_out))
             }
-            Which::Nodes(nodes) => {
+            Which::Nodes(toks) => {
+                let ids = comm.agree(resolve_ids(&self.row_ids, toks, self.row_word()))?;
+                let rows = dedup_keep_order(&ids);
+                self.global_check_nonempty(comm, &rows)?;
+                Ok((Queries::Rows(rows), 0))
+            }
+            Which::History(items) => {
+                let toks: Vec<IdTok> = items.iter().map(|(t, _)| t.clone()).collect();
+                let ids = comm.agree(resolve_ids(self.col_ids(), &toks, self.col_word()))?;
                 let mut seen = std::collections::HashSet::new();
-                let mut rows = Vec::with_capacity(nodes.len());
-                let mut unknown = Vec::new();
-                for &n in nodes {
-                    if !seen.insert(n) {
-                        continue;
-                    }
-                    match self.ids.internal(n) {
-                        Some(r) => rows.push(r),
-                        None => unknown.push(n),
+                let (mut cols, mut conf) = (Vec::new(), Vec::new());
+                for (&c, &(_, w)) in ids.iter().zip(items) {
+                    if seen.insert(c) {
+                        cols.push(c);
+                        conf.push(self.conf.of(w));
                     }
                 }
-                let bad = if unknown.is_empty() {
-                    Ok(())
-                } else {
-                    Err(Error::Config(format!(
-                        "{} node id(s) are not nodes of the dataset: {}",
-                        unknown.len(),
-                        list_ids(&unknown)
-                    )))
-                };
-                comm.agree(bad)?;
-                // Rows with nothing to fold in: each rank checks the rows it holds.
-                let mine: Vec<u64> = rows
-                    .iter()
-                    .filter(|&&r| (r as u64) >= s.lo && (r as u64) < s.hi && empty_here(r))
-                    .map(|&r| self.ids.original(r))
-                    .collect();
-                let mut empty = comm.all_gather_v(&mine)?.data;
-                empty.sort_unstable();
-                let bad = if empty.is_empty() {
-                    Ok(())
-                } else {
-                    Err(Error::Config(format!(
-                        "{} node id(s) have nothing to recommend from (no training arc, not a test row with visible arcs): {}",
-                        empty.len(),
-                        list_ids(&empty)
-                    )))
-                };
-                comm.agree(bad)?;
-                Ok((rows, 0))
+                if !self.conf.weighted() {
+                    conf.clear();
+                }
+                Ok((Queries::History { cols, conf }, 0))
+            }
+            Which::Similar(toks) => {
+                let ids = comm.agree(resolve_ids(self.col_ids(), toks, self.col_word()))?;
+                Ok((Queries::Items(dedup_keep_order(&ids)), 0))
             }
         }
     }
 
-    /// Rows per block for `k` candidates per row: at most `block_rows`, and at most
-    /// [`MAX_BLOCK_CANDS`] candidates per rank.
-    pub fn rows_per_block(&self, k: usize) -> usize {
-        self.block_rows.min(MAX_BLOCK_CANDS / k.max(1)).max(1)
-    }
-
-    /// Collective: every rank must call with the same `rows` (from
-    /// [`Recommender::global_resolve`]) and `k`. Computes every row's top `k` block by
-    /// block and hands each block to `sink` on rank 0 (`sink` is not called
-    /// elsewhere; its errors stop every rank). A preemption flag on any rank stops
-    /// every rank between blocks with [`Error::Preempted`].
-    pub fn global_run<C: Comm>(
-        &self,
-        comm: &C,
-        rows: &[u32],
-        k: usize,
-        preempt: &Preemption,
-        sink: &mut dyn RecSink,
-    ) -> Result<RecTimes> {
-        let mut times = RecTimes::default();
-        let block = self.rows_per_block(k);
-        let total = rows.len();
-        for (bi, chunk) in rows.chunks(block).enumerate() {
-            let first = bi * block;
-            if comm.rank() == 0 && crate::ckpt::faults::preempt_at() == Some(bi as u64) {
-                preempt.raise();
-            }
-            if comm.all_reduce_max(u64::from(preempt.is_set())) != 0 {
-                return Err(Error::Preempted(format!(
-                    "signal received after {first} of {total} rows; nothing was written under the output name"
+    /// Rank-local, identical on every rank: `filter` in internal ids (unknown ids fail
+    /// as in [`Recommender::global_resolve`]; an allow list that leaves no column is
+    /// refused).
+    pub fn local_resolve_filter(&self, filter: &ColFilter) -> Result<Cols> {
+        let sorted = |toks: &[IdTok]| -> Result<Vec<u32>> {
+            let mut v = resolve_ids(self.col_ids(), toks, self.col_word())?;
+            v.sort_unstable();
+            v.dedup();
+            Ok(v)
+        };
+        let exclude = sorted(&filter.exclude)?;
+        let allow = filter.allow.as_deref().map(sorted).transpose()?;
+        if let Some(a) = &allow {
+            if a.iter().all(|c| exclude.binary_search(c).is_ok()) {
+                return Err(Error::Config(format!(
+                    "--allow: no {} is left to recommend ({} allowed, all excluded)",
+                    self.col_word(),
+                    a.len()
                 )));
             }
-            let out = self.global_block(comm, chunk, k, &mut times)?;
-            let t = Instant::now();
-            let done = match out {
-                Some(mut b) => {
-                    b.first = first;
-                    sink.block(&b, total)
-                }
-                None => Ok(()),
-            };
-            comm.agree(done)?;
-            times.sink += t.elapsed().as_secs_f64();
         }
-        Ok(times)
+        Ok(Cols { exclude, allow })
     }
 
-    /// Collective: every rank must call. One block: the top `k` of each row of
-    /// `chunk`, on rank 0 (`None` elsewhere).
-    fn global_block<C: Comm>(
-        &self,
-        comm: &C,
-        chunk: &[u32],
-        k: usize,
-        times: &mut RecTimes,
-    ) -> Result<Option<RecBlock>> {
-        let d = self.d;
-        let me = comm.rank();
-        let t = Instant::now();
-        // This rank's rows of the block, in block order.
-        let mine: Vec<usize> = (0..chunk.len())
-            .filter(|&i| self.owner(chunk[i]) == me)
+    /// Whether `row` (held by this rank) has nothing to fold in: no training arc and
+    /// not a test row.
+    fn local_is_empty(&self, row: u32) -> bool {
+        let s = &self.shards.rows;
+        self.test_pos(row).is_none() && {
+            let i = (row as u64 - s.lo) as usize;
+            s.indptr[i] == s.indptr[i + 1]
+        }
+    }
+
+    /// Collective: refuse (on every rank) the rows of `rows` with nothing to fold in;
+    /// each rank checks the rows it holds.
+    fn global_check_nonempty<C: Comm>(&self, comm: &C, rows: &[u32]) -> Result<()> {
+        let s = &self.shards.rows;
+        let mine: Vec<u32> = rows
+            .iter()
+            .copied()
+            .filter(|&r| (r as u64) >= s.lo && (r as u64) < s.hi && self.local_is_empty(r))
             .collect();
-        // Fold in the test rows among them.
-        let mut fold_ip = vec![0u64];
-        let mut fold = Vec::new();
-        let mut fold_w = Vec::new();
-        for &i in &mine {
-            if let Some(pos) = self.test_pos(chunk[i]) {
-                fold.extend_from_slice(self.local_fold_arcs(pos));
-                fold_w.extend_from_slice(self.local_fold_confidences(pos));
-                fold_ip.push(fold.len() as u64);
-            }
-        }
-        let plan =
-            FoldPlan::global_build(comm, fold_ip, &fold, &self.h_bounds)?.with_weights(fold_w);
-        let (folded, _) = plan.global_fold_in(comm, &self.h, d, &self.gram_h, self.params)?;
-        drop(fold);
-        // Vectors and masks (seen arcs, increasing) in block order.
-        let mut x = vec![0f32; mine.len() * d];
-        let mut mask_lens = Vec::with_capacity(mine.len());
-        let mut mask = Vec::new();
-        let mut next_fold = 0;
-        let w_lo = self.shards.row_bounds[me];
-        for (j, &i) in mine.iter().enumerate() {
-            let row = chunk[i];
-            let xr = &mut x[j * d..(j + 1) * d];
-            let seen_from = mask.len();
-            match self.test_pos(row) {
-                Some(pos) => {
-                    xr.copy_from_slice(&folded[next_fold * d..(next_fold + 1) * d]);
-                    next_fold += 1;
-                    mask.extend_from_slice(self.local_fold_arcs(pos));
-                    mask[seen_from..].sort_unstable();
-                }
-                None => {
-                    let wi = (row as u64 - w_lo) as usize;
-                    crate::bf16::widen(&self.w[wi * d..(wi + 1) * d], xr);
-                    // Sorted and distinct (checked when the shard was read).
-                    mask.extend_from_slice(self.local_train_arcs(row));
-                }
-            }
-            mask_lens.push((mask.len() - seen_from) as u64);
-        }
-        drop(folded);
-        times.fold_in += t.elapsed().as_secs_f64();
+        let mut empty = comm.all_gather_v(&mine)?.data;
+        empty.sort_unstable();
+        let labels: Vec<String> = empty.iter().map(|&r| self.row_ids.label(r)).collect();
+        comm.agree(if labels.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Config(format!(
+                "{} {} id(s) have nothing to recommend from (no training arc, not a test row with visible arcs): {}",
+                labels.len(),
+                self.row_word(),
+                list_ids(&labels)
+            )))
+        })
+    }
+}
 
-        let t = Instant::now();
-        let x_all = comm.all_gather_v(&x)?.data;
-        let lens = comm.all_gather_v(&mask_lens)?;
-        let mask_all = comm.all_gather_v(&mask)?.data;
-        let pos: Vec<u64> = mine.iter().map(|&i| i as u64).collect();
-        let pos_all = comm.all_gather_v(&pos)?.data;
-        drop((x, mask));
-        times.gather += t.elapsed().as_secs_f64();
+/// `ids` with repeats dropped, first occurrences in order.
+fn dedup_keep_order(ids: &[u32]) -> Vec<u32> {
+    let mut seen = std::collections::HashSet::new();
+    ids.iter().copied().filter(|&i| seen.insert(i)).collect()
+}
 
-        let t = Instant::now();
-        let mask_indptr =
-            prefix_offsets(&lens.data.iter().map(|&l| l as usize).collect::<Vec<_>>());
-        let cands = {
-            let _p = comm.stats().phase("eval");
-            local_score_topk(
-                ScoreRows {
-                    x: &x_all,
-                    mask_indptr: &mask_indptr,
-                    mask_cols: &mask_all,
-                },
-                &self.h,
-                self.h_bounds[me],
-                d,
-                k,
-            )
-        };
-        drop((x_all, mask_all));
-        times.score += t.elapsed().as_secs_f64();
+/// Rank-local: whether `data` is a graph or a user x item dataset (the root attribute
+/// `matrix`).
+pub fn local_read_kind(data: &Path) -> Result<Kind> {
+    let f = open_h5(data)?;
+    if f.attr("matrix").is_err() {
+        return Ok(Kind::Graph);
+    }
+    match crate::io::h5::read_str_attr(&f, data, "matrix")?.as_str() {
+        "user-item" => Ok(Kind::UserItem),
+        other => Err(Error::layout(
+            data,
+            "/ attribute matrix",
+            format!("{other:?}: expected \"user-item\" (or no attribute, for a graph)"),
+        )),
+    }
+}
 
-        // Every rank's candidates of every row to rank 0, merged there.
-        let t = Instant::now();
-        let mut counts = vec![0usize; comm.size()];
-        counts[0] = cands.len();
-        let merged = {
-            let _p = comm.stats().phase("merge");
-            global_merge_topk(comm, &cands, &counts, k)?
-        };
-        times.merge += t.elapsed().as_secs_f64();
-        if me != 0 {
-            return Ok(None);
-        }
-        let n = chunk.len();
-        let mut b = RecBlock {
-            nodes: chunk.iter().map(|&r| self.ids.original(r)).collect(),
-            topk: vec![u64::MAX; n * k],
-            scores: vec![f32::NAN; n * k],
-            first: 0,
-        };
-        for (g, ranking) in merged.chunks_exact(k).enumerate() {
-            let at = pos_all[g] as usize * k;
-            for (j, c) in ranking.iter().enumerate() {
-                if c.col != Cand::NONE.col {
-                    b.topk[at + j] = self.ids.original(c.col);
-                    b.scores[at + j] = c.score;
-                }
-            }
-        }
-        Ok(Some(b))
+/// Rank-local: the original ids of the rows and of the columns.
+fn local_read_ids(data: &Path, kind: Kind, rows: u64, cols: u64) -> Result<(IdMap, Option<IdMap>)> {
+    match kind {
+        Kind::Graph => Ok((IdMap::Ints(NodeIds::local_read(data, rows)?), None)),
+        Kind::UserItem => Ok((
+            IdMap::local_read(data, "user_ids", rows)?,
+            Some(IdMap::local_read(data, "item_ids", cols)?),
+        )),
     }
 }
 
@@ -694,27 +630,5 @@ mod tests {
         assert_eq!(list_ids(&[3, 1]), "3, 1");
         let many: Vec<u32> = (0..13).collect();
         assert_eq!(list_ids(&many), "0, 1, 2, 3, 4, 5, 6, 7, 8, 9 (and 3 more)");
-    }
-
-    #[test]
-    fn node_ids_map_both_ways_sorted_or_not() {
-        for ids in [vec![7u64, 1007, 2007, 9000], vec![2007, 7, 9000, 1007]] {
-            let m = NodeIds::from_ids(ids.clone()).unwrap();
-            for (i, &o) in ids.iter().enumerate() {
-                assert_eq!(m.original(i as u32), o);
-                assert_eq!(m.internal(o), Some(i as u32));
-            }
-            assert_eq!(m.internal(8), None);
-            assert_eq!(m.internal(u64::MAX), None);
-        }
-        assert_eq!(NodeIds::from_ids(vec![5, 3, 5]).err(), Some(5));
-        let identity = NodeIds {
-            ids: None,
-            by_original: None,
-            n: 4,
-        };
-        assert_eq!(identity.internal(3), Some(3));
-        assert_eq!(identity.internal(4), None);
-        assert_eq!(identity.original(2), 2);
     }
 }
