@@ -31,7 +31,11 @@
 //!   own length, itself replaced by the source). Runs of clones
 //!   are the runs of identical link lists of a crawl (pages of one template).
 //! * **Out-degrees**: a fraction `zero_out` of the pages has no links (the first
-//!   pages of a seeded order, so the count is exact); the others take a survival
+//!   pages of a seeded order that puts the hidden pages first and the template
+//!   pages last, so the count is exact and the pages without links are, as in a
+//!   crawl, the barely linked ones: documents and pages not fetched, never a host's
+//!   home page or navigation; so `--min-links 1` removes pages of about one in-link
+//!   and few arcs, as on the real crawl); the others take a survival
 //!   level, with probability `degree_corr` the one of their directory (pages of
 //!   one template have one degree), else their own. The levels are replaced by
 //!   their ranks (the `i`-th largest of `m` becomes `s = 1 - (i + 1/2) / m`), so the
@@ -343,14 +347,65 @@ const ZERO_LEVEL: f32 = -1.0;
 const CLONE_LEVEL: f32 = -2.0;
 
 /// Every page's degree in units of the mean (0 for the pages without links). The
-/// zero pages are the first `nodes - positive` of a seeded order, so the count is
-/// exact. A page takes a survival level, with probability `degree_corr` its
+/// zero pages are the first `nodes - positive` of [`zero_pages`]' order, so the
+/// count is exact. A page takes a survival level, with probability `degree_corr` its
 /// directory's (pages of one template have one degree), else its own; the levels
 /// are then replaced by their ranks (the `i`-th largest of `m` becomes
 /// `1 - (i + 1/2) / m`), so the degrees follow the quantile function exactly
 /// however the levels are correlated. A clone takes its source's degree.
-fn raw_degrees(p: &CopyingParams, dirs: &[u64], nodes: u64, positive: u64, seed: u64) -> Vec<f32> {
+/// Whether bit `v` of bitmap `bits` is set (an empty bitmap has none).
+#[inline]
+fn bit(bits: &[u64], v: u64) -> bool {
+    bits.get((v / 64) as usize)
+        .is_some_and(|w| w >> (v % 64) & 1 == 1)
+}
+
+/// The pages without links: the first `nodes - positive` of a seeded order that
+/// puts the hidden pages first and the template pages last, as a bitmap. In a crawl
+/// the pages without links are mostly the ones barely linked (documents, pages not
+/// fetched), never a host's home page or navigation: so the variant filter
+/// (`--min-links`) removes pages with about one in-link, as it does on the real crawl.
+fn zero_pages(nodes: u64, positive: u64, seed: u64, hidden: &[u64], template: &[u64]) -> Vec<u64> {
     let zb = bijection(nodes, seed, 10);
+    let key = |u: u64| -> u64 {
+        let tier = if bit(template, u) {
+            2
+        } else if bit(hidden, u) {
+            0
+        } else {
+            1
+        };
+        tier * nodes + apply(zb, u, nodes)
+    };
+    let zeros = (nodes - positive) as usize;
+    let mut bits = vec![0u64; nodes.div_ceil(64) as usize];
+    if zeros == 0 {
+        return bits;
+    }
+    let mut keys: Vec<u64> = (0..nodes).into_par_iter().map(key).collect();
+    let (_, &mut cut, _) = keys.select_nth_unstable(zeros - 1);
+    drop(keys);
+    bits.par_iter_mut().enumerate().for_each(|(i, w)| {
+        for b in 0..64u64 {
+            let u = i as u64 * 64 + b;
+            if u < nodes && key(u) <= cut {
+                *w |= 1 << b;
+            }
+        }
+    });
+    bits
+}
+
+fn raw_degrees(
+    p: &CopyingParams,
+    dirs: &[u64],
+    nodes: u64,
+    positive: u64,
+    seed: u64,
+    hidden: &[u64],
+    template: &[u64],
+) -> Vec<f32> {
+    let zero = &zero_pages(nodes, positive, seed, hidden, template);
     let levels: Vec<f32> = (0..dirs.len() - 1)
         .into_par_iter()
         .with_min_len(256)
@@ -359,7 +414,7 @@ fn raw_degrees(p: &CopyingParams, dirs: &[u64], nodes: u64, positive: u64, seed:
             let shared = 1.0 - SplitMix64::for_id(seed, stream::COPY_DIRS, ds).next_f64();
             let mut first = true;
             (ds..de).map(move |u| {
-                if apply(zb, u, nodes) < nodes - positive {
+                if bit(zero, u) {
                     return ZERO_LEVEL;
                 }
                 if !first && clone_flag(seed, p.clone, u) {
@@ -458,6 +513,24 @@ fn hidden_bits(seed: u64, hidden: f64, nodes: u64) -> Vec<u64> {
         .collect()
 }
 
+/// The template pages (each host's `template_pages` most popular) as a bitmap.
+fn template_bits(
+    starts: &[u64],
+    host_bij: &[(u64, u64)],
+    template_pages: u64,
+    nodes: u64,
+) -> Vec<u64> {
+    let mut bits = vec![0u64; nodes.div_ceil(64) as usize];
+    for (hi, h) in starts.windows(2).enumerate() {
+        let size = h[1] - h[0];
+        for r in 0..template_pages.min(size) {
+            let v = h[0] + apply(host_bij[hi], r, size);
+            bits[(v / 64) as usize] |= 1 << (v % 64);
+        }
+    }
+    bits
+}
+
 /// A bijection `r -> (r a + c) mod n` of `0..n` from `(seed, salt)`.
 fn bijection(n: u64, seed: u64, salt: u64) -> (u64, u64) {
     if n <= 1 {
@@ -526,7 +599,16 @@ impl CopyModel {
         let cap = ((params.out_cap * mean).ceil() as u64).clamp(1, max_deg);
         let starts = host_starts(params, nodes, seed);
         let dirs = dir_starts(params, &starts, seed);
-        let raw = raw_degrees(params, &dirs, nodes, positive, seed);
+        let host_bij: Vec<(u64, u64)> = starts
+            .par_windows(2)
+            .enumerate()
+            .map(|(i, h)| bijection(h[1] - h[0], seed, (1 << 40) + 2 * i as u64))
+            .collect();
+        let template_pages = (params.template_pages * mean).ceil().max(1.0) as u64;
+        let hidden = hidden_bits(seed, params.hidden, nodes);
+        let template = template_bits(&starts, &host_bij, template_pages, nodes);
+        let raw = raw_degrees(params, &dirs, nodes, positive, seed, &hidden, &template);
+        drop(template);
         let degrees = scaled_degrees(&raw, mean, cap, arcs);
         drop(raw);
         let index: Vec<u64> = dirs
@@ -538,11 +620,6 @@ impl CopyModel {
             })
             .collect();
         let hosts = starts.len() as u64 - 1;
-        let host_bij = starts
-            .par_windows(2)
-            .enumerate()
-            .map(|(i, h)| bijection(h[1] - h[0], seed, (1 << 40) + 2 * i as u64))
-            .collect();
         let mut model = Self {
             params: params.clone(),
             nodes,
@@ -552,11 +629,11 @@ impl CopyModel {
             dirs,
             index,
             degrees,
-            template_pages: (params.template_pages * mean).ceil().max(1.0) as u64,
+            template_pages,
             host_perm: bijection(hosts, seed, 20),
             host_bij,
             global: Zipf::new(hosts, params.global_zipf),
-            hidden_bits: hidden_bits(seed, params.hidden, nodes),
+            hidden_bits: hidden,
             child_off: Vec::new(),
             children: Vec::new(),
             parents: Vec::new(),
