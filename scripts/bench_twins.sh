@@ -166,7 +166,9 @@ def stats(path):
     for b, v in zip((4, 8, 12, 16), s["gap_below"]):
         rows.append((f"arcs with gap < 2^{b}", v))
     rows += [("reciprocity", s["reciprocity"]), ("adjacent Jaccard", s["adjacent_jaccard"]),
-             ("top-1 % in-link share", s["top1_in_share"]), ("far-target share", s["far_target_share"])]
+             ("top-1 % in-link share", s["top1_in_share"]), ("far-target share", s["far_target_share"]),
+             ("far-source share", s.get("far_source_share", 0.0)),
+             ("sink in-link share", s.get("sink_in_share", 0.0))]
     return rows
 
 def fmt(v):

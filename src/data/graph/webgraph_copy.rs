@@ -31,9 +31,10 @@
 //!   own length, itself replaced by the source). Runs of clones
 //!   are the runs of identical link lists of a crawl (pages of one template).
 //! * **Out-degrees**: a fraction `zero_out` of the pages has no links (the first
-//!   pages of a seeded order that puts the hidden pages first and the template
-//!   pages last, so the count is exact and the pages without links are, as in a
-//!   crawl, the barely linked ones: documents and pages not fetched, never a host's
+//!   pages of a seeded order that puts first the hidden pages (each with
+//!   probability `zero_hidden`) and the template pages last, so the count is exact
+//!   and the pages without links are, as in a crawl, mostly barely linked ones
+//!   (`zero_hidden` sets how barely: the share of arcs into them): documents and pages not fetched, never a host's
 //!   home page or navigation; so `--min-links 1` removes pages of about one in-link
 //!   and few arcs, as on the real crawl); the others take a survival
 //!   level, with probability `degree_corr` the one of their directory (pages of
@@ -74,13 +75,18 @@
 //!     a neighbour pair with probability `exp(-(g - 1) / local_gap)` (a hash of the
 //!     pair, so both rows agree: these links are reciprocated wherever both rows
 //!     have room), nearest first, up to a gap of 256;
-//!   - `(1 - template - copy - mutual - local) x r` **global links** out of the host
-//!     by preferential attachment: a host drawn from a Zipf law (exponent
+//!   - **global links** out of the host by preferential attachment, on the outward
+//!     pages only (each page is one with probability `global_pages`, a hash of its
+//!     id: a crawl's long links come from a few hub pages, which is what keeps the
+//!     rows a row-block partition fetches few): `G x r` of them, `G` the global
+//!     share `1 - template - copy - mutual - local` over `global_pages` (at most 1;
+//!     the other shares of the page scale by `(1 - G)` over their sum, and a page
+//!     that is not outward has `G = 0`): a host drawn from a Zipf law (exponent
 //!     `global_zipf`) over hosts in a seeded pseudo-random order, then a page of it,
 //!     Zipf over its popularity order (never more: what the parts above could not
 //!     place is not made global);
-//!   - the rest (`local x r` and whatever the parts above could not place: repeats
-//!     in small hosts or directories) **local links** at a gap of
+//!   - the rest (the local share, the rounding and whatever the parts above could
+//!     not place: repeats in small hosts or directories) **local links** at a gap of
 //!     `1 + Geometric(mean local_gap)` either way; what is still missing goes to the
 //!     nearest visible pages not linked yet, then to the nearest pages of any kind
 //!     (a bounded scan, so small hosts and directories fall back gracefully).
@@ -95,8 +101,9 @@
 //! its directory's list generator and those arrays, so any split of the node range
 //! and any thread count give the same graph.
 //!
-//! Parameter files of version 2 (the model before parents, clones, popularity
-//! orders and `host_max`) are refused: refit with `--like`.
+//! Parameter files of an earlier version (2: before parents, clones, popularity
+//! orders and `host_max`; 3: before `global_pages`, when every page placed global
+//! links) are refused: refit with `--like`.
 
 use super::webgraph_gen::{gcd, row_chunks, IdSet, Zipf};
 use crate::rng::{hash3, stream, SplitMix64};
@@ -104,7 +111,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 /// Format version of the parameter file.
-pub const PARAMS_VERSION: u32 = 3;
+pub const PARAMS_VERSION: u32 = 4;
 
 /// The copying model's shape, independent of the graph's size; see the module doc.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -150,6 +157,14 @@ pub struct CopyingParams {
     /// it takes the degree, parent and link list of the previous page with links of
     /// its directory that is not a clone.
     pub clone: f64,
+    /// Share of the pages that place global links (outward pages): the global share
+    /// of such a page is the global share over `global_pages` (at most 1), the
+    /// others place none, so a crawl's few hub pages hold its long links.
+    pub global_pages: f64,
+    /// Probability that a hidden page comes first in the order the pages without
+    /// links are taken from (the others, hidden or not, come after them, template
+    /// pages last): it sets the share of arcs into pages without links.
+    pub zero_hidden: f64,
 }
 
 impl CopyingParams {
@@ -189,6 +204,11 @@ impl CopyingParams {
         unit("mutual", self.mutual)?;
         unit("parent_back", self.parent_back)?;
         unit("clone", self.clone)?;
+        unit("global_pages", self.global_pages)?;
+        unit("zero_hidden", self.zero_hidden)?;
+        if self.global_pages == 0.0 {
+            return Err("global_pages must be above 0".into());
+        }
         let shares = self.template + self.copy + self.mutual + self.local;
         if shares > 1.0 + 1e-9 {
             return Err(format!(
@@ -361,16 +381,24 @@ fn bit(bits: &[u64], v: u64) -> bool {
 }
 
 /// The pages without links: the first `nodes - positive` of a seeded order that
-/// puts the hidden pages first and the template pages last, as a bitmap. In a crawl
+/// puts first the hidden pages drawn (probability `zero_hidden`, a hash of the id)
+/// and the template pages last, as a bitmap. In a crawl
 /// the pages without links are mostly the ones barely linked (documents, pages not
 /// fetched), never a host's home page or navigation: so the variant filter
 /// (`--min-links`) removes pages with about one in-link, as it does on the real crawl.
-fn zero_pages(nodes: u64, positive: u64, seed: u64, hidden: &[u64], template: &[u64]) -> Vec<u64> {
+fn zero_pages(
+    (nodes, positive): (u64, u64),
+    seed: u64,
+    zero_hidden: f64,
+    hidden: &[u64],
+    template: &[u64],
+) -> Vec<u64> {
     let zb = bijection(nodes, seed, 10);
+    let below = (zero_hidden * 2f64.powi(64)).min(u64::MAX as f64) as u64;
     let key = |u: u64| -> u64 {
         let tier = if bit(template, u) {
             2
-        } else if bit(hidden, u) {
+        } else if bit(hidden, u) && hash3(seed, stream::COPY_DIRS, u ^ (1 << 58)) < below {
             0
         } else {
             1
@@ -405,7 +433,7 @@ fn raw_degrees(
     hidden: &[u64],
     template: &[u64],
 ) -> Vec<f32> {
-    let zero = &zero_pages(nodes, positive, seed, hidden, template);
+    let zero = &zero_pages((nodes, positive), seed, p.zero_hidden, hidden, template);
     let levels: Vec<f32> = (0..dirs.len() - 1)
         .into_par_iter()
         .with_min_len(256)
@@ -921,11 +949,11 @@ impl CopyModel {
         }
         let w = row.w;
         let r = (k - w) as f64;
-        let k_t = (sround(p.template * r, &mut rng) as usize).min(k - w);
-        let k_c = (sround(p.copy * r, &mut rng) as usize).min(k - w - k_t);
-        let k_m = (sround(p.mutual * r, &mut rng) as usize).min(k - w - k_t - k_c);
-        let k_l = (sround(p.local * r, &mut rng) as usize).min(k - w - k_t - k_c - k_m);
-        let k_g = k - w - k_t - k_c - k_m - k_l;
+        let (g, scale) = self.global_share(u);
+        let k_t = (sround(p.template * scale * r, &mut rng) as usize).min(k - w);
+        let k_c = (sround(p.copy * scale * r, &mut rng) as usize).min(k - w - k_t);
+        let k_m = (sround(p.mutual * scale * r, &mut rng) as usize).min(k - w - k_t - k_c);
+        let k_g = (sround(g * r, &mut rng) as usize).min(k - w - k_t - k_c - k_m);
         self.fill_template(hi, k_t, &mut row);
         self.fill_copied(dir, hi, k_c, &mut row);
         self.fill_mutual(u, k_m, &mut row);
@@ -938,6 +966,26 @@ impl CopyModel {
             }
         }
         row.out.sort_unstable();
+    }
+
+    /// Page `u`'s global share and the factor of its template, copy, mutual and local
+    /// shares: an outward page (probability `global_pages`, a hash of its id) has
+    /// the global share over `global_pages` (at most 1), any other none; the other
+    /// shares scale so that the five still sum to 1.
+    fn global_share(&self, u: u64) -> (f64, f64) {
+        let p = &self.params;
+        let all = (1.0 - p.template - p.copy - p.mutual - p.local).max(0.0);
+        if all <= 0.0 {
+            return (0.0, 1.0);
+        }
+        let x = hash3(self.seed, stream::COPY_DIRS, u ^ (1 << 59));
+        let outward = (x >> 11) as f64 * (1.0 / (1u64 << 53) as f64) < p.global_pages;
+        let g = if outward {
+            (all / p.global_pages).min(1.0)
+        } else {
+            0.0
+        };
+        (g, (1.0 - g) / (1.0 - all).max(1e-12))
     }
 
     /// The directory's index lists its pages (as many as its degree allows); every
@@ -1251,14 +1299,14 @@ mod tests {
         assert!(bad.validate().unwrap_err().contains("at most 1"));
         let text = p
             .render(false)
-            .replace("version = 3", "version = 3\nbogus = 3");
+            .replace("version = 4", "version = 4\nbogus = 3");
         assert!(CopyingParams::parse(&text).is_err());
         assert!(CopyModel::new(&p, 10, 2, 1).is_err());
         // A file of the previous version is refused, naming the versions.
-        let old = p.render(false).replace("version = 3", "version = 2");
+        let old = p.render(false).replace("version = 4", "version = 3");
         assert!(CopyingParams::parse(&old)
             .unwrap_err()
-            .contains("version 2"));
+            .contains("version 3"));
     }
 
     #[test]

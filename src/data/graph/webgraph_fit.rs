@@ -12,8 +12,8 @@
 //!   (log ratios of the template, local, mutual and global shares to the copy share;
 //!   logits of `degree_corr`, `up_link`, `hidden`, `copy_sibling`; logarithms of
 //!   `dir_mean`, `host_mean`, `host_sigma`, `host_zipf`, `template_pages`,
-//!   `local_gap`, `global_zipf`, `parent_zipf`, `host_max`; logits of `parent_back`
-//!   and `clone`; `host_max` starts at the smallest power of two past the gaps of
+//!   `local_gap`, `global_zipf`, `parent_zipf`, `host_max`; logits of `parent_back`,
+//!   `clone`, `global_pages` and `zero_hidden`; `host_max` starts at the smallest power of two past the gaps of
 //!   99 % of the arcs). The model is generated at the graph's size with a fixed seed and
 //!   these [`MATCHED`] statistics measured (the in-degree quantiles interpolated
 //!   within their atom, [`smooth_quantile`], so that they move continuously):
@@ -37,6 +37,8 @@
 //!   | arcs with gap >= 2^10, >= 2^13, >= 2^14 | `host_mean`, `host_max`, `parent_back` |
 //!   | fraction of nodes without in-links (plus 0.01) | `hidden` |
 //!   | in-degree median | `clone`, `hidden` |
+//!   | sink in-link share | `zero_hidden` |
+//!   | far-source share | `global_pages` |
 //!
 //!   The fit minimizes the (weighted) sum of squared log ratios of measured to
 //!   target statistics: a forward-difference Jacobian of the log statistics (one
@@ -44,7 +46,8 @@
 //!   from the best point so far (each coordinate moving at most [`MAX_MOVE`]; the
 //!   damping shrinks after a step that lowers the loss and grows after one that
 //!   does not), the Jacobian corrected by Broyden's rank-one update after every
-//!   simulation. It returns the parameters of the smallest loss seen in [`ROUNDS`]
+//!   simulation, and differenced afresh at the best point when the damping has
+//!   grown past [`RESTART_LAMBDA`] (the updates no longer point downhill). It returns the parameters of the smallest loss seen in [`ROUNDS`]
 //!   simulations.
 //!
 //! Everything here is pure computation over in-memory graphs (the caller reads G).
@@ -54,7 +57,7 @@ use super::stats::{profile_of_rows, GraphProfile, GraphStats, Histogram};
 use super::webgraph_copy::{CopyModel, CopyingParams, PARAMS_VERSION};
 
 /// Rounds of the simulation fit.
-pub const ROUNDS: usize = 96;
+pub const ROUNDS: usize = 160;
 /// Survival levels of the out-degree knots: every 5 % in the body, then finer.
 pub const KNOT_SURVIVALS: [f64; 40] = [
     1.0, 0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6, 0.55, 0.5, 0.45, 0.4, 0.35, 0.3, 0.25, 0.2,
@@ -64,7 +67,7 @@ pub const KNOT_SURVIVALS: [f64; 40] = [
 /// The seed of the fit's simulations (the fit does not depend on the twin's seed).
 pub const FIT_SEED: u64 = 0x05ee_df17;
 /// Number of matched statistics.
-pub const MATCHED: usize = 20;
+pub const MATCHED: usize = 22;
 
 /// The degree at quantile `q` of `hist`, interpolated within the atom that holds it
 /// (`d - 1/2` at the atom's first position to `d + 1/2` at its last): a continuous
@@ -112,6 +115,8 @@ pub fn matched(prof: &GraphProfile) -> [f64; MATCHED] {
         s.in_degree.zero_fraction + 0.01,
         smooth_quantile(&prof.in_hist, 0.5).max(0.5),
         1.0 - gap_below(prof, 13),
+        s.far_source_share.max(1e-3),
+        s.sink_in_share.max(1e-3),
     ]
 }
 
@@ -144,6 +149,8 @@ pub const MATCHED_NAMES: [&str; MATCHED] = [
     "in_zero+0.01",
     "in_q50",
     "gap>=2^13",
+    "far_source_share",
+    "sink_in_share",
 ];
 
 /// The knots and cap of the positive out-degrees of `hist`.
@@ -221,6 +228,8 @@ fn tidy(mut p: CopyingParams) -> CopyingParams {
         &mut p.parent_back,
         &mut p.parent_zipf,
         &mut p.clone,
+        &mut p.global_pages,
+        &mut p.zero_hidden,
     ] {
         *x = sig6(*x);
     }
@@ -257,6 +266,8 @@ fn initial(target: &GraphStats) -> CopyingParams {
         parent_back: 0.35,
         parent_zipf: 1.0,
         clone: 0.5,
+        global_pages: 0.2,
+        zero_hidden: 0.5,
     }
     .with_global(far.clamp(1e-4, 0.5))
 }
@@ -361,12 +372,12 @@ pub fn fit(
 }
 
 /// Number of simulated parameters (the coordinates of [`encode`]).
-pub const SIMULATED: usize = 19;
+pub const SIMULATED: usize = 21;
 /// Weights of the matched statistics' log ratios in the loss: the far-link fraction
 /// is tiny and noisy, the rest count alike.
 const WEIGHTS: [f64; MATCHED] = [
     1.0, 1.0, 1.0, 0.3, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0,
-    1.0,
+    1.0, 1.0, 1.0,
 ];
 
 fn logit(p: f64) -> f64 {
@@ -404,6 +415,8 @@ fn encode(p: &CopyingParams) -> [f64; SIMULATED] {
         p.parent_zipf.max(0.01).ln(),
         logit(p.clone),
         p.host_max.ln(),
+        logit(p.global_pages),
+        logit(p.zero_hidden),
     ]
 }
 
@@ -440,6 +453,10 @@ fn decode(x: &[f64; SIMULATED], base: &CopyingParams) -> CopyingParams {
     q.parent_zipf = x[16].exp().clamp(0.01, 4.0);
     q.clone = logistic(x[17]);
     q.host_max = x[18].exp().clamp(1.0, 4e9);
+    // An outward page places at most all its links globally.
+    let g = (1.0 - q.copy - q.local - q.template - q.mutual).max(0.0);
+    q.global_pages = logistic(x[19]).max(g).max(1e-4);
+    q.zero_hidden = logistic(x[20]);
     q
 }
 
@@ -516,6 +533,9 @@ struct Search {
 pub const PROBE: f64 = 0.25;
 /// Largest move of one coordinate in a step.
 pub const MAX_MOVE: f64 = 1.0;
+/// The damping past which the search differences its Jacobian afresh (after five
+/// steps in a row that did not lower the loss).
+pub const RESTART_LAMBDA: f64 = 100.0;
 
 impl Search {
     fn new(x: [f64; SIMULATED]) -> Self {
@@ -571,7 +591,14 @@ impl Search {
                 self.best_got = *got;
                 self.lambda = (self.lambda / 3.0).max(1e-4);
             } else {
-                self.lambda = (self.lambda * 4.0).min(1e4);
+                self.lambda *= 4.0;
+                if self.lambda > RESTART_LAMBDA {
+                    // Stuck: the updated Jacobian no longer points downhill.
+                    // Difference it afresh at the best point.
+                    self.probe = 0;
+                    self.lambda = 0.1;
+                    return self.probe_point();
+                }
             }
         }
         let r = residual(goal, &self.best_got);
