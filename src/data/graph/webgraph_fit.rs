@@ -47,7 +47,8 @@
 //!   damping shrinks after a step that lowers the loss and grows after one that
 //!   does not), the Jacobian corrected by Broyden's rank-one update after every
 //!   simulation, and differenced afresh at the best point when the damping has
-//!   grown past [`RESTART_LAMBDA`] (the updates no longer point downhill). It returns the parameters of the smallest loss seen in [`ROUNDS`]
+//!   grown past [`RESTART_LAMBDA`] (the updates no longer point downhill; the k-th
+//!   time with a step of `PROBE / (1 + k)`, backwards for odd k). It returns the parameters of the smallest loss seen in [`ROUNDS`]
 //!   simulations.
 //!
 //! Everything here is pure computation over in-memory graphs (the caller reads G).
@@ -527,6 +528,10 @@ struct Search {
     /// The coordinate being differenced (`SIMULATED` when done).
     probe: usize,
     lambda: f64,
+    /// Times the Jacobian was differenced afresh (each time with a smaller step of
+    /// the other sign, so that a restart at the same point does not retrace the
+    /// last one).
+    restarts: u32,
 }
 
 /// Forward-difference step of the Jacobian.
@@ -547,6 +552,7 @@ impl Search {
             jac: [[0.0; SIMULATED]; MATCHED],
             probe: 0,
             lambda: 0.1,
+            restarts: 0,
         }
     }
 
@@ -597,6 +603,7 @@ impl Search {
                     // Difference it afresh at the best point.
                     self.probe = 0;
                     self.lambda = 0.1;
+                    self.restarts += 1;
                     return self.probe_point();
                 }
             }
@@ -613,8 +620,15 @@ impl Search {
 
     fn probe_point(&mut self) -> [f64; SIMULATED] {
         let mut x = self.best_x;
-        // Probabilities near 1 are probed downwards.
-        x[self.probe] += if x[self.probe] > 4.0 { -PROBE } else { PROBE };
+        // Probabilities near 1 are probed downwards; a restart probes the other way
+        // with a smaller step.
+        let step =
+            PROBE / (1.0 + self.restarts as f64) * if self.restarts % 2 == 1 { -1.0 } else { 1.0 };
+        x[self.probe] += if x[self.probe] > 4.0 {
+            -step.abs()
+        } else {
+            step
+        };
         self.x = x;
         x
     }
