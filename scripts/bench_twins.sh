@@ -13,6 +13,9 @@
 #   EPOCHS=16 REGS="0.001 0.01 0.1" ALPHAS="0.001 0.01 0.1" (--unobserved-weight)
 #   OUT=out/bench-twins  BUILD=0 skips the build  TIMEOUT=1800 seconds per run
 #   REPORT=bench/twins.md
+#   CARGO_TARGET_DIR is where the binary is looked for (default target)
+#   BEST="1:0.001:0.001 10:0.01:0.001" skips the grid: the real graph's best setting
+#   per K as K:reg:alpha (from an earlier full run; the report says so)
 #   REUSE=1 keeps the real graph's datasets and iALS runs from an earlier invocation
 #   (they do not depend on the model); ONLY_REAL=1 runs just those and stops
 set -euo pipefail
@@ -46,7 +49,7 @@ export OPENBLAS_NUM_THREADS=1
 if [[ "${BUILD:-1}" != 0 ]]; then
     cargo build --release
 fi
-BIN=target/release/torusrec
+BIN="${CARGO_TARGET_DIR:-target}/release/torusrec"
 MPI=(timeout --kill-after=30 "$TIMEOUT" mpirun --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS -np "$NP")
 mkdir -p "$OUT"
 REV="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo '+dirty')"
@@ -106,15 +109,26 @@ als() { # dataset reg alpha tag
         --unobserved-weight "$3" --eval-every 0 --eval-rows all --threads "$THREADS" \
         --metrics "$m" >"$OUT/als-$4.log" 2>&1
 }
+given_best() { # K -> "reg alpha" from BEST, or nothing
+    local e
+    for e in ${BEST:-}; do
+        [[ ${e%%:*} == "$1" ]] && { e=${e#*:}; echo "${e%%:*} ${e#*:}"; }
+    done
+    return 0
+}
 for k in $KS; do
-    for reg in $REGS; do
-        for alpha in $ALPHAS; do
+    given=$(given_best "$k")
+    regs_k=$REGS alphas_k=$ALPHAS
+    [[ -z $given ]] || read -r regs_k alphas_k <<<"$given"
+    for reg in $regs_k; do
+        for alpha in $alphas_k; do
             log "als real K=$k reg=$reg alpha=$alpha"
             als "$OUT/real-k$k.h5" "$reg" "$alpha" "real-k$k-$reg-$alpha"
         done
     done
     [[ "${ONLY_REAL:-0}" != 1 ]] || continue
-    best=$("$PYTHON" - "$OUT" "$k" "$REGS" "$ALPHAS" <<'EOF'
+    best=$given
+    [[ -n $best ]] || best=$("$PYTHON" - "$OUT" "$k" "$REGS" "$ALPHAS" <<'EOF'
 import json, sys
 out, k, regs, alphas = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4].split()
 def final(path):
@@ -135,9 +149,9 @@ EOF
 done
 [[ "${ONLY_REAL:-0}" != 1 ]] || exit 0
 
-"$PYTHON" - "$OUT" "$NAME" "$KS" "$REGS" "$ALPHAS" "$REV" "$STARTED" "$(cpu_line)" "$NP" "$DIM" "$EPOCHS" >"$REPORT" <<'EOF'
+"$PYTHON" - "$OUT" "$NAME" "$KS" "$REGS" "$ALPHAS" "$REV" "$STARTED" "$(cpu_line)" "$NP" "$DIM" "$EPOCHS" "${BEST:-}" >"$REPORT" <<'EOF'
 import json, sys
-out, name, ks, regs, alphas, rev, started, cpu, np_, dim, epochs = sys.argv[1:12]
+out, name, ks, regs, alphas, rev, started, cpu, np_, dim, epochs, given = sys.argv[1:13]
 ks, regs, alphas = ks.split(), regs.split(), alphas.split()
 t0, t1 = map(float, open(f"{out}/fit-seconds").read().split())
 
@@ -152,7 +166,9 @@ def stats(path):
     for b, v in zip((4, 8, 12, 16), s["gap_below"]):
         rows.append((f"arcs with gap < 2^{b}", v))
     rows += [("reciprocity", s["reciprocity"]), ("adjacent Jaccard", s["adjacent_jaccard"]),
-             ("top-1 % in-link share", s["top1_in_share"]), ("far-target share", s["far_target_share"])]
+             ("top-1 % in-link share", s["top1_in_share"]), ("far-target share", s["far_target_share"]),
+             ("far-source share", s.get("far_source_share", 0.0)),
+             ("sink in-link share", s.get("sink_in_share", 0.0))]
     return rows
 
 def fmt(v):
@@ -190,8 +206,12 @@ for k in ["raw"] + ks:
     print(f"\n{len(a) - miss} of {len(a)} within 10 %.\n")
 
 print("## iALS\n")
-print(f"Grid on the real graph (Recall@20 over every test row), reg \\ unobserved weight:\n")
-for k in ks:
+if not given:
+    print(f"Grid on the real graph (Recall@20 over every test row), reg \\ unobserved weight:\n")
+if given:
+    print(f"Grid not run in this report: `BEST=\"{given}\"` gave the real graph's best setting "
+          "per K (K:reg:alpha, from an earlier full run of the grid).\n")
+for k in ks if not given else []:
     print(f"K = {k}:\n")
     print("| reg \\ alpha0 | " + " | ".join(alphas) + " |")
     print("|---|" + "---|" * len(alphas))

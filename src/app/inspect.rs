@@ -209,6 +209,14 @@ pub fn stats_table(
         "far-target share: {} (distinct targets of the arcs with gap >= 2^16, over those arcs)",
         frac(s.far_target_share)
     ));
+    lines.push(format!(
+        "sink in-link share: {} (arcs into nodes without out-links, over all arcs)",
+        frac(s.sink_in_share)
+    ));
+    lines.push(format!(
+        "far-source share: {} (distinct sources of the arcs with gap >= 2^16, over those arcs)",
+        frac(s.far_source_share)
+    ));
     let [a, b, c] = run.seconds;
     lines.push(format!(
         "seconds {seconds:.2} on {ranks} rank(s) (rank 0: rows {a:.2}, reciprocity {b:.2}, merge {c:.2})"

@@ -39,7 +39,7 @@ pub enum Source {
     /// came from (a preset, a fitted graph, a parameter file).
     Copying {
         name: String,
-        params: CopyingParams,
+        params: Box<CopyingParams>,
         nodes: u64,
         arcs: u64,
     },
@@ -154,7 +154,7 @@ pub enum GenerateShape {
     /// Given parameters (a file, or cnr-2000's) and sizes.
     Given {
         name: String,
-        params: CopyingParams,
+        params: Box<CopyingParams>,
         nodes: u64,
         arcs: u64,
     },
@@ -251,7 +251,7 @@ impl GenerateConfig {
                         .map_err(|e| Error::Config(format!("generate webgraph {what}: {e}")))?;
                     GenerateShape::Given {
                         name: format!("synthetic:webgraph:copying:{what}:params={source}"),
-                        params,
+                        params: Box::new(params),
                         nodes,
                         arcs,
                     }
@@ -326,7 +326,7 @@ pub fn global_generate<C: Comm>(comm: &C, cfg: &GenerateConfig) -> Result<Prepar
             }
             Source::Copying {
                 name: format!("synthetic:webgraph:copying:like={name}"),
-                params,
+                params: Box::new(params),
                 nodes: profile.stats.nodes,
                 arcs: profile.stats.arcs,
             }

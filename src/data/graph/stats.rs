@@ -20,7 +20,14 @@
 //!   `|v - u| >= 2^16`) over the number of far arcs (0 without far arcs): near 1 when
 //!   long links go everywhere, small when they go to a few popular pages. It is what
 //!   sets the traffic of a row-block partition (a rank fetches each distinct remote
-//!   target once).
+//!   target once);
+//! * **sink in-link share**: the fraction of arcs into nodes without out-links (in
+//!   a crawl, documents and pages not fetched: what `--min-links 1` removes);
+//! * **far-source share**: the number of distinct sources of the far arcs (nodes with
+//!   at least one) over the number of far arcs (0 without far arcs): near 1 when
+//!   every page has its one long link, small when a few hub pages hold them. The
+//!   other half of that traffic (the transposed side fetches each distinct remote
+//!   source once).
 //!
 //! Everything here is pure: [`RowStats`] takes clean rows (sorted, distinct, no
 //! self-loop) chunk by chunk in id order and keeps only O(distinct degrees) state
@@ -88,6 +95,12 @@ pub struct GraphStats {
     pub adjacent_jaccard: f64,
     pub top1_in_share: f64,
     pub far_target_share: f64,
+    /// Distinct sources of the far arcs over the far arcs (0 without far arcs).
+    #[serde(default)]
+    pub far_source_share: f64,
+    /// Arcs into nodes without out-links over all arcs (0 without arcs).
+    #[serde(default)]
+    pub sink_in_share: f64,
 }
 
 /// The 1-based nearest-rank position of quantile `q` among `n` values.
@@ -204,6 +217,8 @@ pub struct RowStats {
     /// Sum of the Jaccard similarities of adjacent non-empty rows, and their count.
     pub jaccard_sum: f64,
     pub jaccard_pairs: u64,
+    /// Rows with at least one far arc (`|v - u| >= 2^FAR_BITS`).
+    pub far_sources: u64,
     /// The first row seen and the last (for the pairs that cross a boundary).
     pub first_row: Option<Vec<u32>>,
     pub last_row: Option<Vec<u32>>,
@@ -235,6 +250,7 @@ impl RowStats {
             let row = chunk.row(i);
             *self.out_hist.entry(row.len() as u64).or_insert(0) += 1;
             self.arcs += row.len() as u64;
+            let mut far = false;
             for &v in row {
                 in_degree[v as usize] += 1;
                 let gap = (v as u64).abs_diff(u);
@@ -244,8 +260,10 @@ impl RowStats {
                     }
                 }
                 self.gap_log2[gap.max(1).ilog2() as usize] += 1;
+                far |= gap >= 1u64 << FAR_BITS;
                 key(u as u32, v);
             }
+            self.far_sources += u64::from(far);
             if let Some(prev) = &self.last_row {
                 if !prev.is_empty() && !row.is_empty() {
                     self.jaccard_sum += jaccard(prev, row);
@@ -288,6 +306,7 @@ impl RowStats {
         }
         self.jaccard_sum += next.jaccard_sum;
         self.jaccard_pairs += next.jaccard_pairs;
+        self.far_sources += next.far_sources;
         self.hi = next.hi;
         self.last_row = next.last_row;
         self
@@ -306,14 +325,32 @@ pub struct GraphProfile {
 }
 
 /// The whole graph's statistics from the merged row statistics of all `nodes` rows,
-/// the in-degree and far in-links ([`add_far_in`]) of every node and the number of
-/// reciprocated pairs.
-pub fn finish(rows: &RowStats, in_degree: &[u64], far_in: &[u64], mutual: u64) -> GraphStats {
-    profile(rows, in_degree, far_in, mutual).stats
+/// the in-degree and far in-links ([`add_far_in`]) of every node, the number of
+/// reciprocated pairs and the arcs into nodes without out-links ([`sink_in_arcs`]).
+pub fn finish(
+    rows: &RowStats,
+    in_degree: &[u64],
+    far_in: &[u64],
+    mutual: u64,
+    sink_in: u64,
+) -> GraphStats {
+    profile(rows, in_degree, far_in, mutual, sink_in).stats
+}
+
+/// The arcs into the nodes of `empty` (nodes without out-links), from the
+/// in-degrees of every node.
+pub fn sink_in_arcs(empty: impl IntoIterator<Item = u64>, in_degree: &[u64]) -> u64 {
+    empty.into_iter().map(|u| in_degree[u as usize]).sum()
 }
 
 /// [`finish`] with the distributions.
-pub fn profile(rows: &RowStats, in_degree: &[u64], far_in: &[u64], mutual: u64) -> GraphProfile {
+pub fn profile(
+    rows: &RowStats,
+    in_degree: &[u64],
+    far_in: &[u64],
+    mutual: u64,
+    sink_in: u64,
+) -> GraphProfile {
     let nodes = in_degree.len() as u64;
     let arcs = rows.arcs;
     let frac = |x: u64| {
@@ -360,6 +397,15 @@ pub fn profile(rows: &RowStats, in_degree: &[u64], far_in: &[u64], mutual: u64) 
                 targets as f64 / far_arcs as f64
             }
         },
+        far_source_share: {
+            let far_arcs = arcs - rows.gap_counts[3];
+            if far_arcs == 0 {
+                0.0
+            } else {
+                rows.far_sources as f64 / far_arcs as f64
+            }
+        },
+        sink_in_share: frac(sink_in),
     };
     GraphProfile {
         stats,
@@ -389,7 +435,12 @@ pub fn profile_of_rows(rows: &LocalRows, nodes: u64) -> GraphProfile {
     if missing > 0 {
         *st.out_hist.entry(0).or_insert(0) += missing;
     }
-    profile(&st, &in_degree, &far_in, mutual_pairs(&mut keys))
+    let empty = (0..rows.num_rows())
+        .filter(|&i| rows.row(i).is_empty())
+        .map(|i| i as u64)
+        .chain(st.hi..nodes);
+    let sink = sink_in_arcs(empty, &in_degree);
+    profile(&st, &in_degree, &far_in, mutual_pairs(&mut keys), sink)
 }
 
 #[cfg(test)]
@@ -434,6 +485,8 @@ mod tests {
         assert!((s.adjacent_jaccard - j).abs() < 1e-15);
         // Top ceil(6/100) = 1 node: node 0 with 4 of 12 arcs.
         assert!((s.top1_in_share - 4.0 / 12.0).abs() < 1e-15);
+        // Node 3 has no out-links and 2 in-links.
+        assert!((s.sink_in_share - 2.0 / 12.0).abs() < 1e-15);
         // Out tail: positive degrees 1 2 3 3 3, x_min = q90 of them = 3; all three
         // tail degrees equal x_min: alpha = 1 + 3 / (3 ln(3 / 2.5)).
         assert_eq!(s.out_degree.tail_min, 3);
@@ -449,8 +502,11 @@ mod tests {
         assert_eq!(s.gap_below, [1.0 / 3.0, 2.0 / 3.0, 2.0 / 3.0, 2.0 / 3.0]);
         // One far arc, one far target.
         assert_eq!(s.far_target_share, 1.0);
+        assert_eq!(s.far_source_share, 1.0);
         let rows = LocalRows::from_rows(0, vec![vec![70_000], vec![70_000], vec![70_000, 70_001]]);
         assert_eq!(of_rows(&rows, 70_002).far_target_share, 2.0 / 4.0);
+        // Three rows hold the four far arcs.
+        assert_eq!(of_rows(&rows, 70_002).far_source_share, 3.0 / 4.0);
     }
 
     #[test]
@@ -470,7 +526,9 @@ mod tests {
             let mut sb = RowStats::new(cut as u64);
             sb.add_chunk(&b, &mut indeg, |u, v| keys.push(pair_key(u, v)));
             let merged = sa.merge(sb);
-            let got = finish(&merged, &indeg, &far, mutual_pairs(&mut keys));
+            // Node 3, the one without out-links, has in-links from 0 and 1.
+            assert_eq!(sink_in_arcs([3], &indeg), 2);
+            let got = finish(&merged, &indeg, &far, mutual_pairs(&mut keys), 2);
             assert_eq!(got, of_rows(&whole, 6), "cut at {cut}");
         }
     }

@@ -57,7 +57,9 @@
 use super::dataset::{check_fold_disjoint, check_id_space, check_rows, read_meta};
 use super::readers::{bv_info, read_mtx_pairs, read_tsv_pairs};
 use super::rows::LocalRows;
-use super::stats::{add_far_in, jaccard, mutual_pairs, pair_key, profile, GraphProfile, RowStats};
+use super::stats::{
+    add_far_in, jaccard, mutual_pairs, pair_key, profile, sink_in_arcs, GraphProfile, RowStats,
+};
 use super::stream::sources::{BvRows, MemoryRows, RowSource};
 use crate::blocks::block_range;
 use crate::comm::{prefix_offsets, Comm, Received};
@@ -347,7 +349,9 @@ fn global_profile_of<C: Comm, S: RowSource>(
 
     // Merge: every rank's row statistics, in rank order, on every rank.
     let rows = global_merge_rows(comm, &first.st, first.exact, nodes, path)?;
-    let profile = profile(&rows, &in_degree, &far_in, m[0]);
+    let mut sink = [sink_in_arcs(first.empty.iter().copied(), &in_degree)];
+    comm.all_reduce_sum(&mut sink);
+    let profile = profile(&rows, &in_degree, &far_in, m[0], sink[0]);
     let t3 = Instant::now();
     Ok(StatsRun {
         profile,
@@ -394,6 +398,8 @@ struct FirstPass {
     exact: u128,
     local_hist: Vec<u64>,
     kept: Option<Vec<Vec<u64>>>,
+    /// This rank's rows without out-links.
+    empty: Vec<u64>,
 }
 
 /// Pass 1 (rank-local): rows, in-degrees and far in-links (into the node arrays),
@@ -413,9 +419,15 @@ fn local_first_pass<S: RowSource>(
     let mut local_hist = vec![0u64; buckets];
     let mut kept: Option<Vec<Vec<u64>>> = Some(vec![Vec::new(); size]);
     let mut kept_n = 0u64;
+    let mut empty = Vec::new();
     src.for_each_chunk(opts.chunk_arcs, &mut |mut rows| {
         check_signal()?;
         rows.local_clean_if_needed();
+        empty.extend(
+            (0..rows.num_rows())
+                .filter(|&i| rows.row(i).is_empty())
+                .map(|i| rows.lo + i as u64),
+        );
         if rows.num_rows() > 0 {
             if let Some(prev) = &st.last_row {
                 exact += pair_jaccard(prev, rows.row(0));
@@ -446,6 +458,7 @@ fn local_first_pass<S: RowSource>(
         exact,
         local_hist,
         kept,
+        empty,
     })
 }
 
@@ -608,6 +621,7 @@ fn encode(st: &RowStats, exact: u128) -> Vec<u64> {
     w.extend_from_slice(&st.gap_log2);
     w.push(st.jaccard_sum.to_bits());
     w.push(st.jaccard_pairs);
+    w.push(st.far_sources);
     w.push(exact as u64);
     w.push((exact >> 64) as u64);
     w.push(st.out_hist.len() as u64);
@@ -646,11 +660,12 @@ fn decode(w: &[u64]) -> std::result::Result<(RowStats, u128), String> {
     st.gap_counts.copy_from_slice(take(n)?);
     let n = st.gap_log2.len();
     st.gap_log2.copy_from_slice(take(n)?);
-    let j = take(5)?;
+    let j = take(6)?;
     st.jaccard_sum = f64::from_bits(j[0]);
     st.jaccard_pairs = j[1];
-    let exact = (j[2] as u128) | ((j[3] as u128) << 64);
-    let hist_len = usize::try_from(j[4]).map_err(|_| "histogram length".to_string())?;
+    st.far_sources = j[2];
+    let exact = (j[3] as u128) | ((j[4] as u128) << 64);
+    let hist_len = usize::try_from(j[5]).map_err(|_| "histogram length".to_string())?;
     let hist_words = hist_len
         .checked_mul(2)
         .ok_or_else(|| "histogram length".to_string())?;

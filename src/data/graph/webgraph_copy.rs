@@ -8,56 +8,85 @@
 //! the seed-derived layout and degree arrays:
 //!
 //! * **Hosts** are runs of consecutive ids with log-normal sizes (mean `host_mean`,
-//!   sigma `host_sigma`, at least 1 page). **Directories** are runs inside a host: a
-//!   page other than the host's first starts a new directory with probability
-//!   `1 / dir_mean`. A directory's **index** is its first page with links.
+//!   sigma `host_sigma`, at most `host_max` and at least 1 page). **Directories**
+//!   are runs inside a host: a page other than the host's first starts a new
+//!   directory with probability `1 / dir_mean`. A directory's **index** is its first
+//!   page with links. A host's pages have a **popularity order**, a seeded bijection
+//!   of its offsets: its popular pages (the template pages and the heads of the Zipf
+//!   draws over the host below) lie anywhere in it, not at its start, so that its
+//!   long links point backward and forward alike, as in a crawl in URL order (where
+//!   in-link mass follows out-link mass along the ids, which keeps a row-block
+//!   partition's traffic small).
 //! * **Hidden pages**: each page is hidden with probability `hidden` (a seeded
 //!   bitmap); the copy, local and global draws skip hidden pages, so a hidden page
-//!   gets in-links only from discovery, template and mutual links (and the last
+//!   gets in-links only from its parent, template and mutual links (and the last
 //!   fallback): most of a crawl's pages have in-degree 1 while the other links
 //!   concentrate on the visible pages. A draw that lands on a hidden page moves to
 //!   the nearest visible page (forward; local draws away from `u`) within 64 pages,
 //!   else is dropped.
+//! * **Clones**: a page with links other than its directory's first is, with
+//!   probability `clone`, a clone of the previous page with links of its directory
+//!   that is not a clone (its source): it takes the source's degree and parent and
+//!   fills its row as the source does (the source's generator and children, its
+//!   own length, itself replaced by the source). Runs of clones
+//!   are the runs of identical link lists of a crawl (pages of one template).
 //! * **Out-degrees**: a fraction `zero_out` of the pages has no links (the first
-//!   pages of a seeded order, so the count is exact); the others take a survival
-//!   level `s`, with probability `degree_corr` the one of their directory (pages of
-//!   one template have one degree), else their own, and the degree
-//!   `round(f x mean x q(s))` in `1..=out_cap x mean`, where `mean` is the mean
+//!   pages of a seeded order that puts first the hidden pages (each with
+//!   probability `zero_hidden`) and the template pages last, so the count is exact
+//!   and the pages without links are, as in a crawl, mostly barely linked ones
+//!   (`zero_hidden` sets how barely: the share of arcs into them): documents and pages not fetched, never a host's
+//!   home page or navigation; so `--min-links 1` removes pages of about one in-link
+//!   and few arcs, as on the real crawl); the others take a survival
+//!   level, with probability `degree_corr` the one of their directory (pages of
+//!   one template have one degree), else their own. The levels are replaced by
+//!   their ranks (the `i`-th largest of `m` becomes `s = 1 - (i + 1/2) / m`), so the
+//!   degrees follow the law exactly however they are correlated, and a page's degree
+//!   is `round(f x mean x q(s))` in `1..=out_cap x mean`, where `mean` is the mean
 //!   positive degree and `q` the quantile function of `out_knots` (pairs of a
 //!   survival and a degree over the mean): constant between two knots of the same
 //!   degree (the law's atoms stay atoms), log-linear between knots that differ, a
-//!   Pareto tail of exponent `out_tail` past the last knot. The factor `f`
-//!   (near 1) is found by bisection so that the sum comes closest to the arcs asked for;
-//!   the remainder is spread one link at a time over pages in a seeded order, so
-//!   the graph has exactly the arcs asked for. No degree is changed after that.
-//! * **Discovery links**, first in a row: a directory's index lists its directory's
-//!   pages in order, as many as its degree allows; every other page with links links
-//!   up to its index with probability `up_link`; every page with links then links to
-//!   the pages after it up to the next page with links (that one included) that its
-//!   index does not list, as many as its degree allows (the last page with links
-//!   wraps to the first pages). Every page but a few then has an in-link, as in a
-//!   crawl, and index and children link both ways.
+//!   Pareto tail of exponent `out_tail` past the last knot. A clone takes its
+//!   source's. The factor `f` (near 1) is found by bisection so that the sum comes
+//!   closest to the arcs asked for; the remainder is spread one link at a time over
+//!   pages in a seeded order, so the graph has exactly the arcs asked for. No degree
+//!   is changed after that.
+//! * **Discovery**, first in a row: a directory's index lists its directory's pages
+//!   in order, as many as its degree allows. Every other page (but a host's first)
+//!   has a **parent**, the page that found it: a clone's is its source's; else a
+//!   page with links of its host, not a clone, with room left for a child, at a gap
+//!   `1 + Zipf(parent_zipf)` after the page (probability `parent_back`) or before
+//!   it, moved to the nearest such page (towards the page, then away; the pages of a
+//!   host are assigned in id order, so the room is known). A page links to its
+//!   children first (nearest first), then, with probability `up_link`, back to its
+//!   parent (or, without one, to its index). Every page but a few then has an
+//!   in-link, as in a crawl, and parents and children link both ways.
 //! * **The other links** of page `u` (`r` slots left) are, by stochastic rounding of
 //!   the shares, in this order:
-//!   - `template x r` **template links** to the host's first pages in order (its home
-//!     page and navigation, `ceil(template_pages x mean)` of them): a prefix shared
-//!     by every page of the host;
+//!   - `template x r` **template links** to the host's most popular pages in order
+//!     (its home page and navigation, `ceil(template_pages x mean)` of them): a
+//!     prefix shared by every page of the host;
 //!   - `copy x r` **copied links**: the first distinct entries of its directory's
 //!     link list, a sequence drawn from the directory's own generator (each entry a
 //!     sibling in the directory, Zipf over its offsets with exponent `host_zipf`,
 //!     with probability `copy_sibling`, else a page of the host past the template
-//!     pages, Zipf over those offsets). Two pages of a directory share the shorter
+//!     pages, Zipf over its popularity order). Two pages of a directory share the shorter
 //!     of their prefixes, the copying model's "copy the prototype's list";
 //!   - `mutual x r` **mutual links**: the pair `{v, v + g}` of pages with links is
 //!     a neighbour pair with probability `exp(-(g - 1) / local_gap)` (a hash of the
 //!     pair, so both rows agree: these links are reciprocated wherever both rows
 //!     have room), nearest first, up to a gap of 256;
-//!   - `(1 - template - copy - mutual - local) x r` **global links** out of the host
-//!     by preferential attachment: a host drawn from a Zipf law (exponent
+//!   - **global links** out of the host by preferential attachment, on the outward
+//!     pages only (each page is one with probability `global_pages`, a hash of its
+//!     id: a crawl's long links come from a few hub pages, which is what keeps the
+//!     rows a row-block partition fetches few): `G x r` of them, `G` the global
+//!     share `1 - template - copy - mutual - local` over `global_pages` (at most 1;
+//!     the other shares of the page scale by `(1 - G)` over their sum, and a page
+//!     that is not outward has `G = 0`): a host drawn from a Zipf law (exponent
 //!     `global_zipf`) over hosts in a seeded pseudo-random order, then a page of it,
-//!     Zipf over its offsets;
-//!   - the rest (`local x r` and whatever the parts above could not place: repeats
-//!     in small hosts or directories) **local links** at a gap of
+//!     Zipf over its popularity order (never more: what the parts above could not
+//!     place is not made global);
+//!   - the rest (the local share, the rounding and whatever the parts above could
+//!     not place: repeats in small hosts or directories) **local links** at a gap of
 //!     `1 + Geometric(mean local_gap)` either way; what is still missing goes to the
 //!     nearest visible pages not linked yet, then to the nearest pages of any kind
 //!     (a bounded scan, so small hosts and directories fall back gracefully).
@@ -66,10 +95,15 @@
 //!   a budget of about 1.5 draws a link); rows are sorted. Counts scale with the mean
 //!   degree (`template_pages`, the degrees), so one parameter set serves any size.
 //!
-//! The host and directory layout, the hidden pages and the degrees depend on `seed`
-//! only; row `u` on `SplitMix64::for_id(seed, COPY_NODE, u)`, its directory's list
-//! generator and those arrays, so any split of the node range and any thread count
-//! give the same graph.
+//! The host and directory layout, the hidden pages, the degrees and the parents
+//! depend on `seed` only (every rank computes them whole: about 17 bytes a node);
+//! row `u` on `SplitMix64::for_id(seed, COPY_NODE, u)` (its source's, for a clone),
+//! its directory's list generator and those arrays, so any split of the node range
+//! and any thread count give the same graph.
+//!
+//! Parameter files of an earlier version (2: before parents, clones, popularity
+//! orders and `host_max`; 3: before `global_pages`, when every page placed global
+//! links) are refused: refit with `--like`.
 
 use super::webgraph_gen::{gcd, row_chunks, IdSet, Zipf};
 use crate::rng::{hash3, stream, SplitMix64};
@@ -77,7 +111,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 /// Format version of the parameter file.
-pub const PARAMS_VERSION: u32 = 2;
+pub const PARAMS_VERSION: u32 = 4;
 
 /// The copying model's shape, independent of the graph's size; see the module doc.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -95,6 +129,8 @@ pub struct CopyingParams {
     pub out_cap: f64,
     pub host_mean: f64,
     pub host_sigma: f64,
+    /// The largest host, in pages (host sizes are clamped to it).
+    pub host_max: f64,
     pub dir_mean: f64,
     /// Probability that a page takes its directory's degree draw.
     pub degree_corr: f64,
@@ -112,6 +148,23 @@ pub struct CopyingParams {
     pub hidden: f64,
     /// Share of the mutual links among a page's other links.
     pub mutual: f64,
+    /// Probability that a page's parent (the page that links to it first) comes
+    /// after it in id order.
+    pub parent_back: f64,
+    /// Exponent of the power law of the gap between a page and its parent.
+    pub parent_zipf: f64,
+    /// Probability that a page with links (not its directory's index) is a clone:
+    /// it takes the degree, parent and link list of the previous page with links of
+    /// its directory that is not a clone.
+    pub clone: f64,
+    /// Share of the pages that place global links (outward pages): the global share
+    /// of such a page is the global share over `global_pages` (at most 1), the
+    /// others place none, so a crawl's few hub pages hold its long links.
+    pub global_pages: f64,
+    /// Probability that a hidden page comes first in the order the pages without
+    /// links are taken from (the others, hidden or not, come after them, template
+    /// pages last): it sets the share of arcs into pages without links.
+    pub zero_hidden: f64,
 }
 
 impl CopyingParams {
@@ -149,6 +202,13 @@ impl CopyingParams {
         unit("up_link", self.up_link)?;
         unit("hidden", self.hidden)?;
         unit("mutual", self.mutual)?;
+        unit("parent_back", self.parent_back)?;
+        unit("clone", self.clone)?;
+        unit("global_pages", self.global_pages)?;
+        unit("zero_hidden", self.zero_hidden)?;
+        if self.global_pages == 0.0 {
+            return Err("global_pages must be above 0".into());
+        }
         let shares = self.template + self.copy + self.mutual + self.local;
         if shares > 1.0 + 1e-9 {
             return Err(format!(
@@ -159,11 +219,13 @@ impl CopyingParams {
         pos("out_cap", self.out_cap, 1.0)?;
         pos("host_mean", self.host_mean, 1.0)?;
         pos("host_sigma", self.host_sigma, 0.0)?;
+        pos("host_max", self.host_max, 1.0)?;
         pos("dir_mean", self.dir_mean, 1.0)?;
         pos("template_pages", self.template_pages, 0.0)?;
         pos("local_gap", self.local_gap, 0.0)?;
         pos("host_zipf", self.host_zipf, 0.0)?;
         pos("global_zipf", self.global_zipf, 0.0)?;
+        pos("parent_zipf", self.parent_zipf, 0.0)?;
         if self.out_knots.is_empty() {
             return Err("out_knots must not be empty".into());
         }
@@ -217,6 +279,8 @@ const VISIBLE_WALK: usize = 64;
 const MUTUAL_REACH: u64 = 256;
 /// Marks a directory without a page with links.
 const NO_INDEX: u64 = u64::MAX;
+/// How many pages the search for a parent looks at.
+const PARENT_WALK: usize = 4096;
 
 /// A graph of the copying model: parameters, sizes, seed and everything derived from
 /// them alone (the host and directory starts, each directory's index and every
@@ -237,9 +301,18 @@ pub struct CopyModel {
     degrees: Vec<u32>,
     template_pages: u64,
     host_perm: (u64, u64),
+    /// Per host, the bijection from a page's popularity rank to its offset (a
+    /// host's popular pages lie anywhere in it, not at its start).
+    host_bij: Vec<(u64, u64)>,
     global: Zipf,
     /// Bit `v % 64` of word `v / 64` is set when page `v` is hidden.
     hidden_bits: Vec<u64>,
+    /// `children[child_off[u]..child_off[u + 1]]` are the pages whose parent is `u`,
+    /// nearest first.
+    child_off: Vec<u32>,
+    children: Vec<u32>,
+    /// Each page's parent, or `u32::MAX`.
+    parents: Vec<u32>,
 }
 
 /// Stochastic rounding of `x >= 0` with a uniform draw.
@@ -278,17 +351,160 @@ fn host_starts(p: &CopyingParams, nodes: u64, seed: u64) -> Vec<u64> {
     let mut starts = vec![0u64];
     let mut pos = 0u64;
     while pos < nodes {
-        let size = ((mu + sigma * rng.next_normal()).exp().round() as u64).max(1);
+        let size = ((mu + sigma * rng.next_normal())
+            .exp()
+            .min(p.host_max)
+            .round() as u64)
+            .max(1);
         pos = (pos + size).min(nodes);
         starts.push(pos);
     }
     starts
 }
 
+/// Survival level of a zero page and of a clone in [`raw_degrees`].
+const ZERO_LEVEL: f32 = -1.0;
+const CLONE_LEVEL: f32 = -2.0;
+
+/// Every page's degree in units of the mean (0 for the pages without links). The
+/// zero pages are the first `nodes - positive` of [`zero_pages`]' order, so the
+/// count is exact. A page takes a survival level, with probability `degree_corr` its
+/// directory's (pages of one template have one degree), else its own; the levels
+/// are then replaced by their ranks (the `i`-th largest of `m` becomes
+/// `1 - (i + 1/2) / m`), so the degrees follow the quantile function exactly
+/// however the levels are correlated. A clone takes its source's degree.
+/// Whether bit `v` of bitmap `bits` is set (an empty bitmap has none).
+#[inline]
+fn bit(bits: &[u64], v: u64) -> bool {
+    bits.get((v / 64) as usize)
+        .is_some_and(|w| w >> (v % 64) & 1 == 1)
+}
+
+/// The pages without links: the first `nodes - positive` of a seeded order that
+/// puts first the hidden pages drawn (probability `zero_hidden`, a hash of the id)
+/// and the template pages last, as a bitmap. In a crawl
+/// the pages without links are mostly the ones barely linked (documents, pages not
+/// fetched), never a host's home page or navigation: so the variant filter
+/// (`--min-links`) removes pages with about one in-link, as it does on the real crawl.
+fn zero_pages(
+    (nodes, positive): (u64, u64),
+    seed: u64,
+    zero_hidden: f64,
+    hidden: &[u64],
+    template: &[u64],
+) -> Vec<u64> {
+    let zb = bijection(nodes, seed, 10);
+    let below = (zero_hidden * 2f64.powi(64)).min(u64::MAX as f64) as u64;
+    let key = |u: u64| -> u64 {
+        let tier = if bit(template, u) {
+            2
+        } else if bit(hidden, u) && hash3(seed, stream::COPY_DIRS, u ^ (1 << 58)) < below {
+            0
+        } else {
+            1
+        };
+        tier * nodes + apply(zb, u, nodes)
+    };
+    let zeros = (nodes - positive) as usize;
+    let mut bits = vec![0u64; nodes.div_ceil(64) as usize];
+    if zeros == 0 {
+        return bits;
+    }
+    let mut keys: Vec<u64> = (0..nodes).into_par_iter().map(key).collect();
+    let (_, &mut cut, _) = keys.select_nth_unstable(zeros - 1);
+    drop(keys);
+    bits.par_iter_mut().enumerate().for_each(|(i, w)| {
+        for b in 0..64u64 {
+            let u = i as u64 * 64 + b;
+            if u < nodes && key(u) <= cut {
+                *w |= 1 << b;
+            }
+        }
+    });
+    bits
+}
+
+fn raw_degrees(
+    p: &CopyingParams,
+    dirs: &[u64],
+    nodes: u64,
+    positive: u64,
+    seed: u64,
+    hidden: &[u64],
+    template: &[u64],
+) -> Vec<f32> {
+    let zero = &zero_pages((nodes, positive), seed, p.zero_hidden, hidden, template);
+    let levels: Vec<f32> = (0..dirs.len() - 1)
+        .into_par_iter()
+        .with_min_len(256)
+        .flat_map_iter(|j| {
+            let (ds, de) = (dirs[j], dirs[j + 1]);
+            let shared = 1.0 - SplitMix64::for_id(seed, stream::COPY_DIRS, ds).next_f64();
+            let mut first = true;
+            (ds..de).map(move |u| {
+                if bit(zero, u) {
+                    return ZERO_LEVEL;
+                }
+                if !first && clone_flag(seed, p.clone, u) {
+                    return CLONE_LEVEL;
+                }
+                first = false;
+                let mut rng = SplitMix64::for_id(seed, stream::COPY_NODE, u);
+                let own = 1.0 - rng.next_f64();
+                (if rng.next_f64() < p.degree_corr {
+                    shared
+                } else {
+                    own
+                }) as f32
+            })
+        })
+        .collect();
+    let mut order: Vec<(f32, u32)> = levels
+        .par_iter()
+        .enumerate()
+        .filter(|(_, &s)| s >= 0.0)
+        .map(|(u, &s)| (s, u as u32))
+        .collect();
+    order.par_sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    let m = order.len() as f64;
+    let mut own = vec![0f32; nodes as usize];
+    for (i, &(_, u)) in order.iter().enumerate() {
+        own[u as usize] = quantile(p, 1.0 - (i as f64 + 0.5) / m) as f32;
+    }
+    drop(order);
+    (0..dirs.len() - 1)
+        .into_par_iter()
+        .with_min_len(256)
+        .flat_map_iter(|j| {
+            let (levels, own) = (&levels, &own);
+            let mut source = 0f32;
+            (dirs[j]..dirs[j + 1]).map(move |u| {
+                let u = u as usize;
+                if levels[u] == CLONE_LEVEL {
+                    source
+                } else {
+                    if levels[u] != ZERO_LEVEL {
+                        source = own[u];
+                    }
+                    own[u]
+                }
+            })
+        })
+        .collect()
+}
+
 /// Whether page `u` (not its host's first) starts a directory.
 fn is_dir_start(seed: u64, dir_mean: f64, u: u64) -> bool {
     let x = hash3(seed, stream::COPY_DIRS, u);
     (x >> 11) as f64 * (1.0 / (1u64 << 53) as f64) < 1.0 / dir_mean
+}
+
+/// Whether page `u` is drawn to be a clone (it is one if it has links and a page
+/// with links before it in its directory).
+#[inline]
+fn clone_flag(seed: u64, clone: f64, u: u64) -> bool {
+    let x = hash3(seed, stream::COPY_DIRS, u ^ (1 << 60));
+    (x >> 11) as f64 * (1.0 / (1u64 << 53) as f64) < clone
 }
 
 /// The directory starts of every host, then `nodes`.
@@ -323,6 +539,24 @@ fn hidden_bits(seed: u64, hidden: f64, nodes: u64) -> Vec<u64> {
             x
         })
         .collect()
+}
+
+/// The template pages (each host's `template_pages` most popular) as a bitmap.
+fn template_bits(
+    starts: &[u64],
+    host_bij: &[(u64, u64)],
+    template_pages: u64,
+    nodes: u64,
+) -> Vec<u64> {
+    let mut bits = vec![0u64; nodes.div_ceil(64) as usize];
+    for (hi, h) in starts.windows(2).enumerate() {
+        let size = h[1] - h[0];
+        for r in 0..template_pages.min(size) {
+            let v = h[0] + apply(host_bij[hi], r, size);
+            bits[(v / 64) as usize] |= 1 << (v % 64);
+        }
+    }
+    bits
 }
 
 /// A bijection `r -> (r a + c) mod n` of `0..n` from `(seed, salt)`.
@@ -393,32 +627,16 @@ impl CopyModel {
         let cap = ((params.out_cap * mean).ceil() as u64).clamp(1, max_deg);
         let starts = host_starts(params, nodes, seed);
         let dirs = dir_starts(params, &starts, seed);
-        // Raw degrees (in units of the mean): the zero pages are the first
-        // `nodes - positive` of a seeded order, so the count is exact. With
-        // probability degree_corr a page takes its directory's draw (pages of one
-        // template have one degree), else its own.
-        let zb = bijection(nodes, seed, 10);
-        let raw: Vec<f32> = (0..dirs.len() - 1)
-            .into_par_iter()
-            .with_min_len(256)
-            .flat_map_iter(|j| {
-                let (ds, de) = (dirs[j], dirs[j + 1]);
-                let shared = 1.0 - SplitMix64::for_id(seed, stream::COPY_DIRS, ds).next_f64();
-                (ds..de).map(move |u| {
-                    if apply(zb, u, nodes) < nodes - positive {
-                        return 0.0;
-                    }
-                    let mut rng = SplitMix64::for_id(seed, stream::COPY_NODE, u);
-                    let own = 1.0 - rng.next_f64();
-                    let s = if rng.next_f64() < params.degree_corr {
-                        shared
-                    } else {
-                        own
-                    };
-                    quantile(params, s) as f32
-                })
-            })
+        let host_bij: Vec<(u64, u64)> = starts
+            .par_windows(2)
+            .enumerate()
+            .map(|(i, h)| bijection(h[1] - h[0], seed, (1 << 40) + 2 * i as u64))
             .collect();
+        let template_pages = (params.template_pages * mean).ceil().max(1.0) as u64;
+        let hidden = hidden_bits(seed, params.hidden, nodes);
+        let template = template_bits(&starts, &host_bij, template_pages, nodes);
+        let raw = raw_degrees(params, &dirs, nodes, positive, seed, &hidden, &template);
+        drop(template);
         let degrees = scaled_degrees(&raw, mean, cap, arcs);
         drop(raw);
         let index: Vec<u64> = dirs
@@ -439,12 +657,17 @@ impl CopyModel {
             dirs,
             index,
             degrees,
-            template_pages: (params.template_pages * mean).ceil().max(1.0) as u64,
+            template_pages,
             host_perm: bijection(hosts, seed, 20),
+            host_bij,
             global: Zipf::new(hosts, params.global_zipf),
-            hidden_bits: hidden_bits(seed, params.hidden, nodes),
+            hidden_bits: hidden,
+            child_off: Vec::new(),
+            children: Vec::new(),
+            parents: Vec::new(),
         };
         model.adjust_degrees(cap)?;
+        model.assign_parents();
         Ok(model)
     }
 
@@ -480,6 +703,125 @@ impl CopyModel {
             }
         }
         Ok(())
+    }
+
+    /// The page whose list clone `u` takes (`None` when `u` is not a clone): the
+    /// previous page with links of its directory that is not a clone.
+    fn clone_source(&self, u: u64) -> Option<u64> {
+        if self.params.clone == 0.0
+            || self.degrees[u as usize] == 0
+            || !clone_flag(self.seed, self.params.clone, u)
+        {
+            return None;
+        }
+        let ds = self.dirs[self.dir_index(u)];
+        let mut v = u;
+        while v > ds {
+            v -= 1;
+            if self.degrees[v as usize] > 0 && !clone_flag(self.seed, self.params.clone, v) {
+                return Some(v);
+            }
+        }
+        // The first page with links of a directory is never a clone; a flagged one
+        // is the source of the clones after it.
+        (ds..u).find(|&x| self.degrees[x as usize] > 0)
+    }
+
+    /// The parent of page `v` of host `(hs, he)`, given the parents of the host's
+    /// pages before `v` and the children counts so far (both indexed from `hs`): a
+    /// clone's is its source's; else a page with links, not a clone and with room
+    /// for another child, at a gap `1 + Zipf(parent_zipf)` after `v` (probability
+    /// `parent_back`) or before it, moved to the nearest such page (towards `v`,
+    /// then away from it, [`PARENT_WALK`] pages at most). None for a host's first
+    /// page, a page its index lists, or when no page qualifies.
+    fn parent(&self, v: u64, (hs, he): (u64, u64), parents: &[u32], count: &[u32]) -> Option<u64> {
+        if v == hs || self.listed(v) {
+            return None;
+        }
+        let room = |y: u64| count[(y - hs) as usize] < self.degrees[y as usize];
+        if let Some(c) = self.clone_source(v) {
+            let x = parents[(c - hs) as usize];
+            if x != u32::MAX && room(x as u64) {
+                return Some(x as u64);
+            }
+        }
+        let p = &self.params;
+        let mut rng = SplitMix64::for_id(self.seed, stream::COPY_NODE, v ^ (1 << 61));
+        let mut back = rng.next_f64() < p.parent_back;
+        let u = rng.next_f64();
+        if (back && v + 1 >= he) || (!back && v == hs) {
+            back = !back;
+        }
+        let span = if back { he - 1 - v } else { v - hs };
+        if span == 0 {
+            return None;
+        }
+        let g = 1 + Zipf::new(span, p.parent_zipf).sample(u);
+        let x = if back { v + g } else { v - g };
+        let fits = |y: u64| {
+            y != v && self.degrees[y as usize] > 0 && room(y) && self.clone_source(y).is_none()
+        };
+        // Towards v, then away from it, within the host.
+        let toward = (1..=g).map(|t| if back { x - t + 1 } else { x + t - 1 });
+        let away = (1..).map_while(|t| {
+            if back {
+                Some(x + t).filter(|&y| y < he)
+            } else {
+                x.checked_sub(t).filter(|&y| y >= hs)
+            }
+        });
+        toward.chain(away).take(PARENT_WALK).find(|&y| fits(y))
+    }
+
+    /// Every page's parent (host by host in parallel, each host's pages in order),
+    /// then the children lists (nearest first).
+    fn assign_parents(&mut self) {
+        let n = self.nodes as usize;
+        let me = &*self;
+        let parents: Vec<u32> = me
+            .starts
+            .par_windows(2)
+            .with_min_len(16)
+            .flat_map_iter(|h| {
+                let (hs, he) = (h[0], h[1]);
+                let size = (he - hs) as usize;
+                let mut parents = vec![u32::MAX; size];
+                let mut count = vec![0u32; size];
+                for v in hs..he {
+                    if let Some(x) = me.parent(v, (hs, he), &parents, &count) {
+                        parents[(v - hs) as usize] = x as u32;
+                        count[(x - hs) as usize] += 1;
+                    }
+                }
+                parents
+            })
+            .collect();
+        let mut off = vec![0u32; n + 1];
+        for &x in &parents {
+            if x != u32::MAX {
+                off[x as usize + 1] += 1;
+            }
+        }
+        for i in 0..n {
+            off[i + 1] += off[i];
+        }
+        let mut fill = off.clone();
+        let mut children = vec![0u32; off[n] as usize];
+        for (v, &x) in parents.iter().enumerate() {
+            if x != u32::MAX {
+                children[fill[x as usize] as usize] = v as u32;
+                fill[x as usize] += 1;
+            }
+        }
+        self.parents = parents;
+        for u in 0..n {
+            let (a, b) = (off[u] as usize, off[u + 1] as usize);
+            if b - a > 1 {
+                children[a..b].sort_unstable_by_key(|&c| ((c as u64).abs_diff(u as u64), c));
+            }
+        }
+        self.child_off = off;
+        self.children = children;
     }
 
     /// Out-degree of node `u`.
@@ -574,12 +916,16 @@ impl CopyModel {
     /// what is left into template, copied, mutual, local and global links, then
     /// [`Self::fill_template`], [`Self::fill_copied`], [`Self::fill_mutual`],
     /// [`Self::fill_global`], [`Self::fill_local`] and [`Self::fill_nearest`].
-    fn fill_row(&self, u: u64, h: (u64, u64), out: &mut [u32], set: &mut IdSet) {
+    fn fill_row(&self, me: u64, hi: usize, out: &mut [u32], set: &mut IdSet) {
+        let h = (self.starts[hi], self.starts[hi + 1]);
         let p = &self.params;
         let k = out.len();
         if k == 0 {
             return;
         }
+        // A clone fills its source's list (its own length) with itself replaced by
+        // the source.
+        let u = self.clone_source(me).unwrap_or(me);
         let mut rng = SplitMix64::for_id(self.seed, stream::COPY_NODE, u ^ (1 << 63));
         set.reset(k);
         let mut row = RowFill {
@@ -591,22 +937,55 @@ impl CopyModel {
         };
         let j = self.dir_index(u);
         let dir = (self.dirs[j], self.dirs[j + 1]);
-        self.fill_directory(u, j, &mut row, &mut rng);
-        self.fill_discovery(u, &mut row);
+        // The index lists its directory first; then a page's children (a clone's
+        // are its source's: a clone of the source's degree has the source's row).
+        let is_index = self.index[j] == u;
+        if is_index {
+            self.fill_directory(u, j, &mut row, &mut rng);
+        }
+        self.fill_children(u, &mut row);
+        if !is_index {
+            self.fill_directory(u, j, &mut row, &mut rng);
+        }
         let w = row.w;
         let r = (k - w) as f64;
-        let k_t = (sround(p.template * r, &mut rng) as usize).min(k - w);
-        let k_c = (sround(p.copy * r, &mut rng) as usize).min(k - w - k_t);
-        let k_m = (sround(p.mutual * r, &mut rng) as usize).min(k - w - k_t - k_c);
-        let k_l = (sround(p.local * r, &mut rng) as usize).min(k - w - k_t - k_c - k_m);
-        let k_g = k - w - k_t - k_c - k_m - k_l;
-        self.fill_template(h, k_t, &mut row);
-        self.fill_copied(dir, h, k_c, &mut row);
+        let (g, scale) = self.global_share(u);
+        let k_t = (sround(p.template * scale * r, &mut rng) as usize).min(k - w);
+        let k_c = (sround(p.copy * scale * r, &mut rng) as usize).min(k - w - k_t);
+        let k_m = (sround(p.mutual * scale * r, &mut rng) as usize).min(k - w - k_t - k_c);
+        let k_g = (sround(g * r, &mut rng) as usize).min(k - w - k_t - k_c - k_m);
+        self.fill_template(hi, k_t, &mut row);
+        self.fill_copied(dir, hi, k_c, &mut row);
         self.fill_mutual(u, k_m, &mut row);
-        self.fill_global(h.0, k - k_l, k_g, &mut row, &mut rng);
+        self.fill_global(h.0, row.w + k_g, k_g, &mut row, &mut rng);
         self.fill_local(u, &mut row, &mut rng);
         self.fill_nearest(u, &mut row);
+        if u != me {
+            if let Some(x) = row.out.iter_mut().find(|x| **x as u64 == me) {
+                *x = u as u32;
+            }
+        }
         row.out.sort_unstable();
+    }
+
+    /// Page `u`'s global share and the factor of its template, copy, mutual and local
+    /// shares: an outward page (probability `global_pages`, a hash of its id) has
+    /// the global share over `global_pages` (at most 1), any other none; the other
+    /// shares scale so that the five still sum to 1.
+    fn global_share(&self, u: u64) -> (f64, f64) {
+        let p = &self.params;
+        let all = (1.0 - p.template - p.copy - p.mutual - p.local).max(0.0);
+        if all <= 0.0 {
+            return (0.0, 1.0);
+        }
+        let x = hash3(self.seed, stream::COPY_DIRS, u ^ (1 << 59));
+        let outward = (x >> 11) as f64 * (1.0 / (1u64 << 53) as f64) < p.global_pages;
+        let g = if outward {
+            (all / p.global_pages).min(1.0)
+        } else {
+            0.0
+        };
+        (g, (1.0 - g) / (1.0 - all).max(1e-12))
     }
 
     /// The directory's index lists its pages (as many as its degree allows); every
@@ -622,37 +1001,44 @@ impl CopyModel {
                 row.push(v);
             }
         } else if rng.next_f64() < self.params.up_link {
-            row.push(index);
+            // Back to the page that links to it first: its parent, else its index.
+            let x = self.parents[u as usize];
+            row.push(if x == u32::MAX { index } else { x as u64 });
         }
     }
 
-    /// Discovery: the pages after u up to the next page with links, that one
-    /// included, unless their index lists them.
-    fn fill_discovery(&self, u: u64, row: &mut RowFill) {
-        let mut v = u;
-        while row.w < row.k {
-            v = if v + 1 == self.nodes { 0 } else { v + 1 };
-            if v == u {
+    /// Discovery: the pages whose parent is `u`, nearest first, as many as its
+    /// degree allows.
+    fn fill_children(&self, u: u64, row: &mut RowFill) {
+        let (a, b) = (
+            self.child_off[u as usize] as usize,
+            self.child_off[u as usize + 1] as usize,
+        );
+        for &v in &self.children[a..b] {
+            if row.w >= row.k {
                 break;
             }
-            if !self.listed(v) {
-                row.push(v);
-            }
-            if self.degrees[v as usize] > 0 {
-                break;
-            }
+            row.push(v as u64);
         }
     }
 
-    /// Template links: the first pages of host `(hs, he)` in order, `k_t` of them.
-    fn fill_template(&self, (hs, he): (u64, u64), k_t: usize, row: &mut RowFill) {
+    /// Page of popularity rank `r` of host `hi`.
+    #[inline]
+    fn host_page(&self, hi: usize, r: u64) -> u64 {
+        let s = self.starts[hi];
+        s + apply(self.host_bij[hi], r, self.starts[hi + 1] - s)
+    }
+
+    /// Template links: the most popular pages of host `hi` in order, `k_t` of them.
+    fn fill_template(&self, hi: usize, k_t: usize, row: &mut RowFill) {
         if k_t > 0 {
             let goal = row.w + k_t;
-            for v in hs..hs + self.template_pages.min(he - hs) {
+            let hsize = self.starts[hi + 1] - self.starts[hi];
+            for r in 0..self.template_pages.min(hsize) {
                 if row.w >= goal {
                     break;
                 }
-                row.push(v);
+                row.push(self.host_page(hi, r));
             }
         }
     }
@@ -660,14 +1046,9 @@ impl CopyModel {
     /// Copied links: a prefix of directory `(ds, de)`'s list (its own generator), each
     /// entry a sibling (Zipf over the directory's offsets) or a page of the host (Zipf
     /// over its offsets), hidden pages skipped.
-    fn fill_copied(
-        &self,
-        (ds, de): (u64, u64),
-        (hs, he): (u64, u64),
-        k_c: usize,
-        row: &mut RowFill,
-    ) {
+    fn fill_copied(&self, (ds, de): (u64, u64), hi: usize, k_c: usize, row: &mut RowFill) {
         let p = &self.params;
+        let (hs, he) = (self.starts[hi], self.starts[hi + 1]);
         let hsize = he - hs;
         if k_c > 0 {
             let mut list = SplitMix64::for_id(self.seed, stream::COPY_LIST, ds);
@@ -682,7 +1063,7 @@ impl CopyModel {
                 let v = if list.next_f64() < p.copy_sibling {
                     ds + zd.sample(list.next_f64())
                 } else {
-                    hs + tp + zh.sample(list.next_f64())
+                    self.host_page(hi, tp + zh.sample(list.next_f64()))
                 };
                 if let Some(v) = self.visible(v, false, hs, he) {
                     row.push(v);
@@ -741,7 +1122,10 @@ impl CopyModel {
             if s == hs {
                 continue;
             }
-            let v = s + Zipf::new(e - s, self.params.host_zipf).sample(rng.next_f64());
+            let v = self.host_page(
+                hi,
+                Zipf::new(e - s, self.params.host_zipf).sample(rng.next_f64()),
+            );
             if let Some(v) = self.visible(v, false, s, e) {
                 row.push(v);
             }
@@ -818,8 +1202,7 @@ impl CopyModel {
                     }
                     let a = (indptr_ref[r] - base) as usize;
                     let b = (indptr_ref[r + 1] - base) as usize;
-                    let h = (self.starts[host], self.starts[host + 1]);
-                    self.fill_row(u, h, &mut buf[a..b], &mut set);
+                    self.fill_row(u, host, &mut buf[a..b], &mut set);
                 }
             });
         (indptr, targets)
@@ -916,8 +1299,75 @@ mod tests {
         assert!(bad.validate().unwrap_err().contains("at most 1"));
         let text = p
             .render(false)
-            .replace("version = 2", "version = 2\nbogus = 3");
+            .replace("version = 4", "version = 4\nbogus = 3");
         assert!(CopyingParams::parse(&text).is_err());
         assert!(CopyModel::new(&p, 10, 2, 1).is_err());
+        // A file of the previous version is refused, naming the versions.
+        let old = p.render(false).replace("version = 4", "version = 3");
+        assert!(CopyingParams::parse(&old)
+            .unwrap_err()
+            .contains("version 3"));
+    }
+
+    #[test]
+    fn parents_link_their_children_and_clones_copy_their_source() {
+        let mut p = params();
+        p.clone = 0.5;
+        let m = CopyModel::new(&p, 6_000, 60_000, 5).unwrap();
+        let (indptr, targets) = m.generate_rows(0, 6_000);
+        let row = |u: usize| &targets[indptr[u] as usize..indptr[u + 1] as usize];
+        let is_index = |u: u64| m.index[m.dir_index(u)] == u;
+        let (mut with_parent, mut clones) = (0, 0);
+        for v in 0..6_000u64 {
+            let x = m.parents[v as usize];
+            if x != u32::MAX {
+                with_parent += 1;
+                // A parent with room for its children (every parent but an index,
+                // whose listing comes first) links to each of them.
+                assert!(m.degrees[x as usize] > 0 && x as u64 != v);
+                if !is_index(x as u64) {
+                    assert!(
+                        row(x as usize).binary_search(&(v as u32)).is_ok(),
+                        "{x} -> {v}"
+                    );
+                }
+            }
+            if let Some(c) = m.clone_source(v) {
+                clones += 1;
+                // Same directory, before it, with links, not a clone itself.
+                assert!(c < v && m.dir_index(c) == m.dir_index(v));
+                assert!(m.clone_source(c).is_none() && m.degrees[c as usize] > 0);
+                // Two clones of one source with one degree have one list, up to
+                // the two pages themselves.
+                if v > 0
+                    && m.clone_source(v - 1) == Some(c)
+                    && m.degrees[v as usize - 1] == m.degrees[v as usize]
+                {
+                    let strip = |r: &[u32]| -> Vec<u32> {
+                        r.iter()
+                            .copied()
+                            .filter(|&t| t as u64 != v && t as u64 != v - 1 && t as u64 != c)
+                            .collect()
+                    };
+                    assert_eq!(
+                        strip(row(v as usize - 1)),
+                        strip(row(v as usize)),
+                        "clones {} {v}",
+                        v - 1
+                    );
+                }
+            }
+        }
+        assert!(
+            with_parent > 1_000 && clones > 500,
+            "{with_parent} parents, {clones} clones"
+        );
+        // Every page but a few has an in-link (the crawl found it).
+        let mut indeg = vec![0u32; 6_000];
+        for &t in &targets {
+            indeg[t as usize] += 1;
+        }
+        let orphans = indeg.iter().filter(|&&d| d == 0).count();
+        assert!(orphans < 6_000 / 20, "{orphans} pages without in-links");
     }
 }

@@ -12,7 +12,9 @@
 //!   (log ratios of the template, local, mutual and global shares to the copy share;
 //!   logits of `degree_corr`, `up_link`, `hidden`, `copy_sibling`; logarithms of
 //!   `dir_mean`, `host_mean`, `host_sigma`, `host_zipf`, `template_pages`,
-//!   `local_gap`, `global_zipf`). The model is generated at the graph's size with a fixed seed and
+//!   `local_gap`, `global_zipf`, `parent_zipf`, `host_max`; logits of `parent_back`,
+//!   `clone`, `global_pages` and `zero_hidden`; `host_max` starts at the smallest power of two past the gaps of
+//!   99 % of the arcs). The model is generated at the graph's size with a fixed seed and
 //!   these [`MATCHED`] statistics measured (the in-degree quantiles interpolated
 //!   within their atom, [`smooth_quantile`], so that they move continuously):
 //!
@@ -20,7 +22,7 @@
 //!   |---|---|
 //!   | arcs with gap < 2^4 | local share, `local_gap`, mutual share |
 //!   | arcs with gap < 2^8 | `dir_mean`, `local_gap` |
-//!   | arcs with gap < 2^12 | `host_mean` |
+//!   | arcs with gap >= 2^12 | `host_mean` |
 //!   | arcs with gap >= 2^16 (weight 0.3) | global share |
 //!   | adjacent Jaccard | `degree_corr`, copy and template shares |
 //!   | reciprocity | `up_link`, mutual share |
@@ -31,6 +33,12 @@
 //!   | fraction of nodes with in-degree <= 1 | `hidden` |
 //!   | in-degree tail exponent | `copy_sibling`, `host_zipf` |
 //!   | far-target share (weight 0.5) | `global_zipf` |
+//!   | arcs with gap < 2^2, < 2^6 | `local_gap`, mutual share, `parent_zipf` |
+//!   | arcs with gap >= 2^10, >= 2^13, >= 2^14 | `host_mean`, `host_max`, `parent_back` |
+//!   | fraction of nodes without in-links (plus 0.01) | `hidden` |
+//!   | in-degree median | `clone`, `hidden` |
+//!   | sink in-link share | `zero_hidden` |
+//!   | far-source share | `global_pages` |
 //!
 //!   The fit minimizes the (weighted) sum of squared log ratios of measured to
 //!   target statistics: a forward-difference Jacobian of the log statistics (one
@@ -38,7 +46,9 @@
 //!   from the best point so far (each coordinate moving at most [`MAX_MOVE`]; the
 //!   damping shrinks after a step that lowers the loss and grows after one that
 //!   does not), the Jacobian corrected by Broyden's rank-one update after every
-//!   simulation. It returns the parameters of the smallest loss seen in [`ROUNDS`]
+//!   simulation, and differenced afresh at the best point when the damping has
+//!   grown past [`RESTART_LAMBDA`] (the updates no longer point downhill; the k-th
+//!   time with a step of `PROBE / (1 + k)`, backwards for odd k). It returns the parameters of the smallest loss seen in [`ROUNDS`]
 //!   simulations.
 //!
 //! Everything here is pure computation over in-memory graphs (the caller reads G).
@@ -48,7 +58,7 @@ use super::stats::{profile_of_rows, GraphProfile, GraphStats, Histogram};
 use super::webgraph_copy::{CopyModel, CopyingParams, PARAMS_VERSION};
 
 /// Rounds of the simulation fit.
-pub const ROUNDS: usize = 48;
+pub const ROUNDS: usize = 160;
 /// Survival levels of the out-degree knots: every 5 % in the body, then finer.
 pub const KNOT_SURVIVALS: [f64; 40] = [
     1.0, 0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6, 0.55, 0.5, 0.45, 0.4, 0.35, 0.3, 0.25, 0.2,
@@ -58,7 +68,7 @@ pub const KNOT_SURVIVALS: [f64; 40] = [
 /// The seed of the fit's simulations (the fit does not depend on the twin's seed).
 pub const FIT_SEED: u64 = 0x05ee_df17;
 /// Number of matched statistics.
-pub const MATCHED: usize = 13;
+pub const MATCHED: usize = 22;
 
 /// The degree at quantile `q` of `hist`, interpolated within the atom that holds it
 /// (`d - 1/2` at the atom's first position to `d + 1/2` at its last): a continuous
@@ -88,7 +98,7 @@ pub fn matched(prof: &GraphProfile) -> [f64; MATCHED] {
     [
         s.gap_below[0],
         s.gap_below[1],
-        s.gap_below[2],
+        1.0 - s.gap_below[2],
         1.0 - s.gap_below[3],
         s.adjacent_jaccard,
         s.reciprocity,
@@ -99,14 +109,30 @@ pub fn matched(prof: &GraphProfile) -> [f64; MATCHED] {
         le1 as f64 / n.max(1) as f64,
         s.in_degree.tail_exponent,
         s.far_target_share.max(1e-3),
+        gap_below(prof, 2),
+        gap_below(prof, 6),
+        1.0 - gap_below(prof, 10),
+        (1.0 - gap_below(prof, 14)).max(1e-4),
+        s.in_degree.zero_fraction + 0.01,
+        smooth_quantile(&prof.in_hist, 0.5).max(0.5),
+        1.0 - gap_below(prof, 13),
+        s.far_source_share.max(1e-3),
+        s.sink_in_share.max(1e-3),
     ]
+}
+
+/// The fraction of arcs with `|v - u| < 2^b`, from the gap histogram.
+fn gap_below(prof: &GraphProfile, b: usize) -> f64 {
+    let all: u64 = prof.gap_log2.iter().sum();
+    let below: u64 = prof.gap_log2[..b].iter().sum();
+    below as f64 / all.max(1) as f64
 }
 
 /// Names of [`matched`]'s statistics, for logs.
 pub const MATCHED_NAMES: [&str; MATCHED] = [
     "gap<2^4",
     "gap<2^8",
-    "gap<2^12",
+    "gap>=2^12",
     "gap>=2^16",
     "adjacent_jaccard",
     "reciprocity",
@@ -117,6 +143,15 @@ pub const MATCHED_NAMES: [&str; MATCHED] = [
     "in<=1",
     "in_tail",
     "far_target_share",
+    "gap<2^2",
+    "gap<2^6",
+    "gap>=2^10",
+    "gap>=2^14",
+    "in_zero+0.01",
+    "in_q50",
+    "gap>=2^13",
+    "far_source_share",
+    "sink_in_share",
 ];
 
 /// The knots and cap of the positive out-degrees of `hist`.
@@ -177,6 +212,7 @@ fn tidy(mut p: CopyingParams) -> CopyingParams {
         &mut p.out_cap,
         &mut p.host_mean,
         &mut p.host_sigma,
+        &mut p.host_max,
         &mut p.dir_mean,
         &mut p.degree_corr,
         &mut p.template,
@@ -190,6 +226,11 @@ fn tidy(mut p: CopyingParams) -> CopyingParams {
         &mut p.global_zipf,
         &mut p.hidden,
         &mut p.mutual,
+        &mut p.parent_back,
+        &mut p.parent_zipf,
+        &mut p.clone,
+        &mut p.global_pages,
+        &mut p.zero_hidden,
     ] {
         *x = sig6(*x);
     }
@@ -209,6 +250,7 @@ fn initial(target: &GraphStats) -> CopyingParams {
         out_cap: 1.0,
         host_mean: 2000.0,
         host_sigma: 2.0,
+        host_max: 65536.0,
         dir_mean: 10.0,
         degree_corr: 0.95,
         template: 0.3,
@@ -222,6 +264,11 @@ fn initial(target: &GraphStats) -> CopyingParams {
         global_zipf: 1.0,
         hidden: 0.9,
         mutual: 0.13,
+        parent_back: 0.35,
+        parent_zipf: 1.0,
+        clone: 0.5,
+        global_pages: 0.2,
+        zero_hidden: 0.5,
     }
     .with_global(far.clamp(1e-4, 0.5))
 }
@@ -289,6 +336,10 @@ pub fn fit(
     }
     let goal = matched(target);
     let mut p = initial(t);
+    // Hosts start as long as the gaps of 99 % of the arcs.
+    p.host_max = (1..32)
+        .find(|&b| gap_below(target, b) >= 0.99)
+        .map_or(f64::from(u32::MAX), |b| 2f64.powi(b as i32));
     p.fitted_to = name.to_string();
     p.zero_out = t.out_degree.zero_fraction.min(0.999);
     let (knots, cap) = out_degree_shape(&target.out_hist);
@@ -322,11 +373,12 @@ pub fn fit(
 }
 
 /// Number of simulated parameters (the coordinates of [`encode`]).
-pub const SIMULATED: usize = 15;
+pub const SIMULATED: usize = 21;
 /// Weights of the matched statistics' log ratios in the loss: the far-link fraction
 /// is tiny and noisy, the rest count alike.
 const WEIGHTS: [f64; MATCHED] = [
-    1.0, 1.0, 1.0, 0.3, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.5,
+    1.0, 1.0, 1.0, 0.3, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0,
+    1.0, 1.0, 1.0,
 ];
 
 fn logit(p: f64) -> f64 {
@@ -360,6 +412,12 @@ fn encode(p: &CopyingParams) -> [f64; SIMULATED] {
         (p.mutual.max(1e-6) / c).ln(),
         p.local_gap.max(0.05).ln(),
         p.global_zipf.max(0.01).ln(),
+        logit(p.parent_back),
+        p.parent_zipf.max(0.01).ln(),
+        logit(p.clone),
+        p.host_max.ln(),
+        logit(p.global_pages),
+        logit(p.zero_hidden),
     ]
 }
 
@@ -392,6 +450,14 @@ fn decode(x: &[f64; SIMULATED], base: &CopyingParams) -> CopyingParams {
     q.copy_sibling = logistic(x[11]);
     q.local_gap = x[13].exp().clamp(0.05, 1e3);
     q.global_zipf = x[14].exp().clamp(0.01, 4.0);
+    q.parent_back = logistic(x[15]);
+    q.parent_zipf = x[16].exp().clamp(0.01, 4.0);
+    q.clone = logistic(x[17]);
+    q.host_max = x[18].exp().clamp(1.0, 4e9);
+    // An outward page places at most all its links globally.
+    let g = (1.0 - q.copy - q.local - q.template - q.mutual).max(0.0);
+    q.global_pages = logistic(x[19]).max(g).max(1e-4);
+    q.zero_hidden = logistic(x[20]);
     q
 }
 
@@ -462,12 +528,19 @@ struct Search {
     /// The coordinate being differenced (`SIMULATED` when done).
     probe: usize,
     lambda: f64,
+    /// Times the Jacobian was differenced afresh (each time with a smaller step of
+    /// the other sign, so that a restart at the same point does not retrace the
+    /// last one).
+    restarts: u32,
 }
 
 /// Forward-difference step of the Jacobian.
 pub const PROBE: f64 = 0.25;
 /// Largest move of one coordinate in a step.
 pub const MAX_MOVE: f64 = 1.0;
+/// The damping past which the search differences its Jacobian afresh (after five
+/// steps in a row that did not lower the loss).
+pub const RESTART_LAMBDA: f64 = 100.0;
 
 impl Search {
     fn new(x: [f64; SIMULATED]) -> Self {
@@ -479,6 +552,7 @@ impl Search {
             jac: [[0.0; SIMULATED]; MATCHED],
             probe: 0,
             lambda: 0.1,
+            restarts: 0,
         }
     }
 
@@ -523,7 +597,15 @@ impl Search {
                 self.best_got = *got;
                 self.lambda = (self.lambda / 3.0).max(1e-4);
             } else {
-                self.lambda = (self.lambda * 4.0).min(1e4);
+                self.lambda *= 4.0;
+                if self.lambda > RESTART_LAMBDA {
+                    // Stuck: the updated Jacobian no longer points downhill.
+                    // Difference it afresh at the best point.
+                    self.probe = 0;
+                    self.lambda = 0.1;
+                    self.restarts += 1;
+                    return self.probe_point();
+                }
             }
         }
         let r = residual(goal, &self.best_got);
@@ -538,8 +620,15 @@ impl Search {
 
     fn probe_point(&mut self) -> [f64; SIMULATED] {
         let mut x = self.best_x;
-        // Probabilities near 1 are probed downwards.
-        x[self.probe] += if x[self.probe] > 4.0 { -PROBE } else { PROBE };
+        // Probabilities near 1 are probed downwards; a restart probes the other way
+        // with a smaller step.
+        let step =
+            PROBE / (1.0 + self.restarts as f64) * if self.restarts % 2 == 1 { -1.0 } else { 1.0 };
+        x[self.probe] += if x[self.probe] > 4.0 {
+            -step.abs()
+        } else {
+            step
+        };
         self.x = x;
         x
     }

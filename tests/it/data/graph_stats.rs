@@ -81,6 +81,9 @@ fn dense_stats() -> GraphStats {
         top1_in_share: 6.0 / 22.0,
         // No arc has a gap of 2^16 or more.
         far_target_share: 0.0,
+        far_source_share: 0.0,
+        // Node 6, the one without out-links, has one in-link (5 -> 6).
+        sink_in_share: 1.0 / 22.0,
     }
 }
 
@@ -140,6 +143,10 @@ fn sparse_stats() -> GraphStats {
         top1_in_share: 1.0,
         // Far arcs: 4 -> 70000, 70000 -> 3, 70000 -> 4: three, to three targets.
         far_target_share: 1.0,
+        // From two sources, 4 and 70000.
+        far_source_share: 2.0 / 3.0,
+        // Into rows without links: 20 (from 0 and 1), 300, 5000.
+        sink_in_share: 4.0 / 12.0,
     }
 }
 
