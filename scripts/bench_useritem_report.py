@@ -69,6 +69,16 @@ for case in dict.fromkeys(r["case"] for r in rs if r["case"].startswith("syn")):
     what = (f"3x3 grids at d={r0['dim']}" if case.endswith("-grid")
             else "the best settings of a grid (the log's `synthetic settings from` line)")
     table(case, f"synthetic `{os.path.basename(r0['data'])}` (scripts/gen_useritem.py), {what}")
+def best_of(case, d, metric):
+    """Each system's row of `case` at dimension `d` with the highest `metric`."""
+    best = {}
+    for sysname in ("torusrec", "implicit"):
+        c = [r for r in rs if r["case"] == case and r["dim"] == d and r["system"] == sysname]
+        if c:
+            best[sysname] = max(c, key=lambda r: r[metric])
+    return best
+
+
 def targets():
     """The issue's targets, each (case, d) with both systems' best by Recall@20."""
     lines = ["## Against the issue's targets", "",
@@ -76,11 +86,7 @@ def targets():
              "|---|---|---|---|---|"]
     for case in dict.fromkeys(r["case"] for r in rs if not r["case"].endswith("-grid")):
         for d in sorted({r["dim"] for r in rs if r["case"] == case}):
-            best = {}
-            for sysname in ("torusrec", "implicit"):
-                c = [r for r in rs if r["case"] == case and r["dim"] == d and r["system"] == sysname]
-                if c:
-                    best[sysname] = max(c, key=lambda r: r["recall_at_20"])
+            best = best_of(case, d, "recall_at_20")
             if len(best) < 2:
                 continue
             t, i = best["torusrec"], best["implicit"]
@@ -106,11 +112,7 @@ def ndcg_tuned():
     lines = []
     for case in dict.fromkeys(r["case"] for r in rs if r["case"].endswith("-grid")):
         for d in sorted({r["dim"] for r in rs if r["case"] == case}):
-            best = {}
-            for sysname in ("torusrec", "implicit"):
-                c = [r for r in rs if r["case"] == case and r["dim"] == d and r["system"] == sysname]
-                if c:
-                    best[sysname] = max(c, key=lambda r: r["ndcg_at_20"])
+            best = best_of(case, d, "ndcg_at_20")
             if len(best) < 2:
                 continue
             t, i = best["torusrec"], best["implicit"]
